@@ -1,0 +1,239 @@
+#include "common/plan.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "common/crypto.h"
+#include "common/error.h"
+#include "common/files.h"
+
+namespace rankmap {
+
+bool isKnownAlgorithm(std::string_view name) {
+  return std::find(std::begin(kAlgorithmNames), std::end(kAlgorithmNames), name) !=
+         std::end(kAlgorithmNames);
+}
+
+Plan Plan::identity(std::vector<std::string> hs, int rph) {
+  Plan p;
+  p.order = hs;
+  p.hosts = std::move(hs);
+  p.ranksPerHost = rph;
+  p.derivePermutation();
+  p.seal();
+  return p;
+}
+
+void Plan::derivePermutation() {
+  std::map<std::string, int> pos;
+  for (size_t i = 0; i < order.size(); ++i) pos[order[i]] = static_cast<int>(i);
+  permutation.assign(worldSize(), 0);
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    int p = pos.at(hosts[h]);
+    for (int l = 0; l < ranksPerHost; ++l)
+      permutation[h * ranksPerHost + l] = p * ranksPerHost + l;
+  }
+}
+
+std::vector<int> Plan::inversePermutation() const {
+  std::vector<int> inv(permutation.size());
+  for (size_t i = 0; i < permutation.size(); ++i) inv[permutation[i]] = static_cast<int>(i);
+  return inv;
+}
+
+std::optional<std::string> Plan::algorithmFor(std::string_view collective, uint64_t bytes) const {
+  auto it = collectives.find(std::string(collective));
+  if (it == collectives.end()) return std::nullopt;
+  for (const auto& r : it->second)
+    if (bytes >= r.minBytes && bytes < r.maxBytes) return r.algorithm;
+  return std::nullopt;
+}
+
+namespace {
+Json contentJson(const Plan& p) {
+  Json j;
+  j["schema_version"] = Plan::kSchemaVersion;
+  j["hosts"] = p.hosts;
+  j["order"] = p.order;
+  j["permutation"] = p.permutation;
+  j["ranks_per_host"] = p.ranksPerHost;
+  j["groups"] = hierarchyToJson(p.groups);
+  j["confidence"] = p.confidence;
+  Json colls = Json::object();
+  for (const auto& [name, ranges] : p.collectives) {
+    Json arr = Json::array();
+    for (const auto& r : ranges)
+      arr.push_back({{"min_bytes", r.minBytes},
+                     {"max_bytes", r.maxBytes == AlgoRange::kUnbounded ? Json(nullptr)
+                                                                       : Json(r.maxBytes)},
+                     {"algorithm", r.algorithm},
+                     {"predicted_us", r.predictedUs},
+                     {"predicted_busbw_gbps", r.predictedBusbwGBps},
+                     {"lower_bound_us", r.lowerBoundUs}});
+    colls[name] = std::move(arr);
+  }
+  j["collectives"] = std::move(colls);
+  j["chunk_weights"] = p.chunkWeights;
+  Json trees = Json::array();
+  for (const auto& t : p.trees) trees.push_back({{"weight", t.weight}, {"parent", t.parent}});
+  j["trees"] = std::move(trees);
+  j["predicted"] = {{"basis", p.predicted.basis},
+                    {"plan_us", p.predicted.planUs},
+                    {"input_order_us", p.predicted.inputOrderUs},
+                    {"speedup", p.predicted.speedup},
+                    {"bottleneck_mbps", p.predicted.bottleneckMbps},
+                    {"input_bottleneck_mbps", p.predicted.inputBottleneckMbps}};
+  j["topology_hash"] = p.topologyHash;
+  j["epoch"] = p.epoch;
+  return j;
+}
+}  // namespace
+
+std::string Plan::computeHash() const {
+  // nlohmann::json objects are key-sorted, so dump() is canonical for equal content.
+  return "sha256:" + sha256Hex(contentJson(*this).dump());
+}
+
+void Plan::seal() { hash = computeHash(); }
+
+Json Plan::toJson() const {
+  Json j = contentJson(*this);
+  j["hash"] = hash;
+  return j;
+}
+
+std::string Plan::dump() const { return toJson().dump(1) + "\n"; }
+
+void Plan::save(const std::string& path) const { writeFileAtomic(path, dump()); }
+
+Plan Plan::parse(std::string_view text, std::string_view source) {
+  return fromJson(parseJson(text, source), source);
+}
+
+Plan Plan::load(const std::string& path) { return fromJson(readJsonFile(path), path); }
+
+Plan Plan::fromJson(const Json& doc, std::string_view source) {
+  JsonReader r(doc, source);
+  r.expectObject();
+  auto sv = r.at("schema_version", "an integer");
+  if (sv.integer() != kSchemaVersion) sv.fail(fmt::format("plan schema version {}", kSchemaVersion));
+
+  Plan p;
+  auto readNames = [&](const JsonReader& a, std::vector<std::string>& out) {
+    std::set<std::string> seen;
+    for (size_t i = 0, n = a.arraySize(); i < n; ++i) {
+      auto e = a.at(i);
+      auto name = e.nonEmptyStr();
+      if (!seen.insert(name).second) e.fail("a host name not listed twice");
+      out.push_back(std::move(name));
+    }
+  };
+  auto hr = r.at("hosts", "an array of host names");
+  readNames(hr, p.hosts);
+  if (p.hosts.empty()) hr.fail("at least one host");
+  auto orr = r.at("order", "an array of host names");
+  orr.arraySize(p.hosts.size());
+  readNames(orr, p.order);
+  {
+    std::set<std::string> a(p.hosts.begin(), p.hosts.end());
+    for (size_t i = 0; i < p.order.size(); ++i)
+      if (!a.count(p.order[i])) orr.at(i).fail("a host listed in /hosts");
+  }
+  p.ranksPerHost = static_cast<int>(r.at("ranks_per_host", "an integer").integerIn(1, 1 << 16));
+  if (p.hosts.size() * static_cast<size_t>(p.ranksPerHost) > (1u << 24))
+    r.at("ranks_per_host").fail("a world size of at most 2^24 ranks");
+
+  auto pr = r.at("permutation", "an array of new ranks, one per old rank");
+  size_t world = p.worldSize();
+  pr.arraySize(world);
+  for (size_t i = 0; i < world; ++i)
+    p.permutation.push_back(static_cast<int>(pr.at(i).integerIn(0, static_cast<int64_t>(world) - 1)));
+  {
+    Plan expect = p;
+    expect.derivePermutation();
+    for (size_t i = 0; i < world; ++i)
+      if (p.permutation[i] != expect.permutation[i])
+        pr.at(i).fail(fmt::format("{} (the rank given by /order with a host's ranks contiguous)",
+                                  expect.permutation[i]));
+  }
+
+  if (auto g = r.find("groups")) p.groups = parseHierarchy(*g, p.hosts);
+  if (auto c = r.find("confidence")) {
+    p.confidence = c->nonNegative();
+    if (p.confidence > 1) c->fail("a number in [0, 1]");
+  }
+  if (auto cr = r.find("collectives")) {
+    cr->expectObject();
+    for (const auto& [name, val] : cr->json().items()) {
+      JsonReader ranges(val, source, cr->path() + "/" + name);
+      std::vector<AlgoRange> out;
+      uint64_t expectMin = 0;
+      for (size_t i = 0, n = ranges.arraySize(); i < n; ++i) {
+        auto e = ranges.at(i);
+        AlgoRange a;
+        auto minR = e.at("min_bytes", "an integer");
+        a.minBytes = minR.unsignedInt();
+        if (a.minBytes != expectMin)
+          minR.fail(fmt::format("{} (ranges contiguous from 0)", expectMin));
+        auto maxR = e.at("max_bytes", "an integer or null");
+        a.maxBytes = maxR.isNull() ? AlgoRange::kUnbounded : maxR.unsignedInt();
+        if (a.maxBytes <= a.minBytes) maxR.fail("a bound greater than min_bytes");
+        if (a.maxBytes == AlgoRange::kUnbounded && i + 1 != n) maxR.fail("a bound (only the last range is open)");
+        auto algR = e.at("algorithm", "an algorithm name");
+        a.algorithm = algR.str();
+        if (!isKnownAlgorithm(a.algorithm)) algR.fail("one of ring, tree, hier, rhd, trees");
+        if (auto v = e.find("predicted_us")) a.predictedUs = v->nonNegative();
+        if (auto v = e.find("predicted_busbw_gbps")) a.predictedBusbwGBps = v->nonNegative();
+        if (auto v = e.find("lower_bound_us")) a.lowerBoundUs = v->nonNegative();
+        expectMin = a.maxBytes;
+        out.push_back(std::move(a));
+      }
+      if (!out.empty() && out.back().maxBytes != AlgoRange::kUnbounded)
+        ranges.fail("ranges whose last max_bytes is null (open)");
+      p.collectives[name] = std::move(out);
+    }
+  }
+  if (auto cw = r.find("chunk_weights")) {
+    size_t n = cw->arraySize();
+    if (n != 0) cw->arraySize(p.hosts.size());
+    for (size_t i = 0; i < n; ++i) p.chunkWeights.push_back(cw->at(i).nonNegative());
+  }
+  if (auto tr = r.find("trees")) {
+    for (size_t i = 0, n = tr->arraySize(); i < n; ++i) {
+      auto t = tr->at(i);
+      PackedTree pt;
+      pt.weight = t.at("weight", "a number").nonNegative();
+      auto par = t.at("parent", "an array of parent positions");
+      par.arraySize(p.hosts.size());
+      int roots = 0;
+      for (size_t k = 0; k < p.hosts.size(); ++k) {
+        int v = static_cast<int>(par.at(k).integerIn(-1, static_cast<int64_t>(p.hosts.size()) - 1));
+        if (v == -1) ++roots;
+        if (v == static_cast<int>(k)) par.at(k).fail("a parent other than the node itself");
+        pt.parent.push_back(v);
+      }
+      if (roots != 1) par.fail("exactly one root (-1)");
+      p.trees.push_back(std::move(pt));
+    }
+  }
+  if (auto pd = r.find("predicted")) {
+    if (auto v = pd->find("basis")) p.predicted.basis = v->str();
+    if (auto v = pd->find("plan_us")) p.predicted.planUs = v->nonNegative();
+    if (auto v = pd->find("input_order_us")) p.predicted.inputOrderUs = v->nonNegative();
+    if (auto v = pd->find("speedup")) p.predicted.speedup = v->nonNegative();
+    if (auto v = pd->find("bottleneck_mbps")) p.predicted.bottleneckMbps = v->nonNegative();
+    if (auto v = pd->find("input_bottleneck_mbps"))
+      p.predicted.inputBottleneckMbps = v->nonNegative();
+  }
+  if (auto v = r.find("topology_hash")) p.topologyHash = v->str();
+  p.epoch = r.at("epoch", "an integer").integerIn(0, INT64_MAX);
+  auto hashR = r.at("hash", "a string \"sha256:<hex>\"");
+  p.hash = hashR.str();
+  std::string expect = p.computeHash();
+  if (p.hash != expect)
+    hashR.fail(fmt::format("the content hash {} (the plan was modified or truncated)", expect));
+  return p;
+}
+
+}  // namespace rankmap

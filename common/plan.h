@@ -1,0 +1,97 @@
+// plan.json: the planner's output, applied at launch, by the shims and by the engine.
+// Schema in docs/formats.md.
+//
+// Contract: a Plan from fromJson()/load() is valid: `order` is a permutation of `hosts`,
+// `permutation` maps every old rank to a distinct new rank with a host's ranks contiguous and in
+// the same local order, and `hash` matches the content. Consumers that find any of this broken
+// fall back to identity order (see Plan::identity) with a warning; they never guess.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/json.h"
+#include "common/topology.h"
+
+namespace rankmap {
+
+// Algorithm names as they appear in plan.json and RANKMAP_ALGO.
+inline constexpr std::string_view kAlgorithmNames[] = {"ring", "tree", "hier", "rhd", "trees"};
+bool isKnownAlgorithm(std::string_view name);
+
+// One message-size range of a collective: [minBytes, maxBytes).
+struct AlgoRange {
+  static constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
+  uint64_t minBytes = 0;
+  uint64_t maxBytes = kUnbounded;  // "max_bytes": null in JSON
+  std::string algorithm;           // one of kAlgorithmNames
+  double predictedUs = 0;          // at the geometric middle of the range (or minBytes*2 if open)
+  double predictedBusbwGBps = 0;   // nccl-tests busbw, GB/s
+  double lowerBoundUs = 0;         // 2(n-1)/n * S / B_bottleneck for allreduce
+  bool operator==(const AlgoRange&) const = default;
+};
+
+// A weighted spanning tree over host positions in `order` (Blink-style packing).
+struct PackedTree {
+  double weight = 0;         // fraction of the data carried by this tree
+  std::vector<int> parent;   // parent[i] = parent position of host position i; -1 for the root
+  bool operator==(const PackedTree&) const = default;
+};
+
+struct Prediction {
+  std::string basis;               // e.g. "allreduce 16 MiB ring"
+  double planUs = 0;               // predicted time with the plan
+  double inputOrderUs = 0;         // predicted time with the input ("provider") order
+  double speedup = 1;              // inputOrderUs / planUs
+  double bottleneckMbps = 0;       // ring bottleneck share with the plan
+  double inputBottleneckMbps = 0;  // ... and with the input order
+  bool operator==(const Prediction&) const = default;
+};
+
+struct Plan {
+  static constexpr int kSchemaVersion = 1;
+
+  std::vector<std::string> hosts;   // input order (rank order the launcher would use)
+  std::vector<std::string> order;   // host names in new rank order
+  std::vector<int> permutation;     // old rank -> new rank, size hosts.size() * ranksPerHost
+  int ranksPerHost = 1;
+  std::vector<HierarchyLevel> groups;
+  double confidence = 0;            // 0..1; 0 = identity fallback
+  std::map<std::string, std::vector<AlgoRange>> collectives;  // "allreduce" -> ranges
+  std::vector<double> chunkWeights; // per position in `order`; empty = uniform
+  std::vector<PackedTree> trees;    // optional
+  Prediction predicted;
+  std::string topologyHash;         // contentHash() of the source topology; may be empty
+  int64_t epoch = 0;                // topology version the plan was made from
+  std::string hash;                 // "sha256:<hex>" over the canonical content without "hash"
+
+  size_t worldSize() const { return hosts.size() * static_cast<size_t>(ranksPerHost); }
+  // Identity plan: order = hosts, permutation = identity, confidence 0.
+  static Plan identity(std::vector<std::string> hosts, int ranksPerHost = 1);
+  // Builds `permutation` from `order` (hosts permuted, ranks within a host kept contiguous).
+  void derivePermutation();
+  // Sets `hash` from the content.
+  void seal();
+  std::string computeHash() const;
+  // old rank -> new rank and back.
+  int newRank(int oldRank) const { return permutation.at(static_cast<size_t>(oldRank)); }
+  std::vector<int> inversePermutation() const;
+  // Algorithm for `bytes` of `collective`; nullopt when the plan has no entry.
+  std::optional<std::string> algorithmFor(std::string_view collective, uint64_t bytes) const;
+
+  static Plan fromJson(const Json& doc, std::string_view source);
+  static Plan parse(std::string_view text, std::string_view source);
+  static Plan load(const std::string& path);
+  Json toJson() const;   // includes "hash"
+  std::string dump() const;
+  void save(const std::string& path) const;  // atomic
+
+  bool operator==(const Plan&) const = default;
+};
+
+}  // namespace rankmap

@@ -1,0 +1,93 @@
+// topology.json: what the probes measured, the input of the planner. Schema in docs/formats.md.
+//
+// Contract: a Topology that came out of fromJson()/load() is valid: host names unique and
+// non-empty, matrices N x N, every measured value finite and non-negative. Missing measurements
+// are nullopt ("null" in JSON). Matrix rows are senders, columns receivers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/json.h"
+#include "common/matrix.h"
+
+namespace rankmap {
+
+struct Host {
+  std::string name;
+  std::string address;  // "ip" or "ip:port"; may be empty for fixtures
+  bool operator==(const Host&) const = default;
+};
+
+struct LatencyStats {
+  double minUs = 0;
+  double medianUs = 0;
+  double p90Us = 0;
+  double p99Us = 0;
+  bool operator==(const LatencyStats&) const = default;
+};
+
+struct ProbeSettings {
+  int64_t latencySamples = 0;       // round trips per pair after warm-up
+  int64_t bandwidthMaxMs = 0;       // bulk transfer bound in time ...
+  int64_t bandwidthMaxBytes = 0;    // ... and in bytes, whichever first
+  bool contention = false;          // whether the contention probe ran
+  bool operator==(const ProbeSettings&) const = default;
+};
+
+// One locality level of the inferred hierarchy ("rack", "pod"), innermost first.
+struct HierarchyLevel {
+  std::string name;
+  double confidence = 0;  // 0..1
+  std::vector<std::vector<std::string>> groups;  // host names; every host in exactly one group
+  bool operator==(const HierarchyLevel&) const = default;
+};
+
+// A link shared by a set of hosts, found by the contention probe.
+struct SharedLink {
+  std::vector<std::string> hosts;
+  double capacityMbps = 0;
+  bool operator==(const SharedLink&) const = default;
+};
+
+struct Topology {
+  static constexpr int kSchemaVersion = 1;
+
+  std::vector<Host> hosts;
+  SquareMatrix<std::optional<double>> bandwidthMbps;
+  SquareMatrix<std::optional<LatencyStats>> latencyUs;
+  ProbeSettings probe;
+  std::string time;      // RFC 3339 UTC time of the measurement; may be empty for fixtures
+  int64_t version = 0;   // monotonic per agent state; 0 = unversioned
+  std::vector<HierarchyLevel> groups;  // optional
+  std::vector<SharedLink> sharedLinks;  // optional
+
+  size_t size() const { return hosts.size(); }
+  // Index of a host by name, or -1.
+  int indexOf(std::string_view name) const;
+  // An empty topology of `hosts` with all measurements missing.
+  static Topology empty(std::vector<Host> hosts);
+
+  // Validating parsers: throw InvalidInput naming `source`, the JSON path and what was expected.
+  static Topology fromJson(const Json& doc, std::string_view source);
+  static Topology parse(std::string_view text, std::string_view source);
+  static Topology load(const std::string& path);
+
+  Json toJson() const;
+  std::string dump() const;  // pretty JSON text with a trailing newline
+  void save(const std::string& path) const;  // atomic
+  // SHA-256 of the canonical JSON (used as a plan's source reference).
+  std::string contentHash() const;
+
+  bool operator==(const Topology&) const = default;
+};
+
+// Shared by topology and plan parsers.
+std::vector<HierarchyLevel> parseHierarchy(const JsonReader& r,
+                                           const std::vector<std::string>& hostNames);
+Json hierarchyToJson(const std::vector<HierarchyLevel>& levels);
+
+}  // namespace rankmap
