@@ -45,7 +45,7 @@ Json parseJson(std::string_view text, std::string_view source) {
   checkDepth(text, source);
   try {
     return Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
     throw InvalidInput(fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
 }

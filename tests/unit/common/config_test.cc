@@ -1,0 +1,146 @@
+#include "common/config.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+
+namespace rankmap {
+namespace {
+
+Config::LoadOptions isolated(std::map<std::string, std::string> env = {}) {
+  Config::LoadOptions o;
+  o.env = std::move(env);
+  o.systemFile = "/nonexistent/rankmap.conf";
+  o.userFile = "";
+  return o;
+}
+
+TEST(Config, DefaultsMatchRegistry) {
+  Config cfg;
+  EXPECT_EQ(cfg.get(settings::kLog), "info");
+  EXPECT_EQ(cfg.get(settings::kTimeout), std::chrono::seconds(300));
+  EXPECT_EQ(cfg.get(settings::kRank), -1);
+  for (const auto& s : settingRegistry()) {
+    EXPECT_EQ(cfg.originText(s.id), "default") << s.name;
+    EXPECT_EQ(s.name.rfind("RANKMAP_", 0), 0u) << s.name;
+    EXPECT_FALSE(s.doc.empty()) << s.name;
+  }
+}
+
+TEST(Config, RegistryNamesAreUnique) {
+  std::set<std::string_view> names;
+  for (const auto& s : settingRegistry()) EXPECT_TRUE(names.insert(s.name).second) << s.name;
+}
+
+TEST(Config, EnvironmentOverridesDefault) {
+  auto cfg = Config::load(isolated({{"RANKMAP_RANK", "3"}, {"RANKMAP_TIMEOUT", "250ms"}}));
+  EXPECT_EQ(cfg.get(settings::kRank), 3);
+  EXPECT_EQ(cfg.get(settings::kTimeout), std::chrono::milliseconds(250));
+  EXPECT_EQ(cfg.origin(SettingId::kRank), Config::Origin::Environment);
+}
+
+TEST(Config, PrecedenceCommandLineEnvUserSystem) {
+  char sysPath[] = "/tmp/rankmap_sys_XXXXXX";
+  char userPath[] = "/tmp/rankmap_user_XXXXXX";
+  int a = mkstemp(sysPath), b = mkstemp(userPath);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  close(a);
+  close(b);
+  std::ofstream(sysPath) << "# system\nRANKMAP_ALGO=ring\nRANKMAP_LOG=debug\nRANKMAP_RANK=1\n";
+  std::ofstream(userPath) << "RANKMAP_ALGO=tree\nRANKMAP_RANK=2\n";
+  Config::LoadOptions o;
+  o.env = std::map<std::string, std::string>{{"RANKMAP_RANK", "5"}};
+  o.systemFile = sysPath;
+  o.userFile = userPath;
+  o.overrides = {{"RANKMAP_LOG", "error"}};
+  auto cfg = Config::load(o);
+  EXPECT_EQ(cfg.get(settings::kAlgo), "tree");   // user file beats system file
+  EXPECT_EQ(cfg.get(settings::kRank), 5);        // environment beats files
+  EXPECT_EQ(cfg.get(settings::kLog), "error");   // command line beats everything
+  EXPECT_EQ(cfg.originText(SettingId::kAlgo), std::string(userPath) + ":1");
+  unlink(sysPath);
+  unlink(userPath);
+}
+
+TEST(Config, BadValueNamesSourceSettingAndExpectation) {
+  try {
+    Config::load(isolated({{"RANKMAP_RANK", "three"}}));
+    FAIL() << "expected InvalidInput";
+  } catch (const InvalidInput& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("environment"), std::string::npos) << m;
+    EXPECT_NE(m.find("RANKMAP_RANK"), std::string::npos) << m;
+    EXPECT_NE(m.find("integer"), std::string::npos) << m;
+  }
+  EXPECT_THROW(Config::load(isolated({{"RANKMAP_TIMEOUT", "soon"}})), InvalidInput);
+  EXPECT_THROW(Config::load(isolated({{"RANKMAP_TIMEOUT", "-5s"}})), InvalidInput);
+}
+
+TEST(Config, BadFileLineNamesFileAndLine) {
+  char path[] = "/tmp/rankmap_bad_XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::ofstream(path) << "RANKMAP_ALGO=ring\nthis is not a setting\n";
+  auto o = isolated();
+  o.userFile = path;
+  try {
+    Config::load(o);
+    FAIL();
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find(std::string(path) + ":2"), std::string::npos) << e.what();
+  }
+  unlink(path);
+}
+
+TEST(Config, UnknownNamesAreReportedNotFatal) {
+  auto cfg = Config::load(isolated({{"RANKMAP_TIMEOTU", "5s"}}));
+  ASSERT_EQ(cfg.unknownNames().size(), 1u);
+  EXPECT_NE(cfg.unknownNames()[0].find("RANKMAP_TIMEOTU"), std::string::npos);
+  EXPECT_THROW(Config::load([] {
+                 auto o = isolated();
+                 o.overrides = {{"RANKMAP_NOPE", "1"}};
+                 return o;
+               }()),
+               InvalidInput);
+}
+
+TEST(Config, ParseDuration) {
+  EXPECT_EQ(parseDuration("5"), std::chrono::seconds(5));
+  EXPECT_EQ(parseDuration("250ms"), std::chrono::milliseconds(250));
+  EXPECT_EQ(parseDuration("2m"), std::chrono::minutes(2));
+  EXPECT_EQ(parseDuration("1.5s"), std::chrono::milliseconds(1500));
+  EXPECT_EQ(parseDuration("1h"), std::chrono::hours(1));
+  EXPECT_FALSE(parseDuration(""));
+  EXPECT_FALSE(parseDuration("5 parsecs"));
+  EXPECT_FALSE(parseDuration("1e400"));
+}
+
+TEST(Config, ParseSize) {
+  EXPECT_EQ(parseSize("64"), 64u);
+  EXPECT_EQ(parseSize("64K"), 65536u);
+  EXPECT_EQ(parseSize("16M"), 16u << 20);
+  EXPECT_EQ(parseSize("1G"), 1ull << 30);
+  EXPECT_EQ(parseSize("4KiB"), 4096u);
+  EXPECT_EQ(parseSize("2MB"), 2u << 20);
+  EXPECT_FALSE(parseSize("1.5"));  // fractional bytes
+  EXPECT_FALSE(parseSize("12Q"));
+  EXPECT_FALSE(parseSize("-1"));
+  EXPECT_FALSE(parseSize("99999999999T"));
+}
+
+TEST(Config, ParseBool) {
+  const SettingInfo info{SettingId::kCount, "RANKMAP_X", SettingType::Bool, "0", "doc"};
+  EXPECT_EQ(std::get<bool>(parseSettingValue(info, "yes", "t")), true);
+  EXPECT_EQ(std::get<bool>(parseSettingValue(info, "OFF", "t")), false);
+  EXPECT_THROW(parseSettingValue(info, "maybe", "t"), InvalidInput);
+}
+
+}  // namespace
+}  // namespace rankmap

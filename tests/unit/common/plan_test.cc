@@ -1,0 +1,124 @@
+#include "common/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+
+namespace rankmap {
+namespace {
+
+Plan sample() {
+  Plan p;
+  p.hosts = {"vm0", "vm1", "vm2", "vm3"};
+  p.order = {"vm0", "vm2", "vm1", "vm3"};
+  p.ranksPerHost = 2;
+  p.derivePermutation();
+  p.groups = {{"rack", 0.97, {{"vm0", "vm2"}, {"vm1", "vm3"}}}};
+  p.confidence = 0.97;
+  p.collectives["allreduce"] = {{0, 65536, "tree", 40, 0.1, 30},
+                                {65536, AlgoRange::kUnbounded, "ring", 5000, 0.9, 4800}};
+  p.predicted = {"allreduce 16 MiB ring", 1000, 3000, 3, 250, 83.3};
+  p.epoch = 7;
+  p.seal();
+  return p;
+}
+
+std::string errorOf(const std::string& text) {
+  try {
+    Plan::parse(text, "plan.json");
+  } catch (const InvalidInput& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Plan, PermutationKeepsHostRanksContiguous) {
+  auto p = sample();
+  // vm1 (old ranks 2,3) moves to position 2 -> new ranks 4,5; vm2 (old 4,5) -> new 2,3.
+  EXPECT_EQ(p.permutation, (std::vector<int>{0, 1, 4, 5, 2, 3, 6, 7}));
+  auto inv = p.inversePermutation();
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(inv[p.newRank(r)], r);
+}
+
+TEST(Plan, RoundTripAndHashStable) {
+  auto p = sample();
+  auto back = Plan::parse(p.dump(), "mem");
+  EXPECT_EQ(back, p);
+  EXPECT_EQ(back.dump(), p.dump());
+  EXPECT_EQ(p.hash.rfind("sha256:", 0), 0u);
+  EXPECT_EQ(p.hash, sample().hash);  // deterministic
+}
+
+TEST(Plan, AlgorithmForBySize) {
+  auto p = sample();
+  EXPECT_EQ(p.algorithmFor("allreduce", 8), "tree");
+  EXPECT_EQ(p.algorithmFor("allreduce", 65536), "ring");
+  EXPECT_EQ(p.algorithmFor("allreduce", 1ull << 40), "ring");
+  EXPECT_FALSE(p.algorithmFor("broadcast", 8));
+}
+
+TEST(Plan, IdentityIsValid) {
+  auto p = Plan::identity({"a", "b", "c"}, 3);
+  EXPECT_EQ(p.worldSize(), 9u);
+  for (int r = 0; r < 9; ++r) EXPECT_EQ(p.newRank(r), r);
+  EXPECT_EQ(Plan::parse(p.dump(), "mem"), p);
+}
+
+TEST(Plan, TamperedContentFailsTheHash) {
+  auto j = sample().toJson();
+  j["epoch"] = 8;
+  auto m = errorOf(j.dump());
+  EXPECT_NE(m.find("at /hash: expected the content hash"), std::string::npos) << m;
+}
+
+TEST(Plan, MalformedPlansNameTheField) {
+  auto base = sample().toJson();
+  struct Case {
+    std::function<void(Json&)> mutate;
+    const char* expect;
+  } cases[] = {
+      {[](Json& j) { j.erase("order"); }, "missing field 'order'"},
+      {[](Json& j) { j["order"][1] = "vm9"; }, "at /order/1: expected a host listed in /hosts"},
+      {[](Json& j) { j["order"][1] = "vm0"; }, "at /order/1: expected a host name not listed twice"},
+      {[](Json& j) { j["order"].erase(3); }, "at /order: expected an array of 4 elements, got 3"},
+      {[](Json& j) { j["permutation"][0] = 1; }, "at /permutation/0: expected 0"},
+      {[](Json& j) { j["permutation"][0] = -1; }, "at /permutation/0: expected an integer in [0, 7]"},
+      {[](Json& j) { j["ranks_per_host"] = 0; }, "at /ranks_per_host: expected an integer in [1, 65536]"},
+      {[](Json& j) { j["ranks_per_host"] = "two"; }, "at /ranks_per_host: expected an integer, got string"},
+      {[](Json& j) { j["collectives"]["allreduce"][0]["algorithm"] = "magic"; }, "at /collectives/allreduce/0/algorithm: expected one of ring"},
+      {[](Json& j) { j["collectives"]["allreduce"][1]["min_bytes"] = 5; }, "at /collectives/allreduce/1/min_bytes: expected 65536"},
+      {[](Json& j) { j["collectives"]["allreduce"][1]["max_bytes"] = 100000; }, "last max_bytes is null"},
+      {[](Json& j) { j["schema_version"] = 99; }, "at /schema_version: expected plan schema version 1"},
+      {[](Json& j) { j["hash"] = 5; }, "at /hash: expected a string"},
+      {[](Json& j) { j["trees"] = Json::array({{{"weight", 1}, {"parent", {-1, -1, 0, 0}}}}); }, "exactly one root"},
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    Json j = base;
+    cases[i].mutate(j);
+    auto m = errorOf(j.dump());
+    EXPECT_NE(m.find("plan.json"), std::string::npos) << i << ": " << m;
+    EXPECT_NE(m.find(cases[i].expect), std::string::npos) << i << ": " << m;
+  }
+}
+
+TEST(Plan, EveryTruncationFailsCleanly) {
+  std::string text = sample().toJson().dump();  // compact: any proper prefix is incomplete
+  for (size_t len = 0; len < text.size(); len += 5) EXPECT_FALSE(errorOf(text.substr(0, len)).empty()) << len;
+}
+
+TEST(Plan, RandomByteFlipsNeverCrash) {
+  std::string text = sample().dump();
+  uint64_t s = 12345;
+  for (int i = 0; i < 3000; ++i) {
+    std::string t = text;
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    t[(s >> 33) % t.size()] = static_cast<char>(s >> 13);
+    try {
+      Plan::parse(t, "fuzz");
+    } catch (const InvalidInput&) {
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rankmap
