@@ -1,0 +1,209 @@
+"""Shared helpers for the emucloud tests (Python 3 standard library only).
+
+Every test:
+  - skips with exit code 77 (CTest SKIP_RETURN_CODE) when not root, when a tool is
+    missing, or when network namespaces cannot be made;
+  - uses its own --prefix and runs `emucloud down` for it before starting (a previous run
+    killed by a CTest timeout leaves nothing for the next) and when it ends, also on
+    failure or SIGTERM.
+"""
+
+import argparse
+import json
+import os
+import selectors
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+kSkip = 77
+
+
+def skip(reason):
+    print(f"SKIP: {reason}", flush=True)
+    sys.exit(kSkip)
+
+
+def fail(msg):
+    print(f"FAIL: {msg}", flush=True)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+    print(f"ok: {msg}", flush=True)
+
+
+def parse_args(extra=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--emucloud", required=True, help="path to the emucloud script")
+    if extra:
+        extra(p)
+    return p.parse_args()
+
+
+def require_environment(tools=("ip", "tc", "ethtool", "unshare")):
+    """Skips unless root, the tools exist, and a network namespace can be made."""
+    if os.geteuid() != 0:
+        skip(f"needs root (running as uid {os.geteuid()})")
+    for t in tools:
+        if shutil.which(t) is None:
+            skip(f"{t} not found")
+    probe = f"emuprobe{os.getpid()}"
+    p = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if p.returncode != 0:
+        skip(f"cannot create a network namespace: {p.stderr.strip()}")
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+
+
+def netns_names():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                         check=True).stdout
+    return sorted(line.split()[0] for line in out.splitlines() if line.strip())
+
+
+def link_names():
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True,
+                         check=True).stdout
+    return sorted(line.split(":")[1].strip() for line in out.splitlines() if line.strip())
+
+
+def snapshot():
+    return {"netns": netns_names(), "links": link_names()}
+
+
+def _raise_on_sigterm(signum, _frame):
+    raise SystemExit(f"signal {signum}")
+
+
+class Testbed:
+    """`with Testbed(emucloud, prefix, up_args) as tb:` brings a testbed up and always
+    takes it down. tb.truth is truth.json; tb.run()/tb.exec() call emucloud."""
+
+    def __init__(self, emucloud, prefix, up_args=None):
+        self.emucloud = emucloud
+        self.prefix = prefix
+        self.up_args = up_args
+        self.truth = None
+        self.up_seconds = None
+        signal.signal(signal.SIGTERM, _raise_on_sigterm)
+
+    def cmd(self, *words):
+        return [self.emucloud, *words]
+
+    def run(self, *words, timeout=60, check=True):
+        p = subprocess.run(self.cmd(*words), capture_output=True, text=True,
+                           timeout=timeout)
+        if check and p.returncode != 0:
+            fail(f"emucloud {' '.join(words)}: exit {p.returncode}: {p.stderr.strip()}")
+        return p
+
+    def down(self):
+        return self.run("down", "--prefix", self.prefix, check=False)
+
+    def state_dir(self):
+        return f"/run/rankmap-emucloud-{self.prefix}"
+
+    def __enter__(self):
+        self.down()
+        if self.up_args is not None:
+            t0 = time.monotonic()
+            self.run("up", "--prefix", self.prefix, *self.up_args)
+            self.up_seconds = time.monotonic() - t0
+            with open(os.path.join(self.state_dir(), "truth.json")) as f:
+                self.truth = json.load(f)
+        return self
+
+    def __exit__(self, *exc):
+        p = self.down()
+        if p.returncode != 0:
+            print(f"warning: emucloud down failed: {p.stderr.strip()}", flush=True)
+        return False
+
+    def exec_argv(self, vm, *cmd):
+        return self.cmd("exec", "--prefix", self.prefix, vm, "--", *cmd)
+
+    def racks(self):
+        """VM records grouped by rack: [[vm, ...], ...]."""
+        out = [[] for _ in range(self.truth["racks"])]
+        for vm in self.truth["vms"]:
+            out[vm["rack"]].append(vm)
+        return out
+
+
+# --------------------------------------------------------------------------------------
+# iperf3
+
+
+class IperfServer:
+    """A one-off iperf3 server in a VM; start() returns once it listens."""
+
+    def __init__(self, tb, vm, port):
+        self.proc = subprocess.Popen(
+            tb.exec_argv(vm["name"], "iperf3", "-s", "-1", "-p", str(port), "--forceflush"),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # Raw reads: a buffered readline could swallow the "listening" line.
+        fd = self.proc.stdout.fileno()
+        sel = selectors.DefaultSelector()
+        sel.register(fd, selectors.EVENT_READ)
+        deadline = time.monotonic() + 10
+        seen = b""
+        while time.monotonic() < deadline:
+            if sel.select(timeout=0.1):
+                chunk = os.read(fd, 4096)
+                seen += chunk
+                if b"listening" in seen:
+                    return
+                if not chunk:
+                    break
+        seen = seen.decode(errors="replace")
+        self.stop()
+        fail(f"iperf3 server in {vm['name']} did not start: {seen.strip()}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def iperf_clients(tb, flows, seconds=3, omit=1):
+    """Runs TCP flows [(src_vm, dst_vm), ...] concurrently for `seconds` (after `omit`
+    seconds of slow start), returns received Mbit/s per flow."""
+    base = 5201
+    servers = [IperfServer(tb, dst, base + k) for k, (_, dst) in enumerate(flows)]
+    try:
+        clients = [subprocess.Popen(
+            tb.exec_argv(src["name"], "iperf3", "-c", dst["address"], "-p", str(base + k),
+                         "-t", str(seconds), "-O", str(omit), "-J",
+                         "--connect-timeout", "3000"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for k, (src, dst) in enumerate(flows)]
+        rates = []
+        for (src, dst), c in zip(flows, clients):
+            try:
+                out, err = c.communicate(timeout=seconds + omit + 20)
+            except subprocess.TimeoutExpired:
+                c.kill()
+                c.communicate()
+                fail(f"iperf3 {src['name']} -> {dst['name']} timed out")
+            if c.returncode != 0:
+                fail(f"iperf3 {src['name']} -> {dst['name']}: exit {c.returncode}: "
+                     f"{err.strip()} {out[-300:]}")
+            j = json.loads(out)
+            rates.append(j["end"]["sum_received"]["bits_per_second"] / 1e6)
+        return rates
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def median(xs):
+    return statistics.median(xs)
