@@ -1,0 +1,73 @@
+// Algorithm generators: pure functions from (rank, world size, count, element size, segment
+// size, order, groups) to a Schedule. No I/O, no clocks, no randomness: every rank computes its
+// own schedule and the schedules of all ranks fit together (tests/unit/collectives checks them
+// exhaustively by simulation).
+//
+// What each (collective, algorithm) does:
+// - allreduce ring: reduce-scatter then allgather around the ring order, each of the n-1 steps
+//   moving one n-th of the vector, cut into segments that pipeline through the ring.
+// - allreduce tree: NCCL's double binary tree; each tree reduces and then broadcasts one half of
+//   the vector, segment by segment, so both trees' links work at once.
+// - allreduce hier: reduce-scatter inside each group (rack), ring allreduce of each block across
+//   groups among the ranks holding it, allgather inside each group. Groups must be equal-sized.
+// - allreduce rhd: Rabenseifner's recursive halving (reduce-scatter) and doubling (allgather);
+//   with n not a power of two, the first 2r ranks pair up and one of each pair hands its vector
+//   to the other before and gets the result after.
+// - allgather / reducescatter ring: one half of the ring allreduce; rhd: recursive doubling /
+//   halving, power-of-two world sizes only.
+// - broadcast / reduce ring: a pipelined chain from / to the root; tree: a pipelined binary tree.
+// - barrier: dissemination (log2 n rounds of zero-byte messages).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/schedule/schedule.h"
+#include "collectives/types.h"
+
+namespace rankmap::coll {
+
+struct AlgoParams {
+  Collective collective = Collective::kAllreduce;
+  int rank = 0;
+  int worldSize = 1;
+  // Elements: of the vector for allreduce, broadcast and reduce; per rank for allgather (input)
+  // and reducescatter (output).
+  uint64_t count = 0;
+  size_t elementSize = 1;
+  int root = 0;  // broadcast, reduce
+  // In place: allreduce/broadcast/reduce input == output; allgather input == output + rank's
+  // block; reducescatter output == input + rank's block.
+  bool inPlace = false;
+  uint64_t segmentBytes = 1u << 20;
+  int numSlots = 8;
+  // Ring / tree order: order[position] = rank. Empty = identity.
+  std::vector<int> order;
+  // hier: groups of ranks (each listed in ring order), in the order groups are visited.
+  std::vector<std::vector<int>> groups;
+};
+
+// Buffer sizes (bytes) the collective reads and writes, and how they alias when in place.
+BuilderOptions builderOptionsFor(const AlgoParams& p);
+
+// nullopt when `algo` can run `p`; else why it declines ("rhd allgather needs a power-of-two
+// world size, not 6"). Depends only on the collective, world size and groups.
+std::optional<std::string> declineReason(Algorithm algo, const AlgoParams& p);
+
+// The schedule of p.rank. Throws NotSupported (with declineReason) when the algorithm declines,
+// InvalidInput on inconsistent parameters (order not a permutation, root out of range).
+Schedule buildSchedule(Algorithm algo, const AlgoParams& p);
+
+// Binary trees over positions 0..n-1 (for tests and the tree generators).
+struct TreeNode {
+  int parent = -1;
+  std::vector<int> children;  // 0, 1 or 2 positions
+};
+// NCCL's balanced binary tree rooted at position 0 (whose single child is the top of the tree).
+TreeNode binaryTree(int n, int pos);
+// The double binary tree's two trees: tree 0 is binaryTree(); tree 1 is it mirrored (n even) or
+// shifted by one (n odd), so that most interior nodes of one tree are leaves of the other.
+TreeNode doubleTree(int n, int pos, int tree);
+
+}  // namespace rankmap::coll

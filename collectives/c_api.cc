@@ -1,0 +1,194 @@
+// The C API (collectives/include/rankmap/coll.h) over Communicator. Every entry point runs its
+// body in guard(): exceptions become result codes and this thread's last-error message; nothing
+// escapes into the host program, nothing is printed to stdout.
+#include "rankmap/coll.h"
+
+#include <exception>
+#include <mutex>
+#include <string>
+
+#include "collectives/communicator.h"
+#include "collectives/connect.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+
+struct rankmapComm {
+  std::unique_ptr<rankmap::coll::Communicator> comm;
+};
+
+namespace {
+
+using rankmap::ErrorCode;
+
+thread_local std::string lastError;
+
+static_assert(static_cast<int>(rankmapInvalidInput) == static_cast<int>(ErrorCode::kInvalidInput));
+static_assert(static_cast<int>(rankmapIoError) == static_cast<int>(ErrorCode::kIo));
+static_assert(static_cast<int>(rankmapTimeout) == static_cast<int>(ErrorCode::kTimeout));
+static_assert(static_cast<int>(rankmapNotSupported) == static_cast<int>(ErrorCode::kNotSupported));
+static_assert(static_cast<int>(rankmapSystemError) == static_cast<int>(ErrorCode::kSystem));
+static_assert(static_cast<int>(rankmapCudaError) == static_cast<int>(ErrorCode::kCuda));
+static_assert(static_cast<int>(rankmapPeerError) == static_cast<int>(ErrorCode::kPeer));
+static_assert(static_cast<int>(rankmapInternalError) == static_cast<int>(ErrorCode::kInternal));
+static_assert(static_cast<int>(rankmapFloat64) ==
+              static_cast<int>(rankmap::coll::DataType::kFloat64));
+static_assert(static_cast<int>(rankmapBfloat16) ==
+              static_cast<int>(rankmap::coll::DataType::kBFloat16));
+static_assert(static_cast<int>(rankmapAvg) == static_cast<int>(rankmap::coll::ReduceOp::kAvg));
+
+template <typename F>
+rankmapResult_t guard(F&& body) noexcept {
+  try {
+    lastError.clear();
+    body();
+    return rankmapSuccess;
+  } catch (const std::exception& e) {
+    try {
+      lastError = e.what();
+    } catch (...) {
+    }
+    return static_cast<rankmapResult_t>(rankmap::toCode(e));
+  } catch (...) {
+    try {
+      lastError = "unknown exception";
+    } catch (...) {
+    }
+    return rankmapInternalError;
+  }
+}
+
+rankmap::coll::Communicator& get(rankmapComm_t comm) {
+  if (comm == nullptr || !comm->comm) RANKMAP_THROW(rankmap::InvalidInput, "null communicator");
+  return *comm->comm;
+}
+
+rankmap::coll::DataType typeOf(rankmapDataType_t t) {
+  if (static_cast<int>(t) < 0 || static_cast<int>(t) >= rankmap::coll::kNumDataTypes)
+    RANKMAP_THROW(rankmap::InvalidInput, "unknown data type {}", static_cast<int>(t));
+  return static_cast<rankmap::coll::DataType>(t);
+}
+
+rankmap::coll::ReduceOp opOf(rankmapRedOp_t op) {
+  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= rankmap::coll::kNumReduceOps)
+    RANKMAP_THROW(rankmap::InvalidInput, "unknown reduction operator {}", static_cast<int>(op));
+  return static_cast<rankmap::coll::ReduceOp>(op);
+}
+
+// Loads the configuration and applies the log settings once per process.
+rankmap::Config loadConfig() {
+  rankmap::Config cfg = rankmap::Config::load();
+  static std::once_flag once;
+  std::call_once(once, [&] { rankmap::log::configure(cfg); });
+  return cfg;
+}
+
+}  // namespace
+
+extern "C" {
+
+rankmapResult_t rankmapCommInitFromEnv(rankmapComm_t* comm) {
+  return guard([&] {
+    if (comm == nullptr) RANKMAP_THROW(rankmap::InvalidInput, "null communicator pointer");
+    *comm = nullptr;
+    auto c = std::make_unique<rankmapComm>();
+    c->comm = rankmap::coll::connectFromEnvironment(loadConfig());
+    *comm = c.release();
+  });
+}
+
+rankmapResult_t rankmapCommInitRoot(rankmapComm_t* comm, int rank, int nranks, const char* root,
+                                    const char* planPath) {
+  return guard([&] {
+    using namespace rankmap;
+    if (comm == nullptr) RANKMAP_THROW(InvalidInput, "null communicator pointer");
+    *comm = nullptr;
+    if (root == nullptr || *root == '\0') RANKMAP_THROW(InvalidInput, "no root address");
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+      RANKMAP_THROW(InvalidInput, "rank {} of {} ranks", rank, nranks);
+    Config cfg = loadConfig();
+    auto options = coll::CommOptions::fromConfig(cfg);
+    auto plan = coll::loadPlanOrWarn(planPath ? std::string(planPath) : cfg.get(settings::kPlan));
+    auto c = std::make_unique<rankmapComm>();
+    c->comm = coll::connectCommunicator(rank, nranks, root, cfg, options, std::move(plan),
+                                        Deadline::after(options.timeout));
+    *comm = c.release();
+  });
+}
+
+rankmapResult_t rankmapCommDestroy(rankmapComm_t comm) {
+  return guard([&] { delete comm; });
+}
+
+rankmapResult_t rankmapCommRank(rankmapComm_t comm, int* rank) {
+  return guard([&] {
+    if (rank == nullptr) RANKMAP_THROW(rankmap::InvalidInput, "null rank pointer");
+    *rank = get(comm).rank();
+  });
+}
+
+rankmapResult_t rankmapCommSize(rankmapComm_t comm, int* size) {
+  return guard([&] {
+    if (size == nullptr) RANKMAP_THROW(rankmap::InvalidInput, "null size pointer");
+    *size = get(comm).size();
+  });
+}
+
+rankmapResult_t rankmapCommFallbacks(rankmapComm_t comm, uint64_t* fallbacks) {
+  return guard([&] {
+    if (fallbacks == nullptr) RANKMAP_THROW(rankmap::InvalidInput, "null pointer");
+    *fallbacks = get(comm).fallbacks();
+  });
+}
+
+rankmapResult_t rankmapAllReduce(const void* sendbuf, void* recvbuf, size_t count,
+                                 rankmapDataType_t type, rankmapRedOp_t op, rankmapComm_t comm) {
+  return guard([&] { get(comm).allreduce(sendbuf, recvbuf, count, typeOf(type), opOf(op)); });
+}
+
+rankmapResult_t rankmapAllGather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                 rankmapDataType_t type, rankmapComm_t comm) {
+  return guard([&] { get(comm).allgather(sendbuf, recvbuf, sendcount, typeOf(type)); });
+}
+
+rankmapResult_t rankmapReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                     rankmapDataType_t type, rankmapRedOp_t op,
+                                     rankmapComm_t comm) {
+  return guard(
+      [&] { get(comm).reduceScatter(sendbuf, recvbuf, recvcount, typeOf(type), opOf(op)); });
+}
+
+rankmapResult_t rankmapBroadcast(const void* sendbuf, void* recvbuf, size_t count,
+                                 rankmapDataType_t type, int root, rankmapComm_t comm) {
+  return guard([&] { get(comm).broadcast(sendbuf, recvbuf, count, typeOf(type), root); });
+}
+
+rankmapResult_t rankmapReduce(const void* sendbuf, void* recvbuf, size_t count,
+                              rankmapDataType_t type, rankmapRedOp_t op, int root,
+                              rankmapComm_t comm) {
+  return guard(
+      [&] { get(comm).reduce(sendbuf, recvbuf, count, typeOf(type), opOf(op), root); });
+}
+
+rankmapResult_t rankmapBarrier(rankmapComm_t comm) {
+  return guard([&] { get(comm).barrier(); });
+}
+
+const char* rankmapGetErrorString(rankmapResult_t result) {
+  switch (result) {
+    case rankmapSuccess: return "success";
+    case rankmapInvalidInput: return "invalid input";
+    case rankmapIoError: return "I/O error";
+    case rankmapTimeout: return "timeout";
+    case rankmapNotSupported: return "not supported";
+    case rankmapSystemError: return "system error";
+    case rankmapCudaError: return "CUDA error";
+    case rankmapPeerError: return "peer error";
+    case rankmapInternalError: return "internal error";
+  }
+  return "unknown result";
+}
+
+const char* rankmapGetLastError(void) { return lastError.c_str(); }
+
+}  // extern "C"

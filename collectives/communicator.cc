@@ -1,0 +1,322 @@
+#include "collectives/communicator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/executor.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace rankmap::coll {
+namespace {
+
+constexpr size_t kCacheLimit = 64;
+constexpr size_t kScratchAlign = 64;
+
+// 8-bit signature of what a call is (collective, type, op, root) in every tag of its messages:
+// ranks that disagree never match each other's messages.
+uint64_t signature(Collective c, DataType t, ReduceOp op, int root) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (uint64_t v : {static_cast<uint64_t>(c), static_cast<uint64_t>(t), static_cast<uint64_t>(op),
+                     static_cast<uint64_t>(static_cast<uint32_t>(root))}) {
+    h ^= v;
+    h *= 1099511628211ull;
+  }
+  return (h ^ (h >> 8) ^ (h >> 16) ^ (h >> 32)) & 0xFF;
+}
+
+[[noreturn]] void rethrowWithContext(const Error& e, const std::string& what) {
+  std::string msg = what + ": " + e.what();
+  switch (e.code()) {
+    case ErrorCode::kInvalidInput: throw InvalidInput(msg);
+    case ErrorCode::kIo: throw IoError(msg);
+    case ErrorCode::kTimeout: throw TimeoutError(msg);
+    case ErrorCode::kNotSupported: throw NotSupported(msg);
+    case ErrorCode::kSystem: {
+      auto* se = dynamic_cast<const SystemError*>(&e);
+      throw SystemError(msg, se ? se->err() : 0);
+    }
+    case ErrorCode::kCuda: throw CudaError(msg);
+    case ErrorCode::kPeer: throw PeerError(msg);
+    case ErrorCode::kOk:
+    case ErrorCode::kInternal: break;
+  }
+  throw InternalError(msg);
+}
+
+bool overlaps(const void* a, uint64_t abytes, const void* b, uint64_t bbytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bbytes && y < x + abytes;
+}
+
+}  // namespace
+
+std::optional<Algorithm> parseAlgorithmOverride(std::string_view text, std::string_view source) {
+  if (text.empty() || text == "auto") return std::nullopt;
+  auto a = parseAlgorithm(text);
+  if (!a || *a == Algorithm::kDissemination || *a == Algorithm::kTrees)
+    RANKMAP_THROW(InvalidInput, "{}={:?}: expected auto, ring, tree, hier or rhd", source,
+                  std::string(text));
+  return a;
+}
+
+CommOptions CommOptions::fromConfig(const Config& config) {
+  CommOptions o;
+  o.timeout = config.get(settings::kTimeout);
+  if (o.timeout.count() <= 0) RANKMAP_THROW(InvalidInput, "RANKMAP_TIMEOUT must be positive");
+  o.segmentBytes = config.get(settings::kSegmentSize);
+  if (o.segmentBytes == 0) RANKMAP_THROW(InvalidInput, "RANKMAP_SEGMENT_SIZE must be positive");
+  o.algorithm = parseAlgorithmOverride(config.get(settings::kAlgo), "RANKMAP_ALGO");
+  return o;
+}
+
+std::vector<std::vector<int>> rankGroupsFromPlan(const Plan& plan) {
+  std::vector<std::vector<int>> groups;
+  const int rph = plan.ranksPerHost;
+  auto ranksOfHost = [&](const std::string& host, std::vector<int>& out) {
+    auto it = std::find(plan.hosts.begin(), plan.hosts.end(), host);
+    if (it == plan.hosts.end()) return;
+    int h = static_cast<int>(it - plan.hosts.begin());
+    for (int l = 0; l < rph; ++l) out.push_back(h * rph + l);
+  };
+  if (!plan.groups.empty()) {
+    for (const auto& hostGroup : plan.groups.front().groups) {
+      std::vector<int> g;
+      for (const auto& host : hostGroup) ranksOfHost(host, g);
+      if (!g.empty()) groups.push_back(std::move(g));
+    }
+  } else if (rph > 1) {
+    for (const auto& host : plan.hosts) {
+      std::vector<int> g;
+      ranksOfHost(host, g);
+      groups.push_back(std::move(g));
+    }
+  }
+  auto pos = [&](int r) { return plan.permutation.at(static_cast<size_t>(r)); };
+  for (auto& g : groups)
+    std::sort(g.begin(), g.end(), [&](int a, int b) { return pos(a) < pos(b); });
+  std::sort(groups.begin(), groups.end(),
+            [&](const auto& a, const auto& b) { return pos(a.front()) < pos(b.front()); });
+  return groups;
+}
+
+void Communicator::FreeAligned::operator()(std::byte* p) const {
+  ::operator delete[](p, std::align_val_t(kScratchAlign));
+}
+
+Communicator::Communicator(transport::Context& ctx, CommOptions options, std::optional<Plan> plan)
+    : ctx_(&ctx), rank_(ctx.rank()), size_(ctx.size()), options_(std::move(options)) {
+  init(std::move(plan));
+}
+
+Communicator::Communicator(std::shared_ptr<transport::Device> device,
+                           std::unique_ptr<transport::Context> ctx, CommOptions options,
+                           std::optional<Plan> plan)
+    : device_(std::move(device)), owned_(std::move(ctx)), ctx_(owned_.get()),
+      rank_(ctx_ ? ctx_->rank() : 0), size_(ctx_ ? ctx_->size() : 0),
+      options_(std::move(options)) {
+  RANKMAP_ASSERT(ctx_ != nullptr);
+  init(std::move(plan));
+}
+
+Communicator::~Communicator() {
+  // A broken communicator whose context we do not own may still have transfers in flight into
+  // scratch; leak it rather than let them write into freed memory.
+  if (broken() && !owned_) (void)scratch_.release();
+}
+
+void Communicator::init(std::optional<Plan> plan) {
+  if (options_.segmentBytes == 0) RANKMAP_THROW(InvalidInput, "segment size 0");
+  if (options_.numSlots < 2) RANKMAP_THROW(InvalidInput, "{} scratch slots (at least 2)", options_.numSlots);
+  const int n = size();
+  caps_.worldSize = n;
+  order_.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) order_[static_cast<size_t>(i)] = i;
+  if (plan) {
+    if (plan->worldSize() != static_cast<size_t>(n)) {
+      RANKMAP_WARN(Coll,
+                   "rank {}: plan {} is for {} ranks ({} hosts x {}), this job has {}: using the "
+                   "identity order and default algorithms",
+                   rank(), plan->hash, plan->worldSize(), plan->hosts.size(), plan->ranksPerHost,
+                   n);
+      stats_.planRejected = true;
+      ++stats_.fallbacks;
+    } else {
+      order_ = plan->inversePermutation();
+      caps_.groups = rankGroupsFromPlan(*plan);
+      plan_ = std::move(plan);
+      RANKMAP_DEBUG(Coll, "rank {}: plan {} applied: position {}, {} groups", rank(), plan_->hash,
+                    plan_->newRank(rank()), caps_.groups.size());
+    }
+  }
+}
+
+void Communicator::abortContext() noexcept {
+  if (!owned_) return;
+  try {
+    owned_.reset();  // fails what is in flight here and, on the peers, what needs this rank
+  } catch (...) {
+  }
+  ctx_ = nullptr;
+}
+
+void* Communicator::scratch(uint64_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (bytes > scratchBytes_) {
+    scratch_.reset(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t(kScratchAlign))));
+    scratchBytes_ = bytes;
+  }
+  return scratch_.get();
+}
+
+const Schedule& Communicator::scheduleFor(Algorithm algo, Collective coll, uint64_t count,
+                                          size_t es, int root, bool inPlace) {
+  CacheKey key{static_cast<int>(algo), static_cast<int>(coll), count, es, root, inPlace};
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  AlgoParams p;
+  p.collective = coll;
+  p.rank = rank();
+  p.worldSize = size();
+  p.count = count;
+  p.elementSize = es;
+  p.root = root;
+  p.inPlace = inPlace;
+  p.segmentBytes = options_.segmentBytes;
+  p.numSlots = options_.numSlots;
+  p.order = order_;
+  p.groups = caps_.groups;
+  if (cache_.size() >= kCacheLimit) cache_.clear();
+  return cache_.emplace(key, buildSchedule(algo, p)).first->second;
+}
+
+void Communicator::run(Collective coll, const void* in, void* out, uint64_t count, DataType type,
+                       ReduceOp op, int root) {
+  const int n = size();
+  const int me = rank();
+  const uint64_t seq = seq_;
+  std::string what = fmt::format("rank {}: {} #{}", me, collectiveName(coll), seq);
+  if (!failure_.empty())
+    RANKMAP_THROW(PeerError, "{}: communicator broken by an earlier failure: {}", what, failure_);
+  // Argument checks, identical on every rank so they never desynchronise the sequence.
+  const bool reducing = coll == Collective::kAllreduce || coll == Collective::kReduceScatter ||
+                        coll == Collective::kReduce;
+  if (static_cast<int>(type) < 0 || static_cast<int>(type) >= kNumDataTypes)
+    RANKMAP_THROW(InvalidInput, "{}: unknown data type {}", what, static_cast<int>(type));
+  if (reducing && (static_cast<int>(op) < 0 || static_cast<int>(op) >= kNumReduceOps))
+    RANKMAP_THROW(InvalidInput, "{}: unknown reduction operator {}", what, static_cast<int>(op));
+  if ((coll == Collective::kBroadcast || coll == Collective::kReduce) && (root < 0 || root >= n))
+    RANKMAP_THROW(InvalidInput, "{}: root {} outside a world of {}", what, root, n);
+  const size_t es = elementSize(type);
+  if (count > (UINT64_MAX / es) / static_cast<uint64_t>(n))
+    RANKMAP_THROW(InvalidInput, "{}: {} elements overflow", what, count);
+  const uint64_t bytes = count * es;
+  const uint64_t all = bytes * static_cast<uint64_t>(n);
+  uint64_t inBytes = bytes, outBytes = bytes;
+  bool needIn = true, needOut = true, inPlace = false;
+  switch (coll) {
+    case Collective::kAllreduce:
+      inPlace = in == out;
+      break;
+    case Collective::kAllgather:
+      outBytes = all;
+      inPlace = in == static_cast<const std::byte*>(out) + bytes * static_cast<uint64_t>(me);
+      break;
+    case Collective::kReduceScatter:
+      inBytes = all;
+      inPlace = out == static_cast<const std::byte*>(in) + bytes * static_cast<uint64_t>(me);
+      break;
+    case Collective::kBroadcast:
+      needIn = me == root;
+      inPlace = needIn && in == out;
+      break;
+    case Collective::kReduce:
+      needOut = me == root;
+      inPlace = needOut && in == out;
+      break;
+    case Collective::kBarrier:
+      needIn = needOut = false;
+      count = 0;
+      break;
+  }
+  if (count > 0) {
+    if (needIn && in == nullptr) RANKMAP_THROW(InvalidInput, "{}: null input buffer", what);
+    if (needOut && out == nullptr) RANKMAP_THROW(InvalidInput, "{}: null output buffer", what);
+    if (needIn && needOut && !inPlace && overlaps(in, inBytes, out, outBytes))
+      RANKMAP_THROW(InvalidInput,
+                    "{}: input and output overlap without being in place (see the API for the "
+                    "in-place layout)",
+                    what);
+  }
+
+  Request req;
+  req.collective = coll;
+  req.count = count;
+  req.type = type;
+  req.op = op;
+  req.root = root;
+  req.worldSize = n;
+  lastSelection_ = choose(req, caps_, plan_ ? &*plan_ : nullptr, Overrides{options_.algorithm});
+  const Algorithm algo = lastSelection_.algorithm;
+  if (lastSelection_.fellBack) {
+    ++stats_.fallbacks;
+    if (warnedDeclines_.insert({static_cast<int>(coll), static_cast<int>(algo)}).second)
+      RANKMAP_WARN(Coll, "{}: falling back to {} ({})", what, algorithmName(algo),
+                   fmt::join(lastSelection_.declined, "; "));
+  }
+  const Schedule& sched = scheduleFor(algo, coll, count, es, root, inPlace);
+  ++seq_;
+  ++stats_.collectives;
+  RANKMAP_DEBUG(Coll, "{}: {} x {} {} root {}: {} ({}), {} steps", what, count,
+                dataTypeName(type), reducing ? reduceOpName(op) : "-", root, algorithmName(algo),
+                lastSelection_.source, sched.steps.size());
+
+  std::optional<Reduction> reduction;
+  if (reducing) reduction.emplace(type, op, options_.isa);
+  ExecBuffers buffers;
+  buffers.input = const_cast<void*>(in);  // written only in place (see ExecBuffers)
+  buffers.output = out;
+  buffers.scratch = scratch(sched.scratchBytes());
+  const uint64_t tagBase = ((seq & 0xFFFFFFull) << 40) | (signature(coll, type, op, root) << 32);
+  try {
+    execute(sched, *ctx_, buffers, reduction ? &*reduction : nullptr, tagBase,
+            Deadline::after(options_.timeout));
+  } catch (const Error& e) {
+    failure_ = fmt::format("{} ({}): {}", what, algorithmName(algo), e.what());
+    RANKMAP_ERROR(Coll, "{}", failure_);
+    abortContext();
+    rethrowWithContext(e, fmt::format("{} ({} {} x {})", what, algorithmName(algo), count,
+                                      dataTypeName(type)));
+  } catch (const std::exception& e) {
+    failure_ = fmt::format("{} ({}): {}", what, algorithmName(algo), e.what());
+    abortContext();
+    throw;
+  }
+}
+
+void Communicator::allreduce(const void* in, void* out, uint64_t count, DataType type, ReduceOp op) {
+  run(Collective::kAllreduce, in, out, count, type, op, 0);
+}
+void Communicator::allgather(const void* in, void* out, uint64_t count, DataType type) {
+  run(Collective::kAllgather, in, out, count, type, ReduceOp::kSum, 0);
+}
+void Communicator::reduceScatter(const void* in, void* out, uint64_t count, DataType type,
+                                 ReduceOp op) {
+  run(Collective::kReduceScatter, in, out, count, type, op, 0);
+}
+void Communicator::broadcast(const void* in, void* out, uint64_t count, DataType type, int root) {
+  run(Collective::kBroadcast, in, out, count, type, ReduceOp::kSum, root);
+}
+void Communicator::reduce(const void* in, void* out, uint64_t count, DataType type, ReduceOp op,
+                          int root) {
+  run(Collective::kReduce, in, out, count, type, op, root);
+}
+void Communicator::barrier() {
+  run(Collective::kBarrier, nullptr, nullptr, 0, DataType::kUint8, ReduceOp::kSum, 0);
+}
+
+}  // namespace rankmap::coll

@@ -1,0 +1,147 @@
+// Communicator: the engine's C++ API. It wraps one rank's transport Context, the plan (rank
+// order, groups, algorithm per message size) and the options, and runs collectives on it.
+//
+// Contract:
+// - Collective calls are blocking and must be made by every rank in the same order with
+//   matching arguments (count, type, op, root); one thread at a time per communicator.
+// - Each call is bounded by options.timeout: a dead or missing peer becomes TimeoutError or
+//   PeerError naming it, never a hang. A count mismatch between ranks is caught as a message
+//   length mismatch (InvalidInput naming the peer) when lengths differ, and a type, op or root
+//   mismatch as a deadline error naming the peer (those are part of the message tags, so
+//   mismatched calls never exchange data).
+// - After a failure during communication, the communicator is broken: every later call throws
+//   PeerError quoting the first failure, and the buffers of the failed call must stay valid
+//   until the communicator (and its context) is destroyed, because transfers may still be in
+//   flight. Argument errors (null buffer, bad root) throw InvalidInput and break nothing.
+//   A communicator that owns its context closes it at once on such a failure (NCCL's abort):
+//   in-flight transfers stop, the buffers are free again, and peers waiting on this rank get
+//   PeerError now instead of a timeout later, so one failure reaches every rank quickly.
+// - A plan for another world size is ignored (identity order, a warning, counted in
+//   stats().fallbacks); so is each call whose preferred algorithm declines (logged once per
+//   collective and algorithm).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "collectives/reduce/reduction.h"
+#include "collectives/schedule/schedule.h"
+#include "collectives/selection.h"
+#include "collectives/transport/transport.h"
+#include "collectives/types.h"
+#include "common/plan.h"
+
+namespace rankmap {
+class Config;
+}  // namespace rankmap
+
+namespace rankmap::coll {
+
+struct CommOptions {
+  std::chrono::milliseconds timeout{300000};  // per collective call
+  uint64_t segmentBytes = 1u << 20;
+  int numSlots = 8;                            // scratch slots for receives to reduce (>= 2)
+  std::optional<Algorithm> algorithm;          // override; nullopt = auto
+  KernelIsa isa = KernelIsa::kAuto;
+
+  // RANKMAP_TIMEOUT, RANKMAP_SEGMENT_SIZE and RANKMAP_ALGO (auto, ring, tree, hier, rhd);
+  // throws InvalidInput naming the setting on a bad value.
+  static CommOptions fromConfig(const Config& config);
+};
+
+// Parses an algorithm override as RANKMAP_ALGO / --algo take it; "auto" = nullopt.
+// Throws InvalidInput naming `source` on anything else.
+std::optional<Algorithm> parseAlgorithmOverride(std::string_view text, std::string_view source);
+
+class Communicator {
+ public:
+  struct Stats {
+    uint64_t collectives = 0;  // calls started
+    uint64_t fallbacks = 0;    // plan rejections + calls whose preferred algorithm declined
+    bool planRejected = false;
+  };
+
+  // Non-owning: `ctx` must outlive the communicator.
+  Communicator(transport::Context& ctx, CommOptions options,
+               std::optional<Plan> plan = std::nullopt);
+  // Owning; `device` (may be null) is kept alive until the context is gone.
+  Communicator(std::shared_ptr<transport::Device> device, std::unique_ptr<transport::Context> ctx,
+               CommOptions options, std::optional<Plan> plan = std::nullopt);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // out = reduction over ranks of in (count elements). in == out is in place.
+  void allreduce(const void* in, void* out, uint64_t count, DataType type, ReduceOp op);
+  // out (size * count) = every rank's in (count), ordered by rank. In place: in == out + rank
+  // * count elements.
+  void allgather(const void* in, void* out, uint64_t count, DataType type);
+  // out (count) = block `rank` of the reduction of in (size * count). In place: out == in +
+  // rank * count elements.
+  void reduceScatter(const void* in, void* out, uint64_t count, DataType type, ReduceOp op);
+  // out = root's in, on every rank (root included). in is read on the root only.
+  void broadcast(const void* in, void* out, uint64_t count, DataType type, int root);
+  // root's out = reduction of in; out is not touched on other ranks (may be null there).
+  void reduce(const void* in, void* out, uint64_t count, DataType type, ReduceOp op, int root);
+  void barrier();
+
+  const Stats& stats() const { return stats_; }
+  uint64_t fallbacks() const { return stats_.fallbacks; }
+  // The selection of the last call (algorithm, why, what declined).
+  const Selection& lastSelection() const { return lastSelection_; }
+  // Ring order in use: order()[position] = rank.
+  const std::vector<int>& order() const { return order_; }
+  const std::vector<std::vector<int>>& groups() const { return caps_.groups; }
+  const CommOptions& options() const { return options_; }
+  bool broken() const { return !failure_.empty(); }
+
+ private:
+  void init(std::optional<Plan> plan);
+  void run(Collective coll, const void* in, void* out, uint64_t count, DataType type, ReduceOp op,
+           int root);
+  const Schedule& scheduleFor(Algorithm algo, Collective coll, uint64_t count, size_t es, int root,
+                              bool inPlace);
+  void* scratch(uint64_t bytes);
+  void abortContext() noexcept;
+
+  // Scratch memory is declared before the owned context: members are destroyed in reverse
+  // order, so the context (and anything still in flight into scratch) goes first.
+  struct FreeAligned {
+    void operator()(std::byte* p) const;
+  };
+  std::unique_ptr<std::byte, FreeAligned> scratch_;
+  uint64_t scratchBytes_ = 0;
+  std::shared_ptr<transport::Device> device_;
+  std::unique_ptr<transport::Context> owned_;
+  transport::Context* ctx_;  // null once an owned context was closed after a failure
+  int rank_;
+  int size_;
+  CommOptions options_;
+  std::optional<Plan> plan_;
+  std::vector<int> order_;
+  Capabilities caps_;
+  Stats stats_;
+  Selection lastSelection_;
+  uint64_t seq_ = 0;
+  std::string failure_;
+  std::set<std::pair<int, int>> warnedDeclines_;
+  using CacheKey = std::tuple<int, int, uint64_t, size_t, int, bool>;
+  std::map<CacheKey, Schedule> cache_;
+};
+
+// Rank groups for hier from a plan: the innermost level of plan.groups (hosts -> their ranks), or
+// one group per host when the plan has no groups but several ranks per host; each group in ring
+// order (new rank) and groups ordered by their first member. Empty when neither applies.
+std::vector<std::vector<int>> rankGroupsFromPlan(const Plan& plan);
+
+}  // namespace rankmap::coll

@@ -1,0 +1,175 @@
+// Planner benchmarks: reorder::makePlan on synthetic 3-level topologies (pods / racks / hosts,
+// +-10% noise, 5% missing pairs), and the planner's peak memory per size.
+//
+//   reorder_bench                         Google Benchmark: time per plan, 64 .. 4096 hosts,
+//                                         and the stages at 4096 hosts
+//   reorder_bench --rss 512 1024 2048     peak resident memory of planning (one child per size)
+//
+// Targets (docs/performance.md, ## Planner): 64 hosts <= 50 ms, 4096 hosts <= 1 s, memory
+// linear in the matrix size (N^2).
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "reorder/hierarchy.h"
+#include "reorder/measurements.h"
+#include "reorder/planner.h"
+#include "reorder/synthetic.h"
+
+namespace {
+
+using namespace rankmap;
+using namespace rankmap::reorder;
+
+// 3-level hierarchies: hosts per rack, racks per pod, pods.
+SyntheticSpec specFor(int hosts) {
+  SyntheticSpec s;
+  switch (hosts) {
+    case 64: s.levels = {{8, 400, 5}, {4, 200, 20}}, s.topGroups = 2; break;
+    case 256: s.levels = {{16, 400, 5}, {4, 200, 20}}, s.topGroups = 4; break;
+    case 512: s.levels = {{16, 400, 5}, {8, 200, 20}}, s.topGroups = 4; break;
+    case 1024: s.levels = {{16, 400, 5}, {8, 200, 20}}, s.topGroups = 8; break;
+    case 2048: s.levels = {{32, 400, 5}, {8, 200, 20}}, s.topGroups = 8; break;
+    case 4096: s.levels = {{32, 400, 5}, {16, 200, 20}}, s.topGroups = 8; break;
+    default: std::fprintf(stderr, "no spec for %d hosts\n", hosts), std::exit(2);
+  }
+  s.noise = 0.10;
+  s.missing = 0.05;
+  s.seed = 7;
+  return s;
+}
+
+const SyntheticTopology& topologyFor(int hosts) {
+  static std::map<int, std::unique_ptr<SyntheticTopology>> cache;
+  auto& slot = cache[hosts];
+  if (!slot) {
+    cache.clear();  // one 4096-host topology is ~1 GB; keep one at a time
+    auto& fresh = cache[hosts];
+    fresh = std::make_unique<SyntheticTopology>(makeSynthetic(specFor(hosts)));
+    return *fresh;
+  }
+  return *slot;
+}
+
+PlanOptions benchOptions() {
+  PlanOptions o;
+  o.hashTopology = false;  // serialising 16M pairs to JSON is I/O, not planning
+  o.source = "bench";
+  return o;
+}
+
+void BM_MakePlan(benchmark::State& state) {
+  const SyntheticTopology& syn = topologyFor(static_cast<int>(state.range(0)));
+  PlanOptions o = benchOptions();
+  double ari = 0;
+  for (auto _ : state) {
+    PlanResult r = planTopology(syn.topology, o);
+    benchmark::DoNotOptimize(r.plan.order.data());
+    ari = 1;
+    for (size_t l = 0; l < syn.truth.levels.size(); ++l)
+      ari = std::min(ari, l < r.hierarchy.levels.size()
+                              ? adjustedRandIndex(syn.truth.levels[l].groupOf,
+                                                  r.hierarchy.levels[l].groupOf)
+                              : 0.0);
+  }
+  state.counters["hosts"] = static_cast<double>(syn.topology.size());
+  state.counters["min_ARI"] = ari;
+}
+BENCHMARK(BM_MakePlan)
+    ->Arg(64)
+    ->Arg(256)
+    ->Arg(1024)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
+
+// The stages at 4096 hosts, to see where the time goes.
+void BM_Stage(benchmark::State& state) {
+  const SyntheticTopology& syn = topologyFor(4096);
+  std::vector<std::string> warnings;
+  Measurements m = cleanMeasurements(syn.topology, "bench", warnings);
+  Hierarchy h = inferHierarchy(m, {});
+  NetworkModel net = inferNetwork(m, h, {}, {}, warnings);
+  RingParams rp;
+  std::vector<int> ring = hierarchicalRing(net);
+  for (auto _ : state) {
+    switch (state.range(0)) {
+      case 0: benchmark::DoNotOptimize(cleanMeasurements(syn.topology, "bench", warnings)); break;
+      case 1: benchmark::DoNotOptimize(inferHierarchy(m, {})); break;
+      case 2: benchmark::DoNotOptimize(inferNetwork(m, h, {}, {}, warnings)); break;
+      case 3: benchmark::DoNotOptimize(improveRing(net, ring, rp)); break;
+      case 4: {
+        CostContext ctx;
+        ctx.net = &net;
+        ctx.order = ring;
+        ctx.ring = rp;
+        benchmark::DoNotOptimize(algorithmCosts(ctx, "allreduce"));
+        break;
+      }
+    }
+  }
+  static const char* kNames[] = {"clean", "hierarchy", "network", "ring", "costs"};
+  state.SetLabel(kNames[state.range(0)]);
+}
+BENCHMARK(BM_Stage)->DenseRange(0, 4)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
+
+long residentKiB() {
+  std::ifstream f("/proc/self/statm");
+  long pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+// Peak memory of planning `hosts`: in a child process, so each size starts fresh.
+int rssMode(int argc, char** argv) {
+  std::printf("%8s %14s %16s %18s %14s\n", "hosts", "topology MiB", "plan peak MiB",
+              "plan peak B/pair", "ratio to N^2");
+  for (int i = 2; i < argc; ++i) {
+    int hosts = std::atoi(argv[i]);
+    std::fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      SyntheticTopology syn = makeSynthetic(specFor(hosts));
+      long before = residentKiB();
+      struct rusage ru0;
+      getrusage(RUSAGE_SELF, &ru0);
+      // ru_maxrss is a high-water mark; the generator's may exceed the planner's, so report the
+      // planner's growth above the resident size before it ran, from a reset-free measure: the
+      // peak after planning minus the resident size before.
+      Plan p = makePlan(syn.topology, benchOptions());
+      struct rusage ru;
+      getrusage(RUSAGE_SELF, &ru);
+      double n2 = double(hosts) * hosts;
+      double peak = std::max<long>(ru.ru_maxrss - before, 0) / 1024.0;
+      std::printf("%8d %14.1f %16.1f %18.1f %14.3g\n", hosts, before / 1024.0, peak,
+                  peak * 1048576.0 / n2, peak * 1048576.0 / n2 / 8);
+      std::fflush(stdout);
+      std::_Exit(p.order.empty() ? 1 : 0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--rss") == 0) return rssMode(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

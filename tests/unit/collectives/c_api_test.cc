@@ -1,0 +1,108 @@
+// The C API: result codes, error strings, a whole group of communicators over TCP (threads of
+// this process, root bootstrap on 127.0.0.1), and failures reported as codes, never thrown.
+#include "rankmap/coll.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "collectives/bootstrap/root_bootstrap.h"
+
+namespace {
+
+std::string freeAddress() {
+  rankmap::coll::bootstrap::RootListener l("127.0.0.1:0");
+  return l.address();  // closed on return; rank 0 binds it again
+}
+
+TEST(CApi, ErrorStringsAndNullArguments) {
+  EXPECT_STREQ(rankmapGetErrorString(rankmapSuccess), "success");
+  EXPECT_STREQ(rankmapGetErrorString(rankmapTimeout), "timeout");
+  EXPECT_STREQ(rankmapGetErrorString(static_cast<rankmapResult_t>(1234)), "unknown result");
+  int rank = -1;
+  EXPECT_EQ(rankmapCommRank(nullptr, &rank), rankmapInvalidInput);
+  EXPECT_NE(std::string(rankmapGetLastError()).find("null communicator"), std::string::npos);
+  float x = 1;
+  EXPECT_EQ(rankmapAllReduce(&x, &x, 1, rankmapFloat32, rankmapSum, nullptr), rankmapInvalidInput);
+  EXPECT_EQ(rankmapCommInitRoot(nullptr, 0, 1, "127.0.0.1:1", nullptr), rankmapInvalidInput);
+  rankmapComm_t c = nullptr;
+  EXPECT_EQ(rankmapCommInitRoot(&c, 3, 2, "127.0.0.1:1", nullptr), rankmapInvalidInput);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(rankmapCommDestroy(nullptr), rankmapSuccess);
+}
+
+TEST(CApi, GroupOverTcp) {
+  const int n = 3;
+  const std::string root = freeAddress();
+  std::vector<rankmapResult_t> results(n, rankmapInternalError);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      rankmapComm_t comm = nullptr;
+      rankmapResult_t res = rankmapCommInitRoot(&comm, r, n, root.c_str(), nullptr);
+      auto check = [&](rankmapResult_t x) {
+        if (x != rankmapSuccess && res == rankmapSuccess) {
+          res = x;
+          errors[r] = rankmapGetLastError();
+        }
+      };
+      if (res != rankmapSuccess) errors[r] = rankmapGetLastError();
+      if (res == rankmapSuccess) {
+        int rank = -1, size = -1;
+        check(rankmapCommRank(comm, &rank));
+        check(rankmapCommSize(comm, &size));
+        EXPECT_EQ(rank, r);
+        EXPECT_EQ(size, n);
+        std::vector<int64_t> in(1000, r + 1), out(1000);
+        check(rankmapAllReduce(in.data(), out.data(), in.size(), rankmapInt64, rankmapSum, comm));
+        EXPECT_EQ(out, std::vector<int64_t>(1000, 6));
+        std::vector<int32_t> mine(5, r), all(5 * n);
+        check(rankmapAllGather(mine.data(), all.data(), 5, rankmapInt32, comm));
+        for (int k = 0; k < n; ++k) EXPECT_EQ(all[static_cast<size_t>(k * 5)], k);
+        std::vector<float> rs(3 * n, 1.0f), part(3);
+        check(rankmapReduceScatter(rs.data(), part.data(), 3, rankmapFloat32, rankmapAvg, comm));
+        EXPECT_EQ(part, std::vector<float>(3, 1.0f));
+        std::vector<double> b(4, r == 1 ? 2.5 : 0.0);
+        check(rankmapBroadcast(b.data(), b.data(), 4, rankmapFloat64, 1, comm));
+        EXPECT_EQ(b, std::vector<double>(4, 2.5));
+        std::vector<uint8_t> rin(7, static_cast<uint8_t>(10 * r)), rout(7);
+        check(rankmapReduce(rin.data(), r == 2 ? rout.data() : nullptr, 7, rankmapUint8, rankmapMax, 2, comm));
+        if (r == 2) {
+          EXPECT_EQ(rout, std::vector<uint8_t>(7, 20));
+        }
+        check(rankmapBarrier(comm));
+        // Bad arguments come back as codes, and the communicator still works.
+        EXPECT_EQ(rankmapAllReduce(in.data(), out.data(), 1, static_cast<rankmapDataType_t>(42),
+                                   rankmapSum, comm),
+                  rankmapInvalidInput);
+        EXPECT_EQ(rankmapBroadcast(b.data(), b.data(), 4, rankmapFloat64, 9, comm), rankmapInvalidInput);
+        check(rankmapBarrier(comm));
+        uint64_t fb = 99;
+        check(rankmapCommFallbacks(comm, &fb));
+        EXPECT_EQ(fb, 0u);
+        check(rankmapCommDestroy(comm));
+      }
+      results[r] = res;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], rankmapSuccess) << "rank " << r << ": " << errors[r];
+}
+
+TEST(CApi, UnreachableRootIsATimeoutCode) {
+  const std::string root = freeAddress();
+  setenv("RANKMAP_TIMEOUT", "700ms", 1);
+  rankmapComm_t comm = nullptr;
+  rankmapResult_t res = rankmapCommInitRoot(&comm, 1, 2, root.c_str(), nullptr);
+  unsetenv("RANKMAP_TIMEOUT");
+  EXPECT_EQ(res, rankmapTimeout);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_NE(std::string(rankmapGetLastError()).find(root), std::string::npos) << rankmapGetLastError();
+}
+
+}  // namespace

@@ -1,0 +1,460 @@
+// Exhaustive, network-free tests of the algorithm generators: every (collective, algorithm)
+// over world sizes 1-16, counts 0, 1, primes and multi-segment, tiny and large segments, in and
+// out of place, identity and shuffled orders, simulated with rendezvous messages and the
+// executor's blocking policy (schedule_sim.h).
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/schedule/schedule.h"
+#include "common/error.h"
+#include "tests/unit/collectives/schedule_sim.h"
+
+namespace rankmap::coll {
+namespace {
+
+using testing::checkOutcome;
+using testing::SimSetup;
+using testing::simulate;
+
+std::vector<int> shuffledOrder(int n, unsigned seed) {
+  std::vector<int> o(static_cast<size_t>(n));
+  std::iota(o.begin(), o.end(), 0);
+  std::mt19937 rng(seed);
+  std::shuffle(o.begin(), o.end(), rng);
+  return o;
+}
+
+// Runs one configuration; returns "" or what went wrong.
+std::string runOne(Algorithm algo, AlgoParams p, bool expectDecline = false) {
+  std::vector<Schedule> scheds;
+  for (int r = 0; r < p.worldSize; ++r) {
+    p.rank = r;
+    try {
+      scheds.push_back(buildSchedule(algo, p));
+    } catch (const NotSupported& e) {
+      if (expectDecline) return "";
+      return std::string("declined: ") + e.what();
+    }
+  }
+  if (expectDecline) return "expected a decline";
+  SimSetup setup;
+  setup.collective = p.collective;
+  setup.worldSize = p.worldSize;
+  setup.count = p.count;
+  setup.elementSize = p.elementSize;
+  setup.root = p.root;
+  setup.inPlace = p.inPlace;
+  try {
+    auto outcome = simulate(setup, scheds);
+    return checkOutcome(setup, outcome);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+std::string describe(Algorithm algo, const AlgoParams& p) {
+  return fmt::format("{} {} n={} count={} es={} seg={}B slots={} root={} inPlace={} order={} groups={}",
+                     algorithmName(algo), collectiveName(p.collective), p.worldSize, p.count,
+                     p.elementSize, p.segmentBytes, p.numSlots, p.root, p.inPlace,
+                     p.order.empty() ? "identity" : fmt::format("{}", fmt::join(p.order, ",")),
+                     p.groups.size());
+}
+
+struct Case {
+  Collective collective;
+  Algorithm algorithm;
+};
+
+std::string caseName(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(collectiveName(info.param.collective)) + "_" +
+         std::string(algorithmName(info.param.algorithm));
+}
+
+class ScheduleMatrix : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ScheduleMatrix, EveryElementExactlyOnceNoDeadlock) {
+  const auto [coll, algo] = GetParam();
+  const bool pow2Only = algo == Algorithm::kRhd && coll != Collective::kAllreduce;
+  int failures = 0;
+  for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 13, 16}) {
+    const bool declines = pow2Only && (n & (n - 1)) != 0;
+    for (uint64_t count : {0, 1, 2, 7, 13, 64}) {
+      if (coll == Collective::kBarrier && count > 0) continue;
+      for (uint64_t segBytes : {4, 12, 1 << 20}) {
+        for (bool inPlace : {false, true}) {
+          for (int orderKind = 0; orderKind < 2; ++orderKind) {
+            AlgoParams p;
+            p.collective = coll;
+            p.worldSize = n;
+            p.count = count;
+            p.elementSize = 4;
+            p.segmentBytes = segBytes;
+            p.numSlots = segBytes == 4 ? 2 : 8;
+            p.inPlace = inPlace;
+            p.root = (n > 1 && (coll == Collective::kBroadcast || coll == Collective::kReduce))
+                         ? static_cast<int>((count + 1) % static_cast<uint64_t>(n))
+                         : 0;
+            if (orderKind == 1) p.order = shuffledOrder(n, static_cast<unsigned>(n * 31 + count));
+            std::string err = runOne(algo, p, declines);
+            if (!err.empty()) {
+              ADD_FAILURE() << describe(algo, p) << ": " << err;
+              if (++failures > 5) return;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Generators, ScheduleMatrix,
+    ::testing::Values(Case{Collective::kAllreduce, Algorithm::kRing},
+                      Case{Collective::kAllreduce, Algorithm::kTree},
+                      Case{Collective::kAllreduce, Algorithm::kRhd},
+                      Case{Collective::kAllgather, Algorithm::kRing},
+                      Case{Collective::kAllgather, Algorithm::kRhd},
+                      Case{Collective::kReduceScatter, Algorithm::kRing},
+                      Case{Collective::kReduceScatter, Algorithm::kRhd},
+                      Case{Collective::kBroadcast, Algorithm::kRing},
+                      Case{Collective::kBroadcast, Algorithm::kTree},
+                      Case{Collective::kReduce, Algorithm::kRing},
+                      Case{Collective::kReduce, Algorithm::kTree},
+                      Case{Collective::kBarrier, Algorithm::kDissemination}),
+    caseName);
+
+// Groups of k ranks, m groups, members drawn from a shuffled order.
+std::vector<std::vector<int>> makeGroups(int m, int k, unsigned seed) {
+  auto o = shuffledOrder(m * k, seed);
+  std::vector<std::vector<int>> g(static_cast<size_t>(m));
+  for (int i = 0; i < m * k; ++i) g[static_cast<size_t>(i / k)].push_back(o[static_cast<size_t>(i)]);
+  return g;
+}
+
+TEST(ScheduleHier, EveryGroupShape) {
+  int failures = 0;
+  for (auto [m, k] : std::vector<std::pair<int, int>>{
+           {1, 1}, {1, 4}, {4, 1}, {2, 2}, {2, 3}, {3, 2}, {2, 4}, {4, 2}, {3, 3}, {3, 4}, {4, 4}, {5, 3}}) {
+    for (uint64_t count : {0, 1, 5, 13, 64}) {
+      for (uint64_t segBytes : {4, 12, 1 << 20}) {
+        for (bool inPlace : {false, true}) {
+          AlgoParams p;
+          p.collective = Collective::kAllreduce;
+          p.worldSize = m * k;
+          p.count = count;
+          p.elementSize = 4;
+          p.segmentBytes = segBytes;
+          p.numSlots = segBytes == 4 ? 2 : 8;
+          p.inPlace = inPlace;
+          p.groups = makeGroups(m, k, static_cast<unsigned>(m * 100 + k * 10 + count));
+          std::string err = runOne(Algorithm::kHier, p);
+          if (!err.empty()) {
+            ADD_FAILURE() << describe(Algorithm::kHier, p) << " (" << m << "x" << k << "): " << err;
+            if (++failures > 5) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ScheduleHier, DeclinesUnequalOrMissingGroups) {
+  AlgoParams p;
+  p.worldSize = 5;
+  EXPECT_TRUE(declineReason(Algorithm::kHier, p).has_value());  // no groups
+  p.groups = {{0, 1, 2}, {3, 4}};
+  auto why = declineReason(Algorithm::kHier, p);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("equal-sized"), std::string::npos) << *why;
+  p.groups = {{0, 1}, {1, 2}};
+  p.worldSize = 4;
+  EXPECT_TRUE(declineReason(Algorithm::kHier, p).has_value());  // overlapping, incomplete
+  p.groups = {{0, 1}, {2, 3}};
+  EXPECT_FALSE(declineReason(Algorithm::kHier, p).has_value());
+  p.collective = Collective::kAllgather;
+  EXPECT_TRUE(declineReason(Algorithm::kHier, p).has_value());
+  EXPECT_THROW(buildSchedule(Algorithm::kHier, p), NotSupported);
+}
+
+TEST(ScheduleDeclines, RhdAndTreesAndBarrier) {
+  AlgoParams p;
+  p.collective = Collective::kAllgather;
+  p.worldSize = 6;
+  EXPECT_TRUE(declineReason(Algorithm::kRhd, p).has_value());
+  p.worldSize = 8;
+  EXPECT_FALSE(declineReason(Algorithm::kRhd, p).has_value());
+  p.collective = Collective::kAllreduce;
+  p.worldSize = 6;
+  EXPECT_FALSE(declineReason(Algorithm::kRhd, p).has_value());  // non-powers of two handled
+  EXPECT_TRUE(declineReason(Algorithm::kTrees, p).has_value());
+  p.collective = Collective::kBarrier;
+  EXPECT_TRUE(declineReason(Algorithm::kRing, p).has_value());
+  EXPECT_FALSE(declineReason(Algorithm::kDissemination, p).has_value());
+}
+
+TEST(ScheduleParams, RejectsBadOrderAndRoot) {
+  AlgoParams p;
+  p.worldSize = 4;
+  p.count = 8;
+  p.order = {0, 1, 1, 3};
+  EXPECT_THROW(buildSchedule(Algorithm::kRing, p), InvalidInput);
+  p.order = {0, 1, 2};
+  EXPECT_THROW(buildSchedule(Algorithm::kRing, p), InvalidInput);
+  p.order.clear();
+  p.collective = Collective::kBroadcast;
+  p.root = 4;
+  EXPECT_THROW(buildSchedule(Algorithm::kRing, p), InvalidInput);
+}
+
+// Other element sizes: regions stay element-aligned, segments round down to whole elements.
+TEST(ScheduleElementSizes, OddSegmentBytes) {
+  for (size_t es : {1, 2, 8}) {
+    for (Algorithm algo : {Algorithm::kRing, Algorithm::kTree, Algorithm::kRhd}) {
+      AlgoParams p;
+      p.worldSize = 5;
+      p.count = 23;
+      p.elementSize = es;
+      p.segmentBytes = 13;  // not a multiple of the element size
+      std::string err = runOne(algo, p);
+      EXPECT_EQ(err, "") << describe(algo, p);
+    }
+  }
+}
+
+// The ring is bandwidth-optimal: each rank sends 2 (n-1)/n of the vector, not more, and each
+// step is one block, not the whole buffer.
+TEST(ScheduleRing, SendsTwoBlocksPerStepWorthOfData) {
+  const int n = 8;
+  const uint64_t count = 8 * 1000;
+  AlgoParams p;
+  p.worldSize = n;
+  p.count = count;
+  p.elementSize = 4;
+  p.segmentBytes = 1000;
+  for (int r = 0; r < n; ++r) {
+    p.rank = r;
+    Schedule s = buildSchedule(Algorithm::kRing, p);
+    uint64_t sent = 0, largest = 0;
+    for (const auto& st : s.steps)
+      if (st.kind == StepKind::kSend) {
+        sent += st.src.bytes;
+        largest = std::max(largest, st.src.bytes);
+      }
+    EXPECT_EQ(sent, 2 * (n - 1) * count * 4 / n);
+    EXPECT_LE(largest, 1000u);
+    EXPECT_LE(s.scratchBytes(), 8u * 1024u);  // 8 slots of one segment, 64-byte aligned
+  }
+}
+
+// Dependencies derived from regions: a receive into a region being sent waits for the send.
+TEST(ScheduleBuilder, DerivesHazards) {
+  BuilderOptions o;
+  o.worldSize = 2;
+  o.elementSize = 4;
+  o.inputBytes = o.outputBytes = 64;
+  o.segmentBytes = 16;
+  ScheduleBuilder b(o);
+  b.send(1, b.output(0, 4));         // 0: reads out[0,16)
+  b.recv(1, b.output(2, 4));         // 1: writes out[8,24): WAR on 0
+  b.recvReduce(1, b.output(8, 4), b.input(8, 4));  // 2: independent
+  b.send(1, b.output(8, 4));         // 3: RAW on 2
+  b.copy(b.output(0, 2), b.input(0, 2));  // 4: WAR on 0, WAW on 1? no: out[0,8) vs [8,24)
+  Schedule s = b.finish();
+  ASSERT_EQ(s.steps.size(), 5u);
+  auto deps = [&](size_t i) {
+    auto d = s.depsOf(i);
+    return std::vector<uint32_t>(d.begin(), d.end());
+  };
+  EXPECT_EQ(deps(0), std::vector<uint32_t>{});
+  EXPECT_EQ(deps(1), std::vector<uint32_t>{0});
+  EXPECT_EQ(deps(2), std::vector<uint32_t>{});
+  EXPECT_EQ(deps(3), std::vector<uint32_t>{2});
+  EXPECT_EQ(deps(4), std::vector<uint32_t>{0});
+  EXPECT_EQ(s.steps[0].msg, 0u);
+  EXPECT_EQ(s.steps[3].msg, 1u);
+  EXPECT_EQ(s.steps[1].msg, 0u);
+  EXPECT_EQ(s.steps[2].msg, 1u);
+}
+
+TEST(ScheduleBuilder, InPlaceAliasRewritesInput) {
+  BuilderOptions o;
+  o.worldSize = 2;
+  o.elementSize = 4;
+  o.inputBytes = 16;
+  o.outputBytes = 32;
+  o.alias = {Alias::Kind::kInputInOutput, 16};
+  ScheduleBuilder b(o);
+  b.copy(b.output(4, 4), b.input(0, 4));  // a copy onto itself disappears
+  b.send(1, b.input(0, 4));
+  Schedule s = b.finish();
+  ASSERT_EQ(s.steps.size(), 1u);
+  EXPECT_EQ(s.steps[0].src, (Region{BufferId::kOutput, 16, 16}));
+}
+
+// The simulator must catch what it is there to catch (tests that can fail).
+Schedule handMade(int rank, int n, uint64_t bytes, std::vector<Step> steps,
+                  std::vector<std::vector<uint32_t>> deps) {
+  Schedule s;
+  s.rank = rank;
+  s.worldSize = n;
+  s.elementSize = 4;
+  s.bufferBytes[0] = s.bufferBytes[1] = bytes;
+  s.bufferBytes[2] = bytes;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    steps[i].depBegin = static_cast<uint32_t>(s.deps.size());
+    for (auto d : deps[i]) s.deps.push_back(d);
+    steps[i].depEnd = static_cast<uint32_t>(s.deps.size());
+    s.steps.push_back(steps[i]);
+  }
+  return s;
+}
+
+Step sendStep(int peer, uint32_t msg, Region src) {
+  Step s;
+  s.kind = StepKind::kSend;
+  s.peer = peer;
+  s.msg = msg;
+  s.src = src;
+  return s;
+}
+
+Step recvStep(int peer, uint32_t msg, Region dst) {
+  Step s;
+  s.kind = StepKind::kRecv;
+  s.peer = peer;
+  s.msg = msg;
+  s.dst = dst;
+  return s;
+}
+
+TEST(Simulator, CatchesDeadlock) {
+  // Both ranks wait for their receive before sending (send depends on recv): a cycle.
+  const Region in{BufferId::kInput, 0, 8}, out{BufferId::kOutput, 0, 8};
+  std::vector<Schedule> s;
+  for (int r = 0; r < 2; ++r)
+    s.push_back(handMade(r, 2, 8, {recvStep(1 - r, 0, out), sendStep(1 - r, 0, in)}, {{}, {0}}));
+  SimSetup setup;
+  setup.collective = Collective::kBroadcast;
+  setup.worldSize = 2;
+  setup.count = 2;
+  try {
+    simulate(setup, s);
+    FAIL() << "no deadlock reported";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlock"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Simulator, CatchesMissingDependencyAndLengthMismatch) {
+  const Region out{BufferId::kOutput, 0, 8}, in{BufferId::kInput, 0, 8};
+  SimSetup setup;
+  setup.collective = Collective::kAllgather;
+  setup.worldSize = 2;
+  setup.count = 2;
+  setup.elementSize = 4;
+  {
+    // Rank 0 sends out[0,8) and receives into the same region with no dependency between.
+    std::vector<Schedule> s;
+    Step copy;
+    copy.kind = StepKind::kCopy;
+    copy.dst = out;
+    copy.src = in;
+    s.push_back(handMade(0, 2, 8, {copy, sendStep(1, 0, out), recvStep(1, 0, out)}, {{}, {0}, {}}));
+    s.push_back(handMade(1, 2, 8, {sendStep(0, 0, in), recvStep(0, 0, out)}, {{}, {}}));
+    EXPECT_THROW(simulate(setup, s), std::runtime_error);
+  }
+  {
+    std::vector<Schedule> s;
+    s.push_back(handMade(0, 2, 8, {sendStep(1, 0, in)}, {{}}));
+    s.push_back(handMade(1, 2, 8, {recvStep(0, 0, Region{BufferId::kOutput, 0, 4})}, {{}}));
+    try {
+      simulate(setup, s);
+      FAIL() << "no length mismatch reported";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("expects"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Simulator, CatchesDoubleContributionAndWrongResult) {
+  // Rank 1 reduces rank 0's data into its input twice: contributions overlap.
+  const Region in{BufferId::kInput, 0, 4}, out{BufferId::kOutput, 0, 4};
+  const Region tmp0{BufferId::kScratch, 0, 4};
+  SimSetup setup;
+  setup.collective = Collective::kAllreduce;
+  setup.worldSize = 2;
+  setup.count = 1;
+  Step rr;
+  rr.kind = StepKind::kRecvReduce;
+  rr.peer = 0;
+  rr.dst = out;
+  rr.src = in;
+  rr.tmp = tmp0;
+  Step rr2 = rr;
+  rr2.msg = 1;
+  rr2.src = out;
+  std::vector<Schedule> s;
+  s.push_back(handMade(0, 2, 4, {sendStep(1, 0, in), sendStep(1, 1, in)}, {{}, {}}));
+  s.push_back(handMade(1, 2, 4, {rr, rr2}, {{}, {0}}));
+  EXPECT_THROW(simulate(setup, s), std::runtime_error);
+  // A correct-looking run whose result is incomplete: rank 0 never gets the sum.
+  std::vector<Schedule> t;
+  t.push_back(handMade(0, 2, 4, {sendStep(1, 0, in)}, {{}}));
+  t.push_back(handMade(1, 2, 4, {rr}, {{}}));
+  auto outcome = simulate(setup, t);
+  EXPECT_NE(checkOutcome(setup, outcome), "");
+}
+
+TEST(Trees, BinaryAndDoubleTreesAreValid) {
+  for (int n = 1; n <= 64; ++n) {
+    for (int t = 0; t < 2; ++t) {
+      int roots = 0;
+      std::vector<int> interior(static_cast<size_t>(n), 0);
+      for (int x = 0; x < n; ++x) {
+        TreeNode node = doubleTree(n, x, t);
+        EXPECT_LE(node.children.size(), 2u);
+        if (node.parent < 0) {
+          ++roots;
+        } else {
+          ASSERT_LT(node.parent, n);
+          auto pc = doubleTree(n, node.parent, t).children;
+          EXPECT_NE(std::find(pc.begin(), pc.end(), x), pc.end())
+              << "n=" << n << " tree " << t << ": " << x << " not a child of its parent";
+        }
+        for (int c : node.children) {
+          ASSERT_GE(c, 0);
+          ASSERT_LT(c, n);
+          EXPECT_EQ(doubleTree(n, c, t).parent, x);
+        }
+      }
+      EXPECT_EQ(roots, 1) << "n=" << n << " tree " << t;
+      // Connected: walking up from every node reaches the root within n steps.
+      for (int x = 0; x < n; ++x) {
+        int y = x, steps = 0;
+        while (doubleTree(n, y, t).parent >= 0 && steps <= n) {
+          y = doubleTree(n, y, t).parent;
+          ++steps;
+        }
+        EXPECT_LE(steps, n);
+      }
+    }
+  }
+}
+
+// Most interior nodes of one tree are leaves of the other (the point of the double tree).
+TEST(Trees, DoubleTreeSpreadsInteriorNodes) {
+  for (int n : {8, 13, 16}) {
+    int both = 0;
+    for (int x = 0; x < n; ++x)
+      if (!doubleTree(n, x, 0).children.empty() && !doubleTree(n, x, 1).children.empty()) ++both;
+    EXPECT_LE(both, 2) << "n=" << n;
+  }
+}
+
+}  // namespace
+}  // namespace rankmap::coll

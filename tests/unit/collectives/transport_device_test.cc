@@ -1,0 +1,107 @@
+// Factories and options: backend names, options from the configuration, the loopback device
+// connected through a bootstrap, and the RDMA backend's absence being reported, not hidden.
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "collectives/bootstrap/callback_bootstrap.h"
+#include "collectives/transport/rdma/device.h"
+#include "collectives/transport/transport.h"
+#include "common/config.h"
+#include "common/error.h"
+
+namespace rankmap::coll::transport {
+namespace {
+
+Config load(std::map<std::string, std::string> env) {
+  Config::LoadOptions o;
+  o.env = std::move(env);
+  o.systemFile = "";
+  o.userFile = "";
+  return Config::load(o);
+}
+
+TEST(TransportFactory, BackendNamesRoundTrip) {
+  for (Backend b : {Backend::Loopback, Backend::Tcp, Backend::Rdma}) {
+    EXPECT_EQ(parseBackend(backendName(b)), b);
+  }
+  EXPECT_THROW(parseBackend("ucx"), InvalidInput);
+}
+
+TEST(TransportFactory, OptionsFromConfig) {
+  DeviceOptions o = deviceOptionsFromConfig(load({{"RANKMAP_TRANSPORT", "tcp"},
+                                                  {"RANKMAP_TCP_STREAMS", "4"},
+                                                  {"RANKMAP_SOCKET_BUFFER", "8M"},
+                                                  {"RANKMAP_SOCKET_IFNAME", "lo"}}));
+  EXPECT_EQ(o.backend, Backend::Tcp);
+  EXPECT_EQ(o.tcp.streams, 4);
+  EXPECT_EQ(o.tcp.socketBuffer, 8u << 20);
+  EXPECT_EQ(o.tcp.ifname, "lo");
+  // auto picks rdma exactly when a verbs device exists.
+  EXPECT_EQ(deviceOptionsFromConfig(load({})).backend, rdmaAvailable() ? Backend::Rdma : Backend::Tcp);
+  EXPECT_THROW(deviceOptionsFromConfig(load({{"RANKMAP_TRANSPORT", "carrier-pigeon"}})),
+               InvalidInput);
+  EXPECT_THROW(deviceOptionsFromConfig(load({{"RANKMAP_TCP_STREAMS", "0"}})), InvalidInput);
+}
+
+TEST(TransportFactory, TcpRejectsBadOptions) {
+  DeviceOptions o;
+  o.tcp.streams = 0;
+  EXPECT_THROW(makeDevice(o), InvalidInput);
+  o.tcp.streams = 1;
+  o.tcp.ifname = "no-such-interface0";
+  EXPECT_THROW(makeDevice(o), InvalidInput);
+  o.tcp.ifname = "lo";
+  EXPECT_EQ(makeDevice(o)->backend(), "tcp");
+}
+
+TEST(TransportFactory, RdmaIsOnlyMadeWithADevice) {
+  DeviceOptions o;
+  o.backend = Backend::Rdma;
+  if (rdmaAvailable()) {
+    EXPECT_EQ(makeDevice(o)->backend(), "rdma");
+  } else {
+    EXPECT_TRUE(rdma::rdmaDeviceNames().empty());
+    EXPECT_THROW(makeDevice(o), NotSupported);
+  }
+}
+
+TEST(LoopbackDevice, ConnectsRanksThroughABootstrap) {
+  const int size = 3;
+  auto device = makeDevice(DeviceOptions{Backend::Loopback, {}, {}});
+  std::vector<std::string> slots(size);
+  std::barrier<> sync(size);
+  std::vector<std::string> errors(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto bs = bootstrap::makeCallbackBootstrap(r, size, [&, r](const void* s, void* out, size_t n) {
+          slots[r].assign(static_cast<const char*>(s), n);
+          sync.arrive_and_wait();
+          for (int p = 0; p < size; ++p) std::memcpy(static_cast<char*>(out) + p * n, slots[p].data(), n);
+          sync.arrive_and_wait();
+        });
+        Deadline d = Deadline::afterMs(10000);
+        auto ctx = device->connect(*bs, d);
+        int got = -1;
+        int prev = (r + size - 1) % size;
+        std::vector<RequestPtr> reqs{ctx->irecv(prev, 1, &got, sizeof(got)),
+                                     ctx->isend((r + 1) % size, 1, &r, sizeof(r))};
+        waitAll(reqs, d);
+        if (got != prev) throw std::runtime_error("wrong ring neighbour");
+        bs->barrier(d);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+}  // namespace
+}  // namespace rankmap::coll::transport
