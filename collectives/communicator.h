@@ -80,6 +80,8 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // "loopback", "tcp", "rdma"; "closed" once an owned context was closed after a failure.
+  std::string backend() const { return ctx_ ? ctx_->backend() : "closed"; }
 
   // out = reduction over ranks of in (count elements). in == out is in place.
   void allreduce(const void* in, void* out, uint64_t count, DataType type, ReduceOp op);

@@ -25,5 +25,12 @@ using CommandRunner = std::function<int()>;
 using CommandRegistrar = void (*)(CLI::App& app, CliContext& ctx, CommandRunner& run);
 
 void registerConfigCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerProbeCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerShowCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerBenchCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerDoctorCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 
 }  // namespace rankmap::agent

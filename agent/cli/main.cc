@@ -12,6 +12,13 @@ namespace {
 // Every subcommand, in the order `rankmap --help` lists them.
 constexpr rankmap::agent::CommandRegistrar kCommands[] = {
     rankmap::agent::registerConfigCommand,
+    rankmap::agent::registerRunCommand,
+    rankmap::agent::registerExportCommand,
+    rankmap::agent::registerProbeCommand,
+    rankmap::agent::registerPlanCommand,
+    rankmap::agent::registerShowCommand,
+    rankmap::agent::registerBenchCommand,
+    rankmap::agent::registerDoctorCommand,
 };
 
 }  // namespace

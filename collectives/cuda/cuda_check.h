@@ -6,10 +6,10 @@
 
 #include "common/error.h"
 
-#define RANKMAP_CHECK_CUDA(call)                                                              \
-  do {                                                                                        \
-    cudaError_t rankmap_err_ = (call);                                                        \
-    if (rankmap_err_ != cudaSuccess)                                                          \
-      RANKMAP_THROW(::rankmap::CudaError, "{} failed: {} ({})", #call,                        \
-                    cudaGetErrorName(rankmap_err_), cudaGetErrorString(rankmap_err_));        \
+#define RANKMAP_CHECK_CUDA(call)                                                       \
+  do {                                                                                 \
+    cudaError_t rankmap_err_ = (call);                                                 \
+    if (rankmap_err_ != cudaSuccess)                                                   \
+      RANKMAP_THROW(::rankmap::CudaError, "{} failed: {} ({})", #call,                 \
+                    cudaGetErrorName(rankmap_err_), cudaGetErrorString(rankmap_err_)); \
   } while (0)

@@ -27,7 +27,8 @@ struct CudaOps::Impl {
 
 CudaOps::CudaOps() : impl_(std::make_unique<Impl>()) {
   RANKMAP_CHECK_CUDA(cudaGetDevice(&impl_->device));
-  for (auto& s : impl_->lanes) RANKMAP_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (auto& s : impl_->lanes)
+    RANKMAP_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 }
 
 CudaOps::~CudaOps() {

@@ -66,17 +66,17 @@ void DeviceBuffer::upload(const void* host, size_t bytes, size_t offset) {
     RANKMAP_THROW(InvalidInput, "upload of {} bytes at {} into a {}-byte buffer", bytes, offset,
                   bytes_);
   if (bytes > 0)
-    RANKMAP_CHECK_CUDA(cudaMemcpy(static_cast<char*>(ptr_) + offset, host, bytes,
-                                  cudaMemcpyHostToDevice));
+    RANKMAP_CHECK_CUDA(
+        cudaMemcpy(static_cast<char*>(ptr_) + offset, host, bytes, cudaMemcpyHostToDevice));
 }
 
 void DeviceBuffer::download(void* host, size_t bytes, size_t offset) const {
   if (offset + bytes > bytes_)
-    RANKMAP_THROW(InvalidInput, "download of {} bytes at {} from a {}-byte buffer", bytes,
-                  offset, bytes_);
+    RANKMAP_THROW(InvalidInput, "download of {} bytes at {} from a {}-byte buffer", bytes, offset,
+                  bytes_);
   if (bytes > 0)
-    RANKMAP_CHECK_CUDA(cudaMemcpy(host, static_cast<const char*>(ptr_) + offset, bytes,
-                                  cudaMemcpyDeviceToHost));
+    RANKMAP_CHECK_CUDA(
+        cudaMemcpy(host, static_cast<const char*>(ptr_) + offset, bytes, cudaMemcpyDeviceToHost));
 }
 
 void DeviceBuffer::fill(uint8_t byte) {

@@ -102,7 +102,9 @@ void executeDevice(const Schedule& s, transport::Context& ctx, const ExecBuffers
   };
   const size_t es = s.elementSize;
   IntervalSet valid[kNumBuffers];
-  auto validate = [&](const Region& r) { valid[static_cast<int>(r.buffer)].add(r.offset, r.end()); };
+  auto validate = [&](const Region& r) {
+    valid[static_cast<int>(r.buffer)].add(r.offset, r.end());
+  };
   auto invalidate = [&](const Region& r) {
     valid[static_cast<int>(r.buffer)].remove(r.offset, r.end());
   };
@@ -145,8 +147,8 @@ void executeDevice(const Schedule& s, transport::Context& ctx, const ExecBuffers
     Live& l = live[i];
     switch (st.kind) {
       case StepKind::kSend:
-        if (st.src.bytes == 0 || valid[static_cast<int>(st.src.buffer)].contains(st.src.offset,
-                                                                                 st.src.end())) {
+        if (st.src.bytes == 0 ||
+            valid[static_cast<int>(st.src.buffer)].contains(st.src.offset, st.src.end())) {
           l.phase = Phase::kNet;
           l.req = ctx.isend(st.peer, messageTag(tagBase, st.msg), hptr(st.src), st.src.bytes);
         } else {

@@ -35,7 +35,6 @@
 namespace rankmap::coll::cuda {
 
 void executeDevice(const Schedule& schedule, transport::Context& ctx, const ExecBuffers& device,
-                   DataType type, ReduceOp op, uint64_t tagBase, Deadline deadline,
-                   DeviceOps& ops);
+                   DataType type, ReduceOp op, uint64_t tagBase, Deadline deadline, DeviceOps& ops);
 
 }  // namespace rankmap::coll::cuda

@@ -5,8 +5,8 @@
 
 namespace rankmap::coll::cuda {
 
-void reduceDevice(void* dst, const void* a, const void* b, size_t count, DataType type,
-                  ReduceOp op, cudaStream_t stream) {
+void reduceDevice(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
+                  cudaStream_t stream) {
   if (static_cast<int>(type) < 0 || static_cast<int>(type) >= kNumDataTypes)
     RANKMAP_THROW(InvalidInput, "reduceDevice: unknown data type {}", static_cast<int>(type));
   if (static_cast<int>(op) < 0 || static_cast<int>(op) >= kNumReduceOps)

@@ -83,7 +83,8 @@ struct ProdOp {
   template <typename C>
   __device__ __forceinline__ static C apply(C a, C b) {
     if constexpr (std::is_integral_v<C>) {
-      using U = std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned, std::make_unsigned_t<C>>;
+      using U =
+          std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned, std::make_unsigned_t<C>>;
       return static_cast<C>(static_cast<U>(a) * static_cast<U>(b));
     } else if constexpr (std::is_same_v<C, float>) {
       return __fmul_rn(a, b);
@@ -94,11 +95,15 @@ struct ProdOp {
 };
 struct MinOp {
   template <typename C>
-  __device__ __forceinline__ static C apply(C a, C b) { return a < b ? a : b; }
+  __device__ __forceinline__ static C apply(C a, C b) {
+    return a < b ? a : b;
+  }
 };
 struct MaxOp {
   template <typename C>
-  __device__ __forceinline__ static C apply(C a, C b) { return a > b ? a : b; }
+  __device__ __forceinline__ static C apply(C a, C b) {
+    return a > b ? a : b;
+  }
 };
 
 // --- storage <-> compute ------------------------------------------------------------------------
@@ -213,13 +218,23 @@ cudaError_t multiprocessors(int* sms) {
   return cudaSuccess;
 }
 
-// Blocks for `items` units of work per thread-slot: enough to fill the GPU a few times over, no
-// more (the loops are grid-stride).
+// A persistent grid: as many blocks as the GPU keeps resident at once for `kernel` (read off the
+// device through the occupancy API, once per kernel), fewer when there is less work; the loops
+// are grid-stride, so more blocks would only queue behind the resident ones.
+template <auto kernel>
 cudaError_t blocksFor(size_t items, unsigned* blocks) {
+  static const int perSm = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0) != cudaSuccess) {
+      cudaGetLastError();  // not sticky; keep it from being reported by the launch check
+      n = 1;
+    }
+    return n > 0 ? n : 1;
+  }();
   int sms = 0;
   if (cudaError_t e = multiprocessors(&sms); e != cudaSuccess) return e;
   size_t b = (items + kThreads - 1) / kThreads;
-  size_t cap = static_cast<size_t>(sms) * 8;
+  const size_t cap = static_cast<size_t>(sms) * static_cast<size_t>(perSm);
   if (b > cap) b = cap;
   *blocks = static_cast<unsigned>(b < 1 ? 1 : b);
   return cudaSuccess;
@@ -242,10 +257,10 @@ cudaError_t launchReduce(void* dst, const void* a, const void* b, size_t count,
   const size_t scalar = count - packs * kElems;
   const size_t items = packs / kUnroll > scalar ? packs / kUnroll : scalar;
   unsigned blocks = 0;
-  if (cudaError_t e = blocksFor(items, &blocks); e != cudaSuccess) return e;
+  if (cudaError_t e = blocksFor<reduceKernel<Kind, S, Op>>(items, &blocks); e != cudaSuccess)
+    return e;
   reduceKernel<Kind, S, Op><<<blocks, kThreads, 0, stream>>>(
-      static_cast<S*>(dst), static_cast<const S*>(a), static_cast<const S*>(b), head, packs,
-      count);
+      static_cast<S*>(dst), static_cast<const S*>(a), static_cast<const S*>(b), head, packs, count);
   return cudaGetLastError();
 }
 
@@ -254,10 +269,14 @@ cudaError_t reduceOp(ReduceOp op, void* dst, const void* a, const void* b, size_
                      cudaStream_t stream) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return launchReduce<Kind, S, SumOp>(dst, a, b, count, stream);
-    case ReduceOp::kProd: return launchReduce<Kind, S, ProdOp>(dst, a, b, count, stream);
-    case ReduceOp::kMin: return launchReduce<Kind, S, MinOp>(dst, a, b, count, stream);
-    case ReduceOp::kMax: return launchReduce<Kind, S, MaxOp>(dst, a, b, count, stream);
+    case ReduceOp::kAvg:
+      return launchReduce<Kind, S, SumOp>(dst, a, b, count, stream);
+    case ReduceOp::kProd:
+      return launchReduce<Kind, S, ProdOp>(dst, a, b, count, stream);
+    case ReduceOp::kMin:
+      return launchReduce<Kind, S, MinOp>(dst, a, b, count, stream);
+    case ReduceOp::kMax:
+      return launchReduce<Kind, S, MaxOp>(dst, a, b, count, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -265,7 +284,7 @@ cudaError_t reduceOp(ReduceOp op, void* dst, const void* a, const void* b, size_
 template <typename Kind, typename S>
 cudaError_t divide(void* buf, size_t count, int divisor, cudaStream_t stream) {
   unsigned blocks = 0;
-  if (cudaError_t e = blocksFor(count, &blocks); e != cudaSuccess) return e;
+  if (cudaError_t e = blocksFor<divideKernel<Kind, S>>(count, &blocks); e != cudaSuccess) return e;
   divideKernel<Kind, S><<<blocks, kThreads, 0, stream>>>(static_cast<S*>(buf), count, divisor);
   return cudaGetLastError();
 }
@@ -276,16 +295,26 @@ cudaError_t launchReduce(void* dst, const void* a, const void* b, size_t count, 
                          ReduceOp op, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   switch (type) {
-    case DataType::kInt8: return reduceOp<Plain, int8_t>(op, dst, a, b, count, stream);
-    case DataType::kUint8: return reduceOp<Plain, uint8_t>(op, dst, a, b, count, stream);
-    case DataType::kInt32: return reduceOp<Plain, int32_t>(op, dst, a, b, count, stream);
-    case DataType::kUint32: return reduceOp<Plain, uint32_t>(op, dst, a, b, count, stream);
-    case DataType::kInt64: return reduceOp<Plain, int64_t>(op, dst, a, b, count, stream);
-    case DataType::kUint64: return reduceOp<Plain, uint64_t>(op, dst, a, b, count, stream);
-    case DataType::kFloat16: return reduceOp<Half, uint16_t>(op, dst, a, b, count, stream);
-    case DataType::kBFloat16: return reduceOp<Brain, uint16_t>(op, dst, a, b, count, stream);
-    case DataType::kFloat32: return reduceOp<Plain, float>(op, dst, a, b, count, stream);
-    case DataType::kFloat64: return reduceOp<Plain, double>(op, dst, a, b, count, stream);
+    case DataType::kInt8:
+      return reduceOp<Plain, int8_t>(op, dst, a, b, count, stream);
+    case DataType::kUint8:
+      return reduceOp<Plain, uint8_t>(op, dst, a, b, count, stream);
+    case DataType::kInt32:
+      return reduceOp<Plain, int32_t>(op, dst, a, b, count, stream);
+    case DataType::kUint32:
+      return reduceOp<Plain, uint32_t>(op, dst, a, b, count, stream);
+    case DataType::kInt64:
+      return reduceOp<Plain, int64_t>(op, dst, a, b, count, stream);
+    case DataType::kUint64:
+      return reduceOp<Plain, uint64_t>(op, dst, a, b, count, stream);
+    case DataType::kFloat16:
+      return reduceOp<Half, uint16_t>(op, dst, a, b, count, stream);
+    case DataType::kBFloat16:
+      return reduceOp<Brain, uint16_t>(op, dst, a, b, count, stream);
+    case DataType::kFloat32:
+      return reduceOp<Plain, float>(op, dst, a, b, count, stream);
+    case DataType::kFloat64:
+      return reduceOp<Plain, double>(op, dst, a, b, count, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -294,16 +323,26 @@ cudaError_t launchFinalize(void* buf, size_t count, DataType type, ReduceOp op, 
                            cudaStream_t stream) {
   if (op != ReduceOp::kAvg || count == 0 || worldSize == 1) return cudaSuccess;
   switch (type) {
-    case DataType::kInt8: return divide<Plain, int8_t>(buf, count, worldSize, stream);
-    case DataType::kUint8: return divide<Plain, uint8_t>(buf, count, worldSize, stream);
-    case DataType::kInt32: return divide<Plain, int32_t>(buf, count, worldSize, stream);
-    case DataType::kUint32: return divide<Plain, uint32_t>(buf, count, worldSize, stream);
-    case DataType::kInt64: return divide<Plain, int64_t>(buf, count, worldSize, stream);
-    case DataType::kUint64: return divide<Plain, uint64_t>(buf, count, worldSize, stream);
-    case DataType::kFloat16: return divide<Half, uint16_t>(buf, count, worldSize, stream);
-    case DataType::kBFloat16: return divide<Brain, uint16_t>(buf, count, worldSize, stream);
-    case DataType::kFloat32: return divide<Plain, float>(buf, count, worldSize, stream);
-    case DataType::kFloat64: return divide<Plain, double>(buf, count, worldSize, stream);
+    case DataType::kInt8:
+      return divide<Plain, int8_t>(buf, count, worldSize, stream);
+    case DataType::kUint8:
+      return divide<Plain, uint8_t>(buf, count, worldSize, stream);
+    case DataType::kInt32:
+      return divide<Plain, int32_t>(buf, count, worldSize, stream);
+    case DataType::kUint32:
+      return divide<Plain, uint32_t>(buf, count, worldSize, stream);
+    case DataType::kInt64:
+      return divide<Plain, int64_t>(buf, count, worldSize, stream);
+    case DataType::kUint64:
+      return divide<Plain, uint64_t>(buf, count, worldSize, stream);
+    case DataType::kFloat16:
+      return divide<Half, uint16_t>(buf, count, worldSize, stream);
+    case DataType::kBFloat16:
+      return divide<Brain, uint16_t>(buf, count, worldSize, stream);
+    case DataType::kFloat32:
+      return divide<Plain, float>(buf, count, worldSize, stream);
+    case DataType::kFloat64:
+      return divide<Plain, double>(buf, count, worldSize, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -24,8 +24,8 @@
 namespace rankmap::coll::cuda {
 
 // dst[i] = a[i] (op) b[i], i < count. avg combines as sum.
-void reduceDevice(void* dst, const void* a, const void* b, size_t count, DataType type,
-                  ReduceOp op, cudaStream_t stream);
+void reduceDevice(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
+                  cudaStream_t stream);
 
 // dst[i] = dst[i] (op) src[i]: the two-operand form.
 inline void reduceDevice(void* dst, const void* src, size_t count, DataType type, ReduceOp op,

@@ -251,6 +251,32 @@ TEST(ScheduleRing, SendsTwoBlocksPerStepWorthOfData) {
   }
 }
 
+// rhd takes partners nearest first: with racks of 4 contiguous in the order, only the last
+// halving (1/8 of the vector) and the first doubling step cross racks, 1/4 of the vector per rank
+// instead of the whole vector with partners at distance n/2 first.
+TEST(ScheduleRhd, BigExchangesStayLocal) {
+  const int n = 8;
+  const uint64_t count = 8 * 1024;
+  AlgoParams p;
+  p.worldSize = n;
+  p.count = count;
+  p.elementSize = 4;
+  p.segmentBytes = 1 << 20;
+  p.order = {3, 1, 0, 2, 7, 6, 4, 5};  // racks {3,1,0,2} and {7,6,4,5}, each contiguous
+  auto rackOf = [&](int rank) {
+    return std::find(p.order.begin(), p.order.end(), rank) - p.order.begin() < 4 ? 0 : 1;
+  };
+  for (int r = 0; r < n; ++r) {
+    p.rank = r;
+    Schedule s = buildSchedule(Algorithm::kRhd, p);
+    uint64_t cross = 0, local = 0;
+    for (const auto& st : s.steps)
+      if (st.kind == StepKind::kSend) (rackOf(st.peer) == rackOf(r) ? local : cross) += st.src.bytes;
+    EXPECT_EQ(cross, 2 * count * 4 / 8) << "rank " << r;
+    EXPECT_EQ(local + cross, 2 * (n - 1) * count * 4 / n) << "rank " << r;
+  }
+}
+
 // Dependencies derived from regions: a receive into a region being sent waits for the send.
 TEST(ScheduleBuilder, DerivesHazards) {
   BuilderOptions o;

@@ -1,0 +1,183 @@
+#include "agent/agent_config.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <set>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/files.h"
+
+namespace rankmap::agent {
+namespace {
+
+constexpr size_t kMaxConfigBytes = 1 << 20;
+
+void checkKeys(const JsonReader& r, std::initializer_list<std::string_view> known) {
+  r.expectObject();
+  std::set<std::string_view> k(known);
+  for (auto it = r.json().begin(); it != r.json().end(); ++it)
+    if (!k.count(it.key()))
+      throw InvalidInput(fmt::format("{}: at {}/{}: unknown key (expected one of: {})", r.source(),
+                                     r.path(), it.key(), fmt::join(known, ", ")));
+}
+
+std::chrono::milliseconds durationOf(const JsonReader& r) {
+  if (r.json().is_number()) {
+    double s = r.nonNegative();
+    return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  }
+  auto d = parseDuration(r.str());
+  if (!d) r.fail("a duration such as \"250ms\", \"10s\" or \"5m\"");
+  return *d;
+}
+
+uint64_t sizeOf(const JsonReader& r) {
+  if (r.json().is_number()) return r.unsignedInt();
+  auto s = parseSize(r.str());
+  if (!s) r.fail("a size such as \"64M\" or a number of bytes");
+  return *s;
+}
+
+double fraction(const JsonReader& r, double hi) {
+  double v = r.nonNegative();
+  if (v > hi) r.fail(fmt::format("a number in [0, {}]", hi));
+  return v;
+}
+
+std::string durationText(std::chrono::milliseconds d) { return fmt::format("{}ms", d.count()); }
+
+}  // namespace
+
+void applyProbeOptions(const JsonReader& r, ProbeOptions& p) {
+  checkKeys(r, {"latency_samples", "latency_warmup", "bandwidth", "bandwidth_max_ms",
+                "bandwidth_max_bytes", "bandwidth_warmup", "bidirectional", "contention",
+                "contention_trials", "discovery_ms", "remeasure", "remeasure_passes",
+                "max_parallel_flows", "connect_timeout",
+                "task_slack", "round_timeout"});
+  if (auto v = r.find("latency_samples")) p.latency.samples = static_cast<int>(v->integerIn(1, 100000));
+  if (auto v = r.find("latency_warmup")) p.latency.warmup = static_cast<int>(v->integerIn(0, 10000));
+  if (auto v = r.find("bandwidth")) p.bandwidthEnabled = v->boolean();
+  if (auto v = r.find("bandwidth_max_ms")) p.bandwidth.maxMs = v->integerIn(1, 60000);
+  if (auto v = r.find("bandwidth_max_bytes")) {
+    p.bandwidth.maxBytes = sizeOf(*v);
+    if (p.bandwidth.maxBytes == 0 || p.bandwidth.maxBytes > (4ull << 30)) v->fail("a size in 1..4G");
+  }
+  if (auto v = r.find("bandwidth_warmup")) p.bandwidth.warmupFraction = fraction(*v, 0.9);
+  if (auto v = r.find("bidirectional")) p.bidirectional = v->boolean();
+  if (auto v = r.find("contention")) p.contention = v->boolean();
+  if (auto v = r.find("contention_trials")) p.contentionTrials = static_cast<int>(v->integerIn(0, 10000));
+  if (auto v = r.find("discovery_ms")) p.discoveryMs = v->integerIn(0, 60000);
+  if (auto v = r.find("remeasure")) p.remeasure = v->boolean();
+  if (auto v = r.find("remeasure_passes")) p.remeasurePasses = static_cast<int>(v->integerIn(0, 10));
+  if (auto v = r.find("max_parallel_flows")) p.maxParallelFlows = static_cast<size_t>(v->integerIn(0, 1 << 20));
+  if (auto v = r.find("connect_timeout")) p.connectTimeout = durationOf(*v);
+  if (auto v = r.find("task_slack")) p.taskSlack = durationOf(*v);
+  if (auto v = r.find("round_timeout")) p.roundTimeout = durationOf(*v);
+}
+
+Json probeOptionsToJson(const ProbeOptions& p) {
+  return {{"latency_samples", p.latency.samples},
+          {"latency_warmup", p.latency.warmup},
+          {"bandwidth", p.bandwidthEnabled},
+          {"bandwidth_max_ms", p.bandwidth.maxMs},
+          {"bandwidth_max_bytes", p.bandwidth.maxBytes},
+          {"bandwidth_warmup", p.bandwidth.warmupFraction},
+          {"bidirectional", p.bidirectional},
+          {"contention", p.contention},
+          {"contention_trials", p.contentionTrials},
+          {"discovery_ms", p.discoveryMs},
+          {"remeasure", p.remeasure},
+          {"remeasure_passes", p.remeasurePasses},
+          {"max_parallel_flows", p.maxParallelFlows},
+          {"connect_timeout", durationText(p.connectTimeout)},
+          {"task_slack", durationText(p.taskSlack)},
+          {"round_timeout", durationText(p.roundTimeout)}};
+}
+
+AgentConfig AgentConfig::fromJson(const Json& doc, std::string_view source) {
+  JsonReader r(doc, source);
+  checkKeys(r, {"name", "listen", "probe_listen", "hosts_file", "state_dir", "token_file",
+                "key_file", "coordinator", "probe", "reprobe", "http"});
+  AgentConfig c;
+  if (auto v = r.find("name")) c.name = v->str();
+  if (auto v = r.find("listen"))
+    c.listen = probe::parseEndpoint(v->nonEmptyStr(), 7410, fmt::format("{}: listen", source));
+  if (auto v = r.find("probe_listen"))
+    c.probeListen = probe::parseEndpoint(v->nonEmptyStr(), probe::kDefaultProbePort,
+                                         fmt::format("{}: probe_listen", source));
+  if (auto v = r.find("hosts_file")) c.hostsFile = v->str();
+  if (auto v = r.find("state_dir")) c.stateDir = v->nonEmptyStr();
+  if (auto v = r.find("token_file")) c.tokenFile = v->str();
+  if (auto v = r.find("key_file")) c.keyFile = v->str();
+  if (auto v = r.find("coordinator")) c.coordinator = v->str();
+  if (auto p = r.find("probe")) applyProbeOptions(*p, c.probe);
+  if (auto p = r.find("reprobe")) {
+    checkKeys(*p, {"interval", "jitter", "sample_rounds", "change_threshold", "publish_threshold"});
+    if (auto v = p->find("interval")) c.reprobe.interval = durationOf(*v);
+    if (auto v = p->find("jitter")) c.reprobe.jitter = fraction(*v, 0.5);
+    if (auto v = p->find("sample_rounds")) c.reprobe.sampleRounds = static_cast<int>(v->integerIn(1, 1000));
+    if (auto v = p->find("change_threshold")) c.reprobe.changeThreshold = fraction(*v, 10);
+    if (auto v = p->find("publish_threshold")) c.reprobe.publishThreshold = fraction(*v, 10);
+  }
+  if (auto p = r.find("http")) {
+    checkKeys(*p, {"max_body_bytes", "timeout"});
+    if (auto v = p->find("max_body_bytes")) {
+      c.maxBodyBytes = sizeOf(*v);
+      if (c.maxBodyBytes < 1024 || c.maxBodyBytes > (64u << 20)) v->fail("a size in 1K..64M");
+    }
+    if (auto v = p->find("timeout")) c.httpTimeout = durationOf(*v);
+  }
+  return c;
+}
+
+AgentConfig AgentConfig::load(const std::string& path) {
+  std::string text = readFile(path, kMaxConfigBytes);
+  Json doc;
+  try {
+    doc = Json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const Json::parse_error& e) {
+    throw InvalidInput(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  }
+  return fromJson(doc, path);
+}
+
+Json AgentConfig::toJson() const {
+  return {{"name", name},
+          {"listen", listen.text()},
+          {"probe_listen", probeListen.text()},
+          {"hosts_file", hostsFile},
+          {"state_dir", stateDir},
+          {"token_file", tokenFile},
+          {"key_file", keyFile},
+          {"coordinator", coordinator},
+          {"probe", probeOptionsToJson(probe)},
+          {"reprobe",
+           {{"interval", durationText(reprobe.interval)},
+            {"jitter", reprobe.jitter},
+            {"sample_rounds", reprobe.sampleRounds},
+            {"change_threshold", reprobe.changeThreshold},
+            {"publish_threshold", reprobe.publishThreshold}}},
+          {"http", {{"max_body_bytes", maxBodyBytes}, {"timeout", durationText(httpTimeout)}}}};
+}
+
+std::string readSecretFile(const std::string& path, size_t minBytes, std::string_view what) {
+  std::string text = readFile(path, 4096);
+  size_t b = 0, e = text.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) --e;
+  text = text.substr(b, e - b);
+  if (text.size() < minBytes)
+    throw InvalidInput(fmt::format("{} {}: {} characters; expected at least {}", what, path,
+                                   text.size(), minBytes));
+  return text;
+}
+
+std::string localHostName() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace rankmap::agent

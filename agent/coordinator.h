@@ -1,0 +1,123 @@
+// The coordinator of a probe round: asks every agent to measure its pairs and assembles
+// topology.json. Runs inside the coordinating rankmapd, or inside `rankmap probe` when no agent
+// API is at hand; either way it only talks to agents over the authenticated probe protocol
+// (control requests on their probe port), so it needs the job's probe key and nothing else.
+//
+// A full round:
+//   1. liveness: a "hello" to every agent (connect timeout); silent agents are dead for the round;
+//   2. latency: the round-robin rounds (probe/schedule.h), every pair once, all pairs of a
+//      round at the same time (small messages do not disturb each other);
+//   3. bandwidth: the same rounds, one direction at a time (or both with `bidirectional`);
+//   4. contention trials (optional): every host sends at once, shift and random permutations;
+//   5. inference (probe/contention.h) over all bandwidth trials: groups behind shared uplinks;
+//   6. re-measurement: flows that ran slower than the model says they would alone (they shared
+//      an uplink with a flow of the same round) are measured again, packed so that no uplink
+//      carries two of them at once.
+// Every request has a deadline derived from what it asks for plus a slack; an agent that fails
+// a request (refused, timed out, bad key) is dead for the rest of the round and its pairs are
+// missing. The round as a whole has a deadline too; what is not measured by then is missing.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/agent_config.h"
+#include "agent/store.h"
+#include "common/topology.h"
+#include "probe/contention.h"
+#include "probe/wire.h"
+
+namespace rankmap::agent {
+
+struct RoundProgress {
+  std::string phase;  // "liveness", "latency", "bandwidth", "contention", "remeasure", "done"
+  size_t done = 0;    // steps of the whole round done ...
+  size_t total = 0;   // ... out of (an estimate, fixed once the phases are known)
+};
+using ProgressFn = std::function<void(const RoundProgress&)>;
+
+struct RoundResult {
+  Topology topology;  // version 0 until stored
+  std::vector<MeasurementRow> measurements;
+  size_t pairsTotal = 0;    // unordered host pairs
+  size_t pairsMissing = 0;  // pairs with no latency and no bandwidth in either direction
+  size_t flowsMissing = 0;  // directed bandwidth values missing
+  std::vector<std::string> deadHosts;
+  std::map<std::string, uint64_t> failures;  // reason -> count
+  double seconds = 0;
+  std::map<std::string, double> phaseSeconds;
+  std::optional<probe::Inference> inference;
+  bool cancelled = false;
+  std::string status() const;  // "ok", "partial" or "failed"
+};
+
+// A light check: a sample of flows measured apart from each other and compared to a topology.
+struct CheckResult {
+  size_t flows = 0;    // measured
+  size_t changed = 0;  // confirmed beyond the threshold
+  double maxChange = 0;
+  std::vector<std::string> changedFlows;  // "a->b 250 -> 125 Mbit/s"
+  std::vector<MeasurementRow> measurements;
+  std::map<std::string, uint64_t> failures;
+  double seconds = 0;
+};
+
+class Coordinator {
+ public:
+  // `key` must outlive the Coordinator. `self` names us in handshakes and logs.
+  Coordinator(std::vector<Host> hosts, const probe::ProbeKey& key, std::string self,
+              ProbeOptions opts);
+
+  // A full round over all hosts; never throws for a peer's failure (it becomes missing data).
+  RoundResult runFull(Deadline d, const ProgressFn& progress = {},
+                      const std::atomic<bool>* cancel = nullptr);
+  // Measures both directions of the pairs of `rounds` round-robin rounds (chosen by
+  // `checkIndex`, so successive checks cover different pairs), packed so that no host or
+  // shared-link group carries two flows at once, and compares them with `current`. A flow whose
+  // rate moved by more than `threshold` (relative) is measured again alone; it counts as changed
+  // only if it moved again (a confirmed change).
+  CheckResult runCheck(const Topology& current, int checkIndex, int rounds, double threshold,
+                       Deadline d);
+  // Which hosts answer a "hello" before `d` (in parallel).
+  std::vector<bool> alive(Deadline d);
+
+  const std::vector<Host>& hosts() const { return hosts_; }
+
+ private:
+  struct Task {
+    int host = 0;  // index of the agent asked
+    Json request;
+    Deadline deadline = Deadline::after(std::chrono::seconds(0));
+    Json reply;          // set on success
+    std::string error;   // set on failure
+    std::string reason;  // "connect", "timeout", "auth", "peer", "refused"
+    bool agentFailed = false;  // the asked agent failed (not its peer)
+  };
+  void runTasks(std::vector<Task>& tasks);
+  Json peerJson(int h) const;
+  Deadline latencyDeadline(Deadline round) const;
+  Deadline bandwidthDeadline(Deadline round, const probe::BandwidthOptions& bo) const;
+  // One trial: all flows at once; returns rates (nullopt = failed) and counts failures.
+  std::vector<std::optional<double>> runFlows(const std::vector<probe::HostPair>& flows,
+                                              const probe::BandwidthOptions& bo,
+                                              Deadline round, std::vector<bool>& dead,
+                                              std::map<std::string, uint64_t>& failures);
+
+  std::vector<Host> hosts_;
+  const probe::ProbeKey& key_;
+  std::string self_;
+  ProbeOptions opts_;
+};
+
+// Relative change |b - a| / a (a > 0); infinite when a is 0 and b is not.
+double relativeChange(double a, double b);
+
+// Pairs whose bandwidth differs by more than `threshold` between two topologies over the same
+// hosts (by name; pairs missing in either are ignored).
+size_t changedPairs(const Topology& a, const Topology& b, double threshold);
+
+}  // namespace rankmap::agent

@@ -1,0 +1,410 @@
+#include "agent/daemon.h"
+
+#include <httplib.h>
+
+#include <random>
+#include <set>
+
+#include "agent/http_api.h"
+#include "common/build_config.h"
+#include "common/crypto.h"
+#include "common/log.h"
+#include "probe/hosts.h"
+
+namespace rankmap::agent {
+namespace {
+
+constexpr size_t kMinTokenBytes = 16;
+constexpr size_t kKeepRounds = 1000;
+constexpr size_t kKeepTopologies = 200;
+constexpr auto kPushTimeout = std::chrono::seconds(5);
+
+std::set<std::string> namesOf(const std::vector<Host>& hosts) {
+  std::set<std::string> s;
+  for (const auto& h : hosts) s.insert(h.name);
+  return s;
+}
+
+}  // namespace
+
+Daemon::Daemon(AgentConfig cfg) : cfg_(std::move(cfg)) {
+  name_ = cfg_.name.empty() ? localHostName() : cfg_.name;
+  if (cfg_.keyFile.empty())
+    throw InvalidInput("no probe key: rankmapd needs --key-file (or key_file in the config), "
+                       "the key shared by the job's agents");
+  key_ = probe::ProbeKey::load(cfg_.keyFile);
+  if (!cfg_.tokenFile.empty()) token_ = readSecretFile(cfg_.tokenFile, kMinTokenBytes, "token file");
+  if (!cfg_.hostsFile.empty()) hosts_ = probe::loadHostsFile(cfg_.hostsFile);
+  if (!hosts_.empty() && !namesOf(hosts_).count(name_))
+    RANKMAP_WARN(Agent, "agent {}: not in hosts file {}; it serves probes but never coordinates "
+                 "periodic rounds (set --name)", name_, cfg_.hostsFile);
+  store_ = std::make_unique<Store>(cfg_.stateDir);
+  if (int64_t n = store_->abandonRunningRounds())
+    RANKMAP_WARN(Agent, "agent {}: {} round(s) were running when the agent last stopped; marked "
+                 "failed", name_, n);
+  describeMetrics();
+  if (auto t = store_->latestTopology()) metrics_.setTopologySummary(*t);
+}
+
+Daemon::~Daemon() { stop(); }
+
+void Daemon::describeMetrics() {
+  metrics_.describe("rankmap_probe_rounds_total", "counter", "Probe rounds by kind and result");
+  metrics_.describe("rankmap_probe_round_duration_seconds", "histogram", "Wall time of probe rounds");
+  metrics_.describe("rankmap_probe_failures_total", "counter",
+                    "Failed probe requests in rounds this agent coordinated, by reason");
+  metrics_.describe("rankmap_probe_auth_rejections_total", "counter",
+                    "Probe connections rejected by this agent's server, by reason");
+  metrics_.describe("rankmap_probe_tasks_total", "counter",
+                    "Measurements this agent ran for a coordinator, by op and result");
+  metrics_.describe("rankmap_probe_missing_pairs", "gauge", "Host pairs missing in the last round");
+  metrics_.describe("rankmap_probe_dead_hosts", "gauge", "Agents that failed in the last round");
+  metrics_.describe("rankmap_topology_version", "gauge", "Latest topology version");
+  metrics_.describe("rankmap_topology_hosts", "gauge", "Hosts in the latest topology");
+  metrics_.describe("rankmap_topology_shared_links", "gauge", "Shared uplinks found");
+  metrics_.describe("rankmap_topology_bandwidth_mbps", "gauge",
+                    "Bandwidth of the latest topology by tier (intra/cross group) and quantile");
+  metrics_.describe("rankmap_topology_latency_us", "gauge",
+                    "Median latency of the latest topology by tier and quantile");
+  metrics_.describe("rankmap_topology_changes_total", "counter", "New topology versions published");
+  metrics_.describe("rankmap_light_checks_total", "counter", "Periodic light checks by result");
+  metrics_.describe("rankmap_http_requests_total", "counter", "HTTP requests by status code");
+}
+
+uint16_t Daemon::probePort() const { return probeServer_ ? probeServer_->port() : 0; }
+
+void Daemon::start() {
+  ProbeService::Hooks hooks;
+  hooks.topologyVersion = [this]() -> std::optional<int64_t> {
+    auto v = store_->topologies(1);
+    if (v.empty()) return std::nullopt;
+    return v.front().version;
+  };
+  hooks.storeTopology = [this](const Topology& t) {
+    bool fresh = store_->putTopology(t);
+    if (fresh) {
+      auto latest = store_->latestTopology();
+      if (latest && latest->version == t.version) metrics_.setTopologySummary(t);
+      RANKMAP_INFO(Agent, "agent {}: stored pushed topology version {}", name_, t.version);
+    }
+    return fresh;
+  };
+  service_ = std::make_unique<ProbeService>(key_, name_, std::move(hooks), &metrics_);
+  probe::ProbeServer::Options po;
+  po.listen = cfg_.probeListen;
+  po.name = name_;
+  po.requestTimeout = cfg_.probe.roundTimeout;
+  probeServer_ = std::make_unique<probe::ProbeServer>(
+      po, key_, [this](const Json& req, const std::string& peer, Deadline d) {
+        return service_->handle(req, peer, d);
+      });
+  probeServer_->start();
+
+  http_ = std::make_unique<httplib::Server>();
+  installApi(*http_, *this);
+  int port = cfg_.listen.port;
+  bool ok = port == 0 ? (port = http_->bind_to_any_port(cfg_.listen.host)) > 0
+                      : http_->bind_to_port(cfg_.listen.host, port);
+  if (!ok) {
+    probeServer_->stop();
+    throw SystemError(fmt::format("HTTP API: cannot listen on {}", cfg_.listen.text()), EADDRINUSE);
+  }
+  httpPort_ = static_cast<uint16_t>(port);
+  httpThread_ = std::thread([this] { http_->listen_after_bind(); });
+  RANKMAP_INFO(Agent, "agent {}: HTTP API on {}:{}, probes on {}:{}, {} hosts, state {}", name_,
+               cfg_.listen.host, httpPort_, cfg_.probeListen.host, probePort(), hosts_.size(),
+               store_->path());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    started_ = true;
+  }
+  if (cfg_.reprobe.interval.count() > 0 && !hosts_.empty())
+    reprobeThread_ = std::thread([this] { reprobeLoop(); });
+}
+
+void Daemon::requestStop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopping_ = true;
+  cancel_ = true;
+  cv_.notify_all();
+}
+
+void Daemon::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return stopping_; });
+}
+
+void Daemon::stop() {
+  requestStop();
+  if (reprobeThread_.joinable()) reprobeThread_.join();
+  if (roundThread_.joinable()) roundThread_.join();
+  if (http_) {
+    http_->stop();
+    if (httpThread_.joinable()) httpThread_.join();
+  }
+  if (probeServer_) probeServer_->stop();
+}
+
+bool Daemon::checkToken(std::string_view presented) const {
+  if (token_.empty()) return false;
+  // Hash both so that the comparison takes the same time whatever the lengths.
+  return constantTimeEqual(sha256Hex(presented), sha256Hex(token_));
+}
+
+Daemon::StartResult Daemon::startRound(std::optional<std::vector<Host>> hosts,
+                                       std::optional<ProbeOptions> opts, const std::string& reason) {
+  std::vector<Host> list = hosts ? std::move(*hosts) : hosts_;
+  if (list.empty())
+    throw InvalidInput("no hosts to probe: start rankmapd with --hosts FILE or pass \"hosts\"");
+  probe::validateHosts(list, "probe request");
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_) throw InvalidInput("agent is stopping");
+  if (runningId_) return {std::nullopt, runningId_};
+  if (roundThread_.joinable()) roundThread_.join();  // the previous round has finished
+  int64_t n = static_cast<int64_t>(list.size());
+  int64_t id = store_->beginRound("full", n, n * (n - 1) / 2);
+  runningId_ = id;
+  runningKind_ = "full";
+  progress_ = RoundProgress{"starting", 0, 0};
+  cancel_ = false;
+  RANKMAP_INFO(Agent, "agent {}: round {} over {} hosts ({})", name_, id, n, reason);
+  roundThread_ = std::thread([this, id, list = std::move(list), o = opts.value_or(cfg_.probe),
+                              reason]() mutable {
+    roundMain(id, std::move(list), std::move(o), reason, std::nullopt);
+  });
+  return {id, std::nullopt};
+}
+
+void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, std::string reason,
+                       std::optional<Topology> baseline) {
+  try {
+    Coordinator coord(hosts, key_, name_, opts);
+    auto onProgress = [this](const RoundProgress& p) {
+      std::lock_guard<std::mutex> lock(mu_);
+      progress_ = p;
+    };
+    if (reason == "light") {
+      // A light check against `baseline`; a confirmed change turns into a full round.
+      CheckResult c = coord.runCheck(*baseline, checkIndex_++, cfg_.reprobe.sampleRounds,
+                                     cfg_.reprobe.changeThreshold,
+                                     Deadline::after(opts.roundTimeout));
+      store_->addMeasurements(id, c.measurements);
+      RoundRecord rec;
+      rec.id = id;
+      rec.status = c.changed > 0 ? "changed" : "unchanged";
+      rec.pairsTotal = static_cast<int64_t>(c.flows);
+      rec.seconds = c.seconds;
+      if (c.changed > 0) rec.error = fmt::format("changed: {}", fmt::join(c.changedFlows, "; "));
+      store_->finishRound(rec);
+      for (const auto& [why, k] : c.failures)
+        metrics_.add("rankmap_probe_failures_total", fmt::format("reason=\"{}\"", why), static_cast<double>(k));
+      metrics_.add("rankmap_light_checks_total", fmt::format("result=\"{}\"", rec.status));
+      metrics_.observe("rankmap_probe_round_duration_seconds", "kind=\"light\"", c.seconds);
+      RANKMAP_INFO(Agent, "agent {}: light check {}: {} flows, {} changed{}{}", name_, id, c.flows,
+                   c.changed, c.changed ? ": " : "", fmt::join(c.changedFlows, "; "));
+      if (c.changed == 0 || cancel_) {
+        std::lock_guard<std::mutex> lock(mu_);
+        runningId_.reset();
+        cv_.notify_all();
+        return;
+      }
+      int64_t n = static_cast<int64_t>(hosts.size());
+      int64_t fullId = store_->beginRound("full", n, n * (n - 1) / 2);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        runningId_ = fullId;
+        runningKind_ = "full";
+        progress_ = RoundProgress{"starting", 0, 0};
+        cv_.notify_all();
+      }
+      id = fullId;
+    }
+    RoundResult r = coord.runFull(Deadline::after(opts.roundTimeout), onProgress, &cancel_);
+    finishRound(id, "full", r, baseline, hosts);
+  } catch (const std::exception& e) {
+    RANKMAP_ERROR(Agent, "agent {}: round {} failed: {}", name_, id, e.what());
+    try {
+      RoundRecord rec;
+      rec.id = id;
+      rec.status = "failed";
+      rec.error = e.what();
+      store_->finishRound(rec);
+    } catch (const std::exception& e2) {
+      RANKMAP_ERROR(Agent, "agent {}: cannot record round {}: {}", name_, id, e2.what());
+    }
+    metrics_.add("rankmap_probe_rounds_total", "kind=\"full\",result=\"failed\"");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  runningId_.reset();
+  cv_.notify_all();
+}
+
+std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, RoundResult& r,
+                                           const std::optional<Topology>& baseline,
+                                           const std::vector<Host>& hosts) {
+  store_->addMeasurements(id, r.measurements);
+  RoundRecord rec;
+  rec.id = id;
+  rec.kind = kind;
+  rec.status = r.status();
+  rec.pairsTotal = static_cast<int64_t>(r.pairsTotal);
+  rec.pairsMissing = static_cast<int64_t>(r.pairsMissing);
+  rec.seconds = r.seconds;
+  if (!r.deadHosts.empty()) rec.error = fmt::format("no answer from: {}", fmt::join(r.deadHosts, ", "));
+  bool publish = rec.status != "failed";
+  if (publish && baseline && namesOf(baseline->hosts) == namesOf(r.topology.hosts)) {
+    size_t changed = changedPairs(*baseline, r.topology, cfg_.reprobe.publishThreshold);
+    if (changed == 0) {
+      publish = false;
+      rec.error = fmt::format("no pair changed by more than {:.0f}%; kept topology version {}",
+                              cfg_.reprobe.publishThreshold * 100, baseline->version);
+    }
+  }
+  if (publish) {
+    rec.topologyVersion = store_->addTopology(r.topology, id);
+    metrics_.setTopologySummary(r.topology);
+    metrics_.add("rankmap_topology_changes_total", "");
+    RANKMAP_INFO(Agent, "agent {}: round {} published topology version {}", name_, id,
+                 *rec.topologyVersion);
+  }
+  store_->finishRound(rec);
+  store_->prune(kKeepRounds, kKeepTopologies);
+  metrics_.add("rankmap_probe_rounds_total", fmt::format("kind=\"{}\",result=\"{}\"", kind, rec.status));
+  metrics_.observe("rankmap_probe_round_duration_seconds", fmt::format("kind=\"{}\"", kind), r.seconds);
+  for (const auto& [why, k] : r.failures)
+    metrics_.add("rankmap_probe_failures_total", fmt::format("reason=\"{}\"", why), static_cast<double>(k));
+  metrics_.set("rankmap_probe_missing_pairs", "", static_cast<double>(r.pairsMissing));
+  metrics_.set("rankmap_probe_dead_hosts", "", static_cast<double>(r.deadHosts.size()));
+  if (publish) pushTopology(r.topology, hosts);
+  return rec.topologyVersion;
+}
+
+void Daemon::pushTopology(const Topology& t, const std::vector<Host>& hosts) {
+  Json req = {{"op", "topology"}, {"topology", t.toJson()}};
+  std::string text = req.dump();
+  if (text.size() > probe::kMaxDocumentPayload - 4096) {
+    RANKMAP_WARN(Agent, "agent {}: topology version {} is {} bytes; too large to push, agents "
+                 "must ask the coordinator", name_, t.version, text.size());
+    return;
+  }
+  std::vector<std::thread> threads;
+  for (const auto& h : hosts) {
+    if (h.name == name_) continue;
+    threads.emplace_back([this, &h, &req] {
+      try {
+        probe::request(probe::hostEndpoint(h), key_, name_, req, Deadline::after(kPushTimeout));
+      } catch (const std::exception& e) {
+        RANKMAP_DEBUG(Agent, "agent {}: push to {} failed: {}", name_, h.name, e.what());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+}
+
+std::optional<Json> Daemon::roundStatus(int64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (runningId_ && *runningId_ == id) {
+      return Json{{"id", id},
+                  {"kind", runningKind_},
+                  {"status", "running"},
+                  {"phase", progress_.phase},
+                  {"done", progress_.done},
+                  {"total", progress_.total}};
+    }
+  }
+  auto r = store_->round(id);
+  if (!r) return std::nullopt;
+  Json j = r->toJson();
+  j["phase"] = "done";
+  return j;
+}
+
+bool Daemon::waitRound(int64_t id, Deadline d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_until(lock, d.when(), [&] { return !runningId_ || *runningId_ != id; });
+}
+
+Json Daemon::health() {
+  Json j = {{"status", "ok"}, {"name", name_}, {"version", RANKMAP_VERSION},
+            {"hosts", hosts_.size()}, {"store", store_->path()}};
+  auto t = store_->topologies(1);
+  j["topology_version"] = t.empty() ? Json(nullptr) : Json(t.front().version);
+  j["store_recovered_from"] =
+      store_->recoveredFrom() ? Json(*store_->recoveredFrom()) : Json(nullptr);
+  std::lock_guard<std::mutex> lock(mu_);
+  j["round"] = runningId_ ? Json{{"id", *runningId_}, {"kind", runningKind_}, {"phase", progress_.phase}}
+                          : Json(nullptr);
+  return j;
+}
+
+std::string Daemon::renderMetrics() {
+  if (probeServer_)
+    for (auto f : probe::kAllAuthFailures)
+      metrics_.set("rankmap_probe_auth_rejections_total",
+                   fmt::format("reason=\"{}\"", probe::authFailureName(f)),
+                   static_cast<double>(probeServer_->authFailures(f)));
+  return metrics_.render();
+}
+
+bool Daemon::isCoordinator() {
+  if (!cfg_.coordinator.empty()) return cfg_.coordinator == name_;
+  std::vector<Host> before;
+  for (const auto& h : hosts_) {
+    if (h.name == name_) {
+      if (before.empty()) return true;
+      Coordinator probeBefore(before, key_, name_, cfg_.probe);
+      auto up = probeBefore.alive(Deadline::after(cfg_.probe.connectTimeout));
+      for (bool u : up)
+        if (u) return false;
+      return true;
+    }
+    before.push_back(h);
+  }
+  return false;
+}
+
+void Daemon::reprobeOnce() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (runningId_ || stopping_ || hosts_.empty()) return;
+  }
+  if (!isCoordinator()) return;
+  auto current = store_->latestTopology();
+  if (!current || namesOf(current->hosts) != namesOf(hosts_)) {
+    startRound(std::nullopt, std::nullopt, current ? "hosts changed" : "no topology yet");
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (runningId_ || stopping_) return;
+  if (roundThread_.joinable()) roundThread_.join();
+  int64_t id = store_->beginRound("light", static_cast<int64_t>(hosts_.size()), 0);
+  runningId_ = id;
+  runningKind_ = "light";
+  progress_ = RoundProgress{"check", 0, 0};
+  cancel_ = false;
+  roundThread_ = std::thread([this, id, hosts = hosts_, baseline = std::move(*current)]() mutable {
+    roundMain(id, std::move(hosts), cfg_.probe, "light", std::move(baseline));
+  });
+}
+
+void Daemon::reprobeLoop() {
+  std::mt19937 rng(std::random_device{}());
+  for (;;) {
+    double j = cfg_.reprobe.jitter;
+    std::uniform_real_distribution<double> u(1 - j, 1 + j);
+    auto wait = std::chrono::milliseconds(
+        static_cast<int64_t>(static_cast<double>(cfg_.reprobe.interval.count()) * u(rng)));
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, wait, [&] { return stopping_; })) return;
+    }
+    try {
+      reprobeOnce();
+    } catch (const std::exception& e) {
+      RANKMAP_ERROR(Agent, "agent {}: periodic re-probe failed: {}", name_, e.what());
+    }
+  }
+}
+
+}  // namespace rankmap::agent

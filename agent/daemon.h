@@ -1,0 +1,128 @@
+// rankmapd: the per-VM agent. Owns the store, the probe server, the HTTP API and the periodic
+// re-probe, and runs probe rounds when it is the coordinator.
+//
+// Threads: the probe server's (probe/server.h), the HTTP server's pool, one round thread at a
+// time (a round started over HTTP or by the re-probe loop), and the re-probe loop. All public
+// methods are thread-safe. stop() cancels a running round at its next step, stops the servers
+// and joins every thread.
+//
+// Coordinator: the configured `coordinator`, or else the first host of the hosts file that
+// answers a "hello" (so when it dies, the next one takes over at its next re-probe). Any agent
+// asked over HTTP to probe runs that round itself. After a round, the coordinator stores the
+// topology as a new version and pushes it to every live agent, so that every agent's
+// GET /v1/topology answers locally.
+//
+// Periodic re-probe (reprobe.interval > 0, with +-jitter): a light check of a sample of flows
+// (Coordinator::runCheck); a confirmed change beyond reprobe.change_threshold starts a full
+// round, whose topology replaces the current one only if at least one pair differs by more
+// than reprobe.publish_threshold (otherwise the old version stays). Two thresholds give the
+// hysteresis: small drifts neither trigger rounds nor flip versions back and forth.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "agent/agent_config.h"
+#include "agent/coordinator.h"
+#include "agent/metrics.h"
+#include "agent/probe_service.h"
+#include "agent/store.h"
+#include "probe/server.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace rankmap::agent {
+
+class Daemon {
+ public:
+  // Loads the key, token and hosts files and opens the store. Throws InvalidInput (bad files)
+  // or IoError (state dir) naming what is wrong.
+  explicit Daemon(AgentConfig cfg);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Binds the probe port and the HTTP address (SystemError if taken) and starts the threads.
+  void start();
+  void stop();
+  // Blocks until stop() or requestStop().
+  void wait();
+  void requestStop();
+
+  uint16_t httpPort() const { return httpPort_; }
+  uint16_t probePort() const;
+  const std::string& name() const { return name_; }
+  const AgentConfig& config() const { return cfg_; }
+  Store& store() { return *store_; }
+  Metrics& metrics() { return metrics_; }
+
+  // Starts a full round on the round thread. `hosts` replaces the configured list for this
+  // round. Returns the round id, or nullopt with `busyId` set when one is already running.
+  struct StartResult {
+    std::optional<int64_t> id;
+    std::optional<int64_t> busyId;
+  };
+  StartResult startRound(std::optional<std::vector<Host>> hosts, std::optional<ProbeOptions> opts,
+                         const std::string& reason);
+  // Status of a round: the live one with progress, or its stored record.
+  std::optional<Json> roundStatus(int64_t id);
+  // Waits until round `id` is no longer running or `d` passes; true if it finished.
+  bool waitRound(int64_t id, Deadline d);
+  Json health();
+  // Prometheus text: the metrics plus the probe server's counters.
+  std::string renderMetrics();
+  const std::vector<Host>& hosts() const { return hosts_; }
+
+  // Bearer token check, constant time. False when no token is configured.
+  bool checkToken(std::string_view presented) const;
+  bool hasToken() const { return !token_.empty(); }
+
+  // One re-probe step (what the periodic loop does once); for tests and `kill -USR1`-style use.
+  void reprobeOnce();
+
+ private:
+  void describeMetrics();
+  void roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, std::string reason,
+                 std::optional<Topology> baseline);
+  // Stores the result, publishes the topology if warranted, pushes it, updates metrics.
+  std::optional<int64_t> finishRound(int64_t id, const std::string& kind, RoundResult& r,
+                                     const std::optional<Topology>& baseline,
+                                     const std::vector<Host>& hosts);
+  void pushTopology(const Topology& t, const std::vector<Host>& hosts);
+  bool isCoordinator();
+  void reprobeLoop();
+
+  AgentConfig cfg_;
+  std::string name_;
+  probe::ProbeKey key_;
+  std::string token_;
+  std::vector<Host> hosts_;
+  std::unique_ptr<Store> store_;
+  Metrics metrics_;
+  std::unique_ptr<ProbeService> service_;
+  std::unique_ptr<probe::ProbeServer> probeServer_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread httpThread_;
+  uint16_t httpPort_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool started_ = false;
+  std::atomic<bool> cancel_{false};
+  std::thread roundThread_;
+  std::optional<int64_t> runningId_;
+  RoundProgress progress_;
+  std::string runningKind_;
+  std::thread reprobeThread_;
+  int checkIndex_ = 0;
+};
+
+}  // namespace rankmap::agent

@@ -1,0 +1,282 @@
+#include "agent/http_api.h"
+
+#include <httplib.h>
+
+#include <charconv>
+
+#include "agent/daemon.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "probe/hosts.h"
+#include "reorder/planner.h"
+
+namespace rankmap::agent {
+namespace {
+
+constexpr int kThreads = 8;
+constexpr size_t kMaxListLimit = 1000;
+constexpr const char* kJson = "application/json";
+
+void sendJson(httplib::Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(body.dump(1) + "\n", kJson);
+}
+
+void sendError(httplib::Response& res, int status, const std::string& msg) {
+  sendJson(res, status, Json{{"error", msg}});
+}
+
+// A non-negative integer query parameter, or `def`; nullopt (and a 400 sent) if malformed.
+std::optional<int64_t> intParam(const httplib::Request& req, httplib::Response& res,
+                                const char* name, int64_t def, int64_t hi) {
+  if (!req.has_param(name)) return def;
+  std::string v = req.get_param_value(name);
+  int64_t out = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || p != v.data() + v.size() || out < 0 || out > hi) {
+    sendError(res, 400, fmt::format("query parameter {}: expected an integer in [0, {}], got '{:.40}'",
+                                    name, hi, v));
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::vector<Host> hostsFromJson(const JsonReader& r) {
+  std::vector<Host> hosts;
+  size_t n = r.arraySize();
+  if (n == 0) r.fail("a non-empty array of hosts");
+  if (n > probe::kMaxHosts) r.fail(fmt::format("at most {} hosts", probe::kMaxHosts));
+  std::string text;
+  for (size_t i = 0; i < n; ++i) {
+    auto h = r.at(i);
+    if (h.json().is_string()) {
+      text += h.str() + "\n";
+    } else {
+      text += h.at("name", "a host name").nonEmptyStr() + " " +
+              h.at("address", "an address").nonEmptyStr() + "\n";
+    }
+  }
+  return probe::parseHosts(text, fmt::format("{}: at {}", r.source(), r.path()));
+}
+
+// "10.0.0.1" of "10.0.0.1:7411" (or of "[::1]:7411"); "" if it is not an address.
+std::string addressOnly(const std::string& address) {
+  try {
+    return probe::parseEndpoint(address, probe::kDefaultProbePort, "address").host;
+  } catch (const InvalidInput&) {
+    return "";
+  }
+}
+
+// GET /v1/plan?hosts=a,b,c[&ranks_per_host=K]: the planner (reorder::makePlan) over the
+// latest topology restricted to the job's hosts, in the job's order. Hosts may be spelled as
+// topology names or addresses (with or without the probe port). Plans are stored by host set.
+void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
+  std::string list = req.has_param("hosts") ? req.get_param_value("hosts") : "";
+  if (list.empty()) return sendError(res, 400, "query parameter hosts: expected a,b,c (job hosts in rank order)");
+  auto rph = intParam(req, res, "ranks_per_host", 1, 4096);
+  if (!rph) return;
+  if (*rph < 1) return sendError(res, 400, "query parameter ranks_per_host: expected >= 1");
+  auto topo = d.store().latestTopology();
+  if (!topo) return sendError(res, 404, "no topology yet: POST /v1/probe or wait for the coordinator");
+  std::vector<reorder::HostEntry> entries;
+  std::string key;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    std::string h = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? list.size() + 1 : comma + 1;
+    if (h.empty()) return sendError(res, 400, "query parameter hosts: empty host name");
+    // By name, else by address (the topology's may carry the probe port).
+    std::string name;
+    for (const auto& th : topo->hosts) {
+      if (th.name == h || th.address == h || addressOnly(th.address) == h) {
+        name = th.name;
+        break;
+      }
+    }
+    if (name.empty())
+      return sendError(res, 400, fmt::format("host '{:.100}' is not in topology version {}", h, topo->version));
+    entries.push_back({name, "", static_cast<int>(entries.size() + 1)});
+    key += (key.empty() ? "" : ",") + name;
+  }
+  key += fmt::format("/{}", *rph);
+  if (auto cached = d.store().latestPlan(key); cached && cached->epoch == topo->version) {
+    res.status = 200;
+    return res.set_content(cached->dump(), kJson);
+  }
+  try {
+    Topology sub = reorder::selectHosts(*topo, entries, "hosts parameter", "agent topology");
+    sub.version = topo->version;
+    reorder::PlanOptions po;
+    po.ranksPerHost = static_cast<int>(*rph);
+    Plan plan = reorder::makePlan(sub, po);
+    d.store().addPlan(plan, key);
+    res.status = 200;
+    res.set_content(plan.dump(), kJson);
+  } catch (const InvalidInput& e) {
+    sendError(res, 400, e.what());
+  }
+}
+
+bool authorized(Daemon& d, const httplib::Request& req, httplib::Response& res) {
+  if (!d.hasToken()) {
+    sendError(res, 403, "writes are disabled: no token configured (start rankmapd with "
+                        "--token-file)");
+    return false;
+  }
+  std::string auth = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0 ||
+      !d.checkToken(std::string_view(auth).substr(kBearer.size()))) {
+    res.set_header("WWW-Authenticate", "Bearer realm=\"rankmapd\"");
+    sendError(res, 401, auth.empty() ? "missing bearer token" : "wrong bearer token");
+    return false;
+  }
+  return true;
+}
+
+void postProbe(Daemon& d, const httplib::Request& req, httplib::Response& res) {
+  if (!authorized(d, req, res)) return;
+  std::optional<std::vector<Host>> hosts;
+  std::optional<ProbeOptions> opts;
+  bool wait = false;
+  try {
+    if (!req.body.empty()) {
+      Json body = parseJson(req.body, "request body");
+      JsonReader r(body, "request body");
+      r.expectObject();
+      for (auto it = body.begin(); it != body.end(); ++it)
+        if (it.key() != "hosts" && it.key() != "contention" && it.key() != "probe" &&
+            it.key() != "wait")
+          throw InvalidInput(fmt::format("request body: unknown key '{:.40}' (expected hosts, "
+                                         "contention, probe, wait)",
+                                         it.key()));
+      if (auto h = r.find("hosts")) hosts = hostsFromJson(*h);
+      if (auto p = r.find("probe")) {
+        opts = d.config().probe;
+        applyProbeOptions(*p, *opts);
+      }
+      if (auto c = r.find("contention")) {
+        if (!opts) opts = d.config().probe;
+        opts->contention = c->boolean();
+      }
+      if (auto w = r.find("wait")) wait = w->boolean();
+    }
+  } catch (const InvalidInput& e) {
+    sendError(res, 400, e.what());
+    return;
+  }
+  Daemon::StartResult started;
+  try {
+    started = d.startRound(std::move(hosts), std::move(opts), "requested over HTTP");
+  } catch (const InvalidInput& e) {
+    sendError(res, 400, e.what());
+    return;
+  }
+  if (!started.id) {
+    sendJson(res, 409, Json{{"error", "a probe round is already running"},
+                            {"round_id", *started.busyId},
+                            {"status_url", fmt::format("/v1/rounds/{}", *started.busyId)}});
+    return;
+  }
+  int64_t id = *started.id;
+  if (wait) {
+    auto limit = d.config().probe.roundTimeout + std::chrono::seconds(30);
+    d.waitRound(id, Deadline::after(limit));
+    auto st = d.roundStatus(id);
+    sendJson(res, 200, Json{{"round", st ? *st : Json(nullptr)}});
+    return;
+  }
+  res.set_header("Location", fmt::format("/v1/rounds/{}", id));
+  sendJson(res, 202, Json{{"round_id", id}, {"status_url", fmt::format("/v1/rounds/{}", id)}});
+}
+
+}  // namespace
+
+void installApi(httplib::Server& s, Daemon& d) {
+  const AgentConfig& cfg = d.config();
+  s.new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+  s.set_payload_max_length(cfg.maxBodyBytes);
+  auto secs = std::chrono::duration_cast<std::chrono::seconds>(cfg.httpTimeout).count();
+  s.set_read_timeout(std::max<int64_t>(1, secs), 0);
+  s.set_write_timeout(std::max<int64_t>(1, secs), 0);
+  s.set_keep_alive_max_count(100);
+  s.set_keep_alive_timeout(5);
+
+  s.Get("/v1/health", [&d](const httplib::Request&, httplib::Response& res) {
+    sendJson(res, 200, d.health());
+  });
+  s.Get("/v1/topology", [&d](const httplib::Request& req, httplib::Response& res) {
+    std::optional<Topology> t;
+    if (req.has_param("version")) {
+      auto v = intParam(req, res, "version", 0, INT64_MAX);
+      if (!v) return;
+      t = d.store().topology(*v);
+      if (!t) return sendError(res, 404, fmt::format("no topology version {}", *v));
+    } else {
+      t = d.store().latestTopology();
+      if (!t)
+        return sendError(res, 404, "no topology yet: POST /v1/probe or wait for the coordinator");
+    }
+    res.status = 200;
+    res.set_content(t->dump(), kJson);
+  });
+  s.Get("/v1/topologies", [&d](const httplib::Request& req, httplib::Response& res) {
+    auto limit = intParam(req, res, "limit", 50, kMaxListLimit);
+    if (!limit) return;
+    Json arr = Json::array();
+    for (const auto& t : d.store().topologies(static_cast<size_t>(*limit))) arr.push_back(t.toJson());
+    sendJson(res, 200, Json{{"versions", arr}});
+  });
+  s.Post("/v1/probe", [&d](const httplib::Request& req, httplib::Response& res) {
+    postProbe(d, req, res);
+  });
+  s.Get("/v1/rounds", [&d](const httplib::Request& req, httplib::Response& res) {
+    auto limit = intParam(req, res, "limit", 20, kMaxListLimit);
+    if (!limit) return;
+    Json arr = Json::array();
+    for (const auto& r : d.store().rounds(static_cast<size_t>(*limit))) {
+      auto st = d.roundStatus(r.id);
+      arr.push_back(st ? *st : r.toJson());
+    }
+    sendJson(res, 200, Json{{"rounds", arr}});
+  });
+  s.Get(R"(/v1/rounds/(\d{1,18}))", [&d](const httplib::Request& req, httplib::Response& res) {
+    int64_t id = std::stoll(req.matches[1]);
+    auto st = d.roundStatus(id);
+    if (!st) return sendError(res, 404, fmt::format("no round {}", id));
+    sendJson(res, 200, *st);
+  });
+  s.Get("/v1/plan", [&d](const httplib::Request& req, httplib::Response& res) {
+    getPlan(d, req, res);
+  });
+  s.Get("/metrics", [&d](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_content(d.renderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    RANKMAP_ERROR(Agent, "HTTP handler failed: {}", what);
+    sendError(res, 500, what);
+  });
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a handler already explained itself
+    std::string msg = res.status == 404   ? fmt::format("no such endpoint: {:.100}", req.path)
+                      : res.status == 413 ? "request body too large"
+                      : res.status == 405 ? "method not allowed"
+                                          : fmt::format("HTTP {}", res.status);
+    sendError(res, res.status, msg);
+  });
+  s.set_logger([&d](const httplib::Request&, const httplib::Response& res) {
+    d.metrics().add("rankmap_http_requests_total", fmt::format("code=\"{}\"", res.status));
+  });
+}
+
+}  // namespace rankmap::agent

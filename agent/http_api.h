@@ -1,0 +1,37 @@
+// rankmapd's HTTP API (cpp-httplib). JSON in and out; errors are {"error": "..."}.
+//
+//   GET  /v1/health                 200 {status, name, version, hosts, topology_version, round,
+//                                        store, store_recovered_from}
+//   GET  /v1/topology[?version=V]   200 topology.json (docs/formats.md) | 404
+//   GET  /v1/topologies[?limit=N]   200 {"versions": [{version, created_at, round_id, hash, hosts}]}
+//   POST /v1/probe                  bearer token; body (optional, <= http.max_body_bytes):
+//                                   {"hosts": [{"name", "address"}] | ["name address", ...],
+//                                    "contention": bool, "probe": {probe options}, "wait": bool}
+//                                   202 {"round_id", "status_url"} | 200 {"round": status} (wait)
+//                                   | 400 bad body | 401 bad/missing token | 403 no token
+//                                   configured | 409 {"error", "round_id"} busy | 413 too large
+//   GET  /v1/rounds[?limit=N]       200 {"rounds": [round records]}
+//   GET  /v1/rounds/ID              200 {id, kind, status, phase, done, total, ...} | 404
+//   GET  /v1/plan?hosts=a,b,...[&ranks_per_host=K]
+//                                   200 plan.json for exactly these hosts in this order (names
+//                                   or addresses), planned by reorder::makePlan from the latest
+//                                   topology | 400 unknown host/bad query | 404 no topology
+//   GET  /metrics                   200 Prometheus text format 0.0.4
+//
+// Reads are bounded (body size, header size, read timeout); no endpoint runs commands. Write
+// calls compare the bearer token in constant time. The server listens on loopback unless
+// configured otherwise.
+#pragma once
+
+namespace httplib {
+class Server;
+}
+
+namespace rankmap::agent {
+
+class Daemon;
+
+// Installs the routes, limits and handlers on `s`; `d` must outlive the server.
+void installApi(httplib::Server& s, Daemon& d);
+
+}  // namespace rankmap::agent

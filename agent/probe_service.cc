@@ -1,0 +1,91 @@
+#include "agent/probe_service.h"
+
+#include "common/build_config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "probe/hosts.h"
+#include "probe/measure.h"
+
+namespace rankmap::agent {
+namespace {
+
+constexpr int kMaxLatencySamples = 100000;
+
+std::string reasonOf(const std::exception& e) {
+  if (dynamic_cast<const probe::AuthError*>(&e)) return "auth";
+  if (dynamic_cast<const TimeoutError*>(&e)) return "timeout";
+  std::string what = e.what();
+  if (what.find("connect to") != std::string::npos) return "connect";
+  return "peer";
+}
+
+}  // namespace
+
+ProbeService::ProbeService(const probe::ProbeKey& key, std::string self, Hooks hooks,
+                           Metrics* metrics)
+    : key_(key), self_(std::move(self)), hooks_(std::move(hooks)), metrics_(metrics) {}
+
+Json ProbeService::handle(const Json& request, const std::string& peer, Deadline d) {
+  std::string source = fmt::format("request from agent {}", peer);
+  JsonReader r(request, source);
+  r.expectObject();
+  std::string op = r.at("op", "an operation name").str();
+  if (auto t = r.find("timeout_ms")) d = d.min(Deadline::afterMs(t->integerIn(1, 3600000)));
+  auto count = [&](const std::string& result) {
+    if (metrics_)
+      metrics_->add("rankmap_probe_tasks_total", fmt::format("op=\"{}\",result=\"{}\"", op, result));
+  };
+
+  if (op == "hello") {
+    Json j = {{"name", self_}, {"version", RANKMAP_VERSION}};
+    auto v = hooks_.topologyVersion ? hooks_.topologyVersion() : std::nullopt;
+    j["topology_version"] = v ? Json(*v) : Json(nullptr);
+    return j;
+  }
+  if (op == "topology") {
+    Topology t = Topology::fromJson(r.at("topology", "a topology document").json(), source);
+    if (t.version <= 0) r.at("topology").at("version").fail("a positive version");
+    bool stored = hooks_.storeTopology && hooks_.storeTopology(t);
+    count(stored ? "stored" : "known");
+    return {{"stored", stored}, {"version", t.version}};
+  }
+  if (op != "latency" && op != "bandwidth")
+    throw InvalidInput(fmt::format("{}: unknown op '{}' (expected hello, latency, bandwidth or "
+                                   "topology)",
+                                   source, op));
+
+  auto pr = r.at("peer", "{name, address}");
+  Host target{pr.at("name", "a host name").nonEmptyStr(), pr.at("address", "an address").nonEmptyStr()};
+  probe::Endpoint ep = probe::hostEndpoint(target);
+  try {
+    if (op == "latency") {
+      probe::LatencyOptions lo;
+      if (auto v = r.find("warmup")) lo.warmup = static_cast<int>(v->integerIn(0, kMaxLatencySamples));
+      if (auto v = r.find("samples")) lo.samples = static_cast<int>(v->integerIn(1, kMaxLatencySamples));
+      LatencyStats s = probe::measureLatency(ep, key_, self_, lo, d);
+      count("ok");
+      return {{"latency", {{"min", s.minUs}, {"median", s.medianUs}, {"p90", s.p90Us}, {"p99", s.p99Us}}}};
+    }
+    auto bo = probe::BandwidthOptions::fromJson(r.at("bulk", "bulk options").json(), source);
+    std::string dir = r.at("direction", "\"send\" or \"recv\"").str();
+    probe::BulkResult b;
+    if (dir == "send")
+      b = probe::measureSendTo(ep, key_, self_, bo, d);
+    else if (dir == "recv")
+      b = probe::measureReceiveFrom(ep, key_, self_, bo, d);
+    else
+      r.at("direction").fail("\"send\" or \"recv\"");
+    count("ok");
+    return b.toJson();
+  } catch (const InvalidInput&) {
+    throw;
+  } catch (const std::exception& e) {
+    count("failed");
+    RANKMAP_DEBUG(Agent, "{} to {} ({}) for {} failed: {}", op, target.name, ep.text(), peer,
+                  e.what());
+    return {{"error", fmt::format("{} {} -> {}: {}", op, self_, target.name, e.what())},
+            {"reason", reasonOf(e)}};
+  }
+}
+
+}  // namespace rankmap::agent

@@ -1,0 +1,42 @@
+// What an agent does when another agent (the coordinator) asks over the probe protocol:
+// "hello" (liveness), "latency" and "bandwidth" (measure against a named peer), "topology"
+// (store a topology the coordinator assembled). Runs on the probe server's connection threads.
+//
+// Requests are JSON objects with an "op"; replies are JSON objects. A measurement that fails
+// because of the peer is a normal reply {"error": ..., "reason": ...}: this agent is fine and
+// the coordinator learns which side failed. Bad requests throw InvalidInput (an Error frame).
+// Every measurement is bounded by the request's "timeout_ms" and by the server's deadline.
+// Peers need not be in this agent's hosts file, but bulk data only flows to a peer that
+// completes the authenticated handshake, so a key holder cannot aim traffic at arbitrary hosts.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "agent/metrics.h"
+#include "common/json.h"
+#include "common/topology.h"
+#include "probe/wire.h"
+
+namespace rankmap::agent {
+
+class ProbeService {
+ public:
+  struct Hooks {
+    std::function<std::optional<int64_t>()> topologyVersion;  // latest stored, if any
+    std::function<bool(const Topology&)> storeTopology;        // true if new
+  };
+  // `key` must outlive the service.
+  ProbeService(const probe::ProbeKey& key, std::string self, Hooks hooks, Metrics* metrics);
+
+  Json handle(const Json& request, const std::string& peer, Deadline d);
+
+ private:
+  const probe::ProbeKey& key_;
+  std::string self_;
+  Hooks hooks_;
+  Metrics* metrics_;
+};
+
+}  // namespace rankmap::agent

@@ -1,0 +1,94 @@
+// rankmapd: the per-VM agent (agent/daemon.h). `rankmapd --config FILE [overrides]`.
+// Exit status: 0 after SIGTERM/SIGINT, 1 on a runtime failure, 2 on bad configuration.
+#include <signal.h>
+
+#include <cstdio>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "agent/daemon.h"
+#include "common/build_config.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+
+int main(int argc, char** argv) {
+  using namespace rankmap;
+  CLI::App app{"rankmapd: measures the network between a job's VMs and serves topology.json"};
+  app.set_version_flag("--version", RANKMAP_VERSION);
+  std::string configFile, listen, probeListen, hosts, stateDir, tokenFile, keyFile, name,
+      coordinator, interval;
+  bool verbose = false;
+  app.add_option("--config", configFile, "rankmapd.json (JSON with // comments)");
+  app.add_option("--listen", listen, "HTTP API address ADDR:PORT (default 127.0.0.1:7410)");
+  app.add_option("--probe-listen", probeListen, "Probe address ADDR:PORT (default 0.0.0.0:7411)");
+  app.add_option("--hosts", hosts, "Hosts file: one `name address[:port]` per line");
+  app.add_option("--state-dir", stateDir, "Directory of the SQLite store (default /var/lib/rankmapd)");
+  app.add_option("--token-file", tokenFile, "Bearer token for write calls (POST /v1/probe)");
+  app.add_option("--key-file", keyFile, "Probe key shared by the job's agents");
+  app.add_option("--name", name, "This agent's name in the hosts file (default: host name)");
+  app.add_option("--coordinator", coordinator, "Name of the coordinator (default: first live host)");
+  app.add_option("--interval", interval, "Periodic re-probe interval, e.g. 10m (0 = off)");
+  app.add_flag("-v,--verbose", verbose, "Log at debug level");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  agent::AgentConfig cfg;
+  try {
+    log::configure(Config::load());
+    if (verbose) log::setLevel(log::Level::Debug);
+    if (!configFile.empty()) cfg = agent::AgentConfig::load(configFile);
+    if (!listen.empty()) cfg.listen = probe::parseEndpoint(listen, 7410, "--listen");
+    if (!probeListen.empty())
+      cfg.probeListen = probe::parseEndpoint(probeListen, probe::kDefaultProbePort, "--probe-listen");
+    if (!hosts.empty()) cfg.hostsFile = hosts;
+    if (!stateDir.empty()) cfg.stateDir = stateDir;
+    if (!tokenFile.empty()) cfg.tokenFile = tokenFile;
+    if (!keyFile.empty()) cfg.keyFile = keyFile;
+    if (!name.empty()) cfg.name = name;
+    if (!coordinator.empty()) cfg.coordinator = coordinator;
+    if (!interval.empty()) {
+      auto d = parseDuration(interval);
+      if (!d) throw InvalidInput(fmt::format("--interval '{}': expected a duration such as 10m", interval));
+      cfg.reprobe.interval = *d;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rankmapd: %s\n", e.what());
+    return 2;
+  }
+
+  // Signals are taken by one thread with sigwait(); every other thread inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  try {
+    agent::Daemon daemon(cfg);
+    daemon.start();
+    std::thread signals([&] {
+      int sig = 0;
+      sigwait(&set, &sig);
+      RANKMAP_INFO(Agent, "agent {}: signal {}, stopping", daemon.name(), sig);
+      daemon.requestStop();
+    });
+    daemon.wait();
+    daemon.stop();
+    // The signal thread may still be waiting if stop came from elsewhere: wake it.
+    pthread_kill(signals.native_handle(), SIGTERM);
+    signals.join();
+    return 0;
+  } catch (const InvalidInput& e) {
+    std::fprintf(stderr, "rankmapd: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rankmapd: %s\n", e.what());
+    return 1;
+  }
+}

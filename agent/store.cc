@@ -1,0 +1,476 @@
+#include "agent/store.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace rankmap::agent {
+namespace {
+
+constexpr int kSchemaVersion = 1;
+constexpr int kBusyTimeoutMs = 5000;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rounds(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  kind TEXT NOT NULL,
+  started_at TEXT NOT NULL,
+  finished_at TEXT,
+  status TEXT NOT NULL,
+  hosts INTEGER NOT NULL,
+  pairs_total INTEGER NOT NULL,
+  pairs_missing INTEGER NOT NULL DEFAULT 0,
+  seconds REAL NOT NULL DEFAULT 0,
+  topology_version INTEGER,
+  error TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS measurements(
+  round_id INTEGER NOT NULL REFERENCES rounds(id) ON DELETE CASCADE,
+  src TEXT NOT NULL,
+  dst TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  value REAL NOT NULL,
+  phase TEXT NOT NULL,
+  extra TEXT);
+CREATE INDEX IF NOT EXISTS measurements_round ON measurements(round_id);
+CREATE TABLE IF NOT EXISTS topologies(
+  version INTEGER PRIMARY KEY,
+  created_at TEXT NOT NULL,
+  round_id INTEGER,
+  hash TEXT NOT NULL,
+  hosts INTEGER NOT NULL,
+  document TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS plans(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  created_at TEXT NOT NULL,
+  hosts_key TEXT NOT NULL,
+  topology_version INTEGER,
+  hash TEXT NOT NULL,
+  document TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS plans_hosts ON plans(hosts_key, id);
+)sql";
+
+// A prepared statement; finalized on destruction. Errors name the statement and the database.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const std::string& path, const char* sql) : db_(db), path_(path), sql_(sql) {
+    if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK) fail("prepare");
+  }
+  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Stmt& bind(int i, int64_t v) { return check(sqlite3_bind_int64(st_, i, v)); }
+  Stmt& bind(int i, double v) { return check(sqlite3_bind_double(st_, i, v)); }
+  Stmt& bind(int i, const std::string& v) {
+    return check(sqlite3_bind_text(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  Stmt& bindNull(int i) { return check(sqlite3_bind_null(st_, i)); }
+  Stmt& bind(int i, const std::optional<int64_t>& v) { return v ? bind(i, *v) : bindNull(i); }
+
+  // true while there is a row.
+  bool step() {
+    int rc = sqlite3_step(st_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    fail("step");
+  }
+  void run() {
+    while (step()) {
+    }
+    sqlite3_reset(st_);
+    sqlite3_clear_bindings(st_);
+  }
+  void reset() {
+    sqlite3_reset(st_);
+    sqlite3_clear_bindings(st_);
+  }
+  int64_t integer(int c) const { return sqlite3_column_int64(st_, c); }
+  double real(int c) const { return sqlite3_column_double(st_, c); }
+  bool isNull(int c) const { return sqlite3_column_type(st_, c) == SQLITE_NULL; }
+  std::string text(int c) const {
+    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st_, c));
+    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(st_, c))) : std::string();
+  }
+
+ private:
+  Stmt& check(int rc) {
+    if (rc != SQLITE_OK) fail("bind");
+    return *this;
+  }
+  [[noreturn]] void fail(const char* what) {
+    throw IoError(fmt::format("{}: sqlite {} of '{:.60}' failed: {}", path_, what, sql_,
+                              sqlite3_errmsg(db_)));
+  }
+  sqlite3* db_;
+  const std::string& path_;
+  const char* sql_;
+  sqlite3_stmt* st_ = nullptr;
+};
+
+// BEGIN IMMEDIATE ... COMMIT, rolled back if the scope exits by an exception.
+class Transaction {
+ public:
+  Transaction(sqlite3* db, const std::string& path) : db_(db), path_(path) { exec("BEGIN IMMEDIATE"); }
+  ~Transaction() {
+    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  void commit() {
+    exec("COMMIT");
+    done_ = true;
+  }
+
+ private:
+  void exec(const char* sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = err ? err : "?";
+      sqlite3_free(err);
+      throw IoError(fmt::format("{}: {} failed: {}", path_, sql, msg));
+    }
+  }
+  sqlite3* db_;
+  const std::string& path_;
+  bool done_ = false;
+};
+
+std::string utcStamp() {
+  // 20240501T120000Z: a file-name-safe UTC time.
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+bool fileExists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+RoundRecord roundFrom(const Stmt& s) {
+  RoundRecord r;
+  r.id = s.integer(0);
+  r.kind = s.text(1);
+  r.startedAt = s.text(2);
+  r.finishedAt = s.text(3);
+  r.status = s.text(4);
+  r.hosts = s.integer(5);
+  r.pairsTotal = s.integer(6);
+  r.pairsMissing = s.integer(7);
+  r.seconds = s.real(8);
+  if (!s.isNull(9)) r.topologyVersion = s.integer(9);
+  r.error = s.text(10);
+  return r;
+}
+
+constexpr const char* kRoundColumns =
+    "id, kind, started_at, finished_at, status, hosts, pairs_total, pairs_missing, seconds, "
+    "topology_version, error";
+
+}  // namespace
+
+std::string utcNow() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:03d}Z", buf, ms);
+}
+
+Json RoundRecord::toJson() const {
+  Json j = {{"id", id},           {"kind", kind},   {"started_at", startedAt},
+            {"finished_at", finishedAt}, {"status", status}, {"hosts", hosts},
+            {"pairs_total", pairsTotal}, {"pairs_missing", pairsMissing},
+            {"seconds", seconds}, {"error", error}};
+  j["topology_version"] = topologyVersion ? Json(*topologyVersion) : Json(nullptr);
+  return j;
+}
+
+Json TopologyRecord::toJson() const {
+  Json j = {{"version", version}, {"created_at", createdAt}, {"hash", hash}, {"hosts", hosts}};
+  j["round_id"] = roundId ? Json(*roundId) : Json(nullptr);
+  return j;
+}
+
+Store::Store(const std::string& stateDir) : dir_(stateDir), path_(stateDir + "/rankmapd.db") {
+  if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST)
+    throw IoError(fmt::format("state dir {}: cannot create: {}", dir_, std::strerror(errno)));
+  open();
+}
+
+Store::~Store() {
+  if (db_) sqlite3_close_v2(db_);
+}
+
+void Store::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : sqlite3_errmsg(db_);
+    sqlite3_free(err);
+    throw IoError(fmt::format("{}: {:.60}: {}", path_, sql, msg));
+  }
+}
+
+void Store::open() {
+  // Attempt 0 opens what is there; if it is corrupt, it is moved aside and attempt 1 starts
+  // from an empty database.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::string problem;
+    int rc = sqlite3_open_v2(path_.c_str(), &db_,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                             nullptr);
+    if (rc != SQLITE_OK) {
+      std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+      sqlite3_close_v2(db_);
+      db_ = nullptr;
+      if (rc != SQLITE_NOTADB && rc != SQLITE_CORRUPT)
+        throw IoError(fmt::format("{}: cannot open: {}", path_, msg));
+      problem = msg;
+    } else {
+      sqlite3_busy_timeout(db_, kBusyTimeoutMs);
+      try {
+        exec("PRAGMA journal_mode=WAL");
+        exec("PRAGMA synchronous=FULL");
+        exec("PRAGMA foreign_keys=ON");
+        Stmt check(db_, path_, "PRAGMA quick_check");
+        std::string verdict = check.step() ? check.text(0) : "no answer";
+        if (verdict != "ok") problem = "quick_check: " + verdict;
+      } catch (const IoError& e) {
+        int code = sqlite3_errcode(db_);
+        if (code != SQLITE_NOTADB && code != SQLITE_CORRUPT) throw;
+        problem = e.what();
+      }
+    }
+    if (problem.empty()) break;
+    if (attempt == 1)
+      throw IoError(fmt::format("{}: still unusable after moving the corrupt file aside: {}",
+                                path_, problem));
+    if (db_) sqlite3_close_v2(db_);
+    db_ = nullptr;
+    std::string aside = fmt::format("{}.corrupt-{}", path_, utcStamp());
+    for (int k = 1; fileExists(aside); ++k) aside = fmt::format("{}.corrupt-{}.{}", path_, utcStamp(), k);
+    if (::rename(path_.c_str(), aside.c_str()) != 0)
+      throw IoError(fmt::format("{}: corrupt ({}) and cannot be moved aside to {}: {}", path_,
+                                problem, aside, std::strerror(errno)));
+    for (const char* suffix : {"-wal", "-shm"})
+      if (fileExists(path_ + suffix)) ::rename((path_ + suffix).c_str(), (aside + suffix).c_str());
+    RANKMAP_ERROR(Agent, "store {}: corrupt ({}); moved it aside to {} and started a new one",
+                  path_, problem, aside);
+    recoveredFrom_ = aside;
+  }
+  Transaction tx(db_, path_);
+  exec(kSchema);
+  Stmt ver(db_, path_, "SELECT value FROM meta WHERE key = 'schema_version'");
+  if (ver.step()) {
+    if (ver.text(0) != std::to_string(kSchemaVersion))
+      throw IoError(fmt::format("{}: schema version {}, this rankmapd knows {}", path_,
+                                ver.text(0), kSchemaVersion));
+  } else {
+    Stmt ins(db_, path_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)");
+    ins.bind(1, std::to_string(kSchemaVersion)).run();
+  }
+  tx.commit();
+}
+
+int64_t Store::beginRound(const std::string& kind, int64_t hosts, int64_t pairsTotal) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, path_,
+         "INSERT INTO rounds(kind, started_at, status, hosts, pairs_total) "
+         "VALUES(?, ?, 'running', ?, ?)");
+  s.bind(1, kind).bind(2, utcNow()).bind(3, hosts).bind(4, pairsTotal).run();
+  return sqlite3_last_insert_rowid(db_);
+}
+
+void Store::finishRound(const RoundRecord& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, path_,
+         "UPDATE rounds SET finished_at = ?, status = ?, pairs_total = ?, pairs_missing = ?, "
+         "seconds = ?, topology_version = ?, error = ? WHERE id = ?");
+  s.bind(1, r.finishedAt.empty() ? utcNow() : r.finishedAt)
+      .bind(2, r.status)
+      .bind(3, r.pairsTotal)
+      .bind(4, r.pairsMissing)
+      .bind(5, r.seconds)
+      .bind(6, r.topologyVersion)
+      .bind(7, r.error)
+      .bind(8, r.id)
+      .run();
+}
+
+int64_t Store::abandonRunningRounds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, path_,
+         "UPDATE rounds SET status = 'failed', finished_at = ?, "
+         "error = 'agent stopped during the round' WHERE status = 'running'");
+  s.bind(1, utcNow()).run();
+  return sqlite3_changes(db_);
+}
+
+void Store::addMeasurements(int64_t roundId, const std::vector<MeasurementRow>& rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt s(db_, path_,
+         "INSERT INTO measurements(round_id, src, dst, kind, value, phase, extra) "
+         "VALUES(?, ?, ?, ?, ?, ?, ?)");
+  for (const auto& m : rows) {
+    s.bind(1, roundId).bind(2, m.src).bind(3, m.dst).bind(4, m.kind).bind(5, m.value).bind(6, m.phase);
+    if (m.extra.is_null())
+      s.bindNull(7);
+    else
+      s.bind(7, m.extra.dump());
+    s.run();
+  }
+  tx.commit();
+}
+
+size_t Store::measurementCount(int64_t roundId) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, path_, "SELECT COUNT(*) FROM measurements WHERE round_id = ?");
+  s.bind(1, roundId);
+  return s.step() ? static_cast<size_t>(s.integer(0)) : 0;
+}
+
+std::optional<RoundRecord> Store::round(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string sql = fmt::format("SELECT {} FROM rounds WHERE id = ?", kRoundColumns);
+  Stmt s(db_, path_, sql.c_str());
+  s.bind(1, id);
+  if (!s.step()) return std::nullopt;
+  return roundFrom(s);
+}
+
+std::vector<RoundRecord> Store::rounds(size_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string sql = fmt::format("SELECT {} FROM rounds ORDER BY id DESC LIMIT ?", kRoundColumns);
+  Stmt s(db_, path_, sql.c_str());
+  s.bind(1, static_cast<int64_t>(limit));
+  std::vector<RoundRecord> out;
+  while (s.step()) out.push_back(roundFrom(s));
+  return out;
+}
+
+int64_t Store::addTopology(Topology& t, std::optional<int64_t> roundId) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt next(db_, path_, "SELECT COALESCE(MAX(version), 0) + 1 FROM topologies");
+  next.step();
+  t.version = next.integer(0);
+  Stmt s(db_, path_,
+         "INSERT INTO topologies(version, created_at, round_id, hash, hosts, document) "
+         "VALUES(?, ?, ?, ?, ?, ?)");
+  s.bind(1, t.version)
+      .bind(2, utcNow())
+      .bind(3, roundId)
+      .bind(4, t.contentHash())
+      .bind(5, static_cast<int64_t>(t.size()))
+      .bind(6, t.toJson().dump())
+      .run();
+  tx.commit();
+  return t.version;
+}
+
+bool Store::putTopology(const Topology& t) {
+  if (t.version <= 0) RANKMAP_THROW(InvalidInput, "pushed topology without a version");
+  std::lock_guard<std::mutex> lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt s(db_, path_,
+         "INSERT OR IGNORE INTO topologies(version, created_at, round_id, hash, hosts, document) "
+         "VALUES(?, ?, NULL, ?, ?, ?)");
+  s.bind(1, t.version)
+      .bind(2, utcNow())
+      .bind(3, t.contentHash())
+      .bind(4, static_cast<int64_t>(t.size()))
+      .bind(5, t.toJson().dump())
+      .run();
+  bool inserted = sqlite3_changes(db_) > 0;
+  tx.commit();
+  return inserted;
+}
+
+std::optional<Topology> Store::topologyWhere(const char* sql, int64_t arg, bool bind) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, path_, sql);
+  if (bind) s.bind(1, arg);
+  if (!s.step()) return std::nullopt;
+  int64_t version = s.integer(0);
+  Topology t = Topology::parse(s.text(1), fmt::format("{} topology version {}", path_, version));
+  t.version = version;
+  return t;
+}
+
+std::optional<Topology> Store::latestTopology() {
+  return topologyWhere("SELECT version, document FROM topologies ORDER BY version DESC LIMIT 1",
+                       0, false);
+}
+
+std::optional<Topology> Store::topology(int64_t version) {
+  return topologyWhere("SELECT version, document FROM topologies WHERE version = ?", version, true);
+}
+
+std::vector<TopologyRecord> Store::topologies(size_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, path_,
+         "SELECT version, created_at, round_id, hash, hosts FROM topologies "
+         "ORDER BY version DESC LIMIT ?");
+  s.bind(1, static_cast<int64_t>(limit));
+  std::vector<TopologyRecord> out;
+  while (s.step()) {
+    TopologyRecord r;
+    r.version = s.integer(0);
+    r.createdAt = s.text(1);
+    if (!s.isNull(2)) r.roundId = s.integer(2);
+    r.hash = s.text(3);
+    r.hosts = s.integer(4);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+int64_t Store::addPlan(const Plan& p, const std::string& hostsKey) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, path_,
+         "INSERT INTO plans(created_at, hosts_key, topology_version, hash, document) "
+         "VALUES(?, ?, ?, ?, ?)");
+  s.bind(1, utcNow()).bind(2, hostsKey).bind(3, p.epoch).bind(4, p.hash).bind(5, p.toJson().dump()).run();
+  return sqlite3_last_insert_rowid(db_);
+}
+
+std::optional<Plan> Store::latestPlan(const std::string& hostsKey) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, path_, "SELECT document FROM plans WHERE hosts_key = ? ORDER BY id DESC LIMIT 1");
+  s.bind(1, hostsKey);
+  if (!s.step()) return std::nullopt;
+  return Plan::parse(s.text(0), path_ + " plan");
+}
+
+void Store::prune(size_t keepRounds, size_t keepTopologies) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt m(db_, path_,
+         "DELETE FROM measurements WHERE round_id NOT IN "
+         "(SELECT id FROM rounds ORDER BY id DESC LIMIT ?)");
+  m.bind(1, static_cast<int64_t>(keepRounds)).run();
+  Stmt r(db_, path_,
+         "DELETE FROM rounds WHERE id NOT IN (SELECT id FROM rounds ORDER BY id DESC LIMIT ?)");
+  r.bind(1, static_cast<int64_t>(keepRounds)).run();
+  Stmt t(db_, path_,
+         "DELETE FROM topologies WHERE version NOT IN "
+         "(SELECT version FROM topologies ORDER BY version DESC LIMIT ?)");
+  t.bind(1, static_cast<int64_t>(keepTopologies)).run();
+  tx.commit();
+}
+
+}  // namespace rankmap::agent

@@ -1,0 +1,112 @@
+// The agent's state: probe rounds, raw measurements, topology versions and plans, in SQLite
+// (DIR/rankmapd.db) with write-ahead logging and synchronous=FULL, so a committed round
+// survives a crash or power loss of the agent and nothing is half-written.
+//
+// History is kept: every topology version and round stays until prune() removes the oldest.
+// A file that is not a valid database (or fails SQLite's quick_check) is moved aside to
+// DIR/rankmapd.db.corrupt-<UTC time> (with its -wal/-shm files), an error is logged and a fresh
+// database is created; recoveredFrom() tells where the old one went. Thread-safe: one
+// connection guarded by a mutex; every write is one transaction.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/plan.h"
+#include "common/topology.h"
+
+struct sqlite3;
+
+namespace rankmap::agent {
+
+// One measured value of a round, as stored (bandwidth: src sends to dst; latency: round trip
+// measured by src to dst).
+struct MeasurementRow {
+  std::string src;
+  std::string dst;
+  std::string kind;  // "bandwidth" (value in Mbit/s) or "latency" (median in us, stats in extra)
+  double value = 0;
+  std::string phase;  // "round", "contention", "remeasure", "check"
+  Json extra;         // latency statistics, or null
+};
+
+struct RoundRecord {
+  int64_t id = 0;
+  std::string kind;  // "full" or "light"
+  std::string startedAt, finishedAt;
+  std::string status;  // "running", "ok", "partial", "failed", "unchanged"
+  int64_t hosts = 0;
+  int64_t pairsTotal = 0;
+  int64_t pairsMissing = 0;
+  double seconds = 0;
+  std::optional<int64_t> topologyVersion;
+  std::string error;
+  Json toJson() const;
+};
+
+struct TopologyRecord {
+  int64_t version = 0;
+  std::string createdAt;
+  std::optional<int64_t> roundId;
+  std::string hash;
+  int64_t hosts = 0;
+  Json toJson() const;
+};
+
+class Store {
+ public:
+  // Opens (creating DIR and the database if needed). Throws IoError naming the path.
+  explicit Store(const std::string& stateDir);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Where a corrupt database was moved when this Store opened, if it was.
+  const std::optional<std::string>& recoveredFrom() const { return recoveredFrom_; }
+
+  int64_t beginRound(const std::string& kind, int64_t hosts, int64_t pairsTotal);
+  void finishRound(const RoundRecord& r);  // by r.id: status, finishedAt, counts, version, error
+  // Marks rounds left "running" by a previous process as "failed" (agent restart).
+  int64_t abandonRunningRounds();
+  void addMeasurements(int64_t roundId, const std::vector<MeasurementRow>& rows);
+  size_t measurementCount(int64_t roundId);
+  std::optional<RoundRecord> round(int64_t id);
+  std::vector<RoundRecord> rounds(size_t limit);
+
+  // Stores `t` as the next version (max + 1); sets t.version and returns it.
+  int64_t addTopology(Topology& t, std::optional<int64_t> roundId);
+  // Stores a topology under its own version (pushed by the coordinator); false if that version
+  // exists already.
+  bool putTopology(const Topology& t);
+  std::optional<Topology> latestTopology();
+  std::optional<Topology> topology(int64_t version);
+  std::vector<TopologyRecord> topologies(size_t limit);
+
+  int64_t addPlan(const Plan& p, const std::string& hostsKey);
+  std::optional<Plan> latestPlan(const std::string& hostsKey);
+
+  // Keeps the newest `keepRounds` rounds (and their measurements) and `keepTopologies`
+  // topology versions.
+  void prune(size_t keepRounds, size_t keepTopologies);
+
+ private:
+  void open();
+  void exec(const char* sql);
+  std::optional<Topology> topologyWhere(const char* sql, int64_t arg, bool bind);
+
+  std::string dir_;
+  std::string path_;
+  std::optional<std::string> recoveredFrom_;
+  sqlite3* db_ = nullptr;
+  std::mutex mu_;
+};
+
+// RFC 3339 UTC time with milliseconds: "2024-05-01T12:00:00.123Z".
+std::string utcNow();
+
+}  // namespace rankmap::agent

@@ -1,0 +1,186 @@
+#include "probe/measure.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "common/log.h"
+#include "probe/stats.h"
+#include "probe/tcp_info.h"
+
+namespace rankmap::probe {
+namespace {
+
+constexpr size_t kBulkChunk = 256 * 1024;
+constexpr int64_t kMaxBulkMs = 60000;
+constexpr uint64_t kMaxBulkBytes = 4ull << 30;
+
+using Clock = std::chrono::steady_clock;
+
+double secondsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// A page-aligned filler chunk shared by every sender; its content does not matter.
+const char* fillerChunk() {
+  static const std::vector<char> chunk = [] {
+    std::vector<char> c(kBulkChunk);
+    for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<char>(i * 131 + 7);
+    return c;
+  }();
+  return chunk.data();
+}
+
+}  // namespace
+
+Json BandwidthOptions::toJson() const {
+  return {{"max_ms", maxMs}, {"max_bytes", maxBytes}, {"warmup", warmupFraction}};
+}
+
+BandwidthOptions BandwidthOptions::fromJson(const Json& j, std::string_view source) {
+  JsonReader r(j, source);
+  BandwidthOptions o;
+  o.maxMs = r.at("max_ms", "milliseconds").integerIn(1, kMaxBulkMs);
+  o.maxBytes = static_cast<uint64_t>(r.at("max_bytes", "bytes").integerIn(1, kMaxBulkBytes));
+  auto w = r.at("warmup", "a fraction in [0, 0.9]");
+  o.warmupFraction = w.nonNegative();
+  if (o.warmupFraction > 0.9) w.fail("a fraction in [0, 0.9]");
+  return o;
+}
+
+Json BulkResult::toJson() const {
+  return {{"bytes", bytes}, {"seconds", seconds}, {"mbps", mbps}, {"total_bytes", totalBytes}};
+}
+
+BulkResult BulkResult::fromJson(const Json& j, std::string_view source) {
+  JsonReader r(j, source);
+  BulkResult b;
+  b.bytes = r.at("bytes").unsignedInt();
+  b.seconds = r.at("seconds").nonNegative();
+  b.mbps = r.at("mbps").nonNegative();
+  b.totalBytes = r.at("total_bytes").unsignedInt();
+  return b;
+}
+
+BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d) {
+  // Bytes are counted where the kernel received them (TCP_INFO) when it can say: a receiver
+  // that is descheduled for a moment on a busy machine then still sees the network's rate,
+  // not the rate at which it happened to read. Reading goes on all the time, so the receive
+  // window stays open.
+  std::vector<char> buf(kBulkChunk);
+  uint64_t total = 0;
+  Clock::time_point first{}, warmAt{}, last{};
+  uint64_t warmBytes = 0, kernelFirst = 0, kernelWarm = 0, kernelLast = 0;
+  bool warm = false, kernel = true;
+  auto window = std::chrono::milliseconds(opts.maxMs);
+  auto warmup = std::chrono::duration_cast<Clock::duration>(window * opts.warmupFraction);
+  auto kernelBytes = [&]() -> uint64_t {
+    auto k = kernel ? tcpBytesReceived(s.fd()) : std::nullopt;
+    if (!k) kernel = false;
+    return k.value_or(0);
+  };
+  for (;;) {
+    size_t k = s.recvSome(buf.data(), buf.size(), d, "bulk receive");
+    auto now = Clock::now();
+    if (k == 0)
+      throw PeerError(fmt::format("bulk receive: peer {} closed after {} bytes", s.peerText(), total));
+    if (total == 0) {
+      first = now;
+      kernelFirst = kernelBytes();
+    }
+    total += k;
+    last = now;
+    if (!warm && now - first >= warmup) {
+      warm = true;
+      warmAt = now;
+      warmBytes = total;
+      kernelWarm = kernelBytes();
+    }
+    if (now - first >= window || total >= opts.maxBytes) break;
+  }
+  kernelLast = kernelBytes();
+  BulkResult r;
+  r.totalBytes = total;
+  if (warm && last > warmAt) {
+    r.bytes = kernel ? kernelLast - kernelWarm : total - warmBytes;
+    r.seconds = secondsBetween(warmAt, last);
+  } else {
+    r.bytes = kernel ? kernelLast - kernelFirst : total;
+    r.seconds = std::max(secondsBetween(first, last), 1e-6);
+  }
+  r.mbps = static_cast<double>(r.bytes) * 8.0 / r.seconds / 1e6;
+  return r;
+}
+
+uint64_t streamBulk(Socket& s, uint64_t maxBytes, Deadline d) {
+  const char* chunk = fillerChunk();
+  uint64_t sent = 0;
+  while (sent < maxBytes) {
+    auto [readable, writable] = s.waitEither(d);
+    if (!readable && !writable)
+      throw TimeoutError(fmt::format("bulk send: peer {} stopped reading before the deadline",
+                                     s.peerText()));
+    if (readable) break;  // the receiver's result, or it closed: the window is over
+    size_t want = static_cast<size_t>(std::min<uint64_t>(kBulkChunk, maxBytes - sent));
+    try {
+      sent += s.sendNow(chunk, want, "bulk send");
+    } catch (const PeerError&) {
+      break;  // receiver closed after its window
+    }
+  }
+  return sent;
+}
+
+LatencyStats measureLatency(Channel& c, const LatencyOptions& opts, Deadline d) {
+  if (opts.samples < 1) RANKMAP_THROW(InvalidInput, "latency: {} samples", opts.samples);
+  std::vector<double> samples;
+  samples.reserve(static_cast<size_t>(opts.samples));
+  std::string payload(8, '\0');
+  for (int i = 0; i < opts.warmup + opts.samples; ++i) {
+    for (int b = 0; b < 8; ++b) payload[static_cast<size_t>(b)] = static_cast<char>(i >> (8 * b));
+    auto t0 = Clock::now();
+    c.send(MsgType::kPing, payload, d);
+    std::string pong = c.expect(MsgType::kPong, d, 8);
+    auto t1 = Clock::now();
+    if (pong != payload)
+      throw PeerError(fmt::format("{}: Pong does not echo Ping {}", c.describe(), i));
+    if (i >= opts.warmup) samples.push_back(secondsBetween(t0, t1) * 1e6);
+  }
+  return summarizeLatency(std::move(samples));
+}
+
+LatencyStats measureLatency(const Endpoint& peer, const ProbeKey& key, std::string_view self,
+                            const LatencyOptions& opts, Deadline d) {
+  Channel c = Channel::connect(peer, key, self, d);
+  return measureLatency(c, opts, d);
+}
+
+BulkResult measureSendTo(const Endpoint& peer, const ProbeKey& key, std::string_view self,
+                         const BandwidthOptions& opts, Deadline d) {
+  Channel c = Channel::connect(peer, key, self, d);
+  c.send(MsgType::kBulkSink, opts.toJson().dump(), d);
+  streamBulk(c.socket(), opts.maxBytes, d);
+  std::string result = c.expect(MsgType::kBulkResult, d);
+  c.socket().abort();  // drop what is still queued: the window is over
+  return BulkResult::fromJson(parseJson(result, "BulkResult"), "BulkResult");
+}
+
+BulkResult measureReceiveFrom(const Endpoint& peer, const ProbeKey& key, std::string_view self,
+                              const BandwidthOptions& opts, Deadline d) {
+  Channel c = Channel::connect(peer, key, self, d);
+  c.send(MsgType::kBulkSource, opts.toJson().dump(), d);
+  BulkResult r = receiveBulk(c.socket(), opts, d);
+  // A reset is how the sender learns the window is over; it also drops its queued bytes.
+  c.socket().abort();
+  return r;
+}
+
+Json request(const Endpoint& peer, const ProbeKey& key, std::string_view self, const Json& req,
+             Deadline d, size_t maxReply) {
+  Channel c = Channel::connect(peer, key, self, d);
+  c.send(MsgType::kRequest, req.dump(), d);
+  std::string reply = c.expect(MsgType::kReply, d, maxReply);
+  return parseJson(reply, fmt::format("reply from {}", c.describe()));
+}
+
+}  // namespace rankmap::probe

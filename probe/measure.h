@@ -1,0 +1,66 @@
+// Client side of the probes: latency round trips, bulk transfers, control requests.
+//
+// Latency: `warmup` round trips of a 8-byte Ping are discarded, then `samples` are kept
+// (min/median/p90/p99). Bandwidth: a bulk transfer in one direction, bounded by time and bytes
+// (whichever first); the receiver times it from its first byte and ignores the first
+// `warmupFraction` of the window (TCP slow start), so the result is the steady rate it saw.
+// Every function takes a Deadline and throws TimeoutError/PeerError/AuthError on a dead, slow,
+// silent or unauthenticated peer; nothing blocks past the deadline.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/json.h"
+#include "common/topology.h"
+#include "probe/wire.h"
+
+namespace rankmap::probe {
+
+struct LatencyOptions {
+  int warmup = 10;
+  int samples = 100;
+};
+
+struct BandwidthOptions {
+  int64_t maxMs = 250;
+  uint64_t maxBytes = 64ull << 20;
+  double warmupFraction = 0.2;
+  Json toJson() const;
+  // Validates a request from a peer: bounded time and bytes. Throws InvalidInput.
+  static BandwidthOptions fromJson(const Json& j, std::string_view source);
+};
+
+// What a receiver measured: `bytes` over `seconds` after warm-up, and the whole transfer.
+struct BulkResult {
+  uint64_t bytes = 0;
+  double seconds = 0;
+  double mbps = 0;
+  uint64_t totalBytes = 0;
+  Json toJson() const;
+  static BulkResult fromJson(const Json& j, std::string_view source);
+};
+
+// Receives raw bulk bytes on `s` until the window ends (see the file comment).
+BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d);
+// Streams raw bytes on `s` until maxBytes are sent or the peer sends something or closes;
+// returns the bytes sent. A peer that closes the connection ends the stream normally.
+uint64_t streamBulk(Socket& s, uint64_t maxBytes, Deadline d);
+
+// Round trips on an established channel.
+LatencyStats measureLatency(Channel& c, const LatencyOptions& opts, Deadline d);
+// Latency to `peer` over a new connection.
+LatencyStats measureLatency(const Endpoint& peer, const ProbeKey& key, std::string_view self,
+                            const LatencyOptions& opts, Deadline d);
+// This host sends to `peer`; the peer measures and reports (authenticated).
+BulkResult measureSendTo(const Endpoint& peer, const ProbeKey& key, std::string_view self,
+                         const BandwidthOptions& opts, Deadline d);
+// `peer` sends to this host; this host measures.
+BulkResult measureReceiveFrom(const Endpoint& peer, const ProbeKey& key, std::string_view self,
+                              const BandwidthOptions& opts, Deadline d);
+// One control request/reply. `maxReply` bounds the answer.
+Json request(const Endpoint& peer, const ProbeKey& key, std::string_view self, const Json& req,
+             Deadline d, size_t maxReply = kMaxControlPayload);
+
+}  // namespace rankmap::probe

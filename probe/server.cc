@@ -1,0 +1,173 @@
+#include "probe/server.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+namespace rankmap::probe {
+
+ProbeServer::ProbeServer(Options opts, ProbeKey key, RequestHandler handler)
+    : opts_(std::move(opts)),
+      key_(std::move(key)),
+      handler_(std::move(handler)),
+      guard_(opts_.replayWindow) {
+  if (key_.empty()) RANKMAP_THROW(InvalidInput, "probe server: no probe key");
+}
+
+ProbeServer::~ProbeServer() { stop(); }
+
+void ProbeServer::start() {
+  listener_ = Listener::bind(opts_.listen);
+  port_ = listener_.port();
+  RANKMAP_INFO(Probe, "probe server {}: listening on {}:{} (key {})", opts_.name,
+               opts_.listen.host, port_, key_.fingerprint());
+  acceptThread_ = std::thread([this] { acceptLoop(); });
+}
+
+void ProbeServer::stop() {
+  if (stopping_.exchange(true)) {
+    if (acceptThread_.joinable()) acceptThread_.join();
+    return;
+  }
+  listener_.shutdown();
+  if (acceptThread_.joinable()) acceptThread_.join();
+  std::unique_lock<std::mutex> lock(mu_);
+  for (int fd : active_) ::shutdown(fd, SHUT_RDWR);
+  idle_.wait(lock, [&] { return running_ == 0; });
+}
+
+void ProbeServer::acceptLoop() {
+  while (!stopping_.load()) {
+    std::optional<Socket> s;
+    try {
+      s = listener_.accept(Deadline::after(std::chrono::seconds(1)));
+    } catch (const std::exception& e) {
+      RANKMAP_ERROR(Probe, "probe server {}: accept failed: {}", opts_.name, e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    if (!s) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_.load() || running_ >= opts_.maxConnections) {
+      ++refused_;
+      continue;  // closes the socket
+    }
+    // A duplicate descriptor names the connection for stop(): it stays valid (and is not
+    // reused for another connection) until serve() has finished and closes it.
+    int dupFd = ::dup(s->fd());
+    if (dupFd < 0) {
+      ++refused_;
+      continue;
+    }
+    ++running_;
+    ++accepted_;
+    active_.insert(dupFd);
+    std::thread([this, dupFd, sock = std::move(*s)]() mutable { serve(std::move(sock), dupFd); })
+        .detach();
+  }
+}
+
+void ProbeServer::serve(Socket s, int dupFd) {
+  {
+    std::string peer = s.peerText();
+    try {
+      Channel c = Channel::accept(std::move(s), key_, guard_,
+                                  Deadline::after(opts_.handshakeTimeout));
+      serveChannel(c);
+    } catch (const AuthError& e) {
+      ++authFailures_[static_cast<size_t>(e.reason())];
+      RANKMAP_WARN(Probe, "probe server {}: rejected {}: {} ({})", opts_.name, peer, e.what(),
+                   authFailureName(e.reason()));
+    } catch (const std::exception& e) {
+      RANKMAP_DEBUG(Probe, "probe server {}: connection from {} ended: {}", opts_.name, peer,
+                    e.what());
+    }
+  }
+  // Everything this thread owned is destroyed; the notify happens under the lock so that
+  // stop() cannot return (and destroy *this) before we are done touching it.
+  std::lock_guard<std::mutex> lock(mu_);
+  active_.erase(dupFd);
+  ::close(dupFd);
+  --running_;
+  idle_.notify_all();
+}
+
+void ProbeServer::serveChannel(Channel& c) {
+  for (;;) {
+    if (stopping_.load()) return;
+    Frame f;
+    try {
+      f = c.recv(Deadline::after(opts_.idleTimeout), kMaxDocumentPayload);
+    } catch (const PeerError& e) {
+      if (dynamic_cast<const AuthError*>(&e)) throw;
+      return;  // the client closed the connection: the normal end
+    }
+    switch (f.type) {
+      case MsgType::kPing: {
+        if (f.payload.size() != 8) throw AuthError(AuthFailure::kMalformed, "Ping of wrong size");
+        c.send(MsgType::kPong, f.payload, Deadline::after(opts_.idleTimeout));
+        break;
+      }
+      case MsgType::kBulkSink:
+      case MsgType::kBulkSource: {
+        BandwidthOptions bo;
+        try {
+          bo = BandwidthOptions::fromJson(parseJson(f.payload, "bulk request"), "bulk request");
+          if (bo.maxMs > opts_.maxBulkMs || bo.maxBytes > opts_.maxBulkBytes)
+            throw InvalidInput(fmt::format("bulk request of {} ms / {} bytes exceeds this agent's "
+                                           "limits ({} ms / {} bytes)",
+                                           bo.maxMs, bo.maxBytes, opts_.maxBulkMs,
+                                           opts_.maxBulkBytes));
+        } catch (const InvalidInput& e) {
+          c.send(MsgType::kError, e.what(), Deadline::after(opts_.idleTimeout));
+          return;
+        }
+        // The transfer may take the window plus what queues hold; bound it generously.
+        Deadline d = Deadline::after(std::chrono::milliseconds(bo.maxMs * 4) + opts_.idleTimeout);
+        if (f.type == MsgType::kBulkSink) {
+          BulkResult r = receiveBulk(c.socket(), bo, d);
+          c.send(MsgType::kBulkResult, r.toJson().dump(), d);
+          // Drain until the sender sees the result and closes: closing with unread bytes would
+          // reset the connection and could destroy the result before it is read.
+          c.socket().shutdownWrite();
+          char sink[65536];
+          Deadline drain = Deadline::after(std::chrono::seconds(5));
+          try {
+            while (c.socket().recvSome(sink, sizeof(sink), drain, "bulk drain") > 0) {
+            }
+          } catch (const std::exception&) {
+          }
+        } else {
+          streamBulk(c.socket(), bo.maxBytes, d);
+          c.socket().abort();
+        }
+        return;  // a bulk transfer ends its connection
+      }
+      case MsgType::kRequest: {
+        Json reply;
+        Deadline d = Deadline::after(opts_.requestTimeout);
+        try {
+          Json req = parseJson(f.payload, fmt::format("request from {}", c.describe()));
+          reply = handler_(req, c.peerName(), d);
+        } catch (const InvalidInput& e) {
+          c.send(MsgType::kError, e.what(), d);
+          break;
+        } catch (const NotSupported& e) {
+          c.send(MsgType::kError, e.what(), d);
+          break;
+        } catch (const std::exception& e) {
+          c.send(MsgType::kError, fmt::format("failed: {}", e.what()), d);
+          break;
+        }
+        c.send(MsgType::kReply, reply.dump(), d);
+        break;
+      }
+      default:
+        throw AuthError(AuthFailure::kMalformed,
+                        fmt::format("{}: unexpected {} frame", c.describe(), msgTypeName(f.type)));
+    }
+  }
+}
+
+}  // namespace rankmap::probe

@@ -1,0 +1,395 @@
+#include "reorder/hierarchy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "reorder/numeric.h"
+#include "reorder/linkage.h"
+
+namespace rankmap::reorder {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kLatencyFloorUs = 0.05f;
+
+// splitmix64: a tiny, portable, seeded generator (std distributions differ between libraries).
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// The rate a host's own link allows: the median of its measured single-flow rates within 25%
+// of the largest, robust to noise and to slower peers (only its fastest peers show its link).
+double topBand(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double ref = *std::max_element(v.begin(), v.end());
+  std::vector<double> band;
+  for (double x : v)
+    if (x >= 0.75 * ref) band.push_back(x);
+  auto mid = band.begin() + band.size() / 2;
+  std::nth_element(band.begin(), mid, band.end());
+  return *mid;
+}
+
+std::vector<int> sampleHosts(size_t n) {
+  std::vector<int> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  if (n <= kAnalysisHosts) return idx;
+  uint64_t s = 0x5eed0000ull + n;
+  for (size_t i = n - 1; i > 0; --i) std::swap(idx[i], idx[splitmix(s) % (i + 1)]);
+  idx.resize(kAnalysisHosts);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+// Per-pair feature values; NaN when not measured.
+class Features {
+ public:
+  Features(const Measurements& m, const std::vector<std::vector<int>>& sharedSets) : m_(m) {
+    size_t n = m.n;
+    logRate_.assign(n, 0);
+    std::vector<double> band;
+    for (size_t i = 0; i < n; ++i) {
+      // topBand without collecting the whole row: the maximum, then the values near it.
+      const float* row = m.bandwidthMbps.row(i);
+      float top = 0;
+      for (size_t j = 0; j < n; ++j)
+        if (row[j] > top) top = row[j];  // false for NaN
+      band.clear();
+      for (size_t j = 0; j < n; ++j)
+        if (row[j] >= 0.75f * top) band.push_back(row[j]);
+      double r = top > 0 ? topBand(band) : 0;
+      logRate_[i] = r > 0 ? fastLog(static_cast<float>(r)) : 0;
+    }
+    memberOf_.assign(n, {});
+    for (size_t s = 0; s < sharedSets.size(); ++s) {
+      if (sharedSets[s].size() < 2 || sharedSets[s].size() >= n) continue;  // no information
+      for (int h : sharedSets[s]) memberOf_[h].push_back(static_cast<int>(s));
+      haveShared_ = true;
+    }
+    for (auto& v : memberOf_) {
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+    }
+  }
+
+  bool haveShared() const { return haveShared_; }
+
+  float bandwidth(size_t i, size_t j) const {
+    float bw = m_.bandwidthMbps.at(i, j);
+    if (std::isnan(bw)) return kNaN;
+    return std::min(logRate_[i], logRate_[j]) - fastLog(bw);
+  }
+  float latency(size_t i, size_t j) const {
+    float l = m_.latencyUs.at(i, j);
+    if (std::isnan(l)) return kNaN;
+    return fastLog(std::max(l, kLatencyFloorUs));
+  }
+  // Shared links containing exactly one of i and j.
+  float shared(size_t i, size_t j) const {
+    const auto& a = memberOf_[i];
+    const auto& b = memberOf_[j];
+    size_t common = 0, x = 0, y = 0;
+    while (x < a.size() && y < b.size()) {
+      if (a[x] == b[y]) {
+        ++common;
+        ++x;
+        ++y;
+      } else if (a[x] < b[y]) {
+        ++x;
+      } else {
+        ++y;
+      }
+    }
+    return static_cast<float>(a.size() + b.size() - 2 * common);
+  }
+  float value(int f, size_t i, size_t j) const {
+    return f == 0 ? bandwidth(i, j) : f == 1 ? latency(i, j) : shared(i, j);
+  }
+
+ private:
+  const Measurements& m_;
+  std::vector<float> logRate_;
+  std::vector<std::vector<int>> memberOf_;
+  bool haveShared_ = false;
+};
+
+struct FeatureFit {
+  FeatureReport report;
+  double center = 0;  // median within the finest groups: the level-0 value, subtracted
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  auto mid = v.begin() + v.size() / 2;
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+FeatureFit analyseFeature(const Features& fx, int f, const std::vector<int>& sample,
+                          size_t measuredPairs) {
+  FeatureFit fit;
+  fit.report.name = f == 0 ? "bandwidth" : "latency";
+  fit.report.pairs = measuredPairs;
+  size_t s = sample.size();
+  if (measuredPairs == 0 || s < 2) return fit;
+  std::vector<float> d(s * s, kNaN);
+  for (size_t a = 0; a < s; ++a)
+    for (size_t b = a + 1; b < s; ++b) {
+      float v = fx.value(f, sample[a], sample[b]);
+      d[a * s + b] = d[b * s + a] = v;
+    }
+  Dendrogram dg = averageLinkage(d, s);
+  auto cuts = findLevelCuts(dg, kMinLogGap, kSpreadFactor);
+  if (cuts.empty()) return fit;
+  fit.report.informative = true;
+  fit.report.levels = static_cast<int>(cuts.size());
+  for (const auto& c : cuts) fit.report.gap = std::max(fit.report.gap, c.gap());
+  auto label = cutDendrogram(dg, cuts.front().merges);
+  std::vector<double> within;
+  for (size_t a = 0; a < s; ++a)
+    for (size_t b = a + 1; b < s; ++b)
+      if (label[a] == label[b] && !std::isnan(d[a * s + b])) within.push_back(d[a * s + b]);
+  double sd = 0;
+  if (within.size() >= 2) {
+    double mean = std::accumulate(within.begin(), within.end(), 0.0) / within.size();
+    double sq = 0;
+    for (double v : within) sq += (v - mean) * (v - mean);
+    sd = std::sqrt(sq / within.size());
+    fit.center = median(within);
+  } else if (within.size() == 1) {
+    fit.center = within.front();
+  }
+  fit.report.sigma = std::max(sd, kMinFeatureSigma);
+  return fit;
+}
+
+}  // namespace
+
+std::string levelName(size_t level) {
+  static const char* kNames[] = {"rack", "pod", "zone"};
+  if (level < 3) return kNames[level];
+  return fmt::format("level{}", level + 1);
+}
+
+int Hierarchy::lcaLevel(int a, int b) const {
+  for (size_t l = 0; l < levels.size(); ++l)
+    if (levels[l].groupOf[a] == levels[l].groupOf[b]) return static_cast<int>(l);
+  return static_cast<int>(levels.size());
+}
+
+std::vector<std::vector<int>> Hierarchy::members(size_t l) const {
+  std::vector<std::vector<int>> out(levels.at(l).groups);
+  for (size_t h = 0; h < n; ++h) out[levels[l].groupOf[h]].push_back(static_cast<int>(h));
+  return out;
+}
+
+std::vector<HierarchyLevel> Hierarchy::toLevels(const std::vector<std::string>& names) const {
+  std::vector<HierarchyLevel> out;
+  for (size_t l = 0; l < levels.size(); ++l) {
+    HierarchyLevel hl;
+    hl.name = levels[l].name;
+    hl.confidence = levels[l].confidence;
+    for (const auto& g : members(l)) {
+      std::vector<std::string> gn;
+      for (int h : g) gn.push_back(names[h]);
+      hl.groups.push_back(std::move(gn));
+    }
+    out.push_back(std::move(hl));
+  }
+  return out;
+}
+
+Hierarchy inferHierarchy(const Measurements& m, const std::vector<std::vector<int>>& sharedSets) {
+  Hierarchy h;
+  size_t n = m.n;
+  h.n = n;
+  if (n < 2) return h;
+  Features fx(m, sharedSets);
+  auto sample = sampleHosts(n);
+
+  FeatureFit fits[2] = {analyseFeature(fx, 0, sample, m.bandwidthPairs),
+                        analyseFeature(fx, 1, sample, m.latencyPairs)};
+  double weight[2] = {0, 0};
+  int informative = 0;
+  for (int f = 0; f < 2; ++f) {
+    h.features.push_back(fits[f].report);
+    if (fits[f].report.informative) {
+      weight[f] = 1.0 / fits[f].report.sigma;
+      ++informative;
+    }
+  }
+  FeatureReport shared;
+  shared.name = "shared_links";
+  shared.pairs = fx.haveShared() ? m.pairs() : 0;
+  shared.informative = fx.haveShared();
+  h.features.push_back(shared);
+  if (informative == 0 && !fx.haveShared()) {
+    RANKMAP_INFO(Reorder, "hierarchy: no signal shows any level: the network looks flat");
+    return h;
+  }
+  double totalWeight = weight[0] + weight[1];
+
+  // The combined dissimilarity in noise units, straight into the linkage's working matrix.
+  // The confidence needs the values again after the linkage has consumed them: keep a
+  // deterministic sample of at most kConfidencePairs pairs.
+  constexpr size_t kTile = 64;  // both writes of a pair stay in cache
+  constexpr double kConfidencePairs = 2e6;
+  auto combined = [&](size_t i, size_t j) {
+    double num = 0, w = 0;
+    for (int f = 0; f < 2; ++f) {
+      if (weight[f] == 0) continue;
+      float v = fx.value(f, i, j);
+      if (std::isnan(v)) continue;
+      num += weight[f] * (v - fits[f].center);
+      w += weight[f];
+    }
+    double v = std::numeric_limits<double>::quiet_NaN();
+    if (w > 0) v = num / w * totalWeight;
+    if (fx.haveShared()) v = (std::isnan(v) ? 0 : v) + kSharedLinkSigmas * fx.shared(i, j);
+    return static_cast<float>(v);
+  };
+  struct PairValue {
+    int i, j;
+    float v;
+  };
+  double keep = std::min(1.0, kConfidencePairs / std::max<double>(1, m.pairs()));
+  std::vector<PairValue> kept;
+  kept.reserve(static_cast<size_t>(keep * m.pairs() * 1.05) + 16);
+  std::vector<LinkageCell> cells(n * n);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (size_t bi = 0; bi < n; bi += kTile)
+    for (size_t bj = bi; bj < n; bj += kTile)
+      for (size_t i = bi; i < std::min(n, bi + kTile); ++i)
+        for (size_t j = std::max(bj, i + 1); j < std::min(n, bj + kTile); ++j) {
+          float v = combined(i, j);
+          bool has = !std::isnan(v);
+          cells[i * n + j] = cells[j * n + i] = {has ? v : kInf, has ? 1.0f : 0.0f};
+          if (has && (keep >= 1 || pairHash(i, j) < keep))
+            kept.push_back({static_cast<int>(i), static_cast<int>(j), v});
+        }
+  double minGap = informative > 0 ? kMinSigmaGap * std::sqrt(double(informative))
+                                  : 0.5 * kSharedLinkSigmas;
+  Dendrogram dg = averageLinkage(std::move(cells), n);
+  auto cuts = findLevelCuts(dg, minGap, kSpreadFactor);
+  for (size_t l = 0; l < cuts.size(); ++l) {
+    Hierarchy::Level level;
+    level.name = levelName(l);
+    level.groupOf = cutDendrogram(dg, cuts[l].merges);
+    level.groups = *std::max_element(level.groupOf.begin(), level.groupOf.end()) + 1;
+    level.gap = cuts[l].gap();
+    h.levels.push_back(std::move(level));
+  }
+
+  // Confidence: balanced accuracy of the cut as a pair classifier, times margin and coverage.
+  size_t L = cuts.size();
+  std::vector<double> withinOk(L, 0), within(L, 0), acrossOk(L, 0), across(L, 0);
+  for (const auto& p : kept)
+    for (size_t l = 0; l < L; ++l) {
+      double t = 0.5 * (cuts[l].below + cuts[l].above);
+      if (h.levels[l].groupOf[p.i] == h.levels[l].groupOf[p.j]) {
+        within[l] += 1;
+        withinOk[l] += p.v < t;
+      } else {
+        across[l] += 1;
+        acrossOk[l] += p.v > t;
+      }
+    }
+  double coverage = std::min(1.0, m.coverage() / 0.8);
+  if (fx.haveShared()) coverage = std::max(coverage, 0.9);
+  for (size_t l = 0; l < L; ++l) {
+    double wa = within[l] > 0 ? withinOk[l] / within[l] : 1.0;
+    double aa = across[l] > 0 ? acrossOk[l] / across[l] : 1.0;
+    double balanced = std::clamp(2 * (0.5 * (wa + aa)) - 1, 0.0, 1.0);
+    double margin = std::min(1.0, cuts[l].gap() / (2 * minGap));
+    h.levels[l].confidence = std::round(balanced * margin * coverage * 1000) / 1000;
+    RANKMAP_DEBUG(Reorder, "hierarchy: level {} ({} groups): gap {:.1f}, pairs within {:.3f} "
+                  "across {:.3f} consistent, confidence {:.3f}",
+                  h.levels[l].name, h.levels[l].groups, cuts[l].gap(), wa, aa,
+                  h.levels[l].confidence);
+  }
+  return h;
+}
+
+Hierarchy hierarchyFromLevels(const std::vector<HierarchyLevel>& levels,
+                              const std::vector<std::string>& names, std::string_view source) {
+  Hierarchy h;
+  h.n = names.size();
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < names.size(); ++i) index[names[i]] = static_cast<int>(i);
+  for (size_t l = 0; l < levels.size(); ++l) {
+    Hierarchy::Level level;
+    level.name = levels[l].name;
+    level.confidence = levels[l].confidence;
+    level.groupOf.assign(h.n, -1);
+    // Relabel groups by lowest member, as inference does.
+    std::vector<std::pair<int, size_t>> firsts;
+    for (size_t g = 0; g < levels[l].groups.size(); ++g) {
+      int lo = std::numeric_limits<int>::max();
+      for (const auto& name : levels[l].groups[g]) {
+        auto it = index.find(name);
+        if (it == index.end())
+          throw InvalidInput(fmt::format("{}: at /groups/{}/groups/{}: host '{}' is not one of the "
+                                         "planned hosts", source, l, g, name));
+        lo = std::min(lo, it->second);
+      }
+      firsts.push_back({lo, g});
+    }
+    std::sort(firsts.begin(), firsts.end());
+    for (size_t k = 0; k < firsts.size(); ++k)
+      for (const auto& name : levels[l].groups[firsts[k].second])
+        level.groupOf[index.at(name)] = static_cast<int>(k);
+    for (size_t i = 0; i < h.n; ++i)
+      if (level.groupOf[i] < 0)
+        throw InvalidInput(fmt::format("{}: at /groups/{}: host '{}' is in no group", source, l,
+                                       names[i]));
+    level.groups = static_cast<int>(firsts.size());
+    if (l > 0) {
+      const auto& finer = h.levels.back().groupOf;
+      std::map<int, int> up;
+      for (size_t i = 0; i < h.n; ++i) {
+        auto [it, fresh] = up.emplace(finer[i], level.groupOf[i]);
+        if (!fresh && it->second != level.groupOf[i])
+          throw InvalidInput(fmt::format("{}: at /groups/{}: expected groups made of whole groups "
+                                         "of level {} ('{}' splits one)", source, l, l - 1,
+                                         names[i]));
+      }
+    }
+    h.levels.push_back(std::move(level));
+  }
+  return h;
+}
+
+double adjustedRandIndex(const std::vector<int>& a, const std::vector<int>& b) {
+  RANKMAP_ASSERT(a.size() == b.size());
+  size_t n = a.size();
+  if (n < 2) return 1.0;
+  std::map<std::pair<int, int>, double> cell;
+  std::map<int, double> ra, rb;
+  for (size_t i = 0; i < n; ++i) {
+    cell[{a[i], b[i]}] += 1;
+    ra[a[i]] += 1;
+    rb[b[i]] += 1;
+  }
+  auto c2 = [](double x) { return x * (x - 1) / 2; };
+  double index = 0, sa = 0, sb = 0;
+  for (const auto& [k, v] : cell) index += c2(v);
+  for (const auto& [k, v] : ra) sa += c2(v);
+  for (const auto& [k, v] : rb) sb += c2(v);
+  double expected = sa * sb / c2(static_cast<double>(n));
+  double maxIndex = 0.5 * (sa + sb);
+  if (maxIndex == expected) return 1.0;  // both trivial (all singletons or one group)
+  return (index - expected) / (maxIndex - expected);
+}
+
+}  // namespace rankmap::reorder

@@ -1,0 +1,78 @@
+// Hierarchy inference: which hosts share a rack, which racks share a pod, from what the probes
+// measured. See docs/planner.md for the method and its reasons.
+//
+// Signals ("features"), each turned into a per-pair dissimilarity:
+//   bandwidth  -log(bw(i,j) / min(rate_i, rate_j)): the single-flow rate relative to what the two
+//              hosts' own links allow, so a slow NIC does not look like a remote rack;
+//   latency    log(min latency);
+//   shared     the number of shared links (from the contention probe) that contain exactly one of
+//              the two hosts: the count of oversubscribed links a flow between them crosses.
+// Each measured feature is first clustered on its own (on a deterministic sample of at most
+// kAnalysisHosts hosts) to see whether it shows any level at all and how noisy it is within the
+// finest groups it finds (sigma). Informative features are combined in units of their own noise
+// (x / sigma), shared links count kSharedLinkSigmas per link, and the combination is clustered
+// with average linkage. Levels are where the merge heights jump (linkage.h). A level's
+// confidence is the balanced accuracy of "same group <=> dissimilarity below the cut", scaled by
+// the margin of the jump and by the measured coverage.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "common/topology.h"
+#include "reorder/measurements.h"
+
+namespace rankmap::reorder {
+
+inline constexpr size_t kAnalysisHosts = 384;
+inline constexpr double kMinLogGap = 0.405;       // log(1.5): levels differ by >= 1.5x
+inline constexpr double kSpreadFactor = 4.0;      // jump >= 4 sd of the level below it
+inline constexpr double kMinSigmaGap = 5.0;       // in the combined, noise-normalised units
+inline constexpr double kMinFeatureSigma = 0.02;  // 2%: the resolution we trust in any probe
+inline constexpr double kSharedLinkSigmas = 16.0;
+
+struct FeatureReport {
+  std::string name;          // "bandwidth", "latency", "shared_links"
+  size_t pairs = 0;          // measured unordered pairs
+  bool informative = false;  // showed at least one level on its own
+  int levels = 0;            // levels it showed on its own
+  double sigma = 0;          // within-group noise (log units; 0 for shared links)
+  double gap = 0;            // its largest jump between levels (log units / links)
+};
+
+struct Hierarchy {
+  struct Level {
+    std::string name;
+    double confidence = 0;
+    double gap = 0;              // the jump in merge height at this cut (combined units)
+    std::vector<int> groupOf;    // host -> group (0.., ordered by lowest member)
+    int groups = 0;
+  };
+  size_t n = 0;
+  std::vector<Level> levels;  // innermost first; each a coarsening of the one before
+  std::vector<FeatureReport> features;
+
+  // The innermost level at which a and b share a group; levels.size() when only the root does.
+  int lcaLevel(int a, int b) const;
+  // Members of each group of level `l`, in increasing host index.
+  std::vector<std::vector<int>> members(size_t l) const;
+  // The document form, with host names.
+  std::vector<HierarchyLevel> toLevels(const std::vector<std::string>& names) const;
+};
+
+// The level names, innermost first ("rack", "pod", "zone", then "level<k>").
+std::string levelName(size_t level);
+
+// Infers the hierarchy. `sharedSets` are the shared links as host index sets.
+Hierarchy inferHierarchy(const Measurements& m, const std::vector<std::vector<int>>& sharedSets);
+
+// A hierarchy given by the document (topology.json "groups"); throws InvalidInput naming
+// `source` when the levels are not nested (a group of a level split across the next level).
+Hierarchy hierarchyFromLevels(const std::vector<HierarchyLevel>& levels,
+                              const std::vector<std::string>& names, std::string_view source);
+
+// Adjusted Rand index of two labelings of the same items (1 = identical partitions).
+double adjustedRandIndex(const std::vector<int>& a, const std::vector<int>& b);
+
+}  // namespace rankmap::reorder

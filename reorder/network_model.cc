@@ -1,0 +1,441 @@
+#include "reorder/network_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "reorder/numeric.h"
+
+namespace rankmap::reorder {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Top band of a sample in O(m): the median of the values within 25% of the largest. Robust to
+// noise and to a minority of slower paths; a single flow shows the narrowest link of its path,
+// so the fastest flows show the link in question.
+double topBand(std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double ref = *std::max_element(v.begin(), v.end());
+  std::vector<double> band;
+  for (double x : v)
+    if (x >= 0.75 * ref) band.push_back(x);
+  auto mid = band.begin() + band.size() / 2;
+  std::nth_element(band.begin(), mid, band.end());
+  return *mid;
+}
+
+// A histogram of rates on a log scale (1% bins), for groups with millions of pairs.
+class LogHistogram {
+ public:
+  static constexpr double kLo = 1e-3, kStep = 0.01;
+  static constexpr int kBins = 2400;  // 1e-3 .. ~2.6e7 Mbit/s
+  void add(double x) {
+    float v = static_cast<float>(std::max(x, kLo) / kLo);
+    int b = std::clamp(static_cast<int>(fastLog(v) / kStep), 0, kBins - 1);
+    if (bins_.empty()) bins_.assign(kBins, 0);
+    ++bins_[b];
+    ++total_;
+  }
+  size_t total() const { return total_; }
+  double topBand() const {
+    if (total_ == 0) return 0;
+    auto center = [](int b) { return kLo * std::exp((b + 0.5) * kStep); };
+    int ref = kBins - 1;
+    while (ref > 0 && bins_[ref] == 0) --ref;
+    double lo = 0.75 * center(ref);
+    size_t band = 0;
+    int b = ref;
+    for (; b >= 0 && center(b) >= lo; --b) band += bins_[b];
+    size_t half = band / 2, acc = 0;
+    for (b = ref; b >= 0; --b) {
+      acc += bins_[b];
+      if (acc > half) return center(b);
+    }
+    return center(ref);
+  }
+
+ private:
+  std::vector<uint32_t> bins_;
+  size_t total_ = 0;
+};
+
+double medianOf(std::vector<float>& v) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+  auto mid = v.begin() + v.size() / 2;
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+void buildSwitches(NetworkModel& net, const Hierarchy& h) {
+  size_t n = h.n, L = h.levels.size();
+  net.n = n;
+  net.levels = L;
+  net.switchOf.assign(n * L, -1);
+  std::vector<int> offset(L + 1, 0);
+  for (size_t l = 0; l < L; ++l) offset[l + 1] = offset[l] + h.levels[l].groups;
+  net.switchLevel.assign(offset[L], 0);
+  net.switchParent.assign(offset[L], -1);
+  net.switchSize.assign(offset[L], 0);
+  for (size_t l = 0; l < L; ++l)
+    for (size_t x = 0; x < n; ++x) {
+      int s = offset[l] + h.levels[l].groupOf[x];
+      net.switchOf[x * L + l] = s;
+      net.switchLevel[s] = static_cast<int>(l);
+      net.switchParent[s] = l + 1 < L ? offset[l + 1] + h.levels[l + 1].groupOf[x] : -1;
+      ++net.switchSize[s];
+    }
+}
+
+}  // namespace
+
+double NetworkModel::latencyUs(int a, int b) const {
+  if (a == b) return 0;
+  if (latency) return latency->at(a, b);
+  double sum = 0;
+  forEachLink(a, b, [&](size_t link, bool) { sum += linkLatencyUs.empty() ? 0 : linkLatencyUs[link]; });
+  return sum;
+}
+
+double NetworkModel::capMbps(int a, int b) const {
+  if (!caps || a == b) return kInf;
+  float c = caps->at(a, b);
+  return std::isnan(c) ? kInf : c;
+}
+
+bool NetworkModel::heterogeneousHosts(double ratio) const {
+  if (hostMbps.empty()) return false;
+  auto [lo, hi] = std::minmax_element(hostMbps.begin(), hostMbps.end());
+  return *hi > ratio * *lo;
+}
+
+double NetworkModel::ringBoundMbps() const {
+  double bound = kInf;
+  if (n < 2) return bound;
+  for (double r : hostMbps) bound = std::min(bound, r);
+  for (size_t s = 0; s < switches(); ++s)
+    if (switchSize[s] < static_cast<int>(n)) bound = std::min(bound, uplinkMbps[s]);
+  return bound;
+}
+
+namespace {
+
+// Everything but the matrices; `levelLat` receives the latency to impute per level.
+NetworkModel inferModel(const Measurements& m, const Hierarchy& h,
+                        const std::vector<std::vector<int>>& sharedSets,
+                        const std::vector<double>& sharedMbps, std::vector<std::string>& warnings,
+                        std::vector<double>& levelLat) {
+  NetworkModel net;
+  buildSwitches(net, h);
+  size_t n = m.n, L = net.levels;
+
+  // Host links: flows inside the innermost group cross no uplink.
+  std::vector<std::vector<int>> innermost(L > 0 ? net.switches() : 1);
+  for (size_t x = 0; x < n; ++x) innermost[L > 0 ? net.switchAt(x, 0) : 0].push_back(x);
+  net.hostMbps.assign(n, 0);
+  std::vector<double> known;
+  for (size_t x = 0; x < n; ++x) {
+    std::vector<double> v;
+    for (int y : innermost[L > 0 ? net.switchAt(x, 0) : 0])
+      if (y != static_cast<int>(x) && m.bandwidthMbps.has(x, y)) v.push_back(m.bandwidthMbps.at(x, y));
+    if (v.empty())  // alone in its group: its flows all leave it
+      for (size_t y = 0; y < n; ++y)
+        if (m.bandwidthMbps.has(x, y)) v.push_back(m.bandwidthMbps.at(x, y));
+    net.hostMbps[x] = topBand(v);
+    if (net.hostMbps[x] > 0) known.push_back(net.hostMbps[x]);
+  }
+  double typical = kDefaultHostMbps;
+  if (!known.empty()) {
+    std::nth_element(known.begin(), known.begin() + known.size() / 2, known.end());
+    typical = known[known.size() / 2];
+  } else if (n > 1) {
+    warnings.push_back(fmt::format("no bandwidth measured: assuming {:g} Mbit/s host links; "
+                                   "only the latency terms are meaningful", kDefaultHostMbps));
+  }
+  for (auto& r : net.hostMbps)
+    if (r <= 0) r = typical;
+
+  // Uplinks: single flows between sibling groups show the narrowest uplink on their path. Big
+  // groups see millions of such pairs; a deterministic hash sample of about kUplinkSamples per
+  // uplink (and kLatencySamples per level for the latency medians) is plenty.
+  constexpr double kUplinkSamples = 50000, kLatencySamples = 200000;
+  std::vector<double> keepUplink(net.switches(), 1.0);
+  for (size_t s = 0; s < net.switches(); ++s) {
+    int parent = net.switchParent[s];
+    double outside = (parent < 0 ? double(n) : double(net.switchSize[parent])) - net.switchSize[s];
+    double pairs = net.switchSize[s] * outside;
+    if (pairs > kUplinkSamples) keepUplink[s] = kUplinkSamples / pairs;
+  }
+  double keepLatency = std::min(1.0, kLatencySamples / std::max(1.0, double(m.pairs())));
+  std::vector<LogHistogram> hist(net.switches());
+  std::vector<std::vector<float>> latByLevel(L + 1);
+  for (size_t i = 0; i < n; ++i) {
+    const float* bwRow = m.bandwidthMbps.row(i);
+    const float* latRow = m.latencyUs.row(i);
+    for (size_t j = i + 1; j < n; ++j) {
+      bool hasBw = !std::isnan(bwRow[j]), hasLat = !std::isnan(latRow[j]);
+      if (!hasBw && !hasLat) continue;
+      size_t top = net.lcaLevel(i, j);
+      double u = pairHash(i, j);
+      if (hasLat && u < keepLatency) latByLevel[top].push_back(latRow[j]);
+      if (top == 0 || !hasBw) continue;
+      int si = net.switchAt(i, top - 1), sj = net.switchAt(j, top - 1);
+      if (u < keepUplink[si]) hist[si].add(bwRow[j]);
+      if (u < keepUplink[sj]) hist[sj].add(bwRow[j]);
+    }
+  }
+  net.uplinkMbps.assign(net.switches(), 0);
+  for (size_t s = 0; s < net.switches(); ++s) net.uplinkMbps[s] = hist[s].topBand();
+
+  // Shared links with exactly a group's hosts give that uplink's capacity directly.
+  std::map<std::vector<int>, int> groupKey;
+  for (size_t l = 0; l < L; ++l) {
+    auto groups = h.members(l);
+    for (size_t g = 0; g < groups.size(); ++g) groupKey.emplace(groups[g], net.switchAt(groups[g][0], l));
+  }
+  for (size_t k = 0; k < sharedSets.size(); ++k) {
+    std::vector<int> key = sharedSets[k];
+    std::sort(key.begin(), key.end());
+    key.erase(std::unique(key.begin(), key.end()), key.end());
+    auto it = groupKey.find(key);
+    if (it != groupKey.end() && sharedMbps[k] > 0) {
+      net.uplinkMbps[it->second] = sharedMbps[k];
+    } else if (key.size() >= 2 && key.size() < n) {
+      RANKMAP_DEBUG(Reorder, "network: shared link {} of {} hosts matches no inferred group; "
+                    "its capacity is not used", k, key.size());
+    }
+  }
+  for (size_t l = 0; l < L; ++l) {
+    std::vector<double> lv;
+    for (size_t s = 0; s < net.switches(); ++s)
+      if (net.switchLevel[s] == static_cast<int>(l) && net.uplinkMbps[s] > 0)
+        lv.push_back(net.uplinkMbps[s]);
+    double fill = 0;
+    if (!lv.empty()) {
+      std::nth_element(lv.begin(), lv.begin() + lv.size() / 2, lv.end());
+      fill = lv[lv.size() / 2];
+    }
+    for (size_t s = 0; s < net.switches(); ++s) {
+      if (net.switchLevel[s] != static_cast<int>(l) || net.uplinkMbps[s] > 0) continue;
+      double r = fill;
+      if (r <= 0) {  // nothing seen at this level: the group's slowest host link
+        r = kInf;
+        for (size_t x = 0; x < n; ++x)
+          if (net.switchAt(x, l) == static_cast<int>(s)) r = std::min(r, net.hostMbps[x]);
+      }
+      net.uplinkMbps[s] = r;
+    }
+  }
+
+  // Say so when no flow could show an uplink: the gain then rests on an assumption.
+  for (size_t l = 0; l < L; ++l) {
+    size_t hidden = 0, total = 0;
+    for (size_t s = 0; s < net.switches(); ++s) {
+      if (net.switchLevel[s] != static_cast<int>(l) || net.switchSize[s] >= static_cast<int>(n))
+        continue;
+      ++total;
+      bool fromShared = false;
+      for (size_t k = 0; k < sharedSets.size() && !fromShared; ++k)
+        fromShared = static_cast<int>(sharedSets[k].size()) == net.switchSize[s] &&
+                     net.uplinkMbps[s] == sharedMbps[k];
+      if (!fromShared && net.uplinkMbps[s] >= 0.9 * typical) ++hidden;
+    }
+    if (total > 0 && hidden * 2 > total)
+      warnings.push_back(fmt::format(
+          "{} uplinks: single flows across {}s run at the host rate, so the uplinks' capacity "
+          "cannot be seen; it is assumed to be one flow's rate (oversubscribed), which the "
+          "predicted gain rests on",
+          h.levels[l].name, h.levels[l].name));
+  }
+
+  // Latency: measured, missing pairs imputed by the median of their level.
+  levelLat.assign(L + 1, 0);
+  std::vector<float> all;
+  for (size_t l = 0; l <= L; ++l) {
+    all.insert(all.end(), latByLevel[l].begin(), latByLevel[l].end());
+    levelLat[l] = medianOf(latByLevel[l]);
+  }
+  double global = all.empty() ? kDefaultLatencyUs : medianOf(all);
+  if (all.empty() && n > 1)
+    warnings.push_back(fmt::format("no latency measured: assuming {:g} us per pair", global));
+  for (auto& v : levelLat)
+    if (std::isnan(v)) v = global;
+  return net;
+}
+
+// The measured latency (missing pairs imputed by their level's median) and the measured rates
+// (caps) become the model's.
+void attachMatrices(NetworkModel& net, PairMatrix latency, PairMatrix bandwidth,
+                    const std::vector<double>& levelLat) {
+  size_t n = net.n;
+  for (size_t i = 0; i < n; ++i) {
+    const float* row = latency.row(i);
+    for (size_t j = i + 1; j < n; ++j)
+      if (std::isnan(row[j])) latency.set(i, j, static_cast<float>(levelLat[net.lcaLevel(i, j)]));
+  }
+  net.latency = std::make_shared<const PairMatrix>(std::move(latency));
+  net.caps = std::make_shared<const PairMatrix>(std::move(bandwidth));
+}
+
+}  // namespace
+
+NetworkModel inferNetwork(const Measurements& m, const Hierarchy& h,
+                          const std::vector<std::vector<int>>& sharedSets,
+                          const std::vector<double>& sharedMbps,
+                          std::vector<std::string>& warnings) {
+  std::vector<double> levelLat;
+  NetworkModel net = inferModel(m, h, sharedSets, sharedMbps, warnings, levelLat);
+  attachMatrices(net, m.latencyUs, m.bandwidthMbps, levelLat);
+  return net;
+}
+
+NetworkModel inferNetwork(Measurements&& m, const Hierarchy& h,
+                          const std::vector<std::vector<int>>& sharedSets,
+                          const std::vector<double>& sharedMbps,
+                          std::vector<std::string>& warnings) {
+  std::vector<double> levelLat;
+  NetworkModel net = inferModel(m, h, sharedSets, sharedMbps, warnings, levelLat);
+  attachMatrices(net, std::move(m.latencyUs), std::move(m.bandwidthMbps), levelLat);
+  return net;
+}
+
+NetworkModel modelFromHierarchy(const Hierarchy& h, std::vector<double> hostMbps,
+                                const std::vector<double>& uplinkMbpsByLevel,
+                                double hostLatencyUs,
+                                const std::vector<double>& uplinkLatencyByLevel) {
+  NetworkModel net;
+  buildSwitches(net, h);
+  RANKMAP_ASSERT(hostMbps.size() == h.n);
+  RANKMAP_ASSERT(uplinkMbpsByLevel.size() == net.levels);
+  RANKMAP_ASSERT(uplinkLatencyByLevel.size() == net.levels);
+  net.hostMbps = std::move(hostMbps);
+  net.uplinkMbps.resize(net.switches());
+  net.linkLatencyUs.assign(net.links(), hostLatencyUs);
+  for (size_t s = 0; s < net.switches(); ++s) {
+    net.uplinkMbps[s] = uplinkMbpsByLevel[net.switchLevel[s]];
+    net.linkLatencyUs[net.n + s] = uplinkLatencyByLevel[net.switchLevel[s]];
+  }
+  return net;
+}
+
+std::vector<double> maxMinRates(const NetworkModel& net, const std::vector<Flow>& flows) {
+  size_t F = flows.size();
+  std::vector<double> rate(F, 0);
+  std::vector<std::vector<int>> path(F);
+  std::vector<double> room(2 * net.links());
+  for (size_t l = 0; l < net.links(); ++l) room[2 * l] = room[2 * l + 1] = net.linkMbps(l);
+  std::vector<int> users(2 * net.links(), 0);
+  std::vector<double> cap(F);
+  std::vector<char> frozen(F, 0);
+  size_t live = 0;
+  for (size_t f = 0; f < F; ++f) {
+    if (flows[f].src == flows[f].dst) {
+      frozen[f] = 1;
+      rate[f] = kInf;
+      continue;
+    }
+    net.forEachLink(flows[f].src, flows[f].dst, [&](size_t link, bool down) {
+      int d = static_cast<int>(2 * link + (down ? 1 : 0));
+      path[f].push_back(d);
+      ++users[d];
+    });
+    cap[f] = net.capMbps(flows[f].src, flows[f].dst);
+    ++live;
+  }
+  while (live > 0) {
+    double step = kInf;
+    for (size_t d = 0; d < room.size(); ++d)
+      if (users[d] > 0) step = std::min(step, room[d] / users[d]);
+    for (size_t f = 0; f < F; ++f)
+      if (!frozen[f]) step = std::min(step, cap[f] - rate[f]);
+    step = std::max(step, 0.0);
+    for (size_t f = 0; f < F; ++f) {
+      if (frozen[f]) continue;
+      rate[f] += step;
+      for (int d : path[f]) room[d] -= step;
+    }
+    // Freeze flows on saturated links or at their cap.
+    std::vector<char> saturated(room.size(), 0);
+    for (size_t d = 0; d < room.size(); ++d)
+      if (users[d] > 0 && room[d] <= 1e-9 * std::max(1.0, net.linkMbps(d / 2))) saturated[d] = 1;
+    size_t frozeNow = 0;
+    for (size_t f = 0; f < F; ++f) {
+      if (frozen[f]) continue;
+      bool stop = rate[f] >= cap[f] * (1 - 1e-12);
+      for (int d : path[f]) stop = stop || saturated[d];
+      if (!stop) continue;
+      frozen[f] = 1;
+      ++frozeNow;
+      --live;
+      for (int d : path[f]) --users[d];
+    }
+    if (frozeNow == 0) break;  // numerical safety: nothing left to share
+  }
+  return rate;
+}
+
+double completionUs(const NetworkModel& net, const std::vector<Flow>& flows) {
+  std::vector<Flow> work;
+  for (const auto& f : flows)
+    if (f.src != f.dst && f.bytes > 0) work.push_back(f);
+  if (work.empty()) return 0;
+  bool equal = std::all_of(work.begin(), work.end(),
+                           [&](const Flow& f) { return f.bytes == work.front().bytes; });
+  if (equal) {
+    // The first flows progressive filling freezes are the slowest, at the most loaded link's
+    // fair share or at a cap; no later re-sharing slows them (see the header).
+    std::vector<int> users(2 * net.links(), 0);
+    double slowest = kInf;
+    for (const auto& f : work) {
+      net.forEachLink(f.src, f.dst, [&](size_t link, bool down) {
+        ++users[2 * link + (down ? 1 : 0)];
+      });
+      slowest = std::min(slowest, net.capMbps(f.src, f.dst));
+    }
+    for (size_t d = 0; d < users.size(); ++d)
+      if (users[d] > 0) slowest = std::min(slowest, net.linkMbps(d / 2) / users[d]);
+    return work.front().bytes / bytesPerUs(slowest);
+  }
+  if (work.size() > kMaxSimulatedFlows) {
+    std::vector<double> load(2 * net.links(), 0);
+    double t = 0;
+    for (const auto& f : work) {
+      net.forEachLink(f.src, f.dst, [&](size_t link, bool down) {
+        load[2 * link + (down ? 1 : 0)] += f.bytes;
+      });
+      t = std::max(t, f.bytes / bytesPerUs(net.capMbps(f.src, f.dst)));
+    }
+    for (size_t d = 0; d < load.size(); ++d)
+      t = std::max(t, load[d] / bytesPerUs(net.linkMbps(d / 2)));
+    return t;
+  }
+  // Fluid simulation: share, advance to the next completion, re-share.
+  double now = 0;
+  std::vector<double> left;
+  for (const auto& f : work) left.push_back(f.bytes);
+  while (!work.empty()) {
+    auto rate = maxMinRates(net, work);
+    double dt = kInf;
+    for (size_t f = 0; f < work.size(); ++f) dt = std::min(dt, left[f] / bytesPerUs(rate[f]));
+    now += dt;
+    std::vector<Flow> next;
+    std::vector<double> nextLeft;
+    for (size_t f = 0; f < work.size(); ++f) {
+      double rem = left[f] - dt * bytesPerUs(rate[f]);
+      if (rem > 1e-9 * work[f].bytes) {
+        next.push_back(work[f]);
+        nextLeft.push_back(rem);
+      }
+    }
+    work.swap(next);
+    left.swap(nextLeft);
+  }
+  return now;
+}
+
+}  // namespace rankmap::reorder

@@ -1,0 +1,266 @@
+#include "reorder/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "reorder/measurements.h"
+#include "reorder/packed_trees.h"
+#include "reorder/report.h"
+
+namespace rankmap::reorder {
+namespace {
+
+void validate(const PlanOptions& o) {
+  if (o.ranksPerHost < 1 || o.ranksPerHost > (1 << 16))
+    throw InvalidInput(fmt::format("ranks per host {}: expected 1 to 65536", o.ranksPerHost));
+  if (o.collectives.empty()) throw InvalidInput("collectives: expected at least one");
+  for (const auto& c : o.collectives)
+    if (!isKnownCollective(c))
+      throw InvalidInput(fmt::format("collective '{}': expected one of allreduce, allgather, "
+                                     "reducescatter, broadcast", c));
+  if (!(o.intraHostMbps > 0) || !(o.intraHostLatencyUs >= 0) || !(o.stepOverheadUs >= 0))
+    throw InvalidInput("intra-host rate must be positive, latencies non-negative");
+  if (o.ringBytes == 0) throw InvalidInput("ring design size: expected at least 1 byte");
+}
+
+PlanResult fallbackPlan(PlanResult r, const std::vector<std::string>& names,
+                        const PlanOptions& o, std::string why) {
+  RANKMAP_WARN(Reorder, "plan: {}: identity order, confidence 0", why);
+  r.warnings.push_back(why + ": identity order, confidence 0");
+  r.fallback = true;
+  std::string hash = r.plan.topologyHash;
+  int64_t epoch = r.plan.epoch;
+  r.plan = Plan::identity(names, o.ranksPerHost);
+  r.plan.topologyHash = hash;
+  r.plan.epoch = epoch;
+  r.plan.predicted.basis = "none (identity fallback)";
+  r.plan.seal();
+  r.order.resize(names.size());
+  std::iota(r.order.begin(), r.order.end(), 0);
+  return r;
+}
+
+}  // namespace
+
+PlanResult planTopology(const Topology& t, const PlanOptions& o) {
+  validate(o);
+  PlanResult r;
+  size_t n = t.size();
+  std::vector<std::string> names;
+  for (const auto& h : t.hosts) names.push_back(h.name);
+  r.plan.topologyHash = o.hashTopology ? t.contentHash() : "";
+  r.plan.epoch = t.version;
+  if (n == 0) throw InvalidInput(fmt::format("{}: no hosts to plan", o.source));
+  if (n == 1) return fallbackPlan(std::move(r), names, o, "a single host: nothing to reorder");
+
+  Measurements m = cleanMeasurements(t, o.source, r.warnings);
+  r.coverage = m.coverage();
+  std::vector<std::string> unmeasured;
+  for (size_t h = 0; h < n; ++h)
+    if (m.hostPairs[h] == 0) unmeasured.push_back(names[h]);
+  if (!unmeasured.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unmeasured.size() && i < 3; ++i)
+      list += (i ? ", " : "") + unmeasured[i];
+    if (unmeasured.size() > 3) list += fmt::format(" and {} more", unmeasured.size() - 3);
+    return fallbackPlan(std::move(r), names, o,
+                        fmt::format("{}: no measured pair for host(s) {}", o.source, list));
+  }
+  if (m.coverage() < kMinCoverage)
+    return fallbackPlan(std::move(r), names, o,
+                        fmt::format("{}: only {:.0f}% of host pairs measured (need {:.0f}%)",
+                                    o.source, 100 * m.coverage(), 100 * kMinCoverage));
+
+  std::vector<std::vector<int>> sharedSets;
+  std::vector<double> sharedMbps;
+  for (const auto& s : t.sharedLinks) {
+    std::vector<int> set;
+    for (const auto& name : s.hosts) set.push_back(t.indexOf(name));
+    sharedSets.push_back(std::move(set));
+    sharedMbps.push_back(s.capacityMbps);
+  }
+  if (o.useTopologyGroups && !t.groups.empty())
+    r.hierarchy = hierarchyFromLevels(t.groups, names, o.source);
+  else
+    r.hierarchy = inferHierarchy(m, sharedSets);
+  r.model = inferNetwork(std::move(m), r.hierarchy, sharedSets, sharedMbps, r.warnings);
+  const NetworkModel& net = r.model;
+
+  // Ring order.
+  RingParams rp;
+  rp.bytes = o.ringBytes;
+  rp.ranksPerHost = o.ranksPerHost;
+  rp.stepOverheadUs = o.stepOverheadUs;
+  rp.intraHostMbps = o.intraHostMbps;
+  rp.intraHostLatencyUs = o.intraHostLatencyUs;
+  std::vector<int> input(n);
+  std::iota(input.begin(), input.end(), 0);
+  r.inputRing = evaluateRing(net, input, rp);
+  std::vector<int> ring = improveRing(net, hierarchicalRing(net), rp);
+  if (n <= std::min(o.exactMaxHosts, kExactMaxHosts)) ring = exactRing(net, ring, rp);
+  ring = rotateToBoundary(net, ring);
+  RingCost best = evaluateRing(net, ring, rp);
+  if (best.objectiveUs >= r.inputRing.objectiveUs * (1 - o.minGain)) {
+    if (best.objectiveUs < r.inputRing.objectiveUs)
+      RANKMAP_INFO(Reorder, "plan: the best ring is only {:.2f}% faster than the input order: "
+                   "keeping the input order",
+                   100 * (1 - best.objectiveUs / r.inputRing.objectiveUs));
+    ring = input;
+    best = r.inputRing;
+  }
+  r.order = ring;
+  r.planRing = best;
+
+  // Algorithms per size range.
+  CostContext ctx;
+  ctx.net = &net;
+  ctx.order = r.order;
+  ctx.ring = rp;
+  std::vector<double> weights;
+  if (net.heterogeneousHosts()) {
+    double total = 0;
+    for (int h : r.order) total += net.hostMbps[h];
+    for (int h : r.order) weights.push_back(std::round(net.hostMbps[h] / total * 1e6) / 1e6);
+    ctx.trees = packTrees(net, r.order);
+  }
+  if (!weights.empty()) {
+    // Uneven shards only where they make hier faster.
+    auto hierAt = [&](const std::vector<AlgoCost>& cs) {
+      for (const auto& c : cs)
+        if (c.name == "hier" && c.available) return c.timeUs(static_cast<double>(o.ringBytes));
+      return std::numeric_limits<double>::infinity();
+    };
+    double uniform = hierAt(algorithmCosts(ctx, "allreduce"));
+    ctx.chunkWeights = weights;
+    double weighted = hierAt(algorithmCosts(ctx, "allreduce"));
+    if (!(weighted < uniform)) ctx.chunkWeights.clear();
+  }
+  size_t world = n * static_cast<size_t>(o.ranksPerHost);
+  Plan& p = r.plan;
+  for (const auto& coll : o.collectives) {
+    auto costs = algorithmCosts(ctx, coll);
+    p.collectives[coll] = chooseRanges(costs, coll, world, lowerBoundUsPerByte(ctx, coll));
+    r.algorithms[coll] = std::move(costs);
+  }
+  p.chunkWeights = ctx.chunkWeights;
+  bool treesUsed = false;
+  for (const auto& [coll, ranges] : p.collectives)
+    for (const auto& range : ranges) treesUsed = treesUsed || range.algorithm == "trees";
+  if (treesUsed) p.trees = ctx.trees;
+
+  // Prediction: the ring in the plan's order against the ring in the input order, which is
+  // what an unmodified MPI job sees when only the rank order changes.
+  double bytes = static_cast<double>(o.ringBytes);
+  p.predicted.basis = fmt::format("allreduce {} ring", sizeText(o.ringBytes));
+  p.predicted.planUs = ringAllreduceUs(r.planRing, world, bytes);
+  p.predicted.inputOrderUs = ringAllreduceUs(r.inputRing, world, bytes);
+  p.predicted.speedup = p.predicted.planUs > 0 ? p.predicted.inputOrderUs / p.predicted.planUs : 1;
+  auto finite = [](double x) { return std::isfinite(x) ? x : 0.0; };
+  p.predicted.bottleneckMbps = finite(r.planRing.bottleneckMbps);
+  p.predicted.inputBottleneckMbps = finite(r.inputRing.bottleneckMbps);
+
+  p.hosts = names;
+  p.ranksPerHost = o.ranksPerHost;
+  for (int h : r.order) p.order.push_back(names[h]);
+  p.groups = r.hierarchy.toLevels(names);
+  if (r.hierarchy.levels.empty()) {
+    p.confidence = std::round(std::min(1.0, r.coverage / 0.8) * 1000) / 1000;
+  } else {
+    p.confidence = 1;
+    for (const auto& l : r.hierarchy.levels) p.confidence = std::min(p.confidence, l.confidence);
+  }
+  p.derivePermutation();
+  p.seal();
+  RANKMAP_INFO(Reorder, "plan: {} hosts, {} level(s), predicted {:.2f}x for {}", n,
+               r.hierarchy.levels.size(), p.predicted.speedup, p.predicted.basis);
+  return r;
+}
+
+Plan makePlan(const Topology& topology, const PlanOptions& options) {
+  return planTopology(topology, options).plan;
+}
+
+std::vector<HostEntry> readHostsFile(const std::string& path) {
+  std::string text = readFile(path, 64u << 20);
+  std::vector<HostEntry> out;
+  std::set<std::string> seen;
+  std::istringstream in(text);
+  std::string line;
+  int no = 0;
+  while (std::getline(in, line)) {
+    ++no;
+    auto hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    std::string w;
+    while (fields >> w) f.push_back(w);
+    if (f.empty()) continue;
+    if (f.size() > 2)
+      throw InvalidInput(fmt::format("{}:{}: expected 'name' or 'name address', got {} fields",
+                                     path, no, f.size()));
+    if (!seen.insert(f[0]).second)
+      throw InvalidInput(fmt::format("{}:{}: host '{}' listed twice", path, no, f[0]));
+    out.push_back({f[0], f.size() > 1 ? f[1] : "", no});
+  }
+  if (out.empty()) throw InvalidInput(fmt::format("{}: no hosts listed", path));
+  return out;
+}
+
+Topology selectHosts(const Topology& t, const std::vector<HostEntry>& hosts,
+                     std::string_view hostsSource, std::string_view topologySource) {
+  std::vector<int> idx;
+  std::vector<Host> hs;
+  for (const auto& e : hosts) {
+    int i = t.indexOf(e.name);
+    if (i < 0)
+      throw InvalidInput(fmt::format("{}:{}: host '{}' is not in {}", hostsSource, e.line, e.name,
+                                     topologySource));
+    idx.push_back(i);
+    hs.push_back({e.name, e.address.empty() ? t.hosts[i].address : e.address});
+  }
+  Topology s = Topology::empty(std::move(hs));
+  size_t n = idx.size();
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = 0; b < n; ++b) {
+      s.bandwidthMbps.at(a, b) = t.bandwidthMbps.at(idx[a], idx[b]);
+      s.latencyUs.at(a, b) = t.latencyUs.at(idx[a], idx[b]);
+    }
+  s.probe = t.probe;
+  s.time = t.time;
+  s.version = t.version;
+  std::set<std::string> keep;
+  for (const auto& h : s.hosts) keep.insert(h.name);
+  for (const auto& link : t.sharedLinks) {
+    SharedLink l;
+    l.capacityMbps = link.capacityMbps;
+    for (const auto& h : link.hosts)
+      if (keep.count(h)) l.hosts.push_back(h);
+    if (l.hosts.size() >= 2) s.sharedLinks.push_back(std::move(l));
+  }
+  for (const auto& level : t.groups) {
+    HierarchyLevel l;
+    l.name = level.name;
+    l.confidence = level.confidence;
+    for (const auto& g : level.groups) {
+      std::vector<std::string> members;
+      for (const auto& h : g)
+        if (keep.count(h)) members.push_back(h);
+      if (!members.empty()) l.groups.push_back(std::move(members));
+    }
+    s.groups.push_back(std::move(l));
+  }
+  return s;
+}
+
+}  // namespace rankmap::reorder

@@ -1,0 +1,78 @@
+// The planner: topology.json in, plan.json out. The entry point other modules call.
+//
+//   Plan plan = reorder::makePlan(topology, options);
+//
+// Steps: clean the measurements (measurements.h), infer the hierarchy (hierarchy.h), infer the
+// network model (network_model.h), order the ring (ring.h), model every algorithm and choose one
+// per size range (cost_model.h), predict the gain over the input order. Deterministic: the same
+// topology and options give the same plan, byte for byte.
+//
+// Fallback (documented in docs/planner.md): a single host, a host with no measured pair at all,
+// or fewer than kMinCoverage of the pairs measured give the identity plan (input order,
+// confidence 0, no algorithm table) with a warning. Bad input that is not about missing data
+// (asymmetry beyond tolerance, unknown hosts, bad options) throws InvalidInput naming the source.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/plan.h"
+#include "common/topology.h"
+#include "reorder/cost_model.h"
+#include "reorder/hierarchy.h"
+#include "reorder/network_model.h"
+#include "reorder/ring.h"
+
+namespace rankmap::reorder {
+
+inline constexpr double kMinCoverage = 0.5;
+
+struct PlanOptions {
+  int ranksPerHost = 1;
+  std::vector<std::string> collectives = {"allreduce"};
+  uint64_t ringBytes = 16ull << 20;   // design size of the ring order and of Plan::predicted
+  double stepOverheadUs = 0;          // per hop on top of the measured latency
+  double intraHostMbps = 100000;      // rank to rank on one host
+  double intraHostLatencyUs = 1;
+  size_t exactMaxHosts = kExactMaxHosts;  // exact ring search up to this many hosts
+  double minGain = 0.01;              // keep the input order unless the plan is this much faster
+  bool useTopologyGroups = false;     // take topology.json "groups" instead of inferring
+  bool hashTopology = true;           // set Plan::topologyHash (serialises the topology)
+  std::string source = "topology";    // names the input in messages
+};
+
+struct PlanResult {
+  Plan plan;
+  Hierarchy hierarchy;
+  NetworkModel model;
+  std::vector<int> order;  // topology host index by position
+  RingCost planRing, inputRing;
+  std::map<std::string, std::vector<AlgoCost>> algorithms;
+  std::vector<std::string> warnings;
+  bool fallback = false;
+  double coverage = 0;
+};
+
+// The plan with everything that went into it (for `rankmap plan`/`show` and tests).
+PlanResult planTopology(const Topology& topology, const PlanOptions& options);
+// The plan alone.
+Plan makePlan(const Topology& topology, const PlanOptions& options);
+
+// A hosts file: one host per line, "name" or "name address"; blank lines and '#' comments are
+// skipped. Throws InvalidInput naming the file and line.
+struct HostEntry {
+  std::string name;
+  std::string address;
+  int line = 0;
+};
+std::vector<HostEntry> readHostsFile(const std::string& path);
+
+// The topology restricted to `hosts`, in their order (that order becomes the input order).
+// Throws InvalidInput naming `hostsSource` and the line of a host the topology lacks.
+Topology selectHosts(const Topology& topology, const std::vector<HostEntry>& hosts,
+                     std::string_view hostsSource, std::string_view topologySource);
+
+}  // namespace rankmap::reorder

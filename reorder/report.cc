@@ -1,0 +1,231 @@
+#include "reorder/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace rankmap::reorder {
+namespace {
+
+double medianOf(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  auto mid = v.begin() + v.size() / 2;
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+std::string rangeText(const AlgoRange& r) {
+  if (r.maxBytes == AlgoRange::kUnbounded) return fmt::format(">= {}", sizeText(r.minBytes));
+  return fmt::format("{} .. {}", sizeText(r.minBytes), sizeText(r.maxBytes));
+}
+
+std::string sizesText(const std::vector<std::vector<std::string>>& groups) {
+  std::map<size_t, size_t> bySize;
+  for (const auto& g : groups) ++bySize[g.size()];
+  std::string out;
+  for (auto it = bySize.rbegin(); it != bySize.rend(); ++it)
+    out += fmt::format("{}{} of {}", out.empty() ? "" : ", ", it->second, it->first);
+  return out;
+}
+
+std::string gainText(const Prediction& p) {
+  if (p.planUs <= 0) return "no prediction";
+  return fmt::format("{:.2f}x faster than the input order ({}: {} -> {}; ring bottleneck {:.4g} "
+                     "-> {:.4g} Mbit/s)",
+                     p.speedup, p.basis, timeText(p.inputOrderUs), timeText(p.planUs),
+                     p.inputBottleneckMbps, p.bottleneckMbps);
+}
+
+}  // namespace
+
+std::string sizeText(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.4g} {}", v, units[u]);
+}
+
+std::string timeText(double us) {
+  if (us < 1000) return fmt::format("{:.3g} us", us);
+  if (us < 1e6) return fmt::format("{:.3g} ms", us / 1e3);
+  return fmt::format("{:.3g} s", us / 1e6);
+}
+
+std::string planSummary(const PlanResult& r) {
+  const Plan& p = r.plan;
+  std::string out = fmt::format("rankmap plan: {} hosts x {} rank(s)", p.hosts.size(),
+                                p.ranksPerHost);
+  if (r.fallback) {
+    out += ": identity order (fallback), confidence 0\n";
+  } else {
+    out += fmt::format(", confidence {:.3g}\n", p.confidence);
+    if (p.groups.empty()) out += "  groups: none found (the network looks flat)\n";
+    for (const auto& g : p.groups)
+      out += fmt::format("  {}: {} groups ({}), confidence {:.3g}\n", g.name, g.groups.size(),
+                         sizesText(g.groups), g.confidence);
+    out += "  predicted: " + gainText(p.predicted) + "\n";
+    for (const auto& [coll, ranges] : p.collectives) {
+      out += fmt::format("  {}:", coll);
+      for (const auto& range : ranges)
+        out += fmt::format(" {} {};", range.algorithm, rangeText(range));
+      out.back() = '\n';
+    }
+  }
+  for (const auto& w : r.warnings) out += "  warning: " + w + "\n";
+  return out;
+}
+
+std::string describePlan(const Plan& p) {
+  std::string out = fmt::format("plan: {} hosts x {} rank(s) = {} ranks, confidence {:.3g}, "
+                                "epoch {}\n",
+                                p.hosts.size(), p.ranksPerHost, p.worldSize(), p.confidence,
+                                p.epoch);
+  if (!p.topologyHash.empty()) out += fmt::format("from topology {}\n", p.topologyHash);
+  if (p.confidence == 0) out += "identity order: the planner fell back (see its warnings)\n";
+
+  out += "\ngroups:\n";
+  if (p.groups.empty()) out += "  none (flat network, or fallback)\n";
+  for (const auto& level : p.groups) {
+    out += fmt::format("  {}: {} groups ({}), confidence {:.3g}\n", level.name,
+                       level.groups.size(), sizesText(level.groups), level.confidence);
+    size_t shown = 0;
+    for (size_t g = 0; g < level.groups.size() && shown < 12; ++g, ++shown) {
+      out += fmt::format("    [{}]", g);
+      for (size_t m = 0; m < level.groups[g].size() && m < 16; ++m)
+        out += " " + level.groups[g][m];
+      if (level.groups[g].size() > 16)
+        out += fmt::format(" ... ({} more)", level.groups[g].size() - 16);
+      out += "\n";
+    }
+    if (level.groups.size() > shown)
+      out += fmt::format("    ... ({} more groups)\n", level.groups.size() - shown);
+  }
+
+  // Ring with group boundaries ('|' innermost, '||' outer levels).
+  std::map<std::string, std::vector<int>> groupOf;
+  for (const auto& level : p.groups)
+    for (size_t g = 0; g < level.groups.size(); ++g)
+      for (const auto& h : level.groups[g]) groupOf[h].push_back(static_cast<int>(g));
+  out += "\nring (new rank order):\n ";
+  size_t limit = 96;
+  for (size_t i = 0; i < p.order.size() && i < limit; ++i) {
+    if (i > 0 && !p.groups.empty()) {
+      const auto& a = groupOf[p.order[i - 1]];
+      const auto& b = groupOf[p.order[i]];
+      size_t differ = 0;
+      for (size_t l = 0; l < a.size() && l < b.size(); ++l) differ += a[l] != b[l];
+      if (differ > 0) out += differ > 1 ? " ||" : " |";
+    }
+    out += " " + p.order[i];
+  }
+  if (p.order.size() > limit) out += fmt::format(" ... ({} more)", p.order.size() - limit);
+  out += "\n";
+
+  for (const auto& [coll, ranges] : p.collectives) {
+    out += fmt::format("\n{}:\n  {:<24} {:<9} {:>12} {:>12} {:>12}\n", coll, "message size",
+                       "algorithm", "predicted", "busbw GB/s", "lower bound");
+    for (const auto& r : ranges)
+      out += fmt::format("  {:<24} {:<9} {:>12} {:>12.4g} {:>12}\n", rangeText(r), r.algorithm,
+                         timeText(r.predictedUs), r.predictedBusbwGBps,
+                         timeText(r.lowerBoundUs));
+  }
+  if (!p.chunkWeights.empty()) {
+    auto [lo, hi] = std::minmax_element(p.chunkWeights.begin(), p.chunkWeights.end());
+    out += fmt::format("\nchunk weights (hier shards, by host rate): {:.4g} .. {:.4g}\n", *lo, *hi);
+  }
+  if (!p.trees.empty()) out += fmt::format("packed trees: {}\n", p.trees.size());
+  out += "\npredicted: " + gainText(p.predicted) + "\n";
+  return out;
+}
+
+std::string describeTopology(const Topology& t, const PlanResult& r) {
+  size_t n = t.size();
+  size_t pairs = n * (n - 1) / 2;
+  size_t bw = 0, lat = 0;
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = i + 1; j < n; ++j) {
+      bw += t.bandwidthMbps.at(i, j) || t.bandwidthMbps.at(j, i);
+      lat += t.latencyUs.at(i, j) || t.latencyUs.at(j, i);
+    }
+  std::string out = fmt::format("topology: {} hosts, {} pairs: bandwidth measured for {}, latency "
+                                "for {}; {} shared link(s); version {}{}\n",
+                                n, pairs, bw, lat, t.sharedLinks.size(), t.version,
+                                t.time.empty() ? "" : ", measured " + t.time);
+  for (const auto& w : r.warnings) out += "warning: " + w + "\n";
+  if (r.fallback) return out + "not enough data to infer groups\n";
+
+  out += "\nsignals:\n";
+  for (const auto& f : r.hierarchy.features) {
+    if (f.pairs == 0) {
+      out += fmt::format("  {:<13} absent\n", f.name);
+    } else if (f.name == "shared_links") {
+      out += fmt::format("  {:<13} present: hosts sharing an uplink count as closer\n", f.name);
+    } else if (f.informative) {
+      out += fmt::format("  {:<13} shows {} level(s); noise within groups {:.1f}%, largest jump "
+                         "{:.2f}x\n",
+                         f.name, f.levels, 100 * f.sigma, std::exp(f.gap));
+    } else {
+      out += fmt::format("  {:<13} shows no levels (ignored)\n", f.name);
+    }
+  }
+
+  const Hierarchy& h = r.hierarchy;
+  out += "\ninferred groups:\n";
+  if (h.levels.empty()) out += "  none: the network looks flat\n";
+  std::vector<std::string> names;
+  for (const auto& host : t.hosts) names.push_back(host.name);
+  for (const auto& level : h.toLevels(names))
+    out += fmt::format("  {}: {} groups ({}), confidence {:.3g}\n", level.name,
+                       level.groups.size(), sizesText(level.groups), level.confidence);
+
+  // Medians per level of the lowest common group.
+  size_t L = h.levels.size();
+  std::vector<std::vector<double>> bwBy(L + 1), latBy(L + 1);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = i + 1; j < n; ++j) {
+      size_t l = static_cast<size_t>(h.lcaLevel(i, j));
+      for (auto [a, b] : {std::pair{i, j}, std::pair{j, i}}) {
+        if (t.bandwidthMbps.at(a, b)) bwBy[l].push_back(*t.bandwidthMbps.at(a, b));
+        if (t.latencyUs.at(a, b)) latBy[l].push_back(t.latencyUs.at(a, b)->minUs);
+      }
+    }
+  out += fmt::format("\nmeasured pairs by level (medians of both directions):\n  {:<20} {:>8} "
+                     "{:>16} {:>14}\n",
+                     "", "values", "bandwidth Mbit/s", "latency us");
+  for (size_t l = 0; l <= L; ++l) {
+    std::string label = l == 0 ? (L == 0 ? "all pairs" : "within " + h.levels[0].name)
+                               : "across " + h.levels[l - 1].name + "s" +
+                                     (l < L ? ", within " + h.levels[l].name : "");
+    out += fmt::format("  {:<20} {:>8} {:>16.4g} {:>14.4g}\n", label,
+                       std::max(bwBy[l].size(), latBy[l].size()), medianOf(bwBy[l]),
+                       medianOf(latBy[l]));
+  }
+
+  const NetworkModel& net = r.model;
+  auto [lo, hi] = std::minmax_element(net.hostMbps.begin(), net.hostMbps.end());
+  out += fmt::format("\nnetwork model: host links {:.4g}", *lo);
+  if (*hi > *lo) out += fmt::format(" .. {:.4g}", *hi);
+  out += " Mbit/s";
+  for (size_t l = 0; l < net.levels; ++l) {
+    double a = 1e300, b = 0;
+    for (size_t s = 0; s < net.switches(); ++s)
+      if (net.switchLevel[s] == static_cast<int>(l)) {
+        a = std::min(a, net.uplinkMbps[s]);
+        b = std::max(b, net.uplinkMbps[s]);
+      }
+    out += fmt::format("; {} uplinks {:.4g}", h.levels[l].name, a);
+    if (b > a) out += fmt::format(" .. {:.4g}", b);
+    out += " Mbit/s";
+  }
+  out += "\n";
+  out += "\npredicted for the best order: " + gainText(r.plan.predicted) + "\n";
+  return out;
+}
+
+}  // namespace rankmap::reorder

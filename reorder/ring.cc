@@ -1,0 +1,425 @@
+#include "reorder/ring.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace rankmap::reorder {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr size_t kNeighbours = 8;
+constexpr int kMaxPasses = 50;
+constexpr double kRelImprove = 1e-9;
+
+// The maximum of per-link values, with the number of links at it: O(1) updates, and a rescan
+// only when the last link at the maximum goes below it.
+class MaxTracker {
+ public:
+  explicit MaxTracker(size_t n) : v_(n, 0.0) {}
+  void set(size_t i, double x) {
+    double old = v_[i];
+    v_[i] = x;
+    if (x > max_) {
+      max_ = x;
+      count_ = 1;
+    } else if (x == max_) {
+      if (old != max_) ++count_;
+    } else if (old == max_ && --count_ == 0) {
+      rescan();
+    }
+  }
+  double max() const { return max_; }
+
+ private:
+  void rescan() {
+    max_ = 0;
+    count_ = 0;
+    for (double x : v_) {
+      if (x > max_) {
+        max_ = x;
+        count_ = 1;
+      } else if (x == max_ && x > 0) {
+        ++count_;
+      }
+    }
+  }
+  std::vector<double> v_;
+  double max_ = 0;
+  size_t count_ = 0;
+};
+
+// Crossings per link and the inverse rates that bound a ring's slowest flow. rho (1/Mbit/s) is
+// the largest of: flows per direction / capacity over links, 1 / measured cap over edges, and
+// 1 / intra-host rate when hosts run several ranks.
+class RingState {
+ public:
+  RingState(const NetworkModel& net, const RingParams& p)
+      : net_(net), cross_(net.links(), 0), links_(net.links()) {
+    size_t n = net.n;
+    size_t k = static_cast<size_t>(p.ranksPerHost);
+    world_ = n * k;
+    scale_ = world_ > 1 ? 2.0 * (world_ - 1) / world_ : 0.0;
+    bits_ = 8.0 * static_cast<double>(p.bytes);
+    size_t intraHops = n >= 2 ? n * (k - 1) : (k > 1 ? k : 0);
+    constLatency_ = intraHops * p.intraHostLatencyUs + world_ * p.stepOverheadUs;
+    floorRho_ = k > 1 ? 1.0 / p.intraHostMbps : 0.0;
+    lowerRho_ = floorRho_;
+    if (n >= 2) lowerRho_ = std::max(lowerRho_, 1.0 / net.ringBoundMbps());
+  }
+
+  void edge(int a, int b, int sign) {
+    net_.forEachLink(a, b, [&](size_t link, bool) {
+      int now = cross_[link] + sign;
+      cross_[link] = now;
+      links_.set(link, ratio(link, now));
+    });
+    double cap = net_.capMbps(a, b);
+    if (std::isfinite(cap)) {
+      if (sign > 0)
+        caps_.insert(1.0 / cap);
+      else
+        caps_.erase(caps_.find(1.0 / cap));
+    }
+  }
+  double rho() const {
+    double r = floorRho_;
+    r = std::max(r, links_.max());
+    if (!caps_.empty()) r = std::max(r, *caps_.rbegin());
+    return r;
+  }
+  double lowerRho() const { return lowerRho_; }
+  double objective(double networkLatency, double rho) const {
+    return scale_ * (networkLatency + constLatency_ + bits_ * rho);
+  }
+  double constLatency() const { return constLatency_; }
+
+ private:
+  double ratio(size_t link, int crossings) const {
+    return 0.5 * crossings / net_.linkMbps(link);
+  }
+  const NetworkModel& net_;
+  std::vector<int> cross_;
+  MaxTracker links_;
+  std::multiset<double> caps_;
+  size_t world_ = 0;
+  double scale_ = 0, bits_ = 0, constLatency_ = 0, floorRho_ = 0, lowerRho_ = 0;
+};
+
+double lat(const NetworkModel& net, int a, int b) { return net.latencyUs(a, b); }
+
+// Each host's nearest candidates: same innermost group first, then by latency, then by index.
+std::vector<std::vector<int>> neighbourLists(const NetworkModel& net, size_t k) {
+  size_t n = net.n;
+  std::vector<std::vector<int>> hostsOf(net.switches());
+  for (size_t h = 0; h < n; ++h)
+    for (size_t l = 0; l < net.levels; ++l) hostsOf[net.switchAt(h, l)].push_back(h);
+  std::vector<int> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<std::vector<int>> out(n);
+  for (size_t a = 0; a < n; ++a) {
+    const std::vector<int>* pool = &all;
+    for (size_t l = 0; l < net.levels; ++l) {
+      const auto& members = hostsOf[net.switchAt(a, l)];
+      if (members.size() > k) {
+        pool = &members;
+        break;
+      }
+    }
+    std::vector<int> cand;
+    for (int c : *pool)
+      if (c != static_cast<int>(a)) cand.push_back(c);
+    auto key = [&](int c) {
+      return std::make_tuple(net.lcaLevel(a, c), lat(net, a, c), c);
+    };
+    size_t take = std::min(k, cand.size());
+    std::partial_sort(cand.begin(), cand.begin() + take, cand.end(),
+                      [&](int x, int y) { return key(x) < key(y); });
+    cand.resize(take);
+    out[a] = std::move(cand);
+  }
+  return out;
+}
+
+}  // namespace
+
+double ringAllreduceUs(const RingCost& cost, size_t world, double bytes) {
+  if (world < 2) return 0;
+  double perByte = std::isfinite(cost.bottleneckMbps) ? 1.0 / bytesPerUs(cost.bottleneckMbps) : 0;
+  return 2.0 * (world - 1) / world * (cost.latencyUs + bytes * perByte);
+}
+
+RingCost evaluateRing(const NetworkModel& net, const std::vector<int>& ring,
+                      const RingParams& params) {
+  RANKMAP_ASSERT(ring.size() == net.n);
+  RingState st(net, params);
+  double l = 0;
+  size_t n = ring.size();
+  if (n >= 2)
+    for (size_t i = 0; i < n; ++i) {
+      st.edge(ring[i], ring[(i + 1) % n], +1);
+      l += lat(net, ring[i], ring[(i + 1) % n]);
+    }
+  RingCost c;
+  c.latencyUs = l + st.constLatency();
+  double rho = st.rho();
+  c.bottleneckMbps = rho > 0 ? 1.0 / rho : kInf;
+  c.objectiveUs = st.objective(l, rho);
+  return c;
+}
+
+std::vector<int> hierarchicalRing(const NetworkModel& net) {
+  size_t n = net.n;
+  std::vector<int> ring;
+  if (net.levels == 0) {
+    ring.resize(n);
+    std::iota(ring.begin(), ring.end(), 0);
+    return ring;
+  }
+  // Children in order of their lowest host (hosts are visited in increasing index).
+  std::vector<std::vector<int>> childSwitches(net.switches()), hostsOf(net.switches());
+  std::vector<int> tops;
+  std::vector<char> seen(net.switches(), 0);
+  for (size_t h = 0; h < n; ++h) {
+    hostsOf[net.switchAt(h, 0)].push_back(h);
+    for (size_t l = 0; l < net.levels; ++l) {
+      int s = net.switchAt(h, l);
+      if (seen[s]) continue;
+      seen[s] = 1;
+      if (net.switchParent[s] < 0)
+        tops.push_back(s);
+      else
+        childSwitches[net.switchParent[s]].push_back(s);
+    }
+  }
+  std::function<void(int)> walk = [&](int s) {
+    if (net.switchLevel[s] == 0) {
+      ring.insert(ring.end(), hostsOf[s].begin(), hostsOf[s].end());
+      return;
+    }
+    for (int c : childSwitches[s]) walk(c);
+  };
+  for (int s : tops) walk(s);
+  RANKMAP_ASSERT(ring.size() == n);
+  return ring;
+}
+
+std::vector<int> rotateToBoundary(const NetworkModel& net, const std::vector<int>& ring) {
+  size_t n = ring.size();
+  if (n < 2) return ring;
+  size_t best = 0;
+  size_t bestLevel = 0;
+  for (size_t k = 0; k < n; ++k) {
+    size_t lv = net.lcaLevel(ring[(k + n - 1) % n], ring[k]);
+    if (k == 0 || lv > bestLevel || (lv == bestLevel && ring[k] < ring[best])) {
+      best = k;
+      bestLevel = lv;
+    }
+  }
+  std::vector<int> out(ring.begin() + best, ring.end());
+  out.insert(out.end(), ring.begin(), ring.begin() + best);
+  return out;
+}
+
+std::vector<int> improveRing(const NetworkModel& net, std::vector<int> ring,
+                             const RingParams& params) {
+  size_t n = ring.size();
+  if (n < 5) return n == 4 ? exactRing(net, ring, params) : ring;
+  RingState st(net, params);
+  std::vector<int> pos(n);
+  double l = 0;
+  for (size_t i = 0; i < n; ++i) {
+    pos[ring[i]] = static_cast<int>(i);
+    st.edge(ring[i], ring[(i + 1) % n], +1);
+    l += lat(net, ring[i], ring[(i + 1) % n]);
+  }
+  double rho = st.rho();
+  double obj = st.objective(l, rho);
+  auto nb = neighbourLists(net, std::min(kNeighbours, n - 1));
+  auto at = [&](long i) { return ring[static_cast<size_t>(((i % long(n)) + long(n)) % long(n))]; };
+
+  // Tries replacing `out` edges by `in` edges; keeps the change in `st` if it improves.
+  auto attempt = [&](std::initializer_list<std::pair<int, int>> out,
+                     std::initializer_list<std::pair<int, int>> in) {
+    double dl = 0;
+    for (auto [a, b] : out) dl -= lat(net, a, b);
+    for (auto [a, b] : in) dl += lat(net, a, b);
+    double limit = obj * (1 - kRelImprove);
+    // Even the best bottleneck any ring can have would not make this move pay.
+    if (st.objective(l + dl, st.lowerRho()) >= limit) return false;
+    for (auto [a, b] : out) st.edge(a, b, -1);
+    for (auto [a, b] : in) st.edge(a, b, +1);
+    double r = st.rho();
+    double o = st.objective(l + dl, r);
+    if (o < limit) {
+      l += dl;
+      rho = r;
+      obj = o;
+      return true;
+    }
+    for (auto [a, b] : in) st.edge(a, b, -1);
+    for (auto [a, b] : out) st.edge(a, b, +1);
+    return false;
+  };
+  auto reindex = [&]() {
+    for (size_t i = 0; i < n; ++i) pos[ring[i]] = static_cast<int>(i);
+  };
+  // Reverses positions i+1 .. j (cyclic), or the complement when that is shorter.
+  auto reverse = [&](long i, long j) {
+    long len = ((j - i) % long(n) + long(n)) % long(n);
+    long s = i + 1, e = j;
+    if (len > long(n) / 2) {
+      s = j + 1;
+      e = i + long(n);
+      len = long(n) - len;
+    }
+    for (long k = 0; k < len / 2; ++k) {
+      size_t x = static_cast<size_t>(((s + k) % long(n) + long(n)) % long(n));
+      size_t y = static_cast<size_t>(((e - k) % long(n) + long(n)) % long(n));
+      std::swap(ring[x], ring[y]);
+      pos[ring[x]] = static_cast<int>(x);
+      pos[ring[y]] = static_cast<int>(y);
+    }
+  };
+
+  // Don't-look bits: a queue of hosts whose surroundings changed; every host starts in it.
+  std::deque<int> queue;
+  std::vector<char> queued(n, 1);
+  for (size_t h = 0; h < n; ++h) queue.push_back(static_cast<int>(h));
+  auto wake = [&](std::initializer_list<int> hosts) {
+    for (int h : hosts)
+      if (!queued[h]) {
+        queued[h] = 1;
+        queue.push_back(h);
+      }
+  };
+  size_t budget = static_cast<size_t>(kMaxPasses) * n;
+  while (!queue.empty() && budget-- > 0) {
+    int a = queue.front();
+    queue.pop_front();
+    queued[a] = 0;
+    for (int c : nb[a]) {
+      // 2-opt, two ways of making a and c adjacent.
+      for (int variant = 0; variant < 2; ++variant) {
+        long i = pos[a], j = pos[c];
+        if (variant == 1) {
+          i = pos[at(i - 1)];
+          j = pos[at(j - 1)];
+        }
+        int x = at(i), xn = at(i + 1), y = at(j), yn = at(j + 1);
+        if (x == y || xn == y || yn == x) continue;
+        if (attempt({{x, xn}, {y, yn}}, {{x, y}, {xn, yn}})) {
+          reverse(i, j);
+          wake({x, xn, y, yn});
+        }
+      }
+      // Or-opt: move the segment of 1..3 hosts starting at a next to c.
+      for (long len = 1; len <= 3 && len + 2 <= long(n); ++len) {
+        long i = pos[a];
+        bool inside = false;
+        for (long k = 0; k < len; ++k) inside = inside || at(i + k) == c;
+        int p = at(i - 1), s0 = at(i), s1 = at(i + len - 1), q = at(i + len);
+        if (inside || p == c) continue;
+        int cn = at(pos[c] + 1), cp = at(pos[c] - 1);
+        bool cnInside = false, cpInside = false;
+        for (long k = 0; k < len; ++k) {
+          cnInside = cnInside || at(i + k) == cn;
+          cpInside = cpInside || at(i + k) == cp;
+        }
+        bool moved = false;
+        for (int side = 0; side < 2 && !moved; ++side) {
+          if (side == 0) {  // c, s0..s1, cn
+            if (cnInside) continue;
+            moved = attempt({{p, s0}, {s1, q}, {c, cn}}, {{p, q}, {c, s0}, {s1, cn}});
+          } else {  // cp, s1..s0, c
+            if (cpInside) continue;
+            moved = attempt({{p, s0}, {s1, q}, {cp, c}}, {{p, q}, {cp, s1}, {s0, c}});
+          }
+          if (!moved) continue;
+          std::vector<int> seg;
+          for (long k = 0; k < len; ++k) seg.push_back(at(i + k));
+          if (side == 1) std::reverse(seg.begin(), seg.end());
+          std::vector<int> rest;
+          for (long k = 0; k < long(n) - len; ++k) rest.push_back(at(i + len + k));
+          int anchor = side == 0 ? c : cp;
+          auto it = std::find(rest.begin(), rest.end(), anchor);
+          rest.insert(it + 1, seg.begin(), seg.end());
+          ring = std::move(rest);
+          reindex();
+          wake({p, q, s0, s1, c, cn, cp});
+        }
+      }
+    }
+  }
+  return ring;
+}
+
+std::vector<int> exactRing(const NetworkModel& net, const std::vector<int>& incumbent,
+                           const RingParams& params) {
+  size_t n = net.n;
+  if (n > kExactMaxHosts)
+    throw InvalidInput(fmt::format("exact ring search: {} hosts, at most {} supported", n,
+                                   kExactMaxHosts));
+  RANKMAP_ASSERT(incumbent.size() == n);
+  if (n <= 3) return incumbent;
+  double best = evaluateRing(net, incumbent, params).objectiveUs;
+  std::vector<int> bestRing = incumbent;
+  // Candidates nearest first, so good rings are found early and prune the rest.
+  std::vector<std::vector<int>> cand(n);
+  double minLat = kInf;
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = 0; b < n; ++b)
+      if (a != b) {
+        cand[a].push_back(b);
+        minLat = std::min(minLat, lat(net, a, b));
+      }
+    std::sort(cand[a].begin(), cand[a].end(), [&](int x, int y) {
+      return std::make_tuple(lat(net, a, x), x) < std::make_tuple(lat(net, a, y), y);
+    });
+  }
+  RingState st(net, params);
+  std::vector<int> path = {0};
+  std::vector<char> used(n, 0);
+  used[0] = 1;
+  std::function<void(double)> dfs = [&](double l) {
+    int last = path.back();
+    size_t remaining = n - path.size();  // edges still to add, including the closing one
+    for (int c : cand[last]) {
+      if (used[c]) continue;
+      double l2 = l + lat(net, last, c);
+      st.edge(last, c, +1);
+      if (path.size() + 1 == n) {
+        st.edge(c, 0, +1);
+        double o = st.objective(l2 + lat(net, c, 0), st.rho());
+        if (o < best * (1 - 1e-12)) {
+          best = o;
+          bestRing = path;
+          bestRing.push_back(c);
+        }
+        st.edge(c, 0, -1);
+      } else {
+        double bound = st.objective(l2 + remaining * minLat, std::max(st.rho(), st.lowerRho()));
+        if (bound < best * (1 - 1e-12)) {
+          used[c] = 1;
+          path.push_back(c);
+          dfs(l2);
+          path.pop_back();
+          used[c] = 0;
+        }
+      }
+      st.edge(last, c, -1);
+    }
+  };
+  dfs(0);
+  return bestRing;
+}
+
+}  // namespace rankmap::reorder

@@ -1,0 +1,20 @@
+// The plan drawn for people: bandwidth and latency heatmaps with hosts sorted by the plan's
+// order (so groups are blocks on the diagonal), group boundaries, the plan's ring (arrows on
+// the pairs it uses, hugging the diagonal blocks) and the input order's ring (markers on the
+// pairs it uses, scattered across blocks), a legend, and the predicted gain in the title.
+// Above kMaxCells hosts, cells are blocks of hosts (median of the block's measured pairs).
+#pragma once
+
+#include <string>
+
+#include "common/plan.h"
+#include "common/topology.h"
+
+namespace rankmap::reorder {
+
+inline constexpr size_t kMaxCells = 128;
+
+// Throws InvalidInput when a host of the plan is not in the topology.
+std::string renderSvg(const Topology& topology, const Plan& plan);
+
+}  // namespace rankmap::reorder

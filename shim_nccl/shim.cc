@@ -1,0 +1,668 @@
+#include "shim_nccl/shim.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <future>
+#include <thread>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace rankmap::shim_nccl {
+
+const char* abi::resultName(int result) {
+  switch (result) {
+    case kSuccess:
+      return "ncclSuccess";
+    case kUnhandledCudaError:
+      return "ncclUnhandledCudaError";
+    case kSystemError:
+      return "ncclSystemError";
+    case kInternalError:
+      return "ncclInternalError";
+    case kInvalidArgument:
+      return "ncclInvalidArgument";
+    case kInvalidUsage:
+      return "ncclInvalidUsage";
+    case kRemoteError:
+      return "ncclRemoteError";
+    case kInProgress:
+      return "ncclInProgress";
+    default:
+      return "unknown ncclResult_t";
+  }
+}
+
+namespace {
+
+// NCCL's group state is per thread, and so is ours.
+struct GroupState {
+  int depth = 0;
+  std::vector<Shim::InitCall> inits;
+  std::vector<Shim::Fixup> fixups;
+};
+
+GroupState& groupState() {
+  thread_local GroupState g;
+  return g;
+}
+
+bool ok(abi::Result r) { return r == abi::kSuccess || r == abi::kInProgress; }
+
+// The first error of two results (ncclInProgress is not an error).
+abi::Result firstError(abi::Result a, abi::Result b) { return ok(a) ? b : a; }
+
+// A copy of an ncclConfig_t that outlives the call (for deferred inits): `size` bytes, bounded;
+// nullptr when the struct does not look initialised (NCCL will then reject the original).
+std::shared_ptr<std::vector<char>> copyConfig(const void* config) {
+  if (config == nullptr) return nullptr;
+  const auto* prefix = static_cast<const abi::ConfigPrefix*>(config);
+  if (prefix->magic != abi::kConfigMagic || prefix->size < sizeof(abi::ConfigPrefix) ||
+      prefix->size > 4096)
+    return nullptr;
+  auto copy = std::make_shared<std::vector<char>>(prefix->size);
+  std::memcpy(copy->data(), config, prefix->size);
+  return copy;
+}
+
+}  // namespace
+
+ShimOptions shimOptionsFromConfig(const Config& config) {
+  ShimOptions o;
+  o.enabled = config.get(settings::kNcclShim);
+  o.timeout = config.get(settings::kTimeout);
+  o.planSource = config.get(settings::kPlan);
+  if (o.enabled && !o.planSource.empty()) {
+    try {
+      o.plan = Plan::load(o.planSource);
+    } catch (const std::exception& e) {
+      RANKMAP_WARN(Shim, "NCCL shim: ignoring plan {}: {}; this rank votes for identity order",
+                   o.planSource, e.what());
+    }
+  }
+  return o;
+}
+
+abi::Result resultFor(const std::exception& e) noexcept {
+  switch (toCode(e)) {
+    case ErrorCode::kInvalidInput:
+      return abi::kInvalidArgument;
+    case ErrorCode::kNotSupported:
+      return abi::kInvalidUsage;
+    case ErrorCode::kCuda:
+      return abi::kUnhandledCudaError;
+    case ErrorCode::kIo:
+    case ErrorCode::kTimeout:
+    case ErrorCode::kSystem:
+      return abi::kSystemError;
+    case ErrorCode::kPeer:
+      return abi::kRemoteError;
+    default:
+      return abi::kInternalError;
+  }
+}
+
+Shim::Shim(RealResolver resolveReal, DriverLoader loadDriver, ShimOptions options)
+    : resolveReal_(std::move(resolveReal)),
+      loadDriver_(std::move(loadDriver)),
+      options_(std::move(options)) {}
+
+const RealNccl& Shim::real() {
+  if (const RealNccl* r = real_.load(std::memory_order_acquire)) return *r;
+  std::lock_guard<std::mutex> lock(resolveMu_);
+  if (!realStorage_) {
+    realStorage_ = std::make_unique<RealNccl>(resolveReal_());
+    RANKMAP_DEBUG(Shim, "NCCL shim: real NCCL from {}", realStorage_->source);
+    real_.store(realStorage_.get(), std::memory_order_release);
+  }
+  return *realStorage_;
+}
+
+const CudaDriver& Shim::driver() {
+  if (const CudaDriver* d = driverPtr_.load(std::memory_order_acquire)) return *d;
+  std::lock_guard<std::mutex> lock(resolveMu_);
+  if (!driver_) {
+    driver_ = loadDriver_();
+    RANKMAP_DEBUG(Shim, "NCCL shim: CUDA driver from {}", driver_->source());
+    driverPtr_.store(driver_.get(), std::memory_order_release);
+  }
+  return *driver_;
+}
+
+std::shared_ptr<const Shim::CommState> Shim::find(abi::Comm comm) const {
+  if (registered_.load(std::memory_order_acquire) == 0) return nullptr;
+  std::shared_lock<std::shared_mutex> lock(commsMu_);
+  auto it = comms_.find(comm);
+  return it == comms_.end() ? nullptr : it->second;
+}
+
+void Shim::registerComm(abi::Comm comm, std::shared_ptr<const CommState> state) {
+  std::unique_lock<std::shared_mutex> lock(commsMu_);
+  comms_[comm] = std::move(state);
+  registered_.store(comms_.size(), std::memory_order_release);
+}
+
+void Shim::unregisterComm(abi::Comm comm) {
+  if (registered_.load(std::memory_order_acquire) == 0) return;
+  std::unique_lock<std::shared_mutex> lock(commsMu_);
+  comms_.erase(comm);
+  registered_.store(comms_.size(), std::memory_order_release);
+}
+
+// --- unique ids and init ------------------------------------------------------------------------
+
+abi::Result Shim::getUniqueId(abi::UniqueId* id) {
+  abi::Result r = real().getUniqueId(id);
+  if (r != abi::kSuccess || id == nullptr || !options_.enabled || !options_.plan) return r;
+  // Only an id whose tail is free can carry the agreement (encodeTail checks again).
+  abi::UniqueId probe = *id;
+  if (!encodeTail(probe, IdTail{0, 0, "127.0.0.1", 0})) {
+    RANKMAP_WARN(Shim,
+                 "NCCL shim: this NCCL uses the whole unique id; no plan agreement, "
+                 "identity order");
+    return r;
+  }
+  auto host = ncclRootHost(*id);
+  if (!host) {
+    RANKMAP_WARN(Shim,
+                 "NCCL shim: cannot read NCCL's bootstrap address from the unique id; "
+                 "identity order");
+    return r;
+  }
+  try {
+    IdTail tail = startAgreementServer(*host, options_.plan->hash, options_.timeout);
+    encodeTail(*id, tail);
+    RANKMAP_DEBUG(Shim, "NCCL shim: unique id carries plan agreement at {}:{} for plan {}",
+                  tail.host, tail.port, options_.plan->hash);
+  } catch (const std::exception& e) {
+    RANKMAP_WARN(Shim, "NCCL shim: no plan agreement server on {}: {}; identity order", *host,
+                 e.what());
+  }
+  return r;
+}
+
+Vote Shim::voteFor(int nranks, int appRank) const {
+  Vote v;
+  v.rank = appRank;
+  v.nranks = nranks;
+  if (options_.plan) {
+    v.planHash = options_.plan->hash;
+    v.fits = options_.plan->worldSize() == static_cast<size_t>(nranks);
+  }
+  return v;
+}
+
+abi::Result Shim::commInitRank(abi::Comm* comm, int nranks, abi::UniqueId id, int rank) {
+  InitCall c;
+  c.kind = InitCall::Kind::Rank;
+  c.out = comm;
+  c.nranks = nranks;
+  c.appRank = rank;
+  c.ids = {id};
+  return init(std::move(c));
+}
+
+abi::Result Shim::commInitRankConfig(abi::Comm* comm, int nranks, abi::UniqueId id, int rank,
+                                     void* config) {
+  InitCall c;
+  c.kind = InitCall::Kind::RankConfig;
+  c.out = comm;
+  c.nranks = nranks;
+  c.appRank = rank;
+  c.ids = {id};
+  c.config = config;
+  return init(std::move(c));
+}
+
+abi::Result Shim::commInitRankScalable(abi::Comm* comm, int nranks, int rank, int nIds,
+                                       abi::UniqueId* ids, void* config) {
+  if (real().commInitRankScalable == nullptr) {
+    RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no ncclCommInitRankScalable");
+    return abi::kInvalidUsage;
+  }
+  if (ids == nullptr || nIds < 1)
+    return real().commInitRankScalable(comm, nranks, rank, nIds, ids, config);
+  InitCall c;
+  c.kind = InitCall::Kind::Scalable;
+  c.out = comm;
+  c.nranks = nranks;
+  c.appRank = rank;
+  c.ids.assign(ids, ids + nIds);
+  c.config = config;
+  return init(std::move(c));
+}
+
+abi::Result Shim::callRealInit(InitCall& c, int rank) {
+  switch (c.kind) {
+    case InitCall::Kind::Rank:
+      return real().commInitRank(c.out, c.nranks, c.ids[0], rank);
+    case InitCall::Kind::RankConfig:
+      return real().commInitRankConfig(c.out, c.nranks, c.ids[0], rank, c.config);
+    case InitCall::Kind::Scalable:
+      return real().commInitRankScalable(c.out, c.nranks, rank, static_cast<int>(c.ids.size()),
+                                         c.ids.data(), c.config);
+  }
+  return abi::kInternalError;
+}
+
+abi::Result Shim::init(InitCall call) {
+  // Even when disabled (RANKMAP_NCCL_SHIM=0, no plan loaded) a rank answers an agreement it
+  // finds: its vote for identity settles the matter at once instead of at the server's deadline.
+  std::optional<IdTail> tail = decodeTail(call.ids[0]);
+  if (!tail) {
+    if (options_.plan)
+      RANKMAP_DEBUG(Shim,
+                    "NCCL shim: unique id carries no plan agreement (its creator has no "
+                    "plan or no shim); identity order");
+    return callRealInit(call, call.appRank);
+  }
+  call.tail = *tail;
+  GroupState& g = groupState();
+  if (g.depth > 0) {
+    // Deferred to the outermost ncclGroupEnd (see shim.h). NCCL itself does nothing with an init
+    // inside a group before ncclGroupEnd, so the application cannot tell.
+    call.configCopy = copyConfig(call.config);
+    if (call.configCopy) call.config = call.configCopy->data();
+    try {
+      call.context = driver().currentContext();
+      call.haveContext = true;
+    } catch (const CudaError& e) {
+      RANKMAP_DEBUG(Shim, "NCCL shim: deferred init without a CUDA context: {}", e.what());
+    }
+    if (call.out != nullptr) *call.out = nullptr;
+    counters_.deferredInits.fetch_add(1, std::memory_order_relaxed);
+    g.inits.push_back(std::move(call));
+    return abi::kSuccess;
+  }
+  Verdict v = agree(call.tail, voteFor(call.nranks, call.appRank));
+  return finishInit(call, v);
+}
+
+abi::Result Shim::finishInit(InitCall& call, const Verdict& verdict) {
+  RankTable table = RankTable::identity(call.nranks);
+  if (verdict.decision == Decision::Permute) {
+    table = RankTable::fromPermutation(options_.plan->permutation);
+  } else {
+    counters_.identityComms.fetch_add(1, std::memory_order_relaxed);
+    RANKMAP_WARN(Shim, "NCCL shim: rank {} of {}: identity order: {}", call.appRank, call.nranks,
+                 verdict.reason);
+  }
+  const int realRank = table.toReal(call.appRank);
+  abi::Result r = callRealInit(call, realRank);
+  if (ok(r) && !table.isIdentity() && call.out != nullptr && *call.out != nullptr) {
+    auto state = std::make_shared<CommState>();
+    state->table = std::move(table);
+    state->appRank = call.appRank;
+    registerComm(*call.out, std::move(state));
+    counters_.permutedComms.fetch_add(1, std::memory_order_relaxed);
+    RANKMAP_INFO(Shim, "NCCL comm {}: app rank {} -> NCCL rank {} of {} ({})",
+                 static_cast<void*>(*call.out), call.appRank, realRank, call.nranks,
+                 verdict.reason);
+  }
+  return r;
+}
+
+abi::Result Shim::runDeferredInits(std::vector<InitCall>& calls) {
+  if (calls.empty()) return abi::kSuccess;
+  // Vote for all of them at once: they may be ranks of one communicator.
+  std::vector<std::future<Verdict>> votes;
+  votes.reserve(calls.size());
+  for (auto& c : calls)
+    votes.push_back(std::async(std::launch::async,
+                               [this, &c] { return agree(c.tail, voteFor(c.nranks, c.appRank)); }));
+  abi::Result result = abi::kSuccess;
+  void* saved = nullptr;
+  bool restore = false;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    InitCall& c = calls[i];
+    try {
+      Verdict v = votes[i].get();
+      if (c.haveContext) {
+        if (!restore) saved = driver().currentContext();
+        restore = true;
+        driver().setCurrentContext(c.context);
+      }
+      result = firstError(result, finishInit(c, v));
+    } catch (const std::exception& e) {
+      RANKMAP_ERROR(Shim, "NCCL shim: deferred init of rank {}: {}", c.appRank, e.what());
+      result = firstError(result, resultFor(e));
+    }
+  }
+  if (restore) driver().setCurrentContext(saved);
+  calls.clear();
+  return result;
+}
+
+// --- communicators ------------------------------------------------------------------------------
+
+abi::Result Shim::commSplit(abi::Comm comm, int color, int key, abi::Comm* newcomm, void* config) {
+  auto st = find(comm);
+  int realKey = key;
+  if (st && color != abi::kSplitNoColor && key >= 0) {
+    // Ties in `key` are broken by parent rank in NCCL: make that the app rank.
+    int64_t wide = static_cast<int64_t>(key) * st->table.size() + st->appRank;
+    if (wide <= INT_MAX) realKey = static_cast<int>(wide);
+  }
+  return real().commSplit(comm, color, realKey, newcomm, config);
+}
+
+abi::Result Shim::commShrink(abi::Comm comm, int* exclude, int excludeCount, abi::Comm* newcomm,
+                             void* config, int flags) {
+  if (real().commShrink == nullptr) {
+    RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no ncclCommShrink");
+    return abi::kInvalidUsage;
+  }
+  auto st = find(comm);
+  if (!st || excludeCount <= 0 || exclude == nullptr)
+    return real().commShrink(comm, exclude, excludeCount, newcomm, config, flags);
+  const RankTable& t = st->table;
+  std::vector<int> realExclude(exclude, exclude + excludeCount);
+  for (int& r : realExclude) r = t.toReal(r);
+  abi::Result r = real().commShrink(comm, realExclude.data(), excludeCount, newcomm, config, flags);
+  if (!ok(r) || newcomm == nullptr || *newcomm == nullptr) return r;
+  // NCCL numbers the survivors in parent (real) rank order; the application expects app order.
+  std::vector<bool> gone(static_cast<size_t>(t.size()), false);
+  for (int i = 0; i < excludeCount; ++i)
+    if (exclude[i] >= 0 && exclude[i] < t.size()) gone[static_cast<size_t>(exclude[i])] = true;
+  std::vector<int> survivorsReal;
+  for (int real = 0; real < t.size(); ++real)
+    if (!gone[static_cast<size_t>(t.toApp(real))]) survivorsReal.push_back(real);
+  std::vector<int> childAppToReal;
+  int myChildApp = -1;
+  for (int a = 0; a < t.size(); ++a) {
+    if (gone[static_cast<size_t>(a)]) continue;
+    if (a == st->appRank) myChildApp = static_cast<int>(childAppToReal.size());
+    auto pos = std::lower_bound(survivorsReal.begin(), survivorsReal.end(), t.toReal(a));
+    childAppToReal.push_back(static_cast<int>(pos - survivorsReal.begin()));
+  }
+  auto child = std::make_shared<CommState>();
+  child->table = RankTable::fromPermutation(std::move(childAppToReal));
+  child->appRank = myChildApp;
+  if (!child->table.isIdentity()) registerComm(*newcomm, std::move(child));
+  return r;
+}
+
+abi::Result Shim::commDestroy(abi::Comm comm) {
+  unregisterComm(comm);
+  return real().commDestroy(comm);
+}
+
+abi::Result Shim::commAbort(abi::Comm comm) {
+  unregisterComm(comm);
+  return real().commAbort(comm);
+}
+
+abi::Result Shim::commUserRank(abi::Comm comm, int* rank) {
+  abi::Result r = real().commUserRank(comm, rank);
+  if (r != abi::kSuccess || rank == nullptr) return r;
+  if (auto st = find(comm)) *rank = st->table.toApp(*rank);
+  return r;
+}
+
+// --- groups -------------------------------------------------------------------------------------
+
+abi::Result Shim::groupStart() {
+  abi::Result r = real().groupStart();
+  if (r == abi::kSuccess) ++groupState().depth;
+  return r;
+}
+
+abi::Result Shim::groupEnd() { return endGroup(false, nullptr); }
+
+abi::Result Shim::groupSimulateEnd(void* simInfo) {
+  if (real().groupSimulateEnd == nullptr) {
+    RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no ncclGroupSimulateEnd");
+    return abi::kInvalidUsage;
+  }
+  return endGroup(true, simInfo);
+}
+
+abi::Result Shim::endGroup(bool simulate, void* simInfo) {
+  GroupState& g = groupState();
+  auto realEnd = [&] { return simulate ? real().groupSimulateEnd(simInfo) : real().groupEnd(); };
+  if (g.depth == 0) return realEnd();  // unbalanced: NCCL reports it
+  if (g.depth > 1) {
+    --g.depth;  // an inner end closes its level whatever it returns, as in NCCL
+    return realEnd();
+  }
+  std::vector<InitCall> inits = std::move(g.inits);
+  std::vector<Fixup> fixups = std::move(g.fixups);
+  g.inits.clear();
+  g.fixups.clear();
+  abi::Result initResult = runDeferredInits(inits);
+  abi::Result r = realEnd();
+  g.depth = 0;
+  if (simulate) {
+    // Nothing was launched: release the scratch buffers without copying.
+    for (auto& f : fixups) f.copies.clear();
+  }
+  abi::Result fixResult = completeFixups(fixups, r);
+  return firstError(initResult, fixResult);
+}
+
+// --- fix-ups ------------------------------------------------------------------------------------
+
+abi::Result Shim::waitNotInProgress(abi::Comm comm) {
+  const Deadline deadline = Deadline::after(options_.timeout);
+  auto pause = std::chrono::microseconds(1);
+  for (;;) {
+    abi::Result state = abi::kSuccess;
+    abi::Result r = real().commGetAsyncError(comm, &state);
+    if (r != abi::kSuccess) return r;
+    if (state != abi::kInProgress) return state;
+    if (deadline.expired())
+      RANKMAP_THROW(TimeoutError, "NCCL comm {} still in progress after {} ms",
+                    static_cast<void*>(comm), options_.timeout.count());
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+void Shim::preCopies(const std::vector<BlockCopy>& copies, char* dst, const char* src,
+                     abi::Stream stream) {
+  for (const auto& c : copies) driver().copyAsync(dst + c.dst, src + c.src, c.bytes, stream);
+  counters_.fixupCopies.fetch_add(copies.size(), std::memory_order_relaxed);
+}
+
+abi::Result Shim::after(abi::Result r, Fixup fixup) {
+  GroupState& g = groupState();
+  if (g.depth > 0 && ok(r)) {
+    g.fixups.push_back(std::move(fixup));
+    return r;
+  }
+  std::vector<Fixup> one;
+  one.push_back(std::move(fixup));
+  return completeFixups(one, r);
+}
+
+abi::Result Shim::completeFixups(std::vector<Fixup>& fixups, abi::Result r) {
+  abi::Result result = r;
+  for (auto& f : fixups) {
+    bool copy = ok(r);
+    try {
+      if (copy && r == abi::kInProgress) {
+        abi::Result state = waitNotInProgress(f.comm);
+        if (state != abi::kSuccess) {
+          copy = false;
+          result = firstError(result, state);
+        }
+      }
+      if (copy) preCopies(f.copies, f.dstBase, f.srcBase, f.stream);
+      driver().freeAsync(f.scratch, f.stream);
+    } catch (const std::exception& e) {
+      RANKMAP_ERROR(Shim, "NCCL shim: block-order fix-up on comm {}: {}",
+                    static_cast<void*>(f.comm), e.what());
+      result = firstError(result, resultFor(e));
+    }
+  }
+  fixups.clear();
+  return result;
+}
+
+// --- collectives --------------------------------------------------------------------------------
+
+abi::Result Shim::reduce(const void* send, void* recv, size_t count, abi::DataType dt,
+                         abi::RedOp op, int root, abi::Comm comm, abi::Stream stream) {
+  auto st = find(comm);
+  return real().reduce(send, recv, count, dt, op, st ? st->table.toReal(root) : root, comm, stream);
+}
+
+abi::Result Shim::bcast(void* buf, size_t count, abi::DataType dt, int root, abi::Comm comm,
+                        abi::Stream stream) {
+  auto st = find(comm);
+  return real().bcast(buf, count, dt, st ? st->table.toReal(root) : root, comm, stream);
+}
+
+abi::Result Shim::broadcast(const void* send, void* recv, size_t count, abi::DataType dt, int root,
+                            abi::Comm comm, abi::Stream stream) {
+  auto st = find(comm);
+  return real().broadcast(send, recv, count, dt, st ? st->table.toReal(root) : root, comm, stream);
+}
+
+abi::Result Shim::send(const void* buf, size_t count, abi::DataType dt, int peer, abi::Comm comm,
+                       abi::Stream stream) {
+  auto st = find(comm);
+  return real().send(buf, count, dt, st ? st->table.toReal(peer) : peer, comm, stream);
+}
+
+abi::Result Shim::recv(void* buf, size_t count, abi::DataType dt, int peer, abi::Comm comm,
+                       abi::Stream stream) {
+  auto st = find(comm);
+  return real().recv(buf, count, dt, st ? st->table.toReal(peer) : peer, comm, stream);
+}
+
+abi::Result Shim::allGather(const void* send, void* recv, size_t sendCount, abi::DataType dt,
+                            abi::Comm comm, abi::Stream stream) {
+  auto st = find(comm);
+  const size_t block = sendCount * abi::dataTypeSize(dt);
+  if (!st || block == 0) return real().allGather(send, recv, sendCount, dt, comm, stream);
+  const size_t n = static_cast<size_t>(st->table.size());
+  Fixup f{comm,
+          stream,
+          driver().allocAsync(n * block, stream),
+          static_cast<char*>(recv),
+          nullptr,
+          realOrderToAppOrder(st->table, block)};
+  f.srcBase = static_cast<const char*>(f.scratch);
+  abi::Result r = real().allGather(send, f.scratch, sendCount, dt, comm, stream);
+  return after(r, std::move(f));
+}
+
+abi::Result Shim::reduceScatter(const void* send, void* recv, size_t recvCount, abi::DataType dt,
+                                abi::RedOp op, abi::Comm comm, abi::Stream stream) {
+  auto st = find(comm);
+  const size_t block = recvCount * abi::dataTypeSize(dt);
+  if (!st || block == 0) return real().reduceScatter(send, recv, recvCount, dt, op, comm, stream);
+  const size_t n = static_cast<size_t>(st->table.size());
+  Fixup f{comm, stream, driver().allocAsync(n * block, stream), nullptr, nullptr, {}};
+  try {
+    preCopies(appOrderToRealOrder(st->table, block), static_cast<char*>(f.scratch),
+              static_cast<const char*>(send), stream);
+  } catch (...) {
+    driver().freeAsync(f.scratch, stream);
+    throw;
+  }
+  abi::Result r = real().reduceScatter(f.scratch, recv, recvCount, dt, op, comm, stream);
+  return after(r, std::move(f));
+}
+
+abi::Result Shim::alltoAll(const void* send, void* recv, size_t count, abi::DataType dt,
+                           abi::Comm comm, abi::Stream stream) {
+  if (real().alltoAll == nullptr) {
+    RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no ncclAlltoAll");
+    return abi::kInvalidUsage;
+  }
+  auto st = find(comm);
+  const size_t block = count * abi::dataTypeSize(dt);
+  if (!st || block == 0) return real().alltoAll(send, recv, count, dt, comm, stream);
+  const size_t total = static_cast<size_t>(st->table.size()) * block;
+  char* scratch = static_cast<char*>(driver().allocAsync(2 * total, stream));
+  Fixup f{comm,
+          stream,
+          scratch,
+          static_cast<char*>(recv),
+          scratch + total,
+          realOrderToAppOrder(st->table, block)};
+  try {
+    preCopies(appOrderToRealOrder(st->table, block), scratch, static_cast<const char*>(send),
+              stream);
+  } catch (...) {
+    driver().freeAsync(scratch, stream);
+    throw;
+  }
+  abi::Result r = real().alltoAll(scratch, scratch + total, count, dt, comm, stream);
+  return after(r, std::move(f));
+}
+
+abi::Result Shim::gather(const void* send, void* recv, size_t count, abi::DataType dt, int root,
+                         abi::Comm comm, abi::Stream stream) {
+  if (real().gather == nullptr) {
+    RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no ncclGather");
+    return abi::kInvalidUsage;
+  }
+  auto st = find(comm);
+  if (!st) return real().gather(send, recv, count, dt, root, comm, stream);
+  const int realRoot = st->table.toReal(root);
+  const size_t block = count * abi::dataTypeSize(dt);
+  if (st->appRank != root || block == 0)
+    return real().gather(send, recv, count, dt, realRoot, comm, stream);
+  const size_t n = static_cast<size_t>(st->table.size());
+  Fixup f{comm,
+          stream,
+          driver().allocAsync(n * block, stream),
+          static_cast<char*>(recv),
+          nullptr,
+          realOrderToAppOrder(st->table, block)};
+  f.srcBase = static_cast<const char*>(f.scratch);
+  abi::Result r = real().gather(send, f.scratch, count, dt, realRoot, comm, stream);
+  return after(r, std::move(f));
+}
+
+abi::Result Shim::scatter(const void* send, void* recv, size_t count, abi::DataType dt, int root,
+                          abi::Comm comm, abi::Stream stream) {
+  if (real().scatter == nullptr) {
+    RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no ncclScatter");
+    return abi::kInvalidUsage;
+  }
+  auto st = find(comm);
+  if (!st) return real().scatter(send, recv, count, dt, root, comm, stream);
+  const int realRoot = st->table.toReal(root);
+  const size_t block = count * abi::dataTypeSize(dt);
+  if (st->appRank != root || block == 0)
+    return real().scatter(send, recv, count, dt, realRoot, comm, stream);
+  const size_t n = static_cast<size_t>(st->table.size());
+  Fixup f{comm, stream, driver().allocAsync(n * block, stream), nullptr, nullptr, {}};
+  try {
+    preCopies(appOrderToRealOrder(st->table, block), static_cast<char*>(f.scratch),
+              static_cast<const char*>(send), stream);
+  } catch (...) {
+    driver().freeAsync(f.scratch, stream);
+    throw;
+  }
+  abi::Result r = real().scatter(f.scratch, recv, count, dt, realRoot, comm, stream);
+  return after(r, std::move(f));
+}
+
+// --- the process-wide instance ------------------------------------------------------------------
+
+Shim& globalShim() {
+  static Shim* shim = [] {
+    ShimOptions options;
+    try {
+      Config config = Config::load();
+      log::configure(config);
+      options = shimOptionsFromConfig(config);
+    } catch (const std::exception& e) {
+      RANKMAP_WARN(Shim, "NCCL shim: configuration: {}; passing NCCL calls through", e.what());
+      options.enabled = false;
+    }
+    return new Shim([] { return resolveRealNccl(); }, [] { return CudaDriver::load(); },
+                    std::move(options));
+  }();
+  return *shim;
+}
+
+}  // namespace rankmap::shim_nccl

@@ -1,0 +1,202 @@
+// Shim: the translation logic behind librankmap_nccl.so's exported NCCL functions.
+//
+// What it does, per communicator created from a unique id that carries a plan agreement
+// (agreement.h) that all ranks accepted:
+// - init: NCCL gets the plan's new rank (Plan::permutation; hosts permuted, a host's ranks kept
+//   contiguous). NCCL chains its inter-node ring and builds its trees in the order of each node's
+//   lowest rank and offers no other lever, so the rank is the lever.
+// - everything the application sees stays in its own ranks: broadcast/reduce/gather/scatter
+//   roots, send/recv peers, ncclCommUserRank, ncclCommShrink's excluded ranks are translated;
+//   AllGather, Gather and AlltoAll results are copied from a scratch buffer into app block order;
+//   ReduceScatter, Scatter and AlltoAll inputs are copied into real block order first. Copies and
+//   scratch are stream-ordered on the caller's stream (cuda_driver.h); in-place calls work
+//   because NCCL always reads or writes the scratch buffer, never the aliased user buffer twice.
+// - inside ncclGroupStart/End the copies that read NCCL's output wait for the real ncclGroupEnd
+//   (before it nothing is launched); inits that need the agreement are deferred to the outermost
+//   ncclGroupEnd too, with the CUDA context that was current at the call, because one thread may
+//   init several ranks of the same communicator in one group and could not vote for all of them
+//   while blocked in the first.
+// - non-blocking communicators: when a real call (or ncclGroupEnd) returns ncclInProgress, the
+//   operation is not on the stream yet; the shim polls ncclCommGetAsyncError until it stops
+//   reporting ncclInProgress before enqueuing the copies that read its output.
+// - ncclCommSplit children pass through with an identity table (PyTorch uses the group rank as
+//   the key, which fixes the child order); the key is widened to key*n + app rank so that ties
+//   are broken by app rank, as the application expects, rather than by the permuted rank.
+// Communicators without an accepted plan are not registered at all: every call on them goes
+// straight to NCCL after one atomic load.
+//
+// Contract: methods are the C ABI entries minus the border (entry.cc adds the re-entry guard and
+// turns exceptions into ncclResult_t). Thread-safe like NCCL: any thread may use any
+// communicator; group state is per thread, as in NCCL. Tests make one Shim per simulated rank.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/plan.h"
+#include "shim_nccl/agreement.h"
+#include "shim_nccl/cuda_driver.h"
+#include "shim_nccl/nccl_abi.h"
+#include "shim_nccl/rank_table.h"
+#include "shim_nccl/real_nccl.h"
+
+namespace rankmap {
+class Config;
+}  // namespace rankmap
+
+namespace rankmap::shim_nccl {
+
+struct ShimOptions {
+  bool enabled = true;                        // RANKMAP_NCCL_SHIM
+  std::optional<Plan> plan;                   // a valid plan, or none (identity)
+  std::string planSource;                     // RANKMAP_PLAN, for logs
+  std::chrono::milliseconds timeout{300000};  // RANKMAP_TIMEOUT: agreement and in-progress waits
+};
+
+// Reads RANKMAP_NCCL_SHIM, RANKMAP_PLAN and RANKMAP_TIMEOUT. A plan that cannot be loaded is
+// logged as a warning and dropped: this rank then votes for identity.
+ShimOptions shimOptionsFromConfig(const Config& config);
+
+// What the shim did, for tests and the log.
+struct ShimCounters {
+  std::atomic<uint64_t> permutedComms{0};
+  std::atomic<uint64_t> identityComms{0};  // inits that voted and got identity
+  std::atomic<uint64_t> fixupCopies{0};
+  std::atomic<uint64_t> deferredInits{0};
+};
+
+class Shim {
+ public:
+  using RealResolver = std::function<RealNccl()>;
+  using DriverLoader = std::function<std::shared_ptr<const CudaDriver>()>;
+
+  Shim(RealResolver resolveReal, DriverLoader loadDriver, ShimOptions options);
+  Shim(const Shim&) = delete;
+  Shim& operator=(const Shim&) = delete;
+
+  // The real NCCL, resolved on first use (retried until it works). Throws NotSupported.
+  const RealNccl& real();
+  const ShimOptions& options() const { return options_; }
+  const ShimCounters& counters() const { return counters_; }
+
+  abi::Result getUniqueId(abi::UniqueId* id);
+  abi::Result commInitRank(abi::Comm* comm, int nranks, abi::UniqueId id, int rank);
+  abi::Result commInitRankConfig(abi::Comm* comm, int nranks, abi::UniqueId id, int rank,
+                                 void* config);
+  abi::Result commInitRankScalable(abi::Comm* comm, int nranks, int rank, int nIds,
+                                   abi::UniqueId* ids, void* config);
+  abi::Result commSplit(abi::Comm comm, int color, int key, abi::Comm* newcomm, void* config);
+  abi::Result commShrink(abi::Comm comm, int* exclude, int excludeCount, abi::Comm* newcomm,
+                         void* config, int flags);
+  abi::Result commDestroy(abi::Comm comm);
+  abi::Result commAbort(abi::Comm comm);
+  abi::Result commUserRank(abi::Comm comm, int* rank);
+
+  abi::Result groupStart();
+  abi::Result groupEnd();
+  abi::Result groupSimulateEnd(void* simInfo);
+
+  abi::Result reduce(const void* send, void* recv, size_t count, abi::DataType dt, abi::RedOp op,
+                     int root, abi::Comm comm, abi::Stream stream);
+  abi::Result bcast(void* buf, size_t count, abi::DataType dt, int root, abi::Comm comm,
+                    abi::Stream stream);
+  abi::Result broadcast(const void* send, void* recv, size_t count, abi::DataType dt, int root,
+                        abi::Comm comm, abi::Stream stream);
+  abi::Result reduceScatter(const void* send, void* recv, size_t recvCount, abi::DataType dt,
+                            abi::RedOp op, abi::Comm comm, abi::Stream stream);
+  abi::Result allGather(const void* send, void* recv, size_t sendCount, abi::DataType dt,
+                        abi::Comm comm, abi::Stream stream);
+  abi::Result alltoAll(const void* send, void* recv, size_t count, abi::DataType dt, abi::Comm comm,
+                       abi::Stream stream);
+  abi::Result gather(const void* send, void* recv, size_t count, abi::DataType dt, int root,
+                     abi::Comm comm, abi::Stream stream);
+  abi::Result scatter(const void* send, void* recv, size_t count, abi::DataType dt, int root,
+                      abi::Comm comm, abi::Stream stream);
+  abi::Result send(const void* buf, size_t count, abi::DataType dt, int peer, abi::Comm comm,
+                   abi::Stream stream);
+  abi::Result recv(void* buf, size_t count, abi::DataType dt, int peer, abi::Comm comm,
+                   abi::Stream stream);
+
+  // Per registered (permuted) communicator.
+  struct CommState {
+    RankTable table;
+    int appRank = -1;
+  };
+
+  // One init call, kept whole so that it can be deferred to the end of a group.
+  struct InitCall {
+    enum class Kind { Rank, RankConfig, Scalable } kind = Kind::Rank;
+    abi::Comm* out = nullptr;
+    int nranks = 0;
+    int appRank = -1;
+    std::vector<abi::UniqueId> ids;  // one, or nIds for Scalable
+    void* config = nullptr;          // the application's (or our copy's) ncclConfig_t
+    std::shared_ptr<std::vector<char>> configCopy;
+    void* context = nullptr;  // CUDA context current at the call (deferred inits)
+    bool haveContext = false;
+    IdTail tail;
+  };
+
+  // Copies that run after NCCL's output is on the stream, then free the scratch buffer.
+  struct Fixup {
+    abi::Comm comm = nullptr;
+    abi::Stream stream = nullptr;
+    void* scratch = nullptr;
+    char* dstBase = nullptr;
+    const char* srcBase = nullptr;
+    std::vector<BlockCopy> copies;
+  };
+
+ private:
+  std::shared_ptr<const CommState> find(abi::Comm comm) const;
+  void registerComm(abi::Comm comm, std::shared_ptr<const CommState> state);
+  void unregisterComm(abi::Comm comm);
+  const CudaDriver& driver();
+
+  abi::Result init(InitCall call);
+  abi::Result finishInit(InitCall& call, const Verdict& verdict);
+  abi::Result callRealInit(InitCall& call, int rank);
+  Vote voteFor(int nranks, int appRank) const;
+  abi::Result runDeferredInits(std::vector<InitCall>& calls);
+
+  // After a real call that may need `fixup`: defers it inside a group, else completes it.
+  abi::Result after(abi::Result r, Fixup fixup);
+  abi::Result completeFixups(std::vector<Fixup>& fixups, abi::Result r);
+  // Polls ncclCommGetAsyncError while it reports ncclInProgress; returns the final state.
+  abi::Result waitNotInProgress(abi::Comm comm);
+  void preCopies(const std::vector<BlockCopy>& copies, char* dst, const char* src,
+                 abi::Stream stream);
+  abi::Result endGroup(bool simulate, void* simInfo);
+
+  RealResolver resolveReal_;
+  DriverLoader loadDriver_;
+  const ShimOptions options_;
+  ShimCounters counters_;
+
+  std::mutex resolveMu_;
+  std::atomic<const RealNccl*> real_{nullptr};
+  std::unique_ptr<RealNccl> realStorage_;
+  std::shared_ptr<const CudaDriver> driver_;
+  std::atomic<const CudaDriver*> driverPtr_{nullptr};
+
+  mutable std::shared_mutex commsMu_;
+  std::unordered_map<abi::Comm, std::shared_ptr<const CommState>> comms_;
+  std::atomic<size_t> registered_{0};  // fast path: no lookup while zero
+};
+
+// The process-wide shim behind the exported functions: configured from Config::load() on first
+// use and never destroyed (it may be used during exit by late NCCL calls).
+Shim& globalShim();
+
+// Maps an exception from the shim to the NCCL result the application sees.
+abi::Result resultFor(const std::exception& e) noexcept;
+
+}  // namespace rankmap::shim_nccl

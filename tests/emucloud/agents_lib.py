@@ -1,0 +1,148 @@
+"""Helpers for the rankmapd integration tests on the emucloud testbed (standard library only).
+
+The agents' HTTP APIs listen on each VM's loopback, so every call runs inside a VM through
+`emucloud exec` (a small Python client, or the `rankmap` command line).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import emucloud_testlib as tl
+
+kHttpClient = r"""
+import sys, urllib.request, urllib.error
+method, url, token, body = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+req = urllib.request.Request(url, method=method, data=body.encode() if method == "POST" else None)
+if token:
+    req.add_header("Authorization", "Bearer " + token)
+try:
+    with urllib.request.urlopen(req, timeout=60) as r:
+        print(r.status); sys.stdout.write(r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code); sys.stdout.write(e.read().decode())
+"""
+
+
+def parse_args(extra=None):
+    def more(p):
+        p.add_argument("--rankmapd", required=True)
+        p.add_argument("--rankmap", required=True)
+        if extra:
+            extra(p)
+    return tl.parse_args(more)
+
+
+class Agents:
+    """Agents in every VM of a testbed `tb` (an emucloud_testlib.Testbed that is up)."""
+
+    def __init__(self, tb, rankmapd, rankmap):
+        self.tb = tb
+        self.rankmapd = os.path.abspath(rankmapd)
+        self.rankmap = os.path.abspath(rankmap)
+        self.dir = os.path.join(tb.state_dir(), "agents")
+
+    def start(self, *extra, vms=()):
+        args = ["agents", "start", "--prefix", self.tb.prefix, "--rankmapd", self.rankmapd]
+        for v in vms:
+            args += ["--vm", v]
+        self.tb.run(*args, *extra, timeout=60)
+
+    def stop(self, vms=(), kill=False):
+        args = ["agents", "stop", "--prefix", self.tb.prefix]
+        for v in vms:
+            args += ["--vm", v]
+        if kill:
+            args += ["--signal", "KILL"]
+        self.tb.run(*args, timeout=60)
+
+    def file(self, name):
+        return os.path.join(self.dir, name)
+
+    def token(self):
+        with open(self.file("token")) as f:
+            return f.read().strip()
+
+    def http(self, vm, method, path, body="", token=""):
+        """(status, body) of an HTTP call to the agent in `vm`."""
+        argv = self.tb.exec_argv(vm, "/usr/bin/python3", "-c", kHttpClient, method,
+                                 f"http://127.0.0.1:7410{path}", token, body)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            tl.fail(f"HTTP {method} {path} in {vm}: exit {p.returncode}: {p.stderr.strip()}")
+        status, _, text = p.stdout.partition("\n")
+        return int(status), text
+
+    def get_json(self, vm, path):
+        status, text = self.http(vm, "GET", path)
+        return status, (json.loads(text) if text.strip() else None)
+
+    def probe(self, vm, *extra, out=None, timeout=600):
+        """Runs `rankmap probe` in `vm` against its agent; returns (exit, seconds, json, stderr)."""
+        out = out or os.path.join(self.tb.state_dir(), f"topology.{os.getpid()}.json")
+        argv = self.tb.exec_argv(vm, self.rankmap, "probe", "--hosts", self.file("hosts"),
+                                 "--agent", "http://127.0.0.1:7410", "--token-file",
+                                 self.file("token"), "--out", out, "--json", *extra)
+        t0 = time.monotonic()
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        dt = time.monotonic() - t0
+        summary = None
+        if p.returncode == 0:
+            summary = json.loads(p.stdout.strip().splitlines()[-1])
+            with open(out) as f:
+                summary["topology"] = json.load(f)
+        return p.returncode, dt, summary, p.stderr
+
+    def wait_version(self, vm, above, timeout):
+        """Waits until the agent in `vm` has a topology version > `above`; returns it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, h = self.get_json(vm, "/v1/health")
+            if status == 200 and h.get("topology_version") and h["topology_version"] > above:
+                return h["topology_version"]
+            time.sleep(0.5)
+        return None
+
+    def log_tail(self, vm, lines=20):
+        try:
+            with open(os.path.join(self.tb.state_dir(), "services", f"agents.{vm}.log")) as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def expected_mbps(truth, a, b):
+    rack = {v["name"]: v["rack"] for v in truth["vms"]}
+    h, u = truth["host_mbit"], truth["uplink_mbit"]
+    return h if rack[a] == rack[b] else min(h, u)
+
+
+def bandwidth_errors(topo, truth):
+    """[(src, dst, measured or None, expected, relative error)] for every ordered pair."""
+    names = [h["name"] for h in topo["hosts"]]
+    out = []
+    for i, a in enumerate(names):
+        for j, b in enumerate(names):
+            if i == j:
+                continue
+            v = topo["bandwidth_mbps"][i][j]
+            exp = expected_mbps(truth, a, b)
+            out.append((a, b, v, exp, None if v is None else v / exp - 1))
+    return out
+
+
+def racks_of(truth):
+    racks = {}
+    for vm in truth["vms"]:
+        racks.setdefault(vm["rack"], set()).add(vm["name"])
+    return sorted(sorted(r) for r in racks.values())
+
+
+def shared_link_groups(topo):
+    return sorted(sorted(l["hosts"]) for l in topo.get("shared_links", []))
+
+
+def report(msg):
+    print(msg, flush=True)

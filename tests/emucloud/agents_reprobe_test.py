@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""rankmapd's periodic re-probe on the testbed: a noisy neighbour on an uplink is reflected in
+the next re-probe as a new topology version, and so is its disappearance; with nothing
+changing, light checks keep the current version.
+"""
+
+import statistics
+import sys
+import time
+
+import agents_lib as al
+import emucloud_testlib as tl
+
+
+def extra(p):
+    p.add_argument("--interval", default="4s")
+    p.add_argument("--noise-mbit", type=float, default=200)
+    p.add_argument("--prefix", default="agreprobe")
+
+
+def cross_out_of(topo, truth, rack, exclude):
+    """Bandwidths of flows from hosts of `rack` (but not `exclude`) to other racks."""
+    racks = {v["name"]: v["rack"] for v in truth["vms"]}
+    names = [h["name"] for h in topo["hosts"]]
+    out = []
+    for i, a in enumerate(names):
+        for j, b in enumerate(names):
+            if racks[a] == rack and racks[b] != rack and a != exclude:
+                v = topo["bandwidth_mbps"][i][j]
+                if v is not None:
+                    out.append(v)
+    return out
+
+
+def main():
+    args = al.parse_args(extra)
+    tl.require_environment(("ip", "tc", "ethtool", "unshare", "iperf3"))
+    up = ["--vms", "8", "--racks", "2", "--host-mbit", "1000", "--uplink-mbit", "250",
+          "--seed", "11"]
+    with tl.Testbed(args.emucloud, args.prefix, up) as tb:
+        agents = al.Agents(tb, args.rankmapd, args.rankmap)
+        agents.start("--interval", args.interval)
+        vm0 = tb.truth["vms"][0]["name"]  # first host of the hosts file: the coordinator
+        interval_s = float(args.interval.rstrip("s"))
+
+        v1 = agents.wait_version(vm0, 0, timeout=90)
+        if not v1:
+            tl.fail(f"no topology from the first periodic round\n{agents.log_tail(vm0)}")
+        tl.check(True, f"first periodic round published version {v1}")
+
+        # Nothing changes: light checks run, the version stays.
+        time.sleep(3 * interval_s)
+        _, rounds = agents.get_json(vm0, "/v1/rounds?limit=50")
+        light = [r for r in rounds["rounds"] if r["kind"] == "light"]
+        _, h = agents.get_json(vm0, "/v1/health")
+        tl.check(len(light) >= 1, f"{len(light)} light checks ran while nothing changed")
+        tl.check(h["topology_version"] == v1,
+                 f"version stays {v1} without a change (now {h['topology_version']})")
+
+        # A noisy neighbour on one rack's uplink: a cross-rack flow out of rack A.
+        racks = tb.racks()
+        src, dst = racks[0][0], racks[1][0]
+        _, t1 = agents.get_json(vm0, f"/v1/topology?version={v1}")
+        before = cross_out_of(t1, tb.truth, 0, src["name"])
+        tb.run("noise", "start", "--prefix", tb.prefix, "--from", src["name"], "--to",
+               dst["name"], "--mbit", str(args.noise_mbit))
+        t0 = time.monotonic()
+        v2 = agents.wait_version(vm0, v1, timeout=120)
+        if not v2:
+            tl.fail(f"no new version with the noise on\n{agents.log_tail(vm0, 40)}")
+        _, t2 = agents.get_json(vm0, f"/v1/topology?version={v2}")
+        during = cross_out_of(t2, tb.truth, 0, src["name"])
+        al.report(f"measured: noise on: new version {v2} after {time.monotonic() - t0:.1f} s; "
+                  f"cross out of the noisy rack: median {statistics.median(before):.0f} -> "
+                  f"{statistics.median(during):.0f} Mbit/s")
+        tl.check(statistics.median(during) < 0.75 * statistics.median(before),
+                 "the new version shows the shared uplink slowed by the neighbour")
+
+        tb.run("noise", "stop", "--prefix", tb.prefix)
+        t0 = time.monotonic()
+        v3 = agents.wait_version(vm0, v2, timeout=120)
+        if not v3:
+            tl.fail(f"no new version after the noise stopped\n{agents.log_tail(vm0, 40)}")
+        _, t3 = agents.get_json(vm0, f"/v1/topology?version={v3}")
+        after = cross_out_of(t3, tb.truth, 0, src["name"])
+        al.report(f"measured: noise off: new version {v3} after {time.monotonic() - t0:.1f} s; "
+                  f"cross out of the rack: median {statistics.median(after):.0f} Mbit/s")
+        tl.check(statistics.median(after) > 0.85 * statistics.median(before),
+                 "the version after the noise shows the uplink's full rate again")
+        agents.stop()
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""emucloud_fw_xgboost: distributed XGBoost (tree_method="hist") on 8 VMs in 2 racks (host 1000,
+uplink 250 Mbit/s, seed 1), plain (xgboost's Python RabitTracker, ranks by worker IP: the
+provider's order) and under `rankmap run --xgboost 8` (rankmap's tracker, ranks in plan order).
+
+Checks: same RMSE curve and bit-identical model; rankmap's tracker ranked the workers in plan
+order; an allreduce of one histogram (above Rabit's 32768-element ring threshold) is at least
+--min-speedup times faster; reports the training times. Bad input: a worker that cannot reach
+the tracker gives the tracker's deadline error naming it, not a hang.
+
+  fw_test_xgboost.py --emucloud PATH --rankmap BIN [--repeat R] [--min-speedup X] [--json OUT]
+                     [--train-args "..."]
+"""
+
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import emucloud_testlib as lib  # noqa: E402
+import fw_lib  # noqa: E402
+
+kHere = os.path.dirname(os.path.abspath(__file__))
+kPrefix = "fwxgb"
+kTrainArgs = "--rows 64 --features 1024 --max-bin 256 --rounds 3 --depth 4"
+
+
+def extra(p):
+    p.add_argument("--rankmap", required=True)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--min-speedup", type=float, default=1.3)
+    p.add_argument("--train-args", default=kTrainArgs)
+    p.add_argument("--json")
+
+
+def summary_of(name, p):
+    s = fw_lib.json_lines(p.stdout, "summary")
+    if p.returncode != 0 or not s:
+        lib.fail(f"{name}: exit {p.returncode}, no summary:\n{p.stdout[-1500:]}\n"
+                 f"{p.stderr[-2500:]}")
+    return s[0]["summary"]
+
+
+def head_argv(truth, argv):
+    head = truth["head"]["name"]
+    return ["ip", "netns", "exec", head, "unshare", "--uts", "sh", "-c",
+            'hostname "$1" && shift && exec "$@"', "fw", head] + argv
+
+
+def main():
+    args = lib.parse_args(extra)
+    lib.require_environment()
+    fw_lib.require_python_module("xgboost")
+    work = tempfile.mkdtemp(prefix="fw_test_xgboost.")
+    train = ["/usr/bin/python3", os.path.join(kHere, "fw_xgb_train.py")] + \
+        shlex.split(args.train_args)
+    try:
+        with lib.Testbed(args.emucloud, kPrefix, ["--vms", "8", "--racks", "2", "--host-mbit",
+                                                   "1000", "--uplink-mbit", "250", "--seed",
+                                                   "1"]) as tb:
+            _, ppath, plan = fw_lib.make_plan(args.rankmap, tb.truth, work)
+            tpath = os.path.join(work, "topology.json")
+            rsh = os.path.join(tb.state_dir(), "rsh-agent")
+            plain, ours = [], []
+            for r in range(args.repeat):
+                p = subprocess.run(["/usr/bin/python3", os.path.join(kHere, "fw_xgb_plain.py"),
+                                    "--emucloud", args.emucloud, "--prefix", kPrefix,
+                                    "--timeout", "300", "--"] + train,
+                                   capture_output=True, text=True, timeout=360,
+                                   env=dict(os.environ, PYTHONPATH=kHere))
+                plain.append(summary_of(f"plain run {r}", p))
+                p = subprocess.run(head_argv(tb.truth, [
+                    args.rankmap, "run", "--xgboost", "8", "--plan", ppath, "--topology", tpath,
+                    "--rsh", rsh, "--"] + train), capture_output=True, text=True, timeout=360)
+                ours.append(summary_of(f"rankmap run {r}", p))
+                if r == 0:
+                    msg = next((l for l in p.stderr.splitlines()
+                                if l.startswith("rankmap run: xgboost:")), "")
+                    lib.check("ranked in plan order" in msg, msg[:200])
+                    got = [l for l in p.stdout.splitlines() if "got new rank" in l]
+                    lib.check(len(got) == 8, "8 workers got a rank from rankmap's tracker")
+            for r in range(args.repeat):
+                lib.check(ours[r]["rmse"] == plain[0]["rmse"],
+                          f"run {r}: RMSE curve identical ({plain[0]['rmse'][-1]!r} last)")
+                lib.check(ours[r]["model_sha256"] == plain[0]["model_sha256"],
+                          f"run {r}: model bit-identical (sha256 {plain[0]['model_sha256'][:16]})")
+            tp = statistics.median(s["train_s"] for s in plain)
+            tr = statistics.median(s["train_s"] for s in ours)
+            ap = statistics.median(s["hist_allreduce_s"] for s in plain)
+            ar = statistics.median(s["hist_allreduce_s"] for s in ours)
+            print(f"training: provider order {tp:.2f} s, rankmap {tr:.2f} s ({tp / tr:.2f}x); "
+                  f"one histogram allreduce ({plain[0]['hist_elements']} bins, "
+                  f"{plain[0]['hist_elements'] * 16 / 2**20:.1f} MiB): {ap:.3f} s vs {ar:.3f} s "
+                  f"({ap / ar:.2f}x; plan predicts {plan['predicted']['speedup']:.2f}x)", flush=True)
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump({"plain": plain, "rankmap": ours, "train_speedup": tp / tr,
+                               "allreduce_speedup": ap / ar, "train_args": args.train_args,
+                               "predicted": plan["predicted"]}, f, indent=1)
+            lib.check(ap / ar >= args.min_speedup,
+                      f"histogram allreduce speedup {ap / ar:.2f}x >= {args.min_speedup}x")
+
+            # Bad input: no VM can reach the tracker (a tracker address that is loopback in the
+            # VMs): an error naming the workers, and nothing hangs.
+            t0 = time.monotonic()
+            p = subprocess.run(head_argv(tb.truth, [
+                "env", "RANKMAP_XGBOOST_TIMEOUT=5s", args.rankmap, "run", "--xgboost", "8",
+                "--plan", ppath, "--topology", tpath, "--rsh", rsh, "--tracker-addr",
+                "127.0.0.1", "--"] + train), capture_output=True, text=True, timeout=120)
+            dt = time.monotonic() - t0
+            # Either the tracker's start deadline passes, or the workers give up connecting
+            # first (xgboost retries, then exits non-zero) and rankmap run names the worker.
+            named = ("timed out waiting for workers" in p.stderr and "without a rank" in p.stderr) \
+                or "before the job ended" in p.stderr
+            lib.check(p.returncode == 1 and named,
+                      f"unreachable tracker: exit {p.returncode} with the deadline error "
+                      f"({p.stderr.strip().splitlines()[-1][:160] if p.stderr.strip() else ''})")
+            lib.check(dt < 60, f"... after {dt:.1f} s, not a hang")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("PASS", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""mpi_path_bench: Open MPI allreduce on the emulated cloud, plain mpirun with the provider's
+order vs the same command under `rankmap run` (launch mode), for docs/performance.md
+(`## MPI path`). A benchmark, not a test: it prints numbers and checks nothing but correctness.
+
+Pipeline: rankmapd agents in every VM -> `rankmap probe` -> `rankmap plan` -> `rankmap run
+--plan` (--source probe, the default), or a topology written from truth.json (--source truth).
+Per run (--runs, the two orders interleaved and alternating which goes first):
+  - ring: Open MPI's ring allreduce (coll_tuned algorithm 4) of --ring-bytes, --ring-iters timed;
+  - default: Open MPI's default algorithm choice at every size of --sizes, --iters timed each.
+Times are the slowest rank's per call; the table has medians over runs and plain/rankmap ratios.
+
+Usage: mpi_path_bench.py --emucloud E --rankmap R --rankmapd D --proof MPI_PROOF_C
+       [--vms 8 --racks 2 --seed 25] [--runs 3] [--source probe|truth]
+"""
+
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import emucloud_testlib as lib  # noqa: E402
+import mpi_path_test as proof  # noqa: E402
+
+kTimeoutS = 900
+kRingMca = ["--mca", "coll_tuned_use_dynamic_rules", "1",
+            "--mca", "coll_tuned_allreduce_algorithm", "4"]
+
+
+def add_args(p):
+    p.add_argument("--rankmap", required=True)
+    p.add_argument("--rankmapd", default="")
+    p.add_argument("--proof", required=True, help="emucloud_mpi_proof_c")
+    p.add_argument("--vms", type=int, default=8)
+    p.add_argument("--racks", type=int, default=2)
+    p.add_argument("--seed", type=int, default=25)
+    p.add_argument("--host-mbit", type=float, default=1000)
+    p.add_argument("--uplink-mbit", type=float, default=250)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--ring-bytes", type=int, default=16 << 20)
+    p.add_argument("--ring-iters", type=int, default=3)
+    p.add_argument("--sizes", default=",".join(str(64 << 10 << k) for k in range(9)))
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--source", choices=["probe", "truth"], default="probe")
+    p.add_argument("--prefix", default="empib")
+
+
+def main():
+    args = lib.parse_args(add_args)
+    lib.require_environment(("ip", "tc", "ethtool", "unshare", "mpirun"))
+    up = ["--vms", str(args.vms), "--racks", str(args.racks), "--host-mbit", str(args.host_mbit),
+          "--uplink-mbit", str(args.uplink_mbit), "--seed", str(args.seed)]
+    proof.kPrefix = args.prefix  # probe_topology() names the testbed by it
+    tb = lib.Testbed(args.emucloud, args.prefix, up)
+    try:
+        bench(tb, args)
+    finally:
+        proof.remove_agent_state(tb)
+
+
+def bench(tb, args):
+    with tb, tempfile.TemporaryDirectory(prefix="rankmap-mpi-bench-") as tmp:
+        os.chmod(tmp, 0o755)
+        topo = os.path.join(tmp, "topology.json")
+        t0 = time.monotonic()
+        if args.source == "probe":
+            proof.probe_topology(tb, args, topo)
+        else:
+            proof.topology_from_truth(tb.truth, topo)
+        plan_path = os.path.join(tmp, "plan.json")
+        p = subprocess.run([args.rankmap, "plan", "--topology", topo, "--out", plan_path],
+                           capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            lib.fail(f"rankmap plan: {p.stderr.strip()}")
+        print(p.stdout.strip())
+        print(f"pipeline ({args.source} -> plan): {time.monotonic() - t0:.1f} s", flush=True)
+        with open(plan_path) as f:
+            plan = json.load(f)
+        rack = {vm["name"]: vm["rack"] for vm in tb.truth["vms"]}
+        provider = [vm["name"] for vm in tb.truth["vms"]]
+        def crossings(order):
+            out = [0] * args.racks
+            for i, h in enumerate(order):
+                nxt = order[(i + 1) % len(order)]
+                if rack[h] != rack[nxt]:
+                    out[rack[h]] += 1
+            return out
+        print(f"provider order racks {[rack[h] for h in provider]}, ring flows leaving each rack "
+              f"{crossings(provider)}")
+        print(f"plan {plan['hash'][:19]} racks {[rack[h] for h in plan['order']]}, ring flows "
+              f"leaving each rack {crossings(plan['order'])}; predicted "
+              f"{plan['predicted']['speedup']:.2f}x ({plan['predicted']['basis']})", flush=True)
+
+        bindir = os.path.join(tmp, "bin")
+        os.makedirs(bindir)
+        with open(os.path.join(bindir, "mpirun"), "w") as f:
+            f.write(f"#!/bin/sh\nexec {shlex.quote(args.rankmap)} run --plan "
+                    f"{shlex.quote(plan_path)} -- /usr/bin/mpirun \"$@\"\n")
+        os.chmod(os.path.join(bindir, "mpirun"), 0o755)
+
+        def run(order, mca, sizes, iters):
+            env = dict(os.environ)
+            for k in ("RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "LD_PRELOAD"):
+                env.pop(k, None)
+            if order == "rankmap":
+                env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+            argv = tb.cmd("mpirun", "--prefix", args.prefix, "--timeout", str(kTimeoutS), "--",
+                          *mca, args.proof, "--bytes", sizes, "--iters", str(iters),
+                          "--warmup", "1")
+            p = subprocess.run(argv, capture_output=True, text=True, env=env,
+                               timeout=kTimeoutS + 60)
+            if p.returncode != 0:
+                lib.fail(f"{order}: exit {p.returncode}: {p.stdout[-1000:]} {p.stderr[-2000:]}")
+            if order == "rankmap" and "launch mode" not in p.stderr:
+                lib.fail(f"rankmap run did not apply the plan: {p.stderr[-2000:]}")
+            return {int(m.group(1)): float(m.group(2)) for m in
+                    re.finditer(r"time allreduce bytes=(\d+) iters=\d+ median_s=([0-9.]+)", p.stdout)}
+
+        ring = {"plain": [], "rankmap": []}
+        default = {"plain": [], "rankmap": []}
+        for i in range(args.runs):
+            for order in (("plain", "rankmap") if i % 2 == 0 else ("rankmap", "plain")):
+                r = run(order, kRingMca, str(args.ring_bytes), args.ring_iters)
+                ring[order].append(r[args.ring_bytes])
+                d = run(order, [], args.sizes, args.iters)
+                default[order].append(d)
+                print(f"run {i} {order:7s} ring {r[args.ring_bytes]:.3f} s; default "
+                      + " ".join(f"{b >> 10}K:{t * 1e3:.1f}ms" for b, t in sorted(d.items())),
+                      flush=True)
+        pm, rm = statistics.median(ring["plain"]), statistics.median(ring["rankmap"])
+        print(f"\n{args.vms} VMs / {args.racks} racks, seed {args.seed}, host {args.host_mbit:g}, "
+              f"uplink {args.uplink_mbit:g} Mbit/s, plan from {args.source}")
+        print(f"ring allreduce {args.ring_bytes >> 20} MiB: plain {pm:.3f} s, rankmap {rm:.3f} s, "
+              f"speedup {pm / rm:.2f}x (medians of {args.runs} runs x {args.ring_iters} calls; "
+              f"runs plain {ring['plain']} rankmap {ring['rankmap']})")
+        print("default algorithm:  size  plain_ms  rankmap_ms  speedup")
+        for b in sorted(default["plain"][0]):
+            p_ = statistics.median(d[b] for d in default["plain"])
+            r_ = statistics.median(d[b] for d in default["rankmap"])
+            print(f"  {b >> 10:>8} KiB  {p_ * 1e3:8.2f}  {r_ * 1e3:10.2f}  {p_ / r_:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+#!/usr/bin/python3
+"""The MPI path on the emulated cloud: unmodified programs (C, Fortran `use mpi`, mpi4py) run
+plain and under `rankmap run` in launch and shim modes.
+
+Testbed: 8 VMs in 2 racks, host links 1000 Mbit/s, uplinks 250 Mbit/s, seed 25, whose provider
+order alternates the racks (4 ring flows on every uplink direction). The plan comes from the
+full pipeline: rankmapd agents in every VM, `rankmap probe` (topology.json), `rankmap plan`
+(plan.json) -- or, with --source truth, from a topology written from truth.json (no probing).
+
+Each program runs through `emucloud mpirun` (provider order, rmaps seq); under rankmap run, a
+stand-in `mpirun` first on PATH calls `rankmap run --plan P --mode M -- /usr/bin/mpirun ...`, so
+rankmap run sees exactly the command emucloud builds. Checks, for every program and mode:
+  - results identical to the plain run (the programs' "check" lines, integer data);
+  - ranks as planned: MPI_COMM_WORLD rank r runs on the plan's order[r] (the programs print
+    their rank and hostname), and in shim mode the launcher's rank is unchanged;
+  - one line from rankmap run (and in shim mode one from the shim) saying what was applied;
+  - the timed allreduce (Open MPI's ring, --bytes) faster than plain.
+"""
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import emucloud_testlib as lib  # noqa: E402
+
+kPrefix = "empi"
+kUpArgs = ["--vms", "8", "--racks", "2", "--host-mbit", "1000", "--uplink-mbit", "250",
+           "--seed", "25"]
+kRunTimeoutS = 240
+kRingMca = ["--mca", "coll_tuned_use_dynamic_rules", "1",
+            "--mca", "coll_tuned_allreduce_algorithm", "4"]
+kLine = re.compile(r"^rank (\d+) of (\d+) on (\S+) launcher (-?\d+)$")
+
+
+def add_args(p):
+    p.add_argument("--rankmap", required=True)
+    p.add_argument("--rankmapd", default="")
+    p.add_argument("--shim", required=True)
+    p.add_argument("--proof-c", required=True)
+    p.add_argument("--proof-f", default="")
+    p.add_argument("--proof-py", required=True)
+    p.add_argument("--source", choices=["probe", "truth"], default="probe")
+    p.add_argument("--bytes", type=int, default=4 << 20)
+    p.add_argument("--iters", type=int, default=3)
+
+
+def topology_from_truth(truth, path):
+    """A probe-free topology: 1000 Mbit/s within a rack, 250/4 across (what a ring flow gets when
+    four share an uplink), latencies to match."""
+    vms = truth["vms"]
+    n = len(vms)
+    bw = [[None] * n for _ in range(n)]
+    lat = [[None] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                continue
+            same = vms[i]["rack"] == vms[j]["rack"]
+            bw[i][j] = truth["host_mbit"] if same else truth["uplink_mbit"] / 4
+            us = 60.0 if same else 120.0
+            lat[i][j] = {"min": us * 0.8, "median": us, "p90": us * 1.1, "p99": us * 1.3}
+    topo = {"schema_version": 1,
+            "hosts": [{"name": v["name"], "address": v["address"]} for v in vms],
+            "bandwidth_mbps": bw, "latency_us": lat,
+            "probe": {"latency_samples": 0, "bandwidth_max_ms": 0, "bandwidth_max_bytes": 0,
+                      "contention": False},
+            "time": "", "version": 0}
+    with open(path, "w") as f:
+        json.dump(topo, f)
+
+
+def probe_topology(tb, args, path):
+    """agents -> probe: rankmapd in every VM, one probe round from vm0's agent."""
+    if not args.rankmapd or not os.access(args.rankmapd, os.X_OK):
+        lib.skip(f"rankmapd not built ({args.rankmapd!r}); use --source truth")
+    tb.run("agents", "start", "--prefix", kPrefix, "--rankmapd", args.rankmapd, timeout=120)
+    state = tb.state_dir()
+    vm0 = tb.truth["vms"][0]["name"]
+    t0 = time.monotonic()
+    p = subprocess.run(tb.exec_argv(vm0, args.rankmap, "probe", "--agent", "http://127.0.0.1:7410",
+                                    "--hosts", os.path.join(state, "agents", "hosts"),
+                                    "--token-file", os.path.join(state, "agents", "token"),
+                                    "--out", path),
+                       capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        lib.fail(f"rankmap probe: exit {p.returncode}: {p.stdout.strip()} {p.stderr.strip()[-2000:]}")
+    print(f"probe: {p.stdout.strip()} ({time.monotonic() - t0:.1f} s)", flush=True)
+    tb.run("agents", "stop", "--prefix", kPrefix, timeout=60, check=False)
+
+
+def remove_agent_state(tb):
+    """`emucloud down` keeps DIR/agents (the agents' keys and SQLite state); the testbed is gone,
+    so this test removes what its `agents start` made."""
+    path = tb.state_dir()
+    if os.path.isdir(path) and not os.path.exists(os.path.join(path, "state.json")):
+        shutil.rmtree(os.path.join(path, "agents"), ignore_errors=True)
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
+def parse_run(out):
+    """(ranks: {rank: (host, launcher)}, check lines, allreduce median seconds or None)."""
+    ranks, checks, median = {}, [], None
+    for line in out.splitlines():
+        m = kLine.match(line.strip())
+        if m:
+            ranks[int(m.group(1))] = (m.group(3), int(m.group(4)))
+        elif line.startswith("check "):
+            checks.append(line.strip())
+        elif line.startswith("time allreduce"):
+            median = float(re.search(r"median_s=([0-9.]+)", line).group(1))
+    return ranks, checks, median
+
+
+def main():
+    args = lib.parse_args(add_args)
+    lib.require_environment(("ip", "tc", "ethtool", "unshare", "mpirun"))
+    for f in (args.rankmap, args.shim, args.proof_c):
+        if not os.path.exists(f):
+            lib.skip(f"{f} not built")
+    programs = [("c", [args.proof_c])]
+    if args.proof_f and os.path.exists(args.proof_f):
+        programs.append(("fortran", [args.proof_f]))
+    else:
+        print("note: no Fortran program (MPI Fortran not found at configure time)")
+    if subprocess.run(["/usr/bin/python3", "-c", "import mpi4py"], capture_output=True).returncode == 0:
+        programs.append(("mpi4py", ["/usr/bin/python3", args.proof_py]))
+    else:
+        print("note: python3-mpi4py not installed; the mpi4py program is left out")
+
+    tb = lib.Testbed(args.emucloud, kPrefix, kUpArgs)
+    try:
+        run_proof(tb, args, programs)
+    finally:
+        remove_agent_state(tb)
+    print("PASS")
+
+
+def run_proof(tb, args, programs):
+    with tb, tempfile.TemporaryDirectory(prefix="rankmap-mpi-path-") as tmp:
+        os.chmod(tmp, 0o755)
+        topo = os.path.join(tmp, "topology.json")
+        if args.source == "probe":
+            probe_topology(tb, args, topo)
+        else:
+            topology_from_truth(tb.truth, topo)
+        plan_path = os.path.join(tmp, "plan.json")
+        p = subprocess.run([args.rankmap, "plan", "--topology", topo, "--out", plan_path],
+                           capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            lib.fail(f"rankmap plan: exit {p.returncode}: {p.stderr.strip()}")
+        with open(plan_path) as f:
+            plan = json.load(f)
+        rack = {vm["name"]: vm["rack"] for vm in tb.truth["vms"]}
+        provider = [vm["name"] for vm in tb.truth["vms"]]
+        print(f"provider order: {' '.join(provider)} racks {[rack[h] for h in provider]}")
+        print(f"plan {plan['hash'][:19]} order: {' '.join(plan['order'])} racks "
+              f"{[rack[h] for h in plan['order']]}; predicted {plan['predicted']['speedup']:.2f}x",
+              flush=True)
+        lib.check(plan["order"] != plan["hosts"], "the plan changes the provider order")
+
+        # A stand-in mpirun, first on PATH in the head namespace: rankmap run wraps the real one.
+        bindir = os.path.join(tmp, "bin")
+        os.makedirs(bindir)
+        wrapper = os.path.join(bindir, "mpirun")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\n"
+                    f"exec {shlex.quote(args.rankmap)} run --plan {shlex.quote(plan_path)} "
+                    f"--mode \"$RANKMAP_TEST_MODE\" -- /usr/bin/mpirun \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        rundir = os.path.join(tmp, "run")
+        os.makedirs(rundir)
+        os.chmod(rundir, 0o755)
+
+        def run(words, mode):
+            env = dict(os.environ, RANKMAP_MPI_SHIM=args.shim, RANKMAP_RUN_DIR=rundir)
+            for k in ("RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "LD_PRELOAD"):
+                env.pop(k, None)
+            if mode != "plain":
+                env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+                env["RANKMAP_TEST_MODE"] = mode
+            argv = tb.cmd("mpirun", "--prefix", kPrefix, "--timeout", str(kRunTimeoutS), "--",
+                          *kRingMca, *words, "--bytes", str(args.bytes), "--iters",
+                          str(args.iters), "--warmup", "1")
+            p = subprocess.run(argv, capture_output=True, text=True, env=env,
+                               timeout=kRunTimeoutS + 60)
+            if p.returncode != 0:
+                lib.fail(f"{mode} {' '.join(words)}: exit {p.returncode}: {p.stdout[-2000:]} "
+                         f"{p.stderr[-3000:]}")
+            return p
+
+        speedups = []
+        for name, words in programs:
+            plain = run(words, "plain")
+            pr, pchecks, ptime = parse_run(plain.stdout)
+            lib.check(sorted(pr) == list(range(8)) and
+                      all(pr[r][0] == provider[r] for r in range(8)),
+                      f"{name} plain: rank r on provider host r")
+            lib.check(len(pchecks) >= 4 and ptime, f"{name} plain: {len(pchecks)} checks, "
+                      f"allreduce {ptime:.3f} s")
+            for mode in ("launch", "shim"):
+                p = run(words, mode)
+                ranks, checks, t = parse_run(p.stdout)
+                lib.check(checks == pchecks, f"{name} {mode}: results identical to plain")
+                lib.check(sorted(ranks) == list(range(8)) and
+                          all(ranks[r][0] == plan["order"][r] for r in range(8)),
+                          f"{name} {mode}: MPI_COMM_WORLD rank r runs on plan order[r]")
+                if mode == "shim":
+                    # The launcher kept the provider order; only MPI_COMM_WORLD changed.
+                    lib.check(all(provider[ranks[r][1]] == ranks[r][0] for r in range(8)),
+                              f"{name} shim: launcher ranks keep the provider order")
+                    lib.check(p.stderr.count("MPI_COMM_WORLD reordered by plan") == 1,
+                              f"{name} shim: one line from the shim")
+                lib.check(p.stderr.count(f"rankmap run: {mode} mode: plan {plan['hash'][:19]}") == 1,
+                          f"{name} {mode}: one line from rankmap run")
+                speedups.append(ptime / t)
+                lib.check(t < ptime, f"{name} {mode}: allreduce {args.bytes >> 20} MiB "
+                          f"{t:.3f} s vs plain {ptime:.3f} s ({ptime / t:.2f}x)")
+        print(f"speedups: {' '.join(f'{s:.2f}' for s in speedups)}")
+        lib.check(not os.listdir(rundir), "rankmap run removed its files")
+
+
+if __name__ == "__main__":
+    main()

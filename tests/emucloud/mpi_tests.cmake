@@ -1,0 +1,22 @@
+# The MPI path on the emulated cloud (tests/emucloud/mpi_*): unmodified C, Fortran and mpi4py
+# programs plain and under `rankmap run` (launch and shim modes). Included from CMakeLists.txt.
+if(NOT MPI_C_FOUND OR NOT TARGET rankmap_mpi)
+  message(STATUS "emucloud: MPI or librankmap_mpi.so missing; emucloud_mpi_path is not registered")
+  return()
+endif()
+add_executable(emucloud_mpi_proof_c mpi_proof.c)
+target_link_libraries(emucloud_mpi_proof_c PRIVATE MPI::MPI_C)
+set_target_properties(emucloud_mpi_proof_c PROPERTIES C_STANDARD 11)
+set(RANKMAP_MPI_PROOF_F "")
+if(MPI_Fortran_FOUND)
+  add_executable(emucloud_mpi_proof_f mpi_proof.f90)
+  target_link_libraries(emucloud_mpi_proof_f PRIVATE MPI::MPI_Fortran)
+  set(RANKMAP_MPI_PROOF_F $<TARGET_FILE:emucloud_mpi_proof_f>)
+endif()
+emucloud_add_test(emucloud_mpi_path mpi_path_test.py 1200
+                  --rankmap $<TARGET_FILE:rankmap>
+                  --rankmapd $<TARGET_FILE:rankmapd>
+                  --shim $<TARGET_FILE:rankmap_mpi>
+                  --proof-c $<TARGET_FILE:emucloud_mpi_proof_c>
+                  --proof-f "${RANKMAP_MPI_PROOF_F}"
+                  --proof-py ${CMAKE_CURRENT_SOURCE_DIR}/mpi_proof.py)

@@ -1,0 +1,355 @@
+// rankmapd on loopback: several agents in this process with their own ports and state dirs,
+// driven through the HTTP API (libcurl client) and the probe protocol.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <thread>
+
+#include "agent/coordinator.h"
+#include "agent/daemon.h"
+#include "agent/http_client.h"
+#include "probe/measure.h"
+#include "probe/server.h"
+#include "tests/unit/agent/test_dir.h"
+
+namespace rankmap::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TempDir;
+
+constexpr const char* kToken = "test-token-0123456789";
+
+ProbeOptions fastProbe() {
+  ProbeOptions p;
+  p.latency = {2, 20};
+  p.bandwidth.maxMs = 40;
+  p.discoveryMs = 30;
+  p.connectTimeout = 500ms;
+  p.taskSlack = 1500ms;
+  p.roundTimeout = 30s;
+  return p;
+}
+
+struct Agents {
+  TempDir dir;
+  std::string key = dir.write("key", std::string(64, 'k') + "\n");
+  std::string token = dir.write("token", std::string(kToken) + "\n");
+  std::vector<std::unique_ptr<Daemon>> d;
+
+  Daemon& add(const std::string& name, size_t maxBody = 1 << 20, std::string keyFile = "") {
+    AgentConfig c;
+    c.name = name;
+    c.listen = {"127.0.0.1", 0};
+    c.probeListen = {"127.0.0.1", 0};
+    c.stateDir = dir.file("state-" + name);
+    c.keyFile = keyFile.empty() ? key : keyFile;
+    c.tokenFile = token;
+    c.probe = fastProbe();
+    c.maxBodyBytes = maxBody;
+    d.push_back(std::make_unique<Daemon>(c));
+    d.back()->start();
+    return *d.back();
+  }
+  static std::string url(const Daemon& x) { return fmt::format("http://127.0.0.1:{}", x.httpPort()); }
+  static Json hostJson(const Daemon& x) {
+    return {{"name", x.name()}, {"address", fmt::format("127.0.0.1:{}", x.probePort())}};
+  }
+};
+
+HttpResponse post(const Daemon& d, const std::string& body, const std::string& token = kToken) {
+  return HttpClient(Agents::url(d), token).post("/v1/probe", body, Deadline::after(60s));
+}
+HttpResponse get(const Daemon& d, const std::string& path) {
+  return HttpClient(Agents::url(d)).get(path, Deadline::after(10s));
+}
+
+TEST(Daemon, HealthAndNoTopologyYet) {
+  Agents a;
+  Daemon& x = a.add("x");
+  auto h = get(x, "/v1/health");
+  ASSERT_EQ(h.status, 200);
+  Json j = parseJson(h.body, "health");
+  EXPECT_EQ(j["status"], "ok");
+  EXPECT_EQ(j["name"], "x");
+  EXPECT_TRUE(j["topology_version"].is_null());
+  auto t = get(x, "/v1/topology");
+  EXPECT_EQ(t.status, 404);
+  EXPECT_NE(t.errorText().find("no topology"), std::string::npos);
+  EXPECT_EQ(get(x, "/v1/nothing").status, 404);
+  EXPECT_EQ(get(x, "/v1/topology?version=abc").status, 400);
+  EXPECT_EQ(get(x, "/v1/rounds/999").status, 404);
+}
+
+TEST(Daemon, WritesNeedTheBearerToken) {
+  Agents a;
+  Daemon& x = a.add("x");
+  auto none = post(x, "{}", "");
+  EXPECT_EQ(none.status, 401);
+  EXPECT_NE(none.errorText().find("missing"), std::string::npos);
+  auto wrong = post(x, "{}", "test-token-0123456780");
+  EXPECT_EQ(wrong.status, 401);
+  auto shorter = post(x, "{}", "test");
+  EXPECT_EQ(shorter.status, 401);
+}
+
+TEST(Daemon, BadBodiesAre4xxAndBounded) {
+  Agents a;
+  Daemon& x = a.add("x", 4096);
+  EXPECT_EQ(post(x, "{not json").status, 400);
+  EXPECT_EQ(post(x, "[1,2]").status, 400);
+  EXPECT_EQ(post(x, R"({"hostz": []})").status, 400);
+  EXPECT_EQ(post(x, R"({"hosts": []})").status, 400);
+  EXPECT_EQ(post(x, R"({"hosts": [{"name": "a", "address": "example.com"}]})").status, 400);
+  EXPECT_EQ(post(x, R"({"hosts": ["a 10.0.0.1", "a 10.0.0.2"]})").status, 400);
+  EXPECT_EQ(post(x, R"({"probe": {"latency_samples": -1}})").status, 400);
+  EXPECT_EQ(post(x, R"({"wait": "yes"})").status, 400);
+  // No hosts configured and none given.
+  auto nohosts = post(x, "{}");
+  EXPECT_EQ(nohosts.status, 400);
+  EXPECT_NE(nohosts.errorText().find("no hosts"), std::string::npos);
+  std::string huge = R"({"hosts": [")" + std::string(8192, 'x') + R"("]})";
+  EXPECT_EQ(post(x, huge).status, 413);
+  std::string deep(200, '[');
+  EXPECT_EQ(post(x, deep).status, 400);
+}
+
+TEST(Daemon, RoundOverLoopbackPublishesAndPushesTheTopology) {
+  Agents a;
+  Daemon& x = a.add("x");
+  Daemon& y = a.add("y");
+  Daemon& z = a.add("z");
+  Json body = {{"hosts", {Agents::hostJson(x), Agents::hostJson(y), Agents::hostJson(z)}},
+               {"wait", true}};
+  auto r = post(x, body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json round = parseJson(r.body, "answer")["round"];
+  EXPECT_EQ(round["status"], "ok") << round.dump();
+  EXPECT_EQ(round["pairs_total"], 3);
+  EXPECT_EQ(round["pairs_missing"], 0);
+  EXPECT_EQ(round["topology_version"], 1);
+
+  auto t = get(x, "/v1/topology");
+  ASSERT_EQ(t.status, 200);
+  Topology topo = Topology::parse(t.body, "topology");
+  EXPECT_EQ(topo.version, 1);
+  ASSERT_EQ(topo.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t j = 0; j < 3; ++j) {
+      if (i == j) continue;
+      EXPECT_TRUE(topo.bandwidthMbps.at(i, j)) << i << "->" << j;
+      EXPECT_TRUE(topo.latencyUs.at(i, j)) << i << "->" << j;
+    }
+  // Pushed to the other agents.
+  for (Daemon* other : {&y, &z}) {
+    auto o = get(*other, "/v1/topology");
+    ASSERT_EQ(o.status, 200);
+    EXPECT_EQ(Topology::parse(o.body, "pushed").contentHash(), topo.contentHash());
+  }
+  auto hist = parseJson(get(x, "/v1/topologies").body, "history");
+  EXPECT_EQ(hist["versions"].size(), 1u);
+  auto st = parseJson(get(x, "/v1/rounds/" + std::to_string(round["id"].get<int64_t>())).body, "r");
+  EXPECT_EQ(st["status"], "ok");
+}
+
+TEST(Daemon, SecondRoundWhileOneRunsIs409) {
+  Agents a;
+  Daemon& x = a.add("x");
+  Daemon& y = a.add("y");
+  Json body = {{"hosts", {Agents::hostJson(x), Agents::hostJson(y)}},
+               {"probe", {{"bandwidth_max_ms", 400}, {"discovery_ms", 400}}}};
+  auto first = post(x, body.dump());
+  ASSERT_EQ(first.status, 202) << first.body;
+  int64_t id = parseJson(first.body, "a")["round_id"];
+  auto second = post(x, body.dump());
+  EXPECT_EQ(second.status, 409);
+  EXPECT_EQ(parseJson(second.body, "b")["round_id"], id);
+  EXPECT_TRUE(x.waitRound(id, Deadline::after(30s)));
+}
+
+TEST(Daemon, MetricsAreValidPrometheusTextWithoutPairSeries) {
+  Agents a;
+  Daemon& x = a.add("x");
+  Daemon& y = a.add("y");
+  Json body = {{"hosts", {Agents::hostJson(x), Agents::hostJson(y)}}, {"wait", true}};
+  ASSERT_EQ(post(x, body.dump()).status, 200);
+  // A connection with the wrong probe key is rejected and counted.
+  probe::ProbeKey wrong = probe::ProbeKey::fromBytes(std::string(64, 'w'));
+  EXPECT_THROW(probe::request({"127.0.0.1", x.probePort()}, wrong, "intruder", Json{{"op", "hello"}},
+                              Deadline::after(2s)),
+               PeerError);
+  std::string text;
+  for (int i = 0; i < 100; ++i) {  // the server counts the rejection on its own thread
+    auto m = get(x, "/metrics");
+    ASSERT_EQ(m.status, 200);
+    text = m.body;
+    if (text.find(R"(rankmap_probe_auth_rejections_total{reason="bad_mac"} 1)") != std::string::npos) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_NE(text.find(R"(rankmap_probe_auth_rejections_total{reason="bad_mac"} 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(rankmap_probe_rounds_total{kind="full",result="ok"} 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find("rankmap_probe_round_duration_seconds_bucket{kind=\"full\",le=\"+Inf\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("rankmap_topology_bandwidth_mbps{tier="), std::string::npos);
+  std::regex sample(R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? [-+0-9.eEInfa]+$)");
+  std::regex comment(R"(^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$)");
+  std::set<std::string> typed;
+  size_t samples = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) typed.insert(line.substr(7, line.find(' ', 7) - 7));
+    if (line[0] == '#') {
+      EXPECT_TRUE(std::regex_match(line, comment)) << line;
+      continue;
+    }
+    EXPECT_TRUE(std::regex_match(line, sample)) << line;
+    ++samples;
+    // No series names a host: the label sets are bounded.
+    EXPECT_EQ(line.find("\"x\""), std::string::npos) << line;
+    EXPECT_EQ(line.find("\"y\""), std::string::npos) << line;
+  }
+  EXPECT_GT(samples, 20u);
+  EXPECT_TRUE(typed.count("rankmap_probe_rounds_total"));
+}
+
+TEST(Daemon, TopologySurvivesARestart) {
+  Agents a;
+  std::string before;
+  {
+    Daemon& x = a.add("x");
+    Daemon& y = a.add("y");
+    Json body = {{"hosts", {Agents::hostJson(x), Agents::hostJson(y)}}, {"wait", true}};
+    ASSERT_EQ(post(x, body.dump()).status, 200);
+    before = get(x, "/v1/topology").body;
+    a.d.clear();  // both stop
+  }
+  Daemon& x2 = a.add("x");  // same state dir
+  auto after = get(x2, "/v1/topology");
+  ASSERT_EQ(after.status, 200);
+  EXPECT_EQ(after.body, before);
+}
+
+TEST(Daemon, PlansForTheJobsHostsFromTheLatestTopology) {
+  Agents a;
+  Daemon& x = a.add("x");
+  Daemon& y = a.add("y");
+  auto none = get(x, "/v1/plan?hosts=x,y");
+  EXPECT_EQ(none.status, 404);
+  EXPECT_NE(none.errorText().find("no topology"), std::string::npos);
+  Json body = {{"hosts", {Agents::hostJson(x), Agents::hostJson(y)}}, {"wait", true}};
+  ASSERT_EQ(post(x, body.dump()).status, 200);
+  auto p = get(x, "/v1/plan?hosts=y,x&ranks_per_host=2");
+  ASSERT_EQ(p.status, 200) << p.body;
+  Plan plan = Plan::parse(p.body, "plan");
+  EXPECT_EQ(plan.hosts, (std::vector<std::string>{"y", "x"}));
+  EXPECT_EQ(plan.ranksPerHost, 2);
+  EXPECT_EQ(plan.epoch, 1);
+  // By address, as a launcher may spell hosts.
+  auto byAddr = get(x, fmt::format("/v1/plan?hosts=x,127.0.0.1:{}", y.probePort()));
+  EXPECT_EQ(byAddr.status, 200) << byAddr.body;
+  EXPECT_EQ(get(x, "/v1/plan?hosts=x,nobody").status, 400);
+  EXPECT_EQ(get(x, "/v1/plan").status, 400);
+  EXPECT_EQ(get(x, "/v1/plan?hosts=x,y&ranks_per_host=0").status, 400);
+}
+
+TEST(Coordinator, DeadAndSilentAgentsBecomeMissingPairsWithinTheDeadline) {
+  Agents a;
+  Daemon& x = a.add("x");
+  Daemon& y = a.add("y");
+  // "dead": nothing listens; "silent": accepts connections and never answers.
+  probe::Listener deadPort = probe::Listener::bind({"127.0.0.1", 0});
+  uint16_t dead = deadPort.port();
+  deadPort = probe::Listener();  // closed: connections are refused
+  probe::Listener silent = probe::Listener::bind({"127.0.0.1", 0});
+  std::vector<Host> hosts = {{"x", fmt::format("127.0.0.1:{}", x.probePort())},
+                             {"dead", fmt::format("127.0.0.1:{}", dead)},
+                             {"y", fmt::format("127.0.0.1:{}", y.probePort())},
+                             {"silent", fmt::format("127.0.0.1:{}", silent.port())}};
+  probe::ProbeKey key = probe::ProbeKey::load(a.key);
+  ProbeOptions o = fastProbe();
+  Coordinator c(hosts, key, "test", o);
+  auto t0 = std::chrono::steady_clock::now();
+  RoundResult r = c.runFull(Deadline::after(20s));
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, 10s);
+  EXPECT_EQ(r.status(), "partial");
+  EXPECT_EQ(r.pairsTotal, 6u);
+  EXPECT_EQ(r.pairsMissing, 5u);  // only x-y measured
+  EXPECT_EQ(r.deadHosts, (std::vector<std::string>{"dead", "silent"}));
+  EXPECT_TRUE(r.topology.bandwidthMbps.at(0, 2));
+  EXPECT_TRUE(r.topology.bandwidthMbps.at(2, 0));
+  EXPECT_TRUE(r.topology.latencyUs.at(0, 2));
+  EXPECT_FALSE(r.topology.bandwidthMbps.at(0, 1));
+  EXPECT_GT(r.failures["connect"] + r.failures["timeout"] + r.failures["peer"], 0u);
+}
+
+TEST(Coordinator, AgentKilledMidRoundLeavesItsPairsMissing) {
+  Agents a;
+  for (const char* n : {"p", "q", "r", "s"}) a.add(n);
+  std::vector<Host> hosts;
+  for (auto& d : a.d) hosts.push_back({d->name(), fmt::format("127.0.0.1:{}", d->probePort())});
+  probe::ProbeKey key = probe::ProbeKey::load(a.key);
+  ProbeOptions o = fastProbe();
+  o.remeasure = false;
+  Coordinator c(hosts, key, "test", o);
+  std::atomic<bool> killed{false};
+  RoundResult r = c.runFull(Deadline::after(20s), [&](const RoundProgress& p) {
+    if (p.phase == "bandwidth" && !killed.exchange(true)) a.d[3]->stop();  // "s" dies
+  });
+  EXPECT_EQ(r.status(), "partial");
+  EXPECT_EQ(r.deadHosts, (std::vector<std::string>{"s"}));
+  // Latency ran before the kill: every pair has something; bandwidth to/from s is missing.
+  for (size_t i = 0; i < 3; ++i) EXPECT_FALSE(r.topology.bandwidthMbps.at(i, 3) && r.topology.bandwidthMbps.at(3, i));
+  EXPECT_TRUE(r.topology.bandwidthMbps.at(0, 1));
+}
+
+TEST(Coordinator, ChangedPairsAndRelativeChange) {
+  Topology a = Topology::empty({{"a", ""}, {"b", ""}});
+  a.bandwidthMbps.at(0, 1) = 250;
+  Topology b = a;
+  b.bandwidthMbps.at(0, 1) = 130;
+  EXPECT_EQ(changedPairs(a, b, 0.25), 1u);
+  EXPECT_EQ(changedPairs(a, a, 0.0), 0u);
+  EXPECT_DOUBLE_EQ(relativeChange(200, 150), 0.25);
+  EXPECT_TRUE(std::isinf(relativeChange(0, 1)));
+}
+
+TEST(AgentConfig, ParsesCommentedJsonAndRejectsUnknownKeys) {
+  TempDir dir;
+  std::string path = dir.write("rankmapd.json", R"({
+    // comments are allowed
+    "listen": "127.0.0.1:9000",
+    "probe": {"bandwidth_max_ms": 100, "bandwidth_max_bytes": "8M", "round_timeout": "2m"},
+    "reprobe": {"interval": "30s", "change_threshold": 0.3},
+    "http": {"max_body_bytes": "64K"}
+  })");
+  AgentConfig c = AgentConfig::load(path);
+  EXPECT_EQ(c.listen, (probe::Endpoint{"127.0.0.1", 9000}));
+  EXPECT_EQ(c.probe.bandwidth.maxMs, 100);
+  EXPECT_EQ(c.probe.bandwidth.maxBytes, 8u << 20);
+  EXPECT_EQ(c.probe.roundTimeout, std::chrono::minutes(2));
+  EXPECT_EQ(c.reprobe.interval, 30s);
+  EXPECT_DOUBLE_EQ(c.reprobe.changeThreshold, 0.3);
+  EXPECT_EQ(c.maxBodyBytes, 64u << 10);
+  for (const char* bad : {R"({"listn": "x"})", R"({"probe": {"latency_samples": 0}})",
+                          R"({"reprobe": {"interval": "soon"}})", R"({"listen": "host:1"})",
+                          "{"}) {
+    std::string p = dir.write("bad.json", bad);
+    EXPECT_THROW(AgentConfig::load(p), InvalidInput) << bad;
+  }
+  // The shipped example parses.
+  EXPECT_NO_THROW(AgentConfig::load(std::string(RANKMAP_TEST_DATA_DIR) + "/../../configs/rankmapd.json"));
+}
+
+TEST(Daemon, RefusesToStartWithoutAKeyOrWithAShortToken) {
+  TempDir dir;
+  AgentConfig c;
+  c.stateDir = dir.file("s");
+  EXPECT_THROW(Daemon{c}, InvalidInput);
+  c.keyFile = dir.write("key", std::string(64, 'k'));
+  c.tokenFile = dir.write("token", "short");
+  EXPECT_THROW(Daemon{c}, InvalidInput);
+}
+
+}  // namespace
+}  // namespace rankmap::agent

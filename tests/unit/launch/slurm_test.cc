@@ -1,0 +1,157 @@
+// Slurm: hostlists, SLURM_HOSTFILE, topology.conf, and srun command lines (no Slurm needed).
+#include "agent/launch/slurm.h"
+
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+
+namespace rankmap::agent::launch {
+namespace {
+
+using Names = std::vector<std::string>;
+
+SrunCommand::EnvLookup envOf(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(SlurmTest, ExpandsHostlists) {
+  EXPECT_EQ(expandHostlist("node[01-03,07],login"),
+            (Names{"node01", "node02", "node03", "node07", "login"}));
+  EXPECT_EQ(expandHostlist("vm[8-10]"), (Names{"vm8", "vm9", "vm10"}));
+  EXPECT_EQ(expandHostlist("r[1-2]n[1-2]"), (Names{"r1n1", "r1n2", "r2n1", "r2n2"}));
+  EXPECT_EQ(expandHostlist("gpu[1-2]-ib"), (Names{"gpu1-ib", "gpu2-ib"}));
+  for (const char* bad : {"node[1-", "node[]", "node[3-1]", "node[a-b]", "a,,b", "x]y", "n[1[2]]"})
+    EXPECT_THROW(expandHostlist(bad), InvalidInput) << bad;
+}
+
+TEST(SlurmTest, CompressesHostlists) {
+  EXPECT_EQ(compressHostlist({"node01", "node02", "node03", "node07", "login"}),
+            "node[01-03,07],login");
+  EXPECT_EQ(compressHostlist({"vm5", "vm1", "vm2", "vm10"}), "vm[1-2,5,10]");
+  EXPECT_EQ(compressHostlist({"rack0"}), "rack0");
+  EXPECT_EQ(compressHostlist({"node09", "node10"}), "node[09-10]");
+  for (const Names& hosts : {Names{"a1", "a2", "b07", "b08", "c"}, Names{"x", "y"}}) {
+    auto back = expandHostlist(compressHostlist(hosts));
+    EXPECT_EQ(std::set<std::string>(back.begin(), back.end()),
+              std::set<std::string>(hosts.begin(), hosts.end()));
+  }
+}
+
+Plan rackPlan() {
+  Plan p = Plan::identity({"vm0", "vm1", "vm2", "vm3"}, 2);
+  p.order = {"vm1", "vm3", "vm0", "vm2"};
+  p.derivePermutation();
+  p.groups = {{"rack", 0.9, {{"vm1", "vm3"}, {"vm0", "vm2"}}}};
+  p.seal();
+  return p;
+}
+
+TEST(SlurmTest, HostfileListsEachTaskInPlanOrder) {
+  EXPECT_EQ(slurmHostfile(rackPlan(), 2), "vm1\nvm1\nvm3\nvm3\nvm0\nvm0\nvm2\nvm2\n");
+  EXPECT_EQ(slurmHostfile(rackPlan(), 1), "vm1\nvm3\nvm0\nvm2\n");
+  EXPECT_THROW(slurmHostfile(rackPlan(), 0), InvalidInput);
+}
+
+TEST(SlurmTest, TopologyConfFromOneLevel) {
+  auto conf = slurmTopologyConf({"vm0", "vm1", "vm2", "vm3"}, rackPlan().groups, "plan p.json");
+  EXPECT_NE(conf.find("SwitchName=rack0 Nodes=vm[1,3]\n"), std::string::npos) << conf;
+  EXPECT_NE(conf.find("SwitchName=rack1 Nodes=vm[0,2]\n"), std::string::npos) << conf;
+  EXPECT_NE(conf.find("SwitchName=root Switches=rack[0-1]\n"), std::string::npos) << conf;
+  EXPECT_EQ(conf.rfind("#", 0), 0u);
+}
+
+TEST(SlurmTest, TopologyConfFromNestedLevels) {
+  std::vector<HierarchyLevel> levels = {
+      {"rack", 1, {{"a1", "a2"}, {"b1"}, {"c1", "c2"}}},
+      {"pod", 1, {{"a1", "a2", "b1"}, {"c1", "c2"}}},
+  };
+  auto conf = slurmTopologyConf({"a1", "a2", "b1", "c1", "c2"}, levels, "t.json");
+  EXPECT_NE(conf.find("SwitchName=rack0 Nodes=a[1-2]\n"), std::string::npos) << conf;
+  EXPECT_NE(conf.find("SwitchName=rack1 Nodes=b1\n"), std::string::npos) << conf;
+  EXPECT_NE(conf.find("SwitchName=pod0 Switches=rack[0-1]\n"), std::string::npos) << conf;
+  EXPECT_NE(conf.find("SwitchName=pod1 Switches=rack2\n"), std::string::npos) << conf;
+  EXPECT_NE(conf.find("SwitchName=root Switches=pod[0-1]\n"), std::string::npos) << conf;
+
+  // A rack split across pods: the levels do not nest.
+  levels[1].groups = {{"a1", "b1"}, {"a2", "c1", "c2"}};
+  EXPECT_THROW(slurmTopologyConf({"a1", "a2", "b1", "c1", "c2"}, levels, "t.json"), InvalidInput);
+}
+
+TEST(SlurmTest, TopologyConfWithoutHierarchyIsOneSwitch) {
+  auto conf = slurmTopologyConf({"n1", "n2", "n3"}, {}, "t.json");
+  EXPECT_NE(conf.find("SwitchName=root Nodes=n[1-3]\n"), std::string::npos) << conf;
+}
+
+TEST(SrunTest, ReadsThePlacementFromTheAllocation) {
+  auto env = envOf({{"SLURM_JOB_NODELIST", "vm[0-3]"}});
+  auto c = SrunCommand::parse({"srun", "-n", "8", "--mpi=pmix", "./app", "-n", "3"}, env);
+  ASSERT_EQ(c->job().hosts.size(), 4u);
+  EXPECT_EQ(c->job().hosts[2], (JobHost{"vm2", 2}));
+  EXPECT_EQ(c->programIndex(), 4u);
+
+  c = SrunCommand::parse({"srun", "-N2", "--ntasks-per-node=3", "app"}, env);
+  EXPECT_EQ(c->job().hosts, (std::vector<JobHost>{{"vm0", 3}, {"vm1", 3}}));
+
+  c = SrunCommand::parse({"srun", "-w", "n[5-6]", "app"}, envOf({}));
+  EXPECT_EQ(c->job().hosts, (std::vector<JobHost>{{"n5", 1}, {"n6", 1}}));
+
+  c = SrunCommand::parse({"srun", "app"},
+                         envOf({{"SLURM_JOB_NODELIST", "a,b"}, {"SLURM_NTASKS", "4"}}));
+  EXPECT_EQ(c->job().worldSize(), 4);
+}
+
+TEST(SrunTest, RefusesPlacementItDoesNotModel) {
+  auto env = envOf({{"SLURM_JOB_NODELIST", "vm[0-3]"}});
+  for (const std::vector<std::string>& argv :
+       {std::vector<std::string>{"srun", "--distribution=cyclic", "app"},
+        {"srun", "-m", "plane=2", "app"},
+        {"srun", "--exclude=vm1", "app"},
+        {"srun", "--frobnicate", "app"},
+        {"srun", "-n", "6", "app"},
+        {"srun", "-lu", "app"},
+        {"srun", "-n", "4"},
+        {"srun", "--multi-prog", "conf"}})
+    EXPECT_THROW(SrunCommand::parse(argv, env), NotSupported) << argv[1];
+  EXPECT_THROW(SrunCommand::parse({"srun", "app"}, envOf({})), NotSupported);
+  EXPECT_THROW(SrunCommand::parse({"srun", "-n", "zero", "app"}, env), InvalidInput);
+}
+
+TEST(SrunTest, LaunchInOrderWritesAHostfileAndUsesArbitraryDistribution) {
+  auto env = envOf({{"SLURM_JOB_NODELIST", "vm[0-3]"}});
+  auto c = SrunCommand::parse({"srun", "-w", "vm[0-3]", "-n", "8", "-l", "./app", "x"}, env);
+  std::vector<JobHost> ordered = {{"vm1", 2}, {"vm3", 2}, {"vm0", 2}, {"vm2", 2}};
+  auto cmd = c->launchInOrder(ordered, "/rundir");
+  EXPECT_EQ(cmd.argv, (std::vector<std::string>{"env", "SLURM_HOSTFILE=/rundir/slurm-hostfile",
+                                                "srun", "--distribution=arbitrary", "--ntasks=8",
+                                                "-l", "./app", "x"}));
+  ASSERT_EQ(cmd.files.size(), 1u);
+  EXPECT_EQ(cmd.files[0].second, "vm1\nvm1\nvm3\nvm3\nvm0\nvm0\nvm2\nvm2\n");
+}
+
+TEST(SrunTest, ShimModeExportsThePreload) {
+  auto env = envOf({{"SLURM_JOB_NODELIST", "vm[0-1]"}});
+  auto c = SrunCommand::parse({"srun", "--export=ALL,A=1", "app"}, env);
+  auto cmd = c->withShim("/lib/librankmap_mpi.so", "/p/plan.json");
+  ASSERT_EQ(cmd.argv.size(), 3u);
+  EXPECT_EQ(cmd.argv[1].rfind("--export=ALL,A=1,LD_PRELOAD=/lib/librankmap_mpi.so", 0), 0u)
+      << cmd.argv[1];
+  EXPECT_NE(cmd.argv[1].find(",RANKMAP_PLAN=/p/plan.json"), std::string::npos);
+  cmd = SrunCommand::parse({"srun", "app"}, env)->withShim("/s.so", "/p.json");
+  EXPECT_EQ(cmd.argv[1].rfind("--export=ALL,LD_PRELOAD=/s.so", 0), 0u) << cmd.argv[1];
+}
+
+TEST(SrunTest, ParseLaunchCommandDispatchesSrun) {
+  std::string why;
+  auto cmd = parseLaunchCommand({"srun", "--bogus", "app"}, why);
+  EXPECT_EQ(cmd, nullptr);
+  EXPECT_NE(why.find("srun arguments not understood"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace rankmap::agent::launch

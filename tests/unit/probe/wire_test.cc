@@ -1,0 +1,338 @@
+// The probe protocol on loopback: handshake, framing, authentication, deadlines, the server.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "probe/measure.h"
+#include "probe/server.h"
+#include "probe/wire.h"
+
+namespace rankmap::probe {
+namespace {
+
+using namespace std::chrono_literals;
+
+ProbeKey keyA() { return ProbeKey::fromBytes(std::string(32, 'a')); }
+ProbeKey keyB() { return ProbeKey::fromBytes(std::string(32, 'b')); }
+
+Endpoint loopback(uint16_t port) { return Endpoint{"127.0.0.1", port}; }
+
+// A probe server on an ephemeral loopback port whose control requests echo back.
+struct TestServer {
+  explicit TestServer(ProbeKey key = keyA(), ProbeServer::Options o = {}) {
+    o.listen = loopback(0);
+    o.name = "server";
+    o.handshakeTimeout = 500ms;
+    o.idleTimeout = 2s;
+    server = std::make_unique<ProbeServer>(o, std::move(key),
+                                           [this](const Json& req, const std::string& peer, Deadline) {
+                                             ++requests;
+                                             if (req.value("op", "") == "fail")
+                                               throw InvalidInput("asked to fail");
+                                             return Json{{"echo", req}, {"peer", peer}};
+                                           });
+    server->start();
+  }
+  Endpoint ep() const { return loopback(server->port()); }
+  std::unique_ptr<ProbeServer> server;
+  std::atomic<int> requests{0};
+};
+
+// Waits (bounded) until `pred` holds: server threads count failures asynchronously.
+template <typename P>
+bool eventually(P pred) {
+  auto until = std::chrono::steady_clock::now() + 2s;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+TEST(Endpoint, ParsesAddressesAndRejectsNames) {
+  EXPECT_EQ(parseEndpoint("10.0.0.1", 7411, "t"), (Endpoint{"10.0.0.1", 7411}));
+  EXPECT_EQ(parseEndpoint("10.0.0.1:99", 7411, "t"), (Endpoint{"10.0.0.1", 99}));
+  EXPECT_EQ(parseEndpoint("[::1]:5", 7411, "t"), (Endpoint{"::1", 5}));
+  EXPECT_EQ(parseEndpoint("::1", 7411, "t"), (Endpoint{"::1", 7411}));
+  EXPECT_EQ(parseEndpoint("localhost:8", 1, "t"), (Endpoint{"127.0.0.1", 8}));
+  for (const char* bad : {"", "example.com", "10.0.0.1:", "10.0.0.1:0", "10.0.0.1:70000",
+                          "10.0.0.1:x", "[::1", "1.2.3"})
+    EXPECT_THROW(parseEndpoint(bad, 7411, "t"), InvalidInput) << bad;
+}
+
+TEST(ProbeKey, NeedsEnoughBytes) {
+  EXPECT_THROW(ProbeKey::fromBytes("short"), InvalidInput);
+  EXPECT_EQ(keyA().fingerprint().size(), 12u);
+  EXPECT_NE(keyA().fingerprint(), keyB().fingerprint());
+}
+
+TEST(ReplayGuard, RejectsReplayedNonceAndStaleTimestamp) {
+  ReplayGuard g(1000ms);
+  g.admit("nonce-1", 10'000, 10'000);
+  try {
+    g.admit("nonce-1", 10'000, 10'100);
+    FAIL() << "replay accepted";
+  } catch (const AuthError& e) {
+    EXPECT_EQ(e.reason(), AuthFailure::kReplay);
+  }
+  try {
+    g.admit("nonce-2", 5'000, 10'000);
+    FAIL() << "stale timestamp accepted";
+  } catch (const AuthError& e) {
+    EXPECT_EQ(e.reason(), AuthFailure::kStale);
+  }
+  EXPECT_THROW(g.admit("nonce-3", 20'000, 10'000), AuthError);  // from the future
+  g.admit("nonce-4", 10'500, 10'000);
+}
+
+TEST(Channel, ControlRequestRoundTrip) {
+  TestServer s;
+  Json reply = request(s.ep(), keyA(), "client-1", Json{{"op", "x"}, {"n", 7}}, Deadline::after(2s));
+  EXPECT_EQ(reply["echo"]["n"], 7);
+  EXPECT_EQ(reply["peer"], "client-1");
+  EXPECT_EQ(s.requests.load(), 1);
+}
+
+TEST(Channel, HandlerErrorsBecomePeerErrorsWithTheMessage) {
+  TestServer s;
+  try {
+    request(s.ep(), keyA(), "c", Json{{"op", "fail"}}, Deadline::after(2s));
+    FAIL() << "no error";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("asked to fail"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Channel, WrongKeyIsRejectedAndCounted) {
+  TestServer s;
+  EXPECT_THROW(request(s.ep(), keyB(), "intruder", Json{{"op", "x"}}, Deadline::after(2s)),
+               PeerError);
+  EXPECT_TRUE(eventually([&] { return s.server->authFailures(AuthFailure::kBadMac) == 1; }));
+  EXPECT_EQ(s.requests.load(), 0);
+}
+
+TEST(Channel, ServerWithAnotherKeyRefusesTheHandshake) {
+  TestServer s(keyB());
+  EXPECT_THROW(Channel::connect(s.ep(), keyA(), "c", Deadline::after(2s)), PeerError);
+  EXPECT_TRUE(eventually([&] { return s.server->authFailures(AuthFailure::kBadMac) == 1; }));
+}
+
+TEST(Channel, ClientRejectsAForgedHelloAck) {
+  // A fake agent without the key answers Hello with a HelloAck it cannot authenticate.
+  Listener l = Listener::bind(loopback(0));
+  std::thread fake([&] {
+    auto c = l.accept(Deadline::after(2s));
+    if (!c) return;
+    char hello[80];  // Hello for the one-character name "c"
+    try {
+      c->recvAll(hello, sizeof(hello), Deadline::after(2s), "fake");
+      std::string ack = "RMP1";
+      ack += static_cast<char>(MsgType::kHelloAck);
+      ack.append(3, '\0');
+      ack.append(8, '\0');
+      ack += std::string("\x00\x00\x00\x18", 4);
+      ack.append(24 + 32, 'z');
+      c->sendAll(ack.data(), ack.size(), Deadline::after(2s), "fake");
+      c->recvSome(hello, sizeof(hello), Deadline::after(2s), "fake");
+    } catch (const Error&) {
+    }
+  });
+  try {
+    Channel::connect(loopback(l.port()), keyA(), "c", Deadline::after(2s));
+    ADD_FAILURE() << "accepted a forged HelloAck";
+  } catch (const AuthError& e) {
+    EXPECT_EQ(e.reason(), AuthFailure::kBadMac);
+  }
+  fake.join();
+}
+
+// A raw client: sends bytes, returns what the server does (bytes back or close).
+std::string rawExchange(const Endpoint& ep, const std::string& bytes) {
+  Socket s = Socket::connect(ep, Deadline::after(1s));
+  s.sendAll(bytes.data(), bytes.size(), Deadline::after(1s), "raw send");
+  std::string got;
+  char buf[256];
+  try {
+    while (size_t k = s.recvSome(buf, sizeof(buf), Deadline::after(1s), "raw recv")) got.append(buf, k);
+  } catch (const Error&) {
+  }
+  return got;
+}
+
+TEST(Framing, GarbageAndOversizeFramesAreRejectedWithoutAllocation) {
+  TestServer s;
+  EXPECT_EQ(rawExchange(s.ep(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n"), "");
+  // A well-formed header announcing 100 MB: refused from the header alone.
+  std::string hdr = "RMP1";
+  hdr += static_cast<char>(MsgType::kHello);
+  hdr.append(3, '\0');
+  hdr.append(8, '\0');
+  hdr += std::string("\x06\x00\x00\x00", 4);
+  EXPECT_EQ(rawExchange(s.ep(), hdr), "");
+  EXPECT_TRUE(eventually([&] { return s.server->authFailures(AuthFailure::kMalformed) == 2; }));
+}
+
+// A man in the middle on loopback that flips one byte at `flipAt` of the client's stream.
+class FlippingProxy {
+ public:
+  FlippingProxy(Endpoint target, size_t flipAt) : listener_(Listener::bind(loopback(0))) {
+    thread_ = std::thread([this, target, flipAt] {
+      auto c = listener_.accept(Deadline::after(3s));
+      if (!c) return;
+      Socket up = Socket::connect(target, Deadline::after(1s));
+      size_t seen = 0;
+      char buf[4096];
+      auto until = Deadline::after(3s);
+      for (;;) {
+        auto [r1, w1] = c->waitEither(until);
+        (void)w1;
+        if (until.expired()) return;
+        try {
+          if (auto k = c->recvNow(buf, sizeof(buf), "proxy")) {
+            if (*k == 0) return;
+            if (flipAt >= seen && flipAt < seen + *k) buf[flipAt - seen] ^= 0x01;
+            seen += *k;
+            up.sendAll(buf, *k, until, "proxy up");
+          }
+          if (auto k = up.recvNow(buf, sizeof(buf), "proxy")) {
+            if (*k == 0) return;
+            c->sendAll(buf, *k, until, "proxy down");
+          }
+        } catch (const Error&) {
+          return;
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+  }
+  ~FlippingProxy() {
+    listener_.shutdown();
+    thread_.join();
+  }
+  Endpoint ep() const { return loopback(listener_.port()); }
+
+ private:
+  Listener listener_;
+  std::thread thread_;
+};
+
+TEST(Framing, ATamperedFrameFailsAuthentication) {
+  TestServer s;
+  // Hello is 20 + (2 + 16 + 8 + 1 + 1) + 32 = 80 bytes for the name "c"; byte 90 is inside the
+  // payload of the first request frame that follows.
+  FlippingProxy proxy(s.ep(), 90);
+  EXPECT_THROW(request(proxy.ep(), keyA(), "c", Json{{"op", "tamper-me-please"}}, Deadline::after(2s)),
+               Error);
+  EXPECT_TRUE(eventually([&] { return s.server->authFailures(AuthFailure::kBadMac) == 1; }));
+  EXPECT_EQ(s.requests.load(), 0);
+}
+
+TEST(Deadlines, ConnectToASilentPeerTimesOut) {
+  // Accepts (the kernel completes the TCP handshake) but never answers Hello.
+  Listener silent = Listener::bind(loopback(0));
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(Channel::connect(loopback(silent.port()), keyA(), "c", Deadline::after(200ms)),
+               TimeoutError);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
+}
+
+TEST(Deadlines, SendToAPeerThatStopsReadingTimesOut) {
+  Listener l = Listener::bind(loopback(0));
+  Socket c = Socket::connect(loopback(l.port()), Deadline::after(1s));
+  auto peer = l.accept(Deadline::after(1s));  // accepted, never read
+  ASSERT_TRUE(peer);
+  std::string big(64u << 20, 'x');
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(c.sendAll(big.data(), big.size(), Deadline::after(300ms), "test"), TimeoutError);
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 2s);
+}
+
+TEST(Deadlines, BulkSendToAReceiverThatStallsTimesOut) {
+  Listener l = Listener::bind(loopback(0));
+  Socket c = Socket::connect(loopback(l.port()), Deadline::after(1s));
+  auto peer = l.accept(Deadline::after(1s));
+  ASSERT_TRUE(peer);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(streamBulk(c, 1ull << 32, Deadline::after(300ms)), TimeoutError);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+}
+
+TEST(Deadlines, PeerClosingMidMessageIsAPeerError) {
+  Listener l = Listener::bind(loopback(0));
+  Socket c = Socket::connect(loopback(l.port()), Deadline::after(1s));
+  {
+    auto peer = l.accept(Deadline::after(1s));
+    ASSERT_TRUE(peer);
+    peer->sendAll("RMP", 3, Deadline::after(1s), "test");
+  }  // closed
+  char buf[20];
+  EXPECT_THROW(c.recvAll(buf, sizeof(buf), Deadline::after(1s), "test"), PeerError);
+}
+
+TEST(Measure, LatencyStatisticsAreOrderedAndCountSamples) {
+  TestServer s;
+  LatencyStats st = measureLatency(s.ep(), keyA(), "c", LatencyOptions{3, 50}, Deadline::after(5s));
+  EXPECT_GT(st.minUs, 0);
+  EXPECT_LE(st.minUs, st.medianUs);
+  EXPECT_LE(st.medianUs, st.p90Us);
+  EXPECT_LE(st.p90Us, st.p99Us);
+  EXPECT_LT(st.medianUs, 100000);
+}
+
+TEST(Measure, BandwidthBothDirectionsBoundedByTime) {
+  TestServer s;
+  BandwidthOptions bo;
+  bo.maxMs = 60;
+  bo.maxBytes = 1ull << 30;
+  auto t0 = std::chrono::steady_clock::now();
+  BulkResult to = measureSendTo(s.ep(), keyA(), "c", bo, Deadline::after(5s));
+  BulkResult from = measureReceiveFrom(s.ep(), keyA(), "c", bo, Deadline::after(5s));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  for (const auto& r : {to, from}) {
+    EXPECT_GT(r.mbps, 10);  // loopback moves far more than 10 Mbit/s
+    EXPECT_GT(r.totalBytes, 0u);
+    EXPECT_GT(r.seconds, 0.02);
+    EXPECT_LT(r.seconds, 0.2);
+  }
+}
+
+TEST(Measure, BandwidthBoundedByBytes) {
+  TestServer s;
+  BandwidthOptions bo;
+  bo.maxMs = 10000;
+  bo.maxBytes = 2u << 20;
+  auto t0 = std::chrono::steady_clock::now();
+  BulkResult r = measureSendTo(s.ep(), keyA(), "c", bo, Deadline::after(5s));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_GE(r.totalBytes, bo.maxBytes);
+}
+
+TEST(Server, RefusesBulkRequestsBeyondItsLimits) {
+  ProbeServer::Options o;
+  o.maxBulkMs = 100;
+  TestServer s(keyA(), o);
+  BandwidthOptions bo;
+  bo.maxMs = 5000;
+  try {
+    measureSendTo(s.ep(), keyA(), "c", bo, Deadline::after(2s));
+    FAIL() << "accepted";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Server, StopsPromptlyWithIdleAndHalfOpenConnections) {
+  auto s = std::make_unique<TestServer>();
+  Socket idle = Socket::connect(s->ep(), Deadline::after(1s));  // never sends Hello
+  Channel open = Channel::connect(s->ep(), keyA(), "c", Deadline::after(1s));  // then silent
+  auto t0 = std::chrono::steady_clock::now();
+  s->server->stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+}
+
+}  // namespace
+}  // namespace rankmap::probe

@@ -1,0 +1,210 @@
+// Cost model: max-min sharing, each algorithm's structure on small networks, the lower bound,
+// the range table, and the calibration ratio of the emucloud testbed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "reorder/cost_model.h"
+#include "reorder/packed_trees.h"
+#include "reorder/ring.h"
+#include "tests/unit/reorder/test_util.h"
+
+namespace rankmap::reorder {
+namespace {
+
+using test::hierarchyOf;
+
+NetworkModel twoRacks(double host = 1000, double uplink = 250) {
+  return modelFromHierarchy(hierarchyOf({{0, 0, 0, 0, 1, 1, 1, 1}}),
+                            std::vector<double>(8, host), {uplink}, 2, {10});
+}
+
+const AlgoCost& find(const std::vector<AlgoCost>& cs, const std::string& name) {
+  for (const auto& c : cs)
+    if (c.name == name) return c;
+  throw std::runtime_error("no " + name);
+}
+
+CostContext context(const NetworkModel& net, std::vector<int> order, int k = 1) {
+  CostContext ctx;
+  ctx.net = &net;
+  ctx.order = std::move(order);
+  ctx.ring.ranksPerHost = k;
+  return ctx;
+}
+
+TEST(MaxMin, SharesTheBottleneckFairlyAndGivesTheRestToOthers) {
+  NetworkModel net = twoRacks();
+  // Two flows leave rack 0 (share its 250 uplink), one flow stays inside rack 1.
+  std::vector<Flow> flows = {{0, 4, 1}, {1, 5, 1}, {6, 7, 1}};
+  auto rate = maxMinRates(net, flows);
+  EXPECT_DOUBLE_EQ(rate[0], 125);
+  EXPECT_DOUBLE_EQ(rate[1], 125);
+  EXPECT_DOUBLE_EQ(rate[2], 1000);
+  // Equal sizes: done when the slowest is: 1 byte at 125 Mbit/s = 0.064 us.
+  EXPECT_DOUBLE_EQ(completionUs(net, flows), 1 / bytesPerUs(125));
+  // Unequal sizes: the short crossing flow finishes, then the long one gets the whole uplink.
+  std::vector<Flow> unequal = {{0, 4, 1000}, {1, 5, 3000}};
+  double first = 1000 / bytesPerUs(125);
+  double rest = 2000 / bytesPerUs(250);
+  EXPECT_NEAR(completionUs(net, unequal), first + rest, 1e-9);
+}
+
+TEST(MaxMin, PairCapsLimitAFlow) {
+  NetworkModel net = twoRacks();
+  auto caps = std::make_shared<PairMatrix>(8);
+  caps->set(0, 4, 100);
+  net.caps = caps;
+  auto rate = maxMinRates(net, {{0, 4, 1}, {1, 5, 1}});
+  EXPECT_DOUBLE_EQ(rate[0], 100);
+  EXPECT_DOUBLE_EQ(rate[1], 150);
+}
+
+TEST(CostModel, CalibrationRatioOfTheTestbed) {
+  // 8 VMs, 2 racks, host 1000, uplink 250: ring allreduce of 16 MiB with ranks grouped by rack
+  // vs an order with 3 ring flows per uplink direction ran ~3x faster on the testbed.
+  NetworkModel net = twoRacks(1000, 250);
+  auto grouped = find(algorithmCosts(context(net, {0, 1, 2, 3, 4, 5, 6, 7}), "allreduce"), "ring");
+  auto three = find(algorithmCosts(context(net, {0, 4, 1, 5, 2, 6, 7, 3}), "allreduce"), "ring");
+  double s = 16 << 20;
+  double ratio = three.timeUs(s) / grouped.timeUs(s);
+  EXPECT_NEAR(ratio, 3.0, 0.05);
+  // The bandwidth term: 2 (n-1)/n S at 250 Mbit/s.
+  EXPECT_NEAR(grouped.betaUsPerByte, 2.0 * 7 / 8 / bytesPerUs(250), 1e-12);
+}
+
+TEST(CostModel, DoubleBinaryTreeIsTwoValidTrees) {
+  for (int m : {1, 2, 3, 5, 7, 8, 13, 16}) {
+    auto [t1, t2] = doubleBinaryTree(m);
+    for (const auto* t : {&t1, &t2}) {
+      int roots = 0;
+      std::vector<int> children(m, 0);
+      for (int r = 0; r < m; ++r) {
+        if ((*t)[r] < 0) {
+          ++roots;
+          continue;
+        }
+        ASSERT_LT((*t)[r], m);
+        ++children[(*t)[r]];
+        // Walking up reaches the root without a cycle.
+        int x = r, steps = 0;
+        while ((*t)[x] >= 0 && steps <= m) x = (*t)[x], ++steps;
+        EXPECT_LE(steps, m) << "cycle at m=" << m;
+      }
+      EXPECT_EQ(roots, 1) << "m=" << m;
+      for (int c : children) EXPECT_LE(c, 2) << "m=" << m;
+    }
+  }
+  auto [a, b] = doubleBinaryTree(8);
+  EXPECT_EQ(a, (std::vector<int>{-1, 2, 4, 2, 0, 6, 4, 6}));
+}
+
+TEST(CostModel, HierBeatsRingWhenUplinksAreTheBottleneck) {
+  // Reduce-scatter inside racks, then only S crosses each uplink per direction (the ring: 2 S
+  // (n-1)/n).
+  NetworkModel net = twoRacks(1000, 250);
+  auto cs = algorithmCosts(context(net, {0, 1, 2, 3, 4, 5, 6, 7}), "allreduce");
+  const auto& hier = find(cs, "hier");
+  ASSERT_TRUE(hier.available);
+  double inside = 3.0 / 4 / bytesPerUs(1000);  // (k-1)/k S per host link
+  double across = 1.0 / bytesPerUs(250);       // 4 flows of S/4 on one uplink
+  EXPECT_NEAR(hier.betaUsPerByte, 2 * inside + across, 1e-12);
+  EXPECT_LT(hier.betaUsPerByte, find(cs, "ring").betaUsPerByte);
+}
+
+TEST(CostModel, RhdFoldsNonPowersOfTwo) {
+  NetworkModel net = modelFromHierarchy(hierarchyOf({{0, 0, 0, 1, 1, 1}}),
+                                        std::vector<double>(6, 1000), {1000}, 1, {1});
+  auto cs = algorithmCosts(context(net, {0, 1, 2, 3, 4, 5}), "allreduce");
+  const auto& rhd = find(cs, "rhd");
+  ASSERT_TRUE(rhd.available);
+  // 6 ranks: fold (S), 2 halving steps (S/2, S/4), 2 doubling steps, unfold (S), all at line
+  // rate on a non-blocking network: 2 S + 2 (S/2 + S/4).
+  EXPECT_NEAR(rhd.betaUsPerByte, (2 + 1.5) / bytesPerUs(1000), 1e-12);
+  EXPECT_FALSE(find(algorithmCosts(context(net, {0, 1, 2, 3, 4, 5}), "allgather"), "rhd")
+                   .available);
+}
+
+TEST(CostModel, RangesAreContiguousFromZeroAndPickTheFastest) {
+  NetworkModel net = twoRacks(1000, 250);
+  CostContext ctx = context(net, {0, 1, 2, 3, 4, 5, 6, 7});
+  for (std::string coll : {"allreduce", "allgather", "reducescatter", "broadcast"}) {
+    auto cs = algorithmCosts(ctx, coll);
+    auto ranges = chooseRanges(cs, coll, 8, lowerBoundUsPerByte(ctx, coll));
+    ASSERT_FALSE(ranges.empty()) << coll;
+    EXPECT_EQ(ranges.front().minBytes, 0u);
+    EXPECT_EQ(ranges.back().maxBytes, AlgoRange::kUnbounded);
+    for (size_t i = 1; i < ranges.size(); ++i) {
+      EXPECT_EQ(ranges[i].minBytes, ranges[i - 1].maxBytes);
+      EXPECT_NE(ranges[i].algorithm, ranges[i - 1].algorithm);
+    }
+    // At sizes across the spectrum the chosen algorithm is the fastest available one.
+    for (double s : {8.0, 4096.0, 1e6, 1e9}) {
+      std::string chosen;
+      for (const auto& r : ranges)
+        if (s >= r.minBytes && s < r.maxBytes) chosen = r.algorithm;
+      double best = 1e300;
+      for (const auto& c : cs)
+        if (c.available) best = std::min(best, c.timeUs(s));
+      EXPECT_NEAR(find(cs, chosen).timeUs(s), best, 1e-9 * best) << coll << " at " << s;
+    }
+    for (const auto& r : ranges) {
+      EXPECT_GT(r.predictedUs, 0);
+      EXPECT_GT(r.predictedBusbwGBps, 0);
+      EXPECT_LE(r.lowerBoundUs, r.predictedUs * (1 + 1e-9)) << coll;
+    }
+  }
+}
+
+TEST(CostModel, LowerBoundFormula) {
+  NetworkModel net = twoRacks(1000, 250);
+  CostContext ctx = context(net, {0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_NEAR(lowerBoundUsPerByte(ctx, "allreduce"), 2.0 * 7 / 8 / bytesPerUs(250), 1e-15);
+  EXPECT_NEAR(lowerBoundUsPerByte(ctx, "broadcast"), 1.0 / bytesPerUs(250), 1e-15);
+}
+
+TEST(CostModel, PackedTreesBeatTheRingWhenHostRatesDiffer) {
+  // One rack; four hosts at 1000, four at 250. Every ring is limited by a slow host carrying
+  // 2 (n-1)/n S; trees make the slow hosts leaves (S each) and the fast ones carry the rest.
+  std::vector<double> rates = {1000, 250, 1000, 250, 1000, 250, 1000, 250};
+  NetworkModel net = modelFromHierarchy(hierarchyOf({{0, 0, 0, 0, 0, 0, 0, 0}}), rates, {1000},
+                                        2, {5});
+  CostContext ctx = context(net, {0, 1, 2, 3, 4, 5, 6, 7});
+  ctx.trees = packTrees(net, ctx.order);
+  ASSERT_FALSE(ctx.trees.empty());
+  double total = 0;
+  for (const auto& t : ctx.trees) {
+    total += t.weight;
+    int roots = 0;
+    for (size_t p = 0; p < t.parent.size(); ++p) {
+      if (t.parent[p] < 0) ++roots;
+      // Slow hosts are leaves: nobody's parent.
+      if (t.parent[p] >= 0) {
+        EXPECT_EQ(t.parent[p] % 2, 0) << "slow host as a parent";
+      }
+    }
+    EXPECT_EQ(roots, 1);
+  }
+  EXPECT_NEAR(total, 1.0, 1e-9);
+  auto cs = algorithmCosts(ctx, "allreduce");
+  const auto& trees = find(cs, "trees");
+  ASSERT_TRUE(trees.available);
+  EXPECT_LT(trees.betaUsPerByte, 0.75 * find(cs, "ring").betaUsPerByte);
+  // Uniform rates: trees are not offered.
+  NetworkModel uniform = twoRacks();
+  EXPECT_FALSE(
+      find(algorithmCosts(context(uniform, {0, 1, 2, 3, 4, 5, 6, 7}), "allreduce"), "trees")
+          .available);
+}
+
+TEST(CostModel, SingleHostWithSeveralRanksIsIntraHostOnly) {
+  NetworkModel net = modelFromHierarchy(hierarchyOf({{0}}), {1000}, {1000}, 1, {1});
+  auto cs = algorithmCosts(context(net, {0}, 4), "allreduce");
+  const auto& ring = find(cs, "ring");
+  EXPECT_NEAR(ring.betaUsPerByte, 2.0 * 3 / 4 / bytesPerUs(100000), 1e-15);
+  EXPECT_TRUE(algorithmCosts(context(net, {0}, 1), "allreduce").empty());
+}
+
+}  // namespace
+}  // namespace rankmap::reorder

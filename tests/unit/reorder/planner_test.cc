@@ -1,0 +1,312 @@
+// The planner end to end: determinism, properties, synthetic recovery at 64-1024 hosts, ranks
+// per host, host subsets, fallbacks and bad input.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <set>
+
+#include "common/error.h"
+#include "reorder/planner.h"
+#include "reorder/report.h"
+#include "reorder/svg.h"
+#include "reorder/synthetic.h"
+#include "tests/unit/reorder/test_util.h"
+
+namespace rankmap::reorder {
+namespace {
+
+PlanOptions quiet() {
+  PlanOptions o;
+  o.source = "test";
+  return o;
+}
+
+// The plan's ring evaluated on the true network.
+RingCost trueRing(const SyntheticTopology& syn, const Plan& plan) {
+  std::vector<int> order;
+  for (const auto& name : plan.order) order.push_back(syn.topology.indexOf(name));
+  return evaluateRing(syn.model, order, {});
+}
+
+TEST(Planner, DeterministicByteForByte) {
+  SyntheticSpec s;
+  s.levels = {{4, 300, 5}, {3, 150, 20}};
+  s.topGroups = 3;
+  s.noise = 0.1;
+  s.missing = 0.05;
+  auto syn = makeSynthetic(s);
+  PlanOptions o = quiet();
+  o.collectives = {"allreduce", "allgather", "reducescatter", "broadcast"};
+  std::string a = makePlan(syn.topology, o).dump();
+  std::string b = makePlan(syn.topology, o).dump();
+  EXPECT_EQ(a, b);
+  // And a round trip through plan.json validates (hash, permutation, ranges).
+  Plan p = Plan::parse(a, "plan.json");
+  EXPECT_EQ(p.dump(), a);
+}
+
+TEST(Planner, PropertiesOnRandomTopologies) {
+  // The result is always a permutation of the hosts, and its ring bottleneck (on the network
+  // the planner inferred, and on the true one) is never worse than the input order's.
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    SyntheticSpec s;
+    s.levels = {{2 + int(seed % 4), 100.0 + 50 * (seed % 5), 5}};
+    s.topGroups = 2 + int(seed % 3);
+    s.noise = 0.05 * (seed % 3);
+    s.missing = 0.03 * (seed % 2);
+    s.latency = seed % 4 == 0 ? Signal::kFlat : Signal::kModel;
+    s.seed = seed;
+    auto syn = makeSynthetic(s);
+    PlanResult r = planTopology(syn.topology, quiet());
+    SCOPED_TRACE(seed);
+    std::set<std::string> hosts(r.plan.hosts.begin(), r.plan.hosts.end());
+    std::set<std::string> order(r.plan.order.begin(), r.plan.order.end());
+    EXPECT_EQ(hosts, order);
+    EXPECT_EQ(r.plan.order.size(), r.plan.hosts.size());
+    EXPECT_TRUE(test::isPermutation(r.plan.permutation, r.plan.hosts.size()));
+    EXPECT_GE(r.planRing.bottleneckMbps, r.inputRing.bottleneckMbps * (1 - 1e-12));
+    std::vector<int> input(syn.topology.size());
+    std::iota(input.begin(), input.end(), 0);
+    EXPECT_GE(trueRing(syn, r.plan).bottleneckMbps,
+              evaluateRing(syn.model, input, {}).bottleneckMbps * (1 - 1e-12));
+    EXPECT_GE(r.plan.predicted.speedup, 1.0);
+  }
+}
+
+TEST(Planner, ExactOptimumUpToTwelveHosts) {
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    SyntheticSpec s;
+    s.levels = {{3, 200, 10}};
+    s.topGroups = 3 + int(seed % 2);  // 9 or 12 hosts
+    s.noise = 0.1;
+    s.seed = seed;
+    auto syn = makeSynthetic(s);
+    PlanOptions o = quiet();
+    o.minGain = 0;  // compare the ring itself, not the keep-the-input-order rule
+    PlanResult r = planTopology(syn.topology, o);
+    RingParams p;
+    std::vector<int> exact = exactRing(r.model, r.order, p);
+    EXPECT_NEAR(evaluateRing(r.model, r.order, p).objectiveUs,
+                evaluateRing(r.model, exact, p).objectiveUs, 1e-9)
+        << seed;
+  }
+}
+
+struct Recovery {
+  int racksPerPod, hostsPerRack, pods;
+};
+
+class SyntheticRecovery : public ::testing::TestWithParam<Recovery> {};
+
+TEST_P(SyntheticRecovery, GroupsEqualTruthAndBottleneckIsOptimal) {
+  // Pods / racks / hosts with +-10% noise and 5% missing pairs, names shuffled.
+  Recovery g = GetParam();
+  SyntheticSpec s;
+  s.levels = {{g.hostsPerRack, 400, 5}, {g.racksPerPod, 200, 20}};
+  s.topGroups = g.pods;
+  s.noise = 0.1;
+  s.missing = 0.05;
+  s.seed = 42;
+  auto syn = makeSynthetic(s);
+  PlanOptions o = quiet();
+  o.hashTopology = false;
+  PlanResult r = planTopology(syn.topology, o);
+  ASSERT_EQ(r.hierarchy.levels.size(), 2u);
+  for (size_t l = 0; l < 2; ++l)
+    EXPECT_DOUBLE_EQ(adjustedRandIndex(syn.truth.levels[l].groupOf, r.hierarchy.levels[l].groupOf),
+                     1.0)
+        << "level " << l;
+  // Optimal ring bottleneck on the true network: every link crossed once per direction.
+  EXPECT_DOUBLE_EQ(trueRing(syn, r.plan).bottleneckMbps, syn.model.ringBoundMbps());
+  EXPECT_GT(r.plan.confidence, 0.8);
+  EXPECT_GT(r.plan.predicted.speedup, 2.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, SyntheticRecovery,
+                         ::testing::Values(Recovery{4, 8, 2},     // 64 hosts
+                                           Recovery{4, 16, 4},    // 256 hosts
+                                           Recovery{8, 16, 8}));  // 1024 hosts
+
+TEST(Planner, RanksPerHostStayContiguous) {
+  Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
+  PlanOptions o = quiet();
+  o.ranksPerHost = 4;
+  Plan p = makePlan(t, o);
+  ASSERT_EQ(p.permutation.size(), 32u);
+  for (size_t h = 0; h < 8; ++h) {
+    int first = p.permutation[h * 4];
+    EXPECT_EQ(first % 4, 0);
+    for (int l = 1; l < 4; ++l) EXPECT_EQ(p.permutation[h * 4 + l], first + l);
+  }
+  EXPECT_TRUE(test::isPermutation(p.permutation, 32));
+}
+
+TEST(Planner, TestbedFixturePredictsTheCalibrationRatio) {
+  // The fixture's input order puts 3 ring flows on each uplink direction (as in the testbed
+  // calibration run, which measured ~3x); the plan groups by rack.
+  Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
+  PlanResult r = planTopology(t, quiet());
+  EXPECT_NEAR(r.plan.predicted.speedup, 3.0, 0.45);
+  EXPECT_NEAR(r.plan.predicted.inputBottleneckMbps * 3, r.plan.predicted.bottleneckMbps,
+              0.15 * r.plan.predicted.bottleneckMbps);
+  ASSERT_EQ(r.plan.groups.size(), 1u);
+  EXPECT_EQ(r.plan.groups[0].groups.size(), 2u);
+  // Racks are contiguous in the new order.
+  const auto& racks = r.plan.groups[0].groups;
+  std::set<std::string> first(racks[0].begin(), racks[0].end());
+  int changes = 0;
+  for (size_t i = 1; i < 8; ++i)
+    changes += first.count(r.plan.order[i]) != first.count(r.plan.order[i - 1]);
+  EXPECT_EQ(changes, 1);
+  auto ranges = r.plan.collectives.at("allreduce");
+  EXPECT_EQ(ranges.front().minBytes, 0u);
+  EXPECT_EQ(ranges.back().maxBytes, AlgoRange::kUnbounded);
+}
+
+TEST(Planner, HeterogeneousFixtureGetsChunkWeightsOrTrees) {
+  Topology t = Topology::load(test::fixture("heterogeneous.json"));
+  PlanResult r = planTopology(t, quiet());
+  EXPECT_TRUE(r.model.heterogeneousHosts());
+  const auto& ranges = r.plan.collectives.at("allreduce");
+  bool trees = false;
+  for (const auto& range : ranges) trees = trees || range.algorithm == "trees";
+  EXPECT_EQ(trees, !r.plan.trees.empty());
+  EXPECT_TRUE(trees || !r.plan.chunkWeights.empty());
+  if (!r.plan.chunkWeights.empty()) {
+    // Proportional to the host rates: the slow hosts (200) get a fifth of the fast ones' share.
+    auto [lo, hi] = std::minmax_element(r.plan.chunkWeights.begin(), r.plan.chunkWeights.end());
+    EXPECT_NEAR(*hi / *lo, 5.0, 0.5);
+  }
+}
+
+TEST(Planner, FallbacksAreIdentityWithConfidenceZero) {
+  for (std::string name : {"single_host.json", "sparse.json"}) {
+    Topology t = Topology::load(test::fixture(name));
+    PlanResult r = planTopology(t, quiet());
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(r.fallback);
+    EXPECT_EQ(r.plan.confidence, 0);
+    EXPECT_EQ(r.plan.order, r.plan.hosts);
+    EXPECT_FALSE(r.warnings.empty());
+    EXPECT_NO_THROW(Plan::parse(r.plan.dump(), "plan.json"));
+  }
+  // A host with no measurement at all.
+  Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
+  for (size_t j = 0; j < 8; ++j) {
+    t.bandwidthMbps.at(2, j) = t.bandwidthMbps.at(j, 2) = std::nullopt;
+    t.latencyUs.at(2, j) = t.latencyUs.at(j, 2) = std::nullopt;
+  }
+  PlanResult r = planTopology(t, quiet());
+  EXPECT_TRUE(r.fallback);
+  ASSERT_FALSE(r.warnings.empty());
+  EXPECT_NE(r.warnings[0].find("vm2"), std::string::npos) << r.warnings[0];
+}
+
+TEST(Planner, FlatNetworkKeepsTheInputOrder) {
+  SyntheticSpec s;
+  s.levels = {{6, 1000, 0}};
+  s.topGroups = 3;
+  s.noise = 0.05;
+  s.bandwidth = Signal::kFlat;
+  s.latency = Signal::kFlat;
+  auto syn = makeSynthetic(s);
+  Plan p = makePlan(syn.topology, quiet());
+  EXPECT_TRUE(p.groups.empty());
+  EXPECT_EQ(p.order, p.hosts);
+  EXPECT_DOUBLE_EQ(p.predicted.speedup, 1.0);
+}
+
+TEST(Planner, BadOptionsAndAsymmetryThrowInvalidInput) {
+  Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
+  PlanOptions o = quiet();
+  o.ranksPerHost = 0;
+  EXPECT_THROW(makePlan(t, o), InvalidInput);
+  o = quiet();
+  o.collectives = {"alltoall"};
+  EXPECT_THROW(makePlan(t, o), InvalidInput);
+  EXPECT_THROW(makePlan(Topology::load(test::fixture("bad_asymmetric.json")), quiet()),
+               InvalidInput);
+}
+
+TEST(Planner, GivenGroupsAreUsedWhenAsked) {
+  Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
+  t.groups = {{"rack", 0.5, {{"vm0", "vm1", "vm2", "vm3"}, {"vm4", "vm5", "vm6", "vm7"}}}};
+  PlanOptions o = quiet();
+  o.useTopologyGroups = true;
+  Plan p = makePlan(t, o);
+  EXPECT_EQ(p.groups, t.groups);
+}
+
+TEST(HostsFile, SubsetInFileOrder) {
+  std::string path = ::testing::TempDir() + "/reorder_hosts_subset";
+  {
+    std::ofstream f(path);
+    f << "# launcher order\nvm5 10.0.0.5\n\nvm0\nvm3   # trailing comment\nvm6\n";
+  }
+  auto hosts = readHostsFile(path);
+  ASSERT_EQ(hosts.size(), 4u);
+  EXPECT_EQ(hosts[0].name, "vm5");
+  EXPECT_EQ(hosts[0].address, "10.0.0.5");
+  EXPECT_EQ(hosts[2].line, 5);
+  Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
+  Topology sub = selectHosts(t, hosts, path, "t.json");
+  ASSERT_EQ(sub.size(), 4u);
+  EXPECT_EQ(sub.hosts[0].name, "vm5");
+  EXPECT_EQ(sub.hosts[0].address, "10.0.0.5");
+  EXPECT_EQ(sub.hosts[1].address, t.hosts[0].address);  // from the topology
+  EXPECT_EQ(sub.bandwidthMbps.at(0, 1), t.bandwidthMbps.at(5, 0));
+  Plan p = makePlan(sub, quiet());
+  EXPECT_EQ(p.hosts, (std::vector<std::string>{"vm5", "vm0", "vm3", "vm6"}));
+  std::remove(path.c_str());
+}
+
+TEST(HostsFile, UnknownDuplicateAndMalformedLinesAreNamed) {
+  std::string path = ::testing::TempDir() + "/reorder_hosts_bad";
+  Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
+  auto expectError = [&](const std::string& text, const std::string& needle) {
+    {
+      std::ofstream f(path);
+      f << text;
+    }
+    try {
+      selectHosts(t, readHostsFile(path), path, "t.json");
+      ADD_FAILURE() << "expected InvalidInput for " << text;
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expectError("vm0\nvm99\n", path + ":2: host 'vm99' is not in t.json");
+  expectError("vm0\nvm0\n", path + ":2: host 'vm0' listed twice");
+  expectError("vm0 a b\n", path + ":1: expected 'name' or 'name address'");
+  expectError("# nothing\n", path + ": no hosts listed");
+  std::remove(path.c_str());
+}
+
+TEST(Report, SummaryShowAndSvgMentionTheEssentials) {
+  Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
+  PlanResult r = planTopology(t, quiet());
+  std::string summary = planSummary(r);
+  EXPECT_NE(summary.find("rack: 2 groups"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("faster than the input order"), std::string::npos) << summary;
+  std::string shown = describePlan(r.plan);
+  EXPECT_NE(shown.find("ring (new rank order)"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("allreduce:"), std::string::npos) << shown;
+  EXPECT_NE(shown.find(" | "), std::string::npos) << "a group boundary in the ring: " << shown;
+  std::string topo = describeTopology(t, r);
+  EXPECT_NE(topo.find("within rack"), std::string::npos) << topo;
+  EXPECT_NE(topo.find("bandwidth     shows 1 level"), std::string::npos) << topo;
+  std::string svg = renderSvg(t, r.plan);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("predicted"), std::string::npos);
+  EXPECT_NE(svg.find("marker-end=\"url(#arrow)\""), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  // A plan for hosts the topology lacks cannot be drawn.
+  Plan other = r.plan;
+  other.order[0] = "ghost";
+  EXPECT_THROW(renderSvg(t, other), InvalidInput);
+}
+
+}  // namespace
+}  // namespace rankmap::reorder

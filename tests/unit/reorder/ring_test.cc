@@ -1,0 +1,181 @@
+// Ring order: cost model of a ring, the exact oracle against brute force, the heuristic against
+// the oracle, and properties on random instances.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "common/error.h"
+#include "reorder/measurements.h"
+#include "reorder/ring.h"
+#include "reorder/synthetic.h"
+#include "tests/unit/reorder/test_util.h"
+
+namespace rankmap::reorder {
+namespace {
+
+using test::hierarchyOf;
+using test::isPermutation;
+
+// 8 hosts in two racks (hosts 0-3, 4-7), host 1000, uplink 250: the calibration testbed.
+NetworkModel twoRacks() {
+  return modelFromHierarchy(hierarchyOf({{0, 0, 0, 0, 1, 1, 1, 1}}),
+                            std::vector<double>(8, 1000), {250}, 2, {10});
+}
+
+// Full enumeration: the reference for the branch-and-bound search.
+double bruteForce(const NetworkModel& net, const RingParams& p) {
+  std::vector<int> ring(net.n);
+  std::iota(ring.begin(), ring.end(), 0);
+  double best = std::numeric_limits<double>::infinity();
+  do {
+    best = std::min(best, evaluateRing(net, ring, p).objectiveUs);
+  } while (std::next_permutation(ring.begin() + 1, ring.end()));
+  return best;
+}
+
+// A random network that is not tree-shaped: random pair latencies and random pair caps on top
+// of a random two-level tree.
+NetworkModel randomNetwork(size_t n, uint64_t seed, bool treeShaped) {
+  std::mt19937_64 g(seed);
+  std::vector<int> rack(n), pod(n);
+  int racks = 1 + static_cast<int>(g() % 4);
+  for (size_t i = 0; i < n; ++i) {
+    rack[i] = static_cast<int>(g() % racks);
+    pod[i] = rack[i] / 2;
+  }
+  std::vector<double> rates(n);
+  for (auto& r : rates) r = 200 + static_cast<double>(g() % 800);
+  NetworkModel net = modelFromHierarchy(hierarchyOf({rack, pod}), rates,
+                                        {100 + double(g() % 400), 50 + double(g() % 300)}, 3,
+                                        {5, 15});
+  if (!treeShaped) {
+    auto lat = std::make_shared<PairMatrix>(n);
+    auto caps = std::make_shared<PairMatrix>(n);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = i + 1; j < n; ++j) {
+        lat->set(i, j, static_cast<float>(1 + g() % 50));
+        if (g() % 3 == 0) caps->set(i, j, static_cast<float>(50 + g() % 500));
+      }
+    net.latency = lat;
+    net.caps = caps;
+  }
+  return net;
+}
+
+TEST(Ring, GroupedOrderCrossesEachUplinkOnce) {
+  NetworkModel net = twoRacks();
+  RingParams p;
+  RingCost grouped = evaluateRing(net, {0, 1, 2, 3, 4, 5, 6, 7}, p);
+  EXPECT_DOUBLE_EQ(grouped.bottleneckMbps, 250);
+  // Alternating racks: every hop crosses, 4 flows per uplink direction.
+  RingCost alternating = evaluateRing(net, {0, 4, 1, 5, 2, 6, 3, 7}, p);
+  EXPECT_DOUBLE_EQ(alternating.bottleneckMbps, 62.5);
+  // Three flows per uplink direction: the calibration order.
+  RingCost three = evaluateRing(net, {0, 4, 1, 5, 2, 6, 7, 3}, p);
+  EXPECT_DOUBLE_EQ(three.bottleneckMbps, 250.0 / 3);
+  // Latency: 6 in-rack hops of 4 us, 2 crossing hops of 24 us.
+  EXPECT_DOUBLE_EQ(grouped.latencyUs, 6 * 4 + 2 * 24);
+  EXPECT_GT(alternating.objectiveUs, three.objectiveUs);
+  EXPECT_GT(three.objectiveUs, grouped.objectiveUs);
+}
+
+TEST(Ring, AllreduceTimeFormula) {
+  RingCost c;
+  c.latencyUs = 100;
+  c.bottleneckMbps = 800;  // 100 bytes/us
+  EXPECT_DOUBLE_EQ(ringAllreduceUs(c, 4, 1000), 2.0 * 3 / 4 * (100 + 10));
+  EXPECT_DOUBLE_EQ(ringAllreduceUs(c, 1, 1000), 0);
+}
+
+TEST(Ring, RanksPerHostAddIntraHostHops) {
+  NetworkModel net = twoRacks();
+  RingParams p;
+  p.ranksPerHost = 4;
+  p.intraHostLatencyUs = 1;
+  RingCost c = evaluateRing(net, {0, 1, 2, 3, 4, 5, 6, 7}, p);
+  EXPECT_DOUBLE_EQ(c.latencyUs, 6 * 4 + 2 * 24 + 8 * 3 * 1);
+  EXPECT_DOUBLE_EQ(c.bottleneckMbps, 250);
+}
+
+TEST(Ring, HierarchicalRingIsGroupedAndOptimalOnATree) {
+  NetworkModel net = modelFromHierarchy(
+      hierarchyOf({{0, 1, 2, 0, 1, 2, 3, 3, 0, 1, 2, 3}, {0, 0, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1}}),
+      std::vector<double>(12, 1000), {300, 150}, 2, {5, 20});
+  std::vector<int> ring = hierarchicalRing(net);
+  ASSERT_TRUE(isPermutation(ring, 12));
+  EXPECT_EQ(ring, (std::vector<int>{0, 3, 8, 1, 4, 9, 2, 5, 10, 6, 7, 11}));
+  EXPECT_DOUBLE_EQ(evaluateRing(net, ring, {}).bottleneckMbps, net.ringBoundMbps());
+}
+
+TEST(Ring, ExactSearchMatchesBruteForce) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    for (bool tree : {true, false}) {
+      size_t n = 5 + seed % 4;  // 5..8 hosts: 8! / 8 rings at most
+      NetworkModel net = randomNetwork(n, seed, tree);
+      RingParams p;
+      p.bytes = seed % 2 ? 16 << 20 : 4096;  // bandwidth- and latency-bound
+      std::vector<int> start(n);
+      std::iota(start.begin(), start.end(), 0);
+      std::vector<int> exact = exactRing(net, start, p);
+      ASSERT_TRUE(isPermutation(exact, n));
+      EXPECT_NEAR(evaluateRing(net, exact, p).objectiveUs, bruteForce(net, p), 1e-9)
+          << "seed " << seed << " tree " << tree;
+    }
+  }
+}
+
+TEST(Ring, HeuristicReachesTheOracleBottleneckOnTrees) {
+  // On tree-shaped networks the depth-first ring plus local search has the optimal bottleneck
+  // (and, for these sizes, the optimal time) at up to 12 hosts.
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    size_t n = 9 + seed % 4;
+    NetworkModel net = randomNetwork(n, 100 + seed, true);
+    RingParams p;
+    std::vector<int> heuristic = improveRing(net, hierarchicalRing(net), p);
+    std::vector<int> exact = exactRing(net, heuristic, p);
+    RingCost h = evaluateRing(net, heuristic, p), e = evaluateRing(net, exact, p);
+    EXPECT_DOUBLE_EQ(h.bottleneckMbps, e.bottleneckMbps) << "seed " << seed;
+    EXPECT_NEAR(h.objectiveUs, e.objectiveUs, 1e-6 * e.objectiveUs) << "seed " << seed;
+  }
+}
+
+TEST(Ring, ExactSearchAtTwelveHosts) {
+  NetworkModel net = randomNetwork(12, 77, false);
+  RingParams p;
+  std::vector<int> start(12);
+  std::iota(start.begin(), start.end(), 0);
+  std::vector<int> heuristic = improveRing(net, start, p);
+  std::vector<int> exact = exactRing(net, heuristic, p);
+  ASSERT_TRUE(isPermutation(exact, 12));
+  EXPECT_LE(evaluateRing(net, exact, p).objectiveUs, evaluateRing(net, heuristic, p).objectiveUs);
+  EXPECT_THROW(exactRing(randomNetwork(13, 1, true), std::vector<int>(13), p), InvalidInput);
+}
+
+TEST(Ring, LocalSearchNeverWorsensAndKeepsAPermutation) {
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    size_t n = 20 + seed * 7;
+    NetworkModel net = randomNetwork(n, 500 + seed, seed % 2 == 0);
+    RingParams p;
+    p.bytes = seed % 3 == 0 ? 1024 : 64 << 20;
+    std::vector<int> identity(n);
+    std::iota(identity.begin(), identity.end(), 0);
+    std::vector<int> ring = improveRing(net, identity, p);
+    ASSERT_TRUE(isPermutation(ring, n)) << seed;
+    EXPECT_LE(evaluateRing(net, ring, p).objectiveUs, evaluateRing(net, identity, p).objectiveUs);
+    std::vector<int> rotated = rotateToBoundary(net, ring);
+    ASSERT_TRUE(isPermutation(rotated, n));
+    EXPECT_DOUBLE_EQ(evaluateRing(net, rotated, p).objectiveUs,
+                     evaluateRing(net, ring, p).objectiveUs);
+  }
+}
+
+TEST(Ring, RotationStartsAtAGroupBoundary) {
+  NetworkModel net = twoRacks();
+  std::vector<int> r = rotateToBoundary(net, {1, 2, 3, 4, 5, 6, 7, 0});
+  EXPECT_EQ(r, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+}
+
+}  // namespace
+}  // namespace rankmap::reorder

@@ -1,0 +1,49 @@
+// Shared helpers for the planner's tests.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/topology.h"
+#include "reorder/hierarchy.h"
+#include "reorder/network_model.h"
+
+namespace rankmap::reorder::test {
+
+inline std::string fixture(const std::string& name) {
+  return std::string(RANKMAP_TEST_DATA_DIR) + "/topologies/" + name;
+}
+
+// A hierarchy from explicit per-level labels (innermost first).
+inline Hierarchy hierarchyOf(const std::vector<std::vector<int>>& labels) {
+  Hierarchy h;
+  h.n = labels.empty() ? 0 : labels.front().size();
+  for (size_t l = 0; l < labels.size(); ++l) {
+    Hierarchy::Level level;
+    level.name = levelName(l);
+    level.confidence = 1;
+    // Relabel by lowest member, as the library does.
+    std::vector<int> map(h.n + 1, -1);
+    int next = 0;
+    for (int g : labels[l]) {
+      if (map[g] < 0) map[g] = next++;
+      level.groupOf.push_back(map[g]);
+    }
+    level.groups = next;
+    h.levels.push_back(std::move(level));
+  }
+  return h;
+}
+
+// Is `v` a permutation of 0..n-1?
+inline bool isPermutation(std::vector<int> v, size_t n) {
+  if (v.size() != n) return false;
+  std::vector<char> seen(n, 0);
+  for (int x : v) {
+    if (x < 0 || static_cast<size_t>(x) >= n || seen[x]) return false;
+    seen[x] = 1;
+  }
+  return true;
+}
+
+}  // namespace rankmap::reorder::test

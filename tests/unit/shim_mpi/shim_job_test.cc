@@ -1,0 +1,273 @@
+// librankmap_mpi.so inside real Open MPI jobs on this machine: 4 ranks (--oversubscribe, shared
+// memory), unmodified C, Fortran and mpi4py programs. Checks the rank each process gets against
+// the plan (the programs print their MPI_COMM_WORLD rank next to the launcher's rank,
+// OMPI_COMM_WORLD_RANK), that results do not change, and that every bad or disagreeing plan
+// gives the identity order with one line from rank 0.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <regex>
+
+#include "common/plan.h"
+#include "tests/unit/shim_mpi/subprocess.h"
+
+namespace rankmap::shim_mpi {
+namespace {
+
+using testing::Completed;
+using testing::TempDir;
+
+constexpr int kRanks = 4;
+constexpr int kJobTimeoutMs = 60000;
+
+Plan makePlan(std::vector<std::string> hosts, std::vector<std::string> order, int k) {
+  Plan p = Plan::identity(std::move(hosts), k);
+  p.order = std::move(order);
+  p.confidence = 0.9;
+  p.derivePermutation();
+  p.seal();
+  return p;
+}
+
+// mpirun on this machine; `contexts` are the MPMD parts (each: ranks, words before the program).
+struct Job {
+  std::vector<std::string> mpirunArgs;
+  std::vector<std::string> program;
+};
+
+std::map<std::string, std::string> mpiEnv() {
+  return {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
+          // Keep the run quiet and local whatever the machine has.
+          {"OMPI_MCA_btl", "self,vader"}, {"OMPI_MCA_pml", "ob1"},
+          {"OMPI_MCA_rmaps_base_oversubscribe", "1"}, {"OMPI_MCA_hwloc_base_binding_policy", "none"}};
+}
+
+Completed mpirun(const std::vector<std::string>& words, std::map<std::string, std::string> env = {}) {
+  std::vector<std::string> argv{RANKMAP_MPIRUN, "--oversubscribe", "--mca", "btl", "self,vader"};
+  argv.insert(argv.end(), words.begin(), words.end());
+  auto e = mpiEnv();
+  for (auto& [k, v] : env) e[k] = v;
+  return testing::runCommand(argv, e, Deadline::afterMs(kJobTimeoutMs),
+                             {"LD_PRELOAD", "RANKMAP_PLAN", "RANKMAP_LOG", "RANKMAP_LOG_FILE"});
+}
+
+// "rank R of N on HOST launcher L" lines: launcher rank -> MPI_COMM_WORLD rank.
+std::map<int, int> rankMap(const std::string& out) {
+  std::map<int, int> m;
+  static const std::regex re(R"(^rank (\d+) of (\d+) on (\S+) launcher (-?\d+)$)");
+  for (const auto& line : testing::lines(out)) {
+    std::smatch sm;
+    if (std::regex_match(line, sm, re)) m[std::stoi(sm[4])] = std::stoi(sm[1]);
+  }
+  return m;
+}
+
+std::vector<std::string> checks(const std::string& out) {
+  std::vector<std::string> c;
+  for (const auto& line : testing::lines(out))
+    if (line.rfind("check ", 0) == 0) c.push_back(line);
+  return c;
+}
+
+int countLines(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (const auto& line : testing::lines(text)) n += line.find(needle) != std::string::npos;
+  return n;
+}
+
+std::string describe(const Completed& c) {
+  return "exit " + std::to_string(c.status) + (c.timedOut ? " (timed out)" : "") + "\nstdout:\n" +
+         c.out + "\nstderr:\n" + c.err;
+}
+
+std::map<int, int> identityMap() {
+  std::map<int, int> m;
+  for (int r = 0; r < kRanks; ++r) m[r] = r;
+  return m;
+}
+
+class ShimJob : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::access(RANKMAP_MPIRUN, X_OK) != 0) GTEST_SKIP() << "mpirun not found";
+    // Launcher rank r on host h<r>; the plan's ring h2 h0 h3 h1.
+    plan_ = makePlan({"h0", "h1", "h2", "h3"}, {"h2", "h0", "h3", "h1"}, 1);
+    plan_.save(dir_.file("plan.json"));
+    other_ = makePlan({"h0", "h1", "h2", "h3"}, {"h1", "h0", "h3", "h2"}, 1);
+    other_.save(dir_.file("other.json"));
+  }
+
+  std::map<int, int> planned(const Plan& p) const {
+    std::map<int, int> m;
+    for (int r = 0; r < kRanks; ++r) m[r] = p.newRank(r);
+    return m;
+  }
+
+  std::vector<std::string> withShim(const std::string& planPath) const {
+    return {"-x", std::string("LD_PRELOAD=") + RANKMAP_SHIM_LIB, "-x", "RANKMAP_PLAN=" + planPath};
+  }
+
+  // The plain run's check lines, the reference every shimmed run must reproduce.
+  const std::vector<std::string>& plainChecks() {
+    if (plainChecks_.empty()) {
+      Completed c = mpirun({"-np", std::to_string(kRanks), RANKMAP_PROOF_C});
+      EXPECT_EQ(c.status, 0) << describe(c);
+      EXPECT_EQ(rankMap(c.out), identityMap()) << describe(c);
+      plainChecks_ = checks(c.out);
+      EXPECT_EQ(plainChecks_.size(), 7u) << describe(c);
+    }
+    return plainChecks_;
+  }
+
+  TempDir dir_;
+  Plan plan_, other_;
+  std::vector<std::string> plainChecks_;
+};
+
+TEST_F(ShimJob, CProgramRanksFollowThePlanAndResultsDoNotChange) {
+  const auto& reference = plainChecks();
+  ASSERT_NE(planned(plan_), identityMap());
+  auto words = withShim(dir_.file("plan.json"));
+  words.insert(words.end(), {"-np", std::to_string(kRanks), RANKMAP_PROOF_C});
+  Completed c = mpirun(words);
+  ASSERT_EQ(c.status, 0) << describe(c);
+  EXPECT_EQ(rankMap(c.out), planned(plan_)) << describe(c);
+  EXPECT_EQ(checks(c.out), reference) << describe(c);
+  // One line, from rank 0 only, on stderr.
+  EXPECT_EQ(countLines(c.err, "MPI_COMM_WORLD reordered by plan"), 1) << describe(c);
+  EXPECT_EQ(countLines(c.out, "rankmap"), 0) << describe(c);
+}
+
+TEST_F(ShimJob, TwoRanksPerHostStayContiguous) {
+  Plan p = makePlan({"a", "b"}, {"b", "a"}, 2);
+  p.save(dir_.file("k2.json"));
+  auto words = withShim(dir_.file("k2.json"));
+  words.insert(words.end(), {"-np", std::to_string(kRanks), RANKMAP_PROOF_C});
+  Completed c = mpirun(words);
+  ASSERT_EQ(c.status, 0) << describe(c);
+  EXPECT_EQ(rankMap(c.out), (std::map<int, int>{{0, 2}, {1, 3}, {2, 0}, {3, 1}})) << describe(c);
+}
+
+TEST_F(ShimJob, FortranGoesThroughPmpi) {
+  if (std::string(RANKMAP_PROOF_F).empty()) GTEST_SKIP() << "MPI Fortran not found at configure time";
+  Completed plain = mpirun({"-np", std::to_string(kRanks), RANKMAP_PROOF_F});
+  ASSERT_EQ(plain.status, 0) << describe(plain);
+  ASSERT_EQ(rankMap(plain.out), identityMap()) << describe(plain);
+  auto words = withShim(dir_.file("plan.json"));
+  words.insert(words.end(), {"-np", std::to_string(kRanks), RANKMAP_PROOF_F});
+  Completed c = mpirun(words);
+  ASSERT_EQ(c.status, 0) << describe(c);
+  EXPECT_EQ(rankMap(c.out), planned(plan_)) << describe(c);
+  EXPECT_EQ(checks(c.out), checks(plain.out)) << describe(c);
+  EXPECT_EQ(checks(c.out).size(), 4u) << describe(c);
+}
+
+TEST_F(ShimJob, Mpi4pyProgram) {
+  Completed probe = testing::runCommand({"/usr/bin/python3", "-c", "import mpi4py"}, {},
+                                        Deadline::afterMs(20000));
+  if (probe.status != 0) GTEST_SKIP() << "python3-mpi4py not installed";
+  auto words = withShim(dir_.file("plan.json"));
+  words.insert(words.end(), {"-np", std::to_string(kRanks), "/usr/bin/python3", RANKMAP_PROOF_PY});
+  Completed c = mpirun(words);
+  ASSERT_EQ(c.status, 0) << describe(c);
+  EXPECT_EQ(rankMap(c.out), planned(plan_)) << describe(c);
+  EXPECT_EQ(checks(c.out).size(), 4u) << describe(c);
+}
+
+TEST_F(ShimJob, SubstitutionRulesHold) {
+  for (bool shim : {false, true}) {
+    std::vector<std::string> words;
+    if (shim) words = withShim(dir_.file("plan.json"));
+    words.insert(words.end(), {"-np", std::to_string(kRanks), RANKMAP_SHIM_RULES});
+    Completed c = mpirun(words);
+    ASSERT_EQ(c.status, 0) << describe(c);
+    EXPECT_NE(c.out.find("rules passed 8"), std::string::npos) << "shim " << shim << "\n" << describe(c);
+  }
+}
+
+// One rank gets a different plan: every rank keeps the identity order, rank 0 says why once.
+TEST_F(ShimJob, DisagreeingPlanGivesIdentity) {
+  const auto& reference = plainChecks();
+  // MPMD: -x before the first program would reach only that one, so each part sets its own.
+  std::string preload = std::string("LD_PRELOAD=") + RANKMAP_SHIM_LIB;
+  Completed c = mpirun({"-np", "1", "env", preload, "RANKMAP_PLAN=" + dir_.file("other.json"),
+                        RANKMAP_PROOF_C, ":", "-np", "3", "env", preload,
+                        "RANKMAP_PLAN=" + dir_.file("plan.json"), RANKMAP_PROOF_C});
+  ASSERT_EQ(c.status, 0) << describe(c);
+  EXPECT_EQ(rankMap(c.out), identityMap()) << describe(c);
+  EXPECT_EQ(checks(c.out), reference) << describe(c);
+  EXPECT_EQ(countLines(c.err, "identity order"), 1) << describe(c);
+  EXPECT_EQ(countLines(c.err, "ranks disagree on the plan"), 1) << describe(c);
+}
+
+TEST_F(ShimJob, OneRankWithAnUnreadablePlanGivesIdentity) {
+  std::string preload = std::string("LD_PRELOAD=") + RANKMAP_SHIM_LIB;
+  Completed c = mpirun({"-np", "3", "env", preload, "RANKMAP_PLAN=" + dir_.file("plan.json"),
+                        RANKMAP_PROOF_C, ":", "-np", "1", "env", preload,
+                        "RANKMAP_PLAN=" + dir_.file("missing.json"), RANKMAP_PROOF_C});
+  ASSERT_EQ(c.status, 0) << describe(c);
+  EXPECT_EQ(rankMap(c.out), identityMap()) << describe(c);
+  EXPECT_EQ(countLines(c.err, "rank(s) 3 have no usable plan"), 1) << describe(c);
+}
+
+TEST_F(ShimJob, BadPlansGiveIdentity) {
+  // Corrupt (not JSON), for another world size, and none at all.
+  {
+    FILE* f = std::fopen(dir_.file("corrupt.json").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("{\"schema_version\": 1, \"hosts\": [", f);
+    std::fclose(f);
+  }
+  makePlan({"h0", "h1"}, {"h1", "h0"}, 1).save(dir_.file("two.json"));
+  struct Case {
+    std::vector<std::string> prefix;
+    std::string why;
+  } cases[] = {
+      {withShim(dir_.file("corrupt.json")), "not valid JSON"},
+      {withShim(dir_.file("two.json")), "is for 2 ranks, the job has 4"},
+      {{"-x", std::string("LD_PRELOAD=") + RANKMAP_SHIM_LIB}, "RANKMAP_PLAN is not set"},
+  };
+  for (const auto& k : cases) {
+    auto words = k.prefix;
+    words.insert(words.end(), {"-np", std::to_string(kRanks), RANKMAP_PROOF_C});
+    Completed c = mpirun(words);
+    ASSERT_EQ(c.status, 0) << describe(c);
+    EXPECT_EQ(rankMap(c.out), identityMap()) << describe(c);
+    EXPECT_EQ(countLines(c.err, "identity order"), 1) << describe(c);
+    EXPECT_EQ(countLines(c.err, k.why), 1) << k.why << "\n" << describe(c);
+  }
+}
+
+// RANKMAP_MPI_ENGINE=1: the engine serves Allreduce, Bcast, Allgather and Reduce_scatter_block
+// on the reordered world (over TCP on loopback here); results must not change, C or Fortran.
+TEST_F(ShimJob, EngineServesCollectivesWithIdenticalResults) {
+  const auto& reference = plainChecks();
+  std::vector<std::pair<std::string, std::vector<std::string>>> programs{{RANKMAP_PROOF_C, reference}};
+  if (!std::string(RANKMAP_PROOF_F).empty()) {
+    Completed plain = mpirun({"-np", std::to_string(kRanks), RANKMAP_PROOF_F});
+    ASSERT_EQ(plain.status, 0) << describe(plain);
+    programs.push_back({RANKMAP_PROOF_F, checks(plain.out)});
+  }
+  static const std::regex served(R"(engine served (\d+) collective call\(s\); (\d+) went to MPI)");
+  for (const auto& [program, expected] : programs) {
+    auto words = withShim(dir_.file("plan.json"));
+    words.insert(words.end(), {"-x", "RANKMAP_MPI_ENGINE=1", "-x", "RANKMAP_TRANSPORT=tcp", "-np",
+                               std::to_string(kRanks), program, "--bytes", "1048576", "--iters", "2"});
+    Completed c = mpirun(words);
+    ASSERT_EQ(c.status, 0) << describe(c);
+    EXPECT_EQ(rankMap(c.out), planned(plan_)) << describe(c);
+    EXPECT_EQ(checks(c.out), expected) << describe(c);
+    EXPECT_EQ(countLines(c.err, "engine routing on"), 1) << describe(c);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(c.err, m, served)) << describe(c);
+    // The checked allreduce, bcast and allgather (and, in C, reduce_scatter_block), plus the 3
+    // timed allreduces.
+    EXPECT_GE(std::stoi(m[1]), 6) << describe(c);
+  }
+}
+
+}  // namespace
+}  // namespace rankmap::shim_mpi

@@ -1,0 +1,120 @@
+#include "shim_nccl/agreement.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "common/error.h"
+#include "tests/unit/shim_nccl/shim_test_util.h"
+
+namespace rankmap::shim_nccl {
+namespace {
+
+abi::UniqueId ncclLikeId() {
+  // As real NCCL 2.28 writes it: magic, sockaddr_in 127.0.0.1:62895, zeros.
+  abi::UniqueId id{};
+  const unsigned char head[] = {0xd6, 0x85, 0x1c, 0x18, 0x56, 0x00, 0x8c, 0x4b,
+                                0x02, 0x00, 0xaf, 0xf5, 0x7f, 0x00, 0x00, 0x01};
+  std::memcpy(id.internal, head, sizeof(head));
+  return id;
+}
+
+TEST(IdTail, RoundTripAndOnlyIntoAFreeTail) {
+  abi::UniqueId id = ncclLikeId();
+  EXPECT_FALSE(decodeTail(id));
+  EXPECT_EQ(ncclRootHost(id), "127.0.0.1");
+  IdTail t{0x1122334455667788ull, 30000, "10.1.2.3", 4567};
+  ASSERT_TRUE(encodeTail(id, t));
+  EXPECT_EQ(decodeTail(id), t);
+  // NCCL's part is untouched.
+  EXPECT_EQ(0, std::memcmp(id.internal, ncclLikeId().internal, kTailOffset));
+  // A used tail is never overwritten.
+  EXPECT_FALSE(encodeTail(id, IdTail{1, 1, "127.0.0.1", 1}));
+  EXPECT_EQ(decodeTail(id), t);
+  abi::UniqueId v6 = ncclLikeId();
+  ASSERT_TRUE(encodeTail(v6, IdTail{5, 10, "fd00::7", 80}));
+  EXPECT_EQ(decodeTail(v6)->host, "fd00::7");
+  abi::UniqueId junk{};
+  junk.internal[8] = 9;
+  EXPECT_FALSE(ncclRootHost(junk));
+}
+
+Vote vote(int rank, int n, std::string hash = "sha256:a", bool fits = true) {
+  return Vote{rank, n, std::move(hash), fits};
+}
+
+TEST(Judge, PermuteOnlyWhenEveryRankAgrees) {
+  EXPECT_FALSE(judge("sha256:a", {}));
+  EXPECT_FALSE(judge("sha256:a", {vote(0, 3), vote(2, 3)}));  // needs rank 1
+  auto v = judge("sha256:a", {vote(2, 3), vote(0, 3), vote(1, 3)});
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->decision, Decision::Permute);
+}
+
+TEST(Judge, AnyDisagreementIsFinalIdentity) {
+  auto expectIdentity = [](std::vector<Vote> votes, const std::string& words) {
+    auto v = judge("sha256:a", votes);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->decision, Decision::Identity);
+    EXPECT_NE(v->reason.find(words), std::string::npos) << v->reason;
+  };
+  expectIdentity({vote(0, 3), vote(1, 3, "sha256:b")}, "holds plan sha256:b");
+  expectIdentity({vote(0, 3), vote(1, 3, "")}, "no valid plan");
+  expectIdentity({vote(0, 3, "sha256:a", false)}, "does not cover 3 ranks");
+  expectIdentity({vote(0, 3), vote(1, 4)}, "says 4 ranks");
+  expectIdentity({vote(0, 3), vote(0, 3)}, "voted twice");
+  expectIdentity({vote(5, 3)}, "outside");
+}
+
+TEST(Agreement, ServerAnswersEveryRankTheSame) {
+  for (bool agreeing : {true, false}) {
+    IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::seconds(20));
+    const int n = 5;
+    std::vector<Verdict> got(n);
+    testing::runRanks(n, [&](int r) {
+      std::string hash = (!agreeing && r == 3) ? "sha256:other" : "sha256:a";
+      got[static_cast<size_t>(r)] = agree(tail, vote(r, n, hash));
+    });
+    for (const auto& v : got)
+      EXPECT_EQ(v.decision, agreeing ? Decision::Permute : Decision::Identity) << v.reason;
+  }
+}
+
+TEST(Agreement, LateRankAfterIdentityStillGetsIdentity) {
+  IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::seconds(20));
+  EXPECT_EQ(agree(tail, vote(0, 2, "sha256:x")).decision, Decision::Identity);
+  EXPECT_EQ(agree(tail, vote(1, 2)).decision, Decision::Identity);
+}
+
+TEST(Agreement, MissingRankTimesOutToIdentityForThoseWhoVoted) {
+  IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::milliseconds(300));
+  auto start = std::chrono::steady_clock::now();
+  Verdict v = agree(tail, vote(0, 2));  // rank 1 never comes
+  EXPECT_EQ(v.decision, Decision::Identity);
+  EXPECT_NE(v.reason.find("only 1 of 2"), std::string::npos) << v.reason;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(Agreement, UnreachableServerMeansIdentity) {
+  // A port nobody listens on (the server of a finished agreement closed it).
+  IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  tail.timeoutMs = 1;  // keeps the connect attempts short
+  Verdict v = agree(tail, vote(0, 2));
+  EXPECT_EQ(v.decision, Decision::Identity);
+}
+
+TEST(Agreement, ForeignNonceIsRejected) {
+  IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::seconds(5));
+  IdTail wrong = tail;
+  wrong.nonce ^= 1;
+  Verdict v = agree(wrong, vote(0, 1));
+  EXPECT_EQ(v.decision, Decision::Identity);
+  // The real vote still works afterwards.
+  EXPECT_EQ(agree(tail, vote(0, 1)).decision, Decision::Permute);
+}
+
+}  // namespace
+}  // namespace rankmap::shim_nccl
