@@ -54,24 +54,29 @@ void applyProbeOptions(const JsonReader& r, ProbeOptions& p) {
   checkKeys(r, {"latency_samples", "latency_warmup", "bandwidth", "bandwidth_max_ms",
                 "bandwidth_max_bytes", "bandwidth_warmup", "bidirectional", "contention",
                 "contention_trials", "discovery_ms", "remeasure", "remeasure_passes",
-                "max_parallel_flows", "connect_timeout",
-                "task_slack", "round_timeout"});
-  if (auto v = r.find("latency_samples")) p.latency.samples = static_cast<int>(v->integerIn(1, 100000));
-  if (auto v = r.find("latency_warmup")) p.latency.warmup = static_cast<int>(v->integerIn(0, 10000));
+                "max_parallel_flows", "connect_timeout", "task_slack", "round_timeout"});
+  if (auto v = r.find("latency_samples"))
+    p.latency.samples = static_cast<int>(v->integerIn(1, 100000));
+  if (auto v = r.find("latency_warmup"))
+    p.latency.warmup = static_cast<int>(v->integerIn(0, 10000));
   if (auto v = r.find("bandwidth")) p.bandwidthEnabled = v->boolean();
   if (auto v = r.find("bandwidth_max_ms")) p.bandwidth.maxMs = v->integerIn(1, 60000);
   if (auto v = r.find("bandwidth_max_bytes")) {
     p.bandwidth.maxBytes = sizeOf(*v);
-    if (p.bandwidth.maxBytes == 0 || p.bandwidth.maxBytes > (4ull << 30)) v->fail("a size in 1..4G");
+    if (p.bandwidth.maxBytes == 0 || p.bandwidth.maxBytes > (4ull << 30))
+      v->fail("a size in 1..4G");
   }
   if (auto v = r.find("bandwidth_warmup")) p.bandwidth.warmupFraction = fraction(*v, 0.9);
   if (auto v = r.find("bidirectional")) p.bidirectional = v->boolean();
   if (auto v = r.find("contention")) p.contention = v->boolean();
-  if (auto v = r.find("contention_trials")) p.contentionTrials = static_cast<int>(v->integerIn(0, 10000));
+  if (auto v = r.find("contention_trials"))
+    p.contentionTrials = static_cast<int>(v->integerIn(0, 10000));
   if (auto v = r.find("discovery_ms")) p.discoveryMs = v->integerIn(0, 60000);
   if (auto v = r.find("remeasure")) p.remeasure = v->boolean();
-  if (auto v = r.find("remeasure_passes")) p.remeasurePasses = static_cast<int>(v->integerIn(0, 10));
-  if (auto v = r.find("max_parallel_flows")) p.maxParallelFlows = static_cast<size_t>(v->integerIn(0, 1 << 20));
+  if (auto v = r.find("remeasure_passes"))
+    p.remeasurePasses = static_cast<int>(v->integerIn(0, 10));
+  if (auto v = r.find("max_parallel_flows"))
+    p.maxParallelFlows = static_cast<size_t>(v->integerIn(0, 1 << 20));
   if (auto v = r.find("connect_timeout")) p.connectTimeout = durationOf(*v);
   if (auto v = r.find("task_slack")) p.taskSlack = durationOf(*v);
   if (auto v = r.find("round_timeout")) p.roundTimeout = durationOf(*v);
@@ -117,7 +122,8 @@ AgentConfig AgentConfig::fromJson(const Json& doc, std::string_view source) {
     checkKeys(*p, {"interval", "jitter", "sample_rounds", "change_threshold", "publish_threshold"});
     if (auto v = p->find("interval")) c.reprobe.interval = durationOf(*v);
     if (auto v = p->find("jitter")) c.reprobe.jitter = fraction(*v, 0.5);
-    if (auto v = p->find("sample_rounds")) c.reprobe.sampleRounds = static_cast<int>(v->integerIn(1, 1000));
+    if (auto v = p->find("sample_rounds"))
+      c.reprobe.sampleRounds = static_cast<int>(v->integerIn(1, 1000));
     if (auto v = p->find("change_threshold")) c.reprobe.changeThreshold = fraction(*v, 10);
     if (auto v = p->find("publish_threshold")) c.reprobe.publishThreshold = fraction(*v, 10);
   }

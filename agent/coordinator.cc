@@ -129,10 +129,9 @@ std::vector<bool> Coordinator::alive(Deadline d) {
   return out;
 }
 
-std::vector<std::optional<double>> Coordinator::runFlows(const std::vector<probe::HostPair>& flows,
-                                                         const probe::BandwidthOptions& bo,
-                                                         Deadline round, std::vector<bool>& dead,
-                                                         std::map<std::string, uint64_t>& failures) {
+std::vector<std::optional<double>> Coordinator::runFlows(
+    const std::vector<probe::HostPair>& flows, const probe::BandwidthOptions& bo, Deadline round,
+    std::vector<bool>& dead, std::map<std::string, uint64_t>& failures) {
   std::vector<std::optional<double>> out(flows.size());
   std::vector<Task> tasks;
   std::vector<size_t> which;
@@ -142,8 +141,8 @@ std::vector<std::optional<double>> Coordinator::runFlows(const std::vector<probe
     if (dead[static_cast<size_t>(s)] || dead[static_cast<size_t>(t)]) continue;
     Task task;
     task.host = s;
-    task.request = {{"op", "bandwidth"}, {"direction", "send"}, {"peer", peerJson(t)},
-                    {"bulk", bo.toJson()}};
+    task.request = {
+        {"op", "bandwidth"}, {"direction", "send"}, {"peer", peerJson(t)}, {"bulk", bo.toJson()}};
     task.deadline = d;
     tasks.push_back(std::move(task));
     which.push_back(k);
@@ -191,12 +190,13 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
   auto cancelled = [&] { return (cancel && cancel->load()) || d.expired(); };
 
   auto rounds = probe::roundRobin(static_cast<int>(n));
-  int contentionCount = opts_.contentionTrials > 0 ? opts_.contentionTrials
-                                                   : 2 * (static_cast<int>(n) - 1);
+  int contentionCount =
+      opts_.contentionTrials > 0 ? opts_.contentionTrials : 2 * (static_cast<int>(n) - 1);
   bool contention = res.topology.probe.contention && n >= 3;
   size_t bwSteps = opts_.bandwidthEnabled ? rounds.size() * (opts_.bidirectional ? 1 : 2) : 0;
-  RoundProgress prog{"liveness", 0, 1 + rounds.size() + bwSteps +
-                                        (contention ? static_cast<size_t>(contentionCount) : 0)};
+  RoundProgress prog{
+      "liveness", 0,
+      1 + rounds.size() + bwSteps + (contention ? static_cast<size_t>(contentionCount) : 0)};
   auto step = [&](const std::string& phase) {
     prog.phase = phase;
     ++prog.done;
@@ -232,7 +232,9 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
       peers.push_back(b);
       Task t;
       t.host = a;
-      t.request = {{"op", "latency"}, {"peer", peerJson(b)}, {"warmup", opts_.latency.warmup},
+      t.request = {{"op", "latency"},
+                   {"peer", peerJson(b)},
+                   {"warmup", opts_.latency.warmup},
                    {"samples", opts_.latency.samples}};
       t.deadline = ld;
       tasks.push_back(std::move(t));
@@ -258,8 +260,8 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
                        l.at("p90").nonNegative(), l.at("p99").nonNegative()};
         res.topology.latencyUs.at(ai, bi) = s;
         res.topology.latencyUs.at(bi, ai) = s;
-        res.measurements.push_back({hosts_[ai].name, hosts_[bi].name, "latency", s.medianUs,
-                                    "round", l.json()});
+        res.measurements.push_back(
+            {hosts_[ai].name, hosts_[bi].name, "latency", s.medianUs, "round", l.json()});
       } catch (const std::exception& e) {
         res.failures["peer"]++;
         RANKMAP_WARN(Probe, "latency {} -> {}: bad reply: {}", hosts_[ai].name, hosts_[bi].name,
@@ -295,7 +297,8 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
       res.measurements.push_back({hosts_[static_cast<size_t>(s)].name,
                                   hosts_[static_cast<size_t>(dd)].name, "bandwidth", *rates[k],
                                   phase, nullptr});
-      if (phase == "round") res.topology.bandwidthMbps.at(static_cast<size_t>(s), static_cast<size_t>(dd)) = *rates[k];
+      if (phase == "round")
+        res.topology.bandwidthMbps.at(static_cast<size_t>(s), static_cast<size_t>(dd)) = *rates[k];
     }
     trials.push_back(std::move(t));
   };
@@ -348,7 +351,8 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
     for (const auto& t : trials) {
       probe::ObservedTrial o;
       for (const auto& [f, rate] : t) {
-        int s = liveIndex[static_cast<size_t>(f.first)], dd = liveIndex[static_cast<size_t>(f.second)];
+        int s = liveIndex[static_cast<size_t>(f.first)],
+            dd = liveIndex[static_cast<size_t>(f.second)];
         if (s >= 0 && dd >= 0) o.push_back({s, dd, rate});
       }
       if (!o.empty()) obs.push_back(std::move(o));
@@ -361,8 +365,10 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
           for (const auto& f : t) tj.push_back({f.src, f.dst, f.mbps});
           dump.push_back(std::move(tj));
         }
-        RANKMAP_DEBUG(Probe, "probe round: inference input ({} live hosts, [src, dst, Mbit/s] per "
-                      "trial): {}", liveHosts.size(), dump.dump());
+        RANKMAP_DEBUG(Probe,
+                      "probe round: inference input ({} live hosts, [src, dst, Mbit/s] per "
+                      "trial): {}",
+                      liveHosts.size(), dump.dump());
       }
       probe::InferOptions io;
       io.timeBudget = std::min<std::chrono::milliseconds>(
@@ -391,7 +397,8 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
           int si = liveIndex[static_cast<size_t>(s)], ti = liveIndex[static_cast<size_t>(t)];
           double single = probe::maxMinRates(m, {{si, ti}})[0];
           auto v = res.topology.bandwidthMbps.at(static_cast<size_t>(s), static_cast<size_t>(t));
-          if (!v || (std::isfinite(single) && *v < kRemeasureFraction * single)) again.emplace_back(s, t);
+          if (!v || (std::isfinite(single) && *v < kRemeasureFraction * single))
+            again.emplace_back(s, t);
         }
       if (again.empty()) break;
       auto slots = probe::packFlows(again, groupsForPacking, opts_.maxParallelFlows);
@@ -404,7 +411,8 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
         for (size_t k = 0; k < slot.size(); ++k) {
           if (!rates[k]) continue;
           auto [s, t] = slot[k];
-          auto& cell = res.topology.bandwidthMbps.at(static_cast<size_t>(s), static_cast<size_t>(t));
+          auto& cell =
+              res.topology.bandwidthMbps.at(static_cast<size_t>(s), static_cast<size_t>(t));
           cell = std::max(cell.value_or(0), *rates[k]);
           res.measurements.push_back({hosts_[static_cast<size_t>(s)].name,
                                       hosts_[static_cast<size_t>(t)].name, "bandwidth", *rates[k],
@@ -420,7 +428,8 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
   if (res.inference) {
     for (const auto& g : res.inference->sharedGroups()) {
       SharedLink link;
-      for (int i : g) link.hosts.push_back(hosts_[static_cast<size_t>(liveHosts[static_cast<size_t>(i)])].name);
+      for (int i : g)
+        link.hosts.push_back(hosts_[static_cast<size_t>(liveHosts[static_cast<size_t>(i)])].name);
       int group = res.inference->model.groupOf[static_cast<size_t>(g.front())];
       link.capacityMbps = res.inference->uplinkCapacity(group);
       res.topology.sharedLinks.push_back(std::move(link));
@@ -529,9 +538,9 @@ CheckResult Coordinator::runCheck(const Topology& current, int checkIndex, int r
     if (change > threshold) {
       ++res.changed;
       res.maxChange = std::max(res.maxChange, change);
-      res.changedFlows.push_back(fmt::format("{}->{} {:.0f} -> {:.0f} Mbit/s",
-                                             hosts_[static_cast<size_t>(f.first)].name,
-                                             hosts_[static_cast<size_t>(f.second)].name, *e, *rate));
+      res.changedFlows.push_back(
+          fmt::format("{}->{} {:.0f} -> {:.0f} Mbit/s", hosts_[static_cast<size_t>(f.first)].name,
+                      hosts_[static_cast<size_t>(f.second)].name, *e, *rate));
     }
   }
   res.seconds = since(t0);

@@ -92,9 +92,9 @@ class Coordinator {
     int host = 0;  // index of the agent asked
     Json request;
     Deadline deadline = Deadline::after(std::chrono::seconds(0));
-    Json reply;          // set on success
-    std::string error;   // set on failure
-    std::string reason;  // "connect", "timeout", "auth", "peer", "refused"
+    Json reply;                // set on success
+    std::string error;         // set on failure
+    std::string reason;        // "connect", "timeout", "auth", "peer", "refused"
     bool agentFailed = false;  // the asked agent failed (not its peer)
   };
   void runTasks(std::vector<Task>& tasks);
@@ -103,8 +103,8 @@ class Coordinator {
   Deadline bandwidthDeadline(Deadline round, const probe::BandwidthOptions& bo) const;
   // One trial: all flows at once; returns rates (nullopt = failed) and counts failures.
   std::vector<std::optional<double>> runFlows(const std::vector<probe::HostPair>& flows,
-                                              const probe::BandwidthOptions& bo,
-                                              Deadline round, std::vector<bool>& dead,
+                                              const probe::BandwidthOptions& bo, Deadline round,
+                                              std::vector<bool>& dead,
                                               std::map<std::string, uint64_t>& failures);
 
   std::vector<Host> hosts_;

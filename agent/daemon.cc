@@ -30,18 +30,24 @@ std::set<std::string> namesOf(const std::vector<Host>& hosts) {
 Daemon::Daemon(AgentConfig cfg) : cfg_(std::move(cfg)) {
   name_ = cfg_.name.empty() ? localHostName() : cfg_.name;
   if (cfg_.keyFile.empty())
-    throw InvalidInput("no probe key: rankmapd needs --key-file (or key_file in the config), "
-                       "the key shared by the job's agents");
+    throw InvalidInput(
+        "no probe key: rankmapd needs --key-file (or key_file in the config), "
+        "the key shared by the job's agents");
   key_ = probe::ProbeKey::load(cfg_.keyFile);
-  if (!cfg_.tokenFile.empty()) token_ = readSecretFile(cfg_.tokenFile, kMinTokenBytes, "token file");
+  if (!cfg_.tokenFile.empty())
+    token_ = readSecretFile(cfg_.tokenFile, kMinTokenBytes, "token file");
   if (!cfg_.hostsFile.empty()) hosts_ = probe::loadHostsFile(cfg_.hostsFile);
   if (!hosts_.empty() && !namesOf(hosts_).count(name_))
-    RANKMAP_WARN(Agent, "agent {}: not in hosts file {}; it serves probes but never coordinates "
-                 "periodic rounds (set --name)", name_, cfg_.hostsFile);
+    RANKMAP_WARN(Agent,
+                 "agent {}: not in hosts file {}; it serves probes but never coordinates "
+                 "periodic rounds (set --name)",
+                 name_, cfg_.hostsFile);
   store_ = std::make_unique<Store>(cfg_.stateDir);
   if (int64_t n = store_->abandonRunningRounds())
-    RANKMAP_WARN(Agent, "agent {}: {} round(s) were running when the agent last stopped; marked "
-                 "failed", name_, n);
+    RANKMAP_WARN(Agent,
+                 "agent {}: {} round(s) were running when the agent last stopped; marked "
+                 "failed",
+                 name_, n);
   describeMetrics();
   if (auto t = store_->latestTopology()) metrics_.setTopologySummary(*t);
 }
@@ -50,7 +56,8 @@ Daemon::~Daemon() { stop(); }
 
 void Daemon::describeMetrics() {
   metrics_.describe("rankmap_probe_rounds_total", "counter", "Probe rounds by kind and result");
-  metrics_.describe("rankmap_probe_round_duration_seconds", "histogram", "Wall time of probe rounds");
+  metrics_.describe("rankmap_probe_round_duration_seconds", "histogram",
+                    "Wall time of probe rounds");
   metrics_.describe("rankmap_probe_failures_total", "counter",
                     "Failed probe requests in rounds this agent coordinated, by reason");
   metrics_.describe("rankmap_probe_auth_rejections_total", "counter",
@@ -152,7 +159,8 @@ bool Daemon::checkToken(std::string_view presented) const {
 }
 
 Daemon::StartResult Daemon::startRound(std::optional<std::vector<Host>> hosts,
-                                       std::optional<ProbeOptions> opts, const std::string& reason) {
+                                       std::optional<ProbeOptions> opts,
+                                       const std::string& reason) {
   std::vector<Host> list = hosts ? std::move(*hosts) : hosts_;
   if (list.empty())
     throw InvalidInput("no hosts to probe: start rankmapd with --hosts FILE or pass \"hosts\"");
@@ -168,14 +176,14 @@ Daemon::StartResult Daemon::startRound(std::optional<std::vector<Host>> hosts,
   progress_ = RoundProgress{"starting", 0, 0};
   cancel_ = false;
   RANKMAP_INFO(Agent, "agent {}: round {} over {} hosts ({})", name_, id, n, reason);
-  roundThread_ = std::thread([this, id, list = std::move(list), o = opts.value_or(cfg_.probe),
-                              reason]() mutable {
-    roundMain(id, std::move(list), std::move(o), reason, std::nullopt);
-  });
+  roundThread_ =
+      std::thread([this, id, list = std::move(list), o = opts.value_or(cfg_.probe)]() mutable {
+        roundMain(id, std::move(list), std::move(o), false, std::nullopt);
+      });
   return {id, std::nullopt};
 }
 
-void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, std::string reason,
+void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, bool light,
                        std::optional<Topology> baseline) {
   try {
     Coordinator coord(hosts, key_, name_, opts);
@@ -183,11 +191,11 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, s
       std::lock_guard<std::mutex> lock(mu_);
       progress_ = p;
     };
-    if (reason == "light") {
+    if (light) {
       // A light check against `baseline`; a confirmed change turns into a full round.
-      CheckResult c = coord.runCheck(*baseline, checkIndex_++, cfg_.reprobe.sampleRounds,
-                                     cfg_.reprobe.changeThreshold,
-                                     Deadline::after(opts.roundTimeout));
+      CheckResult c =
+          coord.runCheck(*baseline, checkIndex_++, cfg_.reprobe.sampleRounds,
+                         cfg_.reprobe.changeThreshold, Deadline::after(opts.roundTimeout));
       store_->addMeasurements(id, c.measurements);
       RoundRecord rec;
       rec.id = id;
@@ -197,7 +205,8 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, s
       if (c.changed > 0) rec.error = fmt::format("changed: {}", fmt::join(c.changedFlows, "; "));
       store_->finishRound(rec);
       for (const auto& [why, k] : c.failures)
-        metrics_.add("rankmap_probe_failures_total", fmt::format("reason=\"{}\"", why), static_cast<double>(k));
+        metrics_.add("rankmap_probe_failures_total", fmt::format("reason=\"{}\"", why),
+                     static_cast<double>(k));
       metrics_.add("rankmap_light_checks_total", fmt::format("result=\"{}\"", rec.status));
       metrics_.observe("rankmap_probe_round_duration_seconds", "kind=\"light\"", c.seconds);
       RANKMAP_INFO(Agent, "agent {}: light check {}: {} flows, {} changed{}{}", name_, id, c.flows,
@@ -250,7 +259,8 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
   rec.pairsTotal = static_cast<int64_t>(r.pairsTotal);
   rec.pairsMissing = static_cast<int64_t>(r.pairsMissing);
   rec.seconds = r.seconds;
-  if (!r.deadHosts.empty()) rec.error = fmt::format("no answer from: {}", fmt::join(r.deadHosts, ", "));
+  if (!r.deadHosts.empty())
+    rec.error = fmt::format("no answer from: {}", fmt::join(r.deadHosts, ", "));
   bool publish = rec.status != "failed";
   if (publish && baseline && namesOf(baseline->hosts) == namesOf(r.topology.hosts)) {
     size_t changed = changedPairs(*baseline, r.topology, cfg_.reprobe.publishThreshold);
@@ -269,10 +279,13 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
   }
   store_->finishRound(rec);
   store_->prune(kKeepRounds, kKeepTopologies);
-  metrics_.add("rankmap_probe_rounds_total", fmt::format("kind=\"{}\",result=\"{}\"", kind, rec.status));
-  metrics_.observe("rankmap_probe_round_duration_seconds", fmt::format("kind=\"{}\"", kind), r.seconds);
+  metrics_.add("rankmap_probe_rounds_total",
+               fmt::format("kind=\"{}\",result=\"{}\"", kind, rec.status));
+  metrics_.observe("rankmap_probe_round_duration_seconds", fmt::format("kind=\"{}\"", kind),
+                   r.seconds);
   for (const auto& [why, k] : r.failures)
-    metrics_.add("rankmap_probe_failures_total", fmt::format("reason=\"{}\"", why), static_cast<double>(k));
+    metrics_.add("rankmap_probe_failures_total", fmt::format("reason=\"{}\"", why),
+                 static_cast<double>(k));
   metrics_.set("rankmap_probe_missing_pairs", "", static_cast<double>(r.pairsMissing));
   metrics_.set("rankmap_probe_dead_hosts", "", static_cast<double>(r.deadHosts.size()));
   if (publish) pushTopology(r.topology, hosts);
@@ -283,8 +296,10 @@ void Daemon::pushTopology(const Topology& t, const std::vector<Host>& hosts) {
   Json req = {{"op", "topology"}, {"topology", t.toJson()}};
   std::string text = req.dump();
   if (text.size() > probe::kMaxDocumentPayload - 4096) {
-    RANKMAP_WARN(Agent, "agent {}: topology version {} is {} bytes; too large to push, agents "
-                 "must ask the coordinator", name_, t.version, text.size());
+    RANKMAP_WARN(Agent,
+                 "agent {}: topology version {} is {} bytes; too large to push, agents "
+                 "must ask the coordinator",
+                 name_, t.version, text.size());
     return;
   }
   std::vector<std::thread> threads;
@@ -326,15 +341,19 @@ bool Daemon::waitRound(int64_t id, Deadline d) {
 }
 
 Json Daemon::health() {
-  Json j = {{"status", "ok"}, {"name", name_}, {"version", RANKMAP_VERSION},
-            {"hosts", hosts_.size()}, {"store", store_->path()}};
+  Json j = {{"status", "ok"},
+            {"name", name_},
+            {"version", RANKMAP_VERSION},
+            {"hosts", hosts_.size()},
+            {"store", store_->path()}};
   auto t = store_->topologies(1);
   j["topology_version"] = t.empty() ? Json(nullptr) : Json(t.front().version);
   j["store_recovered_from"] =
       store_->recoveredFrom() ? Json(*store_->recoveredFrom()) : Json(nullptr);
   std::lock_guard<std::mutex> lock(mu_);
-  j["round"] = runningId_ ? Json{{"id", *runningId_}, {"kind", runningKind_}, {"phase", progress_.phase}}
-                          : Json(nullptr);
+  j["round"] = runningId_
+                   ? Json{{"id", *runningId_}, {"kind", runningKind_}, {"phase", progress_.phase}}
+                   : Json(nullptr);
   return j;
 }
 
@@ -384,7 +403,7 @@ void Daemon::reprobeOnce() {
   progress_ = RoundProgress{"check", 0, 0};
   cancel_ = false;
   roundThread_ = std::thread([this, id, hosts = hosts_, baseline = std::move(*current)]() mutable {
-    roundMain(id, std::move(hosts), cfg_.probe, "light", std::move(baseline));
+    roundMain(id, std::move(hosts), cfg_.probe, true, std::move(baseline));
   });
 }
 

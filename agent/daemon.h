@@ -89,7 +89,9 @@ class Daemon {
 
  private:
   void describeMetrics();
-  void roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, std::string reason,
+  // Runs on the round thread: a full round, or (light) a check against `baseline` that turns
+  // into a full round when it confirms a change.
+  void roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, bool light,
                  std::optional<Topology> baseline);
   // Stores the result, publishes the topology if warranted, pushes it, updates metrics.
   std::optional<int64_t> finishRound(int64_t id, const std::string& kind, RoundResult& r,

@@ -34,8 +34,9 @@ std::optional<int64_t> intParam(const httplib::Request& req, httplib::Response& 
   int64_t out = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   if (ec != std::errc() || p != v.data() + v.size() || out < 0 || out > hi) {
-    sendError(res, 400, fmt::format("query parameter {}: expected an integer in [0, {}], got '{:.40}'",
-                                    name, hi, v));
+    sendError(res, 400,
+              fmt::format("query parameter {}: expected an integer in [0, {}], got '{:.40}'", name,
+                          hi, v));
     return std::nullopt;
   }
   return out;
@@ -73,12 +74,14 @@ std::string addressOnly(const std::string& address) {
 // topology names or addresses (with or without the probe port). Plans are stored by host set.
 void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
   std::string list = req.has_param("hosts") ? req.get_param_value("hosts") : "";
-  if (list.empty()) return sendError(res, 400, "query parameter hosts: expected a,b,c (job hosts in rank order)");
+  if (list.empty())
+    return sendError(res, 400, "query parameter hosts: expected a,b,c (job hosts in rank order)");
   auto rph = intParam(req, res, "ranks_per_host", 1, 4096);
   if (!rph) return;
   if (*rph < 1) return sendError(res, 400, "query parameter ranks_per_host: expected >= 1");
   auto topo = d.store().latestTopology();
-  if (!topo) return sendError(res, 404, "no topology yet: POST /v1/probe or wait for the coordinator");
+  if (!topo)
+    return sendError(res, 404, "no topology yet: POST /v1/probe or wait for the coordinator");
   std::vector<reorder::HostEntry> entries;
   std::string key;
   size_t pos = 0;
@@ -96,7 +99,8 @@ void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
       }
     }
     if (name.empty())
-      return sendError(res, 400, fmt::format("host '{:.100}' is not in topology version {}", h, topo->version));
+      return sendError(
+          res, 400, fmt::format("host '{:.100}' is not in topology version {}", h, topo->version));
     entries.push_back({name, "", static_cast<int>(entries.size() + 1)});
     key += (key.empty() ? "" : ",") + name;
   }
@@ -121,8 +125,9 @@ void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
 
 bool authorized(Daemon& d, const httplib::Request& req, httplib::Response& res) {
   if (!d.hasToken()) {
-    sendError(res, 403, "writes are disabled: no token configured (start rankmapd with "
-                        "--token-file)");
+    sendError(res, 403,
+              "writes are disabled: no token configured (start rankmapd with "
+              "--token-file)");
     return false;
   }
   std::string auth = req.get_header_value("Authorization");
@@ -149,9 +154,10 @@ void postProbe(Daemon& d, const httplib::Request& req, httplib::Response& res) {
       for (auto it = body.begin(); it != body.end(); ++it)
         if (it.key() != "hosts" && it.key() != "contention" && it.key() != "probe" &&
             it.key() != "wait")
-          throw InvalidInput(fmt::format("request body: unknown key '{:.40}' (expected hosts, "
-                                         "contention, probe, wait)",
-                                         it.key()));
+          throw InvalidInput(
+              fmt::format("request body: unknown key '{:.40}' (expected hosts, "
+                          "contention, probe, wait)",
+                          it.key()));
       if (auto h = r.find("hosts")) hosts = hostsFromJson(*h);
       if (auto p = r.find("probe")) {
         opts = d.config().probe;
@@ -175,9 +181,10 @@ void postProbe(Daemon& d, const httplib::Request& req, httplib::Response& res) {
     return;
   }
   if (!started.id) {
-    sendJson(res, 409, Json{{"error", "a probe round is already running"},
-                            {"round_id", *started.busyId},
-                            {"status_url", fmt::format("/v1/rounds/{}", *started.busyId)}});
+    sendJson(res, 409,
+             Json{{"error", "a probe round is already running"},
+                  {"round_id", *started.busyId},
+                  {"status_url", fmt::format("/v1/rounds/{}", *started.busyId)}});
     return;
   }
   int64_t id = *started.id;
@@ -204,9 +211,8 @@ void installApi(httplib::Server& s, Daemon& d) {
   s.set_keep_alive_max_count(100);
   s.set_keep_alive_timeout(5);
 
-  s.Get("/v1/health", [&d](const httplib::Request&, httplib::Response& res) {
-    sendJson(res, 200, d.health());
-  });
+  s.Get("/v1/health",
+        [&d](const httplib::Request&, httplib::Response& res) { sendJson(res, 200, d.health()); });
   s.Get("/v1/topology", [&d](const httplib::Request& req, httplib::Response& res) {
     std::optional<Topology> t;
     if (req.has_param("version")) {
@@ -226,12 +232,12 @@ void installApi(httplib::Server& s, Daemon& d) {
     auto limit = intParam(req, res, "limit", 50, kMaxListLimit);
     if (!limit) return;
     Json arr = Json::array();
-    for (const auto& t : d.store().topologies(static_cast<size_t>(*limit))) arr.push_back(t.toJson());
+    for (const auto& t : d.store().topologies(static_cast<size_t>(*limit)))
+      arr.push_back(t.toJson());
     sendJson(res, 200, Json{{"versions", arr}});
   });
-  s.Post("/v1/probe", [&d](const httplib::Request& req, httplib::Response& res) {
-    postProbe(d, req, res);
-  });
+  s.Post("/v1/probe",
+         [&d](const httplib::Request& req, httplib::Response& res) { postProbe(d, req, res); });
   s.Get("/v1/rounds", [&d](const httplib::Request& req, httplib::Response& res) {
     auto limit = intParam(req, res, "limit", 20, kMaxListLimit);
     if (!limit) return;
@@ -248,24 +254,24 @@ void installApi(httplib::Server& s, Daemon& d) {
     if (!st) return sendError(res, 404, fmt::format("no round {}", id));
     sendJson(res, 200, *st);
   });
-  s.Get("/v1/plan", [&d](const httplib::Request& req, httplib::Response& res) {
-    getPlan(d, req, res);
-  });
+  s.Get("/v1/plan",
+        [&d](const httplib::Request& req, httplib::Response& res) { getPlan(d, req, res); });
   s.Get("/metrics", [&d](const httplib::Request&, httplib::Response& res) {
     res.status = 200;
     res.set_content(d.renderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    RANKMAP_ERROR(Agent, "HTTP handler failed: {}", what);
-    sendError(res, 500, what);
-  });
+  s.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        RANKMAP_ERROR(Agent, "HTTP handler failed: {}", what);
+        sendError(res, 500, what);
+      });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler already explained itself
     std::string msg = res.status == 404   ? fmt::format("no such endpoint: {:.100}", req.path)

@@ -3,8 +3,8 @@
 //   GET  /v1/health                 200 {status, name, version, hosts, topology_version, round,
 //                                        store, store_recovered_from}
 //   GET  /v1/topology[?version=V]   200 topology.json (docs/formats.md) | 404
-//   GET  /v1/topologies[?limit=N]   200 {"versions": [{version, created_at, round_id, hash, hosts}]}
-//   POST /v1/probe                  bearer token; body (optional, <= http.max_body_bytes):
+//   GET  /v1/topologies[?limit=N]   200 {"versions": [{version, created_at, round_id, hash,
+//   hosts}]} POST /v1/probe                  bearer token; body (optional, <= http.max_body_bytes):
 //                                   {"hosts": [{"name", "address"}] | ["name address", ...],
 //                                    "contention": bool, "probe": {probe options}, "wait": bool}
 //                                   202 {"round_id", "status_url"} | 200 {"round": status} (wait)

@@ -64,8 +64,10 @@ HttpResponse HttpClient::perform(std::string_view method, std::string_view path,
                                  std::string_view body, Deadline d, size_t maxBody) const {
   globalInit();
   std::string url = base_ + std::string(path);
-  long ms = static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(d.remaining()).count());
-  if (ms <= 0) throw TimeoutError(fmt::format("{} {}: deadline passed before the request", method, url));
+  long ms = static_cast<long>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(d.remaining()).count());
+  if (ms <= 0)
+    throw TimeoutError(fmt::format("{} {}: deadline passed before the request", method, url));
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
   if (!curl) RANKMAP_THROW(InternalError, "curl_easy_init failed");
   HttpResponse resp;
@@ -100,8 +102,7 @@ HttpResponse HttpClient::perform(std::string_view method, std::string_view path,
     throw IoError(fmt::format("{} {}: answer larger than {} bytes", method, url, maxBody));
   if (rc == CURLE_OPERATION_TIMEDOUT)
     throw TimeoutError(fmt::format("{} {}: no answer within the deadline", method, url));
-  if (rc != CURLE_OK)
-    throw IoError(fmt::format("{} {}: {}", method, url, curl_easy_strerror(rc)));
+  if (rc != CURLE_OK) throw IoError(fmt::format("{} {}: {}", method, url, curl_easy_strerror(rc)));
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
   return resp;
 }

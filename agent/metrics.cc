@@ -29,10 +29,14 @@ double quantileOf(std::vector<double> v, double q) {
 std::string escapeLabel(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -74,9 +78,9 @@ void Metrics::setTopologySummary(const Topology& t) {
   for (size_t i = 0; i < t.size(); ++i)
     for (size_t j = 0; j < t.size(); ++j) {
       if (i == j) continue;
-      std::string tier = !grouped ? "all"
+      std::string tier = !grouped                                  ? "all"
                          : (group[i] >= 0 && group[i] == group[j]) ? "intra"
-                                                                     : "cross";
+                                                                   : "cross";
       if (auto b = t.bandwidthMbps.at(i, j)) bw[tier].push_back(*b);
       if (auto l = t.latencyUs.at(i, j)) lat[tier].push_back(l->medianUs);
     }
@@ -84,7 +88,8 @@ void Metrics::setTopologySummary(const Topology& t) {
   values_.erase("rankmap_topology_bandwidth_mbps");
   values_.erase("rankmap_topology_latency_us");
   for (auto* src : {&bw, &lat}) {
-    const char* name = src == &bw ? "rankmap_topology_bandwidth_mbps" : "rankmap_topology_latency_us";
+    const char* name =
+        src == &bw ? "rankmap_topology_bandwidth_mbps" : "rankmap_topology_latency_us";
     for (const auto& [tier, v] : *src) {
       if (v.empty()) continue;
       for (double q : {0.0, 0.1, 0.5, 0.9, 1.0})
@@ -108,7 +113,8 @@ std::string Metrics::render() const {
       out += fmt::format("# TYPE {} {}\n", name, h->second.first);
     }
     if (!isHistogram) {
-      for (const auto& [labels, v] : values_.at(name)) out += series(name, labels) + " " + number(v) + "\n";
+      for (const auto& [labels, v] : values_.at(name))
+        out += series(name, labels) + " " + number(v) + "\n";
       continue;
     }
     for (const auto& [labels, h] : histograms_.at(name)) {

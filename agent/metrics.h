@@ -26,7 +26,7 @@ class Metrics {
   // Declares a metric's type and help text (printed once before its series).
   void describe(const std::string& name, const std::string& type, const std::string& help);
 
-  // Text exposition format; `extra` lines are appended (values owned by others).
+  // Text exposition format: # HELP / # TYPE lines, then the series of each metric.
   std::string render() const;
 
   static constexpr double kDurationBuckets[] = {0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300};

@@ -33,7 +33,8 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
   if (auto t = r.find("timeout_ms")) d = d.min(Deadline::afterMs(t->integerIn(1, 3600000)));
   auto count = [&](const std::string& result) {
     if (metrics_)
-      metrics_->add("rankmap_probe_tasks_total", fmt::format("op=\"{}\",result=\"{}\"", op, result));
+      metrics_->add("rankmap_probe_tasks_total",
+                    fmt::format("op=\"{}\",result=\"{}\"", op, result));
   };
 
   if (op == "hello") {
@@ -50,21 +51,26 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
     return {{"stored", stored}, {"version", t.version}};
   }
   if (op != "latency" && op != "bandwidth")
-    throw InvalidInput(fmt::format("{}: unknown op '{}' (expected hello, latency, bandwidth or "
-                                   "topology)",
-                                   source, op));
+    throw InvalidInput(
+        fmt::format("{}: unknown op '{}' (expected hello, latency, bandwidth or "
+                    "topology)",
+                    source, op));
 
   auto pr = r.at("peer", "{name, address}");
-  Host target{pr.at("name", "a host name").nonEmptyStr(), pr.at("address", "an address").nonEmptyStr()};
+  Host target{pr.at("name", "a host name").nonEmptyStr(),
+              pr.at("address", "an address").nonEmptyStr()};
   probe::Endpoint ep = probe::hostEndpoint(target);
   try {
     if (op == "latency") {
       probe::LatencyOptions lo;
-      if (auto v = r.find("warmup")) lo.warmup = static_cast<int>(v->integerIn(0, kMaxLatencySamples));
-      if (auto v = r.find("samples")) lo.samples = static_cast<int>(v->integerIn(1, kMaxLatencySamples));
+      if (auto v = r.find("warmup"))
+        lo.warmup = static_cast<int>(v->integerIn(0, kMaxLatencySamples));
+      if (auto v = r.find("samples"))
+        lo.samples = static_cast<int>(v->integerIn(1, kMaxLatencySamples));
       LatencyStats s = probe::measureLatency(ep, key_, self_, lo, d);
       count("ok");
-      return {{"latency", {{"min", s.minUs}, {"median", s.medianUs}, {"p90", s.p90Us}, {"p99", s.p99Us}}}};
+      return {{"latency",
+               {{"min", s.minUs}, {"median", s.medianUs}, {"p90", s.p90Us}, {"p99", s.p99Us}}}};
     }
     auto bo = probe::BandwidthOptions::fromJson(r.at("bulk", "bulk options").json(), source);
     std::string dir = r.at("direction", "\"send\" or \"recv\"").str();

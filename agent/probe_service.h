@@ -25,7 +25,7 @@ class ProbeService {
  public:
   struct Hooks {
     std::function<std::optional<int64_t>()> topologyVersion;  // latest stored, if any
-    std::function<bool(const Topology&)> storeTopology;        // true if new
+    std::function<bool(const Topology&)> storeTopology;       // true if new
   };
   // `key` must outlive the service.
   ProbeService(const probe::ProbeKey& key, std::string self, Hooks hooks, Metrics* metrics);

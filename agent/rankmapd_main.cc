@@ -24,11 +24,13 @@ int main(int argc, char** argv) {
   app.add_option("--listen", listen, "HTTP API address ADDR:PORT (default 127.0.0.1:7410)");
   app.add_option("--probe-listen", probeListen, "Probe address ADDR:PORT (default 0.0.0.0:7411)");
   app.add_option("--hosts", hosts, "Hosts file: one `name address[:port]` per line");
-  app.add_option("--state-dir", stateDir, "Directory of the SQLite store (default /var/lib/rankmapd)");
+  app.add_option("--state-dir", stateDir,
+                 "Directory of the SQLite store (default /var/lib/rankmapd)");
   app.add_option("--token-file", tokenFile, "Bearer token for write calls (POST /v1/probe)");
   app.add_option("--key-file", keyFile, "Probe key shared by the job's agents");
   app.add_option("--name", name, "This agent's name in the hosts file (default: host name)");
-  app.add_option("--coordinator", coordinator, "Name of the coordinator (default: first live host)");
+  app.add_option("--coordinator", coordinator,
+                 "Name of the coordinator (default: first live host)");
   app.add_option("--interval", interval, "Periodic re-probe interval, e.g. 10m (0 = off)");
   app.add_flag("-v,--verbose", verbose, "Log at debug level");
   try {
@@ -44,7 +46,8 @@ int main(int argc, char** argv) {
     if (!configFile.empty()) cfg = agent::AgentConfig::load(configFile);
     if (!listen.empty()) cfg.listen = probe::parseEndpoint(listen, 7410, "--listen");
     if (!probeListen.empty())
-      cfg.probeListen = probe::parseEndpoint(probeListen, probe::kDefaultProbePort, "--probe-listen");
+      cfg.probeListen =
+          probe::parseEndpoint(probeListen, probe::kDefaultProbePort, "--probe-listen");
     if (!hosts.empty()) cfg.hostsFile = hosts;
     if (!stateDir.empty()) cfg.stateDir = stateDir;
     if (!tokenFile.empty()) cfg.tokenFile = tokenFile;
@@ -53,7 +56,9 @@ int main(int argc, char** argv) {
     if (!coordinator.empty()) cfg.coordinator = coordinator;
     if (!interval.empty()) {
       auto d = parseDuration(interval);
-      if (!d) throw InvalidInput(fmt::format("--interval '{}': expected a duration such as 10m", interval));
+      if (!d)
+        throw InvalidInput(
+            fmt::format("--interval '{}': expected a duration such as 10m", interval));
       cfg.reprobe.interval = *d;
     }
   } catch (const std::exception& e) {

@@ -119,7 +119,9 @@ class Stmt {
 // BEGIN IMMEDIATE ... COMMIT, rolled back if the scope exits by an exception.
 class Transaction {
  public:
-  Transaction(sqlite3* db, const std::string& path) : db_(db), path_(path) { exec("BEGIN IMMEDIATE"); }
+  Transaction(sqlite3* db, const std::string& path) : db_(db), path_(path) {
+    exec("BEGIN IMMEDIATE");
+  }
   ~Transaction() {
     if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
   }
@@ -182,7 +184,8 @@ constexpr const char* kRoundColumns =
 std::string utcNow() {
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[40];
@@ -191,10 +194,16 @@ std::string utcNow() {
 }
 
 Json RoundRecord::toJson() const {
-  Json j = {{"id", id},           {"kind", kind},   {"started_at", startedAt},
-            {"finished_at", finishedAt}, {"status", status}, {"hosts", hosts},
-            {"pairs_total", pairsTotal}, {"pairs_missing", pairsMissing},
-            {"seconds", seconds}, {"error", error}};
+  Json j = {{"id", id},
+            {"kind", kind},
+            {"started_at", startedAt},
+            {"finished_at", finishedAt},
+            {"status", status},
+            {"hosts", hosts},
+            {"pairs_total", pairsTotal},
+            {"pairs_missing", pairsMissing},
+            {"seconds", seconds},
+            {"error", error}};
   j["topology_version"] = topologyVersion ? Json(*topologyVersion) : Json(nullptr);
   return j;
 }
@@ -256,12 +265,13 @@ void Store::open() {
     }
     if (problem.empty()) break;
     if (attempt == 1)
-      throw IoError(fmt::format("{}: still unusable after moving the corrupt file aside: {}",
-                                path_, problem));
+      throw IoError(fmt::format("{}: still unusable after moving the corrupt file aside: {}", path_,
+                                problem));
     if (db_) sqlite3_close_v2(db_);
     db_ = nullptr;
     std::string aside = fmt::format("{}.corrupt-{}", path_, utcStamp());
-    for (int k = 1; fileExists(aside); ++k) aside = fmt::format("{}.corrupt-{}.{}", path_, utcStamp(), k);
+    for (int k = 1; fileExists(aside); ++k)
+      aside = fmt::format("{}.corrupt-{}.{}", path_, utcStamp(), k);
     if (::rename(path_.c_str(), aside.c_str()) != 0)
       throw IoError(fmt::format("{}: corrupt ({}) and cannot be moved aside to {}: {}", path_,
                                 problem, aside, std::strerror(errno)));
@@ -276,8 +286,8 @@ void Store::open() {
   Stmt ver(db_, path_, "SELECT value FROM meta WHERE key = 'schema_version'");
   if (ver.step()) {
     if (ver.text(0) != std::to_string(kSchemaVersion))
-      throw IoError(fmt::format("{}: schema version {}, this rankmapd knows {}", path_,
-                                ver.text(0), kSchemaVersion));
+      throw IoError(fmt::format("{}: schema version {}, this rankmapd knows {}", path_, ver.text(0),
+                                kSchemaVersion));
   } else {
     Stmt ins(db_, path_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)");
     ins.bind(1, std::to_string(kSchemaVersion)).run();
@@ -326,7 +336,12 @@ void Store::addMeasurements(int64_t roundId, const std::vector<MeasurementRow>& 
          "INSERT INTO measurements(round_id, src, dst, kind, value, phase, extra) "
          "VALUES(?, ?, ?, ?, ?, ?, ?)");
   for (const auto& m : rows) {
-    s.bind(1, roundId).bind(2, m.src).bind(3, m.dst).bind(4, m.kind).bind(5, m.value).bind(6, m.phase);
+    s.bind(1, roundId)
+        .bind(2, m.src)
+        .bind(3, m.dst)
+        .bind(4, m.kind)
+        .bind(5, m.value)
+        .bind(6, m.phase);
     if (m.extra.is_null())
       s.bindNull(7);
     else
@@ -412,8 +427,8 @@ std::optional<Topology> Store::topologyWhere(const char* sql, int64_t arg, bool 
 }
 
 std::optional<Topology> Store::latestTopology() {
-  return topologyWhere("SELECT version, document FROM topologies ORDER BY version DESC LIMIT 1",
-                       0, false);
+  return topologyWhere("SELECT version, document FROM topologies ORDER BY version DESC LIMIT 1", 0,
+                       false);
 }
 
 std::optional<Topology> Store::topology(int64_t version) {
@@ -444,7 +459,12 @@ int64_t Store::addPlan(const Plan& p, const std::string& hostsKey) {
   Stmt s(db_, path_,
          "INSERT INTO plans(created_at, hosts_key, topology_version, hash, document) "
          "VALUES(?, ?, ?, ?, ?)");
-  s.bind(1, utcNow()).bind(2, hostsKey).bind(3, p.epoch).bind(4, p.hash).bind(5, p.toJson().dump()).run();
+  s.bind(1, utcNow())
+      .bind(2, hostsKey)
+      .bind(3, p.epoch)
+      .bind(4, p.hash)
+      .bind(5, p.toJson().dump())
+      .run();
   return sqlite3_last_insert_rowid(db_);
 }
 

@@ -50,7 +50,8 @@ class Fitter {
       bool any = false;
       for (const auto& x : t) {
         f.emplace_back(x.src, x.dst);
-        double cap = std::min(hostOut_[static_cast<size_t>(x.src)], hostIn_[static_cast<size_t>(x.dst)]);
+        double cap =
+            std::min(hostOut_[static_cast<size_t>(x.src)], hostIn_[static_cast<size_t>(x.dst)]);
         slow.push_back(x.mbps < kSlowFraction * cap);
         any = any || slow.back();
         sum += x.mbps;
@@ -168,8 +169,9 @@ std::vector<int> components(int n, const std::function<bool(int, int)>& edge) {
   std::vector<int> parent(static_cast<size_t>(n));
   std::iota(parent.begin(), parent.end(), 0);
   std::function<int(int)> find = [&](int x) {
-    while (parent[static_cast<size_t>(x)] != x) x = parent[static_cast<size_t>(x)] =
-        parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
+    while (parent[static_cast<size_t>(x)] != x)
+      x = parent[static_cast<size_t>(x)] =
+          parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
     return x;
   };
   for (int i = 0; i < n; ++i)
@@ -200,7 +202,8 @@ void hostCapacities(int n, const std::vector<ObservedTrial>& trials, std::vector
 
 std::vector<double> maxMinRates(const LinkModel& m, const std::vector<HostPair>& flows) {
   // Links: host out (h), host in (n + h), group out (2n + g), group in (2n + G + g), total
-  // (2n + 2G). Each flow uses 3 or 5 of them. Buffers are per thread: the fit calls this millions of times.
+  // (2n + 2G). Each flow uses 3 or 5 of them. Buffers are per thread: the fit calls this millions
+  // of times.
   size_t n = m.hostOut.size();
   size_t groups = m.upOut.size();
   size_t links = 2 * n + 2 * groups + 1;
@@ -323,12 +326,15 @@ Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const Inf
   std::vector<std::vector<int>> seeds = {singletons};
   // Full-rate components: pairs that reached nearly their host rate in some direction are
   // likely behind the same uplink when uplinks are slower than hosts.
-  std::vector<std::vector<double>> best(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(n), 0));
+  std::vector<std::vector<double>> best(static_cast<size_t>(n),
+                                        std::vector<double>(static_cast<size_t>(n), 0));
   for (const auto& t : trials)
     for (const auto& f : t) {
-      double cap = std::min(fit.hostOut()[static_cast<size_t>(f.src)], fit.hostIn()[static_cast<size_t>(f.dst)]);
+      double cap = std::min(fit.hostOut()[static_cast<size_t>(f.src)],
+                            fit.hostIn()[static_cast<size_t>(f.dst)]);
       double frac = std::isfinite(cap) && cap > 0 ? f.mbps / cap : 0;
-      auto& b = best[static_cast<size_t>(std::min(f.src, f.dst))][static_cast<size_t>(std::max(f.src, f.dst))];
+      auto& b = best[static_cast<size_t>(std::min(f.src, f.dst))]
+                    [static_cast<size_t>(std::max(f.src, f.dst))];
       b = std::max(b, frac);
     }
   for (double thr : {0.9, 0.75, 0.6})
@@ -340,12 +346,15 @@ Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const Inf
   // pair at full rate in a trial where other flows slowed is evidence for the same group.
   // Groups are grown from the strongest evidence, never across a cannot-link.
   for (double slowThr : {0.6, 0.72, opts.slowFraction}) {
-    std::vector<std::vector<char>> slowed(static_cast<size_t>(n), std::vector<char>(static_cast<size_t>(n), 0));
-    std::vector<std::vector<int>> full(static_cast<size_t>(n), std::vector<int>(static_cast<size_t>(n), 0));
+    std::vector<std::vector<char>> slowed(static_cast<size_t>(n),
+                                          std::vector<char>(static_cast<size_t>(n), 0));
+    std::vector<std::vector<int>> full(static_cast<size_t>(n),
+                                       std::vector<int>(static_cast<size_t>(n), 0));
     for (const auto& t : trials) {
       bool informative = false;
       for (const auto& f : t) {
-        double cap = std::min(fit.hostOut()[static_cast<size_t>(f.src)], fit.hostIn()[static_cast<size_t>(f.dst)]);
+        double cap = std::min(fit.hostOut()[static_cast<size_t>(f.src)],
+                              fit.hostIn()[static_cast<size_t>(f.dst)]);
         if (std::isfinite(cap) && f.mbps < slowThr * cap) {
           informative = true;
           slowed[static_cast<size_t>(f.src)][static_cast<size_t>(f.dst)] = 1;
@@ -354,7 +363,8 @@ Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const Inf
       }
       if (!informative) continue;
       for (const auto& f : t) {
-        double cap = std::min(fit.hostOut()[static_cast<size_t>(f.src)], fit.hostIn()[static_cast<size_t>(f.dst)]);
+        double cap = std::min(fit.hostOut()[static_cast<size_t>(f.src)],
+                              fit.hostIn()[static_cast<size_t>(f.dst)]);
         if (std::isfinite(cap) && f.mbps >= 0.9 * cap) {
           ++full[static_cast<size_t>(f.src)][static_cast<size_t>(f.dst)];
           ++full[static_cast<size_t>(f.dst)][static_cast<size_t>(f.src)];
@@ -364,7 +374,8 @@ Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const Inf
     std::vector<std::tuple<int, int, int>> evidence;  // (-score, a, b): strongest first
     for (int a = 0; a < n; ++a)
       for (int b = a + 1; b < n; ++b)
-        if (!slowed[static_cast<size_t>(a)][static_cast<size_t>(b)] && full[static_cast<size_t>(a)][static_cast<size_t>(b)] > 0)
+        if (!slowed[static_cast<size_t>(a)][static_cast<size_t>(b)] &&
+            full[static_cast<size_t>(a)][static_cast<size_t>(b)] > 0)
           evidence.emplace_back(-full[static_cast<size_t>(a)][static_cast<size_t>(b)], a, b);
     std::sort(evidence.begin(), evidence.end());
     std::vector<int> group(static_cast<size_t>(n));
@@ -405,7 +416,8 @@ Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const Inf
       }
       std::set<int> used;
       for (int u = 0; u < n; ++u)
-        if (slowed[static_cast<size_t>(pick)][static_cast<size_t>(u)] && colour[static_cast<size_t>(u)] >= 0)
+        if (slowed[static_cast<size_t>(pick)][static_cast<size_t>(u)] &&
+            colour[static_cast<size_t>(u)] >= 0)
           used.insert(colour[static_cast<size_t>(u)]);
       int c = 0;
       while (used.count(c)) ++c;
@@ -491,7 +503,8 @@ Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const Inf
     // The best fit wins; fits within the noise allowance of each other are told apart by the
     // number of groups (fewer: simpler).
     bool better = bestPart.empty() || err < bestErr - 0.5 * minGain;
-    bool tie = std::fabs(err - bestErr) <= 0.5 * minGain && groupCountOf(part) < groupCountOf(bestPart);
+    bool tie =
+        std::fabs(err - bestErr) <= 0.5 * minGain && groupCountOf(part) < groupCountOf(bestPart);
     if (better || tie) {
       bestErr = err;
       bestPart = part;

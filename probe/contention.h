@@ -42,9 +42,9 @@ using ObservedTrial = std::vector<ObservedFlow>;
 inline constexpr double kUnlimited = std::numeric_limits<double>::infinity();
 
 struct LinkModel {
-  std::vector<int> groupOf;            // host -> group (0..groups-1)
-  std::vector<double> hostOut, hostIn; // per host
-  std::vector<double> upOut, upIn;     // per group; kUnlimited when unknown
+  std::vector<int> groupOf;             // host -> group (0..groups-1)
+  std::vector<double> hostOut, hostIn;  // per host
+  std::vector<double> upOut, upIn;      // per group; kUnlimited when unknown
   // What all flows together can get (a fabric's bisection, or the CPUs of an emulated cloud);
   // kUnlimited unless the trials show such a limit.
   double total = kUnlimited;
@@ -65,10 +65,10 @@ struct InferOptions {
 inline constexpr int kMaxSearchHosts = 96;
 
 struct Inference {
-  LinkModel model;            // groups numbered in order of their first host
-  double error = 0;           // of the chosen partition
-  double baselineError = 0;   // with every host alone (no shared uplinks)
-  size_t flows = 0;           // observed flows used
+  LinkModel model;           // groups numbered in order of their first host
+  double error = 0;          // of the chosen partition
+  double baselineError = 0;  // with every host alone (no shared uplinks)
+  size_t flows = 0;          // observed flows used
   // Groups of >= 2 hosts whose uplink cannot carry all of them at their host rate
   // (oversubscribed): the shared links the contention probe reports.
   std::vector<std::vector<int>> sharedGroups() const;

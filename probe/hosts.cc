@@ -34,19 +34,20 @@ std::vector<Host> parseHosts(std::string_view text, std::string_view source) {
     if (!(in >> name) || name[0] == '#') continue;
     auto where = [&] { return fmt::format("{}:{}", source, lineNo); };
     if (!(in >> address))
-      throw InvalidInput(fmt::format("{}: expected 'NAME ADDRESS[:PORT]', got only '{}'", where(),
-                                     name));
+      throw InvalidInput(
+          fmt::format("{}: expected 'NAME ADDRESS[:PORT]', got only '{}'", where(), name));
     if (in >> extra && extra[0] != '#')
-      throw InvalidInput(fmt::format("{}: expected 'NAME ADDRESS[:PORT]', got extra field '{}'",
-                                     where(), extra));
+      throw InvalidInput(
+          fmt::format("{}: expected 'NAME ADDRESS[:PORT]', got extra field '{}'", where(), extra));
     if (!validName(name))
-      throw InvalidInput(fmt::format("{}: host name '{}': expected 1..64 characters of "
-                                     "[A-Za-z0-9._-]",
-                                     where(), name));
+      throw InvalidInput(
+          fmt::format("{}: host name '{}': expected 1..64 characters of "
+                      "[A-Za-z0-9._-]",
+                      where(), name));
     Endpoint ep = parseEndpoint(address, kDefaultProbePort, where());
     if (auto it = nameLine.find(name); it != nameLine.end())
-      throw InvalidInput(fmt::format("{}: duplicate host '{}' (first on line {})", where(), name,
-                                     it->second));
+      throw InvalidInput(
+          fmt::format("{}: duplicate host '{}' (first on line {})", where(), name, it->second));
     if (auto it = endpointLine.find(ep.text()); it != endpointLine.end())
       throw InvalidInput(fmt::format("{}: duplicate address {} (first on line {})", where(),
                                      ep.text(), it->second));
@@ -56,7 +57,8 @@ std::vector<Host> parseHosts(std::string_view text, std::string_view source) {
       throw InvalidInput(fmt::format("{}: more than {} hosts", where(), kMaxHosts));
     hosts.push_back(Host{name, address});
   }
-  if (hosts.empty()) throw InvalidInput(fmt::format("{}: no hosts (expected NAME ADDRESS lines)", source));
+  if (hosts.empty())
+    throw InvalidInput(fmt::format("{}: no hosts (expected NAME ADDRESS lines)", source));
   return hosts;
 }
 
@@ -69,9 +71,10 @@ void validateHosts(const std::vector<Host>& hosts, std::string_view source) {
   for (const auto& h : hosts) {
     if (h.name.find_first_of(" \t\n#") != std::string::npos || h.name.empty() ||
         h.address.find_first_of(" \t\n#") != std::string::npos || h.address.empty())
-      throw InvalidInput(fmt::format("{}: host '{}' address '{}': expected a name and an address "
-                                     "without blanks",
-                                     source, h.name, h.address));
+      throw InvalidInput(
+          fmt::format("{}: host '{}' address '{}': expected a name and an address "
+                      "without blanks",
+                      source, h.name, h.address));
     text += h.name + " " + h.address + "\n";
   }
   parseHosts(text, source);

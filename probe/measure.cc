@@ -83,7 +83,8 @@ BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d) {
     size_t k = s.recvSome(buf.data(), buf.size(), d, "bulk receive");
     auto now = Clock::now();
     if (k == 0)
-      throw PeerError(fmt::format("bulk receive: peer {} closed after {} bytes", s.peerText(), total));
+      throw PeerError(
+          fmt::format("bulk receive: peer {} closed after {} bytes", s.peerText(), total));
     if (total == 0) {
       first = now;
       kernelFirst = kernelBytes();
@@ -118,8 +119,8 @@ uint64_t streamBulk(Socket& s, uint64_t maxBytes, Deadline d) {
   while (sent < maxBytes) {
     auto [readable, writable] = s.waitEither(d);
     if (!readable && !writable)
-      throw TimeoutError(fmt::format("bulk send: peer {} stopped reading before the deadline",
-                                     s.peerText()));
+      throw TimeoutError(
+          fmt::format("bulk send: peer {} stopped reading before the deadline", s.peerText()));
     if (readable) break;  // the receiver's result, or it closed: the window is over
     size_t want = static_cast<size_t>(std::min<uint64_t>(kBulkChunk, maxBytes - sent));
     try {

@@ -32,7 +32,9 @@ std::vector<Round> roundRobin(int n) {
 std::vector<Round> packFlows(const std::vector<HostPair>& flows, const std::vector<int>& groupOf,
                              size_t maxPerSlot) {
   // Resources: host h -> h; outbound uplink of group g -> -(2g+1); inbound -> -(2g+2).
-  auto groupOfHost = [&](int h) { return groupOf.empty() ? h : groupOf.at(static_cast<size_t>(h)); };
+  auto groupOfHost = [&](int h) {
+    return groupOf.empty() ? h : groupOf.at(static_cast<size_t>(h));
+  };
   struct Slot {
     Round flows;
     std::set<long> used;

@@ -20,8 +20,8 @@ ProbeServer::~ProbeServer() { stop(); }
 void ProbeServer::start() {
   listener_ = Listener::bind(opts_.listen);
   port_ = listener_.port();
-  RANKMAP_INFO(Probe, "probe server {}: listening on {}:{} (key {})", opts_.name,
-               opts_.listen.host, port_, key_.fingerprint());
+  RANKMAP_INFO(Probe, "probe server {}: listening on {}:{} (key {})", opts_.name, opts_.listen.host,
+               port_, key_.fingerprint());
   acceptThread_ = std::thread([this] { acceptLoop(); });
 }
 
@@ -63,8 +63,9 @@ void ProbeServer::acceptLoop() {
     ++running_;
     ++accepted_;
     active_.insert(dupFd);
-    std::thread([this, dupFd, sock = std::move(*s)]() mutable { serve(std::move(sock), dupFd); })
-        .detach();
+    std::thread([this, dupFd, sock = std::move(*s)]() mutable {
+      serve(std::move(sock), dupFd);
+    }).detach();
   }
 }
 
@@ -72,8 +73,8 @@ void ProbeServer::serve(Socket s, int dupFd) {
   {
     std::string peer = s.peerText();
     try {
-      Channel c = Channel::accept(std::move(s), key_, guard_,
-                                  Deadline::after(opts_.handshakeTimeout));
+      Channel c =
+          Channel::accept(std::move(s), key_, guard_, Deadline::after(opts_.handshakeTimeout));
       serveChannel(c);
     } catch (const AuthError& e) {
       ++authFailures_[static_cast<size_t>(e.reason())];
@@ -115,10 +116,10 @@ void ProbeServer::serveChannel(Channel& c) {
         try {
           bo = BandwidthOptions::fromJson(parseJson(f.payload, "bulk request"), "bulk request");
           if (bo.maxMs > opts_.maxBulkMs || bo.maxBytes > opts_.maxBulkBytes)
-            throw InvalidInput(fmt::format("bulk request of {} ms / {} bytes exceeds this agent's "
-                                           "limits ({} ms / {} bytes)",
-                                           bo.maxMs, bo.maxBytes, opts_.maxBulkMs,
-                                           opts_.maxBulkBytes));
+            throw InvalidInput(
+                fmt::format("bulk request of {} ms / {} bytes exceeds this agent's "
+                            "limits ({} ms / {} bytes)",
+                            bo.maxMs, bo.maxBytes, opts_.maxBulkMs, opts_.maxBulkBytes));
         } catch (const InvalidInput& e) {
           c.send(MsgType::kError, e.what(), Deadline::after(opts_.idleTimeout));
           return;

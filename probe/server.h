@@ -28,7 +28,8 @@ class ProbeServer {
  public:
   // Handles one control request from the authenticated agent `peer`; returns the reply.
   // Throwing InvalidInput/NotSupported sends an Error frame with the message.
-  using RequestHandler = std::function<Json(const Json& request, const std::string& peer, Deadline)>;
+  using RequestHandler =
+      std::function<Json(const Json& request, const std::string& peer, Deadline)>;
 
   struct Options {
     Endpoint listen{"0.0.0.0", kDefaultProbePort};

@@ -159,7 +159,8 @@ void Socket::shutdownBoth() {
 Socket Socket::connect(const Endpoint& ep, Deadline d) {
   sockaddr_storage ss;
   socklen_t len = toSockaddr(ep, ss);
-  Socket s(RANKMAP_CHECK_SYS(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)));
+  Socket s(
+      RANKMAP_CHECK_SYS(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)));
   int rc = ::connect(s.fd_, reinterpret_cast<sockaddr*>(&ss), len);
   if (rc != 0 && errno != EINPROGRESS) {
     int err = errno;
@@ -191,8 +192,8 @@ void Socket::sendAll(const void* data, size_t n, Deadline d, std::string_view wh
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       short ev = pollOne(fd_, POLLOUT, d);
       if (ev == 0)
-        throw TimeoutError(fmt::format("{}: peer {} did not read within the deadline", what,
-                                       peerText()));
+        throw TimeoutError(
+            fmt::format("{}: peer {} did not read within the deadline", what, peerText()));
       continue;
     }
     int err = errno;
@@ -210,8 +211,8 @@ size_t Socket::recvSome(void* data, size_t n, Deadline d, std::string_view what)
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       short ev = pollOne(fd_, POLLIN, d);
       if (ev == 0)
-        throw TimeoutError(fmt::format("{}: peer {} sent nothing within the deadline", what,
-                                       peerText()));
+        throw TimeoutError(
+            fmt::format("{}: peer {} sent nothing within the deadline", what, peerText()));
       continue;
     }
     int err = errno;
@@ -313,9 +314,8 @@ Listener Listener::bind(const Endpoint& ep, int backlog) {
   sockaddr_storage bound;
   socklen_t blen = sizeof(bound);
   RANKMAP_CHECK_SYS(::getsockname(l.fd_, reinterpret_cast<sockaddr*>(&bound), &blen));
-  l.port_ = bound.ss_family == AF_INET
-                ? ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port)
-                : ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+  l.port_ = bound.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port)
+                                       : ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
   l.wakeFd_ = RANKMAP_CHECK_SYS(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   return l;
 }

@@ -42,35 +42,50 @@ std::string randomBytes(size_t n) {
 
 std::string_view msgTypeName(MsgType t) {
   switch (t) {
-    case MsgType::kHello: return "Hello";
-    case MsgType::kHelloAck: return "HelloAck";
-    case MsgType::kPing: return "Ping";
-    case MsgType::kPong: return "Pong";
-    case MsgType::kBulkSink: return "BulkSink";
-    case MsgType::kBulkSource: return "BulkSource";
-    case MsgType::kBulkResult: return "BulkResult";
-    case MsgType::kRequest: return "Request";
-    case MsgType::kReply: return "Reply";
-    case MsgType::kError: return "Error";
+    case MsgType::kHello:
+      return "Hello";
+    case MsgType::kHelloAck:
+      return "HelloAck";
+    case MsgType::kPing:
+      return "Ping";
+    case MsgType::kPong:
+      return "Pong";
+    case MsgType::kBulkSink:
+      return "BulkSink";
+    case MsgType::kBulkSource:
+      return "BulkSource";
+    case MsgType::kBulkResult:
+      return "BulkResult";
+    case MsgType::kRequest:
+      return "Request";
+    case MsgType::kReply:
+      return "Reply";
+    case MsgType::kError:
+      return "Error";
   }
   return "Unknown";
 }
 
 std::string_view authFailureName(AuthFailure f) {
   switch (f) {
-    case AuthFailure::kMalformed: return "malformed";
-    case AuthFailure::kBadMac: return "bad_mac";
-    case AuthFailure::kReplay: return "replay";
-    case AuthFailure::kStale: return "stale_timestamp";
-    case AuthFailure::kVersion: return "version";
+    case AuthFailure::kMalformed:
+      return "malformed";
+    case AuthFailure::kBadMac:
+      return "bad_mac";
+    case AuthFailure::kReplay:
+      return "replay";
+    case AuthFailure::kStale:
+      return "stale_timestamp";
+    case AuthFailure::kVersion:
+      return "version";
   }
   return "unknown";
 }
 
 ProbeKey ProbeKey::fromBytes(std::string bytes) {
   if (bytes.size() < kMinKeyBytes)
-    throw InvalidInput(fmt::format("probe key: expected at least {} bytes, got {}", kMinKeyBytes,
-                                   bytes.size()));
+    throw InvalidInput(
+        fmt::format("probe key: expected at least {} bytes, got {}", kMinKeyBytes, bytes.size()));
   ProbeKey k;
   k.bytes_ = std::move(bytes);
   return k;
@@ -83,9 +98,10 @@ ProbeKey ProbeKey::load(const std::string& path) {
   while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) --e;
   text = text.substr(b, e - b);
   if (text.size() < kMinKeyBytes)
-    throw InvalidInput(fmt::format("{}: probe key of {} characters; expected at least {} "
-                                   "(e.g. `openssl rand -hex 32 > {}`)",
-                                   path, text.size(), kMinKeyBytes, path));
+    throw InvalidInput(
+        fmt::format("{}: probe key of {} characters; expected at least {} "
+                    "(e.g. `openssl rand -hex 32 > {}`)",
+                    path, text.size(), kMinKeyBytes, path));
   return fromBytes(std::move(text));
 }
 
@@ -156,7 +172,8 @@ Frame Channel::recv(Deadline d, size_t maxPayload) {
   socket_.recvAll(hdr, sizeof(hdr), d, "receive frame header");
   std::string_view h(hdr, sizeof(hdr));
   if (h.substr(0, 4) != std::string_view(kMagic, 4))
-    throw AuthError(AuthFailure::kMalformed, fmt::format("{}: not a rankmap probe frame", describe()));
+    throw AuthError(AuthFailure::kMalformed,
+                    fmt::format("{}: not a rankmap probe frame", describe()));
   auto type = static_cast<MsgType>(static_cast<unsigned char>(hdr[4]));
   uint64_t seq = getBE(h, 8, 8);
   uint64_t len = getBE(h, 16, 4);
@@ -224,9 +241,9 @@ Channel Channel::connect(const Endpoint& ep, const ProbeKey& key, std::string_vi
   c.session_ = nonce + rest.substr(0, kNonceBytes);
   std::string_view payload(rest.data(), len);
   if (!constantTimeEqual(std::string_view(rest.data() + len, kMacBytes), c.mac(1, h, payload)))
-    throw AuthError(AuthFailure::kBadMac,
-                    fmt::format("{}: handshake failed authentication (different probe key)",
-                                c.describe()));
+    throw AuthError(
+        AuthFailure::kBadMac,
+        fmt::format("{}: handshake failed authentication (different probe key)", c.describe()));
   c.recvSeq_ = 1;
   return c;
 }
@@ -237,9 +254,8 @@ Channel Channel::accept(Socket s, const ProbeKey& key, ReplayGuard& guard, Deadl
   c.sendDir_ = 1;
   Frame hello = c.recv(d, 2 + kNonceBytes + 8 + 1 + kMaxNameBytes);
   if (hello.type != MsgType::kHello)
-    throw AuthError(AuthFailure::kMalformed,
-                    fmt::format("{}: first frame is {}, not Hello", c.describe(),
-                                msgTypeName(hello.type)));
+    throw AuthError(AuthFailure::kMalformed, fmt::format("{}: first frame is {}, not Hello",
+                                                         c.describe(), msgTypeName(hello.type)));
   const std::string& p = hello.payload;
   if (p.size() < 2 + kNonceBytes + 8 + 1)
     throw AuthError(AuthFailure::kMalformed, fmt::format("{}: short Hello", c.describe()));

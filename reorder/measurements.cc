@@ -1,6 +1,8 @@
 #include "reorder/measurements.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <optional>
 
 #include <fmt/format.h>
@@ -37,26 +39,26 @@ Measurements cleanMeasurements(const Topology& t, std::string_view source,
   m.bandwidthMbps = PairMatrix(n);
   m.latencyUs = PairMatrix(n);
   m.hostPairs.assign(n, 0);
-  size_t asym = 0;
-  size_t measured = 0;
+  size_t asym = 0, measured = 0, bwPairs = 0, latPairs = 0, anyPairs = 0;
   std::optional<Offender> first;
+  constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
 
-  auto combine = [&](std::optional<double> a, std::optional<double> b, double floor,
-                     const char* field, size_t i, size_t j) -> std::optional<double> {
-    if (a && b) {
-      ++measured;
-      if (asymmetric(*a, *b, floor)) {
-        ++asym;
-        // Report the first offender in row-major order, whatever the traversal order.
-        if (!first || std::pair(i, j) < std::pair(first->i, first->j))
-          first = Offender{field, i, j, *a, *b};
-        return std::nullopt;
-      }
-      return 0.5 * (*a + *b);
-    }
-    if (a || b) ++measured;
-    return a ? a : b;
+  // One value from the two directions (NaN = none); an asymmetric pair is counted and dropped.
+  auto combine = [&](double a, double b, double floor, const char* field, size_t i,
+                     size_t j) -> double {
+    bool ha = !std::isnan(a), hb = !std::isnan(b);
+    if (!ha && !hb) return kNone;
+    ++measured;
+    if (!(ha && hb)) return ha ? a : b;
+    if (!asymmetric(a, b, floor)) return 0.5 * (a + b);
+    ++asym;
+    // Report the first offender in row-major order, whatever the traversal order.
+    if (!first || std::pair(i, j) < std::pair(first->i, first->j))
+      first = Offender{field, i, j, a, b};
+    return kNone;
   };
+  auto bwOf = [](const std::optional<double>& o) { return o ? *o : kNone; };
+  auto latOf = [](const std::optional<LatencyStats>& o) { return o ? o->minUs : kNone; };
 
   // Tiles keep both directions of a pair, and both writes, in cache (rows are up to 4096
   // entries of 56 bytes in the topology).
@@ -65,29 +67,30 @@ Measurements cleanMeasurements(const Topology& t, std::string_view source,
     for (size_t bj = bi; bj < n; bj += kTile)
       for (size_t i = bi; i < std::min(n, bi + kTile); ++i)
         for (size_t j = std::max(bj, i + 1); j < std::min(n, bj + kTile); ++j) {
-          auto bw = combine(t.bandwidthMbps.at(i, j), t.bandwidthMbps.at(j, i),
-                            kBandwidthFloorMbps, "bandwidth_mbps", i, j);
-          const auto& lij = t.latencyUs.at(i, j);
-          const auto& lji = t.latencyUs.at(j, i);
-          auto lat = combine(lij ? std::optional<double>(lij->minUs) : std::nullopt,
-                             lji ? std::optional<double>(lji->minUs) : std::nullopt,
-                             kLatencyFloorUs, "latency_us", i, j);
+          double bw = combine(bwOf(t.bandwidthMbps.at(i, j)), bwOf(t.bandwidthMbps.at(j, i)),
+                              kBandwidthFloorMbps, "bandwidth_mbps", i, j);
+          double lat = combine(latOf(t.latencyUs.at(i, j)), latOf(t.latencyUs.at(j, i)),
+                               kLatencyFloorUs, "latency_us", i, j);
           // A zero bandwidth is "no path", which the model cannot use; treat it as missing.
-          bool hasBw = bw && *bw > 0;
+          bool hasBw = bw > 0;  // false for NaN
+          bool hasLat = !std::isnan(lat);
           if (hasBw) {
-            m.bandwidthMbps.set(i, j, static_cast<float>(*bw));
-            ++m.bandwidthPairs;
+            m.bandwidthMbps.set(i, j, static_cast<float>(bw));
+            ++bwPairs;
           }
-          if (lat) {
-            m.latencyUs.set(i, j, static_cast<float>(*lat));
-            ++m.latencyPairs;
+          if (hasLat) {
+            m.latencyUs.set(i, j, static_cast<float>(lat));
+            ++latPairs;
           }
-          if (hasBw || lat) {
-            ++m.anyPairs;
+          if (hasBw || hasLat) {
+            ++anyPairs;
             ++m.hostPairs[i];
             ++m.hostPairs[j];
           }
         }
+  m.bandwidthPairs = bwPairs;
+  m.latencyPairs = latPairs;
+  m.anyPairs = anyPairs;
   m.droppedAsymmetric = asym;
   if (asym > 0) {
     const Offender& o = *first;

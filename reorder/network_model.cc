@@ -268,16 +268,36 @@ NetworkModel inferModel(const Measurements& m, const Hierarchy& h,
   return net;
 }
 
-// The measured latency (missing pairs imputed by their level's median) and the measured rates
-// (caps) become the model's.
+// The measured latency (missing pairs imputed by their level's median) becomes the model's, and
+// so do the measured rates of the pairs that are anomalies: slower than kAnomalyRatio times what
+// the tree allows them. Only those cap flows; the rest is measurement noise, and capping by
+// noise would make the ring chase it.
 void attachMatrices(NetworkModel& net, PairMatrix latency, PairMatrix bandwidth,
                     const std::vector<double>& levelLat) {
   size_t n = net.n;
+  size_t anomalies = 0;
   for (size_t i = 0; i < n; ++i) {
     const float* row = latency.row(i);
-    for (size_t j = i + 1; j < n; ++j)
-      if (std::isnan(row[j])) latency.set(i, j, static_cast<float>(levelLat[net.lcaLevel(i, j)]));
+    const float* bw = bandwidth.row(i);
+    for (size_t j = i + 1; j < n; ++j) {
+      bool noLat = std::isnan(row[j]), hasBw = !std::isnan(bw[j]);
+      if (!noLat && !hasBw) continue;
+      size_t top = net.lcaLevel(i, j);
+      if (noLat) latency.set(i, j, static_cast<float>(levelLat[top]));
+      if (!hasBw) continue;
+      double tree = std::min(net.hostMbps[i], net.hostMbps[j]);
+      for (size_t l = 0; l < top; ++l)
+        tree = std::min({tree, net.uplinkMbps[net.switchAt(i, l)],
+                         net.uplinkMbps[net.switchAt(j, l)]});
+      if (bw[j] >= kAnomalyRatio * tree)
+        bandwidth.set(i, j, std::numeric_limits<float>::quiet_NaN());
+      else
+        ++anomalies;
+    }
   }
+  if (anomalies > 0)
+    RANKMAP_DEBUG(Reorder, "network: {} pair(s) measured below {:g}x of what the tree allows; "
+                  "they cap their flows", anomalies, kAnomalyRatio);
   net.latency = std::make_shared<const PairMatrix>(std::move(latency));
   net.caps = std::make_shared<const PairMatrix>(std::move(bandwidth));
 }

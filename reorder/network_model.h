@@ -4,8 +4,9 @@
 // group's switch attaches to its parent group's switch (the root for the top level) by an
 // uplink. Every link has one capacity per direction, the same both ways. A flow from a to b uses
 // a's host link up, the uplinks of a's groups below the lowest common group up, those of b's
-// groups down, and b's host link down. Where a pair was measured, its single-flow rate also caps
-// a flow between them (the network may be less tree-shaped than the model).
+// groups down, and b's host link down. A pair measured well below what the tree allows it
+// (kAnomalyRatio) is an anomaly of a network less tree-shaped than the model: its measured rate
+// also caps flows between the two.
 //
 // Inference (inferNetwork): a host link's rate is the top band of the host's single-flow rates
 // to its innermost group (flows that cross no uplink); an uplink's capacity is the top band of
@@ -34,6 +35,7 @@ namespace rankmap::reorder {
 inline constexpr double kDefaultHostMbps = 10000;  // when no bandwidth was measured at all
 inline constexpr double kDefaultLatencyUs = 20;    // when no latency was measured at all
 inline constexpr double kHeterogeneousRatio = 1.5;
+inline constexpr double kAnomalyRatio = 0.7;  // a pair this much below the tree caps its flows
 
 struct NetworkModel {
   size_t n = 0;       // hosts

@@ -5,10 +5,10 @@
 // It asks an agent's HTTP API to run the round (--agent, or RANKMAP_AGENT when that answers),
 // following the round's progress; with --key-file (and no --agent), or with no agent API at
 // hand, it coordinates the round itself, talking to the agents' probe ports with the job's
-// probe key (--key-file or RANKMAP_PROBE_KEY_FILE). Progress goes to stderr: a bar on a terminal, one line per phase
-// otherwise. The result line (or JSON with --json) goes to stdout. Exit status: 0 when a
-// topology was written (possibly with missing pairs, reported), 1 when the round failed, 2 on
-// bad input.
+// probe key (--key-file or RANKMAP_PROBE_KEY_FILE). Progress goes to stderr: a bar on a terminal,
+// one line per phase otherwise. The result line (or JSON with --json) goes to stdout. Exit status:
+// 0 when a topology was written (possibly with missing pairs, reported), 1 when the round failed, 2
+// on bad input.
 #include <unistd.h>
 
 #include <cstdio>
@@ -87,22 +87,28 @@ Outcome viaAgent(const ProbeArgs& a, const std::string& url, const std::string& 
   for (const auto& h : hosts) body["hosts"].push_back({{"name", h.name}, {"address", h.address}});
   if (a.contention) body["contention"] = true;
   auto t0 = std::chrono::steady_clock::now();
-  HttpResponse r = client.post("/v1/probe", body.dump(), Deadline::after(std::chrono::seconds(30)).min(d));
+  HttpResponse r =
+      client.post("/v1/probe", body.dump(), Deadline::after(std::chrono::seconds(30)).min(d));
   if (r.status == 401 || r.status == 403)
-    throw InvalidInput(fmt::format("agent {}: {} (HTTP {}); pass --token-file or set "
-                                   "RANKMAP_TOKEN_FILE",
-                                   url, r.errorText(), r.status));
+    throw InvalidInput(
+        fmt::format("agent {}: {} (HTTP {}); pass --token-file or set "
+                    "RANKMAP_TOKEN_FILE",
+                    url, r.errorText(), r.status));
   if (r.status == 409)
     throw PeerError(fmt::format("agent {}: {}; try again when it is done", url, r.errorText()));
   if (r.status == 400) throw InvalidInput(fmt::format("agent {}: {}", url, r.errorText()));
-  if (r.status != 202) throw PeerError(fmt::format("agent {}: HTTP {}: {}", url, r.status, r.errorText()));
+  if (r.status != 202)
+    throw PeerError(fmt::format("agent {}: HTTP {}: {}", url, r.status, r.errorText()));
   int64_t id = parseJson(r.body, "probe answer").at("round_id").get<int64_t>();
   ProgressView view;
   Json st;
   for (;;) {
     d.check(fmt::format("round {} on agent {}", id, url));
-    HttpResponse s = client.get(fmt::format("/v1/rounds/{}", id), Deadline::after(std::chrono::seconds(10)).min(d));
-    if (s.status != 200) throw PeerError(fmt::format("agent {}: round {}: HTTP {}: {}", url, id, s.status, s.errorText()));
+    HttpResponse s = client.get(fmt::format("/v1/rounds/{}", id),
+                                Deadline::after(std::chrono::seconds(10)).min(d));
+    if (s.status != 200)
+      throw PeerError(
+          fmt::format("agent {}: round {}: HTTP {}: {}", url, id, s.status, s.errorText()));
     st = parseJson(s.body, "round status");
     if (st.value("status", "") != "running") break;
     view.update(st.value("phase", "?"), st.value("done", 0u), st.value("total", 0u));
@@ -117,10 +123,13 @@ Outcome viaAgent(const ProbeArgs& a, const std::string& url, const std::string& 
   o.missing = st.value("pairs_missing", 0u);
   o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!st.contains("topology_version") || st["topology_version"].is_null())
-    throw PeerError(fmt::format("agent {}: round {} {}: {}", url, id, o.status, st.value("error", "no topology")));
+    throw PeerError(fmt::format("agent {}: round {} {}: {}", url, id, o.status,
+                                st.value("error", "no topology")));
   o.version = st["topology_version"].get<int64_t>();
   HttpResponse t = client.get(fmt::format("/v1/topology?version={}", o.version), d);
-  if (t.status != 200) throw PeerError(fmt::format("agent {}: topology {}: HTTP {}: {}", url, o.version, t.status, t.errorText()));
+  if (t.status != 200)
+    throw PeerError(
+        fmt::format("agent {}: topology {}: HTTP {}: {}", url, o.version, t.status, t.errorText()));
   Topology topo = Topology::parse(t.body, fmt::format("agent {} topology", url));
   topo.save(a.out);
   return o;
@@ -130,16 +139,18 @@ Outcome coordinateHere(const ProbeArgs& a, const CliContext& ctx, const std::vec
                        Deadline d) {
   std::string keyFile = !a.keyFile.empty() ? a.keyFile : ctx.config.get(settings::kProbeKeyFile);
   if (keyFile.empty())
-    throw InvalidInput("no agent API answered and no probe key to coordinate the round here: "
-                       "pass --agent URL (with --token-file), or --key-file FILE (or set "
-                       "RANKMAP_PROBE_KEY_FILE)");
+    throw InvalidInput(
+        "no agent API answered and no probe key to coordinate the round here: "
+        "pass --agent URL (with --token-file), or --key-file FILE (or set "
+        "RANKMAP_PROBE_KEY_FILE)");
   probe::ProbeKey key = probe::ProbeKey::load(keyFile);
   ProbeOptions opts;
   opts.contention = a.contention;
   opts.roundTimeout = std::chrono::duration_cast<std::chrono::milliseconds>(d.remaining());
   Coordinator coord(hosts, key, "rankmap-probe@" + localHostName(), opts);
   ProgressView view;
-  RoundResult r = coord.runFull(d, [&](const RoundProgress& p) { view.update(p.phase, p.done, p.total); });
+  RoundResult r =
+      coord.runFull(d, [&](const RoundProgress& p) { view.update(p.phase, p.done, p.total); });
   view.finish();
   Outcome o;
   o.via = "coordinated here";
@@ -150,9 +161,10 @@ Outcome coordinateHere(const ProbeArgs& a, const CliContext& ctx, const std::vec
   o.seconds = r.seconds;
   o.dead = r.deadHosts;
   if (o.status == "failed")
-    throw PeerError(fmt::format("probe round failed: no pair measured ({} of {} agents did not "
-                                "answer: {})",
-                                r.deadHosts.size(), hosts.size(), fmt::join(r.deadHosts, ", ")));
+    throw PeerError(
+        fmt::format("probe round failed: no pair measured ({} of {} agents did not "
+                    "answer: {})",
+                    r.deadHosts.size(), hosts.size(), fmt::join(r.deadHosts, ", ")));
   r.topology.save(a.out);
   return o;
 }
@@ -170,31 +182,34 @@ int runProbe(const CliContext& ctx, const ProbeArgs& a) {
   if (!useAgent && a.keyFile.empty() && !url.empty()) {
     // The default agent is used when it answers; otherwise we coordinate here.
     try {
-      useAgent = HttpClient(url).get("/v1/health", Deadline::after(std::chrono::seconds(1))).status == 200;
+      useAgent =
+          HttpClient(url).get("/v1/health", Deadline::after(std::chrono::seconds(1))).status == 200;
     } catch (const std::exception&) {
       useAgent = false;
     }
   }
   Outcome o;
   if (useAgent) {
-    std::string tokenFile = !a.tokenFile.empty() ? a.tokenFile : ctx.config.get(settings::kTokenFile);
+    std::string tokenFile =
+        !a.tokenFile.empty() ? a.tokenFile : ctx.config.get(settings::kTokenFile);
     if (tokenFile.empty())
-      throw InvalidInput(fmt::format("agent {} needs a bearer token to start a round: pass "
-                                     "--token-file or set RANKMAP_TOKEN_FILE",
-                                     url));
+      throw InvalidInput(
+          fmt::format("agent {} needs a bearer token to start a round: pass "
+                      "--token-file or set RANKMAP_TOKEN_FILE",
+                      url));
     o = viaAgent(a, url, readSecretFile(tokenFile, 1, "token file"), hosts, d);
   } else {
     o = coordinateHere(a, ctx, hosts, d);
   }
   if (a.json) {
-    Json j = {{"out", a.out},         {"status", o.status},   {"hosts", o.hosts},
-              {"pairs", o.pairs},     {"missing_pairs", o.missing}, {"seconds", o.seconds},
-              {"via", o.via},         {"dead_hosts", o.dead}};
+    Json j = {{"out", a.out},     {"status", o.status},         {"hosts", o.hosts},
+              {"pairs", o.pairs}, {"missing_pairs", o.missing}, {"seconds", o.seconds},
+              {"via", o.via},     {"dead_hosts", o.dead}};
     j["version"] = o.version ? Json(o.version) : Json(nullptr);
     fmt::print("{}\n", j.dump());
   } else {
-    fmt::print("rankmap probe: wrote {}: {} hosts, {} pairs, {} missing, {:.1f} s, {} ({})\n", a.out,
-               o.hosts, o.pairs, o.missing, o.seconds, o.status, o.via);
+    fmt::print("rankmap probe: wrote {}: {} hosts, {} pairs, {} missing, {:.1f} s, {} ({})\n",
+               a.out, o.hosts, o.pairs, o.missing, o.seconds, o.status, o.via);
   }
   if (o.missing > 0 || !o.dead.empty())
     fmt::print(stderr, "rankmap probe: warning: {} pairs missing{}{}\n", o.missing,
@@ -207,10 +222,12 @@ int runProbe(const CliContext& ctx, const ProbeArgs& a) {
 void registerProbeCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   auto* cmd = app.add_subcommand("probe", "Measure the network between hosts; write topology.json");
   auto a = std::make_shared<ProbeArgs>();
-  cmd->add_option("--hosts", a->hostsFile, "Hosts file: one `name address[:port]` per line")->required();
+  cmd->add_option("--hosts", a->hostsFile, "Hosts file: one `name address[:port]` per line")
+      ->required();
   cmd->add_option("--out", a->out, "Where to write topology.json (default ./topology.json)");
   cmd->add_option("--agent", a->agent, "rankmapd API URL (default RANKMAP_AGENT when it answers)");
-  cmd->add_option("--token-file", a->tokenFile, "Bearer token for the agent (or RANKMAP_TOKEN_FILE)");
+  cmd->add_option("--token-file", a->tokenFile,
+                  "Bearer token for the agent (or RANKMAP_TOKEN_FILE)");
   cmd->add_option("--key-file", a->keyFile,
                   "Probe key, to coordinate here without an agent API (or RANKMAP_PROBE_KEY_FILE)");
   cmd->add_option("--timeout", a->timeout, "Deadline for the whole round (default 10m)");

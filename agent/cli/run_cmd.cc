@@ -94,13 +94,20 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
       pr = launch::planFromAgent(url, cmd->job(),
                                  Deadline::after(cfg.get(settings::kRunAgentTimeout)));
     }
-    dir = std::make_unique<launch::RunDir>(launch::runDirBase(cfg.get(settings::kRunDir)));
-    launch::RunOptions opts;
-    opts.mode = mode;
-    opts.dir = dir->path();
-    opts.planPath = pr.planPath;
-    if (mode == launch::Mode::kShim) opts.shimLib = findShimLib(cfg);
-    d = launch::prepareRun(*cmd, pr.plan, pr.error, pr.source, pr.known, opts);
+    // A run directory that cannot be made or written is rankmap's problem, not the job's: the
+    // job then runs unchanged.
+    try {
+      dir = std::make_unique<launch::RunDir>(launch::runDirBase(cfg.get(settings::kRunDir)));
+      launch::RunOptions opts;
+      opts.mode = mode;
+      opts.dir = dir->path();
+      opts.planPath = pr.planPath;
+      if (mode == launch::Mode::kShim) opts.shimLib = findShimLib(cfg);
+      d = launch::prepareRun(*cmd, pr.plan, pr.error, pr.source, pr.known, opts);
+      if (!a.dryRun) dir->write(d.command.files);
+    } catch (const std::exception& e) {
+      d = launch::unchanged(a.command, fmt::format("cannot prepare the job's files: {}", e.what()));
+    }
   }
   std::fprintf(stderr, "%s\n", d.message.c_str());
   std::fflush(stderr);
@@ -110,7 +117,6 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
       fmt::print("# {} (written for a real run):\n{}", path, content);
     return 0;
   }
-  if (dir) dir->write(d.command.files);
   return launch::runAndWait(d.command.argv);
 }
 

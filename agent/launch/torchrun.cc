@@ -516,7 +516,7 @@ RunDecision decideTorchrun(const std::vector<std::string>& argv, const std::opti
       return keep(
           fmt::format("{} rendezvous ranks nodes by their sorted FQDNs and this torchrun "
                       "(torch {}) has no --local_addr to order them; use the static "
-                      "rendezvous (--master_addr/--node_rank) or torch >= 2.x",
+                      "rendezvous (--master_addr/--node_rank) or a torchrun with --local_addr",
                       backend, install ? install->torchVersion : std::string("unknown")));
     auto addr = addressOf(*me, known);
     if (!addr && self.addresses.size() == 1) addr = self.addresses[0];

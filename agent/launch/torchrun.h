@@ -10,11 +10,11 @@
 //     --master_addr (or the host of a static --rdzv_endpoint) to the address of the plan's first
 //     host. Gloo builds its ring by rank, so launch-time order is the only lever it has.
 //   - c10d (and etcd): ranks follow the sorted node descriptors, whose first field is the node's
-//     address: --local_addr where torchrun has it (torch >= 2.x), else socket.getfqdn(). Where
-//     torchrun has --local_addr, the rewrite passes an address that sorts in plan order and still
-//     parses as this node's IPv4 address: the hexadecimal form with leading zeros
-//     ("0x" + (N - position) zeros + hex), which inet_aton and getaddrinfo accept. Where it does
-//     not (torch 1.13), the command runs unchanged with the reason.
+//     address: --local_addr where torchrun has it (newer torch; read from torchrun's source),
+//     else socket.getfqdn(). Where torchrun has --local_addr, the rewrite passes an address that
+//     sorts in plan order and still parses as this node's IPv4 address: the hexadecimal form
+//     with leading zeros ("0x" + (N - position) zeros + hex), which inet_aton and getaddrinfo
+//     accept. Where it does not (torch 1.13), the command runs unchanged with the reason.
 // Anything not understood (an unknown option, --standalone, a plan that does not hold this node
 // or another node count) gives the original command with the reason; nothing is guessed.
 //

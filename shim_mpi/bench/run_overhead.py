@@ -8,7 +8,12 @@ The identity plan is made by `rankmap plan` from a one-host topology (this machi
 it): the planner's identity fallback, which the shim still applies (it splits the world and
 substitutes it in every call), so the numbers include the whole wrapper path.
 
+On a shared machine, --rt PRIO runs the ranks at SCHED_FIFO priority PRIO (chrt; root), each
+bound to a core, so that other processes do not preempt the busy-polling ranks: without it the
+per-call times on a loaded 2-core machine vary by 10x between runs and hide a few nanoseconds.
+
 Usage: run_overhead.py --rankmap BIN --shim LIB --bench BIN [--np 2] [--calls 100000] [--runs 7]
+                       [--rt PRIO]
 """
 
 import argparse
@@ -24,7 +29,9 @@ import tempfile
 
 def run_bench(args, plan, shim):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    argv = ["mpirun", "--oversubscribe", "-np", str(args.np), "--bind-to", "none",
+    argv = ["chrt", "-f", str(args.rt)] if args.rt > 0 else []
+    argv += ["mpirun", "--oversubscribe", "-np", str(args.np),
+            "--bind-to", "core" if args.rt > 0 else "none",
             "--mca", "btl", "self,vader", "--mca", "pml", "ob1"]
     if shim:
         argv += ["-x", f"LD_PRELOAD={args.shim}", "-x", f"RANKMAP_PLAN={plan}"]
@@ -46,6 +53,7 @@ def main():
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--calls", type=int, default=100000)
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--rt", type=int, default=0, help="SCHED_FIFO priority for the ranks (0: off)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rankmap-overhead-") as tmp:
         host = socket.gethostname().split(".")[0]
@@ -72,7 +80,7 @@ def main():
             shim = statistics.median(r[k] for r in results[True])
             print(f"{name}: plain {plain:.1f} ns/call, shim {shim:.1f} ns/call, "
                   f"overhead {100 * (shim / plain - 1):+.2f}% (medians of {args.runs} runs of "
-                  f"{args.calls} calls, {args.np} ranks)")
+                  f"{args.calls} calls, {args.np} ranks{', SCHED_FIFO' if args.rt else ''})")
 
 
 if __name__ == "__main__":

@@ -92,6 +92,22 @@ def probe_topology(tb, args, path):
     if p.returncode != 0:
         lib.fail(f"rankmap probe: exit {p.returncode}: {p.stdout.strip()} {p.stderr.strip()[-2000:]}")
     print(f"probe: {p.stdout.strip()} ({time.monotonic() - t0:.1f} s)", flush=True)
+
+
+def check_agent_plan(tb, args, order):
+    """rankmap run --agent against vm0's rankmapd (GET /v1/plan): a dry run must put the hosts
+    in the plan's order. (mpirun itself runs in the head namespace, where no agent listens.)"""
+    vm0 = tb.truth["vms"][0]["name"]
+    hosts = [vm["name"] for vm in tb.truth["vms"]]
+    p = subprocess.run(tb.exec_argv(vm0, "env", "RANKMAP_RUN_DIR=/tmp", args.rankmap, "run",
+                                    "--dry-run", "--agent", "http://127.0.0.1:7410", "--",
+                                    "mpirun", "-H", ",".join(hosts), "--mca", "rmaps", "seq",
+                                    args.proof_c),
+                       capture_output=True, text=True, timeout=120)
+    lib.check(p.returncode == 0 and "launch mode" in p.stderr,
+              f"rankmap run --agent: {p.stderr.strip()}")
+    got = [line for line in p.stdout.splitlines()[1:] if line in hosts]
+    lib.check(got == order, f"rankmap run --agent puts the hosts in the plan's order ({' '.join(got)})")
     tb.run("agents", "stop", "--prefix", kPrefix, timeout=60, check=False)
 
 
@@ -167,6 +183,8 @@ def run_proof(tb, args, programs):
               f"{[rack[h] for h in plan['order']]}; predicted {plan['predicted']['speedup']:.2f}x",
               flush=True)
         lib.check(plan["order"] != plan["hosts"], "the plan changes the provider order")
+        if args.source == "probe":
+            check_agent_plan(tb, args, plan["order"])
 
         # A stand-in mpirun, first on PATH in the head namespace: rankmap run wraps the real one.
         bindir = os.path.join(tmp, "bin")

@@ -51,7 +51,9 @@ struct Agents {
     d.back()->start();
     return *d.back();
   }
-  static std::string url(const Daemon& x) { return fmt::format("http://127.0.0.1:{}", x.httpPort()); }
+  static std::string url(const Daemon& x) {
+    return fmt::format("http://127.0.0.1:{}", x.httpPort());
+  }
   static Json hostJson(const Daemon& x) {
     return {{"name", x.name()}, {"address", fmt::format("127.0.0.1:{}", x.probePort())}};
   }
@@ -175,23 +177,30 @@ TEST(Daemon, MetricsAreValidPrometheusTextWithoutPairSeries) {
   ASSERT_EQ(post(x, body.dump()).status, 200);
   // A connection with the wrong probe key is rejected and counted.
   probe::ProbeKey wrong = probe::ProbeKey::fromBytes(std::string(64, 'w'));
-  EXPECT_THROW(probe::request({"127.0.0.1", x.probePort()}, wrong, "intruder", Json{{"op", "hello"}},
-                              Deadline::after(2s)),
+  EXPECT_THROW(probe::request({"127.0.0.1", x.probePort()}, wrong, "intruder",
+                              Json{{"op", "hello"}}, Deadline::after(2s)),
                PeerError);
   std::string text;
   for (int i = 0; i < 100; ++i) {  // the server counts the rejection on its own thread
     auto m = get(x, "/metrics");
     ASSERT_EQ(m.status, 200);
     text = m.body;
-    if (text.find(R"(rankmap_probe_auth_rejections_total{reason="bad_mac"} 1)") != std::string::npos) break;
+    if (text.find(R"(rankmap_probe_auth_rejections_total{reason="bad_mac"} 1)") !=
+        std::string::npos)
+      break;
     std::this_thread::sleep_for(20ms);
   }
-  EXPECT_NE(text.find(R"(rankmap_probe_auth_rejections_total{reason="bad_mac"} 1)"), std::string::npos) << text;
-  EXPECT_NE(text.find(R"(rankmap_probe_rounds_total{kind="full",result="ok"} 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(rankmap_probe_auth_rejections_total{reason="bad_mac"} 1)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(R"(rankmap_probe_rounds_total{kind="full",result="ok"} 1)"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("rankmap_probe_round_duration_seconds_bucket{kind=\"full\",le=\"+Inf\"} 1"),
             std::string::npos);
   EXPECT_NE(text.find("rankmap_topology_bandwidth_mbps{tier="), std::string::npos);
-  std::regex sample(R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? [-+0-9.eEInfa]+$)");
+  std::regex sample(
+      R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? [-+0-9.eEInfa]+$)");
   std::regex comment(R"(^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$)");
   std::set<std::string> typed;
   size_t samples = 0;
@@ -299,7 +308,8 @@ TEST(Coordinator, AgentKilledMidRoundLeavesItsPairsMissing) {
   EXPECT_EQ(r.status(), "partial");
   EXPECT_EQ(r.deadHosts, (std::vector<std::string>{"s"}));
   // Latency ran before the kill: every pair has something; bandwidth to/from s is missing.
-  for (size_t i = 0; i < 3; ++i) EXPECT_FALSE(r.topology.bandwidthMbps.at(i, 3) && r.topology.bandwidthMbps.at(3, i));
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_FALSE(r.topology.bandwidthMbps.at(i, 3) && r.topology.bandwidthMbps.at(3, i));
   EXPECT_TRUE(r.topology.bandwidthMbps.at(0, 1));
 }
 
@@ -332,13 +342,13 @@ TEST(AgentConfig, ParsesCommentedJsonAndRejectsUnknownKeys) {
   EXPECT_DOUBLE_EQ(c.reprobe.changeThreshold, 0.3);
   EXPECT_EQ(c.maxBodyBytes, 64u << 10);
   for (const char* bad : {R"({"listn": "x"})", R"({"probe": {"latency_samples": 0}})",
-                          R"({"reprobe": {"interval": "soon"}})", R"({"listen": "host:1"})",
-                          "{"}) {
+                          R"({"reprobe": {"interval": "soon"}})", R"({"listen": "host:1"})", "{"}) {
     std::string p = dir.write("bad.json", bad);
     EXPECT_THROW(AgentConfig::load(p), InvalidInput) << bad;
   }
   // The shipped example parses.
-  EXPECT_NO_THROW(AgentConfig::load(std::string(RANKMAP_TEST_DATA_DIR) + "/../../configs/rankmapd.json"));
+  EXPECT_NO_THROW(
+      AgentConfig::load(std::string(RANKMAP_TEST_DATA_DIR) + "/../../configs/rankmapd.json"));
 }
 
 TEST(Daemon, RefusesToStartWithoutAKeyOrWithAShortToken) {

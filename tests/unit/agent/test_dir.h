@@ -13,7 +13,8 @@ namespace rankmap::agent::testing {
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "rankmap-agent-test-XXXXXX").string();
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "rankmap-agent-test-XXXXXX").string();
     if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
     path_ = tmpl;
   }

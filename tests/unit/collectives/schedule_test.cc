@@ -70,6 +70,10 @@ struct Case {
   Algorithm algorithm;
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << collectiveName(c.collective) << " " << algorithmName(c.algorithm);
+}
+
 std::string caseName(const ::testing::TestParamInfo<Case>& info) {
   return std::string(collectiveName(info.param.collective)) + "_" +
          std::string(algorithmName(info.param.algorithm));
@@ -86,6 +90,7 @@ TEST_P(ScheduleMatrix, EveryElementExactlyOnceNoDeadlock) {
     for (uint64_t count : {0, 1, 2, 7, 13, 64}) {
       if (coll == Collective::kBarrier && count > 0) continue;
       for (uint64_t segBytes : {4, 12, 1 << 20}) {
+        if (n > 8 && segBytes == 4) continue;  // one-element segments: small sizes cover them
         for (bool inPlace : {false, true}) {
           for (int orderKind = 0; orderKind < 2; ++orderKind) {
             AlgoParams p;

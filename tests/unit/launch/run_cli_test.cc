@@ -153,6 +153,19 @@ TEST_F(RunCli, DownAgentRunsTheOriginalCommandQuickly) {
   EXPECT_NE(c.err.find("no plan from agent http://127.0.0.1:9"), std::string::npos) << c.err;
 }
 
+TEST_F(RunCli, UnwritableRunDirRunsTheOriginalCommand) {
+  std::vector<std::string> argv{RANKMAP_CLI, "run", "--plan", dir_.file("plan.json")};
+  for (auto& w : seqJob()) argv.push_back(w);
+  Completed c = testing::runCommand(argv,
+                                    {{"RANKMAP_RUN_DIR", dir_.file("absent/dir")},
+                                     {"RANKMAP_CONF_FILE", dir_.file("none.conf")}},
+                                    Deadline::afterMs(kTimeoutMs), {"RANKMAP_PLAN", "RANKMAP_LOG"});
+  EXPECT_EQ(c.status, 7) << c.err;
+  EXPECT_EQ(testing::lines(c.out)[0],
+            "argv: --hostfile " + dir_.file("hf") + " --mca rmaps seq --np 4 ./prog --size 8");
+  EXPECT_NE(c.err.find("unchanged: cannot prepare the job's files"), std::string::npos) << c.err;
+}
+
 TEST_F(RunCli, UsageErrors) {
   Completed c = rankmap({"--agent", "http://127.0.0.1:9", "--plan", "p", "--", "mpirun"});
   EXPECT_EQ(c.status, 2) << c.err;

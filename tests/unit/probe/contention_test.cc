@@ -45,7 +45,8 @@ Cloud hiddenCloud(int n, int racks, double h, double u, unsigned seed) {
   std::mt19937 rng(seed);
   std::shuffle(order.begin(), order.end(), rng);
   Cloud c{std::vector<int>(static_cast<size_t>(n)), h, u};
-  for (int pos = 0; pos < n; ++pos) c.rack[static_cast<size_t>(order[static_cast<size_t>(pos)])] = pos % racks;
+  for (int pos = 0; pos < n; ++pos)
+    c.rack[static_cast<size_t>(order[static_cast<size_t>(pos)])] = pos % racks;
   return c;
 }
 
@@ -73,7 +74,8 @@ std::vector<ObservedTrial> probeTrials(const Cloud& c, int n, std::mt19937& rng,
     trials.push_back(c.run(back, rng, noise));
   }
   if (contention)
-    for (const auto& t : contentionTrials(n, 2 * (n - 1), 42)) trials.push_back(c.run(t, rng, noise));
+    for (const auto& t : contentionTrials(n, 2 * (n - 1), 42))
+      trials.push_back(c.run(t, rng, noise));
   return trials;
 }
 

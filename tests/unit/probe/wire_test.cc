@@ -26,13 +26,12 @@ struct TestServer {
     o.name = "server";
     o.handshakeTimeout = 500ms;
     o.idleTimeout = 2s;
-    server = std::make_unique<ProbeServer>(o, std::move(key),
-                                           [this](const Json& req, const std::string& peer, Deadline) {
-                                             ++requests;
-                                             if (req.value("op", "") == "fail")
-                                               throw InvalidInput("asked to fail");
-                                             return Json{{"echo", req}, {"peer", peer}};
-                                           });
+    server = std::make_unique<ProbeServer>(
+        o, std::move(key), [this](const Json& req, const std::string& peer, Deadline) {
+          ++requests;
+          if (req.value("op", "") == "fail") throw InvalidInput("asked to fail");
+          return Json{{"echo", req}, {"peer", peer}};
+        });
     server->start();
   }
   Endpoint ep() const { return loopback(server->port()); }
@@ -89,7 +88,8 @@ TEST(ReplayGuard, RejectsReplayedNonceAndStaleTimestamp) {
 
 TEST(Channel, ControlRequestRoundTrip) {
   TestServer s;
-  Json reply = request(s.ep(), keyA(), "client-1", Json{{"op", "x"}, {"n", 7}}, Deadline::after(2s));
+  Json reply =
+      request(s.ep(), keyA(), "client-1", Json{{"op", "x"}, {"n", 7}}, Deadline::after(2s));
   EXPECT_EQ(reply["echo"]["n"], 7);
   EXPECT_EQ(reply["peer"], "client-1");
   EXPECT_EQ(s.requests.load(), 1);
@@ -155,7 +155,8 @@ std::string rawExchange(const Endpoint& ep, const std::string& bytes) {
   std::string got;
   char buf[256];
   try {
-    while (size_t k = s.recvSome(buf, sizeof(buf), Deadline::after(1s), "raw recv")) got.append(buf, k);
+    while (size_t k = s.recvSome(buf, sizeof(buf), Deadline::after(1s), "raw recv"))
+      got.append(buf, k);
   } catch (const Error&) {
   }
   return got;
@@ -223,8 +224,9 @@ TEST(Framing, ATamperedFrameFailsAuthentication) {
   // Hello is 20 + (2 + 16 + 8 + 1 + 1) + 32 = 80 bytes for the name "c"; byte 90 is inside the
   // payload of the first request frame that follows.
   FlippingProxy proxy(s.ep(), 90);
-  EXPECT_THROW(request(proxy.ep(), keyA(), "c", Json{{"op", "tamper-me-please"}}, Deadline::after(2s)),
-               Error);
+  EXPECT_THROW(
+      request(proxy.ep(), keyA(), "c", Json{{"op", "tamper-me-please"}}, Deadline::after(2s)),
+      Error);
   EXPECT_TRUE(eventually([&] { return s.server->authFailures(AuthFailure::kBadMac) == 1; }));
   EXPECT_EQ(s.requests.load(), 0);
 }
@@ -327,7 +329,7 @@ TEST(Server, RefusesBulkRequestsBeyondItsLimits) {
 
 TEST(Server, StopsPromptlyWithIdleAndHalfOpenConnections) {
   auto s = std::make_unique<TestServer>();
-  Socket idle = Socket::connect(s->ep(), Deadline::after(1s));  // never sends Hello
+  Socket idle = Socket::connect(s->ep(), Deadline::after(1s));                 // never sends Hello
   Channel open = Channel::connect(s->ep(), keyA(), "c", Deadline::after(1s));  // then silent
   auto t0 = std::chrono::steady_clock::now();
   s->server->stop();

@@ -204,6 +204,37 @@ TEST(Planner, FallbacksAreIdentityWithConfidenceZero) {
   EXPECT_NE(r.warnings[0].find("vm2"), std::string::npos) << r.warnings[0];
 }
 
+TEST(Planner, ASlowPairTheTreeDoesNotExplainIsAvoided) {
+  // Two racks of 6; one in-rack pair measures 100 Mbit/s (a bad cable, say) where the tree says
+  // 1000. The ring must not use that pair; ordinary noise must not matter.
+  SyntheticSpec s;
+  s.levels = {{6, 600, 10}};
+  s.topGroups = 2;
+  s.noise = 0.05;
+  auto syn = makeSynthetic(s);
+  Topology t = syn.topology;
+  int a = -1, b = -1;
+  for (int i = 0; i < 12 && a < 0; ++i)
+    for (int j = i + 1; j < 12; ++j)
+      if (syn.truth.levels[0].groupOf[i] == syn.truth.levels[0].groupOf[j]) {
+        a = i;
+        b = j;
+        break;
+      }
+  t.bandwidthMbps.at(a, b) = 100;
+  t.bandwidthMbps.at(b, a) = 104;
+  PlanOptions o = quiet();
+  o.minGain = 0;
+  Plan p = makePlan(t, o);
+  size_t n = p.order.size();
+  for (size_t i = 0; i < n; ++i) {
+    std::set<std::string> edge = {p.order[i], p.order[(i + 1) % n]};
+    EXPECT_FALSE(edge.count(t.hosts[a].name) && edge.count(t.hosts[b].name))
+        << "the ring uses the slow pair";
+  }
+  EXPECT_GT(p.predicted.bottleneckMbps, 500);
+}
+
 TEST(Planner, FlatNetworkKeepsTheInputOrder) {
   SyntheticSpec s;
   s.levels = {{6, 1000, 0}};
