@@ -20,14 +20,6 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kLatencyFloorUs = 0.05f;
 
-// splitmix64: a tiny, portable, seeded generator (std distributions differ between libraries).
-uint64_t splitmix(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 // The rate a host's own link allows: the median of its measured single-flow rates within 25%
 // of the largest, robust to noise and to slower peers (only its fastest peers show its link).
 double topBand(const std::vector<double>& v) {
@@ -46,7 +38,7 @@ std::vector<int> sampleHosts(size_t n) {
   std::iota(idx.begin(), idx.end(), 0);
   if (n <= kAnalysisHosts) return idx;
   uint64_t s = 0x5eed0000ull + n;
-  for (size_t i = n - 1; i > 0; --i) std::swap(idx[i], idx[splitmix(s) % (i + 1)]);
+  for (size_t i = n - 1; i > 0; --i) std::swap(idx[i], idx[splitmix64(s) % (i + 1)]);
   idx.resize(kAnalysisHosts);
   std::sort(idx.begin(), idx.end());
   return idx;
@@ -266,7 +258,7 @@ Hierarchy inferHierarchy(const Measurements& m, const std::vector<std::vector<in
   double keep = std::min(1.0, kConfidencePairs / std::max<double>(1, m.pairs()));
   std::vector<PairValue> kept;
   kept.reserve(static_cast<size_t>(keep * m.pairs() * 1.05) + 16);
-  std::vector<LinkageCell> cells(n * n);
+  LinkageMatrix cells(n * n);  // every off-diagonal cell is written below
   constexpr float kInf = std::numeric_limits<float>::infinity();
   for (size_t bi = 0; bi < n; bi += kTile)
     for (size_t bj = bi; bj < n; bj += kTile)

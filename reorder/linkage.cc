@@ -12,7 +12,7 @@ namespace rankmap::reorder {
 Dendrogram averageLinkage(const std::vector<float>& d, size_t n) {
   RANKMAP_ASSERT(d.size() == n * n);
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  std::vector<LinkageCell> cells(n * n);
+  LinkageMatrix cells(n * n);
   for (size_t i = 0; i < n * n; ++i) {
     bool has = !std::isnan(d[i]);
     cells[i] = {has ? d[i] : kInf, has ? 1.0f : 0.0f};
@@ -20,7 +20,7 @@ Dendrogram averageLinkage(const std::vector<float>& d, size_t n) {
   return averageLinkage(std::move(cells), n);
 }
 
-Dendrogram averageLinkage(std::vector<LinkageCell> cell, size_t n) {
+Dendrogram averageLinkage(LinkageMatrix cell, size_t n) {
   RANKMAP_ASSERT(cell.size() == n * n);
   constexpr float kInf = std::numeric_limits<float>::infinity();
   Dendrogram out;

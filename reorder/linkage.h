@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "reorder/numeric.h"
+
 namespace rankmap::reorder {
 
 struct Merge {
@@ -36,9 +38,12 @@ struct LinkageCell {
   float count;
 };
 
-// `cells` is n x n row-major, symmetric, consumed; the diagonal is ignored. Callers that build
-// the dissimilarity themselves fill the cells directly, which saves a second n x n matrix.
-Dendrogram averageLinkage(std::vector<LinkageCell> cells, size_t n);
+using LinkageMatrix = std::vector<LinkageCell, DefaultInitAllocator<LinkageCell>>;
+
+// `cells` is n x n row-major, symmetric, consumed; the diagonal is ignored (and may be left
+// unset). Callers that build the dissimilarity themselves fill the cells directly, which saves
+// a second n x n matrix.
+Dendrogram averageLinkage(LinkageMatrix cells, size_t n);
 // `d` is n x n row-major, symmetric; NaN = missing; the diagonal is ignored.
 Dendrogram averageLinkage(const std::vector<float>& d, size_t n);
 

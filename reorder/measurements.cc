@@ -16,6 +16,7 @@ namespace {
 // 0.9 us latency is not a broken measurement.
 constexpr double kLatencyFloorUs = 2.0;
 constexpr double kBandwidthFloorMbps = 1.0;
+constexpr float kNaNf = std::numeric_limits<float>::quiet_NaN();
 
 bool asymmetric(double a, double b, double floor) {
   double lo = std::max(std::min(a, b), floor);
@@ -36,8 +37,13 @@ Measurements cleanMeasurements(const Topology& t, std::string_view source,
   Measurements m;
   size_t n = t.size();
   m.n = n;
-  m.bandwidthMbps = PairMatrix(n);
-  m.latencyUs = PairMatrix(n);
+  // Every entry is written below: missing pairs and the diagonal as NaN.
+  m.bandwidthMbps = PairMatrix::uninitialized(n);
+  m.latencyUs = PairMatrix::uninitialized(n);
+  for (size_t i = 0; i < n; ++i) {
+    m.bandwidthMbps.set(i, i, kNaNf);
+    m.latencyUs.set(i, i, kNaNf);
+  }
   m.hostPairs.assign(n, 0);
   size_t asym = 0, measured = 0, bwPairs = 0, latPairs = 0, anyPairs = 0;
   std::optional<Offender> first;
@@ -74,14 +80,10 @@ Measurements cleanMeasurements(const Topology& t, std::string_view source,
           // A zero bandwidth is "no path", which the model cannot use; treat it as missing.
           bool hasBw = bw > 0;  // false for NaN
           bool hasLat = !std::isnan(lat);
-          if (hasBw) {
-            m.bandwidthMbps.set(i, j, static_cast<float>(bw));
-            ++bwPairs;
-          }
-          if (hasLat) {
-            m.latencyUs.set(i, j, static_cast<float>(lat));
-            ++latPairs;
-          }
+          m.bandwidthMbps.set(i, j, hasBw ? static_cast<float>(bw) : kNaNf);
+          m.latencyUs.set(i, j, hasLat ? static_cast<float>(lat) : kNaNf);
+          bwPairs += hasBw;
+          latPairs += hasLat;
           if (hasBw || hasLat) {
             ++anyPairs;
             ++m.hostPairs[i];

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/topology.h"
+#include "reorder/numeric.h"
 
 namespace rankmap::reorder {
 
@@ -31,6 +32,13 @@ class PairMatrix {
  public:
   PairMatrix() = default;
   explicit PairMatrix(size_t n) : n_(n), v_(n * n, std::numeric_limits<float>::quiet_NaN()) {}
+  // Contents undefined: for code that writes every entry (it saves a pass over N^2 floats).
+  static PairMatrix uninitialized(size_t n) {
+    PairMatrix m;
+    m.n_ = n;
+    m.v_.resize(n * n);
+    return m;
+  }
 
   size_t size() const { return n_; }
   float at(size_t i, size_t j) const { return v_[i * n_ + j]; }
@@ -44,7 +52,7 @@ class PairMatrix {
 
  private:
   size_t n_ = 0;
-  std::vector<float> v_;
+  std::vector<float, DefaultInitAllocator<float>> v_;
 };
 
 struct Measurements {

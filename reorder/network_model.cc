@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -161,33 +162,61 @@ NetworkModel inferModel(const Measurements& m, const Hierarchy& h,
     if (r <= 0) r = typical;
 
   // Uplinks: single flows between sibling groups show the narrowest uplink on their path. Big
-  // groups see millions of such pairs; a deterministic hash sample of about kUplinkSamples per
-  // uplink (and kLatencySamples per level for the latency medians) is plenty.
-  constexpr double kUplinkSamples = 50000, kLatencySamples = 200000;
-  std::vector<double> keepUplink(net.switches(), 1.0);
-  for (size_t s = 0; s < net.switches(); ++s) {
-    int parent = net.switchParent[s];
-    double outside = (parent < 0 ? double(n) : double(net.switchSize[parent])) - net.switchSize[s];
-    double pairs = net.switchSize[s] * outside;
-    if (pairs > kUplinkSamples) keepUplink[s] = kUplinkSamples / pairs;
-  }
-  double keepLatency = std::min(1.0, kLatencySamples / std::max(1.0, double(m.pairs())));
+  // groups see millions of such pairs; kUplinkSamples of them, drawn by a seeded generator, are
+  // plenty for a 1% histogram (and kLatencySamples pairs for the latency medians per level).
+  // Small cases are enumerated exhaustively.
+  constexpr size_t kUplinkSamples = 8000, kLatencySamples = 200000;
+  std::vector<std::vector<int>> hostsOf(net.switches());
+  for (size_t x = 0; x < n; ++x)
+    for (size_t l = 0; l < L; ++l) hostsOf[net.switchAt(x, l)].push_back(static_cast<int>(x));
+  std::vector<int> everyone(n);
+  std::iota(everyone.begin(), everyone.end(), 0);
   std::vector<LogHistogram> hist(net.switches());
-  std::vector<std::vector<float>> latByLevel(L + 1);
-  for (size_t i = 0; i < n; ++i) {
-    const float* bwRow = m.bandwidthMbps.row(i);
-    const float* latRow = m.latencyUs.row(i);
-    for (size_t j = i + 1; j < n; ++j) {
-      bool hasBw = !std::isnan(bwRow[j]), hasLat = !std::isnan(latRow[j]);
-      if (!hasBw && !hasLat) continue;
-      size_t top = net.lcaLevel(i, j);
-      double u = pairHash(i, j);
-      if (hasLat && u < keepLatency) latByLevel[top].push_back(latRow[j]);
-      if (top == 0 || !hasBw) continue;
-      int si = net.switchAt(i, top - 1), sj = net.switchAt(j, top - 1);
-      if (u < keepUplink[si]) hist[si].add(bwRow[j]);
-      if (u < keepUplink[sj]) hist[sj].add(bwRow[j]);
+  for (size_t s = 0; s < net.switches(); ++s) {
+    const auto& inside = hostsOf[s];
+    int parent = net.switchParent[s];
+    const auto& pool = parent < 0 ? everyone : hostsOf[parent];
+    size_t outside = pool.size() - inside.size();
+    if (outside == 0) continue;
+    auto add = [&](int a, int b) {
+      float bw = m.bandwidthMbps.at(a, b);
+      if (!std::isnan(bw)) hist[s].add(bw);
+    };
+    if (inside.size() * outside <= kUplinkSamples) {
+      for (int a : inside)
+        for (int b : pool)
+          if (net.switchAt(b, net.switchLevel[s]) != static_cast<int>(s)) add(a, b);
+      continue;
     }
+    uint64_t state = 0x51ed0000ull + s;
+    for (size_t k = 0, tries = 0; k < kUplinkSamples && tries < 64 * kUplinkSamples; ++tries) {
+      int a = inside[splitmix64(state) % inside.size()];
+      int b = pool[splitmix64(state) % pool.size()];
+      if (net.switchAt(b, net.switchLevel[s]) == static_cast<int>(s)) continue;  // inside
+      add(a, b);
+      ++k;
+    }
+  }
+  std::vector<std::vector<float>> latByLevel(L + 1);
+  auto addLatency = [&](size_t i, size_t j) {
+    float v = m.latencyUs.at(i, j);
+    if (!std::isnan(v)) latByLevel[net.lcaLevel(i, j)].push_back(v);
+  };
+  if (m.pairs() <= kLatencySamples) {
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = i + 1; j < n; ++j) addLatency(i, j);
+  } else {
+    // Random pairs under-sample the innermost level (1% of pairs in 4096 hosts with racks of
+    // 32); add each host's own group, which is small, exhaustively.
+    uint64_t state = 0x1a7e0000ull + n;
+    for (size_t k = 0; k < kLatencySamples; ++k) {
+      size_t i = splitmix64(state) % n, j = splitmix64(state) % n;
+      if (i != j && (L == 0 || net.lcaLevel(i, j) > 0)) addLatency(i, j);
+    }
+    if (L > 0)
+      for (size_t x = 0; x < n; ++x)
+        for (int y : hostsOf[net.switchAt(x, 0)])
+          if (static_cast<size_t>(y) > x) addLatency(x, y);
   }
   net.uplinkMbps.assign(net.switches(), 0);
   for (size_t s = 0; s < net.switches(); ++s) net.uplinkMbps[s] = hist[s].topBand();

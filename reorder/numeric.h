@@ -8,6 +8,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
 
 namespace rankmap::reorder {
 
@@ -28,6 +31,35 @@ inline float fastLog(float x) {
                                      t * (-0.0953293897f +
                                           t * (0.0360884937f + t * -0.0064535442f)))))));
   return static_cast<float>(exponent) * 0.69314718056f + p;
+}
+
+// An allocator whose value-less construct() default-initialises: a std::vector<float> of N^2
+// elements then skips the zero-filling pass that the code is about to overwrite anyway.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <typename U>
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0)
+      ::new (static_cast<void*>(p)) U;
+    else
+      ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+// splitmix64: a tiny, portable, seeded generator (std distributions differ between standard
+// libraries; this does not).
+inline uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
 }
 
 // A deterministic pseudo-random number in [0, 1) for the pair (i, j) (splitmix64 of both):

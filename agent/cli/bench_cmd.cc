@@ -11,10 +11,11 @@
 // scales algbw by the factor that makes it comparable to link speed: 2(n-1)/n for allreduce,
 // (n-1)/n for allgather and reducescatter (whose size is the whole gathered buffer), 1 for
 // broadcast and reduce. The summary adds the CPU seconds all ranks spent per GB of payload.
-// --json prints one JSON object per line instead.
+// --json prints one JSON object per line instead. Exit status 1 when --check found wrong elements.
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -174,9 +175,10 @@ struct SizeResult {
   std::string algo;
 };
 
-// One rank's whole benchmark. `cpuShared`: all ranks are threads of this process (loopback), so
-// rank 0's process CPU time already covers every rank.
-void benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& res, bool cpuShared,
+// One rank's whole benchmark; returns the number of wrong elements found (all ranks, all sizes).
+// `cpuShared`: all ranks are threads of this process (loopback), so rank 0's process CPU time
+// already covers every rank.
+int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& res, bool cpuShared,
                std::string_view launch) {
   const int n = comm.size(), me = comm.rank();
   const size_t es = coll::elementSize(res.type);
@@ -324,7 +326,7 @@ void benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& res
     }
     std::fflush(stdout);
   }
-  if (!print) return;
+  if (!print) return totalWrong;
   const double avg = lines ? sumBusbw / lines : 0;
   const double cpuPerGB = totalGB > 0 ? totalCpu / totalGB : 0;
   if (a.json) {
@@ -340,6 +342,7 @@ void benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& res
     fmt::print("# Avg bus bandwidth    : {:.4f}\n#\n", avg);
   }
   std::fflush(stdout);
+  return totalWrong;
 }
 
 Resolved resolve(const BenchArgs& a, const Config& cfg) {
@@ -379,11 +382,13 @@ int runBench(const BenchArgs& a, const Config& cfg) {
     auto group = coll::transport::loopback::makeLoopbackGroup(a.loopback);
     std::vector<std::thread> threads;
     std::vector<std::exception_ptr> errors(group.size());
+    std::atomic<int64_t> wrong{0};
     for (size_t r = 0; r < group.size(); ++r)
       threads.emplace_back([&, r] {
         try {
           coll::Communicator comm(*group[r], res.options, res.plan);
-          benchRank(comm, a, res, /*cpuShared=*/true, "threads of one process");
+          int64_t w = benchRank(comm, a, res, /*cpuShared=*/true, "threads of one process");
+          if (r == 0) wrong = w;
         } catch (...) {
           errors[r] = std::current_exception();
           group[r].reset();  // peers fail fast instead of waiting for their deadline
@@ -392,13 +397,15 @@ int runBench(const BenchArgs& a, const Config& cfg) {
     for (auto& t : threads) t.join();
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
-    return 0;
+    return wrong.load() == 0 ? 0 : 1;
   }
   auto info = coll::launchInfoFromEnvironment(cfg);
   auto comm = coll::connectCommunicator(info.rank, info.size, info.root, cfg, res.options, res.plan,
                                         Deadline::after(res.options.timeout));
-  benchRank(*comm, a, res, /*cpuShared=*/false, fmt::format("rank from {}, root {}", info.source, info.root));
-  return 0;
+  int64_t wrong = benchRank(*comm, a, res, /*cpuShared=*/false,
+                            fmt::format("rank from {}, root {}", info.source, info.root));
+  // Every rank learns the total through the check's allreduce: all exit alike.
+  return wrong == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -12,7 +12,11 @@
 
 #include "collectives/bootstrap/root_bootstrap.h"
 
+extern "C" int rankmapCHeaderCheck(void);  // c_api_header_check.c, compiled as C
+
 namespace {
+
+TEST(CApi, HeaderIsValidC) { EXPECT_EQ(rankmapCHeaderCheck(), 7 + 7 + 4); }
 
 std::string freeAddress() {
   rankmap::coll::bootstrap::RootListener l("127.0.0.1:0");
