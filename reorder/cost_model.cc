@@ -311,13 +311,16 @@ double busFactor(std::string_view collective, size_t world) {
 
 std::vector<AlgoCost> algorithmCosts(const CostContext& ctx, std::string_view collective) {
   if (!isKnownCollective(collective))
-    throw InvalidInput(fmt::format("collective '{}': expected one of allreduce, allgather, "
-                                   "reducescatter, broadcast", collective));
+    throw InvalidInput(
+        fmt::format("collective '{}': expected one of allreduce, allgather, "
+                    "reducescatter, broadcast",
+                    collective));
   Model m(ctx);
   std::vector<AlgoCost> out;
   if (m.world() < 2) return out;
   out.push_back(ringCost(m, collective));
-  if (collective == "allreduce" || collective == "broadcast") out.push_back(treeCost(m, collective));
+  if (collective == "allreduce" || collective == "broadcast")
+    out.push_back(treeCost(m, collective));
   if (collective == "allreduce") out.push_back(hierCost(m));
   if (collective != "broadcast") out.push_back(rhdCost(m, collective));
   if (collective == "allreduce") out.push_back(packedTreesCost(m));
@@ -333,9 +336,8 @@ double lowerBoundUsPerByte(const CostContext& ctx, std::string_view collective) 
   return busFactor(collective, world) / bytesPerUs(bound);
 }
 
-std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs,
-                                    std::string_view collective, size_t world,
-                                    double lowerBoundPerByte) {
+std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs, std::string_view collective,
+                                    size_t world, double lowerBoundPerByte) {
   std::vector<const AlgoCost*> avail;
   for (const auto& c : costs)
     if (c.available) avail.push_back(&c);
@@ -396,8 +398,9 @@ std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs,
   }
   for (auto& r : merged) {
     double lo = std::max<double>(1.0, static_cast<double>(r.minBytes));
-    double s = r.maxBytes == AlgoRange::kUnbounded ? 2 * lo
-                                                   : std::sqrt(lo * static_cast<double>(r.maxBytes));
+    double s = r.maxBytes == AlgoRange::kUnbounded
+                   ? 2 * lo
+                   : std::sqrt(lo * static_cast<double>(r.maxBytes));
     const AlgoCost* c = nullptr;
     for (const auto* a : avail)
       if (a->name == r.algorithm) c = a;

@@ -48,10 +48,10 @@ struct AlgoCost {
 
 struct CostContext {
   const NetworkModel* net = nullptr;
-  std::vector<int> order;           // host index by position
-  RingParams ring;                  // ranks per host, intra-host rate and latency, overhead
-  std::vector<double> chunkWeights; // per position, for hier; empty = uniform
-  std::vector<PackedTree> trees;    // for "trees"; empty = unavailable
+  std::vector<int> order;            // host index by position
+  RingParams ring;                   // ranks per host, intra-host rate and latency, overhead
+  std::vector<double> chunkWeights;  // per position, for hier; empty = uniform
+  std::vector<PackedTree> trees;     // for "trees"; empty = unavailable
 };
 
 // Models of every algorithm of `collective` (available or not, with the reason).
@@ -66,9 +66,8 @@ double busFactor(std::string_view collective, size_t world);
 
 // The fastest available algorithm per size range: contiguous from 0, the last one open, each
 // filled with the prediction at its geometric middle (or twice its start when open).
-std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs,
-                                    std::string_view collective, size_t world,
-                                    double lowerBoundPerByte);
+std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs, std::string_view collective,
+                                    size_t world, double lowerBoundPerByte);
 
 // The double binary tree over m positions: two parent arrays (-1 for a root).
 std::pair<std::vector<int>, std::vector<int>> doubleBinaryTree(int m);

@@ -11,8 +11,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "reorder/numeric.h"
 #include "reorder/linkage.h"
+#include "reorder/numeric.h"
 
 namespace rankmap::reorder {
 namespace {
@@ -270,8 +270,8 @@ Hierarchy inferHierarchy(const Measurements& m, const std::vector<std::vector<in
           if (has && (keep >= 1 || pairHash(i, j) < keep))
             kept.push_back({static_cast<int>(i), static_cast<int>(j), v});
         }
-  double minGap = informative > 0 ? kMinSigmaGap * std::sqrt(double(informative))
-                                  : 0.5 * kSharedLinkSigmas;
+  double minGap =
+      informative > 0 ? kMinSigmaGap * std::sqrt(double(informative)) : 0.5 * kSharedLinkSigmas;
   Dendrogram dg = averageLinkage(std::move(cells), n);
   auto cuts = findLevelCuts(dg, minGap, kSpreadFactor);
   for (size_t l = 0; l < cuts.size(); ++l) {
@@ -305,7 +305,8 @@ Hierarchy inferHierarchy(const Measurements& m, const std::vector<std::vector<in
     double balanced = std::clamp(2 * (0.5 * (wa + aa)) - 1, 0.0, 1.0);
     double margin = std::min(1.0, cuts[l].gap() / (2 * minGap));
     h.levels[l].confidence = std::round(balanced * margin * coverage * 1000) / 1000;
-    RANKMAP_DEBUG(Reorder, "hierarchy: level {} ({} groups): gap {:.1f}, pairs within {:.3f} "
+    RANKMAP_DEBUG(Reorder,
+                  "hierarchy: level {} ({} groups): gap {:.1f}, pairs within {:.3f} "
                   "across {:.3f} consistent, confidence {:.3f}",
                   h.levels[l].name, h.levels[l].groups, cuts[l].gap(), wa, aa,
                   h.levels[l].confidence);
@@ -331,8 +332,10 @@ Hierarchy hierarchyFromLevels(const std::vector<HierarchyLevel>& levels,
       for (const auto& name : levels[l].groups[g]) {
         auto it = index.find(name);
         if (it == index.end())
-          throw InvalidInput(fmt::format("{}: at /groups/{}/groups/{}: host '{}' is not one of the "
-                                         "planned hosts", source, l, g, name));
+          throw InvalidInput(
+              fmt::format("{}: at /groups/{}/groups/{}: host '{}' is not one of the "
+                          "planned hosts",
+                          source, l, g, name));
         lo = std::min(lo, it->second);
       }
       firsts.push_back({lo, g});
@@ -343,8 +346,8 @@ Hierarchy hierarchyFromLevels(const std::vector<HierarchyLevel>& levels,
         level.groupOf[index.at(name)] = static_cast<int>(k);
     for (size_t i = 0; i < h.n; ++i)
       if (level.groupOf[i] < 0)
-        throw InvalidInput(fmt::format("{}: at /groups/{}: host '{}' is in no group", source, l,
-                                       names[i]));
+        throw InvalidInput(
+            fmt::format("{}: at /groups/{}: host '{}' is in no group", source, l, names[i]));
     level.groups = static_cast<int>(firsts.size());
     if (l > 0) {
       const auto& finer = h.levels.back().groupOf;
@@ -352,9 +355,10 @@ Hierarchy hierarchyFromLevels(const std::vector<HierarchyLevel>& levels,
       for (size_t i = 0; i < h.n; ++i) {
         auto [it, fresh] = up.emplace(finer[i], level.groupOf[i]);
         if (!fresh && it->second != level.groupOf[i])
-          throw InvalidInput(fmt::format("{}: at /groups/{}: expected groups made of whole groups "
-                                         "of level {} ('{}' splits one)", source, l, l - 1,
-                                         names[i]));
+          throw InvalidInput(
+              fmt::format("{}: at /groups/{}: expected groups made of whole groups "
+                          "of level {} ('{}' splits one)",
+                          source, l, l - 1, names[i]));
       }
     }
     h.levels.push_back(std::move(level));

@@ -45,8 +45,8 @@ struct Hierarchy {
   struct Level {
     std::string name;
     double confidence = 0;
-    double gap = 0;              // the jump in merge height at this cut (combined units)
-    std::vector<int> groupOf;    // host -> group (0.., ordered by lowest member)
+    double gap = 0;            // the jump in merge height at this cut (combined units)
+    std::vector<int> groupOf;  // host -> group (0.., ordered by lowest member)
     int groups = 0;
   };
   size_t n = 0;

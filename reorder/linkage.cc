@@ -27,8 +27,20 @@ Dendrogram averageLinkage(LinkageMatrix cell, size_t n) {
   out.n = n;
   if (n < 2) return out;
   // cell[a*n+x]: mean of the measured pairs between clusters a and x, and how many there are.
-  // Interleaved, so the column update of a merge touches one cache line per cluster.
+  //
+  // Only rows are ever written. The value for a pair lives in the row of whichever of the two
+  // clusters was formed last (created[] counts merges), because a merge rewrites the merged
+  // cluster's row for every active cluster, and nothing else changes. Writing the column too
+  // would stride by a whole row per cluster (one cache miss each, ~N^2/2 in all); reading the
+  // other row instead only strides for clusters formed after the one being read, which the
+  // chain keeps few: it works through one neighbourhood at a time.
   using Cell = LinkageCell;
+  std::vector<int> created(n, 0);
+  int clock = 0;
+  auto at = [&](int a, int x) -> const Cell& {
+    return created[x] > created[a] ? cell[static_cast<size_t>(x) * n + a]
+                                   : cell[static_cast<size_t>(a) * n + x];
+  };
   std::vector<int> active(n);
   std::iota(active.begin(), active.end(), 0);
   std::vector<int> chain;
@@ -39,18 +51,17 @@ Dendrogram averageLinkage(LinkageMatrix cell, size_t n) {
     if (chain.empty()) chain.push_back(active.front());
     int a = chain.back();
     int prev = chain.size() >= 2 ? chain[chain.size() - 2] : -1;
-    const Cell* row = &cell[static_cast<size_t>(a) * n];
     int best = -1;
     float bestD = kInf;
     for (int x : active) {
       if (x == a) continue;
-      float v = row[x].mean;
+      float v = at(a, x).mean;
       if (best < 0 || v < bestD) {
         best = x;
         bestD = v;
       }
     }
-    if (prev >= 0 && row[prev].mean <= bestD) best = prev;
+    if (prev >= 0 && at(a, prev).mean <= bestD) best = prev;
     if (best != prev) {
       chain.push_back(best);
       continue;
@@ -59,25 +70,22 @@ Dendrogram averageLinkage(LinkageMatrix cell, size_t n) {
     chain.pop_back();
     chain.pop_back();
     int keep = std::min(a, prev), drop = std::max(a, prev);
-    out.merges.push_back({keep, drop, static_cast<double>(row[prev].mean)});
+    out.merges.push_back({keep, drop, static_cast<double>(at(a, prev).mean)});
     Cell* ck = &cell[static_cast<size_t>(keep) * n];
-    const Cell* cd = &cell[static_cast<size_t>(drop) * n];
-    const size_t na = active.size();
-    for (size_t ai = 0; ai < na; ++ai) {
-      int x = active[ai];
-      // The column write below strides by a whole row: ask for the line a few rows ahead.
-      if (ai + 8 < na) __builtin_prefetch(&cell[static_cast<size_t>(active[ai + 8]) * n + keep], 1);
+    for (int x : active) {
       if (x == keep || x == drop) continue;
-      float c = ck[x].count + cd[x].count;
+      const Cell k = at(keep, x);
+      const Cell& d = at(drop, x);
+      float c = k.count + d.count;
       float mean = kInf;
       if (c > 0) {
-        double sum = (ck[x].count > 0 ? static_cast<double>(ck[x].mean) * ck[x].count : 0.0) +
-                     (cd[x].count > 0 ? static_cast<double>(cd[x].mean) * cd[x].count : 0.0);
+        double sum = (k.count > 0 ? static_cast<double>(k.mean) * k.count : 0.0) +
+                     (d.count > 0 ? static_cast<double>(d.mean) * d.count : 0.0);
         mean = static_cast<float>(sum / c);
       }
       ck[x] = {mean, c};
-      cell[static_cast<size_t>(x) * n + keep] = {mean, c};
     }
+    created[keep] = ++clock;
     active.erase(std::find(active.begin(), active.end(), drop));
   }
   std::stable_sort(out.merges.begin(), out.merges.end(),

@@ -52,9 +52,9 @@ Dendrogram averageLinkage(const std::vector<float>& d, size_t n);
 std::vector<int> cutDendrogram(const Dendrogram& dendrogram, size_t merges);
 
 struct LevelCut {
-  size_t merges = 0;   // cut after this many merges
-  double below = 0;    // height of the last merge below the cut
-  double above = 0;    // height of the first merge above it
+  size_t merges = 0;  // cut after this many merges
+  double below = 0;   // height of the last merge below the cut
+  double above = 0;   // height of the first merge above it
   double gap() const { return above - below; }
 };
 

@@ -96,9 +96,8 @@ Measurements cleanMeasurements(const Topology& t, std::string_view source,
   m.droppedAsymmetric = asym;
   if (asym > 0) {
     const Offender& o = *first;
-    std::string where =
-        fmt::format("{}: at /{}/{}/{}: {:g} vs /{}/{}/{}: {:g}", source, o.field, o.i, o.j, o.a,
-                    o.field, o.j, o.i, o.b);
+    std::string where = fmt::format("{}: at /{}/{}/{}: {:g} vs /{}/{}/{}: {:g}", source, o.field,
+                                    o.i, o.j, o.a, o.field, o.j, o.i, o.b);
     double fraction = static_cast<double>(asym) / std::max<size_t>(measured, 1);
     if (fraction > kMaxAsymmetricFraction)
       throw InvalidInput(fmt::format(
@@ -106,8 +105,8 @@ Measurements cleanMeasurements(const Topology& t, std::string_view source,
           "of {} measured pairs; at most {:g}% may be",
           where, kMaxAsymmetry, asym, measured, 100 * kMaxAsymmetricFraction));
     warnings.push_back(fmt::format(
-        "{}: directions differ by more than {:g}x; dropped {} such pair value(s) as missing",
-        where, kMaxAsymmetry, asym));
+        "{}: directions differ by more than {:g}x; dropped {} such pair value(s) as missing", where,
+        kMaxAsymmetry, asym));
   }
   return m;
 }

@@ -24,7 +24,7 @@
 
 namespace rankmap::reorder {
 
-inline constexpr double kMaxAsymmetry = 3.0;           // ratio of the two directions
+inline constexpr double kMaxAsymmetry = 3.0;            // ratio of the two directions
 inline constexpr double kMaxAsymmetricFraction = 0.02;  // of the measured pairs
 
 // A symmetric N x N matrix of floats; NaN = missing; the diagonal is always NaN.
@@ -57,11 +57,11 @@ class PairMatrix {
 
 struct Measurements {
   size_t n = 0;
-  PairMatrix bandwidthMbps;  // symmetric single-flow rate
-  PairMatrix latencyUs;      // symmetric one-way minimum latency
-  size_t bandwidthPairs = 0;  // unordered pairs with a bandwidth value
-  size_t latencyPairs = 0;    // ... with a latency value
-  size_t anyPairs = 0;        // ... with either
+  PairMatrix bandwidthMbps;       // symmetric single-flow rate
+  PairMatrix latencyUs;           // symmetric one-way minimum latency
+  size_t bandwidthPairs = 0;      // unordered pairs with a bandwidth value
+  size_t latencyPairs = 0;        // ... with a latency value
+  size_t anyPairs = 0;            // ... with either
   std::vector<size_t> hostPairs;  // per host: measured pairs it belongs to (either feature)
   size_t droppedAsymmetric = 0;
 

@@ -99,7 +99,8 @@ double NetworkModel::latencyUs(int a, int b) const {
   if (a == b) return 0;
   if (latency) return latency->at(a, b);
   double sum = 0;
-  forEachLink(a, b, [&](size_t link, bool) { sum += linkLatencyUs.empty() ? 0 : linkLatencyUs[link]; });
+  forEachLink(a, b,
+              [&](size_t link, bool) { sum += linkLatencyUs.empty() ? 0 : linkLatencyUs[link]; });
   return sum;
 }
 
@@ -143,7 +144,8 @@ NetworkModel inferModel(const Measurements& m, const Hierarchy& h,
   for (size_t x = 0; x < n; ++x) {
     std::vector<double> v;
     for (int y : innermost[L > 0 ? net.switchAt(x, 0) : 0])
-      if (y != static_cast<int>(x) && m.bandwidthMbps.has(x, y)) v.push_back(m.bandwidthMbps.at(x, y));
+      if (y != static_cast<int>(x) && m.bandwidthMbps.has(x, y))
+        v.push_back(m.bandwidthMbps.at(x, y));
     if (v.empty())  // alone in its group: its flows all leave it
       for (size_t y = 0; y < n; ++y)
         if (m.bandwidthMbps.has(x, y)) v.push_back(m.bandwidthMbps.at(x, y));
@@ -155,8 +157,10 @@ NetworkModel inferModel(const Measurements& m, const Hierarchy& h,
     std::nth_element(known.begin(), known.begin() + known.size() / 2, known.end());
     typical = known[known.size() / 2];
   } else if (n > 1) {
-    warnings.push_back(fmt::format("no bandwidth measured: assuming {:g} Mbit/s host links; "
-                                   "only the latency terms are meaningful", kDefaultHostMbps));
+    warnings.push_back(
+        fmt::format("no bandwidth measured: assuming {:g} Mbit/s host links; "
+                    "only the latency terms are meaningful",
+                    kDefaultHostMbps));
   }
   for (auto& r : net.hostMbps)
     if (r <= 0) r = typical;
@@ -225,7 +229,8 @@ NetworkModel inferModel(const Measurements& m, const Hierarchy& h,
   std::map<std::vector<int>, int> groupKey;
   for (size_t l = 0; l < L; ++l) {
     auto groups = h.members(l);
-    for (size_t g = 0; g < groups.size(); ++g) groupKey.emplace(groups[g], net.switchAt(groups[g][0], l));
+    for (size_t g = 0; g < groups.size(); ++g)
+      groupKey.emplace(groups[g], net.switchAt(groups[g][0], l));
   }
   for (size_t k = 0; k < sharedSets.size(); ++k) {
     std::vector<int> key = sharedSets[k];
@@ -235,8 +240,10 @@ NetworkModel inferModel(const Measurements& m, const Hierarchy& h,
     if (it != groupKey.end() && sharedMbps[k] > 0) {
       net.uplinkMbps[it->second] = sharedMbps[k];
     } else if (key.size() >= 2 && key.size() < n) {
-      RANKMAP_DEBUG(Reorder, "network: shared link {} of {} hosts matches no inferred group; "
-                    "its capacity is not used", k, key.size());
+      RANKMAP_DEBUG(Reorder,
+                    "network: shared link {} of {} hosts matches no inferred group; "
+                    "its capacity is not used",
+                    k, key.size());
     }
   }
   for (size_t l = 0; l < L; ++l) {
@@ -316,8 +323,8 @@ void attachMatrices(NetworkModel& net, PairMatrix latency, PairMatrix bandwidth,
       if (!hasBw) continue;
       double tree = std::min(net.hostMbps[i], net.hostMbps[j]);
       for (size_t l = 0; l < top; ++l)
-        tree = std::min({tree, net.uplinkMbps[net.switchAt(i, l)],
-                         net.uplinkMbps[net.switchAt(j, l)]});
+        tree = std::min(
+            {tree, net.uplinkMbps[net.switchAt(i, l)], net.uplinkMbps[net.switchAt(j, l)]});
       if (bw[j] >= kAnomalyRatio * tree)
         bandwidth.set(i, j, std::numeric_limits<float>::quiet_NaN());
       else
@@ -325,8 +332,10 @@ void attachMatrices(NetworkModel& net, PairMatrix latency, PairMatrix bandwidth,
     }
   }
   if (anomalies > 0)
-    RANKMAP_DEBUG(Reorder, "network: {} pair(s) measured below {:g}x of what the tree allows; "
-                  "they cap their flows", anomalies, kAnomalyRatio);
+    RANKMAP_DEBUG(Reorder,
+                  "network: {} pair(s) measured below {:g}x of what the tree allows; "
+                  "they cap their flows",
+                  anomalies, kAnomalyRatio);
   net.latency = std::make_shared<const PairMatrix>(std::move(latency));
   net.caps = std::make_shared<const PairMatrix>(std::move(bandwidth));
 }
@@ -354,8 +363,7 @@ NetworkModel inferNetwork(Measurements&& m, const Hierarchy& h,
 }
 
 NetworkModel modelFromHierarchy(const Hierarchy& h, std::vector<double> hostMbps,
-                                const std::vector<double>& uplinkMbpsByLevel,
-                                double hostLatencyUs,
+                                const std::vector<double>& uplinkMbpsByLevel, double hostLatencyUs,
                                 const std::vector<double>& uplinkLatencyByLevel) {
   NetworkModel net;
   buildSwitches(net, h);
@@ -441,9 +449,8 @@ double completionUs(const NetworkModel& net, const std::vector<Flow>& flows) {
     std::vector<int> users(2 * net.links(), 0);
     double slowest = kInf;
     for (const auto& f : work) {
-      net.forEachLink(f.src, f.dst, [&](size_t link, bool down) {
-        ++users[2 * link + (down ? 1 : 0)];
-      });
+      net.forEachLink(f.src, f.dst,
+                      [&](size_t link, bool down) { ++users[2 * link + (down ? 1 : 0)]; });
       slowest = std::min(slowest, net.capMbps(f.src, f.dst));
     }
     for (size_t d = 0; d < users.size(); ++d)
@@ -454,9 +461,8 @@ double completionUs(const NetworkModel& net, const std::vector<Flow>& flows) {
     std::vector<double> load(2 * net.links(), 0);
     double t = 0;
     for (const auto& f : work) {
-      net.forEachLink(f.src, f.dst, [&](size_t link, bool down) {
-        load[2 * link + (down ? 1 : 0)] += f.bytes;
-      });
+      net.forEachLink(f.src, f.dst,
+                      [&](size_t link, bool down) { load[2 * link + (down ? 1 : 0)] += f.bytes; });
       t = std::max(t, f.bytes / bytesPerUs(net.capMbps(f.src, f.dst)));
     }
     for (size_t d = 0; d < load.size(); ++d)

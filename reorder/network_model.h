@@ -38,14 +38,14 @@ inline constexpr double kHeterogeneousRatio = 1.5;
 inline constexpr double kAnomalyRatio = 0.7;  // a pair this much below the tree caps its flows
 
 struct NetworkModel {
-  size_t n = 0;       // hosts
-  size_t levels = 0;  // switch levels below the root (the hierarchy's levels)
-  std::vector<int> switchOf;      // n x levels: switch of host h's group at level l
-  std::vector<int> switchLevel;   // per switch
-  std::vector<int> switchParent;  // per switch; -1 when attached to the root
-  std::vector<int> switchSize;    // hosts below each switch
-  std::vector<double> hostMbps;   // per host link, each direction
-  std::vector<double> uplinkMbps; // per switch uplink, each direction
+  size_t n = 0;                    // hosts
+  size_t levels = 0;               // switch levels below the root (the hierarchy's levels)
+  std::vector<int> switchOf;       // n x levels: switch of host h's group at level l
+  std::vector<int> switchLevel;    // per switch
+  std::vector<int> switchParent;   // per switch; -1 when attached to the root
+  std::vector<int> switchSize;     // hosts below each switch
+  std::vector<double> hostMbps;    // per host link, each direction
+  std::vector<double> uplinkMbps;  // per switch uplink, each direction
   // One-way latency: the matrix when set (measured, missing pairs imputed), else the sum of
   // linkLatencyUs over the path.
   std::shared_ptr<const PairMatrix> latency;
@@ -99,8 +99,7 @@ NetworkModel inferNetwork(Measurements&& m, const Hierarchy& h,
 // A model from a hierarchy and explicit rates (tests, synthetic truth). `uplinkMbpsByLevel` and
 // `uplinkLatencyByLevel` have one entry per level, innermost first.
 NetworkModel modelFromHierarchy(const Hierarchy& h, std::vector<double> hostMbps,
-                                const std::vector<double>& uplinkMbpsByLevel,
-                                double hostLatencyUs,
+                                const std::vector<double>& uplinkMbpsByLevel, double hostLatencyUs,
                                 const std::vector<double>& uplinkLatencyByLevel);
 
 struct Flow {

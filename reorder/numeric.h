@@ -23,13 +23,13 @@ inline float fastLog(float x) {
   std::memcpy(&m, &bits, sizeof m);
   float t = m - 1.0f;
   // log1p(t) on [0, 1): an 8th-order minimax polynomial.
-  float p = t * (0.9999964239f +
-                 t * (-0.4998741238f +
-                      t * (0.3317990258f +
-                           t * (-0.2407338084f +
-                                t * (0.1676540711f +
-                                     t * (-0.0953293897f +
-                                          t * (0.0360884937f + t * -0.0064535442f)))))));
+  float p =
+      t * (0.9999964239f +
+           t * (-0.4998741238f +
+                t * (0.3317990258f +
+                     t * (-0.2407338084f +
+                          t * (0.1676540711f +
+                               t * (-0.0953293897f + t * (0.0360884937f + t * -0.0064535442f)))))));
   return static_cast<float>(exponent) * 0.69314718056f + p;
 }
 

@@ -80,8 +80,7 @@ std::vector<PackedTree> packTrees(const NetworkModel& net, const std::vector<int
     attach(top, root);
     for (size_t h = 0; h < n; ++h) load[h] += degree[h];
     std::vector<int> byPos(n, -1);
-    for (size_t h = 0; h < n; ++h)
-      byPos[posOf[h]] = parent[h] < 0 ? -1 : posOf[parent[h]];
+    for (size_t h = 0; h < n; ++h) byPos[posOf[h]] = parent[h] < 0 ? -1 : posOf[parent[h]];
     trees[byPos] += 1.0 / kTrees;
   }
   for (auto& [parent, weight] : trees) out.push_back({weight, parent});

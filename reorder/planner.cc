@@ -26,15 +26,17 @@ void validate(const PlanOptions& o) {
   if (o.collectives.empty()) throw InvalidInput("collectives: expected at least one");
   for (const auto& c : o.collectives)
     if (!isKnownCollective(c))
-      throw InvalidInput(fmt::format("collective '{}': expected one of allreduce, allgather, "
-                                     "reducescatter, broadcast", c));
+      throw InvalidInput(
+          fmt::format("collective '{}': expected one of allreduce, allgather, "
+                      "reducescatter, broadcast",
+                      c));
   if (!(o.intraHostMbps > 0) || !(o.intraHostLatencyUs >= 0) || !(o.stepOverheadUs >= 0))
     throw InvalidInput("intra-host rate must be positive, latencies non-negative");
   if (o.ringBytes == 0) throw InvalidInput("ring design size: expected at least 1 byte");
 }
 
-PlanResult fallbackPlan(PlanResult r, const std::vector<std::string>& names,
-                        const PlanOptions& o, std::string why) {
+PlanResult fallbackPlan(PlanResult r, const std::vector<std::string>& names, const PlanOptions& o,
+                        std::string why) {
   RANKMAP_WARN(Reorder, "plan: {}: identity order, confidence 0", why);
   r.warnings.push_back(why + ": identity order, confidence 0");
   r.fallback = true;
@@ -70,8 +72,7 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
     if (m.hostPairs[h] == 0) unmeasured.push_back(names[h]);
   if (!unmeasured.empty()) {
     std::string list;
-    for (size_t i = 0; i < unmeasured.size() && i < 3; ++i)
-      list += (i ? ", " : "") + unmeasured[i];
+    for (size_t i = 0; i < unmeasured.size() && i < 3; ++i) list += (i ? ", " : "") + unmeasured[i];
     if (unmeasured.size() > 3) list += fmt::format(" and {} more", unmeasured.size() - 3);
     return fallbackPlan(std::move(r), names, o,
                         fmt::format("{}: no measured pair for host(s) {}", o.source, list));
@@ -112,7 +113,8 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   RingCost best = evaluateRing(net, ring, rp);
   if (best.objectiveUs >= r.inputRing.objectiveUs * (1 - o.minGain)) {
     if (best.objectiveUs < r.inputRing.objectiveUs)
-      RANKMAP_INFO(Reorder, "plan: the best ring is only {:.2f}% faster than the input order: "
+      RANKMAP_INFO(Reorder,
+                   "plan: the best ring is only {:.2f}% faster than the input order: "
                    "keeping the input order",
                    100 * (1 - best.objectiveUs / r.inputRing.objectiveUs));
     ring = input;

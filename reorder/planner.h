@@ -33,15 +33,15 @@ inline constexpr double kMinCoverage = 0.5;
 struct PlanOptions {
   int ranksPerHost = 1;
   std::vector<std::string> collectives = {"allreduce"};
-  uint64_t ringBytes = 16ull << 20;   // design size of the ring order and of Plan::predicted
-  double stepOverheadUs = 0;          // per hop on top of the measured latency
-  double intraHostMbps = 100000;      // rank to rank on one host
+  uint64_t ringBytes = 16ull << 20;  // design size of the ring order and of Plan::predicted
+  double stepOverheadUs = 0;         // per hop on top of the measured latency
+  double intraHostMbps = 100000;     // rank to rank on one host
   double intraHostLatencyUs = 1;
   size_t exactMaxHosts = kExactMaxHosts;  // exact ring search up to this many hosts
-  double minGain = 0.01;              // keep the input order unless the plan is this much faster
-  bool useTopologyGroups = false;     // take topology.json "groups" instead of inferring
-  bool hashTopology = true;           // set Plan::topologyHash (serialises the topology)
-  std::string source = "topology";    // names the input in messages
+  double minGain = 0.01;            // keep the input order unless the plan is this much faster
+  bool useTopologyGroups = false;   // take topology.json "groups" instead of inferring
+  bool hashTopology = true;         // set Plan::topologyHash (serialises the topology)
+  std::string source = "topology";  // names the input in messages
 };
 
 struct PlanResult {

@@ -32,10 +32,11 @@ std::string sizesText(const std::vector<std::vector<std::string>>& groups) {
 
 std::string gainText(const Prediction& p) {
   if (p.planUs <= 0) return "no prediction";
-  return fmt::format("{:.2f}x faster than the input order ({}: {} -> {}; ring bottleneck {:.4g} "
-                     "-> {:.4g} Mbit/s)",
-                     p.speedup, p.basis, timeText(p.inputOrderUs), timeText(p.planUs),
-                     p.inputBottleneckMbps, p.bottleneckMbps);
+  return fmt::format(
+      "{:.2f}x faster than the input order ({}: {} -> {}; ring bottleneck {:.4g} "
+      "-> {:.4g} Mbit/s)",
+      p.speedup, p.basis, timeText(p.inputOrderUs), timeText(p.planUs), p.inputBottleneckMbps,
+      p.bottleneckMbps);
 }
 
 }  // namespace
@@ -59,8 +60,8 @@ std::string timeText(double us) {
 
 std::string planSummary(const PlanResult& r) {
   const Plan& p = r.plan;
-  std::string out = fmt::format("rankmap plan: {} hosts x {} rank(s)", p.hosts.size(),
-                                p.ranksPerHost);
+  std::string out =
+      fmt::format("rankmap plan: {} hosts x {} rank(s)", p.hosts.size(), p.ranksPerHost);
   if (r.fallback) {
     out += ": identity order (fallback), confidence 0\n";
   } else {
@@ -82,23 +83,22 @@ std::string planSummary(const PlanResult& r) {
 }
 
 std::string describePlan(const Plan& p) {
-  std::string out = fmt::format("plan: {} hosts x {} rank(s) = {} ranks, confidence {:.3g}, "
-                                "epoch {}\n",
-                                p.hosts.size(), p.ranksPerHost, p.worldSize(), p.confidence,
-                                p.epoch);
+  std::string out = fmt::format(
+      "plan: {} hosts x {} rank(s) = {} ranks, confidence {:.3g}, "
+      "epoch {}\n",
+      p.hosts.size(), p.ranksPerHost, p.worldSize(), p.confidence, p.epoch);
   if (!p.topologyHash.empty()) out += fmt::format("from topology {}\n", p.topologyHash);
   if (p.confidence == 0) out += "identity order: the planner fell back (see its warnings)\n";
 
   out += "\ngroups:\n";
   if (p.groups.empty()) out += "  none (flat network, or fallback)\n";
   for (const auto& level : p.groups) {
-    out += fmt::format("  {}: {} groups ({}), confidence {:.3g}\n", level.name,
-                       level.groups.size(), sizesText(level.groups), level.confidence);
+    out += fmt::format("  {}: {} groups ({}), confidence {:.3g}\n", level.name, level.groups.size(),
+                       sizesText(level.groups), level.confidence);
     size_t shown = 0;
     for (size_t g = 0; g < level.groups.size() && shown < 12; ++g, ++shown) {
       out += fmt::format("    [{}]", g);
-      for (size_t m = 0; m < level.groups[g].size() && m < 16; ++m)
-        out += " " + level.groups[g][m];
+      for (size_t m = 0; m < level.groups[g].size() && m < 16; ++m) out += " " + level.groups[g][m];
       if (level.groups[g].size() > 16)
         out += fmt::format(" ... ({} more)", level.groups[g].size() - 16);
       out += "\n";
@@ -132,8 +132,7 @@ std::string describePlan(const Plan& p) {
                        "algorithm", "predicted", "busbw GB/s", "lower bound");
     for (const auto& r : ranges)
       out += fmt::format("  {:<24} {:<9} {:>12} {:>12.4g} {:>12}\n", rangeText(r), r.algorithm,
-                         timeText(r.predictedUs), r.predictedBusbwGBps,
-                         timeText(r.lowerBoundUs));
+                         timeText(r.predictedUs), r.predictedBusbwGBps, timeText(r.lowerBoundUs));
   }
   if (!p.chunkWeights.empty()) {
     auto [lo, hi] = std::minmax_element(p.chunkWeights.begin(), p.chunkWeights.end());
@@ -153,10 +152,11 @@ std::string describeTopology(const Topology& t, const PlanResult& r) {
       bw += t.bandwidthMbps.at(i, j) || t.bandwidthMbps.at(j, i);
       lat += t.latencyUs.at(i, j) || t.latencyUs.at(j, i);
     }
-  std::string out = fmt::format("topology: {} hosts, {} pairs: bandwidth measured for {}, latency "
-                                "for {}; {} shared link(s); version {}{}\n",
-                                n, pairs, bw, lat, t.sharedLinks.size(), t.version,
-                                t.time.empty() ? "" : ", measured " + t.time);
+  std::string out = fmt::format(
+      "topology: {} hosts, {} pairs: bandwidth measured for {}, latency "
+      "for {}; {} shared link(s); version {}{}\n",
+      n, pairs, bw, lat, t.sharedLinks.size(), t.version,
+      t.time.empty() ? "" : ", measured " + t.time);
   for (const auto& w : r.warnings) out += "warning: " + w + "\n";
   if (r.fallback) return out + "not enough data to infer groups\n";
 
@@ -167,9 +167,10 @@ std::string describeTopology(const Topology& t, const PlanResult& r) {
     } else if (f.name == "shared_links") {
       out += fmt::format("  {:<13} present: hosts sharing an uplink count as closer\n", f.name);
     } else if (f.informative) {
-      out += fmt::format("  {:<13} shows {} level(s); noise within groups {:.1f}%, largest jump "
-                         "{:.2f}x\n",
-                         f.name, f.levels, 100 * f.sigma, std::exp(f.gap));
+      out += fmt::format(
+          "  {:<13} shows {} level(s); noise within groups {:.1f}%, largest jump "
+          "{:.2f}x\n",
+          f.name, f.levels, 100 * f.sigma, std::exp(f.gap));
     } else {
       out += fmt::format("  {:<13} shows no levels (ignored)\n", f.name);
     }
@@ -181,8 +182,8 @@ std::string describeTopology(const Topology& t, const PlanResult& r) {
   std::vector<std::string> names;
   for (const auto& host : t.hosts) names.push_back(host.name);
   for (const auto& level : h.toLevels(names))
-    out += fmt::format("  {}: {} groups ({}), confidence {:.3g}\n", level.name,
-                       level.groups.size(), sizesText(level.groups), level.confidence);
+    out += fmt::format("  {}: {} groups ({}), confidence {:.3g}\n", level.name, level.groups.size(),
+                       sizesText(level.groups), level.confidence);
 
   // Medians per level of the lowest common group.
   size_t L = h.levels.size();
@@ -195,9 +196,10 @@ std::string describeTopology(const Topology& t, const PlanResult& r) {
         if (t.latencyUs.at(a, b)) latBy[l].push_back(t.latencyUs.at(a, b)->minUs);
       }
     }
-  out += fmt::format("\nmeasured pairs by level (medians of both directions):\n  {:<20} {:>8} "
-                     "{:>16} {:>14}\n",
-                     "", "values", "bandwidth Mbit/s", "latency us");
+  out += fmt::format(
+      "\nmeasured pairs by level (medians of both directions):\n  {:<20} {:>8} "
+      "{:>16} {:>14}\n",
+      "", "values", "bandwidth Mbit/s", "latency us");
   for (size_t l = 0; l <= L; ++l) {
     std::string label = l == 0 ? (L == 0 ? "all pairs" : "within " + h.levels[0].name)
                                : "across " + h.levels[l - 1].name + "s" +

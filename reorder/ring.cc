@@ -103,9 +103,7 @@ class RingState {
   double constLatency() const { return constLatency_; }
 
  private:
-  double ratio(size_t link, int crossings) const {
-    return 0.5 * crossings / net_.linkMbps(link);
-  }
+  double ratio(size_t link, int crossings) const { return 0.5 * crossings / net_.linkMbps(link); }
   const NetworkModel& net_;
   std::vector<int> cross_;
   MaxTracker links_;
@@ -137,9 +135,7 @@ std::vector<std::vector<int>> neighbourLists(const NetworkModel& net, size_t k) 
     std::vector<int> cand;
     for (int c : *pool)
       if (c != static_cast<int>(a)) cand.push_back(c);
-    auto key = [&](int c) {
-      return std::make_tuple(net.lcaLevel(a, c), lat(net, a, c), c);
-    };
+    auto key = [&](int c) { return std::make_tuple(net.lcaLevel(a, c), lat(net, a, c), c); };
     size_t take = std::min(k, cand.size());
     std::partial_sort(cand.begin(), cand.begin() + take, cand.end(),
                       [&](int x, int y) { return key(x) < key(y); });
@@ -366,8 +362,8 @@ std::vector<int> exactRing(const NetworkModel& net, const std::vector<int>& incu
                            const RingParams& params) {
   size_t n = net.n;
   if (n > kExactMaxHosts)
-    throw InvalidInput(fmt::format("exact ring search: {} hosts, at most {} supported", n,
-                                   kExactMaxHosts));
+    throw InvalidInput(
+        fmt::format("exact ring search: {} hosts, at most {} supported", n, kExactMaxHosts));
   RANKMAP_ASSERT(incumbent.size() == n);
   if (n <= 3) return incumbent;
   double best = evaluateRing(net, incumbent, params).objectiveUs;

@@ -31,10 +31,10 @@ namespace rankmap::reorder {
 inline constexpr size_t kExactMaxHosts = 12;
 
 struct RingParams {
-  uint64_t bytes = 16ull << 20;    // design message size
+  uint64_t bytes = 16ull << 20;  // design message size
   int ranksPerHost = 1;
-  double stepOverheadUs = 0;       // software cost per hop, on top of the measured latency
-  double intraHostMbps = 100000;   // rank to rank on one host (shared memory)
+  double stepOverheadUs = 0;      // software cost per hop, on top of the measured latency
+  double intraHostMbps = 100000;  // rank to rank on one host (shared memory)
   double intraHostLatencyUs = 1;
 };
 

@@ -21,12 +21,23 @@ std::string esc(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -114,10 +125,11 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
       }
 
   std::string s;
-  s += fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
-                   "viewBox=\"0 0 {0} {1}\" font-family=\"DejaVu Sans, Helvetica, Arial, "
-                   "sans-serif\">\n",
-                   kWidth, kHeight);
+  s += fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
+      "viewBox=\"0 0 {0} {1}\" font-family=\"DejaVu Sans, Helvetica, Arial, "
+      "sans-serif\">\n",
+      kWidth, kHeight);
   s += "<defs>\n"
        "<pattern id=\"missing\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\">"
        "<rect width=\"6\" height=\"6\" fill=\"#d9d9d9\"/>"
@@ -140,18 +152,20 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
                          : fmt::format("{} {}s", innermost, plan.groups.front().name);
   for (size_t l = 1; l < plan.groups.size(); ++l)
     what += fmt::format(" in {} {}s", plan.groups[l].groups.size(), plan.groups[l].name);
-  s += fmt::format("<text x=\"{}\" y=\"34\" font-size=\"22\" font-weight=\"bold\">rankmap plan: "
-                   "{} hosts, {} (confidence {:.2f})</text>\n",
-                   kLeft, n, esc(what), plan.confidence);
+  s += fmt::format(
+      "<text x=\"{}\" y=\"34\" font-size=\"22\" font-weight=\"bold\">rankmap plan: "
+      "{} hosts, {} (confidence {:.2f})</text>\n",
+      kLeft, n, esc(what), plan.confidence);
   std::string gain;
   if (plan.confidence == 0 && plan.predicted.planUs == 0)
     gain = "identity order: not enough data to plan (fallback)";
   else
-    gain = fmt::format("predicted {:.2f}x faster than the input order: {} {} -> {}, ring "
-                       "bottleneck {:.4g} -> {:.4g} Mbit/s",
-                       plan.predicted.speedup, plan.predicted.basis,
-                       timeText(plan.predicted.inputOrderUs), timeText(plan.predicted.planUs),
-                       plan.predicted.inputBottleneckMbps, plan.predicted.bottleneckMbps);
+    gain = fmt::format(
+        "predicted {:.2f}x faster than the input order: {} {} -> {}, ring "
+        "bottleneck {:.4g} -> {:.4g} Mbit/s",
+        plan.predicted.speedup, plan.predicted.basis, timeText(plan.predicted.inputOrderUs),
+        timeText(plan.predicted.planUs), plan.predicted.inputBottleneckMbps,
+        plan.predicted.bottleneckMbps);
   s += fmt::format("<text x=\"{}\" y=\"62\" font-size=\"16\" fill=\"#b33000\">{}</text>\n", kLeft,
                    esc(gain));
 
@@ -181,10 +195,10 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
         }
       if (!in.empty() && !out.empty()) {
         double mi = medianOf(in), mo = medianOf(out);
-        s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#444\">median within "
-                         "{}s {:.4g}, across {:.4g} ({:.2f}x)</text>\n",
-                         x0, ty + 18, esc(plan.groups.front().name), mi, mo,
-                         k == 0 ? mi / mo : mo / mi);
+        s += fmt::format(
+            "<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#444\">median within "
+            "{}s {:.4g}, across {:.4g} ({:.2f}x)</text>\n",
+            x0, ty + 18, esc(plan.groups.front().name), mi, mo, k == 0 ? mi / mo : mo / mi);
       }
     }
     s += fmt::format("<g shape-rendering=\"crispEdges\">\n");
@@ -197,9 +211,10 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
           fill = color(sc.t(*val[r * m + c]));
         else
           fill = "url(#missing)";
-        s += fmt::format("<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" "
-                         "fill=\"{}\"/>\n",
-                         x0 + c * cell, y0 + r * cell, cell + 0.05, cell + 0.05, fill);
+        s += fmt::format(
+            "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" "
+            "fill=\"{}\"/>\n",
+            x0 + c * cell, y0 + r * cell, cell + 0.05, cell + 0.05, fill);
       }
     s += "</g>\n";
     // Group boundaries: thin white for the innermost level, thick dark for outer ones.
@@ -213,14 +228,16 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
         double at = static_cast<double>(p) * kPanel / n;
         const char* style = l == 0 ? "stroke=\"#ffffff\" stroke-width=\"2\""
                                    : "stroke=\"#e8175d\" stroke-width=\"3.5\"";
-        s += fmt::format("<line x1=\"{0:.2f}\" y1=\"{1:.2f}\" x2=\"{0:.2f}\" y2=\"{2:.2f}\" {3}/>"
-                         "<line x1=\"{4:.2f}\" y1=\"{5:.2f}\" x2=\"{6:.2f}\" y2=\"{5:.2f}\" {3}/>\n",
-                         x0 + at, y0, y0 + kPanel, style, x0, y0 + at, x0 + kPanel);
+        s += fmt::format(
+            "<line x1=\"{0:.2f}\" y1=\"{1:.2f}\" x2=\"{0:.2f}\" y2=\"{2:.2f}\" {3}/>"
+            "<line x1=\"{4:.2f}\" y1=\"{5:.2f}\" x2=\"{6:.2f}\" y2=\"{5:.2f}\" {3}/>\n",
+            x0 + at, y0, y0 + kPanel, style, x0, y0 + at, x0 + kPanel);
       }
     }
-    s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
-                     "stroke=\"#333\" stroke-width=\"1\"/>\n",
-                     x0, y0, kPanel, kPanel);
+    s += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
+        "stroke=\"#333\" stroke-width=\"1\"/>\n",
+        x0, y0, kPanel, kPanel);
 
     // Rings: the cells (sender row, receiver column) each ring's hops use.
     auto centre = [&](size_t a, size_t b) {
@@ -237,15 +254,17 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
         if (n > 1 && bin(a) == bin(b) && m < n) continue;
         auto [x, y] = centre(a, b);
         path += fmt::format("{}{:.1f},{:.1f}", path.empty() ? "M" : " L", x, y);
-        marks += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
-                             "fill=\"none\" stroke=\"#000\" stroke-width=\"1.6\"/>\n",
-                             x - mark, y - mark, 2 * mark, 2 * mark);
+        marks += fmt::format(
+            "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+            "fill=\"none\" stroke=\"#000\" stroke-width=\"1.6\"/>\n",
+            x - mark, y - mark, 2 * mark, 2 * mark);
         ++shown;
       }
       if (n > 1 && !path.empty())
-        s += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"#000\" stroke-opacity=\"0.45\" "
-                         "stroke-width=\"1.2\" stroke-dasharray=\"4 3\"/>\n{}",
-                         path, marks);
+        s += fmt::format(
+            "<path d=\"{}\" fill=\"none\" stroke=\"#000\" stroke-opacity=\"0.45\" "
+            "stroke-width=\"1.2\" stroke-dasharray=\"4 3\"/>\n{}",
+            path, marks);
     }
     // Plan order: the superdiagonal (position p sends to p + 1) and the closing hop, arrows.
     if (n > 1) {
@@ -257,12 +276,14 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
         if (bin(a) == bin(b) && m < n) continue;
         auto cur = centre(a, b);
         if (have && b != 0)
-          s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" "
-                           "stroke=\"#ff4d00\" stroke-width=\"2\" marker-end=\"url(#arrow)\"/>\n",
-                           prev.first, prev.second, cur.first, cur.second);
-        marks += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{:.1f}\" fill=\"#ff4d00\" "
-                             "stroke=\"#fff\" stroke-width=\"1\"/>\n",
-                             cur.first, cur.second, mark);
+          s += fmt::format(
+              "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" "
+              "stroke=\"#ff4d00\" stroke-width=\"2\" marker-end=\"url(#arrow)\"/>\n",
+              prev.first, prev.second, cur.first, cur.second);
+        marks += fmt::format(
+            "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{:.1f}\" fill=\"#ff4d00\" "
+            "stroke=\"#fff\" stroke-width=\"1\"/>\n",
+            cur.first, cur.second, mark);
         prev = cur;
         have = true;
       }
@@ -275,87 +296,98 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
       for (size_t p = 0; p < n; ++p) {
         double c = (p + 0.5) * cell;
         if (k == 0)
-          s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"{:.1f}\" "
-                           "text-anchor=\"end\" dominant-baseline=\"middle\">{}</text>\n",
-                           x0 - 6, y0 + c, font, esc(plan.order[p]));
-        s += fmt::format("<text x=\"{0:.1f}\" y=\"{1:.1f}\" font-size=\"{2:.1f}\" "
-                         "transform=\"rotate(-60 {0:.1f} {1:.1f})\">{3}</text>\n",
-                         x0 + c, y0 - 6, font, esc(plan.order[p]));
+          s += fmt::format(
+              "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"{:.1f}\" "
+              "text-anchor=\"end\" dominant-baseline=\"middle\">{}</text>\n",
+              x0 - 6, y0 + c, font, esc(plan.order[p]));
+        s += fmt::format(
+            "<text x=\"{0:.1f}\" y=\"{1:.1f}\" font-size=\"{2:.1f}\" "
+            "transform=\"rotate(-60 {0:.1f} {1:.1f})\">{3}</text>\n",
+            x0 + c, y0 - 6, font, esc(plan.order[p]));
       }
     }
     // Colour bar.
     double by = y0 + kPanel + 26;
-    s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"14\" fill=\"url(#scale{})\" "
-                     "stroke=\"#333\" stroke-width=\"0.5\"/>\n",
-                     x0, by, kPanel, k);
+    s += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"14\" fill=\"url(#scale{})\" "
+        "stroke=\"#333\" stroke-width=\"0.5\"/>\n",
+        x0, by, kPanel, k);
     if (sc.hi >= sc.lo) {
       // Dark (slow, far) on the left, bright (fast, near) on the right, for both.
       for (int i = 0; i <= 4; ++i) {
         double from = k == 0 ? sc.lo : sc.hi, to = k == 0 ? sc.hi : sc.lo;
         double v = std::exp(std::log(from) + i / 4.0 * (std::log(to) - std::log(from)));
         double tx = i / 4.0;
-        s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" "
-                         "text-anchor=\"middle\">{:.3g}</text>\n",
-                         x0 + tx * kPanel, by + 30, v);
+        s += fmt::format(
+            "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" "
+            "text-anchor=\"middle\">{:.3g}</text>\n",
+            x0 + tx * kPanel, by + 30, v);
       }
     } else {
       s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\">no measurements</text>\n", x0,
                        by + 30);
     }
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" text-anchor=\"end\" "
-                     "fill=\"#555\">brighter = {}</text>\n",
-                     x0 + kPanel, by - 6, k == 0 ? "faster" : "nearer");
+    s += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" text-anchor=\"end\" "
+        "fill=\"#555\">brighter = {}</text>\n",
+        x0 + kPanel, by - 6, k == 0 ? "faster" : "nearer");
   }
 
   // Legend.
   double ly = kTop + kPanel + 92;
   double lx = kLeft;
-  s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"7\" fill=\"#ff4d00\"/>"
-                   "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#ff4d00\" "
-                   "stroke-width=\"2\" marker-end=\"url(#arrow)\"/>"
-                   "<text x=\"{}\" y=\"{}\" font-size=\"14\">plan ring: the host pairs the new rank "
-                   "order sends over (stays inside groups, crosses each boundary once)</text>\n",
-                   lx + 8, ly, lx + 16, ly, lx + 40, ly, lx + 50, ly + 5);
+  s += fmt::format(
+      "<circle cx=\"{}\" cy=\"{}\" r=\"7\" fill=\"#ff4d00\"/>"
+      "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#ff4d00\" "
+      "stroke-width=\"2\" marker-end=\"url(#arrow)\"/>"
+      "<text x=\"{}\" y=\"{}\" font-size=\"14\">plan ring: the host pairs the new rank "
+      "order sends over (stays inside groups, crosses each boundary once)</text>\n",
+      lx + 8, ly, lx + 16, ly, lx + 40, ly, lx + 50, ly + 5);
   ly += 26;
-  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"none\" "
-                   "stroke=\"#000\" stroke-width=\"1.6\"/><text x=\"{}\" y=\"{}\" "
-                   "font-size=\"14\">input-order ring: the pairs the original rank order sends "
-                   "over</text>\n",
-                   lx + 1, ly - 7, lx + 50, ly + 5);
+  s += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"none\" "
+      "stroke=\"#000\" stroke-width=\"1.6\"/><text x=\"{}\" y=\"{}\" "
+      "font-size=\"14\">input-order ring: the pairs the original rank order sends "
+      "over</text>\n",
+      lx + 1, ly - 7, lx + 50, ly + 5);
   ly += 26;
-  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"30\" height=\"14\" fill=\"#3b528b\"/>"
-                   "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#fff\" "
-                   "stroke-width=\"2\"/>",
-                   lx, ly - 7, lx + 15, ly - 7, lx + 15, ly + 7);
-  std::string bounds = plan.groups.empty() ? "group boundary (none found)"
-                                           : plan.groups.front().name + " boundary";
+  s += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"30\" height=\"14\" fill=\"#3b528b\"/>"
+      "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#fff\" "
+      "stroke-width=\"2\"/>",
+      lx, ly - 7, lx + 15, ly - 7, lx + 15, ly + 7);
+  std::string bounds =
+      plan.groups.empty() ? "group boundary (none found)" : plan.groups.front().name + " boundary";
   if (plan.groups.size() > 1) {
-    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#e8175d\" "
-                     "stroke-width=\"3.5\"/>",
-                     lx + 25, ly - 7, lx + 25, ly + 7);
+    s += fmt::format(
+        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#e8175d\" "
+        "stroke-width=\"3.5\"/>",
+        lx + 25, ly - 7, lx + 25, ly + 7);
     bounds += "; thick: " + plan.groups[1].name + " boundary";
   }
   s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"14\">{}</text>", lx + 50, ly + 5,
                    esc(bounds));
-  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"30\" height=\"14\" fill=\"url(#missing)\"/>"
-                   "<text x=\"{}\" y=\"{}\" font-size=\"14\">not measured</text>\n",
-                   lx + 560, ly - 7, lx + 600, ly + 5);
+  s += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"30\" height=\"14\" fill=\"url(#missing)\"/>"
+      "<text x=\"{}\" y=\"{}\" font-size=\"14\">not measured</text>\n",
+      lx + 560, ly - 7, lx + 600, ly + 5);
   if (m < n) {
     ly += 26;
-    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#555\">{} hosts drawn as "
-                     "{} x {} blocks (median of each block's pairs); hops inside a block are not "
-                     "marked</text>\n",
-                     lx, ly + 5, n, m, m);
+    s += fmt::format(
+        "<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#555\">{} hosts drawn as "
+        "{} x {} blocks (median of each block's pairs); hops inside a block are not "
+        "marked</text>\n",
+        lx, ly + 5, n, m, m);
   }
   ly += 30;
   for (const auto& [coll, ranges] : plan.collectives) {
     std::string line = coll + ":";
     for (const auto& r : ranges)
-      line += fmt::format(" {} {}{};", r.algorithm,
-                          r.maxBytes == AlgoRange::kUnbounded ? ">= " : "",
-                          r.maxBytes == AlgoRange::kUnbounded
-                              ? sizeText(r.minBytes)
-                              : sizeText(r.minBytes) + " .. " + sizeText(r.maxBytes));
+      line +=
+          fmt::format(" {} {}{};", r.algorithm, r.maxBytes == AlgoRange::kUnbounded ? ">= " : "",
+                      r.maxBytes == AlgoRange::kUnbounded
+                          ? sizeText(r.minBytes)
+                          : sizeText(r.minBytes) + " .. " + sizeText(r.maxBytes));
     line.pop_back();
     s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"14\">{}</text>\n", lx, ly, esc(line));
     ly += 22;

@@ -21,9 +21,9 @@
 namespace rankmap::reorder {
 
 struct SyntheticLevel {
-  int fanout = 4;            // hosts per rack (level 0), racks per pod (level 1), ...
-  double uplinkMbps = 250;   // this level's groups' uplink, each direction
-  double latencyUs = 10;     // one-way latency added by crossing this level's uplink
+  int fanout = 4;           // hosts per rack (level 0), racks per pod (level 1), ...
+  double uplinkMbps = 250;  // this level's groups' uplink, each direction
+  double latencyUs = 10;    // one-way latency added by crossing this level's uplink
 };
 
 enum class Signal { kModel, kFlat, kAbsent };  // as the network implies; the same for all; none
@@ -32,16 +32,16 @@ struct SyntheticSpec {
   // Innermost first: {{32, 250, 5}, {16, 500, 20}} with topGroups 8 is 8 pods of 16 racks of
   // 32 hosts (4096 hosts); racks have 250 Mbit/s uplinks, pods 500.
   std::vector<SyntheticLevel> levels = {{4, 250, 10}};
-  int topGroups = 2;             // groups of the outermost level under the root
-  double hostMbps = 1000;        // host link rate
-  double hostLatencyUs = 2;      // one-way latency of a host link
+  int topGroups = 2;                     // groups of the outermost level under the root
+  double hostMbps = 1000;                // host link rate
+  double hostLatencyUs = 2;              // one-way latency of a host link
   std::vector<double> hostMbpsOverride;  // per true host (before the hidden permutation)
-  double noise = 0.0;            // relative, uniform
-  double missing = 0.0;          // fraction of unordered pairs with no measurement
+  double noise = 0.0;                    // relative, uniform
+  double missing = 0.0;                  // fraction of unordered pairs with no measurement
   Signal bandwidth = Signal::kModel;
   Signal latency = Signal::kModel;
-  bool sharedLinks = false;      // emit one shared link per group with its uplink capacity
-  bool shuffle = true;           // hidden permutation of hosts
+  bool sharedLinks = false;  // emit one shared link per group with its uplink capacity
+  bool shuffle = true;       // hidden permutation of hosts
   uint64_t seed = 1;
 
   size_t totalHosts() const;

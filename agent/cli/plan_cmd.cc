@@ -53,8 +53,8 @@ int runPlan(const PlanArgs& a) {
   }
   auto size = parseSize(a.ringSize);
   if (!size || *size == 0)
-    throw InvalidInput(fmt::format("--ring-size '{}': expected a size such as 16MiB or 4M",
-                                   a.ringSize));
+    throw InvalidInput(
+        fmt::format("--ring-size '{}': expected a size such as 16MiB or 4M", a.ringSize));
   o.ringBytes = *size;
 
   Topology t = loadTopology(a.topology);
@@ -91,8 +91,7 @@ void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
       ->required();
   cmd->add_option("--hosts", args->hosts,
                   "Plan only these hosts, in this input order: one 'name [address]' per line");
-  cmd->add_option("--ranks-per-host,-k", args->ranksPerHost,
-                  "Ranks on each host (kept contiguous)")
+  cmd->add_option("--ranks-per-host,-k", args->ranksPerHost, "Ranks on each host (kept contiguous)")
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--collective,-c", args->collectives,
                   "allreduce (default), allgather, reducescatter, broadcast or all; repeatable");

@@ -41,15 +41,19 @@ int runShow(const ShowArgs& a) {
   bool isPlan = doc.is_object() && doc.contains("order") && doc.contains("permutation");
   bool isTopology = doc.is_object() && doc.contains("bandwidth_mbps");
   if (!isPlan && !isTopology)
-    throw InvalidInput(fmt::format("{}: expected a plan.json (with /order) or a topology.json "
-                                   "(with /bandwidth_mbps)", a.file));
+    throw InvalidInput(
+        fmt::format("{}: expected a plan.json (with /order) or a topology.json "
+                    "(with /bandwidth_mbps)",
+                    a.file));
   if (isPlan) {
     Plan plan = Plan::fromJson(doc, a.file);
     std::fputs(reorder::describePlan(plan).c_str(), stdout);
     if (!a.svg.empty()) {
       if (a.topology.empty())
-        throw InvalidInput(fmt::format("--svg {}: a plan holds no measurements; pass the "
-                                       "topology.json it was made from with --topology", a.svg));
+        throw InvalidInput(
+            fmt::format("--svg {}: a plan holds no measurements; pass the "
+                        "topology.json it was made from with --topology",
+                        a.svg));
       Topology t = Topology::fromJson(readUserJson(a.topology), a.topology);
       writeFileAtomic(a.svg, reorder::renderSvg(t, plan));
       fmt::print("\nsvg written to {}\n", a.svg);
@@ -75,8 +79,9 @@ void registerShowCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   (void)ctx;
   auto args = std::make_shared<ShowArgs>();
   auto* cmd = app.add_subcommand(
-      "show", "Print a plan.json (groups, ring, algorithms, gain) or a topology.json (groups, "
-              "matrix summary); --svg draws the heatmaps");
+      "show",
+      "Print a plan.json (groups, ring, algorithms, gain) or a topology.json (groups, "
+      "matrix summary); --svg draws the heatmaps");
   cmd->add_option("file", args->file, "plan.json or topology.json")->required();
   cmd->add_option("--topology,-t", args->topology,
                   "The topology.json a plan was made from (needed for --svg with a plan)");

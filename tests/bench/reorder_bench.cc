@@ -34,13 +34,26 @@ using namespace rankmap::reorder;
 SyntheticSpec specFor(int hosts) {
   SyntheticSpec s;
   switch (hosts) {
-    case 64: s.levels = {{8, 400, 5}, {4, 200, 20}}, s.topGroups = 2; break;
-    case 256: s.levels = {{16, 400, 5}, {4, 200, 20}}, s.topGroups = 4; break;
-    case 512: s.levels = {{16, 400, 5}, {8, 200, 20}}, s.topGroups = 4; break;
-    case 1024: s.levels = {{16, 400, 5}, {8, 200, 20}}, s.topGroups = 8; break;
-    case 2048: s.levels = {{32, 400, 5}, {8, 200, 20}}, s.topGroups = 8; break;
-    case 4096: s.levels = {{32, 400, 5}, {16, 200, 20}}, s.topGroups = 8; break;
-    default: std::fprintf(stderr, "no spec for %d hosts\n", hosts), std::exit(2);
+    case 64:
+      s.levels = {{8, 400, 5}, {4, 200, 20}}, s.topGroups = 2;
+      break;
+    case 256:
+      s.levels = {{16, 400, 5}, {4, 200, 20}}, s.topGroups = 4;
+      break;
+    case 512:
+      s.levels = {{16, 400, 5}, {8, 200, 20}}, s.topGroups = 4;
+      break;
+    case 1024:
+      s.levels = {{16, 400, 5}, {8, 200, 20}}, s.topGroups = 8;
+      break;
+    case 2048:
+      s.levels = {{32, 400, 5}, {8, 200, 20}}, s.topGroups = 8;
+      break;
+    case 4096:
+      s.levels = {{32, 400, 5}, {16, 200, 20}}, s.topGroups = 8;
+      break;
+    default:
+      std::fprintf(stderr, "no spec for %d hosts\n", hosts), std::exit(2);
   }
   s.noise = 0.10;
   s.missing = 0.05;
@@ -76,10 +89,10 @@ void BM_MakePlan(benchmark::State& state) {
     benchmark::DoNotOptimize(r.plan.order.data());
     ari = 1;
     for (size_t l = 0; l < syn.truth.levels.size(); ++l)
-      ari = std::min(ari, l < r.hierarchy.levels.size()
-                              ? adjustedRandIndex(syn.truth.levels[l].groupOf,
-                                                  r.hierarchy.levels[l].groupOf)
-                              : 0.0);
+      ari = std::min(
+          ari, l < r.hierarchy.levels.size()
+                   ? adjustedRandIndex(syn.truth.levels[l].groupOf, r.hierarchy.levels[l].groupOf)
+                   : 0.0);
   }
   state.counters["hosts"] = static_cast<double>(syn.topology.size());
   state.counters["min_ARI"] = ari;
@@ -104,10 +117,18 @@ void BM_Stage(benchmark::State& state) {
   std::vector<int> ring = hierarchicalRing(net);
   for (auto _ : state) {
     switch (state.range(0)) {
-      case 0: benchmark::DoNotOptimize(cleanMeasurements(syn.topology, "bench", warnings)); break;
-      case 1: benchmark::DoNotOptimize(inferHierarchy(m, {})); break;
-      case 2: benchmark::DoNotOptimize(inferNetwork(m, h, {}, {}, warnings)); break;
-      case 3: benchmark::DoNotOptimize(improveRing(net, ring, rp)); break;
+      case 0:
+        benchmark::DoNotOptimize(cleanMeasurements(syn.topology, "bench", warnings));
+        break;
+      case 1:
+        benchmark::DoNotOptimize(inferHierarchy(m, {}));
+        break;
+      case 2:
+        benchmark::DoNotOptimize(inferNetwork(m, h, {}, {}, warnings));
+        break;
+      case 3:
+        benchmark::DoNotOptimize(improveRing(net, ring, rp));
+        break;
       case 4: {
         CostContext ctx;
         ctx.net = &net;
@@ -121,7 +142,11 @@ void BM_Stage(benchmark::State& state) {
   static const char* kNames[] = {"clean", "hierarchy", "network", "ring", "costs"};
   state.SetLabel(kNames[state.range(0)]);
 }
-BENCHMARK(BM_Stage)->DenseRange(0, 4)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
+BENCHMARK(BM_Stage)
+    ->DenseRange(0, 4)
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
 
 long residentKiB() {
   std::ifstream f("/proc/self/statm");

@@ -122,6 +122,9 @@ class Testbed:
         p = self.down()
         if p.returncode != 0:
             print(f"warning: emucloud down failed: {p.stderr.strip()}", flush=True)
+        # The default state dir of a test's own prefix belongs to the test: scratch files
+        # (topologies, hosts files, agent state) go with it.
+        shutil.rmtree(self.state_dir(), ignore_errors=True)
         return False
 
     def exec_argv(self, vm, *cmd):

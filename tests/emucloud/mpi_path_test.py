@@ -229,9 +229,14 @@ def run_proof(tb, args, programs):
                 p = run(words, mode)
                 ranks, checks, t = parse_run(p.stdout)
                 lib.check(checks == pchecks, f"{name} {mode}: results identical to plain")
+                placed = sorted(ranks) == list(range(8)) and \
+                    all(ranks[r][0] == plan["order"][r] for r in range(8))
+                if not placed:
+                    print(f"{name} {mode} stdout:\n{p.stdout[-4000:]}", flush=True)
                 lib.check(sorted(ranks) == list(range(8)) and
                           all(ranks[r][0] == plan["order"][r] for r in range(8)),
-                          f"{name} {mode}: MPI_COMM_WORLD rank r runs on plan order[r]")
+                          f"{name} {mode}: MPI_COMM_WORLD rank r runs on plan order[r]"
+                          f" (got {[ranks.get(r, ('?',))[0] for r in range(8)]})")
                 if mode == "shim":
                     # The launcher kept the provider order; only MPI_COMM_WORLD changed.
                     lib.check(all(provider[ranks[r][1]] == ranks[r][0] for r in range(8)),

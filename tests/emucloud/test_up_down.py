@@ -112,10 +112,6 @@ def main():
             tb.run("noise", "start", "--prefix", kPrefix, "--from", vms[2]["name"],
                    "--to", vms[3]["name"], "--mbit", "10")
 
-        p = tb.run("agents", "start", "--prefix", kPrefix, check=False)
-        lib.check(p.returncode != 0 and "not yet implemented" in p.stderr,
-                  "agents start is a placeholder that fails")
-
         p = tb.down()
         lib.check(p.returncode == 0, "down succeeds")
         after = lib.snapshot()

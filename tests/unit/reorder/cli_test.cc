@@ -51,7 +51,7 @@ class Cli : public ::testing::Test {
 
 TEST_F(Cli, PlanWritesAValidPlanAndASummary) {
   Outcome r = rankmap("plan --topology " + test::fixture("testbed_8vm_2rack.json") + " --out " +
-                  path("plan.json"));
+                      path("plan.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("rack: 2 groups"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("faster than the input order"), std::string::npos) << r.out;
@@ -61,7 +61,7 @@ TEST_F(Cli, PlanWritesAValidPlanAndASummary) {
 
   // To stdout: the plan is the only thing there; the summary goes to stderr.
   Outcome s = rankmap("plan -t " + test::fixture("testbed_8vm_2rack.json") +
-                  " --ranks-per-host 2 -c allreduce -c allgather");
+                      " --ranks-per-host 2 -c allreduce -c allgather");
   ASSERT_EQ(s.code, 0) << s.err;
   Plan q = Plan::parse(s.out, "stdout");
   EXPECT_EQ(q.ranksPerHost, 2);
@@ -71,29 +71,29 @@ TEST_F(Cli, PlanWritesAValidPlanAndASummary) {
 
 TEST_F(Cli, PlanWithAHostsFileKeepsItsOrder) {
   Outcome r = rankmap("plan -t " + test::fixture("testbed_8vm_2rack.json") + " --hosts " +
-                  test::fixture("testbed_8vm_2rack.hosts") + " -o " + path("p.json"));
+                      test::fixture("testbed_8vm_2rack.hosts") + " -o " + path("p.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   Plan p = Plan::load(path("p.json"));
   EXPECT_EQ(p.hosts, (std::vector<std::string>{"vm0", "vm2", "vm3", "vm5", "vm6", "vm7"}));
 }
 
 TEST_F(Cli, ShowPlanTopologyAndSvg) {
-  ASSERT_EQ(rankmap("plan -t " + test::fixture("bandwidth_only.json") + " -o " + path("p.json"))
-                .code,
-            0);
+  ASSERT_EQ(
+      rankmap("plan -t " + test::fixture("bandwidth_only.json") + " -o " + path("p.json")).code, 0);
   Outcome show = rankmap("show " + path("p.json"));
   ASSERT_EQ(show.code, 0) << show.err;
   EXPECT_NE(show.out.find("groups:"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("ring (new rank order)"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("predicted:"), std::string::npos) << show.out;
 
-  Outcome topo = rankmap("show " + test::fixture("bandwidth_only.json") + " --svg " + path("t.svg"));
+  Outcome topo =
+      rankmap("show " + test::fixture("bandwidth_only.json") + " --svg " + path("t.svg"));
   ASSERT_EQ(topo.code, 0) << topo.err;
   EXPECT_NE(topo.out.find("inferred groups"), std::string::npos) << topo.out;
   EXPECT_EQ(slurp(path("t.svg")).rfind("<svg", 0), 0u);
 
   Outcome svg = rankmap("show " + path("p.json") + " --topology " +
-                    test::fixture("bandwidth_only.json") + " --svg " + path("p.svg"));
+                        test::fixture("bandwidth_only.json") + " --svg " + path("p.svg"));
   ASSERT_EQ(svg.code, 0) << svg.err;
   EXPECT_NE(slurp(path("p.svg")).find("</svg>"), std::string::npos);
   // A plan alone cannot be drawn.
@@ -121,8 +121,7 @@ TEST_F(Cli, BadInputsExitTwoNamingTheFileAndField) {
            Case{"plan -t " + asym, asym + ": at /bandwidth_mbps/"},
            Case{"plan -t " + path("missing.json"), path("missing.json")},
            Case{"plan -t " + path("broken.json"), path("broken.json") + ": not valid JSON"},
-           Case{"plan -t " + test::fixture("testbed_8vm_2rack.json") + " --hosts " +
-                    path("hosts"),
+           Case{"plan -t " + test::fixture("testbed_8vm_2rack.json") + " --hosts " + path("hosts"),
                 path("hosts") + ":2: host 'nobody' is not in"},
            Case{"plan -t " + test::fixture("testbed_8vm_2rack.json") + " -c alltoall",
                 "collective 'alltoall'"},

@@ -16,8 +16,8 @@ namespace {
 using test::hierarchyOf;
 
 NetworkModel twoRacks(double host = 1000, double uplink = 250) {
-  return modelFromHierarchy(hierarchyOf({{0, 0, 0, 0, 1, 1, 1, 1}}),
-                            std::vector<double>(8, host), {uplink}, 2, {10});
+  return modelFromHierarchy(hierarchyOf({{0, 0, 0, 0, 1, 1, 1, 1}}), std::vector<double>(8, host),
+                            {uplink}, 2, {10});
 }
 
 const AlgoCost& find(const std::vector<AlgoCost>& cs, const std::string& name) {
@@ -122,8 +122,8 @@ TEST(CostModel, RhdFoldsNonPowersOfTwo) {
   // 6 ranks: fold (S), 2 halving steps (S/2, S/4), 2 doubling steps, unfold (S), all at line
   // rate on a non-blocking network: 2 S + 2 (S/2 + S/4).
   EXPECT_NEAR(rhd.betaUsPerByte, (2 + 1.5) / bytesPerUs(1000), 1e-12);
-  EXPECT_FALSE(find(algorithmCosts(context(net, {0, 1, 2, 3, 4, 5}), "allgather"), "rhd")
-                   .available);
+  EXPECT_FALSE(
+      find(algorithmCosts(context(net, {0, 1, 2, 3, 4, 5}), "allgather"), "rhd").available);
 }
 
 TEST(CostModel, RangesAreContiguousFromZeroAndPickTheFastest) {
@@ -168,8 +168,8 @@ TEST(CostModel, PackedTreesBeatTheRingWhenHostRatesDiffer) {
   // One rack; four hosts at 1000, four at 250. Every ring is limited by a slow host carrying
   // 2 (n-1)/n S; trees make the slow hosts leaves (S each) and the fast ones carry the rest.
   std::vector<double> rates = {1000, 250, 1000, 250, 1000, 250, 1000, 250};
-  NetworkModel net = modelFromHierarchy(hierarchyOf({{0, 0, 0, 0, 0, 0, 0, 0}}), rates, {1000},
-                                        2, {5});
+  NetworkModel net =
+      modelFromHierarchy(hierarchyOf({{0, 0, 0, 0, 0, 0, 0, 0}}), rates, {1000}, 2, {5});
   CostContext ctx = context(net, {0, 1, 2, 3, 4, 5, 6, 7});
   ctx.trees = packTrees(net, ctx.order);
   ASSERT_FALSE(ctx.trees.empty());

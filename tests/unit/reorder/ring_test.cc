@@ -20,8 +20,8 @@ using test::isPermutation;
 
 // 8 hosts in two racks (hosts 0-3, 4-7), host 1000, uplink 250: the calibration testbed.
 NetworkModel twoRacks() {
-  return modelFromHierarchy(hierarchyOf({{0, 0, 0, 0, 1, 1, 1, 1}}),
-                            std::vector<double>(8, 1000), {250}, 2, {10});
+  return modelFromHierarchy(hierarchyOf({{0, 0, 0, 0, 1, 1, 1, 1}}), std::vector<double>(8, 1000),
+                            {250}, 2, {10});
 }
 
 // Full enumeration: the reference for the branch-and-bound search.
@@ -47,9 +47,9 @@ NetworkModel randomNetwork(size_t n, uint64_t seed, bool treeShaped) {
   }
   std::vector<double> rates(n);
   for (auto& r : rates) r = 200 + static_cast<double>(g() % 800);
-  NetworkModel net = modelFromHierarchy(hierarchyOf({rack, pod}), rates,
-                                        {100 + double(g() % 400), 50 + double(g() % 300)}, 3,
-                                        {5, 15});
+  NetworkModel net =
+      modelFromHierarchy(hierarchyOf({rack, pod}), rates,
+                         {100 + double(g() % 400), 50 + double(g() % 300)}, 3, {5, 15});
   if (!treeShaped) {
     auto lat = std::make_shared<PairMatrix>(n);
     auto caps = std::make_shared<PairMatrix>(n);
