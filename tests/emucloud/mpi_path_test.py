@@ -36,7 +36,7 @@ kUpArgs = ["--vms", "8", "--racks", "2", "--host-mbit", "1000", "--uplink-mbit",
 kRunTimeoutS = 240
 kRingMca = ["--mca", "coll_tuned_use_dynamic_rules", "1",
             "--mca", "coll_tuned_allreduce_algorithm", "4"]
-kLine = re.compile(r"^rank (\d+) of (\d+) on (\S+) launcher (-?\d+)$")
+kLine = re.compile(r"rank (\d+) of (\d+) on (\S+?) launcher (-?\d+)")
 
 
 def add_args(p):
@@ -126,11 +126,11 @@ def remove_agent_state(tb):
 def parse_run(out):
     """(ranks: {rank: (host, launcher)}, check lines, allreduce median seconds or None)."""
     ranks, checks, median = {}, [], None
+    # Lines of different ranks may still arrive glued together by the launcher's forwarding.
+    for m in kLine.finditer(out):
+        ranks[int(m.group(1))] = (m.group(3), int(m.group(4)))
     for line in out.splitlines():
-        m = kLine.match(line.strip())
-        if m:
-            ranks[int(m.group(1))] = (m.group(3), int(m.group(4)))
-        elif line.startswith("check "):
+        if line.startswith("check "):
             checks.append(line.strip())
         elif line.startswith("time allreduce"):
             median = float(re.search(r"median_s=([0-9.]+)", line).group(1))

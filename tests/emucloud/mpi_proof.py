@@ -47,7 +47,10 @@ def main():
     launcher = os.environ.get("OMPI_COMM_WORLD_RANK", "-1")
     for r in range(n):
         if r == rank:
-            print(f"rank {rank} of {n} on {host} launcher {launcher}", flush=True)
+            # One write per line: Open MPI forwards each write as it comes, so a line written in
+            # two pieces can interleave with another rank's.
+            sys.stdout.write(f"rank {rank} of {n} on {host} launcher {launcher}\n")
+            sys.stdout.flush()
         comm.Barrier()
 
     # Allreduce: in[j] = 7r + j % 13 -> 7 n(n-1)/2 + n (j % 13).

@@ -54,14 +54,14 @@ Completed mpirun(const std::vector<std::string>& words, std::map<std::string, st
                              {"LD_PRELOAD", "RANKMAP_PLAN", "RANKMAP_LOG", "RANKMAP_LOG_FILE"});
 }
 
-// "rank R of N on HOST launcher L" lines: launcher rank -> MPI_COMM_WORLD rank.
+// "rank R of N on HOST launcher L" lines: launcher rank -> MPI_COMM_WORLD rank. Searched in the
+// whole output: mpirun forwards each write of a rank as it comes, so lines can arrive glued.
 std::map<int, int> rankMap(const std::string& out) {
   std::map<int, int> m;
-  static const std::regex re(R"(^rank (\d+) of (\d+) on (\S+) launcher (-?\d+)$)");
-  for (const auto& line : testing::lines(out)) {
-    std::smatch sm;
-    if (std::regex_match(line, sm, re)) m[std::stoi(sm[4])] = std::stoi(sm[1]);
-  }
+  static const std::regex re(R"(rank (\d+) of (\d+) on (\S+?) launcher (-?\d+))");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
+       ++it)
+    m[std::stoi((*it)[4])] = std::stoi((*it)[1]);
   return m;
 }
 
