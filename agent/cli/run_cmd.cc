@@ -124,7 +124,7 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
 
 void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   auto* cmd = app.add_subcommand(
-      "run", "Run an mpirun job with its ranks in plan order (hostfile rewrite or PMPI shim)");
+      "run", "Run a job (mpirun, torchrun, srun, or XGBoost workers) with its ranks in plan order");
   auto a = std::make_shared<RunArgs>();
   cmd->add_option("--plan", a->plan, "plan.json to apply (default RANKMAP_PLAN)");
   cmd->add_option("--topology", a->topology,

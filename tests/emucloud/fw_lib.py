@@ -1,10 +1,10 @@
 """Shared helpers for the frameworks proofs on the testbed (fw_test_*.py).
 
-The plan comes from the real planner (`rankmap plan --use-groups`) on a probe-free topology
-built from the testbed's truth.json: hosts with their addresses, a bandwidth matrix of the
-configured rates (host link inside a rack, uplink across racks) and the truth's racks as the
-hierarchy. No probe runs (emucloud has no rankmapd agents yet), so this proves the launch
-wrappers and the planner's ordering, not the inference.
+The plan comes from the full pipeline when --rankmapd is given (`emucloud agents start`, one
+`rankmap probe` round from vm0's agent, `rankmap plan`: the racks are inferred, nothing is taken
+from truth.json). With --source truth it comes instead from the planner on a probe-free topology
+built from truth.json (configured rates, the truth's racks as the hierarchy, `rankmap plan
+--use-groups`): this proves the launch wrappers alone, without the inference.
 
 Python 3 standard library only; run with /usr/bin/python3 (Debian's torch and xgboost live there).
 """
@@ -53,17 +53,50 @@ def topology_from_truth(truth):
     }
 
 
-def make_plan(rankmap, truth, workdir):
-    """Writes workdir/topology.json and workdir/plan.json (rankmap plan --use-groups); returns
-    (topology path, plan path, plan dict)."""
-    topo = topology_from_truth(truth)
-    topo.pop("_n")
+def add_source_args(p):
+    """--rankmapd and --source for fw_test_*.py."""
+    p.add_argument("--rankmapd", help="rankmapd binary: plan from a probe by agents in every VM")
+    p.add_argument("--source", choices=("probe", "truth"), default="probe",
+                   help="probe (needs --rankmapd) or truth (probe-free topology from truth.json)")
+
+
+def probe(tb, rankmap, rankmapd, path):
+    """Agents in every VM, one `rankmap probe` round from vm0's agent into path; agents stopped."""
+    tb.run("agents", "start", "--prefix", tb.prefix, "--rankmapd", rankmapd, timeout=120)
+    try:
+        state = tb.state_dir()
+        t0 = time.monotonic()
+        p = subprocess.run(tb.exec_argv(tb.truth["vms"][0]["name"], rankmap, "probe", "--agent",
+                                        "http://127.0.0.1:7410", "--hosts",
+                                        os.path.join(state, "agents", "hosts"), "--token-file",
+                                        os.path.join(state, "agents", "token"), "--out", path),
+                           capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            lib.fail(f"rankmap probe: exit {p.returncode}: {p.stdout.strip()} "
+                     f"{p.stderr.strip()[-2000:]}")
+        print(f"probe: {p.stdout.strip()} ({time.monotonic() - t0:.1f} s)", flush=True)
+    finally:
+        tb.run("agents", "stop", "--prefix", tb.prefix, timeout=60, check=False)
+
+
+def make_plan(rankmap, truth, workdir, args=None, tb=None):
+    """Writes workdir/topology.json and workdir/plan.json; returns (topology path, plan path,
+    plan dict). From a probe when args.source is "probe" (the default; needs args.rankmapd and
+    tb), else from truth.json with --use-groups (see the module doc)."""
     tpath = os.path.join(workdir, "topology.json")
     ppath = os.path.join(workdir, "plan.json")
-    with open(tpath, "w") as f:
-        json.dump(topo, f, indent=1)
-    p = subprocess.run([rankmap, "plan", "-t", tpath, "--use-groups", "-o", ppath],
-                       capture_output=True, text=True, timeout=120)
+    if args is not None and args.source == "probe":
+        if not args.rankmapd or not os.access(args.rankmapd, os.X_OK):
+            lib.skip(f"rankmapd not built ({args.rankmapd!r}); use --source truth")
+        probe(tb, rankmap, args.rankmapd, tpath)
+        words = [rankmap, "plan", "-t", tpath, "-o", ppath]
+    else:
+        topo = topology_from_truth(truth)
+        topo.pop("_n")
+        with open(tpath, "w") as f:
+            json.dump(topo, f, indent=1)
+        words = [rankmap, "plan", "-t", tpath, "--use-groups", "-o", ppath]
+    p = subprocess.run(words, capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
         lib.fail(f"rankmap plan: exit {p.returncode}: {p.stderr.strip()}")
     with open(ppath) as f:
