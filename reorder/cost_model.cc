@@ -203,16 +203,26 @@ AlgoCost hierCost(const Model& m) {
 
   AlgoCost c;
   c.name = "hier";
-  // Phases 1 and 3: a ring reduce-scatter (allgather) inside every group, all concurrently.
-  std::vector<Xfer> inside;
+  // Phases 1 and 3: a ring reduce-scatter (allgather) inside every group, all concurrently,
+  // kg - 1 steps each. The engine streams segments from phase to phase (every step waits only
+  // for the segments it reads: collectives/algorithms/hier.cc), so the last reduce-scatter step,
+  // which produces the shards, runs alongside the cross-group phase, and so does the first
+  // allgather step, which forwards them: those two in-group steps share the links with phase 2.
+  // The other kg - 2 steps of each in-group ring run alone. Where the in-group rings and the
+  // cross-group rings have the same bottleneck (a flat network) this changes nothing: the
+  // overlap only pays when phase 2 waits on uplinks the in-group steps do not use.
+  std::vector<Xfer> inside, alongside;
   double insideLat = 0;
   for (const auto& g : groups) {
     size_t kg = g.size();
     if (kg < 2) continue;
     double lat = 0;
+    double steps = static_cast<double>(kg - 1);
     for (size_t i = 0; i < kg; ++i) {
       int a = g[i], b = g[(i + 1) % kg];
-      inside.push_back({a, b, 1.0 - share[a]});
+      double perStep = (1.0 - share[a]) / steps;  // the ring sends 1 - share over kg - 1 steps
+      inside.push_back({a, b, perStep * (steps - 1)});
+      alongside.push_back({a, b, 2 * perStep});
       lat += m.hopUs(a, b);
     }
     insideLat = std::max(insideLat, lat * (kg - 1) / kg);
@@ -241,8 +251,9 @@ AlgoCost hierCost(const Model& m) {
     }
   }
   acrossLat *= 2 * (g - 1) / g;
+  alongside.insert(alongside.end(), across.begin(), across.end());
   c.alphaUs = 2 * insideLat + acrossLat;
-  c.betaUsPerByte = 2 * insideBeta + m.perByte(across);
+  c.betaUsPerByte = 2 * insideBeta + m.perByte(alongside);
   return c;
 }
 

@@ -13,7 +13,9 @@
 //          a chain inside each host.
 //   hier   reduce-scatter inside each innermost group (a ring), allreduce across groups of the
 //          shards (one ring per shard over the groups), allgather inside groups (PLink).
-//          Chunk weights, when set, size each rank's shard.
+//          Segments stream between phases, so the last in-group reduce-scatter step and the
+//          first allgather step share the links with the cross-group phase instead of adding
+//          to it. Chunk weights, when set, size each rank's shard.
 //   rhd    recursive halving (distance 1, 2, 4, ...: the largest transfers to the nearest
 //          ranks) then recursive doubling; a non-power-of-two count folds the extra ranks in
 //          first and out last.
