@@ -22,7 +22,11 @@ std::vector<Round> roundRobin(int n);
 // no uplink is used twice in the same direction: with `groupOf` (host -> group, same size as the
 // host count; empty = every host its own group), a flow between different groups uses the
 // source group's outbound uplink and the destination group's inbound uplink. At most
-// `maxPerSlot` flows per slot (0 = no limit). First-fit in the given order; deterministic.
+// `maxPerSlot` flows per slot (0 = no limit). Up to kPackLoadFirstMaxFlows flows, each slot is
+// filled with the flows on the most loaded resources first (ties in the given order), which
+// comes close to the lower bound (the most flows any one resource carries); beyond that, first
+// fit in the given order. Deterministic.
+inline constexpr size_t kPackLoadFirstMaxFlows = 4096;
 std::vector<Round> packFlows(const std::vector<HostPair>& flows, const std::vector<int>& groupOf,
                              size_t maxPerSlot);
 

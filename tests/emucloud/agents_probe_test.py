@@ -51,10 +51,16 @@ def main():
         rel = [abs(e) for *_, e in errs if e is not None]
         within = sum(1 for e in rel if e <= 0.10) / max(1, len(rel))
         worst = sorted(errs, key=lambda x: -abs(x[4] or 0))[:5]
+        rack = {v["name"]: v["rack"] for v in tb.truth["vms"]}
+        tiers = {t: [e for a, b, _, _, e in errs if e is not None and
+                     (rack[a] == rack[b]) == (t == "in")] for t in ("in", "cross")}
+        def worst_of(t):
+            return f"{max(tiers[t], key=abs):+.1%}" if tiers[t] else "-"
         al.report(f"measured: {args.vms} VMs/{args.racks} racks host {args.host_mbit:g} uplink "
                   f"{args.uplink_mbit:g}: wall {dt:.2f} s (round {summary['seconds']:.2f} s), "
                   f"{len(rel)} flows, within 10%: {within:.1%}, median |err| "
-                  f"{statistics.median(rel):.3f}, max |err| {max(rel):.3f}; worst "
+                  f"{statistics.median(rel):.3f}, max |err| {max(rel):.3f}; worst in-rack "
+                  f"{worst_of('in')}, cross-rack {worst_of('cross')}; worst "
                   f"{[(a, b, round(v or 0), e_) for a, b, v, e_, _ in worst]}")
         tl.check(not missing, f"every ordered pair has a bandwidth ({len(missing)} missing)")
         tl.check(lat_missing == 0, f"every pair has a latency ({lat_missing} missing)")
