@@ -54,9 +54,18 @@ class Features {
     for (size_t i = 0; i < n; ++i) {
       // topBand without collecting the whole row: the maximum, then the values near it.
       const float* row = m.bandwidthMbps.row(i);
+      // The maximum (NaN never wins) in eight independent lanes: one chain of compares would
+      // wait on each other (the order of a maximum does not matter).
+      float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      size_t j = 0;
+      for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; ++k)
+          if (row[j + k] > lane[k]) lane[k] = row[j + k];  // false for NaN
       float top = 0;
-      for (size_t j = 0; j < n; ++j)
-        if (row[j] > top) top = row[j];  // false for NaN
+      for (; j < n; ++j)
+        if (row[j] > top) top = row[j];
+      for (float x : lane)
+        if (x > top) top = x;
       band.clear();
       for (size_t j = 0; j < n; ++j)
         if (row[j] >= 0.75f * top) band.push_back(row[j]);

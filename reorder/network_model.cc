@@ -66,6 +66,13 @@ class LogHistogram {
   size_t total_ = 0;
 };
 
+// Sampled pairs are random cells of N x N matrices (64 MiB each at 4096 hosts): a cache and
+// TLB miss each. Reading them kPrefetchAhead ahead overlaps the misses.
+constexpr size_t kPrefetchAhead = 16;
+inline void prefetchCell(const PairMatrix& m, int i, int j) {
+  __builtin_prefetch(m.row(static_cast<size_t>(i)) + j);
+}
+
 double medianOf(std::vector<float>& v) {
   if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
   auto mid = v.begin() + v.size() / 2;
@@ -176,6 +183,7 @@ NetworkModel inferModel(const Measurements& m, const Hierarchy& h,
   std::vector<int> everyone(n);
   std::iota(everyone.begin(), everyone.end(), 0);
   std::vector<LogHistogram> hist(net.switches());
+  std::vector<std::pair<int, int>> sampled;
   for (size_t s = 0; s < net.switches(); ++s) {
     const auto& inside = hostsOf[s];
     int parent = net.switchParent[s];
@@ -193,12 +201,20 @@ NetworkModel inferModel(const Measurements& m, const Hierarchy& h,
       continue;
     }
     uint64_t state = 0x51ed0000ull + s;
+    sampled.clear();
     for (size_t k = 0, tries = 0; k < kUplinkSamples && tries < 64 * kUplinkSamples; ++tries) {
       int a = inside[splitmix64(state) % inside.size()];
       int b = pool[splitmix64(state) % pool.size()];
       if (net.switchAt(b, net.switchLevel[s]) == static_cast<int>(s)) continue;  // inside
-      add(a, b);
+      sampled.push_back({a, b});
       ++k;
+    }
+    // Random cells of an N x N matrix: read them a few ahead (same values, same order).
+    for (size_t k = 0; k < sampled.size(); ++k) {
+      if (k + kPrefetchAhead < sampled.size())
+        prefetchCell(m.bandwidthMbps, sampled[k + kPrefetchAhead].first,
+                     sampled[k + kPrefetchAhead].second);
+      add(sampled[k].first, sampled[k].second);
     }
   }
   std::vector<std::vector<float>> latByLevel(L + 1);
@@ -213,9 +229,17 @@ NetworkModel inferModel(const Measurements& m, const Hierarchy& h,
     // Random pairs under-sample the innermost level (1% of pairs in 4096 hosts with racks of
     // 32); add each host's own group, which is small, exhaustively.
     uint64_t state = 0x1a7e0000ull + n;
+    sampled.clear();
     for (size_t k = 0; k < kLatencySamples; ++k) {
       size_t i = splitmix64(state) % n, j = splitmix64(state) % n;
-      if (i != j && (L == 0 || net.lcaLevel(i, j) > 0)) addLatency(i, j);
+      if (i != j && (L == 0 || net.lcaLevel(i, j) > 0))
+        sampled.push_back({static_cast<int>(i), static_cast<int>(j)});
+    }
+    for (size_t k = 0; k < sampled.size(); ++k) {
+      if (k + kPrefetchAhead < sampled.size())
+        prefetchCell(m.latencyUs, sampled[k + kPrefetchAhead].first,
+                     sampled[k + kPrefetchAhead].second);
+      addLatency(sampled[k].first, sampled[k].second);
     }
     if (L > 0)
       for (size_t x = 0; x < n; ++x)
@@ -310,27 +334,39 @@ NetworkModel inferModel(const Measurements& m, const Hierarchy& h,
 // noise would make the ring chase it.
 void attachMatrices(NetworkModel& net, PairMatrix latency, PairMatrix bandwidth,
                     const std::vector<double>& levelLat) {
-  size_t n = net.n;
+  size_t n = net.n, L = net.levels;
   size_t anomalies = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const float* row = latency.row(i);
-    const float* bw = bandwidth.row(i);
-    for (size_t j = i + 1; j < n; ++j) {
-      bool noLat = std::isnan(row[j]), hasBw = !std::isnan(bw[j]);
-      if (!noLat && !hasBw) continue;
-      size_t top = net.lcaLevel(i, j);
-      if (noLat) latency.set(i, j, static_cast<float>(levelLat[top]));
-      if (!hasBw) continue;
-      double tree = std::min(net.hostMbps[i], net.hostMbps[j]);
-      for (size_t l = 0; l < top; ++l)
-        tree = std::min(
-            {tree, net.uplinkMbps[net.switchAt(i, l)], net.uplinkMbps[net.switchAt(j, l)]});
-      if (bw[j] >= kAnomalyRatio * tree)
-        bandwidth.set(i, j, std::numeric_limits<float>::quiet_NaN());
-      else
-        ++anomalies;
+  // What the tree allows a flow from x that climbs to level t: the narrowest of x's host link
+  // and its groups' uplinks below t. A pair's rate is the smaller of its two ends'.
+  std::vector<double> allows(n * (L + 1));
+  for (size_t x = 0; x < n; ++x) {
+    double r = net.hostMbps[x];
+    allows[x * (L + 1)] = r;
+    for (size_t l = 0; l < L; ++l) {
+      r = std::min(r, net.uplinkMbps[net.switchAt(static_cast<int>(x), l)]);
+      allows[x * (L + 1) + l + 1] = r;
     }
   }
+  // Tiles: set() writes both (i, j) and (j, i); a tile keeps the second write in cache.
+  constexpr size_t kTile = 64;
+  for (size_t bi = 0; bi < n; bi += kTile)
+    for (size_t bj = bi; bj < n; bj += kTile)
+      for (size_t i = bi; i < std::min(n, bi + kTile); ++i) {
+        const float* row = latency.row(i);
+        const float* bw = bandwidth.row(i);
+        for (size_t j = std::max(bj, i + 1); j < std::min(n, bj + kTile); ++j) {
+          bool noLat = std::isnan(row[j]), hasBw = !std::isnan(bw[j]);
+          if (!noLat && !hasBw) continue;
+          size_t top = net.lcaLevel(static_cast<int>(i), static_cast<int>(j));
+          if (noLat) latency.set(i, j, static_cast<float>(levelLat[top]));
+          if (!hasBw) continue;
+          double tree = std::min(allows[i * (L + 1) + top], allows[j * (L + 1) + top]);
+          if (bw[j] >= kAnomalyRatio * tree)
+            bandwidth.set(i, j, std::numeric_limits<float>::quiet_NaN());
+          else
+            ++anomalies;
+        }
+      }
   if (anomalies > 0)
     RANKMAP_DEBUG(Reorder,
                   "network: {} pair(s) measured below {:g}x of what the tree allows; "

@@ -240,7 +240,22 @@ std::vector<int> improveRing(const NetworkModel& net, std::vector<int> ring,
   double rho = st.rho();
   double obj = st.objective(l, rho);
   auto nb = neighbourLists(net, std::min(kNeighbours, n - 1));
-  auto at = [&](long i) { return ring[static_cast<size_t>(((i % long(n)) + long(n)) % long(n))]; };
+  // Position i modulo n (i may be negative); the common cases without a division.
+  auto wrap = [n](long i) -> size_t {
+    const long m = static_cast<long>(n);
+    if (i >= m) {
+      i -= m;
+      if (i >= m) i %= m;
+    } else if (i < 0) {
+      i += m;
+      if (i < 0) {
+        i %= m;
+        if (i < 0) i += m;
+      }
+    }
+    return static_cast<size_t>(i);
+  };
+  auto at = [&](long i) { return ring[wrap(i)]; };
 
   // Tries replacing `out` edges by `in` edges; keeps the change in `st` if it improves.
   auto attempt = [&](std::initializer_list<std::pair<int, int>> out,
@@ -278,8 +293,8 @@ std::vector<int> improveRing(const NetworkModel& net, std::vector<int> ring,
       len = long(n) - len;
     }
     for (long k = 0; k < len / 2; ++k) {
-      size_t x = static_cast<size_t>(((s + k) % long(n) + long(n)) % long(n));
-      size_t y = static_cast<size_t>(((e - k) % long(n) + long(n)) % long(n));
+      size_t x = wrap(s + k);
+      size_t y = wrap(e - k);
       std::swap(ring[x], ring[y]);
       pos[ring[x]] = static_cast<int>(x);
       pos[ring[y]] = static_cast<int>(y);
@@ -343,8 +358,13 @@ std::vector<int> improveRing(const NetworkModel& net, std::vector<int> ring,
           std::vector<int> seg;
           for (long k = 0; k < len; ++k) seg.push_back(at(i + k));
           if (side == 1) std::reverse(seg.begin(), seg.end());
+          // The rest of the ring, from the host after the segment round to the one before it.
           std::vector<int> rest;
-          for (long k = 0; k < long(n) - len; ++k) rest.push_back(at(i + len + k));
+          rest.reserve(n);
+          size_t from = wrap(i + len), count = n - static_cast<size_t>(len);
+          size_t first = std::min(count, n - from);
+          rest.insert(rest.end(), ring.begin() + from, ring.begin() + from + first);
+          rest.insert(rest.end(), ring.begin(), ring.begin() + (count - first));
           int anchor = side == 0 ? c : cp;
           auto it = std::find(rest.begin(), rest.end(), anchor);
           rest.insert(it + 1, seg.begin(), seg.end());

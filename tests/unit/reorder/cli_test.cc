@@ -116,6 +116,19 @@ TEST_F(Cli, BadInputsExitTwoNamingTheFileAndField) {
     std::ofstream f(path("broken.json"));
     f << "{\"schema_version\": 1, \"hosts\": [";
   }
+  // NaN as a JSON literal, as a string, and a negative latency, edited into a valid topology.
+  std::string testbed = slurp(test::fixture("testbed_8vm_2rack.json"));
+  auto edited = [&](const std::string& name, const std::string& from, const std::string& to) {
+    std::string text = testbed;
+    size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    std::ofstream(path(name)) << text;
+    return path(name);
+  };
+  std::string nanLiteral = edited("nan.json", "253.77", "NaN");
+  std::string nanString = edited("nan_string.json", "253.77", "\"NaN\"");
+  std::string negLatency = edited("neg_latency.json", "{\"min\":52.96", "{\"min\":-52.96");
   for (const Case& c : {
            Case{"plan -t " + neg, neg + ": at /bandwidth_mbps/1/2"},
            Case{"plan -t " + asym, asym + ": at /bandwidth_mbps/"},
@@ -126,6 +139,10 @@ TEST_F(Cli, BadInputsExitTwoNamingTheFileAndField) {
            Case{"plan -t " + test::fixture("testbed_8vm_2rack.json") + " -c alltoall",
                 "collective 'alltoall'"},
            Case{"show " + neg, neg + ": at /bandwidth_mbps/1/2"},
+           Case{"plan -t " + nanLiteral, nanLiteral + ": not valid JSON"},
+           Case{"plan -t " + nanString, nanString + ": at /bandwidth_mbps/0/1: expected a number"},
+           Case{"plan -t " + negLatency,
+                negLatency + ": at /latency_us/0/1/min: expected a non-negative"},
        }) {
     Outcome r = rankmap(c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
@@ -134,12 +151,15 @@ TEST_F(Cli, BadInputsExitTwoNamingTheFileAndField) {
 }
 
 TEST_F(Cli, FallbackIsAWarningNotAnError) {
-  Outcome r = rankmap("plan -t " + test::fixture("sparse.json") + " -o " + path("p.json"));
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("fallback"), std::string::npos) << r.out;
-  Plan p = Plan::load(path("p.json"));
-  EXPECT_EQ(p.confidence, 0);
-  EXPECT_EQ(p.order, p.hosts);
+  // Too many missing pairs, and a single host.
+  for (std::string name : {"sparse.json", "single_host.json"}) {
+    Outcome r = rankmap("plan -t " + test::fixture(name) + " -o " + path("p.json"));
+    ASSERT_EQ(r.code, 0) << name << "\n" << r.err;
+    EXPECT_NE(r.out.find("fallback"), std::string::npos) << name << "\n" << r.out;
+    Plan p = Plan::load(path("p.json"));
+    EXPECT_EQ(p.confidence, 0) << name;
+    EXPECT_EQ(p.order, p.hosts) << name;
+  }
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "common/error.h"
@@ -92,6 +94,101 @@ TEST(Planner, ExactOptimumUpToTwelveHosts) {
                 evaluateRing(r.model, exact, p).objectiveUs, 1e-9)
         << seed;
   }
+}
+
+TEST(Planner, PlanIsTheBruteForceOptimumUpToTenHosts) {
+  // Not the exact search checking itself: the plan's ring against full enumeration of every
+  // ring on the model the planner inferred (noise, missing pairs, one and two levels, latency
+  // only), at the planner's design size.
+  struct Small {
+    std::vector<SyntheticLevel> levels;
+    int top;
+    double missing;
+    Signal bandwidth;
+    uint64_t seed;
+  };
+  for (const Small& c : {Small{{{2, 250, 10}}, 3, 0.0, Signal::kModel, 1},                // 6
+                         Small{{{2, 300, 5}, {2, 150, 20}}, 2, 0.05, Signal::kModel, 2},  // 8
+                         Small{{{3, 250, 10}}, 3, 0.05, Signal::kModel, 3},               // 9
+                         Small{{{5, 10000, 15}}, 2, 0.0, Signal::kFlat, 4},               // 10
+                         Small{{{2, 250, 10}}, 5, 0.05, Signal::kModel, 5}}) {            // 10
+    SyntheticSpec s;
+    s.levels = c.levels;
+    s.topGroups = c.top;
+    s.noise = 0.1;
+    s.missing = c.missing;
+    s.bandwidth = c.bandwidth;
+    s.seed = c.seed;
+    auto syn = makeSynthetic(s);
+    size_t n = syn.topology.size();
+    SCOPED_TRACE(::testing::Message() << n << " hosts, seed " << c.seed);
+    PlanOptions o = quiet();
+    o.minGain = 0;  // the ring itself
+    PlanResult r = planTopology(syn.topology, o);
+    ASSERT_FALSE(r.fallback);
+    RingParams p;  // the planner's defaults: 16 MiB, one rank per host
+    double optimum = test::bruteForceObjective(r.model, p);
+    EXPECT_NEAR(evaluateRing(r.model, r.order, p).objectiveUs, optimum, 1e-9 * optimum);
+    EXPECT_NEAR(r.planRing.objectiveUs, optimum, 1e-9 * optimum);
+    // Default options: the input order is kept only when within PlanOptions::minGain of it.
+    PlanResult d = planTopology(syn.topology, quiet());
+    EXPECT_LE(d.planRing.objectiveUs, optimum / (1 - PlanOptions{}.minGain) * (1 + 1e-12));
+  }
+}
+
+TEST(Planner, UnstructuredAndBrokenMatricesNeverCrash) {
+  // Random matrices with no hierarchy, up to 70% missing, directions up to 4x apart, and values
+  // no parser would let through (NaN, negative, zero, infinite) set through the API. Every
+  // outcome is either InvalidInput or a valid plan: a permutation, the same bytes twice, a
+  // ring no slower than the input order.
+  std::mt19937_64 g(2024);
+  auto uniform = [&] { return static_cast<double>(g() >> 11) * 0x1.0p-53; };
+  const double odd[] = {std::numeric_limits<double>::quiet_NaN(), -5, 0,
+                        std::numeric_limits<double>::infinity()};
+  int planned = 0, rejected = 0, fallbacks = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    size_t n = 2 + g() % 30;
+    std::vector<Host> hosts;
+    for (size_t i = 0; i < n; ++i) hosts.push_back({"r" + std::to_string(i), ""});
+    Topology t = Topology::empty(hosts);
+    double missing = 0.7 * uniform();
+    double skew = trial % 4 == 0 ? 4.0 : 1.2;
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = i + 1; j < n; ++j) {
+        if (uniform() < missing) continue;
+        double bw = 10 + 2000 * uniform(), lat = 1 + 100 * uniform();
+        for (auto [a, b] : {std::pair(i, j), std::pair(j, i)}) {
+          double f = 1 + (skew - 1) * uniform();
+          t.bandwidthMbps.at(a, b) = bw * f;
+          t.latencyUs.at(a, b) = LatencyStats{lat * f, lat * f, lat * f, lat * f};
+        }
+      }
+    if (trial % 3 == 0) {
+      size_t i = g() % n, j = g() % n;
+      t.bandwidthMbps.at(i, j) = odd[g() % 4];
+      double v = odd[g() % 4];
+      t.latencyUs.at(j, i) = LatencyStats{v, v, v, v};
+    }
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ", " << n << " hosts");
+    try {
+      PlanResult r = planTopology(t, quiet());
+      ++planned;
+      fallbacks += r.fallback;
+      EXPECT_TRUE(test::isPermutation(r.order, n));
+      EXPECT_TRUE(test::isPermutation(r.plan.permutation, n));
+      std::string bytes = r.plan.dump();
+      EXPECT_EQ(makePlan(t, quiet()).dump(), bytes);
+      EXPECT_NO_THROW(Plan::parse(bytes, "plan.json"));
+      if (!r.fallback) {
+        EXPECT_LE(r.planRing.objectiveUs, r.inputRing.objectiveUs);
+      }
+    } catch (const InvalidInput&) {
+      ++rejected;  // too many asymmetric pairs: named, not planned
+    }
+  }
+  EXPECT_GE(planned, 20);
+  EXPECT_GE(rejected, 1);
+  EXPECT_GE(fallbacks, 1);
 }
 
 struct Recovery {
@@ -259,6 +356,15 @@ TEST(Planner, BadOptionsAndAsymmetryThrowInvalidInput) {
   EXPECT_THROW(makePlan(t, o), InvalidInput);
   EXPECT_THROW(makePlan(Topology::load(test::fixture("bad_asymmetric.json")), quiet()),
                InvalidInput);
+  // A negative rate never reaches the planner: the parser names it.
+  try {
+    Topology::load(test::fixture("bad_negative.json"));
+    ADD_FAILURE() << "expected InvalidInput";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("at /bandwidth_mbps/1/2"), std::string::npos) << e.what();
+  }
+  // No hosts at all.
+  EXPECT_THROW(makePlan(Topology::empty({}), quiet()), InvalidInput);
 }
 
 TEST(Planner, GivenGroupsAreUsedWhenAsked) {

@@ -26,13 +26,7 @@ NetworkModel twoRacks() {
 
 // Full enumeration: the reference for the branch-and-bound search.
 double bruteForce(const NetworkModel& net, const RingParams& p) {
-  std::vector<int> ring(net.n);
-  std::iota(ring.begin(), ring.end(), 0);
-  double best = std::numeric_limits<double>::infinity();
-  do {
-    best = std::min(best, evaluateRing(net, ring, p).objectiveUs);
-  } while (std::next_permutation(ring.begin() + 1, ring.end()));
-  return best;
+  return test::bruteForceObjective(net, p);
 }
 
 // A random network that is not tree-shaped: random pair latencies and random pair caps on top
@@ -124,6 +118,52 @@ TEST(Ring, ExactSearchMatchesBruteForce) {
           << "seed " << seed << " tree " << tree;
     }
   }
+}
+
+TEST(Ring, ExactSearchMatchesBruteForceAtNineAndTenHosts) {
+  // The largest sizes full enumeration affords in a unit test (8! and 9! rings), from a poor
+  // incumbent (the input order) so that the search has to find the optimum itself.
+  struct Case {
+    size_t n;
+    uint64_t seed;
+    bool tree;
+  };
+  for (Case c : {Case{9, 21, false}, Case{9, 22, true}, Case{10, 23, false}}) {
+    NetworkModel net = randomNetwork(c.n, c.seed, c.tree);
+    RingParams p;
+    p.bytes = c.seed % 2 ? 16 << 20 : 4096;
+    std::vector<int> start(c.n);
+    std::iota(start.begin(), start.end(), 0);
+    std::vector<int> exact = exactRing(net, start, p);
+    ASSERT_TRUE(isPermutation(exact, c.n));
+    double optimum = bruteForce(net, p);
+    EXPECT_NEAR(evaluateRing(net, exact, p).objectiveUs, optimum, 1e-9 * optimum)
+        << "n " << c.n << " seed " << c.seed;
+  }
+}
+
+TEST(Ring, ExactSearchFindsTheTreeOptimumAtElevenAndTwelveHosts) {
+  // Beyond enumeration, a known optimum: on a tree with per-link latencies, every ring crosses
+  // each host link twice and each uplink of a group smaller than the job at least twice, and
+  // the depth-first walk crosses each exactly twice, so it minimises the latency sum and the
+  // bottleneck at once. The exact search, started from the input order, must reach it.
+  int improved = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    size_t n = 11 + seed % 2;
+    NetworkModel net = randomNetwork(n, 300 + seed, true);
+    RingParams p;
+    p.bytes = seed % 3 == 0 ? 4096 : 16 << 20;
+    std::vector<int> start(n);
+    std::iota(start.begin(), start.end(), 0);
+    double optimum = evaluateRing(net, hierarchicalRing(net), p).objectiveUs;
+    double input = evaluateRing(net, start, p).objectiveUs;
+    std::vector<int> exact = exactRing(net, start, p);
+    ASSERT_TRUE(isPermutation(exact, n));
+    EXPECT_NEAR(evaluateRing(net, exact, p).objectiveUs, optimum, 1e-9 * optimum)
+        << "n " << n << " seed " << seed;
+    improved += input > optimum * (1 + 1e-6);
+  }
+  EXPECT_GE(improved, 4) << "the input order should rarely be optimal already";
 }
 
 TEST(Ring, HeuristicReachesTheOracleBottleneckOnTrees) {
