@@ -5,6 +5,8 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <queue>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -472,6 +474,220 @@ std::vector<double> maxMinRates(const NetworkModel& net, const std::vector<Flow>
   return rate;
 }
 
+namespace {
+
+// Event-driven fluid simulation of max-min fair sharing with re-sharing at each completion.
+//
+// Rates are the exact max-min allocation of the flows still running, as progressive filling
+// gives them (a heap of saturation levels: O((F + L) log) for F flows on L links). At a
+// completion the allocation is not recomputed from scratch: progressive filling below the
+// lowest rate r of the finished flows is unchanged by their removal (they cross no link that
+// saturates below r, and take nothing from links they do not cross), so every flow slower than
+// r keeps its rate. The flows of rate >= r that are connected to the finished ones through links
+// (directly, or through other flows of rate >= r) are filled again on what the slower flows
+// leave; the others share no link with them and so keep theirs too. Each event therefore costs
+// the size of that neighbourhood, not of the whole set (hier at 2048 hosts: ~4000 flows,
+// mostly one-flow neighbourhoods).
+class FluidSim {
+ public:
+  FluidSim(const NetworkModel& net, const std::vector<Flow>& flows)
+      : F_(flows.size()), D_(2 * net.links()) {
+    capacity_.resize(D_);
+    for (size_t d = 0; d < D_; ++d) capacity_[d] = net.linkMbps(d / 2);
+    pathStart_.assign(F_ + 1, 0);
+    std::vector<int> count(D_ + 1, 0);
+    for (size_t f = 0; f < F_; ++f) {
+      net.forEachLink(flows[f].src, flows[f].dst, [&](size_t link, bool down) {
+        int d = static_cast<int>(2 * link + (down ? 1 : 0));
+        path_.push_back(d);
+        ++count[d + 1];
+      });
+      pathStart_[f + 1] = static_cast<int>(path_.size());
+      cap_.push_back(net.capMbps(flows[f].src, flows[f].dst));
+      bytes_.push_back(flows[f].bytes);
+    }
+    linkStart_.assign(D_ + 1, 0);
+    for (size_t d = 0; d < D_; ++d) linkStart_[d + 1] = linkStart_[d] + count[d + 1];
+    linkFlows_.resize(path_.size());
+    std::vector<int> fill(linkStart_.begin(), linkStart_.end() - 1);
+    for (size_t f = 0; f < F_; ++f)
+      for (int i = pathStart_[f]; i < pathStart_[f + 1]; ++i)
+        linkFlows_[fill[path_[i]]++] = static_cast<int>(f);
+    rate_.assign(F_, 0);
+    left_ = bytes_;
+    since_.assign(F_, 0);
+    version_.assign(F_, 0);
+    active_.assign(F_, 1);
+    setMark_.assign(F_, 0);
+    frozenMark_.assign(F_, 0);
+    linkMark_.assign(D_, 0);
+    room_.assign(D_, 0);
+    users_.assign(D_, 0);
+    key_.assign(D_, 0);
+  }
+
+  double run() {
+    std::vector<int> all(F_);
+    std::iota(all.begin(), all.end(), 0);
+    fill(all);
+    for (size_t f = 0; f < F_; ++f) schedule(static_cast<int>(f), 0);
+    size_t live = F_;
+    double now = 0;
+    std::vector<int> done, affected, queue;
+    while (live > 0) {
+      // The next completion, and every flow within rounding of finishing with it.
+      done.clear();
+      while (!events_.empty()) {
+        auto [t, f, v] = events_.top();
+        if (v != version_[f] || !active_[f]) {
+          events_.pop();
+          continue;
+        }
+        if (done.empty()) {
+          if (!std::isfinite(t)) return kInf;  // a flow that gets no rate never finishes
+          now = t;
+        } else if (left_[f] - bytesPerUs(rate_[f]) * (now - since_[f]) > 1e-9 * bytes_[f]) {
+          break;
+        }
+        events_.pop();
+        done.push_back(f);
+      }
+      double slowest = kInf;
+      for (int f : done) {
+        active_[f] = 0;
+        slowest = std::min(slowest, rate_[f]);
+      }
+      live -= done.size();
+      if (live == 0) break;
+      // Flows of rate >= the slowest finished one, connected to the finished ones.
+      double threshold = slowest * (1 - 1e-9);
+      ++epoch_;
+      affected.clear();
+      queue.clear();
+      auto visitLinks = [&](int f) {
+        for (int i = pathStart_[f]; i < pathStart_[f + 1]; ++i) {
+          int d = path_[i];
+          if (linkMark_[d] != epoch_) {
+            linkMark_[d] = epoch_;
+            queue.push_back(d);
+          }
+        }
+      };
+      for (int f : done) visitLinks(f);
+      for (size_t q = 0; q < queue.size(); ++q) {
+        int d = queue[q];
+        for (int i = linkStart_[d]; i < linkStart_[d + 1]; ++i) {
+          int g = linkFlows_[i];
+          if (!active_[g] || setMark_[g] == epoch_ || rate_[g] < threshold) continue;
+          setMark_[g] = epoch_;
+          affected.push_back(g);
+          visitLinks(g);
+        }
+      }
+      if (affected.empty()) continue;
+      std::sort(affected.begin(), affected.end());  // the filling's tie order: by flow index
+      for (int g : affected) {
+        left_[g] -= bytesPerUs(rate_[g]) * (now - since_[g]);
+        since_[g] = now;
+      }
+      fill(affected);
+      for (int g : affected) schedule(g, now);
+    }
+    return now;
+  }
+
+ private:
+  void schedule(int f, double now) {
+    ++version_[f];
+    double t = rate_[f] > 0 ? now + left_[f] / bytesPerUs(rate_[f]) : kInf;
+    events_.push({t, f, version_[f]});
+  }
+
+  // Progressive filling of the flows in `set` (active, sorted) on what the other active flows
+  // leave of each link; the other flows keep their rates.
+  void fill(const std::vector<int>& set) {
+    ++epoch_;
+    for (int f : set) setMark_[f] = epoch_;
+    links_.clear();
+    for (int f : set)
+      for (int i = pathStart_[f]; i < pathStart_[f + 1]; ++i) {
+        int d = path_[i];
+        if (linkMark_[d] != epoch_) {
+          linkMark_[d] = epoch_;
+          links_.push_back(d);
+          users_[d] = 0;
+        }
+        ++users_[d];
+      }
+    using Entry = std::pair<double, int>;  // level, link d >= 0 or flow cap ~f
+    std::vector<Entry> heap;
+    heap.reserve(links_.size() + set.size());
+    for (int d : links_) {
+      double room = capacity_[d];
+      for (int i = linkStart_[d]; i < linkStart_[d + 1]; ++i) {
+        int g = linkFlows_[i];
+        if (active_[g] && setMark_[g] != epoch_) room -= rate_[g];
+      }
+      room_[d] = std::max(room, 0.0);
+      key_[d] = room_[d] / users_[d];
+      heap.push_back({key_[d], d});
+    }
+    for (int f : set)
+      if (std::isfinite(cap_[f])) heap.push_back({cap_[f], ~f});
+    std::greater<Entry> later;
+    std::make_heap(heap.begin(), heap.end(), later);
+    size_t open = set.size();
+    double level = 0;
+    auto freeze = [&](int f) {
+      frozenMark_[f] = epoch_;
+      rate_[f] = level;
+      --open;
+      for (int i = pathStart_[f]; i < pathStart_[f + 1]; ++i) {
+        int d = path_[i];
+        room_[d] = std::max(room_[d] - level, 0.0);
+        if (--users_[d] > 0) {
+          key_[d] = room_[d] / users_[d];
+          heap.push_back({key_[d], d});
+          std::push_heap(heap.begin(), heap.end(), later);
+        }
+      }
+    };
+    while (open > 0 && !heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), later);
+      auto [lv, id] = heap.back();
+      heap.pop_back();
+      if (id < 0) {
+        int f = ~id;
+        if (frozenMark_[f] == epoch_) continue;
+        level = std::max(level, lv);
+        freeze(f);
+        continue;
+      }
+      if (users_[id] == 0 || lv != key_[id]) continue;  // stale
+      level = std::max(level, lv);
+      for (int i = linkStart_[id]; i < linkStart_[id + 1]; ++i) {
+        int g = linkFlows_[i];
+        if (active_[g] && setMark_[g] == epoch_ && frozenMark_[g] != epoch_) freeze(g);
+      }
+    }
+  }
+
+  size_t F_, D_;
+  std::vector<double> capacity_;  // per directed link
+  std::vector<int> pathStart_, path_, linkStart_, linkFlows_;
+  std::vector<double> cap_, bytes_, rate_, left_, since_;
+  std::vector<int> version_;
+  std::vector<char> active_;
+  std::vector<unsigned> setMark_, frozenMark_, linkMark_;
+  unsigned epoch_ = 0;
+  std::vector<int> links_, users_;
+  std::vector<double> room_, key_;
+  using Event = std::tuple<double, int, int>;  // finish time, flow, version
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+};
+
+}  // namespace
+
 double completionUs(const NetworkModel& net, const std::vector<Flow>& flows) {
   std::vector<Flow> work;
   for (const auto& f : flows)
@@ -505,28 +721,7 @@ double completionUs(const NetworkModel& net, const std::vector<Flow>& flows) {
       t = std::max(t, load[d] / bytesPerUs(net.linkMbps(d / 2)));
     return t;
   }
-  // Fluid simulation: share, advance to the next completion, re-share.
-  double now = 0;
-  std::vector<double> left;
-  for (const auto& f : work) left.push_back(f.bytes);
-  while (!work.empty()) {
-    auto rate = maxMinRates(net, work);
-    double dt = kInf;
-    for (size_t f = 0; f < work.size(); ++f) dt = std::min(dt, left[f] / bytesPerUs(rate[f]));
-    now += dt;
-    std::vector<Flow> next;
-    std::vector<double> nextLeft;
-    for (size_t f = 0; f < work.size(); ++f) {
-      double rem = left[f] - dt * bytesPerUs(rate[f]);
-      if (rem > 1e-9 * work[f].bytes) {
-        next.push_back(work[f]);
-        nextLeft.push_back(rem);
-      }
-    }
-    work.swap(next);
-    left.swap(nextLeft);
-  }
-  return now;
+  return FluidSim(net, work).run();
 }
 
 }  // namespace rankmap::reorder

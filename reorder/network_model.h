@@ -18,7 +18,10 @@
 //
 // Sharing: flows get max-min fair rates (progressive filling, with per-flow caps). A set of
 // flows of equal size completes when the slowest does, at size x max over links of
-// flows/capacity; unequal sizes are simulated flow by flow (completion events).
+// flows/capacity; unequal sizes are simulated flow by flow (completion events). At a completion
+// only the flows it can affect are filled again: those at least as fast as the finished flow and
+// connected to it through links (progressive filling below its rate is unchanged), so an event
+// costs its neighbourhood, not the whole set.
 #pragma once
 
 #include <cstddef>
