@@ -69,7 +69,7 @@ BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d) {
   // window stays open.
   std::vector<char> buf(kBulkChunk);
   uint64_t total = 0;
-  Clock::time_point first{}, warmAt{}, last{};
+  Clock::time_point first{}, warmAt{}, warmRecv{}, last{};
   uint64_t warmBytes = 0, kernelFirst = 0, kernelWarm = 0, kernelLast = 0;
   bool warm = false, kernel = true;
   auto window = std::chrono::milliseconds(opts.maxMs);
@@ -86,23 +86,31 @@ BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d) {
       throw PeerError(
           fmt::format("bulk receive: peer {} closed after {} bytes", s.peerText(), total));
     if (total == 0) {
-      first = now;
       kernelFirst = kernelBytes();
+      first = now = Clock::now();
     }
     total += k;
     last = now;
     if (!warm && now - first >= warmup) {
       warm = true;
-      warmAt = now;
+      warmRecv = now;
       warmBytes = total;
+      // Each kernel count is paired with the time read right after it: a receiver descheduled
+      // between the two reads would otherwise count bytes against the wrong interval, which
+      // on a busy machine reads short windows several percent high.
       kernelWarm = kernelBytes();
+      warmAt = now = Clock::now();
     }
     if (now - first >= window || total >= opts.maxBytes) break;
   }
+  // Only count from the warm mark when data arrived after it (not when the mark and the end of
+  // the window fell on the same read): else the interval would be a few microseconds.
+  const bool fromWarm = warm && last > warmRecv;
   kernelLast = kernelBytes();
+  if (kernel) last = Clock::now();
   BulkResult r;
   r.totalBytes = total;
-  if (warm && last > warmAt) {
+  if (fromWarm) {
     r.bytes = kernel ? kernelLast - kernelWarm : total - warmBytes;
     r.seconds = secondsBetween(warmAt, last);
   } else {

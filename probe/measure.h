@@ -24,7 +24,7 @@ struct LatencyOptions {
 };
 
 struct BandwidthOptions {
-  int64_t maxMs = 250;
+  int64_t maxMs = 150;
   uint64_t maxBytes = 64ull << 20;
   double warmupFraction = 0.2;
   Json toJson() const;

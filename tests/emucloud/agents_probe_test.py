@@ -7,6 +7,7 @@ wall time; with --expect-shared, the shared links found are exactly the hidden r
 (truth.json). Prints the measured numbers for docs/performance.md.
 """
 
+import os
 import statistics
 import sys
 
@@ -28,6 +29,7 @@ def extra(p):
     p.add_argument("--max-error", type=float, default=0.4,
                    help="largest relative error allowed for any flow")
     p.add_argument("--prefix", default="agprobe")
+    p.add_argument("--agent-config", help="rankmapd.json for every agent (probe settings)")
 
 
 def main():
@@ -37,7 +39,8 @@ def main():
           "--uplink-mbit", str(args.uplink_mbit), "--seed", str(args.seed)]
     with tl.Testbed(args.emucloud, args.prefix, up) as tb:
         agents = al.Agents(tb, args.rankmapd, args.rankmap)
-        agents.start()
+        agents.start(*(["--config", os.path.abspath(args.agent_config)]
+                       if args.agent_config else []))
         vm0 = tb.truth["vms"][0]["name"]
         extra_args = ["--contention"] if args.contention else []
         rc, dt, summary, err = agents.probe(vm0, *extra_args)

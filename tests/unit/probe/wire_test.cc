@@ -263,6 +263,29 @@ TEST(Deadlines, BulkSendToAReceiverThatStallsTimesOut) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
 }
 
+// A flow that stalls past the whole window (a TCP timeout on a busy testbed): the warm-up mark
+// and the end of the window fall on the same read. The rate must come from the whole transfer,
+// not from the few microseconds between two clock reads (that once gave 150 Gbit/s).
+TEST(Bulk, StallPastTheWindowGivesASaneRate) {
+  Listener l = Listener::bind(loopback(0));
+  Socket c = Socket::connect(loopback(l.port()), Deadline::after(1s));
+  auto peer = l.accept(Deadline::after(1s));
+  ASSERT_TRUE(peer);
+  std::thread sender([&] {
+    std::string chunk(64 << 10, 'x');
+    c.sendAll(chunk.data(), chunk.size(), Deadline::after(1s), "test");
+    std::this_thread::sleep_for(150ms);  // past the 100 ms window
+    c.sendAll(chunk.data(), chunk.size(), Deadline::after(1s), "test");
+  });
+  BandwidthOptions o;
+  o.maxMs = 100;
+  BulkResult r = receiveBulk(*peer, o, Deadline::after(2s));
+  sender.join();
+  EXPECT_GE(r.seconds, 0.1);
+  // At most both chunks over the stall: a few Mbit/s, nowhere near the loopback's speed.
+  EXPECT_LT(r.mbps, 2.0 * (128 << 10) * 8 / 0.1 / 1e6);
+}
+
 TEST(Deadlines, PeerClosingMidMessageIsAPeerError) {
   Listener l = Listener::bind(loopback(0));
   Socket c = Socket::connect(loopback(l.port()), Deadline::after(1s));
