@@ -267,7 +267,9 @@ Hierarchy inferHierarchy(const Measurements& m, const std::vector<std::vector<in
   double keep = std::min(1.0, kConfidencePairs / std::max<double>(1, m.pairs()));
   std::vector<PairValue> kept;
   kept.reserve(static_cast<size_t>(keep * m.pairs() * 1.05) + 16);
-  LinkageMatrix cells(n * n);  // every off-diagonal cell is written below
+  // Every off-diagonal cell is written below. The values are finite or NaN (fastLog is finite
+  // for every non-NaN float), as the linkage requires of measured values (never +inf).
+  LinkageMatrix cells(n * n);
   constexpr float kInf = std::numeric_limits<float>::infinity();
   for (size_t bi = 0; bi < n; bi += kTile)
     for (size_t bj = bi; bj < n; bj += kTile)
@@ -275,7 +277,7 @@ Hierarchy inferHierarchy(const Measurements& m, const std::vector<std::vector<in
         for (size_t j = std::max(bj, i + 1); j < std::min(n, bj + kTile); ++j) {
           float v = combined(i, j);
           bool has = !std::isnan(v);
-          cells[i * n + j] = cells[j * n + i] = {has ? v : kInf, has ? 1.0f : 0.0f};
+          cells[i * n + j] = cells[j * n + i] = has ? v : kInf;
           if (has && (keep >= 1 || pairHash(i, j) < keep))
             kept.push_back({static_cast<int>(i), static_cast<int>(j), v});
         }

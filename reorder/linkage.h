@@ -31,19 +31,17 @@ struct Dendrogram {
   std::vector<Merge> merges;  // n - 1 merges, sorted by height (heights may be +inf)
 };
 
-// One entry of the working matrix: the mean of the measured pairs between two clusters and how
-// many there are (count 0 and mean +inf: no measured pair).
-struct LinkageCell {
-  float mean;
-  float count;
-};
+// The working matrix: n x n row-major means of the measured pairs between two clusters, +inf
+// where there is none. Leaves hold one measured pair or none, so their counts are implied by the
+// value (+inf: 0, else 1) and only merged clusters keep counts (one row each, recycled when a
+// cluster is merged away): 4 bytes per pair instead of 8. A measured value must therefore not
+// be +inf (the generic overload below takes any values).
+using LinkageMatrix = std::vector<float, DefaultInitAllocator<float>>;
 
-using LinkageMatrix = std::vector<LinkageCell, DefaultInitAllocator<LinkageCell>>;
-
-// `cells` is n x n row-major, symmetric, consumed; the diagonal is ignored (and may be left
-// unset). Callers that build the dissimilarity themselves fill the cells directly, which saves
-// a second n x n matrix.
-Dendrogram averageLinkage(LinkageMatrix cells, size_t n);
+// `means` is n x n row-major, symmetric, consumed; +inf = missing; the diagonal is ignored (and
+// may be left unset). Callers that build the dissimilarity themselves fill it directly, which
+// saves a second n x n matrix.
+Dendrogram averageLinkage(LinkageMatrix means, size_t n);
 // `d` is n x n row-major, symmetric; NaN = missing; the diagonal is ignored.
 Dendrogram averageLinkage(const std::vector<float>& d, size_t n);
 

@@ -4,6 +4,7 @@
 //   reorder_bench                         Google Benchmark: time per plan, 64 .. 4096 hosts,
 //                                         and the stages at 4096 hosts
 //   reorder_bench --rss 512 1024 2048     peak resident memory of planning (one child per size)
+//   reorder_bench --dump 64 4096          the plans (all four collectives), one after another
 //
 // Targets (docs/performance.md, ## Planner): 64 hosts <= 50 ms, 4096 hosts <= 1 s, memory
 // linear in the matrix size (N^2).
@@ -211,10 +212,24 @@ int rssMode(int argc, char** argv) {
   return 0;
 }
 
+// Writes each size's plan (all four collectives) to stdout, one document after another:
+// for checking that a change keeps the plans byte for byte.
+int dumpMode(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    int hosts = std::atoi(argv[i]);
+    SyntheticTopology syn = makeSynthetic(specFor(hosts));
+    PlanOptions o = benchOptions();
+    o.collectives = {"allreduce", "allgather", "reducescatter", "broadcast"};
+    std::printf("%s\n", makePlan(syn.topology, o).dump().c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--rss") == 0) return rssMode(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "--dump") == 0) return dumpMode(argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
