@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "common/log.h"
@@ -17,6 +18,8 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxThreads = 256;
 // A flow below this fraction of what the model predicts for it alone is measured again.
 constexpr double kRemeasureFraction = 0.9;
+// From the second pass: a flow this far above the median of its class is retried.
+constexpr double kHighFraction = 1.08;
 constexpr int64_t kAnswerMarginMs = 500;
 
 double since(Clock::time_point t0) {
@@ -382,11 +385,15 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
   }
 
   // 6. Re-measure flows that ran below what they would get alone, or failed while both ends
-  // stayed alive, packed so that no uplink carries two of them; a flow keeps the best rate it
-  // reached (interference only ever lowers a rate). Passes repeat for flows still low (a
-  // loaded host, a burst of cross traffic) up to remeasurePasses.
+  // stayed alive, packed so that no uplink carries two of them. A measurement apart replaces a
+  // discovery one; among measurements apart a flow keeps the best (interference only ever
+  // lowers a rate). Passes repeat for flows still low (a loaded host, a burst of cross
+  // traffic) up to remeasurePasses, and from the second pass also retry flows that read high
+  // against their class (a short window's noise) and take the new reading as it is.
   if (opts_.bandwidthEnabled && opts_.remeasure && res.inference && !cancelled()) {
     const auto& m = res.inference->model;
+    std::vector<char> apart(n * n, 0);  // measured apart (full window, no shared uplink)
+    std::set<probe::HostPair> high;     // this pass: retried because they read high
     std::vector<int> groupsForPacking(n);
     for (size_t h = 0; h < n; ++h)
       groupsForPacking[h] = groupOfHost[h] >= 0 ? groupOfHost[h] : static_cast<int>(n + h);
@@ -415,6 +422,7 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
         }
       }
       std::vector<probe::HostPair> again;
+      high.clear();
       for (int s : liveHosts)
         for (int t : liveHosts) {
           if (s == t || dead[static_cast<size_t>(s)] || dead[static_cast<size_t>(t)]) continue;
@@ -424,8 +432,12 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
               {groupOfHost[static_cast<size_t>(s)], groupOfHost[static_cast<size_t>(t)]});
           if (cm != classMedian.end()) single = std::min(single, cm->second);
           auto v = res.topology.bandwidthMbps.at(static_cast<size_t>(s), static_cast<size_t>(t));
-          if (!v || (std::isfinite(single) && *v < kRemeasureFraction * single))
+          if (!v || (std::isfinite(single) && *v < kRemeasureFraction * single)) {
             again.emplace_back(s, t);
+          } else if (cm != classMedian.end() && *v > kHighFraction * cm->second) {
+            again.emplace_back(s, t);
+            high.insert({s, t});
+          }
         }
       if (again.empty()) break;
       auto slots = probe::packFlows(again, groupsForPacking, opts_.maxParallelFlows);
@@ -440,7 +452,10 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
           auto [s, t] = slot[k];
           auto& cell =
               res.topology.bandwidthMbps.at(static_cast<size_t>(s), static_cast<size_t>(t));
-          cell = std::max(cell.value_or(0), *rates[k]);
+          char& wasApart = apart[static_cast<size_t>(s) * n + static_cast<size_t>(t)];
+          cell = wasApart && !high.count({s, t}) ? std::max(cell.value_or(0), *rates[k])
+                                                 : *rates[k];
+          wasApart = 1;
           res.measurements.push_back({hosts_[static_cast<size_t>(s)].name,
                                       hosts_[static_cast<size_t>(t)].name, "bandwidth", *rates[k],
                                       "remeasure", nullptr});
