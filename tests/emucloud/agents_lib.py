@@ -7,7 +7,6 @@ The agents' HTTP APIs listen on each VM's loopback, so every call runs inside a 
 import json
 import os
 import subprocess
-import sys
 import time
 
 import emucloud_testlib as tl
@@ -111,6 +110,29 @@ class Agents:
                 return "".join(f.readlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def probe_topology(tb, rankmapd, rankmap, path, keep_running=False):
+    """The pipeline's first step for the proofs and benchmarks: rankmapd in every VM, one
+    `rankmap probe` round from the first VM's agent into `path`. Returns the Agents (still
+    running with keep_running, for calls to them; else stopped). Skips without rankmapd."""
+    if not rankmapd or not os.access(rankmapd, os.X_OK):
+        tl.skip(f"rankmapd not built ({rankmapd!r}); use --source truth")
+    agents = Agents(tb, rankmapd, rankmap)
+    agents.start()
+    try:
+        rc, dt, summary, err = agents.probe(tb.truth["vms"][0]["name"], out=path)
+        if rc != 0:
+            tl.fail(f"rankmap probe: exit {rc}: {err.strip()[-2000:]}")
+        topo = summary["topology"]
+        missing = sum(1 for i, row in enumerate(topo["bandwidth_mbps"]) for j, v in enumerate(row)
+                      if i != j and v is None)
+        print(f"probe: {len(topo['hosts'])} hosts, {missing} directed pairs missing, {dt:.1f} s",
+              flush=True)
+    finally:
+        if not keep_running:
+            agents.stop()
+    return agents
 
 
 def expected_mbps(truth, a, b):

@@ -14,9 +14,9 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
+import agents_lib
 import emucloud_testlib as lib
 
 
@@ -60,25 +60,6 @@ def add_source_args(p):
                    help="probe (needs --rankmapd) or truth (probe-free topology from truth.json)")
 
 
-def probe(tb, rankmap, rankmapd, path):
-    """Agents in every VM, one `rankmap probe` round from vm0's agent into path; agents stopped."""
-    tb.run("agents", "start", "--prefix", tb.prefix, "--rankmapd", rankmapd, timeout=120)
-    try:
-        state = tb.state_dir()
-        t0 = time.monotonic()
-        p = subprocess.run(tb.exec_argv(tb.truth["vms"][0]["name"], rankmap, "probe", "--agent",
-                                        "http://127.0.0.1:7410", "--hosts",
-                                        os.path.join(state, "agents", "hosts"), "--token-file",
-                                        os.path.join(state, "agents", "token"), "--out", path),
-                           capture_output=True, text=True, timeout=600)
-        if p.returncode != 0:
-            lib.fail(f"rankmap probe: exit {p.returncode}: {p.stdout.strip()} "
-                     f"{p.stderr.strip()[-2000:]}")
-        print(f"probe: {p.stdout.strip()} ({time.monotonic() - t0:.1f} s)", flush=True)
-    finally:
-        tb.run("agents", "stop", "--prefix", tb.prefix, timeout=60, check=False)
-
-
 def make_plan(rankmap, truth, workdir, args=None, tb=None):
     """Writes workdir/topology.json and workdir/plan.json; returns (topology path, plan path,
     plan dict). From a probe when args.source is "probe" (the default; needs args.rankmapd and
@@ -86,9 +67,7 @@ def make_plan(rankmap, truth, workdir, args=None, tb=None):
     tpath = os.path.join(workdir, "topology.json")
     ppath = os.path.join(workdir, "plan.json")
     if args is not None and args.source == "probe":
-        if not args.rankmapd or not os.access(args.rankmapd, os.X_OK):
-            lib.skip(f"rankmapd not built ({args.rankmapd!r}); use --source truth")
-        probe(tb, rankmap, args.rankmapd, tpath)
+        agents_lib.probe_topology(tb, args.rankmapd, rankmap, tpath)
         words = [rankmap, "plan", "-t", tpath, "-o", ppath]
     else:
         topo = topology_from_truth(truth)

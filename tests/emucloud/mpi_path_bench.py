@@ -26,6 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agents_lib as al  # noqa: E402
 import emucloud_testlib as lib  # noqa: E402
 import mpi_path_test as proof  # noqa: E402
 
@@ -58,12 +59,7 @@ def main():
     lib.require_environment(("ip", "tc", "ethtool", "unshare", "mpirun"))
     up = ["--vms", str(args.vms), "--racks", str(args.racks), "--host-mbit", str(args.host_mbit),
           "--uplink-mbit", str(args.uplink_mbit), "--seed", str(args.seed)]
-    proof.kPrefix = args.prefix  # probe_topology() names the testbed by it
-    tb = lib.Testbed(args.emucloud, args.prefix, up)
-    try:
-        bench(tb, args)
-    finally:
-        proof.remove_agent_state(tb)
+    bench(lib.Testbed(args.emucloud, args.prefix, up), args)
 
 
 def bench(tb, args):
@@ -72,9 +68,9 @@ def bench(tb, args):
         topo = os.path.join(tmp, "topology.json")
         t0 = time.monotonic()
         if args.source == "probe":
-            proof.probe_topology(tb, args, topo)
-            # The agents' periodic re-probes would compete with the benchmark.
-            tb.run("agents", "stop", "--prefix", args.prefix, timeout=60, check=False)
+            # Agents stopped after the probe: their periodic re-probes would compete with the
+            # benchmark.
+            al.probe_topology(tb, args.rankmapd, args.rankmap, topo)
         else:
             proof.topology_from_truth(tb.truth, topo)
         plan_path = os.path.join(tmp, "plan.json")

@@ -21,13 +21,12 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agents_lib as al  # noqa: E402
 import emucloud_testlib as lib  # noqa: E402
 
 kPrefix = "empi"
@@ -77,21 +76,9 @@ def topology_from_truth(truth, path):
 
 
 def probe_topology(tb, args, path):
-    """agents -> probe: rankmapd in every VM, one probe round from vm0's agent."""
-    if not args.rankmapd or not os.access(args.rankmapd, os.X_OK):
-        lib.skip(f"rankmapd not built ({args.rankmapd!r}); use --source truth")
-    tb.run("agents", "start", "--prefix", kPrefix, "--rankmapd", args.rankmapd, timeout=120)
-    state = tb.state_dir()
-    vm0 = tb.truth["vms"][0]["name"]
-    t0 = time.monotonic()
-    p = subprocess.run(tb.exec_argv(vm0, args.rankmap, "probe", "--agent", "http://127.0.0.1:7410",
-                                    "--hosts", os.path.join(state, "agents", "hosts"),
-                                    "--token-file", os.path.join(state, "agents", "token"),
-                                    "--out", path),
-                       capture_output=True, text=True, timeout=900)
-    if p.returncode != 0:
-        lib.fail(f"rankmap probe: exit {p.returncode}: {p.stdout.strip()} {p.stderr.strip()[-2000:]}")
-    print(f"probe: {p.stdout.strip()} ({time.monotonic() - t0:.1f} s)", flush=True)
+    """agents -> probe (agents_lib.probe_topology); the agents keep running for
+    check_agent_plan, which stops them."""
+    return al.probe_topology(tb, args.rankmapd, args.rankmap, path, keep_running=True)
 
 
 def check_agent_plan(tb, args, order):
@@ -108,19 +95,7 @@ def check_agent_plan(tb, args, order):
               f"rankmap run --agent: {p.stderr.strip()}")
     got = [line for line in p.stdout.splitlines()[1:] if line in hosts]
     lib.check(got == order, f"rankmap run --agent puts the hosts in the plan's order ({' '.join(got)})")
-    tb.run("agents", "stop", "--prefix", kPrefix, timeout=60, check=False)
-
-
-def remove_agent_state(tb):
-    """`emucloud down` keeps DIR/agents (the agents' keys and SQLite state); the testbed is gone,
-    so this test removes what its `agents start` made."""
-    path = tb.state_dir()
-    if os.path.isdir(path) and not os.path.exists(os.path.join(path, "state.json")):
-        shutil.rmtree(os.path.join(path, "agents"), ignore_errors=True)
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass
+    tb.run("agents", "stop", "--prefix", tb.prefix, timeout=60, check=False)
 
 
 def parse_run(out):
@@ -153,11 +128,7 @@ def main():
     else:
         print("note: python3-mpi4py not installed; the mpi4py program is left out")
 
-    tb = lib.Testbed(args.emucloud, kPrefix, kUpArgs)
-    try:
-        run_proof(tb, args, programs)
-    finally:
-        remove_agent_state(tb)
+    run_proof(lib.Testbed(args.emucloud, kPrefix, kUpArgs), args, programs)
     print("PASS")
 
 
