@@ -16,11 +16,7 @@ import emucloud_testlib as tl
 
 
 def extra(p):
-    p.add_argument("--vms", type=int, default=8)
-    p.add_argument("--racks", type=int, default=2)
-    p.add_argument("--host-mbit", type=float, default=1000)
-    p.add_argument("--uplink-mbit", type=float, default=250)
-    p.add_argument("--seed", type=int, default=7)
+    tl.add_testbed_args(p, seed=7)
     p.add_argument("--contention", action="store_true")
     p.add_argument("--expect-shared", action="store_true")
     p.add_argument("--max-seconds", type=float, default=120)
@@ -35,8 +31,7 @@ def extra(p):
 def main():
     args = al.parse_args(extra)
     tl.require_environment()
-    up = ["--vms", str(args.vms), "--racks", str(args.racks), "--host-mbit", str(args.host_mbit),
-          "--uplink-mbit", str(args.uplink_mbit), "--seed", str(args.seed)]
+    up = tl.up_args(args)
     with tl.Testbed(args.emucloud, args.prefix, up) as tb:
         agents = al.Agents(tb, args.rankmapd, args.rankmap)
         agents.start(*(["--config", os.path.abspath(args.agent_config)]

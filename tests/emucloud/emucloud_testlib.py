@@ -46,6 +46,22 @@ def parse_args(extra=None):
     return p.parse_args()
 
 
+def add_testbed_args(p, vms=8, racks=2, seed=1, host_mbit=1000, uplink_mbit=250):
+    """--vms --racks --seed --host-mbit --uplink-mbit, for scripts that bring up a testbed."""
+    p.add_argument("--vms", type=int, default=vms)
+    p.add_argument("--racks", type=int, default=racks)
+    p.add_argument("--seed", type=int, default=seed)
+    p.add_argument("--host-mbit", type=float, default=host_mbit)
+    p.add_argument("--uplink-mbit", type=float, default=uplink_mbit)
+
+
+def up_args(args, seed=None):
+    """`emucloud up` arguments from add_testbed_args's options (seed overrides --seed)."""
+    return ["--vms", str(args.vms), "--racks", str(args.racks), "--host-mbit",
+            str(args.host_mbit), "--uplink-mbit", str(args.uplink_mbit), "--seed",
+            str(args.seed if seed is None else seed)]
+
+
 def require_environment(tools=("ip", "tc", "ethtool", "unshare")):
     """Skips unless root, the tools exist, and a network namespace can be made."""
     if os.geteuid() != 0:

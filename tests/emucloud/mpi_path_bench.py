@@ -39,11 +39,7 @@ def add_args(p):
     p.add_argument("--rankmap", required=True)
     p.add_argument("--rankmapd", default="")
     p.add_argument("--proof", required=True, help="emucloud_mpi_proof_c")
-    p.add_argument("--vms", type=int, default=8)
-    p.add_argument("--racks", type=int, default=2)
-    p.add_argument("--seed", type=int, default=25)
-    p.add_argument("--host-mbit", type=float, default=1000)
-    p.add_argument("--uplink-mbit", type=float, default=250)
+    lib.add_testbed_args(p, seed=25)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--ring-bytes", type=int, default=16 << 20)
     p.add_argument("--ring-iters", type=int, default=3)
@@ -57,8 +53,7 @@ def add_args(p):
 def main():
     args = lib.parse_args(add_args)
     lib.require_environment(("ip", "tc", "ethtool", "unshare", "mpirun"))
-    up = ["--vms", str(args.vms), "--racks", str(args.racks), "--host-mbit", str(args.host_mbit),
-          "--uplink-mbit", str(args.uplink_mbit), "--seed", str(args.seed)]
+    up = lib.up_args(args)
     bench(lib.Testbed(args.emucloud, args.prefix, up), args)
 
 

@@ -121,8 +121,7 @@ def ring_time(tb, args, hostfile):
 
 
 def one_seed(args, seed, tmp):
-    up = ["--vms", str(args.vms), "--racks", str(args.racks), "--host-mbit", str(args.host_mbit),
-          "--uplink-mbit", str(args.uplink_mbit), "--seed", str(seed)]
+    up = tl.up_args(args, seed)
     with tl.Testbed(args.emucloud, args.prefix, up) as tb:
         agents = al.Agents(tb, args.rankmapd, args.rankmap)
         agents.start()
