@@ -26,4 +26,20 @@ LatencyStats summarizeLatency(std::vector<double> samplesUs) {
   return s;
 }
 
+std::optional<double> fittedRate(const std::vector<RateSample>& samples) {
+  if (samples.size() < 3) return std::nullopt;
+  double n = static_cast<double>(samples.size()), mt = 0, mb = 0;
+  for (const auto& s : samples) {
+    mt += s.seconds / n;
+    mb += s.bytes / n;
+  }
+  double stt = 0, stb = 0;
+  for (const auto& s : samples) {
+    stt += (s.seconds - mt) * (s.seconds - mt);
+    stb += (s.seconds - mt) * (s.bytes - mb);
+  }
+  if (!(stt > 0)) return std::nullopt;
+  return std::max(0.0, stb / stt);
+}
+
 }  // namespace rankmap::probe

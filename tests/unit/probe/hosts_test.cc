@@ -57,5 +57,24 @@ TEST(Stats, NearestRankPercentiles) {
   EXPECT_THROW(summarizeLatency({}), InvalidInput);
 }
 
+TEST(Stats, FittedRateIsTheSlopeOfACountingLine) {
+  std::vector<RateSample> line;
+  for (int i = 0; i <= 100; ++i) line.push_back({i * 1e-3, 1000.0 + 31250.0 * i});  // 250 Mbit/s
+  EXPECT_NEAR(*fittedRate(line), 31.25e6, 1.0);
+  EXPECT_FALSE(fittedRate({{0, 0}, {1, 10}}));                  // two samples: no fit
+  EXPECT_FALSE(fittedRate({{0.5, 0}, {0.5, 10}, {0.5, 20}}));  // no spread in time
+}
+
+// The case the fit is for: the count at the start of the window was taken while 10 ms of
+// arrivals were still unprocessed. Two end points read 10% high; the fit barely moves.
+TEST(Stats, FittedRateShrugsOffOneLateCount) {
+  std::vector<RateSample> s;
+  for (int i = 0; i <= 100; ++i) s.push_back({i * 1e-3, 31250.0 * i});
+  s.front().bytes -= 10 * 31250.0;
+  double ends = (s.back().bytes - s.front().bytes) / (s.back().seconds - s.front().seconds);
+  EXPECT_NEAR(ends / 31.25e6, 1.10, 0.001);
+  EXPECT_NEAR(*fittedRate(s) / 31.25e6, 1.0, 0.01);
+}
+
 }  // namespace
 }  // namespace rankmap::probe
