@@ -33,30 +33,14 @@ void execute(const Schedule& s, transport::Context& ctx, const ExecBuffers& buff
   };
   const size_t es = s.elementSize;
 
-  // Reverse dependencies (who waits for step i) and the count of unfinished dependencies.
-  std::vector<uint32_t> pending(n, 0), revBegin(n + 1, 0), rev(s.deps.size());
-  for (size_t i = 0; i < n; ++i) {
-    pending[i] = s.steps[i].depEnd - s.steps[i].depBegin;
-    for (auto d : s.depsOf(i)) ++revBegin[d + 1];
-  }
-  for (size_t i = 0; i < n; ++i) revBegin[i + 1] += revBegin[i];
-  {
-    std::vector<uint32_t> fill(revBegin.begin(), revBegin.end() - 1);
-    for (size_t i = 0; i < n; ++i)
-      for (auto d : s.depsOf(i)) rev[fill[d]++] = static_cast<uint32_t>(i);
-  }
-
-  std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>> ready;
-  for (size_t i = 0; i < n; ++i)
-    if (pending[i] == 0) ready.push(static_cast<uint32_t>(i));
+  ReadySteps ready(s);
   std::vector<transport::RequestPtr> reqs(n);
   std::set<uint32_t> inFlight;
   size_t done = 0;
 
   auto complete = [&](uint32_t i) {
     ++done;
-    for (uint32_t k = revBegin[i]; k < revBegin[i + 1]; ++k)
-      if (--pending[rev[k]] == 0) ready.push(rev[k]);
+    ready.complete(i);
   };
   auto start = [&](uint32_t i) {
     const Step& st = s.steps[i];
@@ -98,8 +82,7 @@ void execute(const Schedule& s, transport::Context& ctx, const ExecBuffers& buff
 
   while (true) {
     while (!ready.empty()) {
-      uint32_t i = ready.top();
-      ready.pop();
+      uint32_t i = ready.pop();
       start(i);
     }
     if (done == n) break;

@@ -109,21 +109,7 @@ void executeDevice(const Schedule& s, transport::Context& ctx, const ExecBuffers
     valid[static_cast<int>(r.buffer)].remove(r.offset, r.end());
   };
 
-  // Reverse dependencies and unfinished-dependency counts, as in execute().
-  std::vector<uint32_t> pending(n, 0), revBegin(n + 1, 0), rev(s.deps.size());
-  for (size_t i = 0; i < n; ++i) {
-    pending[i] = s.steps[i].depEnd - s.steps[i].depBegin;
-    for (auto d : s.depsOf(i)) ++revBegin[d + 1];
-  }
-  for (size_t i = 0; i < n; ++i) revBegin[i + 1] += revBegin[i];
-  {
-    std::vector<uint32_t> fill(revBegin.begin(), revBegin.end() - 1);
-    for (size_t i = 0; i < n; ++i)
-      for (auto d : s.depsOf(i)) rev[fill[d]++] = static_cast<uint32_t>(i);
-  }
-  std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>> ready;
-  for (size_t i = 0; i < n; ++i)
-    if (pending[i] == 0) ready.push(static_cast<uint32_t>(i));
+  ReadySteps ready(s);
 
   std::vector<Live> live(n);
   std::list<uint32_t> inFlight;  // in step order: the oldest first
@@ -133,8 +119,7 @@ void executeDevice(const Schedule& s, transport::Context& ctx, const ExecBuffers
     ++done;
     finished[i] = true;
     live[i].req.reset();
-    for (uint32_t k = revBegin[i]; k < revBegin[i + 1]; ++k)
-      if (--pending[rev[k]] == 0) ready.push(rev[k]);
+    ready.complete(i);
   };
   auto toDevice = [&](uint32_t i) {
     live[i].phase = Phase::kDevice;
@@ -227,8 +212,7 @@ void executeDevice(const Schedule& s, transport::Context& ctx, const ExecBuffers
     int idle = 0;
     while (true) {
       while (!ready.empty()) {
-        uint32_t i = ready.top();
-        ready.pop();
+        uint32_t i = ready.pop();
         if (start(i)) {
           inFlight.push_back(i);
         } else {

@@ -298,6 +298,33 @@ Schedule ScheduleBuilder::finish() {
   return std::move(sched_);
 }
 
+ReadySteps::ReadySteps(const Schedule& s)
+    : pending_(s.steps.size(), 0), revBegin_(s.steps.size() + 1, 0), rev_(s.deps.size()) {
+  const size_t n = s.steps.size();
+  for (size_t i = 0; i < n; ++i) {
+    pending_[i] = s.steps[i].depEnd - s.steps[i].depBegin;
+    for (auto d : s.depsOf(i)) ++revBegin_[d + 1];
+  }
+  for (size_t i = 0; i < n; ++i) revBegin_[i + 1] += revBegin_[i];
+  std::vector<uint32_t> fill(revBegin_.begin(), revBegin_.end() - 1);
+  for (size_t i = 0; i < n; ++i)
+    for (auto d : s.depsOf(i)) rev_[fill[d]++] = static_cast<uint32_t>(i);
+  for (size_t i = 0; i < n; ++i)
+    if (pending_[i] == 0) ready_.push(static_cast<uint32_t>(i));
+}
+
+uint32_t ReadySteps::pop() {
+  RANKMAP_ASSERT(!ready_.empty());
+  uint32_t i = ready_.top();
+  ready_.pop();
+  return i;
+}
+
+void ReadySteps::complete(uint32_t i) {
+  for (uint32_t k = revBegin_[i]; k < revBegin_[i + 1]; ++k)
+    if (--pending_[rev_[k]] == 0) ready_.push(rev_[k]);
+}
+
 void validateSchedule(const Schedule& s) {
   auto inside = [&](const Region& r, size_t i) {
     if (r.bytes == 0) return;

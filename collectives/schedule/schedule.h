@@ -18,7 +18,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <optional>
+#include <queue>
 #include <span>
 #include <string>
 #include <vector>
@@ -169,6 +171,23 @@ class ScheduleBuilder {
   std::vector<uint32_t> recvCount_;
   std::optional<uint32_t> fenceStep_;
   std::vector<uint32_t> sinceFence_;
+};
+
+// The executors' dispatch state: which steps have all their dependencies done. pop() hands
+// out the lowest-numbered ready step (program order, which the deadlock-freedom argument at the
+// top of this file relies on); complete(i) releases the steps waiting for i.
+class ReadySteps {
+ public:
+  explicit ReadySteps(const Schedule& s);
+  bool empty() const { return ready_.empty(); }
+  uint32_t pop();
+  void complete(uint32_t i);
+
+ private:
+  std::vector<uint32_t> pending_;   // unfinished dependencies of each step
+  std::vector<uint32_t> revBegin_;  // dependents of step i: rev_[revBegin_[i], revBegin_[i+1])
+  std::vector<uint32_t> rev_;
+  std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>> ready_;
 };
 
 // Checks what the executor relies on: regions inside their buffers, element-aligned lengths,

@@ -1,7 +1,7 @@
 #include "tests/unit/collectives/schedule_sim.h"
 
 #include <map>
-#include <queue>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -18,9 +18,7 @@ struct RankState {
   std::vector<Sym> buf[kNumBuffers];
   std::vector<int> sendLock[kNumBuffers];  // in-flight sends reading an element
   std::vector<bool> recvLock[kNumBuffers];  // an in-flight receive writes the element
-  std::vector<uint32_t> pending;
-  std::vector<std::vector<uint32_t>> dependents;
-  std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>> ready;
+  std::optional<ReadySteps> ready;  // the executors' own dispatch order
   std::set<uint32_t> inFlight;
   std::vector<bool> matched;
   size_t done = 0;
@@ -89,8 +87,7 @@ struct Sim {
   void complete(int r, uint32_t i) {
     auto& st = ranks[r];
     ++st.done;
-    for (auto d : st.dependents[i])
-      if (--st.pending[d] == 0) st.ready.push(d);
+    st.ready->complete(i);
   }
 
   void combine(int r, const Step& step, size_t i) {
@@ -192,9 +189,8 @@ struct Sim {
     auto& st = ranks[r];
     bool progressed = false;
     while (true) {
-      while (!st.ready.empty()) {
-        uint32_t i = st.ready.top();
-        st.ready.pop();
+      while (!st.ready->empty()) {
+        uint32_t i = st.ready->pop();
         start(r, i);
         progressed = true;
       }
@@ -264,14 +260,8 @@ SimOutcome simulate(const SimSetup& setup, const std::vector<Schedule>& schedule
           break;  // reducescatter: the output lives in the input
       }
     }
-    st.pending.resize(s.steps.size());
-    st.dependents.resize(s.steps.size());
+    st.ready.emplace(s);
     st.matched.assign(s.steps.size(), false);
-    for (size_t i = 0; i < s.steps.size(); ++i) {
-      st.pending[i] = static_cast<uint32_t>(s.depsOf(i).size());
-      for (auto d : s.depsOf(i)) st.dependents[d].push_back(static_cast<uint32_t>(i));
-      if (st.pending[i] == 0) st.ready.push(static_cast<uint32_t>(i));
-    }
   }
   bool progressed = true;
   while (progressed) {

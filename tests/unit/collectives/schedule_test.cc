@@ -283,6 +283,36 @@ TEST(ScheduleRhd, BigExchangesStayLocal) {
 }
 
 // Dependencies derived from regions: a receive into a region being sent waits for the send.
+// The dispatch order the executors and the simulator share: lowest ready step first, a step
+// only once all its dependencies completed, each step exactly once.
+TEST(ReadySteps, LowestReadyFirstAndOnlyAfterItsDependencies) {
+  Schedule s;
+  s.steps.resize(5);
+  // 0 and 1 free; 2 needs 0 and 1; 3 needs 0; 4 needs 3.
+  auto deps = [&](size_t i, std::vector<uint32_t> d) {
+    s.steps[i].depBegin = static_cast<uint32_t>(s.deps.size());
+    s.deps.insert(s.deps.end(), d.begin(), d.end());
+    s.steps[i].depEnd = static_cast<uint32_t>(s.deps.size());
+  };
+  deps(2, {0, 1});
+  deps(3, {0});
+  deps(4, {3});
+  ReadySteps r(s);
+  EXPECT_EQ(r.pop(), 0u);
+  EXPECT_EQ(r.pop(), 1u);
+  EXPECT_TRUE(r.empty());
+  r.complete(1);
+  EXPECT_TRUE(r.empty());  // 2 still waits for 0
+  r.complete(0);
+  EXPECT_EQ(r.pop(), 2u);
+  EXPECT_EQ(r.pop(), 3u);
+  EXPECT_TRUE(r.empty());
+  r.complete(2);
+  r.complete(3);
+  EXPECT_EQ(r.pop(), 4u);
+  EXPECT_TRUE(r.empty());
+}
+
 TEST(ScheduleBuilder, DerivesHazards) {
   BuilderOptions o;
   o.worldSize = 2;
