@@ -432,6 +432,25 @@ Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const Inf
   for (auto& s : seeds)
     if (unique.insert(s).second) todo.push_back(s);
 
+  // Every partition with two of part's groups merged: the best one replaces (bestPart,
+  // bestErr) if its error is lower.
+  auto tryMerges = [&](const std::vector<int>& part, double& bestErr,
+                       std::vector<int>& bestPart) {
+    int groups = groupCountOf(part);
+    for (int a = 0; a < groups; ++a)
+      for (int b = a + 1; b < groups; ++b) {
+        auto cand = part;
+        for (auto& g : cand)
+          if (g == b) g = a;
+        cand = normalize(cand);
+        double e = fit.error(cand);
+        if (e < bestErr) {
+          bestErr = e;
+          bestPart = std::move(cand);
+        }
+      }
+  };
+
   double baseline = fit.error(singletons);
   std::vector<int> bestPart;
   double bestErr = kUnlimited;
@@ -458,18 +477,7 @@ Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const Inf
           }
         }
       }
-      for (int a = 0; a < groups; ++a)
-        for (int b = a + 1; b < groups; ++b) {
-          auto cand = part;
-          for (auto& g : cand)
-            if (g == b) g = a;
-          cand = normalize(cand);
-          double e = fit.error(cand);
-          if (e < moveErr) {
-            moveErr = e;
-            movePart = std::move(cand);
-          }
-        }
+      tryMerges(part, moveErr, movePart);
       if (movePart.empty() || err - moveErr <= minGain) break;
       part = std::move(movePart);
       err = moveErr;
@@ -479,21 +487,9 @@ Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const Inf
     // uplink between them that nothing showed would invent structure.
     for (bool merged = true; merged && !outOfTime();) {
       merged = false;
-      int groups = groupCountOf(part);
       double mergeErr = kUnlimited;
       std::vector<int> mergePart;
-      for (int a = 0; a < groups; ++a)
-        for (int b = a + 1; b < groups; ++b) {
-          auto cand = part;
-          for (auto& g : cand)
-            if (g == b) g = a;
-          cand = normalize(cand);
-          double e = fit.error(cand);
-          if (e < mergeErr) {
-            mergeErr = e;
-            mergePart = std::move(cand);
-          }
-        }
+      tryMerges(part, mergeErr, mergePart);
       if (!mergePart.empty() && mergeErr <= err + minGain) {
         part = std::move(mergePart);
         err = mergeErr;

@@ -20,19 +20,6 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kLatencyFloorUs = 0.05f;
 
-// The rate a host's own link allows: the median of its measured single-flow rates within 25%
-// of the largest, robust to noise and to slower peers (only its fastest peers show its link).
-double topBand(const std::vector<double>& v) {
-  if (v.empty()) return 0;
-  double ref = *std::max_element(v.begin(), v.end());
-  std::vector<double> band;
-  for (double x : v)
-    if (x >= 0.75 * ref) band.push_back(x);
-  auto mid = band.begin() + band.size() / 2;
-  std::nth_element(band.begin(), mid, band.end());
-  return *mid;
-}
-
 std::vector<int> sampleHosts(size_t n) {
   std::vector<int> idx(n);
   std::iota(idx.begin(), idx.end(), 0);

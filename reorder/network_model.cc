@@ -19,20 +19,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Top band of a sample in O(m): the median of the values within 25% of the largest. Robust to
-// noise and to a minority of slower paths; a single flow shows the narrowest link of its path,
-// so the fastest flows show the link in question.
-double topBand(std::vector<double>& v) {
-  if (v.empty()) return 0;
-  double ref = *std::max_element(v.begin(), v.end());
-  std::vector<double> band;
-  for (double x : v)
-    if (x >= 0.75 * ref) band.push_back(x);
-  auto mid = band.begin() + band.size() / 2;
-  std::nth_element(band.begin(), mid, band.end());
-  return *mid;
-}
-
 // A histogram of rates on a log scale (1% bins), for groups with millions of pairs.
 class LogHistogram {
  public:
@@ -103,6 +89,26 @@ void buildSwitches(NetworkModel& net, const Hierarchy& h) {
 }
 
 }  // namespace
+
+NetworkModel::SwitchTree NetworkModel::switchTree() const {
+  SwitchTree t;
+  t.hostsOf.resize(switches());
+  t.children.resize(switches());
+  std::vector<char> seen(switches(), 0);
+  for (size_t h = 0; h < n; ++h) {
+    if (levels > 0) t.hostsOf[switchAt(static_cast<int>(h), 0)].push_back(static_cast<int>(h));
+    for (size_t l = 0; l < levels; ++l) {
+      int s = switchAt(static_cast<int>(h), l);
+      if (seen[s]) continue;
+      seen[s] = 1;
+      if (switchParent[s] < 0)
+        t.tops.push_back(s);
+      else
+        t.children[switchParent[s]].push_back(s);
+    }
+  }
+  return t;
+}
 
 double NetworkModel::latencyUs(int a, int b) const {
   if (a == b) return 0;

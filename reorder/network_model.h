@@ -76,6 +76,15 @@ struct NetworkModel {
     for (size_t l = 0; l < top; ++l) f(n + switchAt(b, l), true);
     f(static_cast<size_t>(b), true);
   }
+  // The switch tree in host order: the hosts right below each level-0 switch, the child
+  // switches of each switch and the switches attached to the root, each in the order of their
+  // lowest host.
+  struct SwitchTree {
+    std::vector<std::vector<int>> hostsOf;
+    std::vector<std::vector<int>> children;
+    std::vector<int> tops;
+  };
+  SwitchTree switchTree() const;
   double latencyUs(int a, int b) const;
   // The measured single-flow rate of the pair, or +inf.
   double capMbps(int a, int b) const;

@@ -8,6 +8,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -16,8 +17,23 @@
 #include <memory>
 #include <new>
 #include <utility>
+#include <vector>
 
 namespace rankmap::reorder {
+
+// Top band of a sample in O(m): the median of the values within 25% of the largest. Robust to
+// noise and to a minority of slower paths: a single flow shows the narrowest link of its path,
+// so the fastest flows show the link in question (a host's own link, a group's uplink).
+inline double topBand(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double ref = *std::max_element(v.begin(), v.end());
+  std::vector<double> band;
+  for (double x : v)
+    if (x >= 0.75 * ref) band.push_back(x);
+  auto mid = band.begin() + static_cast<std::ptrdiff_t>(band.size() / 2);
+  std::nth_element(band.begin(), mid, band.end());
+  return *mid;
+}
 
 inline float fastLog(float x) {
   uint32_t bits;

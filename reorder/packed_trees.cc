@@ -12,22 +12,7 @@ std::vector<PackedTree> packTrees(const NetworkModel& net, const std::vector<int
   std::vector<int> posOf(n);
   for (size_t p = 0; p < n; ++p) posOf[order[p]] = static_cast<int>(p);
 
-  // Members of each switch, and the children switches, in host order.
-  std::vector<std::vector<int>> hostsOf(net.switches()), children(net.switches());
-  std::vector<int> tops;
-  std::vector<char> seen(net.switches(), 0);
-  for (size_t h = 0; h < n; ++h) {
-    if (net.levels > 0) hostsOf[net.switchAt(h, 0)].push_back(h);
-    for (size_t l = 0; l < net.levels; ++l) {
-      int s = net.switchAt(h, l);
-      if (seen[s]) continue;
-      seen[s] = 1;
-      if (net.switchParent[s] < 0)
-        tops.push_back(s);
-      else
-        children[net.switchParent[s]].push_back(s);
-    }
-  }
+  const auto tree = net.switchTree();
 
   std::vector<double> load(n, 0);  // pieces carried so far, per host link
   std::map<std::vector<int>, double> trees;
@@ -64,9 +49,9 @@ std::vector<PackedTree> packTrees(const NetworkModel& net, const std::vector<int
         if (net.switchLevel[s] != static_cast<int>(l)) continue;
         std::vector<int> cands;
         if (l == 0)
-          cands = hostsOf[s];
+          cands = tree.hostsOf[s];
         else
-          for (int c : children[s]) cands.push_back(centre[c]);
+          for (int c : tree.children[s]) cands.push_back(centre[c]);
         centre[s] = pick(cands, static_cast<int>(cands.size()) - 1 + 1);
         attach(cands, centre[s]);
       }
@@ -74,7 +59,7 @@ std::vector<PackedTree> packTrees(const NetworkModel& net, const std::vector<int
     if (net.levels == 0) {
       for (size_t h = 0; h < n; ++h) top.push_back(h);
     } else {
-      for (int s : tops) top.push_back(centre[s]);
+      for (int s : tree.tops) top.push_back(centre[s]);
     }
     int root = pick(top, static_cast<int>(top.size()) - 1);
     attach(top, root);

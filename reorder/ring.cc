@@ -180,30 +180,15 @@ std::vector<int> hierarchicalRing(const NetworkModel& net) {
     std::iota(ring.begin(), ring.end(), 0);
     return ring;
   }
-  // Children in order of their lowest host (hosts are visited in increasing index).
-  std::vector<std::vector<int>> childSwitches(net.switches()), hostsOf(net.switches());
-  std::vector<int> tops;
-  std::vector<char> seen(net.switches(), 0);
-  for (size_t h = 0; h < n; ++h) {
-    hostsOf[net.switchAt(h, 0)].push_back(h);
-    for (size_t l = 0; l < net.levels; ++l) {
-      int s = net.switchAt(h, l);
-      if (seen[s]) continue;
-      seen[s] = 1;
-      if (net.switchParent[s] < 0)
-        tops.push_back(s);
-      else
-        childSwitches[net.switchParent[s]].push_back(s);
-    }
-  }
+  const auto tree = net.switchTree();
   std::function<void(int)> walk = [&](int s) {
     if (net.switchLevel[s] == 0) {
-      ring.insert(ring.end(), hostsOf[s].begin(), hostsOf[s].end());
+      ring.insert(ring.end(), tree.hostsOf[s].begin(), tree.hostsOf[s].end());
       return;
     }
-    for (int c : childSwitches[s]) walk(c);
+    for (int c : tree.children[s]) walk(c);
   };
-  for (int s : tops) walk(s);
+  for (int s : tree.tops) walk(s);
   RANKMAP_ASSERT(ring.size() == n);
   return ring;
 }
