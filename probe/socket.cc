@@ -3,13 +3,11 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -39,35 +37,8 @@ socklen_t toSockaddr(const Endpoint& ep, sockaddr_storage& ss) {
 }
 
 std::string sockaddrText(const sockaddr_storage& ss) {
-  char buf[INET6_ADDRSTRLEN] = {0};
-  if (ss.ss_family == AF_INET) {
-    auto* v4 = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &v4->sin_addr, buf, sizeof(buf));
-    return fmt::format("{}:{}", buf, ntohs(v4->sin_port));
-  }
-  if (ss.ss_family == AF_INET6) {
-    auto* v6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &v6->sin6_addr, buf, sizeof(buf));
-    return fmt::format("[{}]:{}", buf, ntohs(v6->sin6_port));
-  }
-  return "?";
-}
-
-// poll() one fd for `events` until `d`; returns revents (0 on timeout). Retries on EINTR.
-short pollOne(int fd, short events, Deadline d) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    int rc = ::poll(&p, 1, d.pollTimeoutMs());
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      RANKMAP_CHECK_SYS(rc);
-    }
-    if (rc == 0) {
-      if (d.expired()) return 0;
-      continue;  // rounding: poll woke a little early
-    }
-    return p.revents;
-  }
+  if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) return "?";
+  return hostPortText(sockaddrHost(ss), sockaddrPort(ss));
 }
 
 bool isResetErrno(int err) {
@@ -76,84 +47,32 @@ bool isResetErrno(int err) {
 
 }  // namespace
 
-std::string Endpoint::text() const {
-  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
-  return fmt::format("{}:{}", host, port);
-}
-
 Endpoint parseEndpoint(std::string_view text, uint16_t defaultPort, std::string_view what) {
-  auto bad = [&](std::string_view why) -> InvalidInput {
-    return InvalidInput(fmt::format("{}: '{}': {}", what, text, why));
-  };
-  if (text.empty()) throw bad("expected ADDRESS or ADDRESS:PORT, got an empty string");
-  Endpoint ep;
-  ep.port = defaultPort;
-  std::string_view host = text;
-  std::string_view port;
-  if (text.front() == '[') {
-    auto close = text.find(']');
-    if (close == std::string_view::npos) throw bad("unterminated '[' in an IPv6 address");
-    host = text.substr(1, close - 1);
-    auto rest = text.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest.front() != ':') throw bad("expected ':PORT' after ']'");
-      port = rest.substr(1);
-      if (port.empty()) throw bad("empty port after ':'");
-    }
-  } else if (std::count(text.begin(), text.end(), ':') == 1) {
-    auto colon = text.find(':');
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-    if (port.empty()) throw bad("empty port after ':'");
-  }
-  if (!port.empty()) {
-    unsigned value = 0;
-    for (char c : port) {
-      if (c < '0' || c > '9') throw bad("expected a numeric port");
-      value = value * 10 + static_cast<unsigned>(c - '0');
-      if (value > 65535) throw bad("port out of range 1..65535");
-    }
-    if (value == 0) throw bad("port out of range 1..65535");
-    ep.port = static_cast<uint16_t>(value);
-  }
-  ep.host = std::string(host);
+  HostPort hp = parseHostPort(text, what, {.defaultPort = defaultPort, .allowPortZero = false});
+  Endpoint ep{std::move(hp.host), hp.port};
   if (ep.host == "localhost") ep.host = "127.0.0.1";
   unsigned char buf[sizeof(in6_addr)];
   if (inet_pton(AF_INET, ep.host.c_str(), buf) != 1 &&
       inet_pton(AF_INET6, ep.host.c_str(), buf) != 1)
-    throw bad("expected a numeric IPv4/IPv6 address (host names are not resolved)");
+    throw InvalidInput(
+        fmt::format("{}: '{}': expected a numeric IPv4/IPv6 address (host names are not resolved)",
+                    what, text));
   return ep;
 }
 
-Socket& Socket::operator=(Socket&& o) noexcept {
-  if (this != &o) {
-    close();
-    fd_ = o.fd_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
-void Socket::close() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
-}
-
 void Socket::abort() {
-  if (fd_ < 0) return;
+  if (!valid()) return;
   linger l{1, 0};
-  ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+  ::setsockopt(fd(), SOL_SOCKET, SO_LINGER, &l, sizeof(l));
   close();
 }
 
 void Socket::shutdownWrite() {
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_WR);
+  if (valid()) ::shutdown(fd(), SHUT_WR);
 }
 
 void Socket::shutdownBoth() {
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  if (valid()) ::shutdown(fd(), SHUT_RDWR);
 }
 
 Socket Socket::connect(const Endpoint& ep, Deadline d) {
@@ -161,18 +80,18 @@ Socket Socket::connect(const Endpoint& ep, Deadline d) {
   socklen_t len = toSockaddr(ep, ss);
   Socket s(
       RANKMAP_CHECK_SYS(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)));
-  int rc = ::connect(s.fd_, reinterpret_cast<sockaddr*>(&ss), len);
+  int rc = ::connect(s.fd(), reinterpret_cast<sockaddr*>(&ss), len);
   if (rc != 0 && errno != EINPROGRESS) {
     int err = errno;
     throw PeerError(fmt::format("connect to {}: {}", ep.text(), std::strerror(err)));
   }
   if (rc != 0) {
-    short ev = pollOne(s.fd_, POLLOUT, d);
+    short ev = pollFd(s.fd(), POLLOUT, d);
     if (ev == 0)
       throw TimeoutError(fmt::format("connect to {}: no answer within the deadline", ep.text()));
     int err = 0;
     socklen_t elen = sizeof(err);
-    RANKMAP_CHECK_SYS(::getsockopt(s.fd_, SOL_SOCKET, SO_ERROR, &err, &elen));
+    RANKMAP_CHECK_SYS(::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &elen));
     if (err != 0) throw PeerError(fmt::format("connect to {}: {}", ep.text(), std::strerror(err)));
   }
   s.setNoDelay();
@@ -182,7 +101,7 @@ Socket Socket::connect(const Endpoint& ep, Deadline d) {
 void Socket::sendAll(const void* data, size_t n, Deadline d, std::string_view what) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    ssize_t k = ::send(fd_, p, n, MSG_NOSIGNAL);
+    ssize_t k = ::send(fd(), p, n, MSG_NOSIGNAL);
     if (k > 0) {
       p += k;
       n -= static_cast<size_t>(k);
@@ -190,7 +109,7 @@ void Socket::sendAll(const void* data, size_t n, Deadline d, std::string_view wh
     }
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      short ev = pollOne(fd_, POLLOUT, d);
+      short ev = pollFd(fd(), POLLOUT, d);
       if (ev == 0)
         throw TimeoutError(
             fmt::format("{}: peer {} did not read within the deadline", what, peerText()));
@@ -205,11 +124,11 @@ void Socket::sendAll(const void* data, size_t n, Deadline d, std::string_view wh
 
 size_t Socket::recvSome(void* data, size_t n, Deadline d, std::string_view what) {
   for (;;) {
-    ssize_t k = ::recv(fd_, data, n, 0);
+    ssize_t k = ::recv(fd(), data, n, 0);
     if (k >= 0) return static_cast<size_t>(k);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      short ev = pollOne(fd_, POLLIN, d);
+      short ev = pollFd(fd(), POLLIN, d);
       if (ev == 0)
         throw TimeoutError(
             fmt::format("{}: peer {} sent nothing within the deadline", what, peerText()));
@@ -234,7 +153,7 @@ void Socket::recvAll(void* data, size_t n, Deadline d, std::string_view what) {
 
 size_t Socket::sendNow(const void* data, size_t n, std::string_view what) {
   for (;;) {
-    ssize_t k = ::send(fd_, data, n, MSG_NOSIGNAL);
+    ssize_t k = ::send(fd(), data, n, MSG_NOSIGNAL);
     if (k >= 0) return static_cast<size_t>(k);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
@@ -247,7 +166,7 @@ size_t Socket::sendNow(const void* data, size_t n, std::string_view what) {
 
 std::optional<size_t> Socket::recvNow(void* data, size_t n, std::string_view what) {
   for (;;) {
-    ssize_t k = ::recv(fd_, data, n, 0);
+    ssize_t k = ::recv(fd(), data, n, 0);
     if (k >= 0) return static_cast<size_t>(k);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return std::nullopt;
@@ -258,71 +177,45 @@ std::optional<size_t> Socket::recvNow(void* data, size_t n, std::string_view wha
   }
 }
 
-bool Socket::waitReadable(Deadline d) const { return pollOne(fd_, POLLIN, d) != 0; }
-bool Socket::waitWritable(Deadline d) const { return pollOne(fd_, POLLOUT, d) != 0; }
+bool Socket::waitReadable(Deadline d) const { return pollFd(fd(), POLLIN, d) != 0; }
+bool Socket::waitWritable(Deadline d) const { return pollFd(fd(), POLLOUT, d) != 0; }
 
 std::pair<bool, bool> Socket::waitEither(Deadline d) const {
-  short ev = pollOne(fd_, POLLIN | POLLOUT, d);
+  short ev = pollFd(fd(), POLLIN | POLLOUT, d);
   // Errors and hang-ups count as readable: the next recv reports them.
   bool readable = (ev & (POLLIN | POLLERR | POLLHUP)) != 0;
   return {readable, (ev & POLLOUT) != 0};
 }
 
-void Socket::setNoDelay() {
-  int one = 1;
-  RANKMAP_CHECK_SYS(::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)));
-}
-
 std::string Socket::peerText() const {
   sockaddr_storage ss;
   socklen_t len = sizeof(ss);
-  if (fd_ < 0 || ::getpeername(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  if (!valid() || ::getpeername(fd(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
   return sockaddrText(ss);
-}
-
-Listener::Listener(Listener&& o) noexcept : fd_(o.fd_), wakeFd_(o.wakeFd_), port_(o.port_) {
-  o.fd_ = o.wakeFd_ = -1;
-}
-
-Listener& Listener::operator=(Listener&& o) noexcept {
-  if (this != &o) {
-    this->~Listener();
-    fd_ = o.fd_;
-    wakeFd_ = o.wakeFd_;
-    port_ = o.port_;
-    o.fd_ = o.wakeFd_ = -1;
-  }
-  return *this;
-}
-
-Listener::~Listener() {
-  if (fd_ >= 0) ::close(fd_);
-  if (wakeFd_ >= 0) ::close(wakeFd_);
-  fd_ = wakeFd_ = -1;
 }
 
 Listener Listener::bind(const Endpoint& ep, int backlog) {
   sockaddr_storage ss;
   socklen_t len = toSockaddr(ep, ss);
   Listener l;
-  l.fd_ = RANKMAP_CHECK_SYS(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  l.fd_ =
+      Fd(RANKMAP_CHECK_SYS(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)));
   int one = 1;
-  RANKMAP_CHECK_SYS(::setsockopt(l.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)));
-  if (::bind(l.fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0)
+  RANKMAP_CHECK_SYS(::setsockopt(l.fd_.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)));
+  if (::bind(l.fd_.fd(), reinterpret_cast<sockaddr*>(&ss), len) != 0)
     throw SystemError(fmt::format("bind {}", ep.text()), errno);
-  RANKMAP_CHECK_SYS(::listen(l.fd_, backlog));
+  RANKMAP_CHECK_SYS(::listen(l.fd_.fd(), backlog));
   sockaddr_storage bound;
   socklen_t blen = sizeof(bound);
-  RANKMAP_CHECK_SYS(::getsockname(l.fd_, reinterpret_cast<sockaddr*>(&bound), &blen));
-  l.port_ = bound.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port)
-                                       : ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
-  l.wakeFd_ = RANKMAP_CHECK_SYS(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  RANKMAP_CHECK_SYS(::getsockname(l.fd_.fd(), reinterpret_cast<sockaddr*>(&bound), &blen));
+  l.port_ = sockaddrPort(bound);
+  l.wakeFd_ = Fd(RANKMAP_CHECK_SYS(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)));
   return l;
 }
 
 std::optional<Socket> Listener::accept(Deadline d) {
   for (;;) {
-    pollfd p[2] = {{fd_, POLLIN, 0}, {wakeFd_, POLLIN, 0}};
+    pollfd p[2] = {{fd_.fd(), POLLIN, 0}, {wakeFd_.fd(), POLLIN, 0}};
     int rc = ::poll(p, 2, d.pollTimeoutMs());
     if (rc < 0) {
       if (errno == EINTR) continue;
@@ -333,7 +226,7 @@ std::optional<Socket> Listener::accept(Deadline d) {
       if (d.expired()) return std::nullopt;
       continue;
     }
-    int cfd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    int cfd = ::accept4(fd_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (cfd < 0) {
       // The connection may be gone already, or we are out of descriptors for a moment:
       // neither stops the listener.
@@ -354,9 +247,9 @@ std::optional<Socket> Listener::accept(Deadline d) {
 }
 
 void Listener::shutdown() {
-  if (wakeFd_ >= 0) {
+  if (wakeFd_.valid()) {
     uint64_t one = 1;
-    [[maybe_unused]] auto rc = ::write(wakeFd_, &one, sizeof(one));
+    [[maybe_unused]] auto rc = ::write(wakeFd_.fd(), &one, sizeof(one));
   }
 }
 

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/deadline.h"
+#include "common/net.h"
 
 namespace rankmap::probe {
 
@@ -26,30 +27,23 @@ struct Endpoint {
   std::string host;  // numeric IPv4 or IPv6 literal (no brackets)
   uint16_t port = 0;
   // "10.0.0.1:7411" or "[fe80::1]:7411".
-  std::string text() const;
+  std::string text() const { return hostPortText(host, port); }
   bool operator==(const Endpoint&) const = default;
 };
 
-// Parses "ADDR", "ADDR:PORT", "[V6]:PORT" or "V6"; ADDR must be a numeric IP literal or
-// "localhost" (-> 127.0.0.1). Throws InvalidInput naming `what` on anything else.
+// Parses "ADDR", "ADDR:PORT", "[V6]:PORT" or "V6" (common/net.h, port 1..65535); ADDR must be a
+// numeric IP literal or "localhost" (-> 127.0.0.1). Throws InvalidInput naming `what` on anything
+// else.
 Endpoint parseEndpoint(std::string_view text, uint16_t defaultPort, std::string_view what);
 
-class Socket {
+// A connected TCP socket. Owns its descriptor (fd(), valid(), close() come from rankmap::Fd).
+class Socket : public Fd {
  public:
-  Socket() = default;
-  explicit Socket(int fd) : fd_(fd) {}
-  ~Socket() { close(); }
-  Socket(Socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  Socket& operator=(Socket&& o) noexcept;
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
+  using Fd::Fd;
 
   // Connects to `ep` before `d`; throws TimeoutError or PeerError ("connection refused").
   static Socket connect(const Endpoint& ep, Deadline d);
 
-  int fd() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void close();
   // Closes with a reset (SO_LINGER 0): whatever is still queued to send is discarded instead of
   // trickling out after the close. Ends bulk transfers so that their tail does not overlap the
   // next measurement.
@@ -75,21 +69,13 @@ class Socket {
   // Waits until readable or writable; returns {readable, writable}; both false on timeout.
   std::pair<bool, bool> waitEither(Deadline d) const;
 
-  void setNoDelay();
+  void setNoDelay() { setTcpNoDelay(fd()); }
   // "10.0.0.2:40123"
   std::string peerText() const;
-
- private:
-  int fd_ = -1;
 };
 
 class Listener {
  public:
-  Listener() = default;
-  Listener(Listener&&) noexcept;
-  Listener& operator=(Listener&&) noexcept;
-  ~Listener();
-
   // Binds and listens (SO_REUSEADDR); port 0 picks a free port. Throws SystemError naming
   // the address when it is in use.
   static Listener bind(const Endpoint& ep, int backlog = 256);
@@ -100,8 +86,8 @@ class Listener {
   void shutdown();
 
  private:
-  int fd_ = -1;
-  int wakeFd_ = -1;  // eventfd that shutdown() signals
+  Fd fd_;
+  Fd wakeFd_;  // eventfd that shutdown() signals
   uint16_t port_ = 0;
 };
 

@@ -6,7 +6,6 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -21,80 +20,17 @@ namespace rankmap::coll::transport::tcp {
 
 namespace {
 
-// Waits until `fd` is ready for `events`; false on deadline.
-bool waitFd(int fd, short events, Deadline deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    int rv = ::poll(&p, 1, deadline.pollTimeoutMs());
-    if (rv > 0) return true;
-    if (rv == 0) return false;
-    if (errno != EINTR) RANKMAP_CHECK_SYS(rv);
-  }
-}
-
 int newSocket(int family) {
   return RANKMAP_CHECK_SYS(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 }
 
 }  // namespace
 
-std::string SockAddr::host() const {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (storage.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<const sockaddr_in*>(&storage);
-    ::inet_ntop(AF_INET, &a->sin_addr, buf, sizeof(buf));
-  } else if (storage.ss_family == AF_INET6) {
-    auto* a = reinterpret_cast<const sockaddr_in6*>(&storage);
-    ::inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof(buf));
-  } else {
-    return "?";
-  }
-  return buf;
-}
-
-uint16_t SockAddr::port() const {
-  if (storage.ss_family == AF_INET) {
-    return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
-  }
-  if (storage.ss_family == AF_INET6) {
-    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
-  }
-  return 0;
-}
-
-std::string SockAddr::str() const {
-  if (storage.ss_family == AF_INET6) return fmt::format("[{}]:{}", host(), port());
-  return fmt::format("{}:{}", host(), port());
-}
-
 void splitHostPort(std::string_view text, std::string_view what, std::string* host,
                    uint16_t* port) {
-  std::string_view h, p;
-  if (!text.empty() && text.front() == '[') {
-    auto close = text.find(']');
-    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      RANKMAP_THROW(InvalidInput, "{}='{}': expected host:port or [v6-address]:port", what, text);
-    }
-    h = text.substr(1, close - 1);
-    p = text.substr(close + 2);
-  } else {
-    auto colon = text.rfind(':');
-    if (colon == std::string_view::npos || colon == 0) {
-      RANKMAP_THROW(InvalidInput, "{}='{}': expected host:port", what, text);
-    }
-    h = text.substr(0, colon);
-    p = text.substr(colon + 1);
-  }
-  unsigned long v = 0;
-  bool ok = !p.empty() && p.size() <= 5 &&
-            std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (ok) v = std::stoul(std::string(p));
-  if (!ok || v > 65535) {
-    RANKMAP_THROW(InvalidInput, "{}='{}': port '{}' is not a number from 0 to 65535", what, text,
-                  p);
-  }
-  *host = std::string(h);
-  *port = static_cast<uint16_t>(v);
+  HostPort hp = parseHostPort(text, what, {.defaultPort = std::nullopt, .allowPortZero = true});
+  *host = std::move(hp.host);
+  *port = hp.port;
 }
 
 SockAddr resolve(const std::string& host, uint16_t port) {
@@ -134,45 +70,24 @@ std::string interfaceAddress(const std::string& ifname) {
   return found;
 }
 
-Socket& Socket::operator=(Socket&& o) noexcept {
-  if (this != &o) {
-    close();
-    fd_ = o.fd_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
-void Socket::close() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
-}
-
-void Socket::setNoDelay() {
-  int one = 1;
-  RANKMAP_CHECK_SYS(::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)));
-}
-
 void Socket::setBuffers(uint64_t bytes) {
   if (bytes == 0) return;
   int v = static_cast<int>(std::min<uint64_t>(bytes, 1u << 30));
   // The kernel caps these at net.core.{w,r}mem_max; a smaller effective size is not an error.
-  RANKMAP_CHECK_SYS(::setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v)));
-  RANKMAP_CHECK_SYS(::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v)));
+  RANKMAP_CHECK_SYS(::setsockopt(fd(), SOL_SOCKET, SO_SNDBUF, &v, sizeof(v)));
+  RANKMAP_CHECK_SYS(::setsockopt(fd(), SOL_SOCKET, SO_RCVBUF, &v, sizeof(v)));
 }
 
 Socket Socket::listen(const SockAddr& addr, uint64_t bufferBytes) {
   Socket s(newSocket(addr.storage.ss_family));
   int one = 1;
-  RANKMAP_CHECK_SYS(::setsockopt(s.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)));
+  RANKMAP_CHECK_SYS(::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)));
   s.setBuffers(bufferBytes);
-  if (::bind(s.fd_, reinterpret_cast<const sockaddr*>(&addr.storage), addr.len) != 0) {
+  if (::bind(s.fd(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.len) != 0) {
     int err = errno;
     throw SystemError(fmt::format("bind to {}", addr.str()), err);
   }
-  RANKMAP_CHECK_SYS(::listen(s.fd_, SOMAXCONN));
+  RANKMAP_CHECK_SYS(::listen(s.fd(), SOMAXCONN));
   return s;
 }
 
@@ -183,15 +98,15 @@ Socket Socket::connect(const SockAddr& addr, uint64_t bufferBytes, Deadline dead
   for (;;) {
     Socket s(newSocket(addr.storage.ss_family));
     s.setBuffers(bufferBytes);
-    int rv = ::connect(s.fd_, reinterpret_cast<const sockaddr*>(&addr.storage), addr.len);
+    int rv = ::connect(s.fd(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.len);
     int err = rv == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
-      if (!waitFd(s.fd_, POLLOUT, deadline)) {
+      if (pollFd(s.fd(), POLLOUT, deadline) == 0) {
         lastError = "connect still in progress";
         break;
       }
       socklen_t len = sizeof(err);
-      RANKMAP_CHECK_SYS(::getsockopt(s.fd_, SOL_SOCKET, SO_ERROR, &err, &len));
+      RANKMAP_CHECK_SYS(::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len));
     }
     if (err == 0) return s;
     lastError = std::strerror(err);
@@ -210,11 +125,11 @@ Socket Socket::connect(const SockAddr& addr, uint64_t bufferBytes, Deadline dead
 
 Socket Socket::accept(Deadline deadline, std::string_view what) {
   for (;;) {
-    int fd = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) return Socket(fd);
+    int cfd = ::accept4(fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (cfd >= 0) return Socket(cfd);
     if (errno == EINTR || errno == ECONNABORTED) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) RANKMAP_CHECK_SYS(fd);
-    if (!waitFd(fd_, POLLIN, deadline)) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK) RANKMAP_CHECK_SYS(cfd);
+    if (pollFd(fd(), POLLIN, deadline) == 0) {
       RANKMAP_THROW(TimeoutError, "timed out waiting for {} to connect", what);
     }
   }
@@ -223,7 +138,7 @@ Socket Socket::accept(Deadline deadline, std::string_view what) {
 void Socket::sendAll(const void* buf, size_t bytes, Deadline deadline, std::string_view what) {
   const char* p = static_cast<const char*>(buf);
   while (bytes > 0) {
-    ssize_t n = ::send(fd_, p, bytes, MSG_NOSIGNAL);
+    ssize_t n = ::send(fd(), p, bytes, MSG_NOSIGNAL);
     if (n > 0) {
       p += n;
       bytes -= static_cast<size_t>(n);
@@ -231,7 +146,7 @@ void Socket::sendAll(const void* buf, size_t bytes, Deadline deadline, std::stri
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!waitFd(fd_, POLLOUT, deadline)) {
+      if (pollFd(fd(), POLLOUT, deadline) == 0) {
         RANKMAP_THROW(TimeoutError, "timed out sending to {}", what);
       }
       continue;
@@ -244,7 +159,7 @@ void Socket::sendAll(const void* buf, size_t bytes, Deadline deadline, std::stri
 void Socket::recvAll(void* buf, size_t bytes, Deadline deadline, std::string_view what) {
   char* p = static_cast<char*>(buf);
   while (bytes > 0) {
-    ssize_t n = ::recv(fd_, p, bytes, 0);
+    ssize_t n = ::recv(fd(), p, bytes, 0);
     if (n > 0) {
       p += n;
       bytes -= static_cast<size_t>(n);
@@ -253,7 +168,7 @@ void Socket::recvAll(void* buf, size_t bytes, Deadline deadline, std::string_vie
     if (n == 0) RANKMAP_THROW(PeerError, "{} closed the connection", what);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!waitFd(fd_, POLLIN, deadline)) {
+      if (pollFd(fd(), POLLIN, deadline) == 0) {
         RANKMAP_THROW(TimeoutError, "timed out waiting for data from {}", what);
       }
       continue;
@@ -266,14 +181,14 @@ void Socket::recvAll(void* buf, size_t bytes, Deadline deadline, std::string_vie
 SockAddr Socket::localAddr() const {
   SockAddr a;
   a.len = sizeof(a.storage);
-  RANKMAP_CHECK_SYS(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a.storage), &a.len));
+  RANKMAP_CHECK_SYS(::getsockname(fd(), reinterpret_cast<sockaddr*>(&a.storage), &a.len));
   return a;
 }
 
 SockAddr Socket::peerAddr() const {
   SockAddr a;
   a.len = sizeof(a.storage);
-  RANKMAP_CHECK_SYS(::getpeername(fd_, reinterpret_cast<sockaddr*>(&a.storage), &a.len));
+  RANKMAP_CHECK_SYS(::getpeername(fd(), reinterpret_cast<sockaddr*>(&a.storage), &a.len));
   return a;
 }
 

@@ -1,5 +1,6 @@
-// Socket helpers for the TCP transport and the root bootstrap: a move-only fd owner, host:port
-// parsing, deadline-bounded connect/accept/send/recv on non-blocking sockets.
+// Socket helpers for the TCP transport and the root bootstrap: name resolution, deadline-bounded
+// connect/accept/send/recv on non-blocking sockets. The descriptor owner, host:port parsing and
+// sockaddr text are common/net.h's, shared with probe/.
 //
 // Contract: every blocking helper takes a Deadline and throws TimeoutError naming what it waited
 // for; a closed or reset connection throws PeerError naming `what` (the caller says who the
@@ -14,6 +15,7 @@
 #include <string_view>
 
 #include "common/deadline.h"
+#include "common/net.h"
 
 namespace rankmap::coll::transport::tcp {
 
@@ -21,13 +23,14 @@ struct SockAddr {
   sockaddr_storage storage{};
   socklen_t len = 0;
   // "10.0.0.4:4100" or "[fe80::1]:4100".
-  std::string str() const;
+  std::string str() const { return hostPortText(host(), port()); }
   // The address without the port ("10.0.0.4").
-  std::string host() const;
-  uint16_t port() const;
+  std::string host() const { return sockaddrHost(storage); }
+  uint16_t port() const { return sockaddrPort(storage); }
 };
 
-// Splits "host:port" or "[v6]:port"; throws InvalidInput naming `what` ("RANKMAP_ROOT").
+// Splits "host:port" or "[v6]:port" (common/net.h: the port is required, 0 = ephemeral); throws
+// InvalidInput naming `what` ("RANKMAP_ROOT").
 void splitHostPort(std::string_view text, std::string_view what, std::string* host,
                    uint16_t* port);
 // Resolves a host name or numeric address (first IPv4/IPv6 result); throws InvalidInput.
@@ -35,19 +38,10 @@ SockAddr resolve(const std::string& host, uint16_t port);
 // IPv4 address of interface `ifname` ("10.213.0.4"); throws InvalidInput if it has none.
 std::string interfaceAddress(const std::string& ifname);
 
-class Socket {
+// A TCP socket. Owns its descriptor (fd(), valid(), close() come from rankmap::Fd).
+class Socket : public Fd {
  public:
-  Socket() = default;
-  explicit Socket(int fd) : fd_(fd) {}
-  ~Socket() { close(); }
-  Socket(Socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  Socket& operator=(Socket&& o) noexcept;
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-
-  int fd() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void close();
+  using Fd::Fd;
 
   // A listening socket on `addr` (port 0 = ephemeral). `bufferBytes` (0 = kernel default) is set
   // on the listener so that accepted sockets inherit it before the handshake (window scaling).
@@ -65,11 +59,8 @@ class Socket {
 
   SockAddr localAddr() const;
   SockAddr peerAddr() const;
-  void setNoDelay();
+  void setNoDelay() { setTcpNoDelay(fd()); }
   void setBuffers(uint64_t bytes);
-
- private:
-  int fd_ = -1;
 };
 
 }  // namespace rankmap::coll::transport::tcp

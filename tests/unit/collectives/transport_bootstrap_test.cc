@@ -12,7 +12,6 @@
 
 #include "collectives/bootstrap/callback_bootstrap.h"
 #include "collectives/bootstrap/root_bootstrap.h"
-#include "collectives/transport/tcp/socket.h"
 #include "common/config.h"
 #include "common/error.h"
 
@@ -199,20 +198,6 @@ TEST(RootBootstrap, FromConfigValidatesSettings) {
   auto bs = makeRootBootstrapFromConfig(
       load({{"RANKMAP_WORLD_SIZE", "1"}, {"RANKMAP_RANK", "0"}, {"RANKMAP_ROOT", "127.0.0.1:0"}}), d);
   EXPECT_EQ(bs->allgather("solo", d), std::vector<std::string>{"solo"});
-}
-
-TEST(SplitHostPort, ParsesAndRejects) {
-  std::string host;
-  uint16_t port = 0;
-  transport::tcp::splitHostPort("10.0.0.4:4100", "X", &host, &port);
-  EXPECT_EQ(host, "10.0.0.4");
-  EXPECT_EQ(port, 4100);
-  transport::tcp::splitHostPort("[::1]:80", "X", &host, &port);
-  EXPECT_EQ(host, "::1");
-  EXPECT_EQ(port, 80);
-  for (const char* bad : {"", "host", ":80", "host:", "host:65536", "host:8x", "[::1]80"}) {
-    EXPECT_THROW(transport::tcp::splitHostPort(bad, "X", &host, &port), InvalidInput) << bad;
-  }
 }
 
 // An in-process stand-in for MPI_Allgather: `size` threads meet at a barrier.
