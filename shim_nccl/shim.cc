@@ -68,6 +68,13 @@ std::shared_ptr<std::vector<char>> copyConfig(const void* config) {
   return copy;
 }
 
+// An entry point that the shim exports but the loaded (older) NCCL lacks: the call fails with
+// ncclInvalidUsage and a log line instead of jumping through a null pointer.
+abi::Result missingEntry(const char* name) {
+  RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no {}", name);
+  return abi::kInvalidUsage;
+}
+
 }  // namespace
 
 ShimOptions shimOptionsFromConfig(const Config& config) {
@@ -219,10 +226,7 @@ abi::Result Shim::commInitRankConfig(abi::Comm* comm, int nranks, abi::UniqueId 
 
 abi::Result Shim::commInitRankScalable(abi::Comm* comm, int nranks, int rank, int nIds,
                                        abi::UniqueId* ids, void* config) {
-  if (real().commInitRankScalable == nullptr) {
-    RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no ncclCommInitRankScalable");
-    return abi::kInvalidUsage;
-  }
+  if (real().commInitRankScalable == nullptr) return missingEntry("ncclCommInitRankScalable");
   if (ids == nullptr || nIds < 1)
     return real().commInitRankScalable(comm, nranks, rank, nIds, ids, config);
   InitCall c;
@@ -351,10 +355,7 @@ abi::Result Shim::commSplit(abi::Comm comm, int color, int key, abi::Comm* newco
 
 abi::Result Shim::commShrink(abi::Comm comm, int* exclude, int excludeCount, abi::Comm* newcomm,
                              void* config, int flags) {
-  if (real().commShrink == nullptr) {
-    RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no ncclCommShrink");
-    return abi::kInvalidUsage;
-  }
+  if (real().commShrink == nullptr) return missingEntry("ncclCommShrink");
   auto st = find(comm);
   if (!st || excludeCount <= 0 || exclude == nullptr)
     return real().commShrink(comm, exclude, excludeCount, newcomm, config, flags);
@@ -413,10 +414,7 @@ abi::Result Shim::groupStart() {
 abi::Result Shim::groupEnd() { return endGroup(false, nullptr); }
 
 abi::Result Shim::groupSimulateEnd(void* simInfo) {
-  if (real().groupSimulateEnd == nullptr) {
-    RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no ncclGroupSimulateEnd");
-    return abi::kInvalidUsage;
-  }
+  if (real().groupSimulateEnd == nullptr) return missingEntry("ncclGroupSimulateEnd");
   return endGroup(true, simInfo);
 }
 
@@ -504,146 +502,114 @@ abi::Result Shim::completeFixups(std::vector<Fixup>& fixups, abi::Result r) {
 
 // --- collectives --------------------------------------------------------------------------------
 
+int Shim::realRank(abi::Comm comm, int appRank) const {
+  auto st = find(comm);
+  return st ? st->table.toReal(appRank) : appRank;
+}
+
+template <typename RealCall>
+abi::Result Shim::reorderBlocks(Reorder sides, const void* send, void* recv, size_t count,
+                                abi::DataType dt, std::optional<int> root, abi::Comm comm,
+                                abi::Stream stream, RealCall call) {
+  auto st = find(comm);
+  const int appRoot = root.value_or(-1);  // unrooted calls ignore it
+  if (!st) return call(send, recv, appRoot);
+  const int realRoot = st->table.toReal(appRoot);
+  const size_t block = count * abi::dataTypeSize(dt);
+  // Gather and Scatter have block-ordered buffers on the root only.
+  if (block == 0 || (root && st->appRank != *root)) return call(send, recv, realRoot);
+  const bool in = sides != Reorder::kOutput;
+  const bool out = sides != Reorder::kInput;
+  const size_t total = static_cast<size_t>(st->table.size()) * block;
+  // Input blocks first, then output blocks.
+  char* scratch =
+      static_cast<char*>(driver().allocAsync((in ? total : 0) + (out ? total : 0), stream));
+  char* realOut = in ? scratch + total : scratch;
+  Fixup f{comm, stream, scratch, nullptr, nullptr, {}};
+  if (out) {
+    f.dstBase = static_cast<char*>(recv);
+    f.srcBase = realOut;
+    f.copies = realOrderToAppOrder(st->table, block);
+  }
+  if (in) {
+    try {
+      preCopies(appOrderToRealOrder(st->table, block), scratch, static_cast<const char*>(send),
+                stream);
+    } catch (...) {
+      driver().freeAsync(scratch, stream);
+      throw;
+    }
+  }
+  abi::Result r = call(in ? scratch : send, out ? realOut : recv, realRoot);
+  return after(r, std::move(f));
+}
+
 abi::Result Shim::reduce(const void* send, void* recv, size_t count, abi::DataType dt,
                          abi::RedOp op, int root, abi::Comm comm, abi::Stream stream) {
-  auto st = find(comm);
-  return real().reduce(send, recv, count, dt, op, st ? st->table.toReal(root) : root, comm, stream);
+  return real().reduce(send, recv, count, dt, op, realRank(comm, root), comm, stream);
 }
 
 abi::Result Shim::bcast(void* buf, size_t count, abi::DataType dt, int root, abi::Comm comm,
                         abi::Stream stream) {
-  auto st = find(comm);
-  return real().bcast(buf, count, dt, st ? st->table.toReal(root) : root, comm, stream);
+  return real().bcast(buf, count, dt, realRank(comm, root), comm, stream);
 }
 
 abi::Result Shim::broadcast(const void* send, void* recv, size_t count, abi::DataType dt, int root,
                             abi::Comm comm, abi::Stream stream) {
-  auto st = find(comm);
-  return real().broadcast(send, recv, count, dt, st ? st->table.toReal(root) : root, comm, stream);
+  return real().broadcast(send, recv, count, dt, realRank(comm, root), comm, stream);
 }
 
 abi::Result Shim::send(const void* buf, size_t count, abi::DataType dt, int peer, abi::Comm comm,
                        abi::Stream stream) {
-  auto st = find(comm);
-  return real().send(buf, count, dt, st ? st->table.toReal(peer) : peer, comm, stream);
+  return real().send(buf, count, dt, realRank(comm, peer), comm, stream);
 }
 
 abi::Result Shim::recv(void* buf, size_t count, abi::DataType dt, int peer, abi::Comm comm,
                        abi::Stream stream) {
-  auto st = find(comm);
-  return real().recv(buf, count, dt, st ? st->table.toReal(peer) : peer, comm, stream);
+  return real().recv(buf, count, dt, realRank(comm, peer), comm, stream);
 }
 
 abi::Result Shim::allGather(const void* send, void* recv, size_t sendCount, abi::DataType dt,
                             abi::Comm comm, abi::Stream stream) {
-  auto st = find(comm);
-  const size_t block = sendCount * abi::dataTypeSize(dt);
-  if (!st || block == 0) return real().allGather(send, recv, sendCount, dt, comm, stream);
-  const size_t n = static_cast<size_t>(st->table.size());
-  Fixup f{comm,
-          stream,
-          driver().allocAsync(n * block, stream),
-          static_cast<char*>(recv),
-          nullptr,
-          realOrderToAppOrder(st->table, block)};
-  f.srcBase = static_cast<const char*>(f.scratch);
-  abi::Result r = real().allGather(send, f.scratch, sendCount, dt, comm, stream);
-  return after(r, std::move(f));
+  return reorderBlocks(Reorder::kOutput, send, recv, sendCount, dt, std::nullopt, comm, stream,
+                       [&](const void* in, void* out, int) {
+                         return real().allGather(in, out, sendCount, dt, comm, stream);
+                       });
 }
 
 abi::Result Shim::reduceScatter(const void* send, void* recv, size_t recvCount, abi::DataType dt,
                                 abi::RedOp op, abi::Comm comm, abi::Stream stream) {
-  auto st = find(comm);
-  const size_t block = recvCount * abi::dataTypeSize(dt);
-  if (!st || block == 0) return real().reduceScatter(send, recv, recvCount, dt, op, comm, stream);
-  const size_t n = static_cast<size_t>(st->table.size());
-  Fixup f{comm, stream, driver().allocAsync(n * block, stream), nullptr, nullptr, {}};
-  try {
-    preCopies(appOrderToRealOrder(st->table, block), static_cast<char*>(f.scratch),
-              static_cast<const char*>(send), stream);
-  } catch (...) {
-    driver().freeAsync(f.scratch, stream);
-    throw;
-  }
-  abi::Result r = real().reduceScatter(f.scratch, recv, recvCount, dt, op, comm, stream);
-  return after(r, std::move(f));
+  return reorderBlocks(Reorder::kInput, send, recv, recvCount, dt, std::nullopt, comm, stream,
+                       [&](const void* in, void* out, int) {
+                         return real().reduceScatter(in, out, recvCount, dt, op, comm, stream);
+                       });
 }
 
 abi::Result Shim::alltoAll(const void* send, void* recv, size_t count, abi::DataType dt,
                            abi::Comm comm, abi::Stream stream) {
-  if (real().alltoAll == nullptr) {
-    RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no ncclAlltoAll");
-    return abi::kInvalidUsage;
-  }
-  auto st = find(comm);
-  const size_t block = count * abi::dataTypeSize(dt);
-  if (!st || block == 0) return real().alltoAll(send, recv, count, dt, comm, stream);
-  const size_t total = static_cast<size_t>(st->table.size()) * block;
-  char* scratch = static_cast<char*>(driver().allocAsync(2 * total, stream));
-  Fixup f{comm,
-          stream,
-          scratch,
-          static_cast<char*>(recv),
-          scratch + total,
-          realOrderToAppOrder(st->table, block)};
-  try {
-    preCopies(appOrderToRealOrder(st->table, block), scratch, static_cast<const char*>(send),
-              stream);
-  } catch (...) {
-    driver().freeAsync(scratch, stream);
-    throw;
-  }
-  abi::Result r = real().alltoAll(scratch, scratch + total, count, dt, comm, stream);
-  return after(r, std::move(f));
+  if (real().alltoAll == nullptr) return missingEntry("ncclAlltoAll");
+  return reorderBlocks(Reorder::kBoth, send, recv, count, dt, std::nullopt, comm, stream,
+                       [&](const void* in, void* out, int) {
+                         return real().alltoAll(in, out, count, dt, comm, stream);
+                       });
 }
 
 abi::Result Shim::gather(const void* send, void* recv, size_t count, abi::DataType dt, int root,
                          abi::Comm comm, abi::Stream stream) {
-  if (real().gather == nullptr) {
-    RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no ncclGather");
-    return abi::kInvalidUsage;
-  }
-  auto st = find(comm);
-  if (!st) return real().gather(send, recv, count, dt, root, comm, stream);
-  const int realRoot = st->table.toReal(root);
-  const size_t block = count * abi::dataTypeSize(dt);
-  if (st->appRank != root || block == 0)
-    return real().gather(send, recv, count, dt, realRoot, comm, stream);
-  const size_t n = static_cast<size_t>(st->table.size());
-  Fixup f{comm,
-          stream,
-          driver().allocAsync(n * block, stream),
-          static_cast<char*>(recv),
-          nullptr,
-          realOrderToAppOrder(st->table, block)};
-  f.srcBase = static_cast<const char*>(f.scratch);
-  abi::Result r = real().gather(send, f.scratch, count, dt, realRoot, comm, stream);
-  return after(r, std::move(f));
+  if (real().gather == nullptr) return missingEntry("ncclGather");
+  return reorderBlocks(Reorder::kOutput, send, recv, count, dt, root, comm, stream,
+                       [&](const void* in, void* out, int realRoot) {
+                         return real().gather(in, out, count, dt, realRoot, comm, stream);
+                       });
 }
 
 abi::Result Shim::scatter(const void* send, void* recv, size_t count, abi::DataType dt, int root,
                           abi::Comm comm, abi::Stream stream) {
-  if (real().scatter == nullptr) {
-    RANKMAP_ERROR(Shim, "NCCL shim: the loaded NCCL has no ncclScatter");
-    return abi::kInvalidUsage;
-  }
-  auto st = find(comm);
-  if (!st) return real().scatter(send, recv, count, dt, root, comm, stream);
-  const int realRoot = st->table.toReal(root);
-  const size_t block = count * abi::dataTypeSize(dt);
-  if (st->appRank != root || block == 0)
-    return real().scatter(send, recv, count, dt, realRoot, comm, stream);
-  const size_t n = static_cast<size_t>(st->table.size());
-  Fixup f{comm, stream, driver().allocAsync(n * block, stream), nullptr, nullptr, {}};
-  try {
-    preCopies(appOrderToRealOrder(st->table, block), static_cast<char*>(f.scratch),
-              static_cast<const char*>(send), stream);
-  } catch (...) {
-    driver().freeAsync(f.scratch, stream);
-    throw;
-  }
-  abi::Result r = real().scatter(f.scratch, recv, count, dt, realRoot, comm, stream);
-  return after(r, std::move(f));
+  if (real().scatter == nullptr) return missingEntry("ncclScatter");
+  return reorderBlocks(Reorder::kInput, send, recv, count, dt, root, comm, stream,
+                       [&](const void* in, void* out, int realRoot) {
+                         return real().scatter(in, out, count, dt, realRoot, comm, stream);
+                       });
 }
 
 // --- the process-wide instance ------------------------------------------------------------------

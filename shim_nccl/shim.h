@@ -174,6 +174,22 @@ class Shim {
   abi::Result waitNotInProgress(abi::Comm comm);
   void preCopies(const std::vector<BlockCopy>& copies, char* dst, const char* src,
                  abi::Stream stream);
+  // The rank NCCL knows as `appRank` on `comm` (itself on an unregistered communicator).
+  int realRank(abi::Comm comm, int appRank) const;
+
+  // Which of a collective's buffers NCCL must see in real block order.
+  enum class Reorder { kInput, kOutput, kBoth };
+  // The translation shared by AllGather, ReduceScatter, AlltoAll, Gather and Scatter, whose real
+  // call is `call(input, output, realRoot)`; `root` is empty for the unrooted ones. On a
+  // registered communicator, for a non-empty block and (if rooted) on the root, each reordered
+  // buffer is replaced by stream-ordered scratch of n blocks: the input is copied into real order
+  // before the call, the output back into app order by after(), which also frees the scratch.
+  // Otherwise the call gets the caller's buffers and the translated root.
+  template <typename RealCall>
+  abi::Result reorderBlocks(Reorder sides, const void* send, void* recv, size_t count,
+                            abi::DataType dt, std::optional<int> root, abi::Comm comm,
+                            abi::Stream stream, RealCall call);
+
   abi::Result endGroup(bool simulate, void* simInfo);
 
   RealResolver resolveReal_;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -56,7 +57,7 @@ struct Op {
   int root = 0;
   int color = 0;
   int key = 0;
-  std::vector<int> exclude;
+  std::vector<int> exclude = {};
   ncclComm** out = nullptr;
 };
 
@@ -155,45 +156,35 @@ std::chrono::steady_clock::time_point waitLimit() {
 
 // --- reductions on host memory ------------------------------------------------------------------
 
+// op(a, b), computed in the unsigned type for integers: it wraps around like the GPU, without
+// signed-overflow UB.
+template <typename T, typename Op>
+T wrapping(T a, T b, Op op) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(op(U(a), U(b)));
+  } else {
+    return op(a, b);
+  }
+}
+
 template <typename T>
 void reduceTyped(T* acc, const T* in, size_t count, int op) {
   for (size_t i = 0; i < count; ++i) {
-    T a = acc[i];
-    T b = in[i];
-    if constexpr (std::is_integral_v<T>) {
-      // Wrap-around like the GPU, without signed-overflow UB.
-      using U = std::make_unsigned_t<T>;
-      switch (op) {
-        case abi::kSum:
-        case abi::kAvg:
-          acc[i] = static_cast<T>(U(a) + U(b));
-          break;
-        case abi::kProd:
-          acc[i] = static_cast<T>(U(a) * U(b));
-          break;
-        case abi::kMax:
-          acc[i] = std::max(a, b);
-          break;
-        case abi::kMin:
-          acc[i] = std::min(a, b);
-          break;
-      }
-    } else {
-      switch (op) {
-        case abi::kSum:
-        case abi::kAvg:
-          acc[i] = a + b;
-          break;
-        case abi::kProd:
-          acc[i] = a * b;
-          break;
-        case abi::kMax:
-          acc[i] = std::max(a, b);
-          break;
-        case abi::kMin:
-          acc[i] = std::min(a, b);
-          break;
-      }
+    switch (op) {
+      case abi::kSum:
+      case abi::kAvg:
+        acc[i] = wrapping(acc[i], in[i], std::plus<>{});
+        break;
+      case abi::kProd:
+        acc[i] = wrapping(acc[i], in[i], std::multiplies<>{});
+        break;
+      case abi::kMax:
+        acc[i] = std::max(acc[i], in[i]);
+        break;
+      case abi::kMin:
+        acc[i] = std::min(acc[i], in[i]);
+        break;
     }
   }
 }
@@ -203,53 +194,42 @@ void divideTyped(T* acc, size_t count, int n) {
   for (size_t i = 0; i < count; ++i) acc[i] = static_cast<T>(acc[i] / static_cast<T>(n));
 }
 
-bool reducible(int dt, int op) {
-  if (op < 0 || op >= abi::kNumOps) return false;
+// Calls f(T{}) with the element type of `dt` and returns true; returns false without calling for
+// a type the double does not reduce (fp16, bf16, fp8, unknown).
+template <typename F>
+bool dispatch(int dt, F&& f) {
   switch (dt) {
     case abi::kInt8:
+      f(int8_t{});
+      return true;
     case abi::kUint8:
+      f(uint8_t{});
+      return true;
     case abi::kInt32:
+      f(int32_t{});
+      return true;
     case abi::kUint32:
+      f(uint32_t{});
+      return true;
     case abi::kInt64:
+      f(int64_t{});
+      return true;
     case abi::kUint64:
+      f(uint64_t{});
+      return true;
     case abi::kFloat32:
+      f(float{});
+      return true;
     case abi::kFloat64:
+      f(double{});
       return true;
     default:
       return false;
   }
 }
 
-template <typename F>
-void dispatch(int dt, F&& f) {
-  switch (dt) {
-    case abi::kInt8:
-      f(int8_t{});
-      break;
-    case abi::kUint8:
-      f(uint8_t{});
-      break;
-    case abi::kInt32:
-      f(int32_t{});
-      break;
-    case abi::kUint32:
-      f(uint32_t{});
-      break;
-    case abi::kInt64:
-      f(int64_t{});
-      break;
-    case abi::kUint64:
-      f(uint64_t{});
-      break;
-    case abi::kFloat32:
-      f(float{});
-      break;
-    case abi::kFloat64:
-      f(double{});
-      break;
-    default:
-      break;
-  }
+bool reducible(int dt, int op) {
+  return op >= 0 && op < abi::kNumOps && dispatch(dt, [](auto) {});
 }
 
 // acc = reduction over `inputs` in rank order.
@@ -546,7 +526,7 @@ struct Work {
   void* recvBuf = nullptr;
   size_t bytes = 0;
   int peer = 0;
-  Op op;
+  Op op = {};
 };
 
 struct InitWork {
@@ -651,45 +631,44 @@ Result checkComm(ncclComm* comm) {
   return abi::kSuccess;
 }
 
-Result collective(const char* fn, ncclComm* comm, Op op) {
-  if (Result r = checkComm(comm); r != abi::kSuccess) return r;
+// Records a data-moving call: `root` is the root or peer as received (-1 if none).
+void recordData(const char* fn, const ncclComm* comm, int root, size_t count, const void* send,
+                void* recv) {
   Call c = callOf(fn, comm);
-  c.root = op.root;
-  c.count = op.count;
-  c.send = op.send;
-  c.recv = op.recv;
+  c.root = root;
+  c.count = count;
+  c.send = send;
+  c.recv = recv;
   record(c);
+}
+
+// Every data collective (not split/shrink), recorded as `fn`: record, check the arguments as
+// NCCL does, submit. Unrooted collectives leave op.root at 0, which is always in range.
+Result collective(const char* fn, Op::Kind kind, ncclComm* comm, Op op) {
+  if (Result r = checkComm(comm); r != abi::kSuccess) return r;
+  op.kind = kind;
+  recordData(fn, comm, op.root, op.count, op.send, op.recv);
   if (abi::dataTypeSize(op.dt) == 0) return abi::kInvalidArgument;
   if (op.root < 0 || op.root >= comm->n) return abi::kInvalidArgument;
   if ((op.kind == Op::Kind::AllReduce || op.kind == Op::Kind::Reduce ||
        op.kind == Op::Kind::ReduceScatter) &&
       !reducible(op.dt, op.op))
     return abi::kInvalidArgument;
-  Work w;
-  w.comm = comm;
-  w.op = std::move(op);
-  return submit(std::move(w));
+  return submit(Work{.comm = comm, .op = std::move(op)});
 }
 
 Result p2p(const char* fn, ncclComm* comm, bool isSend, const void* sendBuf, void* recvBuf,
            size_t count, int dt, int peer) {
   if (Result r = checkComm(comm); r != abi::kSuccess) return r;
-  Call c = callOf(fn, comm);
-  c.root = peer;
-  c.count = count;
-  c.send = sendBuf;
-  c.recv = recvBuf;
-  record(c);
+  recordData(fn, comm, peer, count, sendBuf, recvBuf);
   if (peer < 0 || peer >= comm->n || abi::dataTypeSize(dt) == 0) return abi::kInvalidArgument;
-  Work w;
-  w.comm = comm;
-  w.p2p = true;
-  w.isSend = isSend;
-  w.sendBuf = sendBuf;
-  w.recvBuf = recvBuf;
-  w.bytes = count * abi::dataTypeSize(dt);
-  w.peer = peer;
-  return submit(std::move(w));
+  return submit(Work{.comm = comm,
+                     .p2p = true,
+                     .isSend = isSend,
+                     .sendBuf = sendBuf,
+                     .recvBuf = recvBuf,
+                     .bytes = count * abi::dataTypeSize(dt),
+                     .peer = peer});
 }
 
 Result initRank(const char* fn, ncclComm** out, int n, const abi::UniqueId& id, int rank,
@@ -805,15 +784,8 @@ RANKMAP_DOUBLE_EXPORT Result pncclCommSplit(Comm comm, int color, int key, Comm*
   c.color = color;
   c.key = key;
   nd::record(c);
-  Op op;
-  op.kind = K::Split;
-  op.color = color;
-  op.key = key;
-  op.out = newcomm;
-  nd::Work w;
-  w.comm = comm;
-  w.op = std::move(op);
-  return nd::submit(std::move(w));
+  return nd::submit(
+      {.comm = comm, .op = {.kind = K::Split, .color = color, .key = key, .out = newcomm}});
 }
 
 RANKMAP_DOUBLE_EXPORT Result pncclCommShrink(Comm comm, int* exclude, int excludeCount,
@@ -822,16 +794,10 @@ RANKMAP_DOUBLE_EXPORT Result pncclCommShrink(Comm comm, int* exclude, int exclud
   nd::Call c = nd::callOf("ncclCommShrink", comm);
   c.count = static_cast<size_t>(excludeCount);
   nd::record(c);
-  Op op;
-  op.kind = K::Shrink;
-  op.exclude.assign(exclude, exclude + excludeCount);
+  Op op{.kind = K::Shrink, .exclude = {exclude, exclude + excludeCount}, .out = newcomm};
   for (int x : op.exclude)
     if (x == comm->rank) return abi::kInvalidUsage;  // excluded ranks do not call
-  op.out = newcomm;
-  nd::Work w;
-  w.comm = comm;
-  w.op = std::move(op);
-  return nd::submit(std::move(w));
+  return nd::submit({.comm = comm, .op = std::move(op)});
 }
 
 namespace {
@@ -908,109 +874,61 @@ RANKMAP_DOUBLE_EXPORT Result pncclGroupSimulateEnd(void*) {
   return abi::kSuccess;
 }
 
+// The collectives: one Op each, checked and run by nd::collective().
 RANKMAP_DOUBLE_EXPORT Result pncclAllReduce(const void* send, void* recv, size_t count, DataType dt,
                                             RedOp op, Comm comm, Stream) {
-  Op o;
-  o.kind = K::AllReduce;
-  o.send = send;
-  o.recv = recv;
-  o.count = count;
-  o.dt = dt;
-  o.op = op;
-  return nd::collective("ncclAllReduce", comm, std::move(o));
+  return nd::collective("ncclAllReduce", K::AllReduce, comm,
+                        {.send = send, .recv = recv, .count = count, .dt = dt, .op = op});
 }
 
 RANKMAP_DOUBLE_EXPORT Result pncclReduce(const void* send, void* recv, size_t count, DataType dt,
                                          RedOp op, int root, Comm comm, Stream) {
-  Op o;
-  o.kind = K::Reduce;
-  o.send = send;
-  o.recv = recv;
-  o.count = count;
-  o.dt = dt;
-  o.op = op;
-  o.root = root;
-  return nd::collective("ncclReduce", comm, std::move(o));
+  return nd::collective(
+      "ncclReduce", K::Reduce, comm,
+      {.send = send, .recv = recv, .count = count, .dt = dt, .op = op, .root = root});
 }
 
 RANKMAP_DOUBLE_EXPORT Result pncclBroadcast(const void* send, void* recv, size_t count, DataType dt,
                                             int root, Comm comm, Stream) {
-  Op o;
-  o.kind = K::Broadcast;
-  o.send = send;
-  o.recv = recv;
-  o.count = count;
-  o.dt = dt;
-  o.root = root;
-  return nd::collective("ncclBroadcast", comm, std::move(o));
+  return nd::collective("ncclBroadcast", K::Broadcast, comm,
+                        {.send = send, .recv = recv, .count = count, .dt = dt, .root = root});
 }
 
 RANKMAP_DOUBLE_EXPORT Result pncclBcast(void* buf, size_t count, DataType dt, int root, Comm comm,
                                         Stream stream) {
-  nd::Call c = nd::callOf("ncclBcast", comm);
-  c.root = root;
-  c.count = count;
-  nd::record(c);
+  nd::recordData("ncclBcast", comm, root, count, nullptr, nullptr);
   // Real NCCL implements ncclBcast by calling ncclBroadcast through its global symbol.
   return ncclBroadcast(buf, buf, count, dt, root, comm, stream);
 }
 
 RANKMAP_DOUBLE_EXPORT Result pncclReduceScatter(const void* send, void* recv, size_t recvCount,
                                                 DataType dt, RedOp op, Comm comm, Stream) {
-  Op o;
-  o.kind = K::ReduceScatter;
-  o.send = send;
-  o.recv = recv;
-  o.count = recvCount;
-  o.dt = dt;
-  o.op = op;
-  return nd::collective("ncclReduceScatter", comm, std::move(o));
+  return nd::collective("ncclReduceScatter", K::ReduceScatter, comm,
+                        {.send = send, .recv = recv, .count = recvCount, .dt = dt, .op = op});
 }
 
 RANKMAP_DOUBLE_EXPORT Result pncclAllGather(const void* send, void* recv, size_t sendCount,
                                             DataType dt, Comm comm, Stream) {
-  Op o;
-  o.kind = K::AllGather;
-  o.send = send;
-  o.recv = recv;
-  o.count = sendCount;
-  o.dt = dt;
-  return nd::collective("ncclAllGather", comm, std::move(o));
+  return nd::collective("ncclAllGather", K::AllGather, comm,
+                        {.send = send, .recv = recv, .count = sendCount, .dt = dt});
 }
 
 RANKMAP_DOUBLE_EXPORT Result pncclAlltoAll(const void* send, void* recv, size_t count, DataType dt,
                                            Comm comm, Stream) {
-  Op o;
-  o.kind = K::AlltoAll;
-  o.send = send;
-  o.recv = recv;
-  o.count = count;
-  o.dt = dt;
-  return nd::collective("ncclAlltoAll", comm, std::move(o));
+  return nd::collective("ncclAlltoAll", K::AlltoAll, comm,
+                        {.send = send, .recv = recv, .count = count, .dt = dt});
 }
 
 RANKMAP_DOUBLE_EXPORT Result pncclGather(const void* send, void* recv, size_t count, DataType dt,
                                          int root, Comm comm, Stream) {
-  Op o;
-  o.kind = K::Gather;
-  o.send = send;
-  o.recv = recv;
-  o.count = count;
-  o.dt = dt;
-  o.root = root;
-  return nd::collective("ncclGather", comm, std::move(o));
+  return nd::collective("ncclGather", K::Gather, comm,
+                        {.send = send, .recv = recv, .count = count, .dt = dt, .root = root});
 }
 
 RANKMAP_DOUBLE_EXPORT Result pncclScatter(const void* send, void* recv, size_t count, DataType dt,
                                           int root, Comm comm, Stream) {
-  Op o;
-  o.kind = K::Scatter;
-  o.send = send;
-  o.recv = recv;
-  o.count = count;
-  o.dt = dt;
-  o.root = root;
-  return nd::collective("ncclScatter", comm, std::move(o));
+  return nd::collective("ncclScatter", K::Scatter, comm,
+                        {.send = send, .recv = recv, .count = count, .dt = dt, .root = root});
 }
 
 RANKMAP_DOUBLE_EXPORT Result pncclSend(const void* buf, size_t count, DataType dt, int peer,
