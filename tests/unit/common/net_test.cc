@@ -110,27 +110,30 @@ TEST(HostPortText, BracketsIpv6) {
   EXPECT_EQ(hostPortText("fe80::1", 7411), "[fe80::1]:7411");
 }
 
-TEST(Sockaddr, HostAndPortOfBothFamilies) {
+// A sockaddr for a numeric literal of either family.
+sockaddr_storage sockaddrOf(const char* host, uint16_t port) {
   sockaddr_storage ss{};
   auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
-  v4->sin_family = AF_INET;
-  v4->sin_port = htons(4100);
-  ASSERT_EQ(::inet_pton(AF_INET, "10.0.0.4", &v4->sin_addr), 1);
-  EXPECT_EQ(sockaddrHost(ss), "10.0.0.4");
-  EXPECT_EQ(sockaddrPort(ss), 4100);
-
-  ss = {};
   auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
-  v6->sin6_family = AF_INET6;
-  v6->sin6_port = htons(80);
-  ASSERT_EQ(::inet_pton(AF_INET6, "fe80::1", &v6->sin6_addr), 1);
-  EXPECT_EQ(sockaddrHost(ss), "fe80::1");
-  EXPECT_EQ(sockaddrPort(ss), 80);
+  if (::inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+  } else if (::inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+  }
+  return ss;
+}
 
-  ss = {};
-  ss.ss_family = AF_UNIX;
-  EXPECT_EQ(sockaddrHost(ss), "?");
-  EXPECT_EQ(sockaddrPort(ss), 0);
+TEST(Sockaddr, HostAndPortOfBothFamilies) {
+  EXPECT_EQ(sockaddrHost(sockaddrOf("10.0.0.4", 4100)), "10.0.0.4");
+  EXPECT_EQ(sockaddrPort(sockaddrOf("10.0.0.4", 4100)), 4100);
+  EXPECT_EQ(sockaddrHost(sockaddrOf("fe80::1", 80)), "fe80::1");
+  EXPECT_EQ(sockaddrPort(sockaddrOf("fe80::1", 80)), 80);
+  sockaddr_storage other{};
+  other.ss_family = AF_UNIX;
+  EXPECT_EQ(sockaddrHost(other), "?");
+  EXPECT_EQ(sockaddrPort(other), 0);
 }
 
 }  // namespace
