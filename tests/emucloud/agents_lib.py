@@ -135,6 +135,73 @@ def probe_topology(tb, rankmapd, rankmap, path, keep_running=False):
     return agents
 
 
+def add_source_args(p, rankmapd_required=False):
+    """--rankmapd and --source: where the plan of a proof or benchmark comes from."""
+    p.add_argument("--rankmapd", required=rankmapd_required, default="",
+                   help="rankmapd binary: plan from a probe by agents in every VM")
+    p.add_argument("--source", choices=("probe", "truth"), default="probe",
+                   help="probe (needs --rankmapd) or truth (probe-free topology from truth.json)")
+
+
+def topology_from_truth(truth):
+    """A probe-free topology.json (schema 1) from truth.json: the configured rates (host link
+    within a rack, uplink across), fixed latencies, and the truth's racks as its groups, to be
+    planned with `rankmap plan --use-groups`. Proves what follows the probe without the
+    inference."""
+    vms = truth["vms"]
+    bw, lat = [], []
+    for a in vms:
+        brow, lrow = [], []
+        for b in vms:
+            if a is b:
+                brow.append(None)
+                lrow.append(None)
+                continue
+            same = a["rack"] == b["rack"]
+            brow.append(float(truth["host_mbit"] if same else truth["uplink_mbit"]))
+            base = 60.0 if same else 120.0
+            lrow.append({"min": base, "median": base + 10, "p90": base + 20, "p99": base + 40})
+        bw.append(brow)
+        lat.append(lrow)
+    racks = [[vm["name"] for vm in vms if vm["rack"] == r] for r in range(truth["racks"])]
+    return {
+        "schema_version": 1,
+        "hosts": [{"name": vm["name"], "address": vm["address"]} for vm in vms],
+        "bandwidth_mbps": bw,
+        "latency_us": lat,
+        "probe": {"latency_samples": 0, "bandwidth_max_ms": 0, "bandwidth_max_bytes": 0,
+                  "contention": False},
+        "time": "",
+        "version": 0,
+        "groups": [{"name": "rack", "confidence": 1.0, "groups": [r for r in racks if r]}],
+    }
+
+
+def plan_testbed(tb, args, workdir, plan_args=(), keep_running=False):
+    """The pipeline up to plan.json for a proof or benchmark: workdir/topology.json from a probe
+    (args.source "probe": probe_topology) or from truth.json (topology_from_truth), then
+    `rankmap plan` into workdir/plan.json with `plan_args`. Returns (topology path, plan path,
+    plan dict, the Agents or None); with keep_running the agents are still up."""
+    tpath = os.path.join(workdir, "topology.json")
+    ppath = os.path.join(workdir, "plan.json")
+    words = [args.rankmap, "plan", "--topology", tpath, "--out", ppath, *plan_args]
+    agents = None
+    if args.source == "probe":
+        agents = probe_topology(tb, args.rankmapd, args.rankmap, tpath, keep_running)
+    else:
+        with open(tpath, "w") as f:
+            json.dump(topology_from_truth(tb.truth), f, indent=1)
+        words.append("--use-groups")
+    p = subprocess.run(words, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        tl.fail(f"rankmap plan: exit {p.returncode}: {p.stderr.strip()}")
+    if p.stdout.strip():
+        print(p.stdout.strip(), flush=True)
+    with open(ppath) as f:
+        plan = json.load(f)
+    return tpath, ppath, plan, agents
+
+
 def expected_mbps(truth, a, b):
     rack = {v["name"]: v["rack"] for v in truth["vms"]}
     h, u = truth["host_mbit"], truth["uplink_mbit"]

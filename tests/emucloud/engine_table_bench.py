@@ -42,7 +42,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agents_lib as al  # noqa: E402
 import emucloud_testlib as lib  # noqa: E402
-import mpi_path_test as proof  # noqa: E402
 
 kTimeoutS = 900
 kRingMca = ["--mca", "coll_tuned_use_dynamic_rules", "1",
@@ -75,7 +74,6 @@ def fmt_size(b):
 
 def add_args(p):
     p.add_argument("--rankmap", required=True)
-    p.add_argument("--rankmapd", default="")
     p.add_argument("--proof", required=True, help="emucloud_mpi_proof_c")
     lib.add_testbed_args(p, seed=25)
     p.add_argument("--runs", type=int, default=3)
@@ -87,7 +85,7 @@ def add_args(p):
     p.add_argument("--large-iters", type=int, default=2)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--series", default=",".join(kSeries), help="comma list of " + ",".join(kSeries))
-    p.add_argument("--source", choices=["probe", "truth"], default="probe")
+    al.add_source_args(p)
     p.add_argument("--port", type=int, default=29640, help="first RANKMAP_ROOT port")
     p.add_argument("--prefix", default="engt")
     p.add_argument("--out-dir", default="", help="keep topology.json, plan.json, results.json here")
@@ -119,23 +117,11 @@ def bench(tb, args):
         os.chmod(tmp, 0o755)
         out_dir = args.out_dir or tmp
         os.makedirs(out_dir, exist_ok=True)
-        topo = os.path.join(out_dir, "topology.json")
         t0 = time.monotonic()
-        if args.source == "probe":
-            # Agents stopped after the probe: their periodic re-probes would compete with the
-            # benchmark.
-            al.probe_topology(tb, args.rankmapd, args.rankmap, topo)
-        else:
-            proof.topology_from_truth(tb.truth, topo)
-        plan_path = os.path.join(out_dir, "plan.json")
-        p = subprocess.run([args.rankmap, "plan", "--topology", topo, "-c", "all",
-                            "--out", plan_path], capture_output=True, text=True, timeout=300)
-        if p.returncode != 0:
-            lib.fail(f"rankmap plan: {p.stderr.strip()}")
-        print(p.stdout.strip())
+        # Agents stopped after the probe: their periodic re-probes would compete with the
+        # benchmark.
+        _, plan_path, plan, _ = al.plan_testbed(tb, args, out_dir, ["-c", "all"])
         print(f"pipeline ({args.source} -> plan): {time.monotonic() - t0:.1f} s", flush=True)
-        with open(plan_path) as f:
-            plan = json.load(f)
         rack = {vm["name"]: vm["rack"] for vm in tb.truth["vms"]}
         provider = [vm["name"] for vm in tb.truth["vms"]]
         print(f"provider order {' '.join(provider)}, racks {[rack[h] for h in provider]}")

@@ -22,6 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agents_lib  # noqa: E402
 import emucloud_testlib as lib  # noqa: E402
 import fw_lib  # noqa: E402
 
@@ -31,7 +32,7 @@ kPrefix = "fwtorch"
 
 def extra(p):
     p.add_argument("--rankmap", required=True)
-    fw_lib.add_source_args(p)
+    agents_lib.add_source_args(p)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--min-speedup", type=float, default=1.3)
@@ -77,7 +78,7 @@ def main():
         with lib.Testbed(args.emucloud, kPrefix, ["--vms", "8", "--racks", "2", "--host-mbit",
                                                    "1000", "--uplink-mbit", "250", "--seed",
                                                    "1"]) as tb:
-            _, ppath, plan = fw_lib.make_plan(args.rankmap, tb.truth, work, args, tb)
+            _, ppath, plan, _ = agents_lib.plan_testbed(tb, args, work)
             tpath = os.path.join(work, "topology.json")
             provider = [vm["name"] for vm in tb.truth["vms"]]
             print(f"provider order: {provider} ({fw_lib.cross_rack_hops(provider, tb.truth)} "

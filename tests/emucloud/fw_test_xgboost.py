@@ -23,6 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agents_lib  # noqa: E402
 import emucloud_testlib as lib  # noqa: E402
 import fw_lib  # noqa: E402
 
@@ -33,7 +34,7 @@ kTrainArgs = "--rows 64 --features 1024 --max-bin 256 --rounds 3 --depth 4"
 
 def extra(p):
     p.add_argument("--rankmap", required=True)
-    fw_lib.add_source_args(p)
+    agents_lib.add_source_args(p)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--min-speedup", type=float, default=1.3)
     p.add_argument("--train-args", default=kTrainArgs)
@@ -65,7 +66,7 @@ def main():
         with lib.Testbed(args.emucloud, kPrefix, ["--vms", "8", "--racks", "2", "--host-mbit",
                                                    "1000", "--uplink-mbit", "250", "--seed",
                                                    "1"]) as tb:
-            _, ppath, plan = fw_lib.make_plan(args.rankmap, tb.truth, work, args, tb)
+            _, ppath, plan, _ = agents_lib.plan_testbed(tb, args, work)
             tpath = os.path.join(work, "topology.json")
             rsh = os.path.join(tb.state_dir(), "rsh-agent")
             plain, ours = [], []

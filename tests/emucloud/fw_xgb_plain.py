@@ -10,7 +10,6 @@ else 1; 124 after --timeout (every process left in the VMs and head killed). /us
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time

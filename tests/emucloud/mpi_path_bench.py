@@ -15,7 +15,6 @@ Usage: mpi_path_bench.py --emucloud E --rankmap R --rankmapd D --proof MPI_PROOF
        [--vms 8 --racks 2 --seed 25] [--runs 3] [--source probe|truth]
 """
 
-import json
 import os
 import re
 import shlex
@@ -28,7 +27,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agents_lib as al  # noqa: E402
 import emucloud_testlib as lib  # noqa: E402
-import mpi_path_test as proof  # noqa: E402
 
 kTimeoutS = 900
 kRingMca = ["--mca", "coll_tuned_use_dynamic_rules", "1",
@@ -37,7 +35,6 @@ kRingMca = ["--mca", "coll_tuned_use_dynamic_rules", "1",
 
 def add_args(p):
     p.add_argument("--rankmap", required=True)
-    p.add_argument("--rankmapd", default="")
     p.add_argument("--proof", required=True, help="emucloud_mpi_proof_c")
     lib.add_testbed_args(p, seed=25)
     p.add_argument("--runs", type=int, default=3)
@@ -46,7 +43,7 @@ def add_args(p):
     p.add_argument("--sizes", default=",".join(str(64 << 10 << k) for k in range(9)))
     p.add_argument("--iters", type=int, default=5, help="timed calls per size from 1 MiB up")
     p.add_argument("--small-iters", type=int, default=25, help="timed calls per size below 1 MiB")
-    p.add_argument("--source", choices=["probe", "truth"], default="probe")
+    al.add_source_args(p)
     p.add_argument("--prefix", default="empib")
 
 
@@ -60,23 +57,11 @@ def main():
 def bench(tb, args):
     with tb, tempfile.TemporaryDirectory(prefix="rankmap-mpi-bench-") as tmp:
         os.chmod(tmp, 0o755)
-        topo = os.path.join(tmp, "topology.json")
         t0 = time.monotonic()
-        if args.source == "probe":
-            # Agents stopped after the probe: their periodic re-probes would compete with the
-            # benchmark.
-            al.probe_topology(tb, args.rankmapd, args.rankmap, topo)
-        else:
-            proof.topology_from_truth(tb.truth, topo)
-        plan_path = os.path.join(tmp, "plan.json")
-        p = subprocess.run([args.rankmap, "plan", "--topology", topo, "--out", plan_path],
-                           capture_output=True, text=True, timeout=300)
-        if p.returncode != 0:
-            lib.fail(f"rankmap plan: {p.stderr.strip()}")
-        print(p.stdout.strip())
+        # Agents stopped after the probe: their periodic re-probes would compete with the
+        # benchmark.
+        _, plan_path, plan, _ = al.plan_testbed(tb, args, tmp)
         print(f"pipeline ({args.source} -> plan): {time.monotonic() - t0:.1f} s", flush=True)
-        with open(plan_path) as f:
-            plan = json.load(f)
         rack = {vm["name"]: vm["rack"] for vm in tb.truth["vms"]}
         provider = [vm["name"] for vm in tb.truth["vms"]]
         def crossings(order):

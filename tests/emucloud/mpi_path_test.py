@@ -17,7 +17,6 @@ rankmap run sees exactly the command emucloud builds. Checks, for every program 
   - the timed allreduce (Open MPI's ring, --bytes) faster than plain.
 """
 
-import json
 import os
 import re
 import shlex
@@ -40,45 +39,13 @@ kLine = re.compile(r"rank (\d+) of (\d+) on (\S+?) launcher (-?\d+)")
 
 def add_args(p):
     p.add_argument("--rankmap", required=True)
-    p.add_argument("--rankmapd", default="")
     p.add_argument("--shim", required=True)
     p.add_argument("--proof-c", required=True)
     p.add_argument("--proof-f", default="")
     p.add_argument("--proof-py", required=True)
-    p.add_argument("--source", choices=["probe", "truth"], default="probe")
+    al.add_source_args(p)
     p.add_argument("--bytes", type=int, default=4 << 20)
     p.add_argument("--iters", type=int, default=3)
-
-
-def topology_from_truth(truth, path):
-    """A probe-free topology: 1000 Mbit/s within a rack, 250/4 across (what a ring flow gets when
-    four share an uplink), latencies to match."""
-    vms = truth["vms"]
-    n = len(vms)
-    bw = [[None] * n for _ in range(n)]
-    lat = [[None] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(n):
-            if i == j:
-                continue
-            same = vms[i]["rack"] == vms[j]["rack"]
-            bw[i][j] = truth["host_mbit"] if same else truth["uplink_mbit"] / 4
-            us = 60.0 if same else 120.0
-            lat[i][j] = {"min": us * 0.8, "median": us, "p90": us * 1.1, "p99": us * 1.3}
-    topo = {"schema_version": 1,
-            "hosts": [{"name": v["name"], "address": v["address"]} for v in vms],
-            "bandwidth_mbps": bw, "latency_us": lat,
-            "probe": {"latency_samples": 0, "bandwidth_max_ms": 0, "bandwidth_max_bytes": 0,
-                      "contention": False},
-            "time": "", "version": 0}
-    with open(path, "w") as f:
-        json.dump(topo, f)
-
-
-def probe_topology(tb, args, path):
-    """agents -> probe (agents_lib.probe_topology); the agents keep running for
-    check_agent_plan, which stops them."""
-    return al.probe_topology(tb, args.rankmapd, args.rankmap, path, keep_running=True)
 
 
 def check_agent_plan(tb, args, order):
@@ -135,18 +102,8 @@ def main():
 def run_proof(tb, args, programs):
     with tb, tempfile.TemporaryDirectory(prefix="rankmap-mpi-path-") as tmp:
         os.chmod(tmp, 0o755)
-        topo = os.path.join(tmp, "topology.json")
-        if args.source == "probe":
-            probe_topology(tb, args, topo)
-        else:
-            topology_from_truth(tb.truth, topo)
-        plan_path = os.path.join(tmp, "plan.json")
-        p = subprocess.run([args.rankmap, "plan", "--topology", topo, "--out", plan_path],
-                           capture_output=True, text=True, timeout=120)
-        if p.returncode != 0:
-            lib.fail(f"rankmap plan: exit {p.returncode}: {p.stderr.strip()}")
-        with open(plan_path) as f:
-            plan = json.load(f)
+        # With a probe the agents keep running for check_agent_plan, which stops them.
+        _, plan_path, plan, _ = al.plan_testbed(tb, args, tmp, keep_running=True)
         rack = {vm["name"]: vm["rack"] for vm in tb.truth["vms"]}
         provider = [vm["name"] for vm in tb.truth["vms"]]
         print(f"provider order: {' '.join(provider)} racks {[rack[h] for h in provider]}")
