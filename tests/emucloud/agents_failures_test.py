@@ -4,7 +4,8 @@
 - an agent killed (SIGKILL) mid-round: the round finishes within its deadline, that host's
   pairs missing; restarted, it still serves the topology it had (nothing stored is lost);
 - a corrupt SQLite file: moved aside (kept byte for byte), reported, a fresh store started;
-- wrong or missing bearer token (401, `rankmap probe` exits 2), wrong probe key (rejected
+- wrong or missing bearer token (401, `rankmap probe` exits 2); `rankmap probe` coordinating
+  the round itself with the job's key (every pair measured), and with a wrong key (rejected
   and counted by the agents), malformed/duplicate hosts files (exit 2), an unreachable host
   (its pairs missing, the round finishes).
 """
@@ -118,6 +119,19 @@ def main():
                       "http://127.0.0.1:7410", "--token-file", wrong, "--out", os.path.join(sd, "x.json"))
         tl.check(p.returncode == 2 and "token" in p.stderr,
                  f"rankmap probe with a wrong token: exit {p.returncode}: {p.stderr.strip()[:200]}")
+
+        # No agent asked: `rankmap probe` coordinates the round itself with the job's key.
+        selfout = os.path.join(sd, "self.json")
+        p = probe_cli(tb, agents, vm0, "--hosts", agents.file("hosts"), "--key-file",
+                      agents.file("probe.key"), "--out", selfout, "--json", "--timeout", "120s")
+        tl.check(p.returncode == 0, f"rankmap probe coordinating itself: exit {p.returncode}"
+                                    + (f": {p.stderr.strip()[-300:]}" if p.returncode else ""))
+        with open(selfout) as f:
+            topo = json.load(f)
+        missing = [(i, j) for i, row in enumerate(topo["bandwidth_mbps"]) for j, v in enumerate(row)
+                   if i != j and v is None]
+        tl.check(len(topo["hosts"]) == len(vms) and not missing,
+                 f"self-coordinated round: {len(topo['hosts'])} hosts, {len(missing)} pairs missing")
 
         # Wrong probe key: rejected and counted by the agents.
         wrong_key = os.path.join(sd, "wrong.key")
