@@ -203,25 +203,18 @@ Vote Shim::voteFor(int nranks, int appRank) const {
 }
 
 abi::Result Shim::commInitRank(abi::Comm* comm, int nranks, abi::UniqueId id, int rank) {
-  InitCall c;
-  c.kind = InitCall::Kind::Rank;
-  c.out = comm;
-  c.nranks = nranks;
-  c.appRank = rank;
-  c.ids = {id};
-  return init(std::move(c));
+  return init(
+      {.kind = InitCall::Kind::Rank, .out = comm, .nranks = nranks, .appRank = rank, .ids = {id}});
 }
 
 abi::Result Shim::commInitRankConfig(abi::Comm* comm, int nranks, abi::UniqueId id, int rank,
                                      void* config) {
-  InitCall c;
-  c.kind = InitCall::Kind::RankConfig;
-  c.out = comm;
-  c.nranks = nranks;
-  c.appRank = rank;
-  c.ids = {id};
-  c.config = config;
-  return init(std::move(c));
+  return init({.kind = InitCall::Kind::RankConfig,
+               .out = comm,
+               .nranks = nranks,
+               .appRank = rank,
+               .ids = {id},
+               .config = config});
 }
 
 abi::Result Shim::commInitRankScalable(abi::Comm* comm, int nranks, int rank, int nIds,
@@ -229,14 +222,12 @@ abi::Result Shim::commInitRankScalable(abi::Comm* comm, int nranks, int rank, in
   if (real().commInitRankScalable == nullptr) return missingEntry("ncclCommInitRankScalable");
   if (ids == nullptr || nIds < 1)
     return real().commInitRankScalable(comm, nranks, rank, nIds, ids, config);
-  InitCall c;
-  c.kind = InitCall::Kind::Scalable;
-  c.out = comm;
-  c.nranks = nranks;
-  c.appRank = rank;
-  c.ids.assign(ids, ids + nIds);
-  c.config = config;
-  return init(std::move(c));
+  return init({.kind = InitCall::Kind::Scalable,
+               .out = comm,
+               .nranks = nranks,
+               .appRank = rank,
+               .ids = {ids, ids + nIds},
+               .config = config});
 }
 
 abi::Result Shim::callRealInit(InitCall& c, int rank) {

@@ -137,12 +137,12 @@ class Shim {
     abi::Comm* out = nullptr;
     int nranks = 0;
     int appRank = -1;
-    std::vector<abi::UniqueId> ids;  // one, or nIds for Scalable
-    void* config = nullptr;          // the application's (or our copy's) ncclConfig_t
-    std::shared_ptr<std::vector<char>> configCopy;
+    std::vector<abi::UniqueId> ids = {};  // one, or nIds for Scalable
+    void* config = nullptr;               // the application's (or our copy's) ncclConfig_t
+    std::shared_ptr<std::vector<char>> configCopy = {};
     void* context = nullptr;  // CUDA context current at the call (deferred inits)
     bool haveContext = false;
-    IdTail tail;
+    IdTail tail = {};
   };
 
   // Copies that run after NCCL's output is on the stream, then free the scratch buffer.
