@@ -27,7 +27,7 @@
 #include "agent/cli/command.h"
 #include "collectives/communicator.h"
 #include "collectives/connect.h"
-#include "collectives/reduce/half.h"
+#include "collectives/reference_values.h"
 #include "collectives/transport/loopback/device.h"
 #include "common/error.h"
 #include "common/plan.h"
@@ -80,85 +80,6 @@ uint64_t countFor(Collective c, uint64_t bytes, size_t es, int n) {
   uint64_t count = bytes / es;
   if (c == Collective::kAllgather || c == Collective::kReduceScatter) count /= static_cast<uint64_t>(n);
   return count;
-}
-
-// --check pattern: integers any bits, floating point small integers (exact in every type), so
-// the expected reduction is exact and computed here independently of the engine.
-uint64_t mixBits(uint64_t r, uint64_t i) {
-  uint64_t x = (r + 1) * 0x9E3779B97F4A7C15ull ^ (i + 7) * 0xC2B2AE3D27D4EB4Full;
-  x ^= x >> 29;
-  x *= 0xBF58476D1CE4E5B9ull;
-  return x ^ (x >> 32);
-}
-double smallValue(ReduceOp op, int r, uint64_t i) {
-  if (op == ReduceOp::kProd) return static_cast<uint64_t>(r) == i % 16 ? 2.0 : ((r + i) % 3 == 0 ? -1.0 : 1.0);
-  return static_cast<double>(static_cast<int64_t>((r * 7 + i * 3) % 17) - 8);
-}
-void storeValue(DataType t, ReduceOp op, int r, uint64_t i, std::byte* p) {
-  double v = smallValue(op, r, i);
-  switch (t) {
-    case DataType::kFloat16: { uint16_t h = coll::floatToHalf(static_cast<float>(v)); std::memcpy(p, &h, 2); return; }
-    case DataType::kBFloat16: { uint16_t h = coll::floatToBf16(static_cast<float>(v)); std::memcpy(p, &h, 2); return; }
-    case DataType::kFloat32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); return; }
-    case DataType::kFloat64: std::memcpy(p, &v, 8); return;
-    default: { uint64_t b = mixBits(static_cast<uint64_t>(r), i); std::memcpy(p, &b, coll::elementSize(t)); }
-  }
-}
-template <typename T>
-T foldInt(ReduceOp op, T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  switch (op) {
-    case ReduceOp::kSum: case ReduceOp::kAvg: return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-    case ReduceOp::kProd: return static_cast<T>(static_cast<U>(static_cast<uint64_t>(static_cast<U>(a)) * static_cast<U>(b)));
-    case ReduceOp::kMin: return a < b ? a : b;
-    case ReduceOp::kMax: return a > b ? a : b;
-  }
-  return a;
-}
-template <typename T>
-void expectInt(ReduceOp op, int n, uint64_t i, std::byte* out) {
-  T acc{};
-  for (int r = 0; r < n; ++r) {
-    uint64_t bits = mixBits(static_cast<uint64_t>(r), i);
-    T v;
-    std::memcpy(&v, &bits, sizeof(T));
-    acc = r == 0 ? v : foldInt(op, acc, v);
-  }
-  if (op == ReduceOp::kAvg) {
-    using W = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
-    acc = static_cast<T>(static_cast<W>(acc) / static_cast<W>(n));
-  }
-  std::memcpy(out, &acc, sizeof(T));
-}
-// The reduction over ranks 0..n-1 of element i.
-void expectedValue(DataType t, ReduceOp op, int n, uint64_t i, std::byte* out) {
-  switch (t) {
-    case DataType::kInt8: return expectInt<int8_t>(op, n, i, out);
-    case DataType::kUint8: return expectInt<uint8_t>(op, n, i, out);
-    case DataType::kInt32: return expectInt<int32_t>(op, n, i, out);
-    case DataType::kUint32: return expectInt<uint32_t>(op, n, i, out);
-    case DataType::kInt64: return expectInt<int64_t>(op, n, i, out);
-    case DataType::kUint64: return expectInt<uint64_t>(op, n, i, out);
-    default: break;
-  }
-  double acc = 0;
-  for (int r = 0; r < n; ++r) {
-    double v = smallValue(op, r, i);
-    if (r == 0) acc = v;
-    else if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
-    else if (op == ReduceOp::kProd) acc *= v;
-    else if (op == ReduceOp::kMin) acc = v < acc ? v : acc;
-    else acc = v > acc ? v : acc;
-  }
-  if (op == ReduceOp::kAvg)
-    acc = t == DataType::kFloat64 ? acc / n : static_cast<double>(static_cast<float>(acc) / static_cast<float>(n));
-  // Store through a rank-independent path: reuse storeValue's conversions.
-  switch (t) {
-    case DataType::kFloat16: { uint16_t h = coll::floatToHalf(static_cast<float>(acc)); std::memcpy(out, &h, 2); return; }
-    case DataType::kBFloat16: { uint16_t h = coll::floatToBf16(static_cast<float>(acc)); std::memcpy(out, &h, 2); return; }
-    case DataType::kFloat32: { float f = static_cast<float>(acc); std::memcpy(out, &f, 4); return; }
-    default: std::memcpy(out, &acc, 8); return;
-  }
 }
 
 double cpuSeconds() {
@@ -255,7 +176,7 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
       // Fill with the pattern, run once, compare with the closed form; count wrong elements.
       const uint64_t inCount = c == Collective::kReduceScatter ? count * static_cast<uint64_t>(n) : count;
       const int src = c == Collective::kBroadcast ? a.root : me;
-      for (uint64_t i = 0; i < inCount; ++i) storeValue(res.type, res.op, src, i, in.data() + i * es);
+      for (uint64_t i = 0; i < inCount; ++i) coll::referenceInput(res.type, res.op, src, i, in.data() + i * es);
       if (a.inPlace && c == Collective::kAllgather)
         std::memcpy(out.data() + count * es * static_cast<uint64_t>(me), in.data(), count * es);
       runOnce(count);
@@ -270,7 +191,7 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
           if (c == Collective::kReduce && me != a.root) break;
           const std::byte* res0 = a.inPlace ? in.data() : out.data();
           for (uint64_t i = 0; i < count; ++i) {
-            expectedValue(res.type, res.op, n, i, want.data());
+            coll::referenceResult(res.type, res.op, n, i, want.data());
             cmp(res0 + i * es);
           }
           break;
@@ -278,7 +199,7 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
         case Collective::kReduceScatter: {
           const std::byte* res0 = a.inPlace ? in.data() + count * es * static_cast<uint64_t>(me) : out.data();
           for (uint64_t i = 0; i < count; ++i) {
-            expectedValue(res.type, res.op, n, static_cast<uint64_t>(me) * count + i, want.data());
+            coll::referenceResult(res.type, res.op, n, static_cast<uint64_t>(me) * count + i, want.data());
             cmp(res0 + i * es);
           }
           break;
@@ -286,14 +207,14 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
         case Collective::kAllgather:
           for (int rr = 0; rr < n; ++rr)
             for (uint64_t i = 0; i < count; ++i) {
-              storeValue(res.type, res.op, rr, i, want.data());
+              coll::referenceInput(res.type, res.op, rr, i, want.data());
               cmp(out.data() + (static_cast<uint64_t>(rr) * count + i) * es);
             }
           break;
         case Collective::kBroadcast: {
           const std::byte* res0 = a.inPlace ? in.data() : out.data();
           for (uint64_t i = 0; i < count; ++i) {
-            storeValue(res.type, res.op, a.root, i, want.data());
+            coll::referenceInput(res.type, res.op, a.root, i, want.data());
             cmp(res0 + i * es);
           }
           break;

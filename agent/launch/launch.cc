@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -265,6 +266,33 @@ std::string shellJoin(const std::vector<std::string>& argv) {
     }
   }
   return out;
+}
+
+std::string sequentialHostfile(const std::vector<JobHost>& ordered, int worldSize,
+                               const std::string& what) {
+  std::string hostfile;
+  int world = 0;
+  for (const auto& h : ordered) {
+    for (int k = 0; k < h.ranks; ++k) hostfile += h.spelling + "\n";
+    world += h.ranks;
+  }
+  RANKMAP_ENFORCE_EQ(world, worldSize, what);
+  return hostfile;
+}
+
+LongOption splitLongOption(const std::string& word) {
+  LongOption o{word.substr(2), std::nullopt};
+  auto eq = o.name.find('=');
+  if (eq != std::string::npos) {
+    o.value = o.name.substr(eq + 1);
+    o.name.resize(eq);
+  }
+  return o;
+}
+
+std::optional<std::string> processEnv(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  return v ? std::optional<std::string>(v) : std::nullopt;
 }
 
 }  // namespace rankmap::agent::launch

@@ -124,4 +124,25 @@ RunDecision unchanged(const std::vector<std::string>& argv, const std::string& w
 // Shell-quoted command line for --dry-run and messages.
 std::string shellJoin(const std::vector<std::string>& argv);
 
+// Pieces shared by the launcher modules.
+
+// A sequential hostfile that starts ranks on `ordered` in that order: one line per rank, a host's
+// spelling repeated for its ranks (the form of Open MPI's rmaps seq and of SLURM_HOSTFILE with
+// the arbitrary distribution). Throws InvalidInput "<what>: <ranks> vs <worldSize>" when the
+// hosts hold another number of ranks than `worldSize`.
+std::string sequentialHostfile(const std::vector<JobHost>& ordered, int worldSize,
+                               const std::string& what);
+
+// A long option word, "--name" or "--name=value": the name without the dashes and, when the
+// word has an '=', the value after the first one. The word must start with "--".
+struct LongOption {
+  std::string name;
+  std::optional<std::string> value;
+};
+LongOption splitLongOption(const std::string& word);
+
+// The process environment, as the launcher parsers read it when no lookup is given: the value of
+// `name`, or nullopt when it is unset.
+std::optional<std::string> processEnv(const std::string& name);
+
 }  // namespace rankmap::agent::launch

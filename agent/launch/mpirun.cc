@@ -1,6 +1,5 @@
 #include "agent/launch/mpirun.h"
 
-#include <cstdlib>
 #include <map>
 
 #include <fmt/format.h>
@@ -193,12 +192,8 @@ bool isMpirun(const std::string& argv0) {
 std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::string>& argv,
                                                     FileReader read, EnvLookup env) {
   if (!read) read = [](const std::string& p) { return readFile(p, 64u << 20); };
-  if (!env)
-    env = [](const std::string& n) -> std::optional<std::string> {
-      // Open MPI's own variables (OMPI_MCA_*), read to learn the job's placement.
-      const char* v = std::getenv(n.c_str());
-      return v ? std::optional<std::string>(v) : std::nullopt;
-    };
+  // Open MPI's own variables (OMPI_MCA_*), read to learn the job's placement.
+  if (!env) env = processEnv;
   if (argv.empty() || !isMpirun(argv[0]))
     RANKMAP_THROW(NotSupported, "not an mpirun command");
   std::unique_ptr<MpirunCommand> c(new MpirunCommand);
@@ -370,13 +365,9 @@ std::vector<std::string> MpirunCommand::rebuild(const std::vector<size_t>& drop,
 
 Command MpirunCommand::launchInOrder(const std::vector<JobHost>& ordered,
                                      const std::string& dir) const {
-  std::string hostfile;
-  int world = 0;
-  for (const auto& h : ordered) {
-    for (int k = 0; k < h.ranks; ++k) hostfile += h.spelling + "\n";
-    world += h.ranks;
-  }
-  RANKMAP_ENFORCE_EQ(world, job_.worldSize(), "ranks in the reordered hostfile vs the job");
+  std::string hostfile =
+      sequentialHostfile(ordered, job_.worldSize(), "ranks in the reordered hostfile vs the job");
+  const int world = job_.worldSize();
   std::string path = dir + "/hostfile";
   std::vector<size_t> drop = hostItems_;
   drop.insert(drop.end(), rmapsItems_.begin(), rmapsItems_.end());

@@ -139,6 +139,24 @@ PlanResult planFromTopology(const std::string& topologyPath, const Job& job) {
   return r;
 }
 
+PlanResult planForFramework(const std::string& planPath, const std::string& topologyPath,
+                            const std::function<Job()>& makeJob, const std::string& missing) {
+  if (!planPath.empty()) return planFromFile(planPath, topologyPath);
+  PlanResult r;
+  if (!topologyPath.empty()) {
+    try {
+      return planFromTopology(topologyPath, makeJob());
+    } catch (const Error& e) {
+      r.error = e.what();
+      r.source.description = "topology " + topologyPath;
+    }
+  } else {
+    r.error = missing;
+    r.source.description = "the command line";
+  }
+  return r;
+}
+
 PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadline) {
   PlanResult r;
   r.source.description = "agent " + url;

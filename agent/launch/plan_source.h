@@ -8,6 +8,7 @@
 // given as addresses.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,13 @@ PlanResult planFromFile(const std::string& planPath, const std::string& topology
 // Plans for exactly the job's hosts (named or addressed as in `job`, in launcher order) from a
 // topology file with the planner (reorder::makePlan), for the job's ranks per host.
 PlanResult planFromTopology(const std::string& topologyPath, const Job& job);
+
+// For a launcher whose command line does not name the job's hosts (torchrun, XGBoost): the plan
+// file when `planPath` is set; else a plan from `topologyPath` for the job that `makeJob` gives
+// (it may read the topology; an Error it throws becomes the error, with the topology as the
+// source); else no plan, with `missing` as the error and the command line as the source.
+PlanResult planForFramework(const std::string& planPath, const std::string& topologyPath,
+                            const std::function<Job()>& makeJob, const std::string& missing);
 
 // Asks the agent at `url` (e.g. http://127.0.0.1:7410) for a plan for exactly the job's hosts:
 // GET <url>/v1/plan?hosts=<h1>,<h2>,...&ranks_per_host=<K> (hosts as the job spells them, in

@@ -355,11 +355,7 @@ bool isSrun(const std::string& argv0) {
 std::unique_ptr<SrunCommand> SrunCommand::parse(const std::vector<std::string>& argv,
                                                 EnvLookup env) {
   if (argv.empty() || !isSrun(argv[0])) RANKMAP_THROW(NotSupported, "not srun");
-  if (!env)
-    env = [](const std::string& name) -> std::optional<std::string> {
-      const char* v = std::getenv(name.c_str());
-      return v ? std::optional<std::string>(v) : std::nullopt;
-    };
+  if (!env) env = processEnv;
   std::unique_ptr<SrunCommand> c(new SrunCommand());
   c->argv_ = argv;
   size_t i = 1;
@@ -372,13 +368,9 @@ std::unique_ptr<SrunCommand> SrunCommand::parse(const std::vector<std::string>& 
     const Spec* spec = nullptr;
     std::optional<std::string> attached;
     if (w.rfind("--", 0) == 0) {
-      std::string body = w.substr(2);
-      auto eq = body.find('=');
-      if (eq != std::string::npos) {
-        attached = body.substr(eq + 1);
-        body = body.substr(0, eq);
-      }
-      spec = findLong(body);
+      LongOption o = splitLongOption(w);
+      attached = std::move(o.value);
+      spec = findLong(o.name);
       if (!spec) RANKMAP_THROW(NotSupported, "unknown srun option {:?}", w);
     } else {
       if (w.size() > 2 && findShort(w[1]) && findShort(w[1])->arg == Arg::kNone)
@@ -484,13 +476,9 @@ std::vector<std::string> SrunCommand::rebuild(const std::vector<std::string>& dr
 
 Command SrunCommand::launchInOrder(const std::vector<JobHost>& ordered,
                                    const std::string& dir) const {
-  std::string hostfile;
-  int world = 0;
-  for (const auto& h : ordered) {
-    for (int k = 0; k < h.ranks; ++k) hostfile += h.spelling + "\n";
-    world += h.ranks;
-  }
-  RANKMAP_ENFORCE_EQ(world, job_.worldSize(), "tasks in the reordered SLURM_HOSTFILE vs the job");
+  std::string hostfile = sequentialHostfile(ordered, job_.worldSize(),
+                                            "tasks in the reordered SLURM_HOSTFILE vs the job");
+  const int world = job_.worldSize();
   std::string path = dir + "/slurm-hostfile";
   Command cmd;
   auto srun = rebuild({"nodelist", "distribution", "ntasks", "ntasks-per-node"},

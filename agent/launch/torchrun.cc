@@ -219,13 +219,9 @@ TorchrunCommand TorchrunCommand::parse(const std::vector<std::string>& argv, Env
     item.index = i;
     std::optional<std::string> attached;
     if (w.rfind("--", 0) == 0) {
-      std::string body = w.substr(2);
-      auto eq = body.find('=');
-      if (eq != std::string::npos) {
-        attached = body.substr(eq + 1);
-        body = body.substr(0, eq);
-      }
-      item.name = canonical(body);
+      LongOption o = splitLongOption(w);
+      attached = std::move(o.value);
+      item.name = canonical(std::move(o.name));
     } else {
       // Single-dash aliases, with an attached value as argparse allows ("-r3").
       char f = w.size() >= 2 ? w[1] : '\0';
@@ -543,23 +539,15 @@ RunDecision decideTorchrun(const std::vector<std::string>& argv, const std::opti
 
 RunDecision prepareTorchrun(const std::vector<std::string>& argv, const std::string& planPath,
                             const std::string& topologyPath) {
-  PlanResult pr;
-  if (!planPath.empty()) {
-    pr = planFromFile(planPath, topologyPath);
-  } else if (!topologyPath.empty()) {
-    // Every host of the topology is a node of the job: torchrun's command line names none.
-    try {
-      Job job;
-      for (const auto& h : Topology::load(topologyPath).hosts) job.hosts.push_back({h.name, 1});
-      pr = planFromTopology(topologyPath, job);
-    } catch (const Error& e) {
-      pr.error = e.what();
-      pr.source.description = "topology " + topologyPath;
-    }
-  } else {
-    pr.error = "torchrun needs --plan or --topology (RANKMAP_PLAN / RANKMAP_TOPOLOGY)";
-    pr.source.description = "the command line";
-  }
+  // Every host of the topology is a node of the job: torchrun's command line names none.
+  PlanResult pr = planForFramework(
+      planPath, topologyPath,
+      [&] {
+        Job job;
+        for (const auto& h : Topology::load(topologyPath).hosts) job.hosts.push_back({h.name, 1});
+        return job;
+      },
+      "torchrun needs --plan or --topology (RANKMAP_PLAN / RANKMAP_TOPOLOGY)");
   NodeIdentity self;
   try {
     self = localNodeIdentity();
@@ -568,11 +556,7 @@ RunDecision prepareTorchrun(const std::vector<std::string>& argv, const std::str
   }
   std::optional<TorchInstall> install;
   if (auto py = torchrunPython(argv)) install = probeTorchInstall(*py);
-  auto env = [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    return v ? std::optional<std::string>(v) : std::nullopt;
-  };
-  return decideTorchrun(argv, pr.plan, pr.error, pr.source, pr.known, self, install, env);
+  return decideTorchrun(argv, pr.plan, pr.error, pr.source, pr.known, self, install, processEnv);
 }
 
 }  // namespace rankmap::agent::launch

@@ -375,30 +375,23 @@ int runXgboostJob(XgboostOptions opts, const std::string& hostsFile,
                   const std::vector<std::string>& program, const std::string& planPath,
                   const std::string& topologyPath) {
   if (!hostsFile.empty()) opts.hosts = readHostsFile(hostsFile);
-  PlanResult pr;
-  if (!planPath.empty()) {
-    pr = planFromFile(planPath, topologyPath);
-  } else if (!topologyPath.empty()) {
-    try {
-      Job job;
-      int k =
-          opts.hosts.empty() ? 1 : std::max(1, opts.workers / static_cast<int>(opts.hosts.size()));
-      if (opts.hosts.empty()) {
-        for (const auto& h : Topology::load(topologyPath).hosts) job.hosts.push_back({h.name, 1});
-        if (opts.workers % static_cast<int>(job.hosts.size()) == 0)
-          for (auto& h : job.hosts) h.ranks = opts.workers / static_cast<int>(job.hosts.size());
-      } else {
-        for (const auto& h : opts.hosts) job.hosts.push_back({h, k});
-      }
-      pr = planFromTopology(topologyPath, job);
-    } catch (const Error& e) {
-      pr.error = e.what();
-      pr.source.description = "topology " + topologyPath;
-    }
-  } else {
-    pr.error = "no --plan or --topology (RANKMAP_PLAN / RANKMAP_TOPOLOGY)";
-    pr.source.description = "the command line";
-  }
+  PlanResult pr = planForFramework(
+      planPath, topologyPath,
+      [&] {
+        Job job;
+        int k = opts.hosts.empty()
+                    ? 1
+                    : std::max(1, opts.workers / static_cast<int>(opts.hosts.size()));
+        if (opts.hosts.empty()) {
+          for (const auto& h : Topology::load(topologyPath).hosts) job.hosts.push_back({h.name, 1});
+          if (opts.workers % static_cast<int>(job.hosts.size()) == 0)
+            for (auto& h : job.hosts) h.ranks = opts.workers / static_cast<int>(job.hosts.size());
+        } else {
+          for (const auto& h : opts.hosts) job.hosts.push_back({h, k});
+        }
+        return job;
+      },
+      "no --plan or --topology (RANKMAP_PLAN / RANKMAP_TOPOLOGY)");
   return runXgboost(opts, program, pr.plan, pr.error, pr.source, pr.known);
 }
 

@@ -144,6 +144,42 @@ TEST(PlanFromTopology, PlansExactlyTheJobsHosts) {
   EXPECT_FALSE(r.plan);
 }
 
+TEST(PlanForFramework, PlanFileThenTopologyThenNothing) {
+  testing::TempDir dir;
+  Plan p = makePlan({"a", "b"}, {"b", "a"});
+  p.save(dir.file("plan.json"));
+  twoRacks().save(dir.file("t.json"));
+  int jobsMade = 0;
+  auto makeJob = [&] {
+    ++jobsMade;
+    return job({"a", "b", "c"});
+  };
+  // A plan file wins; the job is not needed.
+  PlanResult r = planForFramework(dir.file("plan.json"), dir.file("t.json"), makeJob, "missing");
+  ASSERT_TRUE(r.plan) << r.error;
+  EXPECT_EQ(*r.plan, p);
+  EXPECT_EQ(jobsMade, 0);
+
+  r = planForFramework("", dir.file("t.json"), makeJob, "missing");
+  ASSERT_TRUE(r.plan) << r.error;
+  EXPECT_EQ(r.plan->hosts, (Argv{"a", "b", "c"}));
+  EXPECT_TRUE(r.source.madeForJob);
+  EXPECT_EQ(jobsMade, 1);
+
+  // An Error from making the job (reading the topology) is the result's error.
+  r = planForFramework("", dir.file("t.json"),
+                       []() -> Job { RANKMAP_THROW(InvalidInput, "no hosts in it"); }, "missing");
+  EXPECT_FALSE(r.plan);
+  EXPECT_NE(r.error.find("no hosts in it"), std::string::npos) << r.error;
+  EXPECT_EQ(r.source.description, "topology " + dir.file("t.json"));
+
+  r = planForFramework("", "", makeJob, "needs --plan or --topology");
+  EXPECT_FALSE(r.plan);
+  EXPECT_EQ(r.error, "needs --plan or --topology");
+  EXPECT_EQ(r.source.description, "the command line");
+  EXPECT_EQ(jobsMade, 1);
+}
+
 TEST(PlanFromAgent, AsksForExactlyTheJobsHosts) {
   FakeAgent agent;
   Plan p = makePlan({"a", "b", "c"}, {"c", "a", "b"}, 2);

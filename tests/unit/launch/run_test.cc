@@ -1,7 +1,10 @@
 // `rankmap run`'s decision for mpirun (agent/launch/launch.h): plan coverage by names and
 // addresses, ranks per host, launch and shim modes, and every reason to run the command
-// unchanged. No processes, no network.
+// unchanged; the pieces launcher modules share (sequential hostfiles, long options, the
+// environment). No processes, no network.
 #include "agent/launch/launch.h"
+
+#include <stdlib.h>
 
 #include <gtest/gtest.h>
 
@@ -213,6 +216,39 @@ TEST(ParseLaunchCommand, UnknownLaunchersAndOptionsPassThrough) {
 TEST(ShellJoin, QuotesWhatTheShellWouldSplit) {
   EXPECT_EQ(shellJoin({"mpirun", "-x", "A=b c", "it's", "--mca", "btl", "tcp,self", ""}),
             "mpirun -x 'A=b c' 'it'\\''s' --mca btl tcp,self ''");
+}
+
+TEST(SequentialHostfile, OneLinePerRankInTheGivenOrder) {
+  EXPECT_EQ(sequentialHostfile({{"b", 2}, {"a", 1}, {"c", 0}, {"u@d", 1}}, 4, "ranks"),
+            "b\nb\na\nu@d\n");
+  EXPECT_EQ(sequentialHostfile({}, 0, "ranks"), "");
+  try {
+    sequentialHostfile({{"a", 2}, {"b", 2}}, 6, "ranks in the hostfile vs the job");
+    FAIL() << "no throw";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks in the hostfile vs the job: 4 vs 6"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SplitLongOption, NameAndAttachedValue) {
+  LongOption o = splitLongOption("--nnodes");
+  EXPECT_EQ(o.name, "nnodes");
+  EXPECT_FALSE(o.value);
+  o = splitLongOption("--export=A=1,B");
+  EXPECT_EQ(o.name, "export");
+  EXPECT_EQ(o.value, "A=1,B");
+  o = splitLongOption("--tee=");
+  EXPECT_EQ(o.name, "tee");
+  EXPECT_EQ(o.value, "");
+}
+
+TEST(ProcessEnv, ReadsTheEnvironment) {
+  ::setenv("RANKMAP_TEST_PROCESS_ENV", "x y", 1);
+  EXPECT_EQ(processEnv("RANKMAP_TEST_PROCESS_ENV"), "x y");
+  ::unsetenv("RANKMAP_TEST_PROCESS_ENV");
+  EXPECT_FALSE(processEnv("RANKMAP_TEST_PROCESS_ENV"));
 }
 
 TEST(Mode, Parses) {
