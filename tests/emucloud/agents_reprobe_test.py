@@ -32,6 +32,17 @@ def cross_out_of(topo, truth, rack, exclude):
     return out
 
 
+def next_version(agents, vm, above, when, truth, src):
+    """Waits (120 s at most) for a topology version above `above` in `vm`; returns (version,
+    seconds waited, cross-rack rates out of rack 0 but not from `src`)."""
+    t0 = time.monotonic()
+    v = agents.wait_version(vm, above, timeout=120)
+    if not v:
+        tl.fail(f"no new version {when}\n{agents.log_tail(vm, 40)}")
+    _, topo = agents.get_json(vm, f"/v1/topology?version={v}")
+    return v, time.monotonic() - t0, cross_out_of(topo, truth, 0, src)
+
+
 def main():
     args = al.parse_args(extra)
     tl.require_environment(("ip", "tc", "ethtool", "unshare", "iperf3"))
@@ -64,26 +75,17 @@ def main():
         before = cross_out_of(t1, tb.truth, 0, src["name"])
         tb.run("noise", "start", "--prefix", tb.prefix, "--from", src["name"], "--to",
                dst["name"], "--mbit", str(args.noise_mbit))
-        t0 = time.monotonic()
-        v2 = agents.wait_version(vm0, v1, timeout=120)
-        if not v2:
-            tl.fail(f"no new version with the noise on\n{agents.log_tail(vm0, 40)}")
-        _, t2 = agents.get_json(vm0, f"/v1/topology?version={v2}")
-        during = cross_out_of(t2, tb.truth, 0, src["name"])
-        al.report(f"measured: noise on: new version {v2} after {time.monotonic() - t0:.1f} s; "
+        v2, dt, during = next_version(agents, vm0, v1, "with the noise on", tb.truth, src["name"])
+        al.report(f"measured: noise on: new version {v2} after {dt:.1f} s; "
                   f"cross out of the noisy rack: median {statistics.median(before):.0f} -> "
                   f"{statistics.median(during):.0f} Mbit/s")
         tl.check(statistics.median(during) < 0.75 * statistics.median(before),
                  "the new version shows the shared uplink slowed by the neighbour")
 
         tb.run("noise", "stop", "--prefix", tb.prefix)
-        t0 = time.monotonic()
-        v3 = agents.wait_version(vm0, v2, timeout=120)
-        if not v3:
-            tl.fail(f"no new version after the noise stopped\n{agents.log_tail(vm0, 40)}")
-        _, t3 = agents.get_json(vm0, f"/v1/topology?version={v3}")
-        after = cross_out_of(t3, tb.truth, 0, src["name"])
-        al.report(f"measured: noise off: new version {v3} after {time.monotonic() - t0:.1f} s; "
+        v3, dt, after = next_version(agents, vm0, v2, "after the noise stopped", tb.truth,
+                                     src["name"])
+        al.report(f"measured: noise off: new version {v3} after {dt:.1f} s; "
                   f"cross out of the rack: median {statistics.median(after):.0f} Mbit/s")
         tl.check(statistics.median(after) > 0.85 * statistics.median(before),
                  "the version after the noise shows the uplink's full rate again")

@@ -15,7 +15,18 @@ import signal
 import subprocess
 import time
 
+import agents_lib
 import emucloud_testlib as lib
+
+
+def add_job_args(p):
+    """The options both frameworks proofs take: --rankmap, where the plan comes from
+    (agents_lib.add_source_args), --repeat, --min-speedup and --json."""
+    p.add_argument("--rankmap", required=True)
+    agents_lib.add_source_args(p)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--min-speedup", type=float, default=1.3)
+    p.add_argument("--json")
 
 
 def rack_of(truth):

@@ -31,12 +31,8 @@ kPrefix = "fwtorch"
 
 
 def extra(p):
-    p.add_argument("--rankmap", required=True)
-    agents_lib.add_source_args(p)
+    fw_lib.add_job_args(p)
     p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--repeat", type=int, default=1)
-    p.add_argument("--min-speedup", type=float, default=1.3)
-    p.add_argument("--json")
 
 
 def run_job(args, tb, work, name, rankmap_args):

@@ -33,12 +33,8 @@ kTrainArgs = "--rows 64 --features 1024 --max-bin 256 --rounds 3 --depth 4"
 
 
 def extra(p):
-    p.add_argument("--rankmap", required=True)
-    agents_lib.add_source_args(p)
-    p.add_argument("--repeat", type=int, default=1)
-    p.add_argument("--min-speedup", type=float, default=1.3)
+    fw_lib.add_job_args(p)
     p.add_argument("--train-args", default=kTrainArgs)
-    p.add_argument("--json")
 
 
 def summary_of(name, p):
