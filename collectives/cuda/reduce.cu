@@ -289,62 +289,51 @@ cudaError_t divide(void* buf, size_t count, int divisor, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// The one place a DataType becomes kernel template arguments: calls f(Kind{}, S{}) with the
+// arithmetic tag and the storage type of `type`.
+template <typename F>
+cudaError_t byType(DataType type, F&& f) {
+  switch (type) {
+    case DataType::kInt8:
+      return f(Plain{}, int8_t{});
+    case DataType::kUint8:
+      return f(Plain{}, uint8_t{});
+    case DataType::kInt32:
+      return f(Plain{}, int32_t{});
+    case DataType::kUint32:
+      return f(Plain{}, uint32_t{});
+    case DataType::kInt64:
+      return f(Plain{}, int64_t{});
+    case DataType::kUint64:
+      return f(Plain{}, uint64_t{});
+    case DataType::kFloat16:
+      return f(Half{}, uint16_t{});
+    case DataType::kBFloat16:
+      return f(Brain{}, uint16_t{});
+    case DataType::kFloat32:
+      return f(Plain{}, float{});
+    case DataType::kFloat64:
+      return f(Plain{}, double{});
+  }
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace
 
 cudaError_t launchReduce(void* dst, const void* a, const void* b, size_t count, DataType type,
                          ReduceOp op, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  switch (type) {
-    case DataType::kInt8:
-      return reduceOp<Plain, int8_t>(op, dst, a, b, count, stream);
-    case DataType::kUint8:
-      return reduceOp<Plain, uint8_t>(op, dst, a, b, count, stream);
-    case DataType::kInt32:
-      return reduceOp<Plain, int32_t>(op, dst, a, b, count, stream);
-    case DataType::kUint32:
-      return reduceOp<Plain, uint32_t>(op, dst, a, b, count, stream);
-    case DataType::kInt64:
-      return reduceOp<Plain, int64_t>(op, dst, a, b, count, stream);
-    case DataType::kUint64:
-      return reduceOp<Plain, uint64_t>(op, dst, a, b, count, stream);
-    case DataType::kFloat16:
-      return reduceOp<Half, uint16_t>(op, dst, a, b, count, stream);
-    case DataType::kBFloat16:
-      return reduceOp<Brain, uint16_t>(op, dst, a, b, count, stream);
-    case DataType::kFloat32:
-      return reduceOp<Plain, float>(op, dst, a, b, count, stream);
-    case DataType::kFloat64:
-      return reduceOp<Plain, double>(op, dst, a, b, count, stream);
-  }
-  return cudaErrorInvalidValue;
+  return byType(type, [&](auto kind, auto zero) {
+    return reduceOp<decltype(kind), decltype(zero)>(op, dst, a, b, count, stream);
+  });
 }
 
 cudaError_t launchFinalize(void* buf, size_t count, DataType type, ReduceOp op, int worldSize,
                            cudaStream_t stream) {
   if (op != ReduceOp::kAvg || count == 0 || worldSize == 1) return cudaSuccess;
-  switch (type) {
-    case DataType::kInt8:
-      return divide<Plain, int8_t>(buf, count, worldSize, stream);
-    case DataType::kUint8:
-      return divide<Plain, uint8_t>(buf, count, worldSize, stream);
-    case DataType::kInt32:
-      return divide<Plain, int32_t>(buf, count, worldSize, stream);
-    case DataType::kUint32:
-      return divide<Plain, uint32_t>(buf, count, worldSize, stream);
-    case DataType::kInt64:
-      return divide<Plain, int64_t>(buf, count, worldSize, stream);
-    case DataType::kUint64:
-      return divide<Plain, uint64_t>(buf, count, worldSize, stream);
-    case DataType::kFloat16:
-      return divide<Half, uint16_t>(buf, count, worldSize, stream);
-    case DataType::kBFloat16:
-      return divide<Brain, uint16_t>(buf, count, worldSize, stream);
-    case DataType::kFloat32:
-      return divide<Plain, float>(buf, count, worldSize, stream);
-    case DataType::kFloat64:
-      return divide<Plain, double>(buf, count, worldSize, stream);
-  }
-  return cudaErrorInvalidValue;
+  return byType(type, [&](auto kind, auto zero) {
+    return divide<decltype(kind), decltype(zero)>(buf, count, worldSize, stream);
+  });
 }
 
 }  // namespace rankmap::coll::cuda::kernels
