@@ -20,9 +20,11 @@ def extra(p):
     p.add_argument("--contention", action="store_true")
     p.add_argument("--expect-shared", action="store_true")
     p.add_argument("--max-seconds", type=float, default=120)
-    p.add_argument("--min-within", type=float, default=0.85,
+    # Margins for a loaded 2-core machine: 21 of 21 16-VM runs had every flow within 10%
+    # (docs/performance.md), earlier builds at worst 98.3% and 14.8%.
+    p.add_argument("--min-within", type=float, default=0.95,
                    help="share of flows that must be within +-10%% of the shaped rate")
-    p.add_argument("--max-error", type=float, default=0.4,
+    p.add_argument("--max-error", type=float, default=0.25,
                    help="largest relative error allowed for any flow")
     p.add_argument("--prefix", default="agprobe")
     p.add_argument("--agent-config", help="rankmapd.json for every agent (probe settings)")
