@@ -17,20 +17,16 @@
 #include <thread>
 #include <vector>
 
-#define CHECK_CUDA(call)                          \
+// Returns 2 from main when `call` does not give `ok`.
+#define CHECK_RESULT(call, ok)                    \
   do {                                            \
-    if ((call) != cudaSuccess) {                  \
+    if ((call) != (ok)) {                         \
       std::fprintf(stderr, "%s failed\n", #call); \
       return 2;                                   \
     }                                             \
   } while (0)
-#define CHECK_NCCL(call)                          \
-  do {                                            \
-    if ((call) != ncclSuccess) {                  \
-      std::fprintf(stderr, "%s failed\n", #call); \
-      return 2;                                   \
-    }                                             \
-  } while (0)
+#define CHECK_CUDA(call) CHECK_RESULT(call, cudaSuccess)
+#define CHECK_NCCL(call) CHECK_RESULT(call, ncclSuccess)
 
 int main(int argc, char** argv) {
   int r = -1, n = -1, iters = 2000, batches = 7;

@@ -13,6 +13,7 @@
 #include "collectives/cuda/reduce.h"
 #include "collectives/reduce/half.h"
 #include "collectives/reduce/reduction.h"
+#include "tests/unit/collectives/type_lists.h"
 
 namespace rankmap::coll {
 namespace {
@@ -64,15 +65,9 @@ std::vector<std::byte> randomElements(DataType t, size_t count, uint32_t seed) {
 }
 
 TEST_F(GpuReduce, EveryTypeAndOperatorMatchesTheCpuBitForBit) {
-  const DataType types[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,
-                            DataType::kUint32,  DataType::kInt64,    DataType::kUint64,
-                            DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                            DataType::kFloat64};
-  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
-                          ReduceOp::kAvg};
-  for (DataType t : types) {
+  for (DataType t : testing::kAllTypes) {
     const size_t es = elementSize(t);
-    for (ReduceOp op : ops) {
+    for (ReduceOp op : testing::kAllOps) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{33}, size_t{1000},
                            (size_t{1} << 20) + 3}) {
         // Offsets in elements of a, b and dst: equal (vector path with a head) or different

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -21,6 +22,7 @@
 #include "common/plan.h"
 #include "tests/unit/collectives/engine_values.h"
 #include "tests/unit/collectives/harness.h"
+#include "tests/unit/collectives/type_lists.h"
 
 namespace rankmap::coll {
 namespace {
@@ -28,14 +30,9 @@ namespace {
 using testing::Backend;
 using testing::expectedBuffer;
 using testing::inputBuffer;
+using testing::kAllOps;
+using testing::kAllTypes;
 using testing::spawn;
-
-constexpr DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,
-                                  DataType::kUint32,  DataType::kInt64,    DataType::kUint64,
-                                  DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                                  DataType::kFloat64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
-                                ReduceOp::kAvg};
 
 CommOptions testOptions(std::optional<Algorithm> algo, uint64_t segmentBytes = 64) {
   CommOptions o;
@@ -365,6 +362,18 @@ struct Outcome {
   ErrorCode code = ErrorCode::kOk;
   std::string message;
   double seconds = 0;
+
+  // Runs `call`, keeping the Error it throws and how long it took.
+  void record(const std::function<void()>& call) {
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      call();
+    } catch (const Error& e) {
+      code = e.code();
+      message = e.what();
+    }
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 };
 
 // A rank that dies mid-collective (its context closes): every other rank returns an error
@@ -386,16 +395,11 @@ TEST(EngineFailure, DeadPeerMidCollective) {
         auto& out = outs[static_cast<size_t>(ctx.rank())];
         comm.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
         if (ctx.rank() == 2) throw std::runtime_error("rank 2 dies");  // harness closes it
-        auto t0 = std::chrono::steady_clock::now();
         auto& oc = outcomes[static_cast<size_t>(ctx.rank())];
-        try {
+        oc.record([&] {
           for (int i = 0; i < 3; ++i)
             comm.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
-        } catch (const Error& e) {
-          oc.code = e.code();
-          oc.message = e.what();
-        }
-        oc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        });
         if (oc.code != ErrorCode::kOk) {
           EXPECT_TRUE(comm.broken());
           EXPECT_THROW(comm.barrier(), PeerError);
@@ -431,15 +435,8 @@ TEST(EngineFailure, MissingPeerTimesOutNamingIt) {
     }
     auto& in = ins[static_cast<size_t>(ctx.rank())];
     auto& out = outs[static_cast<size_t>(ctx.rank())];
-    auto t0 = std::chrono::steady_clock::now();
-    auto& oc = outcomes[static_cast<size_t>(ctx.rank())];
-    try {
-      comm.allreduce(in.data(), out.data(), 100, DataType::kInt32, ReduceOp::kSum);
-    } catch (const Error& e) {
-      oc.code = e.code();
-      oc.message = e.what();
-    }
-    oc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    outcomes[static_cast<size_t>(ctx.rank())].record(
+        [&] { comm.allreduce(in.data(), out.data(), 100, DataType::kInt32, ReduceOp::kSum); });
   });
   for (int r : {0, 2}) {
     const auto& oc = outcomes[static_cast<size_t>(r)];
@@ -462,13 +459,8 @@ TEST(EngineFailure, MismatchedCountsAreDetected) {
     const uint64_t count = ctx.rank() == 1 ? 101 : 100;
     auto& in = ins[static_cast<size_t>(ctx.rank())];
     auto& out = outs[static_cast<size_t>(ctx.rank())];
-    auto& oc = outcomes[static_cast<size_t>(ctx.rank())];
-    try {
-      comm.allreduce(in.data(), out.data(), count, DataType::kInt32, ReduceOp::kSum);
-    } catch (const Error& e) {
-      oc.code = e.code();
-      oc.message = e.what();
-    }
+    outcomes[static_cast<size_t>(ctx.rank())].record(
+        [&] { comm.allreduce(in.data(), out.data(), count, DataType::kInt32, ReduceOp::kSum); });
   });
   int lengthErrors = 0;
   for (const auto& oc : outcomes) {
@@ -492,14 +484,10 @@ TEST(EngineFailure, MismatchedTypesNeverMix) {
     Communicator comm(ctx, o);
     auto& in = ins[static_cast<size_t>(ctx.rank())];
     auto& out = outs[static_cast<size_t>(ctx.rank())];
-    auto& oc = outcomes[static_cast<size_t>(ctx.rank())];
-    try {
+    outcomes[static_cast<size_t>(ctx.rank())].record([&] {
       comm.allreduce(in.data(), out.data(), 16,
                      ctx.rank() == 0 ? DataType::kInt32 : DataType::kFloat32, ReduceOp::kSum);
-    } catch (const Error& e) {
-      oc.code = e.code();
-      oc.message = e.what();
-    }
+    });
   });
   for (const auto& oc : outcomes) {
     EXPECT_EQ(oc.code, ErrorCode::kTimeout) << oc.message;

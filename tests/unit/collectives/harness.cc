@@ -1,13 +1,11 @@
 #include "tests/unit/collectives/harness.h"
 
-#include <exception>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "collectives/bootstrap/root_bootstrap.h"
 #include "collectives/transport/loopback/device.h"
 #include "common/error.h"
+#include "tests/unit/common/rank_threads.h"
 
 namespace rankmap::coll::testing {
 
@@ -27,52 +25,21 @@ std::vector<std::unique_ptr<transport::Context>> makeGroup(int worldSize, Backen
   std::string root = listener.address();
 
   std::vector<std::unique_ptr<transport::Context>> group(worldSize);
-  std::mutex mu;
-  std::exception_ptr first;
-  std::vector<std::thread> threads;
-  threads.reserve(worldSize);
-  for (int r = 0; r < worldSize; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        std::unique_ptr<bootstrap::Bootstrap> bs =
-            r == 0 ? bootstrap::makeRootBootstrap(std::move(listener), worldSize, deadline)
-                   : bootstrap::makeRootBootstrap(r, worldSize, root, deadline);
-        group[r] = device->connect(*bs, deadline);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!first) first = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+  rankmap::testing::runRanks(worldSize, [&](int r) {
+    std::unique_ptr<bootstrap::Bootstrap> bs =
+        r == 0 ? bootstrap::makeRootBootstrap(std::move(listener), worldSize, deadline)
+               : bootstrap::makeRootBootstrap(r, worldSize, root, deadline);
+    group[r] = device->connect(*bs, deadline);
+  });
   return group;
 }
 
 void spawn(int worldSize, Backend backend, const std::function<void(transport::Context&)>& fn,
            const SpawnOptions& options) {
   std::vector<std::unique_ptr<transport::Context>> group = makeGroup(worldSize, backend, options);
-  std::mutex mu;
-  std::exception_ptr first;
-  std::vector<std::thread> threads;
-  threads.reserve(worldSize);
-  for (int r = 0; r < worldSize; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(*group[r]);
-      } catch (...) {
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!first) first = std::current_exception();
-        }
-        // Close at once so that peers waiting on this rank fail fast with PeerError.
-        group[r].reset();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  group.clear();
-  if (first) std::rethrow_exception(first);
+  // A failing rank closes its context at once: peers waiting on it fail fast with PeerError.
+  rankmap::testing::runRanks(
+      worldSize, [&](int r) { fn(*group[r]); }, [&](int r) { group[r].reset(); });
 }
 
 }  // namespace rankmap::coll::testing

@@ -13,16 +13,13 @@
 #include "collectives/reduce/half.h"
 #include "collectives/reduce/reduction.h"
 #include "common/error.h"
+#include "tests/unit/collectives/type_lists.h"
 
 namespace rankmap::coll {
 namespace {
 
-constexpr DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,
-                                  DataType::kUint32,  DataType::kInt64,    DataType::kUint64,
-                                  DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                                  DataType::kFloat64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
-                                ReduceOp::kAvg};
+using testing::kAllOps;
+using testing::kAllTypes;
 
 // bf16 reference: the nearest bf16 to f (ties to even), by comparing the two neighbours in
 // double precision; NaN keeps sign and top payload, quiet.

@@ -10,17 +10,15 @@
 #include <gtest/gtest.h>
 
 #include "collectives/reduce/half.h"
+#include "tests/unit/collectives/type_lists.h"
 
 namespace rankmap::coll {
 namespace {
 
-constexpr int kWorldSizes[] = {1, 2, 3, 5, 7, 8, 13, 16};
+using testing::kAllOps;
+using testing::kAllTypes;
 
-std::vector<DataType> allTypes() {
-  std::vector<DataType> v;
-  for (int t = 0; t < kNumDataTypes; ++t) v.push_back(static_cast<DataType>(t));
-  return v;
-}
+constexpr int kWorldSizes[] = {1, 2, 3, 5, 7, 8, 13, 16};
 
 template <typename T>
 T input(DataType t, ReduceOp op, int r, uint64_t i) {
@@ -42,10 +40,9 @@ std::vector<std::byte> bytes(const void* p, size_t n) {
 }
 
 TEST(ReferenceValues, OneRankReducesToItsInput) {
-  for (DataType t : allTypes())
-    for (int o = 0; o < kNumReduceOps; ++o)
+  for (DataType t : kAllTypes)
+    for (ReduceOp op : kAllOps)
       for (uint64_t i = 0; i < 64; ++i) {
-        const auto op = static_cast<ReduceOp>(o);
         uint64_t in = 0, out = 0;
         referenceInput(t, op, 0, i, &in);
         referenceResult(t, op, 1, i, &out);
@@ -54,7 +51,7 @@ TEST(ReferenceValues, OneRankReducesToItsInput) {
 }
 
 TEST(ReferenceValues, InputsDependOnRankAndElement) {
-  for (DataType t : allTypes()) {
+  for (DataType t : kAllTypes) {
     const size_t es = elementSize(t);
     uint64_t a = 0, b = 0, c = 0;
     referenceInput(t, ReduceOp::kSum, 0, 5, &a);

@@ -42,13 +42,12 @@ std::string runOne(Algorithm algo, AlgoParams p, bool expectDecline = false) {
     }
   }
   if (expectDecline) return "expected a decline";
-  SimSetup setup;
-  setup.collective = p.collective;
-  setup.worldSize = p.worldSize;
-  setup.count = p.count;
-  setup.elementSize = p.elementSize;
-  setup.root = p.root;
-  setup.inPlace = p.inPlace;
+  const SimSetup setup{.collective = p.collective,
+                       .worldSize = p.worldSize,
+                       .count = p.count,
+                       .elementSize = p.elementSize,
+                       .root = p.root,
+                       .inPlace = p.inPlace};
   try {
     auto outcome = simulate(setup, scheds);
     return checkOutcome(setup, outcome);
@@ -63,6 +62,19 @@ std::string describe(Algorithm algo, const AlgoParams& p) {
                      p.elementSize, p.segmentBytes, p.numSlots, p.root, p.inPlace,
                      p.order.empty() ? "identity" : fmt::format("{}", fmt::join(p.order, ",")),
                      p.groups.size());
+}
+
+// One point of the sweeps below: 4-byte elements, 2 slots for one-element segments, else 8.
+AlgoParams sweepPoint(Collective coll, int n, uint64_t count, uint64_t segBytes, bool inPlace) {
+  AlgoParams p;
+  p.collective = coll;
+  p.worldSize = n;
+  p.count = count;
+  p.elementSize = 4;
+  p.segmentBytes = segBytes;
+  p.numSlots = segBytes == 4 ? 2 : 8;
+  p.inPlace = inPlace;
+  return p;
 }
 
 struct Case {
@@ -93,14 +105,7 @@ TEST_P(ScheduleMatrix, EveryElementExactlyOnceNoDeadlock) {
         if (n > 8 && segBytes == 4) continue;  // one-element segments: small sizes cover them
         for (bool inPlace : {false, true}) {
           for (int orderKind = 0; orderKind < 2; ++orderKind) {
-            AlgoParams p;
-            p.collective = coll;
-            p.worldSize = n;
-            p.count = count;
-            p.elementSize = 4;
-            p.segmentBytes = segBytes;
-            p.numSlots = segBytes == 4 ? 2 : 8;
-            p.inPlace = inPlace;
+            AlgoParams p = sweepPoint(coll, n, count, segBytes, inPlace);
             p.root = (n > 1 && (coll == Collective::kBroadcast || coll == Collective::kReduce))
                          ? static_cast<int>((count + 1) % static_cast<uint64_t>(n))
                          : 0;
@@ -148,14 +153,7 @@ TEST(ScheduleHier, EveryGroupShape) {
     for (uint64_t count : {0, 1, 5, 13, 64}) {
       for (uint64_t segBytes : {4, 12, 1 << 20}) {
         for (bool inPlace : {false, true}) {
-          AlgoParams p;
-          p.collective = Collective::kAllreduce;
-          p.worldSize = m * k;
-          p.count = count;
-          p.elementSize = 4;
-          p.segmentBytes = segBytes;
-          p.numSlots = segBytes == 4 ? 2 : 8;
-          p.inPlace = inPlace;
+          AlgoParams p = sweepPoint(Collective::kAllreduce, m * k, count, segBytes, inPlace);
           p.groups = makeGroups(m, k, static_cast<unsigned>(m * 100 + k * 10 + count));
           std::string err = runOne(Algorithm::kHier, p);
           if (!err.empty()) {
@@ -376,21 +374,21 @@ Schedule handMade(int rank, int n, uint64_t bytes, std::vector<Step> steps,
 }
 
 Step sendStep(int peer, uint32_t msg, Region src) {
-  Step s;
-  s.kind = StepKind::kSend;
-  s.peer = peer;
-  s.msg = msg;
-  s.src = src;
-  return s;
+  return {.kind = StepKind::kSend, .peer = peer, .msg = msg, .dst = {}, .src = src, .tmp = {}};
 }
 
 Step recvStep(int peer, uint32_t msg, Region dst) {
-  Step s;
-  s.kind = StepKind::kRecv;
-  s.peer = peer;
-  s.msg = msg;
-  s.dst = dst;
-  return s;
+  return {.kind = StepKind::kRecv, .peer = peer, .msg = msg, .dst = dst, .src = {}, .tmp = {}};
+}
+
+// What the simulator reports for `s`, or "" when it accepts them.
+std::string simulationError(const SimSetup& setup, const std::vector<Schedule>& s) {
+  try {
+    simulate(setup, s);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 TEST(Simulator, CatchesDeadlock) {
@@ -399,32 +397,18 @@ TEST(Simulator, CatchesDeadlock) {
   std::vector<Schedule> s;
   for (int r = 0; r < 2; ++r)
     s.push_back(handMade(r, 2, 8, {recvStep(1 - r, 0, out), sendStep(1 - r, 0, in)}, {{}, {0}}));
-  SimSetup setup;
-  setup.collective = Collective::kBroadcast;
-  setup.worldSize = 2;
-  setup.count = 2;
-  try {
-    simulate(setup, s);
-    FAIL() << "no deadlock reported";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("deadlock"), std::string::npos) << e.what();
-  }
+  const SimSetup setup{.collective = Collective::kBroadcast, .worldSize = 2, .count = 2};
+  const std::string error = simulationError(setup, s);
+  EXPECT_NE(error.find("deadlock"), std::string::npos) << "reported: '" << error << "'";
 }
 
 TEST(Simulator, CatchesMissingDependencyAndLengthMismatch) {
   const Region out{BufferId::kOutput, 0, 8}, in{BufferId::kInput, 0, 8};
-  SimSetup setup;
-  setup.collective = Collective::kAllgather;
-  setup.worldSize = 2;
-  setup.count = 2;
-  setup.elementSize = 4;
+  const SimSetup setup{.collective = Collective::kAllgather, .worldSize = 2, .count = 2};
   {
     // Rank 0 sends out[0,8) and receives into the same region with no dependency between.
     std::vector<Schedule> s;
-    Step copy;
-    copy.kind = StepKind::kCopy;
-    copy.dst = out;
-    copy.src = in;
+    const Step copy{.kind = StepKind::kCopy, .dst = out, .src = in, .tmp = {}};
     s.push_back(handMade(0, 2, 8, {copy, sendStep(1, 0, out), recvStep(1, 0, out)}, {{}, {0}, {}}));
     s.push_back(handMade(1, 2, 8, {sendStep(0, 0, in), recvStep(0, 0, out)}, {{}, {}}));
     EXPECT_THROW(simulate(setup, s), std::runtime_error);
@@ -433,12 +417,8 @@ TEST(Simulator, CatchesMissingDependencyAndLengthMismatch) {
     std::vector<Schedule> s;
     s.push_back(handMade(0, 2, 8, {sendStep(1, 0, in)}, {{}}));
     s.push_back(handMade(1, 2, 8, {recvStep(0, 0, Region{BufferId::kOutput, 0, 4})}, {{}}));
-    try {
-      simulate(setup, s);
-      FAIL() << "no length mismatch reported";
-    } catch (const std::runtime_error& e) {
-      EXPECT_NE(std::string(e.what()).find("expects"), std::string::npos) << e.what();
-    }
+    const std::string error = simulationError(setup, s);
+    EXPECT_NE(error.find("expects"), std::string::npos) << "reported: '" << error << "'";
   }
 }
 
@@ -446,16 +426,8 @@ TEST(Simulator, CatchesDoubleContributionAndWrongResult) {
   // Rank 1 reduces rank 0's data into its input twice: contributions overlap.
   const Region in{BufferId::kInput, 0, 4}, out{BufferId::kOutput, 0, 4};
   const Region tmp0{BufferId::kScratch, 0, 4};
-  SimSetup setup;
-  setup.collective = Collective::kAllreduce;
-  setup.worldSize = 2;
-  setup.count = 1;
-  Step rr;
-  rr.kind = StepKind::kRecvReduce;
-  rr.peer = 0;
-  rr.dst = out;
-  rr.src = in;
-  rr.tmp = tmp0;
+  const SimSetup setup{.collective = Collective::kAllreduce, .worldSize = 2, .count = 1};
+  const Step rr{.kind = StepKind::kRecvReduce, .peer = 0, .dst = out, .src = in, .tmp = tmp0};
   Step rr2 = rr;
   rr2.msg = 1;
   rr2.src = out;

@@ -14,6 +14,7 @@
 #include "collectives/bootstrap/root_bootstrap.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "tests/unit/common/config_util.h"
 
 namespace rankmap::coll::bootstrap {
 namespace {
@@ -171,13 +172,7 @@ TEST(RootBootstrap, RankLeavingBeforeAllgatherFailsEveryone) {
 }
 
 TEST(RootBootstrap, FromConfigValidatesSettings) {
-  auto load = [](std::map<std::string, std::string> env) {
-    Config::LoadOptions o;
-    o.env = std::move(env);
-    o.systemFile = "";
-    o.userFile = "";
-    return Config::load(o);
-  };
+  using rankmap::testing::configFrom;
   Deadline d = Deadline::afterMs(1000);
   auto expectInvalid = [&](const Config& c, const std::string& name) {
     try {
@@ -187,16 +182,19 @@ TEST(RootBootstrap, FromConfigValidatesSettings) {
       EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
     }
   };
-  expectInvalid(load({}), "RANKMAP_WORLD_SIZE");
-  expectInvalid(load({{"RANKMAP_WORLD_SIZE", "4"}}), "RANKMAP_RANK");
-  expectInvalid(load({{"RANKMAP_WORLD_SIZE", "4"}, {"RANKMAP_RANK", "4"}}), "RANKMAP_RANK");
-  expectInvalid(load({{"RANKMAP_WORLD_SIZE", "4"}, {"RANKMAP_RANK", "1"}}), "RANKMAP_ROOT");
-  expectInvalid(load({{"RANKMAP_WORLD_SIZE", "2"}, {"RANKMAP_RANK", "1"},
-                      {"RANKMAP_ROOT", "127.0.0.1"}}),
-                "RANKMAP_ROOT");
+  expectInvalid(configFrom({}), "RANKMAP_WORLD_SIZE");
+  expectInvalid(configFrom({{"RANKMAP_WORLD_SIZE", "4"}}), "RANKMAP_RANK");
+  expectInvalid(configFrom({{"RANKMAP_WORLD_SIZE", "4"}, {"RANKMAP_RANK", "4"}}), "RANKMAP_RANK");
+  expectInvalid(configFrom({{"RANKMAP_WORLD_SIZE", "4"}, {"RANKMAP_RANK", "1"}}), "RANKMAP_ROOT");
+  expectInvalid(
+      configFrom(
+          {{"RANKMAP_WORLD_SIZE", "2"}, {"RANKMAP_RANK", "1"}, {"RANKMAP_ROOT", "127.0.0.1"}}),
+      "RANKMAP_ROOT");
   // A complete configuration of a one-rank world works.
   auto bs = makeRootBootstrapFromConfig(
-      load({{"RANKMAP_WORLD_SIZE", "1"}, {"RANKMAP_RANK", "0"}, {"RANKMAP_ROOT", "127.0.0.1:0"}}), d);
+      configFrom(
+          {{"RANKMAP_WORLD_SIZE", "1"}, {"RANKMAP_RANK", "0"}, {"RANKMAP_ROOT", "127.0.0.1:0"}}),
+      d);
   EXPECT_EQ(bs->allgather("solo", d), std::vector<std::string>{"solo"});
 }
 

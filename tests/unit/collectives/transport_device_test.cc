@@ -12,17 +12,12 @@
 #include "collectives/transport/transport.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "tests/unit/common/config_util.h"
 
 namespace rankmap::coll::transport {
 namespace {
 
-Config load(std::map<std::string, std::string> env) {
-  Config::LoadOptions o;
-  o.env = std::move(env);
-  o.systemFile = "";
-  o.userFile = "";
-  return Config::load(o);
-}
+using rankmap::testing::configFrom;
 
 TEST(TransportFactory, BackendNamesRoundTrip) {
   for (Backend b : {Backend::Loopback, Backend::Tcp, Backend::Rdma}) {
@@ -32,19 +27,20 @@ TEST(TransportFactory, BackendNamesRoundTrip) {
 }
 
 TEST(TransportFactory, OptionsFromConfig) {
-  DeviceOptions o = deviceOptionsFromConfig(load({{"RANKMAP_TRANSPORT", "tcp"},
-                                                  {"RANKMAP_TCP_STREAMS", "4"},
-                                                  {"RANKMAP_SOCKET_BUFFER", "8M"},
-                                                  {"RANKMAP_SOCKET_IFNAME", "lo"}}));
+  DeviceOptions o = deviceOptionsFromConfig(configFrom({{"RANKMAP_TRANSPORT", "tcp"},
+                                                        {"RANKMAP_TCP_STREAMS", "4"},
+                                                        {"RANKMAP_SOCKET_BUFFER", "8M"},
+                                                        {"RANKMAP_SOCKET_IFNAME", "lo"}}));
   EXPECT_EQ(o.backend, Backend::Tcp);
   EXPECT_EQ(o.tcp.streams, 4);
   EXPECT_EQ(o.tcp.socketBuffer, 8u << 20);
   EXPECT_EQ(o.tcp.ifname, "lo");
   // auto picks rdma exactly when a verbs device exists.
-  EXPECT_EQ(deviceOptionsFromConfig(load({})).backend, rdmaAvailable() ? Backend::Rdma : Backend::Tcp);
-  EXPECT_THROW(deviceOptionsFromConfig(load({{"RANKMAP_TRANSPORT", "carrier-pigeon"}})),
+  EXPECT_EQ(deviceOptionsFromConfig(configFrom({})).backend,
+            rdmaAvailable() ? Backend::Rdma : Backend::Tcp);
+  EXPECT_THROW(deviceOptionsFromConfig(configFrom({{"RANKMAP_TRANSPORT", "carrier-pigeon"}})),
                InvalidInput);
-  EXPECT_THROW(deviceOptionsFromConfig(load({{"RANKMAP_TCP_STREAMS", "0"}})), InvalidInput);
+  EXPECT_THROW(deviceOptionsFromConfig(configFrom({{"RANKMAP_TCP_STREAMS", "0"}})), InvalidInput);
 }
 
 TEST(TransportFactory, TcpRejectsBadOptions) {

@@ -8,17 +8,12 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "tests/unit/common/config_util.h"
 
 namespace rankmap {
 namespace {
 
-Config::LoadOptions isolated(std::map<std::string, std::string> env = {}) {
-  Config::LoadOptions o;
-  o.env = std::move(env);
-  o.systemFile = "/nonexistent/rankmap.conf";
-  o.userFile = "";
-  return o;
-}
+using testing::isolatedLoad;
 
 TEST(Config, DefaultsMatchRegistry) {
   Config cfg;
@@ -38,7 +33,7 @@ TEST(Config, RegistryNamesAreUnique) {
 }
 
 TEST(Config, EnvironmentOverridesDefault) {
-  auto cfg = Config::load(isolated({{"RANKMAP_RANK", "3"}, {"RANKMAP_TIMEOUT", "250ms"}}));
+  auto cfg = Config::load(isolatedLoad({{"RANKMAP_RANK", "3"}, {"RANKMAP_TIMEOUT", "250ms"}}));
   EXPECT_EQ(cfg.get(settings::kRank), 3);
   EXPECT_EQ(cfg.get(settings::kTimeout), std::chrono::milliseconds(250));
   EXPECT_EQ(cfg.origin(SettingId::kRank), Config::Origin::Environment);
@@ -70,7 +65,7 @@ TEST(Config, PrecedenceCommandLineEnvUserSystem) {
 
 TEST(Config, BadValueNamesSourceSettingAndExpectation) {
   try {
-    Config::load(isolated({{"RANKMAP_RANK", "three"}}));
+    Config::load(isolatedLoad({{"RANKMAP_RANK", "three"}}));
     FAIL() << "expected InvalidInput";
   } catch (const InvalidInput& e) {
     std::string m = e.what();
@@ -78,8 +73,8 @@ TEST(Config, BadValueNamesSourceSettingAndExpectation) {
     EXPECT_NE(m.find("RANKMAP_RANK"), std::string::npos) << m;
     EXPECT_NE(m.find("integer"), std::string::npos) << m;
   }
-  EXPECT_THROW(Config::load(isolated({{"RANKMAP_TIMEOUT", "soon"}})), InvalidInput);
-  EXPECT_THROW(Config::load(isolated({{"RANKMAP_TIMEOUT", "-5s"}})), InvalidInput);
+  EXPECT_THROW(Config::load(isolatedLoad({{"RANKMAP_TIMEOUT", "soon"}})), InvalidInput);
+  EXPECT_THROW(Config::load(isolatedLoad({{"RANKMAP_TIMEOUT", "-5s"}})), InvalidInput);
 }
 
 TEST(Config, BadFileLineNamesFileAndLine) {
@@ -88,7 +83,7 @@ TEST(Config, BadFileLineNamesFileAndLine) {
   ASSERT_GE(fd, 0);
   close(fd);
   std::ofstream(path) << "RANKMAP_ALGO=ring\nthis is not a setting\n";
-  auto o = isolated();
+  auto o = isolatedLoad();
   o.userFile = path;
   try {
     Config::load(o);
@@ -100,11 +95,11 @@ TEST(Config, BadFileLineNamesFileAndLine) {
 }
 
 TEST(Config, UnknownNamesAreReportedNotFatal) {
-  auto cfg = Config::load(isolated({{"RANKMAP_TIMEOTU", "5s"}}));
+  auto cfg = Config::load(isolatedLoad({{"RANKMAP_TIMEOTU", "5s"}}));
   ASSERT_EQ(cfg.unknownNames().size(), 1u);
   EXPECT_NE(cfg.unknownNames()[0].find("RANKMAP_TIMEOTU"), std::string::npos);
   EXPECT_THROW(Config::load([] {
-                 auto o = isolated();
+                 auto o = isolatedLoad();
                  o.overrides = {{"RANKMAP_NOPE", "1"}};
                  return o;
                }()),

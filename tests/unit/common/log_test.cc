@@ -10,24 +10,19 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/json.h"
+#include "tests/unit/common/config_util.h"
 
 namespace rankmap {
 namespace {
 
-Config configWith(std::map<std::string, std::string> env) {
-  Config::LoadOptions o;
-  o.env = std::move(env);
-  o.systemFile = "/nonexistent";
-  o.userFile = "";
-  return Config::load(o);
-}
+using testing::configFrom;
 
 TEST(Log, LevelsAndSubsystemMask) {
-  log::configure(configWith({{"RANKMAP_LOG", "warn"}, {"RANKMAP_LOG_SUBSYS", "probe,coll"}}));
+  log::configure(configFrom({{"RANKMAP_LOG", "warn"}, {"RANKMAP_LOG_SUBSYS", "probe,coll"}}));
   EXPECT_TRUE(log::enabled(log::Subsys::Probe, log::Level::Warn));
   EXPECT_FALSE(log::enabled(log::Subsys::Probe, log::Level::Info));
   EXPECT_FALSE(log::enabled(log::Subsys::Agent, log::Level::Error));
-  log::configure(configWith({{"RANKMAP_LOG", "debug"}, {"RANKMAP_LOG_SUBSYS", "^net"}}));
+  log::configure(configFrom({{"RANKMAP_LOG", "debug"}, {"RANKMAP_LOG_SUBSYS", "^net"}}));
   EXPECT_TRUE(log::enabled(log::Subsys::Agent, log::Level::Debug));
   EXPECT_FALSE(log::enabled(log::Subsys::Net, log::Level::Error));
   log::configure(Config());
@@ -35,14 +30,14 @@ TEST(Log, LevelsAndSubsystemMask) {
 
 TEST(Log, BadSettingsNameTheVariable) {
   try {
-    log::configure(configWith({{"RANKMAP_LOG_SUBSYS", "probe,bogus"}}));
+    log::configure(configFrom({{"RANKMAP_LOG_SUBSYS", "probe,bogus"}}));
     FAIL();
   } catch (const InvalidInput& e) {
     EXPECT_NE(std::string(e.what()).find("RANKMAP_LOG_SUBSYS"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("bogus"), std::string::npos);
   }
-  EXPECT_THROW(log::configure(configWith({{"RANKMAP_LOG", "loud"}})), InvalidInput);
-  EXPECT_THROW(log::configure(configWith({{"RANKMAP_LOG_FORMAT", "xml"}})), InvalidInput);
+  EXPECT_THROW(log::configure(configFrom({{"RANKMAP_LOG", "loud"}})), InvalidInput);
+  EXPECT_THROW(log::configure(configFrom({{"RANKMAP_LOG_FORMAT", "xml"}})), InvalidInput);
 }
 
 TEST(Log, JsonLinesAreValidJsonEvenWithHostileText) {
@@ -50,7 +45,7 @@ TEST(Log, JsonLinesAreValidJsonEvenWithHostileText) {
   int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   close(fd);
-  log::configure(configWith({{"RANKMAP_LOG_FORMAT", "json"}, {"RANKMAP_LOG_FILE", path}}));
+  log::configure(configFrom({{"RANKMAP_LOG_FORMAT", "json"}, {"RANKMAP_LOG_FILE", path}}));
   RANKMAP_INFO(Probe, "pair {}->{}: \"quoted\" {{braces}} \n newline \x01 and bad utf8 \xff", 3, 5);
   log::configure(Config());
   std::ifstream in(path);

@@ -14,20 +14,14 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "tests/unit/common/plan_util.h"
 #include "tests/unit/shim_mpi/subprocess.h"
 
 namespace rankmap::agent::launch {
 namespace {
 
 using Argv = std::vector<std::string>;
-
-Plan makePlan(std::vector<std::string> hosts, std::vector<std::string> order, int k = 1) {
-  Plan p = Plan::identity(std::move(hosts), k);
-  p.order = std::move(order);
-  p.derivePermutation();
-  p.seal();
-  return p;
-}
+using testing::orderedPlan;
 
 Job job(std::initializer_list<const char*> hosts, int k = 1) {
   Job j;
@@ -87,7 +81,7 @@ class FakeAgent {
 
 TEST(PlanFromFile, ReadsAndRefuses) {
   testing::TempDir dir;
-  Plan p = makePlan({"a", "b"}, {"b", "a"});
+  Plan p = orderedPlan({"a", "b"}, {"b", "a"});
   p.save(dir.file("plan.json"));
   PlanResult r = planFromFile(dir.file("plan.json"), "");
   ASSERT_TRUE(r.plan) << r.error;
@@ -146,7 +140,7 @@ TEST(PlanFromTopology, PlansExactlyTheJobsHosts) {
 
 TEST(PlanForFramework, PlanFileThenTopologyThenNothing) {
   testing::TempDir dir;
-  Plan p = makePlan({"a", "b"}, {"b", "a"});
+  Plan p = orderedPlan({"a", "b"}, {"b", "a"});
   p.save(dir.file("plan.json"));
   twoRacks().save(dir.file("t.json"));
   int jobsMade = 0;
@@ -182,7 +176,7 @@ TEST(PlanForFramework, PlanFileThenTopologyThenNothing) {
 
 TEST(PlanFromAgent, AsksForExactlyTheJobsHosts) {
   FakeAgent agent;
-  Plan p = makePlan({"a", "b", "c"}, {"c", "a", "b"}, 2);
+  Plan p = orderedPlan({"a", "b", "c"}, {"c", "a", "b"}, 2);
   agent.body_ = p.dump();
   PlanResult r = planFromAgent(agent.url(), job({"a", "b", "c"}, 2), Deadline::afterMs(5000));
   ASSERT_TRUE(r.plan) << r.error;
@@ -194,7 +188,7 @@ TEST(PlanFromAgent, AsksForExactlyTheJobsHosts) {
 
 TEST(PlanFromAgent, AddressesComeFromTheAgentsTopology) {
   FakeAgent agent;
-  agent.body_ = makePlan({"a", "b"}, {"b", "a"}).dump();
+  agent.body_ = orderedPlan({"a", "b"}, {"b", "a"}).dump();
   agent.topology_ = twoRacks().dump();
   PlanResult r = planFromAgent(agent.url(), job({"10.0.0.1", "10.0.0.2"}), Deadline::afterMs(5000));
   ASSERT_TRUE(r.plan) << r.error;

@@ -10,6 +10,7 @@
 
 #include "agent/launch/mpirun.h"
 #include "common/error.h"
+#include "tests/unit/common/plan_util.h"
 
 namespace rankmap::agent::launch {
 namespace {
@@ -17,14 +18,7 @@ namespace {
 using Argv = std::vector<std::string>;
 
 Plan makePlan(std::vector<std::string> hosts, std::vector<std::string> order, int k = 1) {
-  Plan p = Plan::identity(std::move(hosts), k);
-  p.order = std::move(order);
-  p.confidence = 0.8;
-  p.predicted.basis = "allreduce 16 MiB ring";
-  p.predicted.speedup = 3.4;
-  p.derivePermutation();
-  p.seal();
-  return p;
+  return testing::orderedPlan(std::move(hosts), std::move(order), k, 0.8, 3.4);
 }
 
 std::unique_ptr<MpirunCommand> cmd(const Argv& argv, const std::string& hostfile = "") {

@@ -32,16 +32,18 @@ TEST_P(RoundRobinTest, EveryPairOnceNoHostTwiceInARound) {
 
 INSTANTIATE_TEST_SUITE_P(N1to33, RoundRobinTest, ::testing::Range(1, 34));
 
-TEST(PackFlows, NoHostOrUplinkTwiceInASlot) {
-  // 12 hosts in 3 groups of 4; all cross-group directed flows.
-  std::vector<int> groupOf(12);
-  for (int h = 0; h < 12; ++h) groupOf[static_cast<size_t>(h)] = h % 3;
+// Every directed flow between hosts of different groups, in host order.
+std::vector<HostPair> crossGroupFlows(const std::vector<int>& groupOf) {
   std::vector<HostPair> flows;
-  for (int a = 0; a < 12; ++a)
-    for (int b = 0; b < 12; ++b)
-      if (a != b && groupOf[static_cast<size_t>(a)] != groupOf[static_cast<size_t>(b)])
-        flows.emplace_back(a, b);
-  auto slots = packFlows(flows, groupOf, 0);
+  for (size_t a = 0; a < groupOf.size(); ++a)
+    for (size_t b = 0; b < groupOf.size(); ++b)
+      if (groupOf[a] != groupOf[b]) flows.emplace_back(static_cast<int>(a), static_cast<int>(b));
+  return flows;
+}
+
+// Checks that no slot uses a host, or a group's outbound or inbound uplink, twice; returns the
+// number of flows in all slots.
+size_t expectDisjointSlots(const std::vector<Round>& slots, const std::vector<int>& groupOf) {
   size_t total = 0;
   for (const auto& slot : slots) {
     std::set<int> hosts, outs, ins;
@@ -53,7 +55,16 @@ TEST(PackFlows, NoHostOrUplinkTwiceInASlot) {
     }
     total += slot.size();
   }
-  EXPECT_EQ(total, flows.size());
+  return total;
+}
+
+TEST(PackFlows, NoHostOrUplinkTwiceInASlot) {
+  // 12 hosts in 3 groups of 4; all cross-group directed flows.
+  std::vector<int> groupOf(12);
+  for (int h = 0; h < 12; ++h) groupOf[static_cast<size_t>(h)] = h % 3;
+  std::vector<HostPair> flows = crossGroupFlows(groupOf);
+  auto slots = packFlows(flows, groupOf, 0);
+  EXPECT_EQ(expectDisjointSlots(slots, groupOf), flows.size());
   // 3 groups: at most 3 cross flows per slot (one out of and one into each group).
   EXPECT_GE(slots.size(), flows.size() / 3);
 }
@@ -74,25 +85,10 @@ TEST(PackFlows, CrossRackFlowsOfFourRacksComeCloseToTheLowerBound) {
   // slots is the lower bound; first fit in this order needed 54.
   std::vector<int> groupOf(16);
   for (int h = 0; h < 16; ++h) groupOf[static_cast<size_t>(h)] = (h * 7 + 3) % 16 % 4;
-  std::vector<HostPair> flows;
-  for (int a = 0; a < 16; ++a)
-    for (int b = 0; b < 16; ++b)
-      if (groupOf[static_cast<size_t>(a)] != groupOf[static_cast<size_t>(b)])
-        flows.emplace_back(a, b);
+  std::vector<HostPair> flows = crossGroupFlows(groupOf);
   ASSERT_EQ(flows.size(), 192u);
   auto slots = packFlows(flows, groupOf, 4);
-  size_t total = 0;
-  for (const auto& slot : slots) {
-    std::set<int> hosts, outs, ins;
-    for (auto [a, b] : slot) {
-      EXPECT_TRUE(hosts.insert(a).second);
-      EXPECT_TRUE(hosts.insert(b).second);
-      EXPECT_TRUE(outs.insert(groupOf[static_cast<size_t>(a)]).second);
-      EXPECT_TRUE(ins.insert(groupOf[static_cast<size_t>(b)]).second);
-    }
-    total += slot.size();
-  }
-  EXPECT_EQ(total, 192u);
+  EXPECT_EQ(expectDisjointSlots(slots, groupOf), 192u);
   EXPECT_LE(slots.size(), 51u);
   EXPECT_EQ(packFlows(flows, groupOf, 4), slots);  // deterministic
 }

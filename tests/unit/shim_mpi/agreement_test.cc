@@ -6,20 +6,15 @@
 
 #include "common/config.h"
 #include "common/files.h"
+#include "tests/unit/common/config_util.h"
+#include "tests/unit/common/plan_util.h"
 #include "tests/unit/shim_mpi/subprocess.h"
 
 namespace rankmap::shim_mpi {
 namespace {
 
 Plan makePlan(std::vector<std::string> hosts, std::vector<std::string> order, int k = 1) {
-  Plan p = Plan::identity(std::move(hosts), k);
-  p.order = std::move(order);
-  p.confidence = 0.9;
-  p.predicted.basis = "allreduce 16 MiB ring";
-  p.predicted.speedup = 3.2;
-  p.derivePermutation();
-  p.seal();
-  return p;
+  return testing::orderedPlan(std::move(hosts), std::move(order), k, 0.9, 3.2);
 }
 
 std::vector<RankView> agreeing(const Plan& p, std::vector<std::string> hosts) {
@@ -118,11 +113,7 @@ TEST(ShimAgreement, PlanNotMatchingTheAgreedHashIsRefused) {
 }
 
 Config configWith(const std::string& plan) {
-  Config::LoadOptions o;
-  o.env = std::map<std::string, std::string>{{"RANKMAP_PLAN", plan}};
-  o.systemFile = "/nonexistent/rankmap.conf";
-  o.userFile = "/nonexistent/user.conf";
-  return Config::load(o);
+  return testing::configFrom({{"RANKMAP_PLAN", plan}});
 }
 
 TEST(ShimAgreement, LocalViewReadsThePlan) {

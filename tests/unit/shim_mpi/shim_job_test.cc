@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "common/plan.h"
+#include "tests/unit/common/plan_util.h"
 #include "tests/unit/shim_mpi/subprocess.h"
 
 namespace rankmap::shim_mpi {
@@ -24,12 +25,7 @@ constexpr int kRanks = 4;
 constexpr int kJobTimeoutMs = 60000;
 
 Plan makePlan(std::vector<std::string> hosts, std::vector<std::string> order, int k) {
-  Plan p = Plan::identity(std::move(hosts), k);
-  p.order = std::move(order);
-  p.confidence = 0.9;
-  p.derivePermutation();
-  p.seal();
-  return p;
+  return testing::orderedPlan(std::move(hosts), std::move(order), k, 0.9);
 }
 
 // mpirun on this machine; `contexts` are the MPMD parts (each: ranks, words before the program).
@@ -108,6 +104,15 @@ class ShimJob : public ::testing::Test {
 
   std::vector<std::string> withShim(const std::string& planPath) const {
     return {"-x", std::string("LD_PRELOAD=") + RANKMAP_SHIM_LIB, "-x", "RANKMAP_PLAN=" + planPath};
+  }
+
+  // An MPMD job of the C program: n1 ranks with `plan1`, then n2 with `plan2`. `-x` before the
+  // first program would reach only that one, so each part sets its own environment.
+  Completed twoPlanJob(int n1, const std::string& plan1, int n2, const std::string& plan2) {
+    const std::string preload = std::string("LD_PRELOAD=") + RANKMAP_SHIM_LIB;
+    return mpirun({"-np", std::to_string(n1), "env", preload, "RANKMAP_PLAN=" + dir_.file(plan1),
+                   RANKMAP_PROOF_C, ":", "-np", std::to_string(n2), "env", preload,
+                   "RANKMAP_PLAN=" + dir_.file(plan2), RANKMAP_PROOF_C});
   }
 
   // The plain run's check lines, the reference every shimmed run must reproduce.
@@ -191,11 +196,7 @@ TEST_F(ShimJob, SubstitutionRulesHold) {
 // One rank gets a different plan: every rank keeps the identity order, rank 0 says why once.
 TEST_F(ShimJob, DisagreeingPlanGivesIdentity) {
   const auto& reference = plainChecks();
-  // MPMD: -x before the first program would reach only that one, so each part sets its own.
-  std::string preload = std::string("LD_PRELOAD=") + RANKMAP_SHIM_LIB;
-  Completed c = mpirun({"-np", "1", "env", preload, "RANKMAP_PLAN=" + dir_.file("other.json"),
-                        RANKMAP_PROOF_C, ":", "-np", "3", "env", preload,
-                        "RANKMAP_PLAN=" + dir_.file("plan.json"), RANKMAP_PROOF_C});
+  Completed c = twoPlanJob(1, "other.json", 3, "plan.json");
   ASSERT_EQ(c.status, 0) << describe(c);
   EXPECT_EQ(rankMap(c.out), identityMap()) << describe(c);
   EXPECT_EQ(checks(c.out), reference) << describe(c);
@@ -204,10 +205,7 @@ TEST_F(ShimJob, DisagreeingPlanGivesIdentity) {
 }
 
 TEST_F(ShimJob, OneRankWithAnUnreadablePlanGivesIdentity) {
-  std::string preload = std::string("LD_PRELOAD=") + RANKMAP_SHIM_LIB;
-  Completed c = mpirun({"-np", "3", "env", preload, "RANKMAP_PLAN=" + dir_.file("plan.json"),
-                        RANKMAP_PROOF_C, ":", "-np", "1", "env", preload,
-                        "RANKMAP_PLAN=" + dir_.file("missing.json"), RANKMAP_PROOF_C});
+  Completed c = twoPlanJob(3, "plan.json", 1, "missing.json");
   ASSERT_EQ(c.status, 0) << describe(c);
   EXPECT_EQ(rankMap(c.out), identityMap()) << describe(c);
   EXPECT_EQ(countLines(c.err, "rank(s) 3 have no usable plan"), 1) << describe(c);

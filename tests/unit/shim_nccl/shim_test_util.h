@@ -2,14 +2,11 @@
 #pragma once
 
 #include <cstdint>
-#include <exception>
-#include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/plan.h"
+#include "tests/unit/common/rank_threads.h"
 
 namespace rankmap::testing {
 
@@ -24,24 +21,6 @@ inline Plan makePlan(int hosts, int ranksPerHost, const std::vector<int>& order)
   p.confidence = 0.9;
   p.seal();
   return p;
-}
-
-// Runs fn(rank) on one thread per rank; rethrows the first failure after all threads ended.
-inline void runRanks(int n, const std::function<void(int)>& fn) {
-  std::mutex mu;
-  std::exception_ptr first;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!first) first = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
 }
 
 // The value rank `rank` contributes at element `i` (distinct for every (rank, i), exact in int32
