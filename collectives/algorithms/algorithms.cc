@@ -22,6 +22,20 @@ int positionOf(const std::vector<int>& order, int rank) {
   RANKMAP_THROW(InternalError, "rank {} missing from the order", rank);
 }
 
+void copyInputToOwnBlock(ScheduleBuilder& b, const AlgoParams& p) {
+  const uint64_t mine = rankBlock(p.rank, p.count).begin;
+  forEachSegment(Range{0, p.count}, b.segmentElements(), [&](Range g) {
+    b.copy(b.output(mine + g.begin, g.len), b.input(g.begin, g.len));
+  });
+}
+
+void copyAndFinalize(ScheduleBuilder& b, uint64_t count) {
+  forEachSegment(Range{0, count}, b.segmentElements(), [&](Range g) {
+    b.copy(b.output(g.begin, g.len), b.input(g.begin, g.len));
+    b.finalize(b.output(g.begin, g.len));
+  });
+}
+
 }  // namespace algo
 
 namespace {

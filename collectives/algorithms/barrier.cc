@@ -8,13 +8,11 @@ namespace rankmap::coll::algo {
 
 Schedule disseminationBarrier(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
-  const auto order = effectiveOrder(p);
-  const int n = p.worldSize;
-  const int pos = positionOf(order, p.rank);
+  const Ring ring(p);
   const Region none{BufferId::kOutput, 0, 0};
-  for (int dist = 1; dist < n; dist *= 2) {
-    b.send(order[static_cast<size_t>(mod(pos + dist, n))], none);
-    b.recv(order[static_cast<size_t>(mod(pos - dist, n))], none);
+  for (int dist = 1; dist < ring.n; dist *= 2) {
+    b.send(ring.rankAt(ring.pos + dist), none);
+    b.recv(ring.rankAt(ring.pos - dist), none);
     b.fence();
   }
   return b.finish();

@@ -38,13 +38,47 @@ inline Range segment(Range r, uint64_t s, uint64_t segElems) {
   return {b, std::min(segElems, r.end() - b)};
 }
 
+// Calls fn(segment) for the segments of r, in order.
+template <typename Fn>
+void forEachSegment(Range r, uint64_t segElems, Fn&& fn) {
+  for (uint64_t s = 0, n = numSegments(r.len, segElems); s < n; ++s) fn(segment(r, s, segElems));
+}
+
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // order[pos] = rank; identity when empty.
 std::vector<int> effectiveOrder(const AlgoParams& p);
 int positionOf(const std::vector<int>& order, int rank);
+// The rank at `position` modulo ring.size(): the neighbours of position p are p - 1 and p + 1.
+inline int rankAt(const std::vector<int>& ring, int position) {
+  return ring[static_cast<size_t>(mod(position, static_cast<int>(ring.size())))];
+}
 
-// Generators (one per collective and algorithm); `order` is effectiveOrder(p).
+// Where every generator starts: the ring order (effectiveOrder(p)) and this rank's position in it.
+// Trees and rhd number their nodes by the same positions.
+struct Ring {
+  explicit Ring(const AlgoParams& p)
+      : order(effectiveOrder(p)), n(p.worldSize), pos(positionOf(order, p.rank)) {}
+  int rankAt(int position) const { return algo::rankAt(order, position); }
+  // How far this rank is from `rank` along the ring (0 when it is `rank`).
+  int distanceFrom(int rank) const { return mod(pos - positionOf(order, rank), n); }
+
+  std::vector<int> order;
+  int n;
+  int pos;
+};
+
+// Rank r's block of the allgather output / reducescatter input, `count` elements per rank.
+inline Range rankBlock(int r, uint64_t count) { return {static_cast<uint64_t>(r) * count, count}; }
+
+// Allgather: this rank's input into its own block of the output, segment by segment (no step
+// when in place).
+void copyInputToOwnBlock(ScheduleBuilder& b, const AlgoParams& p);
+// A world of one for reducing collectives: the output is the input, copied and finalized
+// segment by segment.
+void copyAndFinalize(ScheduleBuilder& b, uint64_t count);
+
+// Generators (one per collective and algorithm), each starting from Ring(p).
 Schedule ringAllreduce(const AlgoParams& p);
 Schedule ringAllgather(const AlgoParams& p);
 Schedule ringReduceScatter(const AlgoParams& p);

@@ -39,32 +39,26 @@ int largestPowerOfTwoAtMost(int n) {
 
 Schedule rhdAllreduce(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
-  const auto order = effectiveOrder(p);
-  const int n = p.worldSize;
-  const int pos = positionOf(order, p.rank);
+  const Ring ring(p);
+  const int pos = ring.pos;
   const uint64_t se = b.segmentElements();
-  const int P = largestPowerOfTwoAtMost(n);
-  const int extra = n - P;
+  const int P = largestPowerOfTwoAtMost(ring.n);
+  const int extra = ring.n - P;
   const Range all{0, p.count};
-  auto segments = [&](Range r, const auto& fn) {
-    for (uint64_t s = 0, ns = numSegments(r.len, se); s < ns; ++s) fn(segment(r, s, se));
-  };
   // Virtual rank v lives at position v < extra ? 2v + 1 : v + extra.
-  auto rankOfVirtual = [&](int v) {
-    return order[static_cast<size_t>(v < extra ? 2 * v + 1 : v + extra)];
-  };
+  auto rankOfVirtual = [&](int v) { return ring.rankAt(v < extra ? 2 * v + 1 : v + extra); };
   bool dataInInput = true;
   int v;
   if (pos < 2 * extra) {
     if (pos % 2 == 0) {
       // Hands its vector to the odd neighbour and gets the result back.
-      const int partner = order[static_cast<size_t>(pos + 1)];
-      segments(all, [&](Range g) { b.send(partner, b.input(g.begin, g.len)); });
-      segments(all, [&](Range g) { b.recv(partner, b.output(g.begin, g.len)); });
+      const int partner = ring.rankAt(pos + 1);
+      forEachSegment(all, se, [&](Range g) { b.send(partner, b.input(g.begin, g.len)); });
+      forEachSegment(all, se, [&](Range g) { b.recv(partner, b.output(g.begin, g.len)); });
       return b.finish();
     }
-    const int partner = order[static_cast<size_t>(pos - 1)];
-    segments(all, [&](Range g) {
+    const int partner = ring.rankAt(pos - 1);
+    forEachSegment(all, se, [&](Range g) {
       b.recvReduce(partner, b.output(g.begin, g.len), b.input(g.begin, g.len));
     });
     dataInInput = false;
@@ -108,8 +102,11 @@ Schedule rhdAllreduce(const AlgoParams& p) {
     if (upper) lo = mid; else hi = mid;
   }
   Range mine = blocks(lo, hi);
-  if (P == 1 && dataInInput) segments(mine, [&](Range g) { b.copy(b.output(g.begin, g.len), b.input(g.begin, g.len)); });
-  segments(mine, [&](Range g) { b.finalize(b.output(g.begin, g.len)); });
+  if (P == 1 && dataInInput) {
+    forEachSegment(mine, se,
+                   [&](Range g) { b.copy(b.output(g.begin, g.len), b.input(g.begin, g.len)); });
+  }
+  forEachSegment(mine, se, [&](Range g) { b.finalize(b.output(g.begin, g.len)); });
   // Allgather by recursive doubling: the same exchanges in reverse, each giving back the half
   // the partner reduced.
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
@@ -118,29 +115,25 @@ Schedule rhdAllreduce(const AlgoParams& p) {
              [&](Range g) { b.recv(it->partner, b.output(g.begin, g.len)); });
   }
   if (pos < 2 * extra) {
-    const int partner = order[static_cast<size_t>(pos - 1)];
-    segments(all, [&](Range g) { b.send(partner, b.output(g.begin, g.len)); });
+    const int partner = ring.rankAt(pos - 1);
+    forEachSegment(all, se, [&](Range g) { b.send(partner, b.output(g.begin, g.len)); });
   }
   return b.finish();
 }
 
 Schedule rhdAllgather(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
-  const auto order = effectiveOrder(p);
-  const int n = p.worldSize;
-  const int v = positionOf(order, p.rank);
+  const Ring ring(p);
+  const int v = ring.pos;
   const uint64_t c = p.count, se = b.segmentElements();
   const uint64_t nseg = numSegments(c, se);
-  auto block = [&](int x) { return Range{static_cast<uint64_t>(order[static_cast<size_t>(x)]) * c, c}; };
-  for (uint64_t s = 0; s < nseg; ++s) {
-    Range g = segment(Range{0, c}, s, se);
-    b.copy(b.output(static_cast<uint64_t>(p.rank) * c + g.begin, g.len), b.input(g.begin, g.len));
-  }
+  auto block = [&](int x) { return rankBlock(ring.rankAt(x), c); };
+  copyInputToOwnBlock(b, p);
   // held: the virtual blocks this rank has, ascending; the partner at distance `mask` holds the
   // same set with bit `mask` flipped, in the same order.
   std::vector<int> held = {v};
-  for (int mask = n / 2; mask >= 1; mask /= 2) {
-    const int partner = order[static_cast<size_t>(v ^ mask)];
+  for (int mask = ring.n / 2; mask >= 1; mask /= 2) {
+    const int partner = ring.rankAt(v ^ mask);
     std::vector<int> next;
     for (int x : held) {
       Range mineB = block(x), theirs = block(x ^ mask);
@@ -160,19 +153,14 @@ Schedule rhdAllgather(const AlgoParams& p) {
 
 Schedule rhdReduceScatter(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
-  const auto order = effectiveOrder(p);
-  const int n = p.worldSize;
-  const int v = positionOf(order, p.rank);
+  const Ring ring(p);
+  const int n = ring.n, v = ring.pos;
   const uint64_t c = p.count, se = b.segmentElements();
   const uint64_t nseg = numSegments(c, se);
   const size_t es = p.elementSize;
-  auto inBlock = [&](int x) { return static_cast<uint64_t>(order[static_cast<size_t>(x)]) * c; };
+  auto inBlock = [&](int x) { return rankBlock(ring.rankAt(x), c).begin; };
   if (n == 1) {
-    for (uint64_t s = 0; s < nseg; ++s) {
-      Range g = segment(Range{0, c}, s, se);
-      b.copy(b.output(g.begin, g.len), b.input(g.begin, g.len));
-      b.finalize(b.output(g.begin, g.len));
-    }
+    copyAndFinalize(b, c);
     return b.finish();
   }
   // held: the virtual blocks this rank is still responsible for; halved nearest partner first.
@@ -185,7 +173,7 @@ Schedule rhdReduceScatter(const AlgoParams& p) {
   std::vector<int> slotOf(static_cast<size_t>(n), -1);
   bool first = true;
   for (int mask = 1; mask < n; mask *= 2) {
-    const int partner = order[static_cast<size_t>(v ^ mask)];
+    const int partner = ring.rankAt(v ^ mask);
     std::vector<int> keep, give;
     for (int x : held) ((x & mask) == (v & mask) ? keep : give).push_back(x);
     if (first)

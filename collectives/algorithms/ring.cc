@@ -22,16 +22,10 @@ void ringReduceScatterSpan(ScheduleBuilder& b, const std::vector<int>& ring, int
   const uint64_t se = b.segmentElements();
   if (m == 1) {
     if (dataInInput) b.copy(b.output(span.begin, span.len), b.input(span.begin, span.len));
-    if (finalize) {
-      for (uint64_t s = 0, n = numSegments(span.len, se); s < n; ++s) {
-        Range g = segment(span, s, se);
-        b.finalize(b.output(g.begin, g.len));
-      }
-    }
+    if (finalize) forEachSegment(span, se, [&](Range g) { b.finalize(b.output(g.begin, g.len)); });
     return;
   }
-  const int left = ring[static_cast<size_t>(mod(pos - 1, m))];
-  const int right = ring[static_cast<size_t>(mod(pos + 1, m))];
+  const int left = rankAt(ring, pos - 1), right = rankAt(ring, pos + 1);
   Partition part{span.len, static_cast<uint64_t>(m)};
   // The local contribution of a block is read from the input until the block is first written.
   auto local = [&](Range g) { return dataInInput ? b.input(g.begin, g.len) : b.output(g.begin, g.len); };
@@ -57,8 +51,7 @@ void ringAllgatherSpan(ScheduleBuilder& b, const std::vector<int>& ring, int pos
   const int m = static_cast<int>(ring.size());
   if (m == 1) return;
   const uint64_t se = b.segmentElements();
-  const int left = ring[static_cast<size_t>(mod(pos - 1, m))];
-  const int right = ring[static_cast<size_t>(mod(pos + 1, m))];
+  const int left = rankAt(ring, pos - 1), right = rankAt(ring, pos + 1);
   Partition part{span.len, static_cast<uint64_t>(m)};
   for (int k = 0; k + 1 < m; ++k) {
     Range sb = part.block(static_cast<uint64_t>(mod(pos + 1 - k, m)), span.begin);
@@ -79,31 +72,24 @@ void ringAllgatherSpan(ScheduleBuilder& b, const std::vector<int>& ring, int pos
 
 Schedule ringAllreduce(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
-  auto order = effectiveOrder(p);
-  int pos = positionOf(order, p.rank);
-  Range all{0, p.count};
-  ringReduceScatterSpan(b, order, pos, all, /*dataInInput=*/true, /*finalize=*/true);
-  ringAllgatherSpan(b, order, pos, all);
+  const Ring ring(p);
+  const Range all{0, p.count};
+  ringReduceScatterSpan(b, ring.order, ring.pos, all, /*dataInInput=*/true, /*finalize=*/true);
+  ringAllgatherSpan(b, ring.order, ring.pos, all);
   return b.finish();
 }
 
 Schedule ringAllgather(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
-  auto order = effectiveOrder(p);
-  const int n = p.worldSize;
-  const int pos = positionOf(order, p.rank);
+  const Ring ring(p);
   const uint64_t c = p.count, se = b.segmentElements();
-  const int left = order[static_cast<size_t>(mod(pos - 1, n))];
-  const int right = order[static_cast<size_t>(mod(pos + 1, n))];
+  const int left = ring.rankAt(ring.pos - 1), right = ring.rankAt(ring.pos + 1);
   // Ring block j is rank order[j - 1]'s block, so position p starts holding block p + 1.
-  auto block = [&](int j) { return Range{static_cast<uint64_t>(order[static_cast<size_t>(mod(j - 1, n))]) * c, c}; };
+  auto block = [&](int j) { return rankBlock(ring.rankAt(j - 1), c); };
   const uint64_t nseg = numSegments(c, se);
-  for (uint64_t s = 0; s < nseg; ++s) {
-    Range g = segment(Range{0, c}, s, se);
-    b.copy(b.output(static_cast<uint64_t>(p.rank) * c + g.begin, g.len), b.input(g.begin, g.len));
-  }
-  for (int k = 0; k + 1 < n; ++k) {
-    Range sb = block(pos + 1 - k), rb = block(pos - k);
+  copyInputToOwnBlock(b, p);
+  for (int k = 0; k + 1 < ring.n; ++k) {
+    Range sb = block(ring.pos + 1 - k), rb = block(ring.pos - k);
     for (uint64_t s = 0; s < nseg; ++s) {
       Range gs = segment(sb, s, se), gr = segment(rb, s, se);
       // Step 0 sends straight from the input: no need to wait for the local copy.
@@ -116,22 +102,16 @@ Schedule ringAllgather(const AlgoParams& p) {
 
 Schedule ringReduceScatter(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
-  auto order = effectiveOrder(p);
-  const int n = p.worldSize;
-  const int pos = positionOf(order, p.rank);
+  const Ring ring(p);
   const uint64_t c = p.count, se = b.segmentElements();
   const uint64_t nseg = numSegments(c, se);
-  if (n == 1) {
-    for (uint64_t s = 0; s < nseg; ++s) {
-      Range g = segment(Range{0, c}, s, se);
-      b.copy(b.output(g.begin, g.len), b.input(g.begin, g.len));
-      b.finalize(b.output(g.begin, g.len));
-    }
+  if (ring.n == 1) {
+    copyAndFinalize(b, c);
     return b.finish();
   }
-  const int left = order[static_cast<size_t>(mod(pos - 1, n))];
-  const int right = order[static_cast<size_t>(mod(pos + 1, n))];
-  auto block = [&](int j) { return Range{static_cast<uint64_t>(order[static_cast<size_t>(mod(j - 1, n))]) * c, c}; };
+  const int n = ring.n, pos = ring.pos;
+  const int left = ring.rankAt(pos - 1), right = ring.rankAt(pos + 1);
+  auto block = [&](int j) { return rankBlock(ring.rankAt(j - 1), c); };
   // Partial sums travel in two arena banks (step k writes bank k % 2, step k + 1 sends it): they
   // stay live for a whole step, longer than the slot ring guarantees.
   const Region banks[2] = {b.arena(c * p.elementSize), b.arena(c * p.elementSize)};
@@ -159,16 +139,12 @@ Schedule ringReduceScatter(const AlgoParams& p) {
 
 Schedule ringBroadcast(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
-  auto order = effectiveOrder(p);
-  const int n = p.worldSize;
-  const int rootPos = positionOf(order, p.root);
+  const Ring ring(p);
+  const int n = ring.n;
   // q = distance from the root along the ring: the chain root -> q=1 -> ... -> q=n-1.
-  const int q = mod(positionOf(order, p.rank) - rootPos, n);
-  const int prev = order[static_cast<size_t>(mod(rootPos + q - 1, n))];
-  const int next = order[static_cast<size_t>(mod(rootPos + q + 1, n))];
-  const uint64_t se = b.segmentElements();
-  for (uint64_t s = 0, ns = numSegments(p.count, se); s < ns; ++s) {
-    Range g = segment(Range{0, p.count}, s, se);
+  const int q = ring.distanceFrom(p.root);
+  const int prev = ring.rankAt(ring.pos - 1), next = ring.rankAt(ring.pos + 1);
+  forEachSegment(Range{0, p.count}, b.segmentElements(), [&](Range g) {
     if (q == 0) {
       if (n > 1) b.send(next, b.input(g.begin, g.len));
       b.copy(b.output(g.begin, g.len), b.input(g.begin, g.len));
@@ -176,22 +152,18 @@ Schedule ringBroadcast(const AlgoParams& p) {
       b.recv(prev, b.output(g.begin, g.len));
       if (q + 1 < n) b.send(next, b.output(g.begin, g.len));
     }
-  }
+  });
   return b.finish();
 }
 
 Schedule ringReduce(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
-  auto order = effectiveOrder(p);
-  const int n = p.worldSize;
-  const int rootPos = positionOf(order, p.root);
+  const Ring ring(p);
+  const int n = ring.n;
   // The chain runs q = n-1 -> n-2 -> ... -> 0 (the root); partial sums ride in slots.
-  const int q = mod(positionOf(order, p.rank) - rootPos, n);
-  const int from = order[static_cast<size_t>(mod(rootPos + q + 1, n))];
-  const int to = order[static_cast<size_t>(mod(rootPos + q - 1, n))];
-  const uint64_t se = b.segmentElements();
-  for (uint64_t s = 0, ns = numSegments(p.count, se); s < ns; ++s) {
-    Range g = segment(Range{0, p.count}, s, se);
+  const int q = ring.distanceFrom(p.root);
+  const int from = ring.rankAt(ring.pos + 1), to = ring.rankAt(ring.pos - 1);
+  forEachSegment(Range{0, p.count}, b.segmentElements(), [&](Range g) {
     Region mine = b.input(g.begin, g.len);
     if (q == 0) {
       if (n > 1) b.recvReduce(from, b.output(g.begin, g.len), mine);
@@ -202,7 +174,7 @@ Schedule ringReduce(const AlgoParams& p) {
     } else {
       b.send(to, b.recvReduceIntoSlot(from, mine));
     }
-  }
+  });
   return b.finish();
 }
 

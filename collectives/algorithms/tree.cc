@@ -65,17 +65,11 @@ int64_t at(const std::vector<int>& v, int x) { return v[static_cast<size_t>(x)];
 
 Schedule treeAllreduce(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
-  const auto order = effectiveOrder(p);
-  const int n = p.worldSize;
-  const int pos = positionOf(order, p.rank);
+  const Ring ring(p);
+  const int n = ring.n, pos = ring.pos;
   const uint64_t se = b.segmentElements();
-  auto rankAt = [&](int x) { return order[static_cast<size_t>(x)]; };
   if (n == 1) {
-    for (uint64_t s = 0, ns = numSegments(p.count, se); s < ns; ++s) {
-      Range g = segment(Range{0, p.count}, s, se);
-      b.copy(b.output(g.begin, g.len), b.input(g.begin, g.len));
-      b.finalize(b.output(g.begin, g.len));
-    }
+    copyAndFinalize(b, p.count);
     return b.finish();
   }
   const uint64_t firstHalf = (p.count + 1) / 2;
@@ -103,24 +97,25 @@ Schedule treeAllreduce(const AlgoParams& p) {
         int64_t s = time - at(sh.height, c);
         if (!inRange(s)) continue;
         Range g = seg(s);
-        b.recvReduce(rankAt(c), b.output(g.begin, g.len),
+        b.recvReduce(ring.rankAt(c), b.output(g.begin, g.len),
                      i == 0 ? b.input(g.begin, g.len) : b.output(g.begin, g.len));
       }
       if (int64_t s = time - h; inRange(s)) {
         Range g = seg(s);
         if (parent >= 0)
-          b.send(rankAt(parent), kids[t].empty() ? b.input(g.begin, g.len) : b.output(g.begin, g.len));
+          b.send(ring.rankAt(parent),
+                 kids[t].empty() ? b.input(g.begin, g.len) : b.output(g.begin, g.len));
         else
           b.finalize(b.output(g.begin, g.len));
       }
       // Down: the result from the parent, then on to the children.
       if (int64_t s = time - rootH - d; parent >= 0 && inRange(s)) {
         Range g = seg(s);
-        b.recv(rankAt(parent), b.output(g.begin, g.len));
+        b.recv(ring.rankAt(parent), b.output(g.begin, g.len));
       }
       if (int64_t s = time - rootH - d - 1; inRange(s)) {
         Range g = seg(s);
-        for (int c : kids[t]) b.send(rankAt(c), b.output(g.begin, g.len));
+        for (int c : kids[t]) b.send(ring.rankAt(c), b.output(g.begin, g.len));
       }
     }
   }
@@ -137,13 +132,14 @@ struct RootedTree {
   std::function<int(int)> rankAt;
 };
 
-RootedTree rootedTree(const AlgoParams& p, const std::vector<int>& order) {
-  const int n = p.worldSize;
-  const int rootPos = positionOf(order, p.root);
+RootedTree rootedTree(const AlgoParams& p) {
+  const Ring ring(p);
+  const int n = ring.n;
+  const int rootPos = positionOf(ring.order, p.root);
   RootedTree rt;
   rt.shape = shapeOf(n, [&](int x) { return binaryTree(n, x); });
-  rt.me = mod(positionOf(order, p.rank) - rootPos, n);
-  rt.rankAt = [order, rootPos, n](int x) { return order[static_cast<size_t>(mod(x + rootPos, n))]; };
+  rt.me = ring.distanceFrom(p.root);
+  rt.rankAt = [ring, rootPos](int x) { return ring.rankAt(x + rootPos); };
   return rt;
 }
 
@@ -151,13 +147,10 @@ RootedTree rootedTree(const AlgoParams& p, const std::vector<int>& order) {
 
 Schedule treeBroadcast(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
-  const auto order = effectiveOrder(p);
-  const RootedTree rt = rootedTree(p, order);
+  const RootedTree rt = rootedTree(p);
   const TreeNode& node = rt.shape.nodes[static_cast<size_t>(rt.me)];
-  const uint64_t se = b.segmentElements();
   // Segment s leaves a node of depth d at time s + d: per segment, receive then forward.
-  for (uint64_t s = 0, ns = numSegments(p.count, se); s < ns; ++s) {
-    Range g = segment(Range{0, p.count}, s, se);
+  forEachSegment(Range{0, p.count}, b.segmentElements(), [&](Range g) {
     Region src = b.output(g.begin, g.len);
     if (node.parent < 0) {
       src = b.input(g.begin, g.len);
@@ -166,14 +159,13 @@ Schedule treeBroadcast(const AlgoParams& p) {
       b.recv(rt.rankAt(node.parent), b.output(g.begin, g.len));
     }
     for (int c : node.children) b.send(rt.rankAt(c), src);
-  }
+  });
   return b.finish();
 }
 
 Schedule treeReduce(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
-  const auto order = effectiveOrder(p);
-  const RootedTree rt = rootedTree(p, order);
+  const RootedTree rt = rootedTree(p);
   const TreeShape& sh = rt.shape;
   const TreeNode& node = sh.nodes[static_cast<size_t>(rt.me)];
   const auto kids = childrenByHeight(sh, rt.me);

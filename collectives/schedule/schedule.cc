@@ -112,6 +112,7 @@ void ScheduleBuilder::checkBounds(const Region& r) const {
 
 Region ScheduleBuilder::canonical(Region r) const {
   checkBounds(r);
+  // Scratch never aliases: slots and arenas pass through unchanged.
   if (opts_.alias.kind == Alias::Kind::kInputInOutput && r.buffer == BufferId::kInput)
     return Region{BufferId::kOutput, r.offset + opts_.alias.offset, r.bytes};
   if (opts_.alias.kind == Alias::Kind::kOutputInInput && r.buffer == BufferId::kOutput)
@@ -190,49 +191,43 @@ void ScheduleBuilder::add(Step step, std::initializer_list<Region> reads,
   sinceFence_.push_back(index);
 }
 
-void ScheduleBuilder::send(int peer, Region src) {
+Step ScheduleBuilder::message(StepKind kind, int peer) {
   RANKMAP_ASSERT(peer >= 0 && peer < opts_.worldSize && peer != opts_.rank);
+  auto& counts = kind == StepKind::kSend ? sendCount_ : recvCount_;
   Step s;
-  s.kind = StepKind::kSend;
+  s.kind = kind;
   s.peer = peer;
-  s.msg = sendCount_[static_cast<size_t>(peer)]++;
+  s.msg = counts[static_cast<size_t>(peer)]++;
+  return s;
+}
+
+void ScheduleBuilder::send(int peer, Region src) {
+  Step s = message(StepKind::kSend, peer);
   s.src = canonical(src);
   add(s, {s.src}, {});
 }
 
 void ScheduleBuilder::recv(int peer, Region dst) {
-  RANKMAP_ASSERT(peer >= 0 && peer < opts_.worldSize && peer != opts_.rank);
-  Step s;
-  s.kind = StepKind::kRecv;
-  s.peer = peer;
-  s.msg = recvCount_[static_cast<size_t>(peer)]++;
+  Step s = message(StepKind::kRecv, peer);
   s.dst = canonical(dst);
   add(s, {}, {s.dst});
 }
 
 void ScheduleBuilder::recvReduce(int peer, Region dst, Region src) {
-  RANKMAP_ASSERT(peer >= 0 && peer < opts_.worldSize && peer != opts_.rank);
   RANKMAP_ASSERT(dst.bytes == src.bytes);
-  if (dst.bytes == 0) return;
-  Step s;
-  s.kind = StepKind::kRecvReduce;
-  s.peer = peer;
-  s.msg = recvCount_[static_cast<size_t>(peer)]++;
-  s.dst = dst.buffer == BufferId::kScratch ? dst : canonical(dst);
-  s.src = src.buffer == BufferId::kScratch ? src : canonical(src);
+  if (dst.bytes == 0) return;  // no message, so no message number taken
+  Step s = message(StepKind::kRecvReduce, peer);
+  s.dst = canonical(dst);
+  s.src = canonical(src);
   s.tmp = nextSlot(dst.bytes);
   // The slot is written by the receive, then read; dst is written after src is read.
   add(s, {s.src}, {s.tmp, s.dst});
 }
 
 Region ScheduleBuilder::recvReduceIntoSlot(int peer, Region src) {
-  RANKMAP_ASSERT(peer >= 0 && peer < opts_.worldSize && peer != opts_.rank);
   RANKMAP_ASSERT(src.bytes > 0);
-  Step s;
-  s.kind = StepKind::kRecvReduce;
-  s.peer = peer;
-  s.msg = recvCount_[static_cast<size_t>(peer)]++;
-  s.src = src.buffer == BufferId::kScratch ? src : canonical(src);
+  Step s = message(StepKind::kRecvReduce, peer);
+  s.src = canonical(src);
   s.tmp = nextSlot(src.bytes);
   s.dst = s.tmp;
   add(s, {s.src}, {s.tmp});
@@ -244,8 +239,8 @@ void ScheduleBuilder::copy(Region dst, Region src) {
   if (dst.bytes == 0) return;
   Step s;
   s.kind = StepKind::kCopy;
-  s.dst = dst.buffer == BufferId::kScratch ? dst : canonical(dst);
-  s.src = src.buffer == BufferId::kScratch ? src : canonical(src);
+  s.dst = canonical(dst);
+  s.src = canonical(src);
   if (s.dst == s.src) return;  // in place: nothing to move
   add(s, {s.src}, {s.dst});
 }
@@ -254,7 +249,7 @@ void ScheduleBuilder::finalize(Region dst) {
   if (dst.bytes == 0) return;
   Step s;
   s.kind = StepKind::kFinalize;
-  s.dst = dst.buffer == BufferId::kScratch ? dst : canonical(dst);
+  s.dst = canonical(dst);
   add(s, {s.dst}, {s.dst});
 }
 

@@ -150,7 +150,10 @@ class ScheduleBuilder {
   };
   using SpanMap = std::map<uint64_t, Span>;
 
+  // Checks r against its buffer and moves an aliased input or output region onto the other one.
   Region canonical(Region r) const;
+  // A send or receive step with `peer`, numbered among this rank's sends to (receives from) it.
+  Step message(StepKind kind, int peer);
   Region nextSlot(uint64_t bytes);
   void checkBounds(const Region& r) const;
   void splitAt(SpanMap& m, uint64_t x);

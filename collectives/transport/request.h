@@ -35,6 +35,12 @@ class RequestState final : public Request {
   bool complete();
   // Marks the request failed with `error` and wakes waiters; false if it had already finished.
   bool fail(std::exception_ptr error);
+  // fail() because the pair broke earlier with `failure`: PeerError when the peer was at fault
+  // (died, closed its context), else IoError. `rank` is this rank, for the message.
+  bool failBrokenPair(int rank, const std::string& failure, bool peerFault);
+  // fail() for a receive whose message has `sentBytes` instead of bytes(): InvalidInput naming
+  // the peer, the tag and both lengths (the contract in transport.h).
+  bool failSizeMismatch(int rank, uint64_t sentBytes);
   bool finished() const;
 
   OpKind kind() const { return kind_; }

@@ -34,6 +34,13 @@ void waitAll(std::vector<RequestPtr>& reqs, Deadline deadline) {
   if (first) std::rethrow_exception(first);
 }
 
+void Context::checkPeer(int peer) const {
+  if (peer < 0 || peer >= size()) {
+    RANKMAP_THROW(InvalidInput, "rank {}: peer {} out of range for a group of {}", rank(), peer,
+                  size());
+  }
+}
+
 void RequestState::wait(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!cv_.wait_until(lock, deadline.when(), [&] { return state_ != State::Pending; })) {
@@ -68,6 +75,19 @@ bool RequestState::fail(std::exception_ptr error) {
   }
   cv_.notify_all();
   return true;
+}
+
+bool RequestState::failBrokenPair(int rank, const std::string& failure, bool peerFault) {
+  if (peerFault) {
+    return fail(RANKMAP_MAKE_ERROR(PeerError, "rank {}: {} failed: {}", rank, describe(), failure));
+  }
+  return fail(RANKMAP_MAKE_ERROR(IoError, "rank {}: {} failed: {}", rank, describe(), failure));
+}
+
+bool RequestState::failSizeMismatch(int rank, uint64_t sentBytes) {
+  return fail(RANKMAP_MAKE_ERROR(
+      InvalidInput, "rank {}: message from {} tag {} has {} bytes but the receive expects {}", rank,
+      *peerName_, tag_, sentBytes, bytes_));
 }
 
 bool RequestState::finished() const {

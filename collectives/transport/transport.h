@@ -61,6 +61,8 @@ class Context {
 
  protected:
   Context(int rank, int size) : rank_(rank), size_(size) {}
+  // Throws InvalidInput unless 0 <= peer < size(); backends check every peer argument with it.
+  void checkPeer(int peer) const;
 
  private:
   int rank_;

@@ -23,13 +23,6 @@ LoopbackContext::LoopbackContext(std::shared_ptr<Fabric> fabric, int rank)
 
 LoopbackContext::~LoopbackContext() { fabric_->close(rank()); }
 
-void LoopbackContext::checkPeer(int peer) const {
-  if (peer < 0 || peer >= size()) {
-    RANKMAP_THROW(InvalidInput, "rank {}: peer {} out of range for a group of {}", rank(), peer,
-                  size());
-  }
-}
-
 RequestPtr LoopbackContext::isend(int peer, uint64_t tag, const void* buf, size_t bytes) {
   checkPeer(peer);
   return fabric_->pair(rank(), peer).send(tag, buf, bytes);

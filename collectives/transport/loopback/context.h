@@ -36,7 +36,6 @@ class LoopbackContext final : public Context {
   std::string backend() const override { return "loopback"; }
 
  private:
-  void checkPeer(int peer) const;
   std::shared_ptr<Fabric> fabric_;
 };
 

@@ -18,10 +18,7 @@ Pair::Pair(int src, int dst)
 
 void Pair::deliver(Message& msg, PostedRecv& recv) {
   if (msg.bytes != recv.bytes) {
-    recv.req->fail(RANKMAP_MAKE_ERROR(InvalidInput,
-                                      "rank {}: message from {} tag {} has {} bytes but the "
-                                      "receive expects {}",
-                                      dst_, *srcName_, recv.req->tag(), msg.bytes, recv.bytes));
+    recv.req->failSizeMismatch(dst_, msg.bytes);
   } else {
     if (msg.bytes > 0) {
       // Eager messages carry their bytes; the others still point at the sender's buffer.

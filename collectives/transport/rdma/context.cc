@@ -183,13 +183,6 @@ void RdmaContext::progressLoop() {
   }
 }
 
-void RdmaContext::checkPeer(int peer) const {
-  if (peer < 0 || peer >= size()) {
-    RANKMAP_THROW(InvalidInput, "rank {}: peer {} out of range for a group of {}", rank(), peer,
-                  size());
-  }
-}
-
 RequestPtr RdmaContext::isend(int peer, uint64_t tag, const void* buf, size_t bytes) {
   checkPeer(peer);
   if (peer == rank()) return self_.send(tag, buf, bytes);

@@ -54,7 +54,6 @@ class RdmaContext final : public Context {
   std::string backend() const override { return "rdma"; }
 
  private:
-  void checkPeer(int peer) const;
   void progressLoop();
   // Polls the completion queue dry; with mu_ held.
   void pollLocked();

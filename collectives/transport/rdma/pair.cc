@@ -194,15 +194,7 @@ void Pair::postWrite(uint64_t sendId, uint64_t remoteAddr, uint32_t rkey, uint32
   if (!backlog_.empty() || !postBacklogged(b)) backlog_.push_back(b);
 }
 
-void Pair::failRequest(RequestState& req) {
-  if (peerFault_) {
-    req.fail(RANKMAP_MAKE_ERROR(PeerError, "rank {}: {} failed: {}", rank_, req.describe(),
-                                failure_));
-  } else {
-    req.fail(RANKMAP_MAKE_ERROR(IoError, "rank {}: {} failed: {}", rank_, req.describe(),
-                                failure_));
-  }
-}
+void Pair::failRequest(RequestState& req) { req.failBrokenPair(rank_, failure_, peerFault_); }
 
 RequestPtr Pair::send(uint64_t tag, const void* buf, size_t bytes) {
   auto req = std::make_shared<RequestState>(OpKind::Send, name_, tag, bytes);
@@ -284,9 +276,7 @@ void Pair::handleControl(const ControlMsg& msg) {
     case ControlType::Mismatch: {
       auto it = recvs_.find(msg.recvId);
       if (it != recvs_.end()) {
-        it->second.req->fail(RANKMAP_MAKE_ERROR(
-            InvalidInput, "rank {}: message from {} tag {} has {} bytes but the receive expects {}",
-            rank_, *name_, msg.tag, msg.length, it->second.req->bytes()));
+        it->second.req->failSizeMismatch(rank_, msg.length);
         recvs_.erase(it);
       }
       break;

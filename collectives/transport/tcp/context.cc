@@ -83,13 +83,6 @@ void TcpContext::progressLoop() {
   }
 }
 
-void TcpContext::checkPeer(int peer) const {
-  if (peer < 0 || peer >= size()) {
-    RANKMAP_THROW(InvalidInput, "rank {}: peer {} out of range for a group of {}", rank(), peer,
-                  size());
-  }
-}
-
 RequestPtr TcpContext::isend(int peer, uint64_t tag, const void* buf, size_t bytes) {
   checkPeer(peer);
   if (peer == rank()) return self_.send(tag, buf, bytes);

@@ -34,7 +34,6 @@ class TcpContext final : public Context {
   std::string backend() const override { return "tcp"; }
 
  private:
-  void checkPeer(int peer) const;
   void progressLoop();
 
   std::vector<std::string> addresses_;

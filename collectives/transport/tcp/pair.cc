@@ -84,15 +84,9 @@ RequestPtr Pair::recv(uint64_t tag, void* buf, size_t bytes) {
   auto req = std::make_shared<RequestState>(OpKind::Recv, name_, tag, bytes);
   std::lock_guard<std::mutex> lock(recvMu_);
   Key key{tag, recvSeq_[tag]++};
-  auto mismatch = [&](uint64_t total) {
-    return RANKMAP_MAKE_ERROR(InvalidInput,
-                              "rank {}: message from {} tag {} has {} bytes but the receive "
-                              "expects {}",
-                              rank_, *name_, tag, total, bytes);
-  };
   if (auto a = arrived_.find(key); a != arrived_.end()) {
     if (a->second.total != bytes) {
-      req->fail(mismatch(a->second.total));
+      req->failSizeMismatch(rank_, a->second.total);
     } else {
       if (bytes > 0) std::memcpy(buf, a->second.buffer.get(), bytes);
       req->complete();
@@ -105,7 +99,7 @@ RequestPtr Pair::recv(uint64_t tag, void* buf, size_t bytes) {
     in->second.req = req;
     if (in->second.total != bytes) {
       in->second.discard = true;
-      req->fail(mismatch(in->second.total));
+      req->failSizeMismatch(rank_, in->second.total);
     } else {
       in->second.copyTo = static_cast<char*>(buf);
     }
@@ -217,10 +211,7 @@ std::string Pair::beginChunkLocked(Stream& s) {
     in.req = p->second.req;
     if (p->second.bytes != h.total) {
       in.discard = true;
-      in.req->fail(RANKMAP_MAKE_ERROR(InvalidInput,
-                                      "rank {}: message from {} tag {} has {} bytes but the "
-                                      "receive expects {}",
-                                      rank_, *name_, h.tag, h.total, p->second.bytes));
+      in.req->failSizeMismatch(rank_, h.total);
     } else {
       in.dest = p->second.buf;
     }
@@ -332,15 +323,7 @@ std::string Pair::readLocked(int stream) {
   }
 }
 
-void Pair::failRequestLocked(RequestState& req) {
-  if (peerFault_) {
-    req.fail(RANKMAP_MAKE_ERROR(PeerError, "rank {}: {} failed: {}", rank_, req.describe(),
-                                failure_));
-  } else {
-    req.fail(RANKMAP_MAKE_ERROR(IoError, "rank {}: {} failed: {}", rank_, req.describe(),
-                                failure_));
-  }
-}
+void Pair::failRequestLocked(RequestState& req) { req.failBrokenPair(rank_, failure_, peerFault_); }
 
 void Pair::fail(const std::string& reason, bool peerFault) {
   std::lock_guard<std::mutex> sendLock(sendMu_);
