@@ -23,6 +23,10 @@ constexpr double kRemeasureFraction = 0.9;
 // median is a clean rate; it catches an in-rack flow held back by a busy sender.
 constexpr double kClassLowFraction = 0.93;
 constexpr double kHighFraction = 1.08;
+// A flow whose reverse direction reads this many times its rate is retried: the planner refuses
+// pairs beyond 3x (reorder/measurements.cc), and a lopsided pair is nearly always one reading
+// taken while its sender or receiver was descheduled.
+constexpr double kLopsided = 2.0;
 constexpr int64_t kAnswerMarginMs = 500;
 
 double since(Clock::time_point t0) {
@@ -391,8 +395,9 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
   // stayed alive, packed so that no uplink carries two of them. A measurement apart replaces a
   // discovery one; among measurements apart a flow keeps the best (interference only ever
   // lowers a rate). Passes repeat for flows still low (a loaded host, a burst of cross
-  // traffic) up to remeasurePasses, and from the second pass also retry flows that read high
-  // against their class (a short window's noise) and take the new reading as it is.
+  // traffic, a reverse direction more than kLopsided times faster) up to remeasurePasses, and
+  // from the second pass also retry flows that read high against their class (a short window's
+  // noise) and take the new reading as it is.
   if (opts_.bandwidthEnabled && opts_.remeasure && res.inference && !cancelled()) {
     const auto& m = res.inference->model;
     std::vector<char> apart(n * n, 0);  // measured apart (full window, no shared uplink)
@@ -439,7 +444,9 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
             lowFraction = kClassLowFraction;
           }
           auto v = res.topology.bandwidthMbps.at(static_cast<size_t>(s), static_cast<size_t>(t));
-          if (!v || (std::isfinite(single) && *v < lowFraction * single)) {
+          auto rv = res.topology.bandwidthMbps.at(static_cast<size_t>(t), static_cast<size_t>(s));
+          const bool lopsided = v && rv && *v * kLopsided < *rv;
+          if (!v || (std::isfinite(single) && *v < lowFraction * single) || lopsided) {
             again.emplace_back(s, t);
           } else if (cm != classMedian.end() && *v > kHighFraction * cm->second) {
             again.emplace_back(s, t);
