@@ -186,7 +186,9 @@ const Schedule& Communicator::scheduleFor(Algorithm algo, Collective coll, uint6
   p.elementSize = es;
   p.root = root;
   p.inPlace = inPlace;
-  p.segmentBytes = options_.segmentBytes;
+  const bool wholeBuffer = coll == Collective::kAllgather || coll == Collective::kReduceScatter;
+  p.segmentBytes = segmentFor(count * es * (wholeBuffer ? static_cast<uint64_t>(size()) : 1u),
+                              options_.segmentBytes);
   p.numSlots = options_.numSlots;
   p.order = order_;
   p.groups = caps_.groups;

@@ -46,7 +46,7 @@ namespace rankmap::coll {
 
 struct CommOptions {
   std::chrono::milliseconds timeout{300000};  // per collective call
-  uint64_t segmentBytes = 1u << 20;
+  uint64_t segmentBytes = kDefaultSegmentBytes;  // the largest segment (segmentFor)
   int numSlots = 8;                            // scratch slots for receives to reduce (>= 2)
   std::optional<Algorithm> algorithm;          // override; nullopt = auto
   KernelIsa isa = KernelIsa::kAuto;

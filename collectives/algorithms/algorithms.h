@@ -40,7 +40,7 @@ struct AlgoParams {
   // In place: allreduce/broadcast/reduce input == output; allgather input == output + rank's
   // block; reducescatter output == input + rank's block.
   bool inPlace = false;
-  uint64_t segmentBytes = 1u << 20;
+  uint64_t segmentBytes = kDefaultSegmentBytes;
   int numSlots = 8;
   // Ring / tree order: order[position] = rank. Empty = identity.
   std::vector<int> order;

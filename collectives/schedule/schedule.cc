@@ -293,6 +293,12 @@ Schedule ScheduleBuilder::finish() {
   return std::move(sched_);
 }
 
+uint64_t segmentFor(uint64_t messageBytes, uint64_t maxSegment) {
+  constexpr uint64_t kFloor = 256u << 10;
+  constexpr uint64_t kSegmentsPerMessage = 64;
+  return std::min(maxSegment, std::max(kFloor, messageBytes / kSegmentsPerMessage));
+}
+
 ReadySteps::ReadySteps(const Schedule& s)
     : pending_(s.steps.size(), 0), revBegin_(s.steps.size() + 1, 0), rev_(s.deps.size()) {
   const size_t n = s.steps.size();

@@ -87,6 +87,17 @@ struct Alias {
   uint64_t offset = 0;  // bytes: input = output + offset, or output = input + offset
 };
 
+// The largest pipelining segment when nothing says otherwise (RANKMAP_SEGMENT_SIZE's default
+// too; a unit test keeps the two equal).
+inline constexpr uint64_t kDefaultSegmentBytes = 1u << 20;
+
+// The segment for a collective whose largest buffer is `messageBytes`, with segments of at most
+// `maxSegment`: messageBytes / 64, but at least 256 KiB (or maxSegment when that is smaller).
+// Why: at 4-16 MiB the steps of hier and rhd move a few MiB per rank and 1 MiB segments leave
+// them barely pipelined (256 KiB: 8-17% faster on the emulated cloud), while at 64 MiB hier is
+// 8-11% faster with 1 MiB segments; the ring does not care (docs/performance.md, "Segment size").
+uint64_t segmentFor(uint64_t messageBytes, uint64_t maxSegment);
+
 struct BuilderOptions {
   int rank = 0;
   int worldSize = 1;
@@ -96,7 +107,7 @@ struct BuilderOptions {
   Alias alias;
   // Pipelining unit; receive slots in scratch are this large (rounded down to whole elements,
   // at least one element).
-  uint64_t segmentBytes = 1u << 20;
+  uint64_t segmentBytes = kDefaultSegmentBytes;
   // Number of scratch slots that receives to be reduced land in, used round-robin; a slot is
   // reused only after its previous contents were consumed (dependencies see to it).
   int numSlots = 8;

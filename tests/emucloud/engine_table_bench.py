@@ -86,6 +86,8 @@ def add_args(p):
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--series", default=",".join(kSeries), help="comma list of " + ",".join(kSeries))
     al.add_source_args(p)
+    p.add_argument("--segment", default="",
+                   help="RANKMAP_SEGMENT_SIZE for the engine's ranks (default: the engine's)")
     p.add_argument("--port", type=int, default=29640, help="first RANKMAP_ROOT port")
     p.add_argument("--prefix", default="engt")
     p.add_argument("--out-dir", default="", help="keep topology.json, plan.json, results.json here")
@@ -151,7 +153,8 @@ def bench(tb, args):
             for k in ("RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "LD_PRELOAD", "RANKMAP_ALGO"):
                 env.pop(k, None)
             port[0] += 1
-            words = ["-x", f"RANKMAP_ROOT={root_addr}:{port[0]}", args.rankmap, "bench",
+            segment = ["-x", f"RANKMAP_SEGMENT_SIZE={args.segment}"] if args.segment else []
+            words = ["-x", f"RANKMAP_ROOT={root_addr}:{port[0]}", *segment, args.rankmap, "bench",
                      "-b", str(group[0]), "-e", str(group[-1]), "-f", str(args.factor),
                      "-n", str(iters), "-w", str(args.warmup), "--algo", algo, "--json"]
             if order == "plan":

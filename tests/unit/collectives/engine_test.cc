@@ -23,6 +23,7 @@
 #include "tests/unit/collectives/engine_values.h"
 #include "tests/unit/collectives/harness.h"
 #include "tests/unit/collectives/type_lists.h"
+#include "tests/unit/common/config_util.h"
 
 namespace rankmap::coll {
 namespace {
@@ -295,7 +296,8 @@ TEST(Engine, FloatResultsIdenticalOnAllRanks) {
 }
 
 // Large messages through the rendezvous path of loopback (sends > 64 KiB complete only when
-// matched) with the default 1 MiB segments and 8 slots.
+// matched) with the default largest segment (1 MiB; these 4.5 MiB messages run in 256 KiB
+// segments, segmentFor) and 8 slots.
 TEST(Engine, LargeMessagesDefaultSegments) {
   for (Algorithm algo : {Algorithm::kRing, Algorithm::kTree, Algorithm::kRhd}) {
     spawn(4, Backend::Loopback, [&](transport::Context& ctx) {
@@ -512,15 +514,16 @@ TEST(EngineFailure, ArgumentErrorsBreakNothing) {
 }
 
 TEST(EngineOptions, FromConfig) {
-  Config::LoadOptions lo;
-  lo.env = std::map<std::string, std::string>{{"RANKMAP_ALGO", "tree"}, {"RANKMAP_TIMEOUT", "7s"},
-                                              {"RANKMAP_SEGMENT_SIZE", "256K"}};
-  lo.systemFile = "/nonexistent";
-  lo.userFile = "/nonexistent";
+  Config::LoadOptions lo = rankmap::testing::isolatedLoad(
+      {{"RANKMAP_ALGO", "tree"}, {"RANKMAP_TIMEOUT", "7s"}, {"RANKMAP_SEGMENT_SIZE", "512K"}});
   CommOptions o = CommOptions::fromConfig(Config::load(lo));
   EXPECT_EQ(o.algorithm, Algorithm::kTree);
   EXPECT_EQ(o.timeout, std::chrono::seconds(7));
-  EXPECT_EQ(o.segmentBytes, 256u << 10);
+  EXPECT_EQ(o.segmentBytes, 512u << 10);
+  // One default for the setting and the code (settings.def, kDefaultSegmentBytes).
+  EXPECT_EQ(CommOptions::fromConfig(rankmap::testing::configFrom({})).segmentBytes,
+            kDefaultSegmentBytes);
+  EXPECT_EQ(CommOptions{}.segmentBytes, kDefaultSegmentBytes);
   lo.env = std::map<std::string, std::string>{{"RANKMAP_ALGO", "bogus"}};
   try {
     CommOptions::fromConfig(Config::load(lo));

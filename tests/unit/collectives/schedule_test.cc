@@ -281,6 +281,17 @@ TEST(ScheduleRhd, BigExchangesStayLocal) {
 }
 
 // Dependencies derived from regions: a receive into a region being sent waits for the send.
+TEST(SegmentFor, MessageOver64BetweenTheFloorAndTheLargest) {
+  constexpr uint64_t K = 1024, M = 1024 * K;
+  EXPECT_EQ(segmentFor(8, M), 256 * K);        // small messages: one segment of the floor
+  EXPECT_EQ(segmentFor(16 * M, M), 256 * K);   // 16 MiB / 64
+  EXPECT_EQ(segmentFor(32 * M, M), 512 * K);
+  EXPECT_EQ(segmentFor(64 * M, M), M);         // capped by the largest
+  EXPECT_EQ(segmentFor(1024 * M, M), M);
+  EXPECT_EQ(segmentFor(64 * M, 12), 12u);      // a largest below the floor wins
+  EXPECT_EQ(segmentFor(64 * M, 4 * M), M);
+}
+
 // The dispatch order the executors and the simulator share: lowest ready step first, a step
 // only once all its dependencies completed, each step exactly once.
 TEST(ReadySteps, LowestReadyFirstAndOnlyAfterItsDependencies) {
