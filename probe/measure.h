@@ -3,7 +3,8 @@
 // Latency: `warmup` round trips of a 8-byte Ping are discarded, then `samples` are kept
 // (min/median/p90/p99). Bandwidth: a bulk transfer in one direction, bounded by time and bytes
 // (whichever first); the receiver times it from its first byte and ignores the first
-// `warmupFraction` of the window (TCP slow start), so the result is the steady rate it saw.
+// `warmupFraction` of the window (TCP slow start), so the result is the steady rate it saw,
+// fitted to a byte count after every read (stats.h: fittedRate).
 // Every function takes a Deadline and throws TimeoutError/PeerError/AuthError on a dead, slow,
 // silent or unauthenticated peer; nothing blocks past the deadline.
 #pragma once
@@ -32,7 +33,9 @@ struct BandwidthOptions {
   static BandwidthOptions fromJson(const Json& j, std::string_view source);
 };
 
-// What a receiver measured: `bytes` over `seconds` after warm-up, and the whole transfer.
+// What a receiver measured: `bytes` over `seconds` after warm-up (the window's end points), the
+// whole transfer, and `mbps`, the rate fitted to every count in that window (not bytes/seconds:
+// see receiveBulk).
 struct BulkResult {
   uint64_t bytes = 0;
   double seconds = 0;
