@@ -108,7 +108,8 @@ rankmapResult_t rankmapCommInitRoot(rankmapComm_t* comm, int rank, int nranks, c
       RANKMAP_THROW(InvalidInput, "rank {} of {} ranks", rank, nranks);
     Config cfg = loadConfig();
     auto options = coll::CommOptions::fromConfig(cfg);
-    auto plan = coll::loadPlanOrWarn(planPath ? std::string(planPath) : cfg.get(settings::kPlan));
+    auto plan = coll::loadLocalPlan(planPath ? std::string(planPath) : cfg.get(settings::kPlan),
+                                    rank, nranks, cfg);
     auto c = std::make_unique<rankmapComm>();
     c->comm = coll::connectCommunicator(rank, nranks, root, cfg, options, std::move(plan),
                                         Deadline::after(options.timeout));

@@ -115,12 +115,16 @@ Communicator::Communicator(transport::Context& ctx, CommOptions options, std::op
 
 Communicator::Communicator(std::shared_ptr<transport::Device> device,
                            std::unique_ptr<transport::Context> ctx, CommOptions options,
-                           std::optional<Plan> plan)
+                           PlanDecision plan)
     : device_(std::move(device)), owned_(std::move(ctx)), ctx_(owned_.get()),
       rank_(ctx_ ? ctx_->rank() : 0), size_(ctx_ ? ctx_->size() : 0),
       options_(std::move(options)) {
   RANKMAP_ASSERT(ctx_ != nullptr);
-  init(std::move(plan));
+  if (!plan.refused.empty()) {
+    stats_.planRejected = true;
+    ++stats_.fallbacks;
+  }
+  init(std::move(plan.plan));
 }
 
 Communicator::~Communicator() {

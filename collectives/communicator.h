@@ -17,8 +17,8 @@
 //   in-flight transfers stop, the buffers are free again, and peers waiting on this rank get
 //   PeerError now instead of a timeout later, so one failure reaches every rank quickly.
 // - A plan for another world size is ignored (identity order, a warning, counted in
-//   stats().fallbacks); so is each call whose preferred algorithm declines (logged once per
-//   collective and algorithm).
+//   stats().fallbacks), and so is a plan the ranks did not agree on (connect.h agreePlan); so is
+//   each call whose preferred algorithm declines (logged once per collective and algorithm).
 #pragma once
 
 #include <chrono>
@@ -60,20 +60,29 @@ struct CommOptions {
 // Throws InvalidInput naming `source` on anything else.
 std::optional<Algorithm> parseAlgorithmOverride(std::string_view text, std::string_view source);
 
+// What the ranks agreed on (collectives/connect.h agreePlan): the plan to apply, or none.
+// `refused` says why no plan is applied although some rank offered one (a disagreement, a stale,
+// corrupt or missing plan on some rank); it is empty when the plan applies or no rank had one.
+struct PlanDecision {
+  std::optional<Plan> plan;
+  std::string refused;
+};
+
 class Communicator {
  public:
   struct Stats {
     uint64_t collectives = 0;  // calls started
     uint64_t fallbacks = 0;    // plan rejections + calls whose preferred algorithm declined
-    bool planRejected = false;
+    bool planRejected = false;  // the plan was refused: wrong size, or the ranks' agreement
   };
 
   // Non-owning: `ctx` must outlive the communicator.
   Communicator(transport::Context& ctx, CommOptions options,
                std::optional<Plan> plan = std::nullopt);
-  // Owning; `device` (may be null) is kept alive until the context is gone.
+  // Owning; `device` (may be null) is kept alive until the context is gone. A refused plan
+  // counts in stats() (planRejected, fallbacks).
   Communicator(std::shared_ptr<transport::Device> device, std::unique_ptr<transport::Context> ctx,
-               CommOptions options, std::optional<Plan> plan = std::nullopt);
+               CommOptions options, PlanDecision plan = {});
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -105,6 +114,8 @@ class Communicator {
   const std::vector<int>& order() const { return order_; }
   const std::vector<std::vector<int>>& groups() const { return caps_.groups; }
   const CommOptions& options() const { return options_; }
+  // The plan in use; nullopt = identity order and default algorithms.
+  const std::optional<Plan>& plan() const { return plan_; }
   bool broken() const { return !failure_.empty(); }
 
  private:

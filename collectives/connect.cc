@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <unistd.h>
 #include <string_view>
 
 #include "collectives/bootstrap/root_bootstrap.h"
@@ -57,30 +58,86 @@ LaunchInfo launchInfoFromEnvironment(const Config& config) {
   return info;
 }
 
-std::optional<Plan> loadPlanOrWarn(const std::string& path) {
-  if (path.empty()) return std::nullopt;
-  try {
-    return Plan::load(path);
-  } catch (const std::exception& e) {
-    RANKMAP_WARN(Coll, "ignoring plan {}: {}; using the identity order", path, e.what());
-    return std::nullopt;
+namespace {
+
+PlanChecks checksFrom(const Config& config) {
+  PlanChecks c;
+  c.maxAge = config.get(settings::kPlanMaxAge);
+  return c;
+}
+
+std::string thisHost() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return std::string();
+  return shortHostName(buf);
+}
+
+}  // namespace
+
+LocalPlan loadLocalPlan(const std::string& path, int rank, int size, const Config& config) {
+  LocalPlan l;
+  l.vote = localPlanVote(path, rank, size, checksFrom(config), l.plan);
+  l.vote.host = thisHost();
+  return l;
+}
+
+LocalPlan localPlanFrom(std::optional<Plan> plan, int rank, int size, const Config& config) {
+  LocalPlan l;
+  l.vote = planVote(plan, rank, size, checksFrom(config));
+  l.vote.host = thisHost();
+  if (l.vote.status == PlanStatus::kOk) l.plan = std::move(plan);
+  return l;
+}
+
+PlanDecision agreePlan(bootstrap::Bootstrap& bootstrap, LocalPlan mine, Deadline deadline) {
+  const int rank = bootstrap.rank();
+  mine.vote.rank = rank;
+  mine.vote.worldSize = bootstrap.size();
+  std::vector<std::string> blobs = bootstrap.allgather(mine.vote.encode(), deadline);
+  std::vector<PlanVote> votes;
+  votes.reserve(blobs.size());
+  bool offered = false;
+  for (size_t r = 0; r < blobs.size(); ++r) {
+    PlanVote v = PlanVote::decode(blobs[r], fmt::format("engine bootstrap, rank {}", r));
+    offered = offered || v.status != PlanStatus::kNone;
+    votes.push_back(std::move(v));
   }
+  PlanVerdict verdict = judgePlan(votes, mine.plan ? &*mine.plan : nullptr);
+  PlanDecision d;
+  if (verdict.apply) {
+    if (rank == 0) RANKMAP_INFO(Coll, "engine: ranks agree on {}", verdict.reason);
+    d.plan = std::move(mine.plan);
+  } else if (offered) {
+    d.refused = verdict.reason;
+    if (rank == 0)
+      RANKMAP_WARN(Coll, "engine: identity order on every rank: {}", verdict.reason);
+    else
+      RANKMAP_DEBUG(Coll, "rank {}: identity order: {}", rank, verdict.reason);
+  }
+  return d;
+}
+
+std::unique_ptr<Communicator> connectCommunicator(bootstrap::Bootstrap& bootstrap,
+                                                  const Config& config, CommOptions options,
+                                                  LocalPlan plan, Deadline deadline) {
+  auto device = transport::makeDevice(transport::deviceOptionsFromConfig(config));
+  PlanDecision agreed = agreePlan(bootstrap, std::move(plan), deadline);
+  auto ctx = device->connect(bootstrap, deadline);
+  return std::make_unique<Communicator>(std::move(device), std::move(ctx), std::move(options),
+                                        std::move(agreed));
 }
 
 std::unique_ptr<Communicator> connectCommunicator(int rank, int size, const std::string& root,
                                                   const Config& config, CommOptions options,
-                                                  std::optional<Plan> plan, Deadline deadline) {
-  auto device = transport::makeDevice(transport::deviceOptionsFromConfig(config));
+                                                  LocalPlan plan, Deadline deadline) {
   auto bootstrap = bootstrap::makeRootBootstrap(rank, size, root, deadline);
-  auto ctx = device->connect(*bootstrap, deadline);
-  return std::make_unique<Communicator>(std::move(device), std::move(ctx), std::move(options),
-                                        std::move(plan));
+  return connectCommunicator(*bootstrap, config, std::move(options), std::move(plan), deadline);
 }
 
 std::unique_ptr<Communicator> connectFromEnvironment(const Config& config) {
   LaunchInfo info = launchInfoFromEnvironment(config);
   CommOptions options = CommOptions::fromConfig(config);
-  auto plan = loadPlanOrWarn(config.get(settings::kPlan));
+  LocalPlan plan = loadLocalPlan(config.get(settings::kPlan), info.rank, info.size, config);
   return connectCommunicator(info.rank, info.size, info.root, config, options, std::move(plan),
                              Deadline::after(options.timeout));
 }

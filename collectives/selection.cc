@@ -63,13 +63,9 @@ Selection choose(const Request& r, const Capabilities& caps, const Plan* plan,
     candidates.push_back({*overrides.algorithm, "override"});
     preferred = true;
   } else if (plan) {
-    if (auto name = plan->algorithmFor(collectiveName(r.collective), r.bytes())) {
-      if (auto a = parseAlgorithm(*name)) {
-        candidates.push_back({*a, "plan"});
-        preferred = true;
-      } else {
-        sel.declined.push_back(fmt::format("{}: unknown algorithm in the plan", *name));
-      }
+    if (auto a = plan->algorithmFor(collectiveName(r.collective), r.bytes())) {
+      candidates.push_back({*a, "plan"});
+      preferred = true;
     }
   }
   candidates.push_back({defaultAlgorithm(r, caps), "default"});

@@ -59,15 +59,6 @@ constexpr std::array<std::pair<std::string_view, Collective>, 6> kCollectiveName
     {"barrier", Collective::kBarrier},
 }};
 
-constexpr std::array<std::pair<std::string_view, Algorithm>, 6> kAlgorithmNames = {{
-    {"ring", Algorithm::kRing},
-    {"tree", Algorithm::kTree},
-    {"hier", Algorithm::kHier},
-    {"rhd", Algorithm::kRhd},
-    {"trees", Algorithm::kTrees},
-    {"dissemination", Algorithm::kDissemination},
-}};
-
 }  // namespace
 
 size_t elementSize(DataType t) {
@@ -102,10 +93,6 @@ std::optional<ReduceOp> parseReduceOp(std::string_view name) { return lookup(kOp
 std::string_view collectiveName(Collective c) { return nameOf(kCollectiveNames, c); }
 std::optional<Collective> parseCollective(std::string_view name) {
   return lookup(kCollectiveNames, name);
-}
-std::string_view algorithmName(Algorithm a) { return nameOf(kAlgorithmNames, a); }
-std::optional<Algorithm> parseAlgorithm(std::string_view name) {
-  return lookup(kAlgorithmNames, name);
 }
 
 }  // namespace rankmap::coll

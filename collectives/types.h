@@ -1,5 +1,5 @@
-// Vocabulary of the collective engine: element types, reduction operators, collectives and
-// algorithms, with their names as they appear on command lines, in plan.json and in logs.
+// Vocabulary of the collective engine: element types, reduction operators and collectives
+// (algorithms are common/algorithm.h's, shared with the planner), with their names as they appear on command lines, in plan.json and in logs.
 //
 // Contract: the numeric values of DataType and ReduceOp are stable; the C API
 // (collectives/include/rankmap/coll.h) mirrors them one to one.
@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+
+#include "common/algorithm.h"
 
 namespace rankmap::coll {
 
@@ -45,15 +47,10 @@ enum class Collective : int {
   kBarrier = 5,
 };
 
-// Algorithms by their plan.json / RANKMAP_ALGO names. kDissemination is the barrier's only one.
-enum class Algorithm : int {
-  kRing = 0,
-  kTree = 1,
-  kHier = 2,
-  kRhd = 3,
-  kTrees = 4,
-  kDissemination = 5,
-};
+// Algorithms: the one vocabulary of common/algorithm.h (plan.json, RANKMAP_ALGO, the planner).
+using rankmap::Algorithm;
+using rankmap::algorithmName;
+using rankmap::parseAlgorithm;
 
 size_t elementSize(DataType t);
 bool isFloatingPoint(DataType t);
@@ -67,7 +64,5 @@ std::optional<ReduceOp> parseReduceOp(std::string_view name);
 // "allreduce", "allgather", "reducescatter", "broadcast", "reduce", "barrier" (the plan.json keys).
 std::string_view collectiveName(Collective c);
 std::optional<Collective> parseCollective(std::string_view name);
-std::string_view algorithmName(Algorithm a);  // "ring", "tree", "hier", "rhd", "trees", "dissemination"
-std::optional<Algorithm> parseAlgorithm(std::string_view name);
 
 }  // namespace rankmap::coll

@@ -87,6 +87,7 @@ std::optional<std::chrono::milliseconds> parseDuration(std::string_view text) {
   else if (unit == "us") ms = v / 1e3;
   else if (unit == "m" || unit == "min") ms = v * 60e3;
   else if (unit == "h") ms = v * 3600e3;
+  else if (unit == "d") ms = v * 86400e3;
   else return std::nullopt;
   if (ms > 1e15) return std::nullopt;
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(ms)));
@@ -143,7 +144,7 @@ SettingValue parseSettingValue(const SettingInfo& info, std::string_view text,
       return std::string(text);
     case SettingType::Duration: {
       auto d = parseDuration(t);
-      if (!d) return fail("a duration such as 250ms, 5s or 2m");
+      if (!d) return fail("a duration such as 250ms, 5s, 2m, 1h or 7d");
       return *d;
     }
     case SettingType::Size: {

@@ -10,11 +10,6 @@
 
 namespace rankmap {
 
-bool isKnownAlgorithm(std::string_view name) {
-  return std::find(std::begin(kAlgorithmNames), std::end(kAlgorithmNames), name) !=
-         std::end(kAlgorithmNames);
-}
-
 Plan Plan::identity(std::vector<std::string> hs, int rph) {
   Plan p;
   p.order = hs;
@@ -42,7 +37,7 @@ std::vector<int> Plan::inversePermutation() const {
   return inv;
 }
 
-std::optional<std::string> Plan::algorithmFor(std::string_view collective, uint64_t bytes) const {
+std::optional<Algorithm> Plan::algorithmFor(std::string_view collective, uint64_t bytes) const {
   auto it = collectives.find(std::string(collective));
   if (it == collectives.end()) return std::nullopt;
   for (const auto& r : it->second)
@@ -67,7 +62,7 @@ Json contentJson(const Plan& p) {
       arr.push_back({{"min_bytes", r.minBytes},
                      {"max_bytes", r.maxBytes == AlgoRange::kUnbounded ? Json(nullptr)
                                                                        : Json(r.maxBytes)},
-                     {"algorithm", r.algorithm},
+                     {"algorithm", algorithmName(r.algorithm)},
                      {"predicted_us", r.predictedUs},
                      {"predicted_busbw_gbps", r.predictedBusbwGBps},
                      {"lower_bound_us", r.lowerBoundUs}});
@@ -86,6 +81,8 @@ Json contentJson(const Plan& p) {
                     {"input_bottleneck_mbps", p.predicted.inputBottleneckMbps}};
   j["topology_hash"] = p.topologyHash;
   j["epoch"] = p.epoch;
+  // Written only when known, so that plans without it keep their hash.
+  if (!p.topologyTime.empty()) j["topology_time"] = p.topologyTime;
   return j;
 }
 }  // namespace
@@ -181,8 +178,10 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
         if (a.maxBytes <= a.minBytes) maxR.fail("a bound greater than min_bytes");
         if (a.maxBytes == AlgoRange::kUnbounded && i + 1 != n) maxR.fail("a bound (only the last range is open)");
         auto algR = e.at("algorithm", "an algorithm name");
-        a.algorithm = algR.str();
-        if (!isKnownAlgorithm(a.algorithm)) algR.fail("one of ring, tree, hier, rhd, trees");
+        auto algo = parseAlgorithm(algR.str());
+        if (!algo || !isPlanAlgorithm(*algo))
+          algR.fail(fmt::format("one of {}", planAlgorithmList()));
+        a.algorithm = *algo;
         if (auto v = e.find("predicted_us")) a.predictedUs = v->nonNegative();
         if (auto v = e.find("predicted_busbw_gbps")) a.predictedBusbwGBps = v->nonNegative();
         if (auto v = e.find("lower_bound_us")) a.lowerBoundUs = v->nonNegative();
@@ -228,6 +227,10 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
   }
   if (auto v = r.find("topology_hash")) p.topologyHash = v->str();
   p.epoch = r.at("epoch", "an integer").integerIn(0, INT64_MAX);
+  if (auto v = r.find("topology_time")) {
+    p.topologyTime = v->str();
+    if (!parseUtcTime(p.topologyTime)) v->fail("an RFC 3339 UTC time (\"2026-11-21T12:00:00Z\")");
+  }
   auto hashR = r.at("hash", "a string \"sha256:<hex>\"");
   p.hash = hashR.str();
   std::string expect = p.computeHash();

@@ -15,21 +15,18 @@
 #include <string_view>
 #include <vector>
 
+#include "common/algorithm.h"
 #include "common/json.h"
 #include "common/topology.h"
 
 namespace rankmap {
-
-// Algorithm names as they appear in plan.json and RANKMAP_ALGO.
-inline constexpr std::string_view kAlgorithmNames[] = {"ring", "tree", "hier", "rhd", "trees"};
-bool isKnownAlgorithm(std::string_view name);
 
 // One message-size range of a collective: [minBytes, maxBytes).
 struct AlgoRange {
   static constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
   uint64_t minBytes = 0;
   uint64_t maxBytes = kUnbounded;  // "max_bytes": null in JSON
-  std::string algorithm;           // one of kAlgorithmNames
+  Algorithm algorithm = Algorithm::kRing;  // a plan algorithm (isPlanAlgorithm)
   double predictedUs = 0;          // at the geometric middle of the range (or minBytes*2 if open)
   double predictedBusbwGBps = 0;   // nccl-tests busbw, GB/s
   double lowerBoundUs = 0;         // 2(n-1)/n * S / B_bottleneck for allreduce
@@ -68,6 +65,8 @@ struct Plan {
   Prediction predicted;
   std::string topologyHash;         // contentHash() of the source topology; may be empty
   int64_t epoch = 0;                // topology version the plan was made from
+  std::string topologyTime;         // the topology's measurement time (RFC 3339 UTC); may be
+                                    // empty; the plan's age (common/plan_agreement.h) counts from it
   std::string hash;                 // "sha256:<hex>" over the canonical content without "hash"
 
   size_t worldSize() const { return hosts.size() * static_cast<size_t>(ranksPerHost); }
@@ -82,7 +81,7 @@ struct Plan {
   int newRank(int oldRank) const { return permutation.at(static_cast<size_t>(oldRank)); }
   std::vector<int> inversePermutation() const;
   // Algorithm for `bytes` of `collective`; nullopt when the plan has no entry.
-  std::optional<std::string> algorithmFor(std::string_view collective, uint64_t bytes) const;
+  std::optional<Algorithm> algorithmFor(std::string_view collective, uint64_t bytes) const;
 
   static Plan fromJson(const Json& doc, std::string_view source);
   static Plan parse(std::string_view text, std::string_view source);

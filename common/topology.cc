@@ -1,5 +1,7 @@
 #include "common/topology.h"
 
+#include <cstdio>
+#include <ctime>
 #include <map>
 #include <set>
 
@@ -135,7 +137,11 @@ Topology Topology::fromJson(const Json& doc, std::string_view source) {
       t.probe.bandwidthMaxBytes = v->integerIn(0, INT64_MAX);
     if (auto v = p->find("contention")) t.probe.contention = v->boolean();
   }
-  if (auto v = r.find("time")) t.time = v->str();
+  if (auto v = r.find("time")) {
+    t.time = v->str();
+    if (!t.time.empty() && !parseUtcTime(t.time))
+      v->fail("an RFC 3339 UTC time (\"2026-11-21T12:00:00Z\") or \"\"");
+  }
   if (auto v = r.find("version")) t.version = v->integerIn(0, INT64_MAX);
   std::vector<std::string> hostNames;
   for (const auto& h : t.hosts) hostNames.push_back(h.name);
@@ -206,5 +212,39 @@ std::string Topology::dump() const { return toJson().dump(1) + "\n"; }
 void Topology::save(const std::string& path) const { writeFileAtomic(path, dump()); }
 
 std::string Topology::contentHash() const { return "sha256:" + sha256Hex(toJson().dump()); }
+
+std::optional<std::chrono::system_clock::time_point> parseUtcTime(std::string_view s) {
+  std::tm tm{};
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, used = 0;
+  std::string text(s);
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &used) != 6 ||
+      used != 19)
+    return std::nullopt;
+  size_t i = 19;
+  double frac = 0;
+  if (i < s.size() && s[i] == '.') {
+    double scale = 0.1;
+    ++i;
+    if (i >= s.size() || s[i] < '0' || s[i] > '9') return std::nullopt;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+      frac += (s[i] - '0') * scale;
+      scale /= 10;
+      ++i;
+    }
+  }
+  if (i + 1 != s.size() || s[i] != 'Z') return std::nullopt;
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return std::nullopt;
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = sec;
+  std::time_t t = timegm(&tm);
+  return std::chrono::system_clock::from_time_t(t) +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+             std::chrono::duration<double>(frac));
+}
+
 
 }  // namespace rankmap

@@ -5,6 +5,7 @@
 // are nullopt ("null" in JSON). Matrix rows are senders, columns receivers.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -60,7 +61,7 @@ struct Topology {
   SquareMatrix<std::optional<double>> bandwidthMbps;
   SquareMatrix<std::optional<LatencyStats>> latencyUs;
   ProbeSettings probe;
-  std::string time;      // RFC 3339 UTC time of the measurement; may be empty for fixtures
+  std::string time;      // RFC 3339 UTC time of the measurement (parseUtcTime); may be empty for fixtures
   int64_t version = 0;   // monotonic per agent state; 0 = unversioned
   std::vector<HierarchyLevel> groups;  // optional
   std::vector<SharedLink> sharedLinks;  // optional
@@ -86,6 +87,10 @@ struct Topology {
 };
 
 // Shared by topology and plan parsers.
+// "YYYY-MM-DDTHH:MM:SS[.fraction]Z" (RFC 3339 in UTC, as rankmapd writes it) as a time point;
+// nullopt for anything else.
+std::optional<std::chrono::system_clock::time_point> parseUtcTime(std::string_view text);
+
 std::vector<HierarchyLevel> parseHierarchy(const JsonReader& r,
                                            const std::vector<std::string>& hostNames);
 Json hierarchyToJson(const std::vector<HierarchyLevel>& levels);

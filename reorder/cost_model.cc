@@ -65,9 +65,9 @@ class Model {
   size_t world_ = 0;
 };
 
-AlgoCost unavailable(std::string name, std::string why) {
+AlgoCost unavailable(Algorithm algo, std::string why) {
   AlgoCost c;
-  c.name = std::move(name);
+  c.algo = algo;
   c.available = false;
   c.note = std::move(why);
   return c;
@@ -75,7 +75,7 @@ AlgoCost unavailable(std::string name, std::string why) {
 
 AlgoCost ringCost(const Model& m, std::string_view coll) {
   AlgoCost c;
-  c.name = "ring";
+  c.algo = Algorithm::kRing;
   RingCost rc = evaluateRing(m.net(), m.ctx().order, m.ctx().ring);
   double w = static_cast<double>(m.world());
   double perByte = std::isfinite(rc.bottleneckMbps) ? 1.0 / bytesPerUs(rc.bottleneckMbps) : 0;
@@ -94,7 +94,7 @@ AlgoCost ringCost(const Model& m, std::string_view coll) {
 
 AlgoCost treeCost(const Model& m, std::string_view coll) {
   AlgoCost c;
-  c.name = "tree";
+  c.algo = Algorithm::kTree;
   int n = static_cast<int>(m.hosts());
   int k = m.k();
   bool reduce = coll == "allreduce";
@@ -142,9 +142,9 @@ AlgoCost rhdCost(const Model& m, std::string_view coll) {
   }
   int extra = w - P;
   if (coll != "allreduce" && extra != 0)
-    return unavailable("rhd", "needs a power-of-two rank count for " + std::string(coll));
+    return unavailable(Algorithm::kRhd, "needs a power-of-two rank count for " + std::string(coll));
   AlgoCost c;
-  c.name = "rhd";
+  c.algo = Algorithm::kRhd;
   auto real = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
   auto step = [&](const std::vector<Xfer>& xs) {
     double lat = 0;
@@ -174,7 +174,7 @@ AlgoCost rhdCost(const Model& m, std::string_view coll) {
 
 AlgoCost hierCost(const Model& m) {
   const NetworkModel& net = m.net();
-  if (net.levels == 0) return unavailable("hier", "no groups were found");
+  if (net.levels == 0) return unavailable(Algorithm::kHier, "no groups were found");
   int k = m.k();
   // Ranks of each innermost group, in position order; groups in order of first position.
   std::map<int, size_t> slot;
@@ -186,10 +186,10 @@ AlgoCost hierCost(const Model& m) {
     for (int l = 0; l < k; ++l) groups[it->second].push_back(static_cast<int>(p) * k + l);
   }
   size_t G = groups.size();
-  if (G < 2) return unavailable("hier", "a single group");
+  if (G < 2) return unavailable(Algorithm::kHier, "a single group");
   bool anyMulti = std::any_of(groups.begin(), groups.end(),
                               [](const std::vector<int>& g) { return g.size() > 1; });
-  if (!anyMulti) return unavailable("hier", "every group is a single rank (that is ring)");
+  if (!anyMulti) return unavailable(Algorithm::kHier, "every group is a single rank (that is ring)");
 
   const auto& cw = m.ctx().chunkWeights;
   auto weight = [&](int r) { return cw.empty() ? 1.0 : cw[r / k] / k; };
@@ -202,7 +202,7 @@ AlgoCost hierCost(const Model& m) {
   }
 
   AlgoCost c;
-  c.name = "hier";
+  c.algo = Algorithm::kHier;
   // Phases 1 and 3: a ring reduce-scatter (allgather) inside every group, all concurrently,
   // kg - 1 steps each. The engine streams segments from phase to phase (every step waits only
   // for the segments it reads: collectives/algorithms/hier.cc), so the last reduce-scatter step,
@@ -260,7 +260,7 @@ AlgoCost hierCost(const Model& m) {
 AlgoCost packedTreesCost(const Model& m) {
   const auto& trees = m.ctx().trees;
   if (trees.empty())
-    return unavailable("trees", m.net().heterogeneousHosts()
+    return unavailable(Algorithm::kTrees, m.net().heterogeneousHosts()
                                     ? "too many hosts to pack trees"
                                     : "host rates are uniform (trees only pay when they differ)");
   int n = static_cast<int>(m.hosts());
@@ -284,7 +284,7 @@ AlgoCost packedTreesCost(const Model& m) {
   std::vector<Flow> flows;
   for (const auto& [pair, v] : volume) flows.push_back({pair.first, pair.second, v});
   AlgoCost c;
-  c.name = "trees";
+  c.algo = Algorithm::kTrees;
   c.alphaUs = 2 * (depth + (k - 1) * (m.ctx().ring.intraHostLatencyUs + m.overhead()));
   c.betaUsPerByte = std::max(completionUs(m.net(), flows), k > 1 ? m.intraPerByte() : 0.0);
   return c;
@@ -355,7 +355,7 @@ std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs, std::str
   std::vector<AlgoRange> out;
   if (avail.empty()) return out;
   // Lower envelope of the lines alpha + beta * S over S >= 0. Ties: smaller beta, then the
-  // order of kAlgorithmNames (the order of `costs`).
+  // order of `costs`.
   auto better = [](const AlgoCost* a, const AlgoCost* b, double s) {
     double ta = a->timeUs(s), tb = b->timeUs(s);
     if (ta != tb) return ta < tb;
@@ -384,7 +384,7 @@ std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs, std::str
     if (!next || cross >= kMaxBoundary) {
       AlgoRange r;
       r.minBytes = lo;
-      r.algorithm = cur->name;
+      r.algorithm = cur->algo;
       out.push_back(r);
       break;
     }
@@ -393,7 +393,7 @@ std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs, std::str
       AlgoRange r;
       r.minBytes = lo;
       r.maxBytes = hi;
-      r.algorithm = cur->name;
+      r.algorithm = cur->algo;
       out.push_back(r);
     }
     start = cross;
@@ -414,7 +414,7 @@ std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs, std::str
                    : std::sqrt(lo * static_cast<double>(r.maxBytes));
     const AlgoCost* c = nullptr;
     for (const auto* a : avail)
-      if (a->name == r.algorithm) c = a;
+      if (a->algo == r.algorithm) c = a;
     double t = c->timeUs(s);
     r.predictedUs = t;
     r.predictedBusbwGBps = t > 0 ? busFactor(collective, world) * s / t / 1000.0 : 0;

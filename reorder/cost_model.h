@@ -40,7 +40,7 @@ inline constexpr std::string_view kCollectives[] = {"allreduce", "allgather", "r
 bool isKnownCollective(std::string_view name);
 
 struct AlgoCost {
-  std::string name;
+  Algorithm algo = Algorithm::kRing;
   bool available = true;
   std::string note;          // why it is unavailable
   double alphaUs = 0;        // time at 0 bytes

@@ -42,9 +42,11 @@ PlanResult fallbackPlan(PlanResult r, const std::vector<std::string>& names, con
   r.fallback = true;
   std::string hash = r.plan.topologyHash;
   int64_t epoch = r.plan.epoch;
+  std::string time = r.plan.topologyTime;
   r.plan = Plan::identity(names, o.ranksPerHost);
   r.plan.topologyHash = hash;
   r.plan.epoch = epoch;
+  r.plan.topologyTime = time;
   r.plan.predicted.basis = "none (identity fallback)";
   r.plan.seal();
   r.order.resize(names.size());
@@ -62,6 +64,7 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   for (const auto& h : t.hosts) names.push_back(h.name);
   r.plan.topologyHash = o.hashTopology ? t.contentHash() : "";
   r.plan.epoch = t.version;
+  r.plan.topologyTime = t.time;
   if (n == 0) throw InvalidInput(fmt::format("{}: no hosts to plan", o.source));
   if (n == 1) return fallbackPlan(std::move(r), names, o, "a single host: nothing to reorder");
 
@@ -139,7 +142,7 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
     // Uneven shards only where they make hier faster.
     auto hierAt = [&](const std::vector<AlgoCost>& cs) {
       for (const auto& c : cs)
-        if (c.name == "hier" && c.available) return c.timeUs(static_cast<double>(o.ringBytes));
+        if (c.algo == Algorithm::kHier && c.available) return c.timeUs(static_cast<double>(o.ringBytes));
       return std::numeric_limits<double>::infinity();
     };
     double uniform = hierAt(algorithmCosts(ctx, "allreduce"));
@@ -157,7 +160,7 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   p.chunkWeights = ctx.chunkWeights;
   bool treesUsed = false;
   for (const auto& [coll, ranges] : p.collectives)
-    for (const auto& range : ranges) treesUsed = treesUsed || range.algorithm == "trees";
+    for (const auto& range : ranges) treesUsed = treesUsed || range.algorithm == Algorithm::kTrees;
   if (treesUsed) p.trees = ctx.trees;
 
   // Prediction: the ring in the plan's order against the ring in the input order, which is

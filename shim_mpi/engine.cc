@@ -6,6 +6,7 @@
 
 #include "collectives/bootstrap/mpi_bootstrap.h"
 #include "collectives/communicator.h"
+#include "collectives/connect.h"
 #include "collectives/transport/transport.h"
 #include "common/log.h"
 #include "shim_mpi/wrappers.gen.h"
@@ -114,9 +115,16 @@ bool startEngine(MPI_Comm world, const Plan& plan, const Config& config, int ran
       p.hosts = p.order;
       p.derivePermutation();
       p.seal();
+      const Deadline deadline = Deadline::after(options.timeout);
       auto bootstrap = coll::bootstrap::makeMpiBootstrap(world);
-      auto ctx = device->connect(*bootstrap, Deadline::after(options.timeout));
-      comm = std::make_unique<coll::Communicator>(device, std::move(ctx), options, std::move(p));
+      // The engine's own agreement, as on every engine path (the shim agreed on the original
+      // plan; this re-derived one must be the same on every rank too).
+      coll::PlanDecision agreed = coll::agreePlan(
+          *bootstrap, coll::localPlanFrom(std::move(p), rank, bootstrap->size(), config),
+          deadline);
+      auto ctx = device->connect(*bootstrap, deadline);
+      comm = std::make_unique<coll::Communicator>(device, std::move(ctx), options,
+                                                  std::move(agreed));
     } catch (const std::exception& e) {
       ok = 0;
       why = e.what();

@@ -9,7 +9,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
-#include "shim_mpi/agreement.h"
+#include "common/plan_agreement.h"
 #include "shim_mpi/engine.h"
 #include "shim_mpi/wrappers.gen.h"
 
@@ -20,35 +20,40 @@ std::atomic<MPI_Comm> gReordered{kNoComm};
 
 namespace {
 
-// The fixed-size record every rank contributes to the start-up allgather.
+// The fixed-size record every rank contributes to the start-up allgather: whether it asks for
+// the engine, and its encoded PlanVote (common/plan_agreement.h).
 struct Record {
-  char status;
-  char checkHosts;
+  uint16_t voteBytes;
   char engine;
-  char hash[80];
-  char host[64];
-  char reason[173];
+  char vote[509];
 };
-static_assert(sizeof(Record) == 320);
-
-void copyField(char* dst, size_t cap, const std::string& s) {
-  size_t n = std::min(cap - 1, s.size());
-  std::memcpy(dst, s.data(), n);
-  dst[n] = '\0';
-}
-
-std::string field(const char* src, size_t cap) { return std::string(src, strnlen(src, cap)); }
+static_assert(sizeof(Record) == 512);
 
 // The configuration read at start-up, kept for the engine (MPI_Init's thread only).
 std::optional<Config> gConfig;
 
+// Truncates the reason until the encoded vote fits a Record.
+void storeVote(Record& rec, PlanVote v) {
+  std::string bytes = v.encode();
+  while (bytes.size() > sizeof(rec.vote) && !v.reason.empty()) {
+    v.reason.resize(v.reason.size() > 64 ? v.reason.size() - 64 : 0);
+    bytes = v.encode();
+  }
+  if (bytes.size() > sizeof(rec.vote)) {  // a hash or host too long to be real
+    v = PlanVote{v.rank, v.worldSize, PlanStatus::kInvalid, {}, "vote too large", {}, false};
+    bytes = v.encode();
+  }
+  rec.voteBytes = static_cast<uint16_t>(bytes.size());
+  std::memcpy(rec.vote, bytes.data(), bytes.size());
+}
+
 // This rank's record; its plan in `plan`. Never throws.
-Record localRecord(int worldSize, std::optional<Plan>& plan) noexcept {
+Record localRecord(int rank, int worldSize, std::optional<Plan>& plan) noexcept {
   Record rec{};
   try {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
-    RankView v;
+    PlanVote v;
     try {
       gConfig = Config::load();
       try {
@@ -56,27 +61,28 @@ Record localRecord(int worldSize, std::optional<Plan>& plan) noexcept {
       } catch (const std::exception&) {
         // Logging keeps its defaults; the decision does not depend on it.
       }
-      v = loadLocalView(*gConfig, worldSize, host, plan);
+      PlanChecks checks;
+      checks.maxAge = gConfig->get(settings::kPlanMaxAge);
+      v = localPlanVote(gConfig->get(settings::kPlan), rank, worldSize, checks, plan);
+      v.checkHosts = gConfig->get(settings::kMpiCheckHosts);
       rec.engine = gConfig->get(settings::kMpiEngine) ? 1 : 0;
     } catch (const std::exception& e) {
       plan.reset();
-      v.status = PlanStatus::kInvalid;
-      v.reason = std::string("configuration: ") + e.what();
-      v.host = shortHostName(host);
+      v = PlanVote{rank, worldSize, PlanStatus::kInvalid, {}, std::string("configuration: ") + e.what(),
+                   {}, false};
     }
-    rec.status = static_cast<char>(v.status);
-    rec.checkHosts = v.checkHosts ? 1 : 0;
-    copyField(rec.hash, sizeof(rec.hash), v.hash);
-    copyField(rec.host, sizeof(rec.host), v.host);
-    copyField(rec.reason, sizeof(rec.reason), v.reason);
+    v.host = shortHostName(host);
+    storeVote(rec, std::move(v));
   } catch (...) {
     plan.reset();
     rec = Record{};
-    rec.status = static_cast<char>(PlanStatus::kInvalid);
-    copyField(rec.reason, sizeof(rec.reason), "out of memory reading the plan");
+    storeVote(rec, PlanVote{rank, worldSize, PlanStatus::kInvalid, {},
+                            "out of memory reading the plan", {}, false});
   }
   return rec;
 }
+
+constexpr std::string_view kIdentity = "identity order (MPI_COMM_WORLD unchanged): ";
 
 }  // namespace
 
@@ -96,7 +102,7 @@ void afterInit() noexcept {
       real::PMPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS || size < 1)
     return;
   std::optional<Plan> plan;
-  Record mine = localRecord(size, plan);
+  Record mine = localRecord(rank, size, plan);
   // Every rank reaches this allgather whatever happened above: no rank is left waiting.
   Record* all = static_cast<Record*>(std::calloc(static_cast<size_t>(size), sizeof(Record)));
   Record dummy{};
@@ -108,45 +114,47 @@ void afterInit() noexcept {
   int ok = all != nullptr && gathered ? 1 : 0, allOk = 0;
   if (real::PMPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) allOk = 0;
   bool engine = allOk != 0;
-  Decision d{false, "identity order (MPI_COMM_WORLD unchanged): a rank could not gather the plans"};
+  PlanVerdict d{false, "a rank could not gather the plans"};
   if (allOk) {
     try {
-      std::vector<RankView> views(static_cast<size_t>(size));
-      for (size_t r = 0; r < views.size(); ++r) {
-        views[r].status = static_cast<PlanStatus>(all[r].status);
-        views[r].checkHosts = all[r].checkHosts != 0;
-        views[r].hash = field(all[r].hash, sizeof(all[r].hash));
-        views[r].host = field(all[r].host, sizeof(all[r].host));
-        views[r].reason = field(all[r].reason, sizeof(all[r].reason));
-        engine = engine && all[r].engine != 0;
+      std::vector<PlanVote> votes;
+      votes.reserve(static_cast<size_t>(size));
+      for (int r = 0; r < size; ++r) {
+        const Record& rec = all[r];
+        votes.push_back(PlanVote::decode(
+            std::string_view(rec.vote, std::min<size_t>(rec.voteBytes, sizeof(rec.vote))),
+            fmt::format("MPI shim start-up allgather, rank {}", r)));
+        engine = engine && rec.engine != 0;
       }
-      d = decide(views, plan);
+      d = judgePlan(votes, plan ? &*plan : nullptr);
+    } catch (const std::exception& e) {
+      d = {false, e.what()};
     } catch (...) {
-      d = {false, "identity order (MPI_COMM_WORLD unchanged): out of memory while deciding"};
+      d = {false, "out of memory while deciding"};
     }
   }
   std::free(all);
   MPI_Comm world = MPI_COMM_NULL;
-  if (d.reorder) {
-    // decide() agreed on every rank, so every rank splits.
+  if (d.apply) {
+    // judgePlan() agreed on every rank, so every rank splits.
     if (real::PMPI_Comm_split(MPI_COMM_WORLD, 0, plan->newRank(rank), &world) == MPI_SUCCESS &&
         world != MPI_COMM_NULL) {
       real::PMPI_Comm_set_name(world, "MPI_COMM_WORLD");
     } else {
-      d = {false, "identity order (MPI_COMM_WORLD unchanged): MPI_Comm_split failed"};
+      d = {false, "MPI_Comm_split failed"};
     }
   }
   if (rank == 0) {
     try {
-      if (d.reorder) {
-        RANKMAP_INFO(Shim, "{}", d.message);
+      if (d.apply) {
+        RANKMAP_INFO(Shim, "MPI_COMM_WORLD reordered by {}", d.reason);
       } else {
-        RANKMAP_WARN(Shim, "{}", d.message);
+        RANKMAP_WARN(Shim, "{}{}", kIdentity, d.reason);
       }
     } catch (...) {
     }
   }
-  if (d.reorder) {
+  if (d.apply) {
     // Every rank asked for the engine or none uses it (the flags were gathered above).
     if (engine && gConfig) startEngine(world, *plan, *gConfig, plan->newRank(rank));
     gReordered.store(world, std::memory_order_release);

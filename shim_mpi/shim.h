@@ -2,7 +2,7 @@
 //
 // After the real MPI_Init/MPI_Init_thread (from C, or PMPI_Init from Open MPI's Fortran
 // bindings), every rank reads RANKMAP_PLAN and all ranks exchange what they hold (one allgather:
-// plan hash, status, hostname); shim_mpi/agreement.h decides. When every rank holds the same
+// plan vote: hash, status, hostname); common/plan_agreement.h decides. When every rank holds the same
 // valid plan, the shim builds PMPI_Comm_split(MPI_COMM_WORLD, 0, newRank) and every wrapped call
 // gets it in place of MPI_COMM_WORLD (shim_mpi/wrap.h, shim_mpi/mpi_functions.txt). Otherwise
 // every rank keeps the identity order and rank 0 prints one line saying why. The rules for what

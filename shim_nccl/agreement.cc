@@ -22,9 +22,8 @@ namespace tcp = coll::transport::tcp;
 namespace {
 
 constexpr char kTailMagic[8] = {'R', 'K', 'M', 'P', 'N', 'C', 'C', '1'};
-constexpr uint32_t kVoteMagic = 0x524d5631;     // "RMV1"
+constexpr uint32_t kVoteMagic = 0x524d5632;     // "RMV2": a PlanVote follows
 constexpr uint32_t kVerdictMagic = 0x524d5231;  // "RMR1"
-constexpr size_t kMaxHash = 128;
 constexpr size_t kMaxReason = 2048;
 // One client gets this long to send its vote once connected; the server's own deadline still
 // bounds the whole.
@@ -45,13 +44,8 @@ static_assert(sizeof(TailBytes) <= abi::kUniqueIdBytes - kTailOffset);
 
 struct VoteHeader {
   uint32_t magic;
-  uint32_t pad;
+  uint32_t voteBytes;  // the encoded PlanVote that follows
   uint64_t nonce;
-  int32_t rank;
-  int32_t nranks;
-  uint8_t fits;
-  uint8_t hashLen;
-  uint16_t pad2;
 };
 
 struct VerdictHeader {
@@ -66,9 +60,9 @@ std::string endpoint(const IdTail& t) {
                                                : fmt::format("{}:{}", t.host, t.port);
 }
 
-void sendVerdict(tcp::Socket& s, const Verdict& v) {
+void sendVerdict(tcp::Socket& s, const PlanVerdict& v) {
   std::string reason = v.reason.substr(0, kMaxReason);
-  VerdictHeader h{kVerdictMagic, static_cast<uint8_t>(v.decision == Decision::Permute), 0,
+  VerdictHeader h{kVerdictMagic, static_cast<uint8_t>(v.apply), 0,
                   static_cast<uint16_t>(reason.size())};
   std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
   frame += reason;
@@ -82,28 +76,29 @@ void sendVerdict(tcp::Socket& s, const Verdict& v) {
 }
 
 // Reads one vote; nullopt (after answering the client) for a malformed or foreign one.
-std::optional<Vote> readVote(tcp::Socket& s, uint64_t nonce, Deadline deadline) {
+std::optional<PlanVote> readVote(tcp::Socket& s, uint64_t nonce, Deadline deadline) {
   VoteHeader h{};
   s.recvAll(&h, sizeof(h), deadline, "a voting rank");
-  if (h.magic != kVoteMagic || h.nonce != nonce || h.hashLen > kMaxHash) {
-    sendVerdict(s, {Decision::Identity, "not a vote for this unique id"});
+  if (h.magic != kVoteMagic || h.nonce != nonce || h.voteBytes > PlanVote::kMaxEncodedBytes) {
+    sendVerdict(s, {false, "not a vote for this unique id"});
     return std::nullopt;
   }
-  Vote v;
-  v.rank = h.rank;
-  v.nranks = h.nranks;
-  v.fits = h.fits != 0;
-  v.planHash.resize(h.hashLen);
-  if (h.hashLen > 0) s.recvAll(v.planHash.data(), h.hashLen, deadline, "a voting rank");
-  return v;
+  std::string bytes(h.voteBytes, '\0');
+  if (!bytes.empty()) s.recvAll(bytes.data(), bytes.size(), deadline, "a voting rank");
+  try {
+    return PlanVote::decode(bytes, "NCCL plan agreement vote");
+  } catch (const InvalidInput& e) {
+    sendVerdict(s, {false, e.what()});
+    return std::nullopt;
+  }
 }
 
 void serve(std::shared_ptr<tcp::Socket> listener, uint64_t nonce, std::string creatorHash,
            std::chrono::milliseconds timeout) {
   const Deadline deadline = Deadline::after(timeout);
-  std::vector<Vote> votes;
+  std::vector<PlanVote> votes;
   std::vector<tcp::Socket> clients;
-  std::optional<Verdict> verdict;
+  std::optional<PlanVerdict> verdict;
   std::set<int> voted;
   try {
     while (!deadline.expired()) {
@@ -113,7 +108,7 @@ void serve(std::shared_ptr<tcp::Socket> listener, uint64_t nonce, std::string cr
       } catch (const TimeoutError&) {
         break;
       }
-      std::optional<Vote> v;
+      std::optional<PlanVote> v;
       try {
         v = readVote(c, nonce, deadline.min(Deadline::after(kPerClient)));
       } catch (const std::exception& e) {
@@ -126,28 +121,28 @@ void serve(std::shared_ptr<tcp::Socket> listener, uint64_t nonce, std::string cr
         voted.insert(v->rank);
         sendVerdict(c, *verdict);
       } else {
-        // judge(), one vote at a time: O(1) per vote rather than O(n).
-        verdict = checkVote(creatorHash, votes.front(), voted, *v);
+        // The agreement rule one vote at a time (O(1) per vote rather than O(n)), then the
+        // final verdict over all of them.
+        verdict = checkPlanVote(votes.front(), voted, *v, creatorHash);
         voted.insert(v->rank);
         clients.push_back(std::move(c));
-        if (!verdict && static_cast<int>(voted.size()) == votes.front().nranks)
-          verdict = Verdict{Decision::Permute, fmt::format("all {} ranks hold plan {}",
-                                                           votes.front().nranks, creatorHash)};
+        if (!verdict && static_cast<int>(voted.size()) == votes.front().worldSize)
+          verdict = judgePlan(votes, nullptr);
         if (verdict) {
           for (auto& s : clients) sendVerdict(s, *verdict);
           clients.clear();
         }
       }
       // Done once every rank has its answer (after Permute, or after Identity told to all).
-      if (verdict && static_cast<int>(voted.size()) >= votes.front().nranks) break;
+      if (verdict && static_cast<int>(voted.size()) >= votes.front().worldSize) break;
     }
   } catch (const std::exception& e) {
     RANKMAP_WARN(Shim, "plan agreement server: {}", e.what());
   }
   if (!verdict) {
-    int n = votes.empty() ? 0 : votes.front().nranks;
-    verdict = Verdict{Decision::Identity, fmt::format("only {} of {} ranks voted within {} ms",
-                                                      voted.size(), n, timeout.count())};
+    int n = votes.empty() ? 0 : votes.front().worldSize;
+    verdict = PlanVerdict{false, fmt::format("only {} of {} ranks voted within {} ms",
+                                             voted.size(), n, timeout.count())};
     for (auto& s : clients) sendVerdict(s, *verdict);
   }
 }
@@ -214,40 +209,6 @@ std::optional<std::string> ncclRootHost(const abi::UniqueId& id) {
   return std::nullopt;
 }
 
-std::optional<Verdict> checkVote(const std::string& creatorHash, const Vote& first,
-                                 const std::set<int>& seen, const Vote& v) {
-  const int n = first.nranks;
-  if (v.nranks != n)
-    return Verdict{Decision::Identity, fmt::format("rank {} says {} ranks, rank {} says {}", v.rank,
-                                                   v.nranks, first.rank, n)};
-  if (v.rank < 0 || v.rank >= n)
-    return Verdict{Decision::Identity, fmt::format("rank {} is outside 0..{}", v.rank, n - 1)};
-  if (seen.count(v.rank) != 0)
-    return Verdict{Decision::Identity, fmt::format("rank {} voted twice", v.rank)};
-  if (v.planHash.empty())
-    return Verdict{Decision::Identity, fmt::format("rank {} has no valid plan", v.rank)};
-  if (v.planHash != creatorHash)
-    return Verdict{Decision::Identity,
-                   fmt::format("rank {} holds plan {} but the id's creator holds {}", v.rank,
-                               v.planHash, creatorHash)};
-  if (!v.fits)
-    return Verdict{Decision::Identity,
-                   fmt::format("plan {} does not cover {} ranks", creatorHash, n)};
-  return std::nullopt;
-}
-
-std::optional<Verdict> judge(const std::string& creatorHash, const std::vector<Vote>& votes) {
-  if (votes.empty()) return std::nullopt;
-  std::set<int> seen;
-  for (const auto& v : votes) {
-    if (auto bad = checkVote(creatorHash, votes.front(), seen, v)) return bad;
-    seen.insert(v.rank);
-  }
-  const int n = votes.front().nranks;
-  if (static_cast<int>(seen.size()) < n) return std::nullopt;
-  return Verdict{Decision::Permute, fmt::format("all {} ranks hold plan {}", n, creatorHash)};
-}
-
 IdTail startAgreementServer(const std::string& host, const std::string& creatorHash,
                             std::chrono::milliseconds timeout) {
   auto listener = std::make_shared<tcp::Socket>(tcp::Socket::listen(tcp::resolve(host, 0), 0));
@@ -263,7 +224,7 @@ IdTail startAgreementServer(const std::string& host, const std::string& creatorH
   return tail;
 }
 
-Verdict agree(const IdTail& tail, const Vote& vote) {
+PlanVerdict agree(const IdTail& tail, const PlanVote& vote) {
   const Deadline answerBy =
       Deadline::after(std::chrono::milliseconds(tail.timeoutMs) + kAnswerMargin);
   const std::string where = "plan agreement server " + endpoint(tail);
@@ -275,31 +236,25 @@ Verdict agree(const IdTail& tail, const Vote& vote) {
         kConnect, std::chrono::milliseconds(std::max<uint32_t>(tail.timeoutMs, 1)));
     s = tcp::Socket::connect(tcp::resolve(tail.host, tail.port), 0,
                              answerBy.min(Deadline::after(connectFor)), where);
-    VoteHeader h{kVoteMagic,
-                 0,
-                 tail.nonce,
-                 vote.rank,
-                 vote.nranks,
-                 static_cast<uint8_t>(vote.fits),
-                 static_cast<uint8_t>(std::min(vote.planHash.size(), kMaxHash)),
-                 0};
+    const std::string bytes = vote.encode();
+    VoteHeader h{kVoteMagic, static_cast<uint32_t>(bytes.size()), tail.nonce};
     std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
-    frame += vote.planHash.substr(0, kMaxHash);
+    frame += bytes;
     s.sendAll(frame.data(), frame.size(), answerBy, where);
   } catch (const std::exception& e) {
-    // Not delivered: the server cannot have answered Permute without this vote.
-    return {Decision::Identity, fmt::format("could not vote: {}", e.what())};
+    // Not delivered: the server cannot have answered "apply" without this vote.
+    return {false, fmt::format("could not vote: {}", e.what())};
   }
   VerdictHeader h{};
   try {
     s.recvAll(&h, sizeof(h), answerBy, where);
   } catch (const PeerError&) {
-    return {Decision::Identity, fmt::format("{} closed without an answer", where)};
+    return {false, fmt::format("{} closed without an answer", where)};
   }
   if (h.magic != kVerdictMagic || h.reasonLen > kMaxReason)
     RANKMAP_THROW(PeerError, "{} sent a malformed answer", where);
-  Verdict v;
-  v.decision = h.decision ? Decision::Permute : Decision::Identity;
+  PlanVerdict v;
+  v.apply = h.decision != 0;
   v.reason.resize(h.reasonLen);
   if (h.reasonLen > 0) s.recvAll(v.reason.data(), h.reasonLen, answerBy, where);
   return v;

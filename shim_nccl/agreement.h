@@ -12,11 +12,12 @@
 //    the whole id into the communicator hash, which stays equal on all ranks. The tail is only
 //    written when those 64 bytes are all zero.
 // 2. The application hands the id to every rank as usual. Each rank's shim, before calling the
-//    real init, sends a Vote (its app rank, nranks, its plan's hash, whether the plan fits
-//    nranks) and waits for the Verdict.
-// 3. The server answers Permute to all only after every rank 0..nranks-1 voted once, for the
-//    creator's plan hash, with a fitting plan. Any disagreement is final at once: Identity to
-//    everyone who voted and to everyone who votes later. At its deadline it answers Identity to
+//    real init, sends its PlanVote (common/plan_agreement.h: app rank, nranks, its plan's hash or
+//    why it has none) and waits for the verdict.
+// 3. The server applies the one agreement rule (checkPlanVote vote by vote, judgePlan at the
+//    end): it answers "apply" to all only after every rank 0..nranks-1 voted once, for the
+//    creator's plan hash, with a usable plan. Any disagreement is final at once: identity to
+//    everyone who voted and to everyone who votes later. At its deadline it answers identity to
 //    the voters it has and closes.
 // Safety: Permute needs this rank's vote. A rank that could not deliver its vote (server gone,
 // unreachable, refused) uses identity, and so does everyone else, since the server cannot have
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "common/deadline.h"
+#include "common/plan_agreement.h"
 #include "shim_nccl/nccl_abi.h"
 
 namespace rankmap::shim_nccl {
@@ -57,31 +59,7 @@ std::optional<IdTail> decodeTail(const abi::UniqueId& id);
 // nullopt when they do not look like one.
 std::optional<std::string> ncclRootHost(const abi::UniqueId& id);
 
-struct Vote {
-  int rank = -1;  // the application's rank
-  int nranks = 0;
-  std::string planHash;  // "sha256:..."; empty when this rank has no valid plan
-  bool fits = false;     // the plan covers exactly nranks ranks
-  bool operator==(const Vote&) const = default;
-};
-
-enum class Decision { Identity, Permute };
-
 inline constexpr std::chrono::seconds kAnswerMargin{30};
-
-struct Verdict {
-  Decision decision = Decision::Identity;
-  std::string reason;  // for the log: why identity, or which plan
-};
-
-// The server's rule (pure): the final verdict after `votes` (in arrival order), or nullopt when it
-// needs more votes. `creatorHash` is the plan hash of the id's creator.
-std::optional<Verdict> judge(const std::string& creatorHash, const std::vector<Vote>& votes);
-
-// One step of judge(): the Identity verdict that vote `v` forces, given the first vote and the
-// ranks seen before it; nullopt when `v` is consistent. The server applies it vote by vote.
-std::optional<Verdict> checkVote(const std::string& creatorHash, const Vote& first,
-                                 const std::set<int>& seen, const Vote& v);
 
 // Starts the agreement server for one unique id on `host` (port chosen by the kernel), in a
 // detached thread that ends by `timeout`; returns the tail to write into the id. Throws
@@ -89,9 +67,10 @@ std::optional<Verdict> checkVote(const std::string& creatorHash, const Vote& fir
 IdTail startAgreementServer(const std::string& host, const std::string& creatorHash,
                             std::chrono::milliseconds timeout);
 
-// A rank's side: votes and returns the verdict. Identity when the vote cannot be delivered or the
-// server closes without answering; throws TimeoutError when a delivered vote gets no answer by
-// the server's deadline plus a margin (kAnswerMargin), counted from this call.
-Verdict agree(const IdTail& tail, const Vote& vote);
+// A rank's side: votes (vote.rank = the application's rank, vote.worldSize = nranks) and returns
+// the verdict. Identity when the vote cannot be delivered or the server closes without
+// answering; throws TimeoutError when a delivered vote gets no answer by the server's deadline
+// plus a margin (kAnswerMargin), counted from this call.
+PlanVerdict agree(const IdTail& tail, const PlanVote& vote);
 
 }  // namespace rankmap::shim_nccl

@@ -82,10 +82,12 @@ ShimOptions shimOptionsFromConfig(const Config& config) {
   o.enabled = config.get(settings::kNcclShim);
   o.timeout = config.get(settings::kTimeout);
   o.planSource = config.get(settings::kPlan);
+  o.planMaxAge = config.get(settings::kPlanMaxAge);
   if (o.enabled && !o.planSource.empty()) {
     try {
       o.plan = Plan::load(o.planSource);
     } catch (const std::exception& e) {
+      o.planError = e.what();
       RANKMAP_WARN(Shim, "NCCL shim: ignoring plan {}: {}; this rank votes for identity order",
                    o.planSource, e.what());
     }
@@ -191,13 +193,13 @@ abi::Result Shim::getUniqueId(abi::UniqueId* id) {
   return r;
 }
 
-Vote Shim::voteFor(int nranks, int appRank) const {
-  Vote v;
-  v.rank = appRank;
-  v.nranks = nranks;
-  if (options_.plan) {
-    v.planHash = options_.plan->hash;
-    v.fits = options_.plan->worldSize() == static_cast<size_t>(nranks);
+PlanVote Shim::voteFor(int nranks, int appRank) const {
+  PlanChecks checks;
+  checks.maxAge = options_.planMaxAge;
+  PlanVote v = planVote(options_.plan, appRank, nranks, checks);
+  if (!options_.plan && !options_.planError.empty()) {
+    v.status = PlanStatus::kInvalid;
+    v.reason = options_.planError;
   }
   return v;
 }
@@ -272,13 +274,13 @@ abi::Result Shim::init(InitCall call) {
     g.inits.push_back(std::move(call));
     return abi::kSuccess;
   }
-  Verdict v = agree(call.tail, voteFor(call.nranks, call.appRank));
+  PlanVerdict v = agree(call.tail, voteFor(call.nranks, call.appRank));
   return finishInit(call, v);
 }
 
-abi::Result Shim::finishInit(InitCall& call, const Verdict& verdict) {
+abi::Result Shim::finishInit(InitCall& call, const PlanVerdict& verdict) {
   RankTable table = RankTable::identity(call.nranks);
-  if (verdict.decision == Decision::Permute) {
+  if (verdict.apply) {
     table = RankTable::fromPermutation(options_.plan->permutation);
   } else {
     counters_.identityComms.fetch_add(1, std::memory_order_relaxed);
@@ -303,7 +305,7 @@ abi::Result Shim::finishInit(InitCall& call, const Verdict& verdict) {
 abi::Result Shim::runDeferredInits(std::vector<InitCall>& calls) {
   if (calls.empty()) return abi::kSuccess;
   // Vote for all of them at once: they may be ranks of one communicator.
-  std::vector<std::future<Verdict>> votes;
+  std::vector<std::future<PlanVerdict>> votes;
   votes.reserve(calls.size());
   for (auto& c : calls)
     votes.push_back(std::async(std::launch::async,
@@ -314,7 +316,7 @@ abi::Result Shim::runDeferredInits(std::vector<InitCall>& calls) {
   for (size_t i = 0; i < calls.size(); ++i) {
     InitCall& c = calls[i];
     try {
-      Verdict v = votes[i].get();
+      PlanVerdict v = votes[i].get();
       if (c.haveContext) {
         if (!restore) saved = driver().currentContext();
         restore = true;

@@ -58,11 +58,13 @@ struct ShimOptions {
   bool enabled = true;                        // RANKMAP_NCCL_SHIM
   std::optional<Plan> plan;                   // a valid plan, or none (identity)
   std::string planSource;                     // RANKMAP_PLAN, for logs
+  std::string planError;                      // why the plan at planSource was not loaded
+  std::chrono::milliseconds planMaxAge{0};    // RANKMAP_PLAN_MAX_AGE (0 = no limit)
   std::chrono::milliseconds timeout{300000};  // RANKMAP_TIMEOUT: agreement and in-progress waits
 };
 
-// Reads RANKMAP_NCCL_SHIM, RANKMAP_PLAN and RANKMAP_TIMEOUT. A plan that cannot be loaded is
-// logged as a warning and dropped: this rank then votes for identity.
+// Reads RANKMAP_NCCL_SHIM, RANKMAP_PLAN, RANKMAP_PLAN_MAX_AGE and RANKMAP_TIMEOUT. A plan that
+// cannot be loaded is logged as a warning and dropped: this rank then votes for identity.
 ShimOptions shimOptionsFromConfig(const Config& config);
 
 // What the shim did, for tests and the log.
@@ -162,9 +164,9 @@ class Shim {
   const CudaDriver& driver();
 
   abi::Result init(InitCall call);
-  abi::Result finishInit(InitCall& call, const Verdict& verdict);
+  abi::Result finishInit(InitCall& call, const PlanVerdict& verdict);
   abi::Result callRealInit(InitCall& call, int rank);
-  Vote voteFor(int nranks, int appRank) const;
+  PlanVote voteFor(int nranks, int appRank) const;
   abi::Result runDeferredInits(std::vector<InitCall>& calls);
 
   // After a real call that may need `fixup`: defers it inside a group, else completes it.

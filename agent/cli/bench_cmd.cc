@@ -30,6 +30,7 @@
 #include "collectives/reference_values.h"
 #include "collectives/transport/loopback/device.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/plan.h"
 
 namespace rankmap::agent {
@@ -63,7 +64,8 @@ struct Resolved {
   ReduceOp op;
   std::vector<uint64_t> sizes;  // bytes, nccl-tests convention
   coll::CommOptions options;
-  std::optional<Plan> plan;
+  std::optional<Plan> plan;  // an explicit --plan
+  std::string planPath;      // else RANKMAP_PLAN, loaded by each rank (loadLocalPlan)
 };
 
 double busFactor(Collective c, int n) {
@@ -111,7 +113,9 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
   if (print && !a.json) {
     fmt::print("# rankmap bench: {} over {} ranks ({} transport, {}), algo {}, plan {}\n",
                coll::collectiveName(c), n, comm.backend(), launch, a.algo,
-               res.plan ? res.plan->hash : std::string("none (identity order)"));
+               comm.plan() ? comm.plan()->hash
+                           : std::string(comm.stats().planRejected ? "refused (identity order)"
+                                                                    : "none (identity order)"));
     fmt::print("# rank order: {}\n#\n", fmt::join(comm.order(), " "));
     fmt::print("# {:>12} {:>12} {:>9} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7}  {}\n", "size", "count",
                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "algo");
@@ -293,13 +297,20 @@ Resolved resolve(const BenchArgs& a, const Config& cfg) {
   if (a.algo != "auto" || r.options.algorithm)
     r.options.algorithm = coll::parseAlgorithmOverride(a.algo == "auto" ? cfg.get(settings::kAlgo) : a.algo, "--algo");
   if (!a.plan.empty()) r.plan = Plan::load(a.plan);  // an explicit --plan must be readable
-  else r.plan = coll::loadPlanOrWarn(cfg.get(settings::kPlan));
+  else if (const std::string& path = cfg.get(settings::kPlan); !path.empty())
+    r.planPath = path;  // RANKMAP_PLAN: a broken one means identity order, agreed by all ranks
   return r;
 }
 
 int runBench(const BenchArgs& a, const Config& cfg) {
   Resolved res = resolve(a, cfg);
   if (a.loopback > 0) {
+    // Threads of one process share one plan: no agreement to make, but the same local checks.
+    coll::LocalPlan local =
+        res.plan ? coll::localPlanFrom(res.plan, 0, a.loopback, cfg)
+                 : coll::loadLocalPlan(res.planPath, 0, a.loopback, cfg);
+    if (!local.plan && local.vote.status != PlanStatus::kNone)
+      RANKMAP_WARN(Cli, "bench: identity order: {}", local.vote.reason);
     auto group = coll::transport::loopback::makeLoopbackGroup(a.loopback);
     std::vector<std::thread> threads;
     std::vector<std::exception_ptr> errors(group.size());
@@ -307,7 +318,7 @@ int runBench(const BenchArgs& a, const Config& cfg) {
     for (size_t r = 0; r < group.size(); ++r)
       threads.emplace_back([&, r] {
         try {
-          coll::Communicator comm(*group[r], res.options, res.plan);
+          coll::Communicator comm(*group[r], res.options, local.plan);
           int64_t w = benchRank(comm, a, res, /*cpuShared=*/true, "threads of one process");
           if (r == 0) wrong = w;
         } catch (...) {
@@ -321,7 +332,9 @@ int runBench(const BenchArgs& a, const Config& cfg) {
     return wrong.load() == 0 ? 0 : 1;
   }
   auto info = coll::launchInfoFromEnvironment(cfg);
-  auto comm = coll::connectCommunicator(info.rank, info.size, info.root, cfg, res.options, res.plan,
+  coll::LocalPlan local = res.plan ? coll::localPlanFrom(res.plan, info.rank, info.size, cfg)
+                                   : coll::loadLocalPlan(res.planPath, info.rank, info.size, cfg);
+  auto comm = coll::connectCommunicator(info.rank, info.size, info.root, cfg, res.options, std::move(local),
                                         Deadline::after(res.options.timeout));
   int64_t wrong = benchRank(*comm, a, res, /*cpuShared=*/false,
                             fmt::format("rank from {}, root {}", info.source, info.root));

@@ -147,7 +147,7 @@ TEST(EngineProcess, UnreachableRootIsADeadlineErrorNamingIt) {
   o.timeout = std::chrono::milliseconds(800);
   auto t0 = std::chrono::steady_clock::now();
   try {
-    connectCommunicator(1, 2, addr, cfg, o, std::nullopt, Deadline::after(o.timeout));
+    connectCommunicator(1, 2, addr, cfg, o, LocalPlan{}, Deadline::after(o.timeout));
     FAIL() << "connected to nobody";
   } catch (const TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find(addr), std::string::npos) << e.what();

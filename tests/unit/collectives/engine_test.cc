@@ -329,8 +329,8 @@ TEST(Engine, PlanForAnotherWorldSizeIsIgnored) {
 
 TEST(Engine, PlanOrderAndAlgorithmsAreUsed) {
   Plan plan = testPlan(8, 5);
-  plan.collectives["allreduce"] = {AlgoRange{0, 1024, "tree", 0, 0, 0},
-                                   AlgoRange{1024, AlgoRange::kUnbounded, "hier", 0, 0, 0}};
+  plan.collectives["allreduce"] = {AlgoRange{0, 1024, Algorithm::kTree, 0, 0, 0},
+                                   AlgoRange{1024, AlgoRange::kUnbounded, Algorithm::kHier, 0, 0, 0}};
   plan.seal();
   spawn(8, Backend::Loopback, [&](transport::Context& ctx) {
     Communicator comm(ctx, testOptions(std::nullopt), plan);

@@ -51,8 +51,8 @@ TEST(Selection, AllgatherBytesAreTheWholeBuffer) {
 }
 
 TEST(Selection, PlanRangesChooseAndDeclinesFallBack) {
-  Plan p = planWith("allreduce", {AlgoRange{0, 4096, "tree", 0, 0, 0},
-                                  AlgoRange{4096, AlgoRange::kUnbounded, "hier", 0, 0, 0}});
+  Plan p = planWith("allreduce", {AlgoRange{0, 4096, Algorithm::kTree, 0, 0, 0},
+                                  AlgoRange{4096, AlgoRange::kUnbounded, Algorithm::kHier, 0, 0, 0}});
   auto small = choose(req(Collective::kAllreduce, 100, 8), caps(8), &p, {});
   EXPECT_EQ(small.algorithm, Algorithm::kTree);
   EXPECT_EQ(small.source, "plan");
@@ -74,7 +74,7 @@ TEST(Selection, PlanRangesChooseAndDeclinesFallBack) {
 }
 
 TEST(Selection, OverrideBeatsPlanAndFallsBackWhenDeclined) {
-  Plan p = planWith("allreduce", {AlgoRange{0, AlgoRange::kUnbounded, "tree", 0, 0, 0}});
+  Plan p = planWith("allreduce", {AlgoRange{0, AlgoRange::kUnbounded, Algorithm::kTree, 0, 0, 0}});
   auto s = choose(req(Collective::kAllreduce, 100, 8), caps(8), &p, Overrides{Algorithm::kRing});
   EXPECT_EQ(s.algorithm, Algorithm::kRing);
   EXPECT_EQ(s.source, "override");

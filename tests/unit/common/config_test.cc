@@ -112,6 +112,7 @@ TEST(Config, ParseDuration) {
   EXPECT_EQ(parseDuration("2m"), std::chrono::minutes(2));
   EXPECT_EQ(parseDuration("1.5s"), std::chrono::milliseconds(1500));
   EXPECT_EQ(parseDuration("1h"), std::chrono::hours(1));
+  EXPECT_EQ(parseDuration("7d"), std::chrono::hours(24 * 7));
   EXPECT_FALSE(parseDuration(""));
   EXPECT_FALSE(parseDuration("5 parsecs"));
   EXPECT_FALSE(parseDuration("1e400"));

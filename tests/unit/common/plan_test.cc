@@ -15,8 +15,8 @@ Plan sample() {
   p.derivePermutation();
   p.groups = {{"rack", 0.97, {{"vm0", "vm2"}, {"vm1", "vm3"}}}};
   p.confidence = 0.97;
-  p.collectives["allreduce"] = {{0, 65536, "tree", 40, 0.1, 30},
-                                {65536, AlgoRange::kUnbounded, "ring", 5000, 0.9, 4800}};
+  p.collectives["allreduce"] = {{0, 65536, Algorithm::kTree, 40, 0.1, 30},
+                                {65536, AlgoRange::kUnbounded, Algorithm::kRing, 5000, 0.9, 4800}};
   p.predicted = {"allreduce 16 MiB ring", 1000, 3000, 3, 250, 83.3};
   p.epoch = 7;
   p.seal();
@@ -51,9 +51,9 @@ TEST(Plan, RoundTripAndHashStable) {
 
 TEST(Plan, AlgorithmForBySize) {
   auto p = sample();
-  EXPECT_EQ(p.algorithmFor("allreduce", 8), "tree");
-  EXPECT_EQ(p.algorithmFor("allreduce", 65536), "ring");
-  EXPECT_EQ(p.algorithmFor("allreduce", 1ull << 40), "ring");
+  EXPECT_EQ(p.algorithmFor("allreduce", 8), Algorithm::kTree);
+  EXPECT_EQ(p.algorithmFor("allreduce", 65536), Algorithm::kRing);
+  EXPECT_EQ(p.algorithmFor("allreduce", 1ull << 40), Algorithm::kRing);
   EXPECT_FALSE(p.algorithmFor("broadcast", 8));
 }
 

@@ -21,10 +21,10 @@ NetworkModel twoRacks(double host = 1000, double uplink = 250) {
                             {uplink}, 2, {10});
 }
 
-const AlgoCost& find(const std::vector<AlgoCost>& cs, const std::string& name) {
+const AlgoCost& find(const std::vector<AlgoCost>& cs, std::string_view name) {
   for (const auto& c : cs)
-    if (c.name == name) return c;
-  throw std::runtime_error("no " + name);
+    if (algorithmName(c.algo) == name) return c;
+  throw std::runtime_error("no " + std::string(name));
 }
 
 CostContext context(const NetworkModel& net, std::vector<int> order, int k = 1) {
@@ -188,7 +188,7 @@ TEST(CostModel, HierBeatsNearestFirstRhdOnTheTestbedAndEqualsTheRingWhenFlat) {
   EXPECT_LT(find(cs, "hier").betaUsPerByte, 0.95 * rhd.betaUsPerByte);
   auto ranges = chooseRanges(
       cs, "allreduce", 8, lowerBoundUsPerByte(context(net, {0, 1, 2, 3, 4, 5, 6, 7}), "allreduce"));
-  EXPECT_EQ(ranges.back().algorithm, "hier");
+  EXPECT_EQ(ranges.back().algorithm, Algorithm::kHier);
   EXPECT_LE(ranges.back().minBytes, 64u << 10);
   // Uplinks as fast as the rack's host links together: every host sends 2 (n-1)/n S whatever
   // the algorithm, and the overlap gains nothing.
@@ -227,7 +227,7 @@ TEST(CostModel, RangesAreContiguousFromZeroAndPickTheFastest) {
     for (double s : {8.0, 4096.0, 1e6, 1e9}) {
       std::string chosen;
       for (const auto& r : ranges)
-        if (s >= r.minBytes && s < r.maxBytes) chosen = r.algorithm;
+        if (s >= r.minBytes && s < r.maxBytes) chosen = algorithmName(r.algorithm);
       double best = 1e300;
       for (const auto& c : cs)
         if (c.available) best = std::min(best, c.timeUs(s));

@@ -268,7 +268,7 @@ TEST(Planner, HeterogeneousFixtureGetsChunkWeightsOrTrees) {
   EXPECT_TRUE(r.model.heterogeneousHosts());
   const auto& ranges = r.plan.collectives.at("allreduce");
   bool trees = false;
-  for (const auto& range : ranges) trees = trees || range.algorithm == "trees";
+  for (const auto& range : ranges) trees = trees || range.algorithm == Algorithm::kTrees;
   EXPECT_EQ(trees, !r.plan.trees.empty());
   EXPECT_TRUE(trees || !r.plan.chunkWeights.empty());
   if (!r.plan.chunkWeights.empty()) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/deadline.h"
+#include "tests/unit/common/temp_dir.h"
 
 namespace rankmap::testing {
 
@@ -26,19 +27,5 @@ Completed runCommand(const std::vector<std::string>& argv,
 
 // Lines of `text` (without the newlines).
 std::vector<std::string> lines(const std::string& text);
-
-// A fresh temporary directory removed (with its files) on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 }  // namespace rankmap::testing

@@ -41,58 +41,62 @@ TEST(IdTail, RoundTripAndOnlyIntoAFreeTail) {
   EXPECT_FALSE(ncclRootHost(junk));
 }
 
-Vote vote(int rank, int n, std::string hash = "sha256:a", bool fits = true) {
-  return Vote{rank, n, std::move(hash), fits};
+// A rank's vote as voteFor() makes it: a usable plan with this hash, or (hash empty) none.
+PlanVote vote(int rank, int n, std::string hash = "sha256:a") {
+  PlanVote v{rank, n, PlanStatus::kOk, std::move(hash), {}, {}, false};
+  if (v.hash.empty()) {
+    v.status = PlanStatus::kNone;
+    v.reason = "RANKMAP_PLAN is not set";
+  }
+  return v;
 }
 
-TEST(Judge, PermuteOnlyWhenEveryRankAgrees) {
-  EXPECT_FALSE(judge("sha256:a", {}));
-  EXPECT_FALSE(judge("sha256:a", {vote(0, 3), vote(2, 3)}));  // needs rank 1
-  auto v = judge("sha256:a", {vote(2, 3), vote(0, 3), vote(1, 3)});
-  ASSERT_TRUE(v);
-  EXPECT_EQ(v->decision, Decision::Permute);
-}
-
-TEST(Judge, AnyDisagreementIsFinalIdentity) {
-  auto expectIdentity = [](std::vector<Vote> votes, const std::string& words) {
-    auto v = judge("sha256:a", votes);
-    ASSERT_TRUE(v);
-    EXPECT_EQ(v->decision, Decision::Identity);
-    EXPECT_NE(v->reason.find(words), std::string::npos) << v->reason;
-  };
-  expectIdentity({vote(0, 3), vote(1, 3, "sha256:b")}, "holds plan sha256:b");
-  expectIdentity({vote(0, 3), vote(1, 3, "")}, "no valid plan");
-  expectIdentity({vote(0, 3, "sha256:a", false)}, "does not cover 3 ranks");
-  expectIdentity({vote(0, 3), vote(1, 4)}, "says 4 ranks");
-  expectIdentity({vote(0, 3), vote(0, 3)}, "voted twice");
-  expectIdentity({vote(5, 3)}, "outside");
-}
-
+// The rule itself (checkPlanVote, judgePlan) is tested in tests/unit/common/plan_agreement_test.cc;
+// these tests run it through the vote server.
 TEST(Agreement, ServerAnswersEveryRankTheSame) {
   for (bool agreeing : {true, false}) {
     IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::seconds(20));
     const int n = 5;
-    std::vector<Verdict> got(n);
+    std::vector<PlanVerdict> got(n);
     testing::runRanks(n, [&](int r) {
       std::string hash = (!agreeing && r == 3) ? "sha256:other" : "sha256:a";
       got[static_cast<size_t>(r)] = agree(tail, vote(r, n, hash));
     });
     for (const auto& v : got)
-      EXPECT_EQ(v.decision, agreeing ? Decision::Permute : Decision::Identity) << v.reason;
+      EXPECT_EQ(v.apply, agreeing) << v.reason;
+  }
+}
+
+TEST(Agreement, ARankWithoutAUsablePlanMeansIdentityForAll) {
+  IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::seconds(20));
+  const int n = 3;
+  std::vector<PlanVerdict> got(n);
+  testing::runRanks(n, [&](int r) {
+    PlanVote v = vote(r, n);
+    if (r == 1) {
+      v.status = PlanStatus::kStale;
+      v.hash.clear();
+      v.reason = "plan sha256:a is stale";
+    }
+    got[static_cast<size_t>(r)] = agree(tail, v);
+  });
+  for (const auto& v : got) {
+    EXPECT_FALSE(v.apply);
+    EXPECT_NE(v.reason.find("no usable plan"), std::string::npos) << v.reason;
   }
 }
 
 TEST(Agreement, LateRankAfterIdentityStillGetsIdentity) {
   IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::seconds(20));
-  EXPECT_EQ(agree(tail, vote(0, 2, "sha256:x")).decision, Decision::Identity);
-  EXPECT_EQ(agree(tail, vote(1, 2)).decision, Decision::Identity);
+  EXPECT_FALSE(agree(tail, vote(0, 2, "sha256:x")).apply);
+  EXPECT_FALSE(agree(tail, vote(1, 2)).apply);
 }
 
 TEST(Agreement, MissingRankTimesOutToIdentityForThoseWhoVoted) {
   IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::milliseconds(300));
   auto start = std::chrono::steady_clock::now();
-  Verdict v = agree(tail, vote(0, 2));  // rank 1 never comes
-  EXPECT_EQ(v.decision, Decision::Identity);
+  PlanVerdict v = agree(tail, vote(0, 2));  // rank 1 never comes
+  EXPECT_FALSE(v.apply);
   EXPECT_NE(v.reason.find("only 1 of 2"), std::string::npos) << v.reason;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
@@ -102,18 +106,18 @@ TEST(Agreement, UnreachableServerMeansIdentity) {
   IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::milliseconds(1));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   tail.timeoutMs = 1;  // keeps the connect attempts short
-  Verdict v = agree(tail, vote(0, 2));
-  EXPECT_EQ(v.decision, Decision::Identity);
+  PlanVerdict v = agree(tail, vote(0, 2));
+  EXPECT_FALSE(v.apply);
 }
 
 TEST(Agreement, ForeignNonceIsRejected) {
   IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::seconds(5));
   IdTail wrong = tail;
   wrong.nonce ^= 1;
-  Verdict v = agree(wrong, vote(0, 1));
-  EXPECT_EQ(v.decision, Decision::Identity);
+  PlanVerdict v = agree(wrong, vote(0, 1));
+  EXPECT_FALSE(v.apply);
   // The real vote still works afterwards.
-  EXPECT_EQ(agree(tail, vote(0, 1)).decision, Decision::Permute);
+  EXPECT_TRUE(agree(tail, vote(0, 1)).apply);
 }
 
 }  // namespace
