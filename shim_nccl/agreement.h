@@ -83,9 +83,9 @@ std::optional<Verdict> judge(const std::string& creatorHash, const std::vector<V
 std::optional<Verdict> checkVote(const std::string& creatorHash, const Vote& first,
                                  const std::set<int>& seen, const Vote& v);
 
-// Starts the agreement server for one unique id on `host` (port chosen by the kernel), in a
-// detached thread that ends by `timeout`; returns the tail to write into the id. Throws
-// SystemError when it cannot listen.
+// Starts the agreement server for one unique id on `host` (a numeric address; port chosen by the
+// kernel), in a detached thread that ends by `timeout`; returns the tail to write into the id.
+// Throws SystemError when it cannot listen, InvalidInput when `host` is not numeric.
 IdTail startAgreementServer(const std::string& host, const std::string& creatorHash,
                             std::chrono::milliseconds timeout);
 
