@@ -203,7 +203,7 @@ BulkResult measureSendTo(const Endpoint& peer, const ProbeKey& key, std::string_
   c.send(MsgType::kBulkSink, opts.toJson().dump(), d);
   streamBulk(c.socket(), opts.maxBytes, d);
   std::string result = c.expect(MsgType::kBulkResult, d);
-  c.socket().abort();  // drop what is still queued: the window is over
+  abortConnection(c.socket());  // drop what is still queued: the window is over
   return BulkResult::fromJson(parseJson(result, "BulkResult"), "BulkResult");
 }
 
@@ -213,7 +213,7 @@ BulkResult measureReceiveFrom(const Endpoint& peer, const ProbeKey& key, std::st
   c.send(MsgType::kBulkSource, opts.toJson().dump(), d);
   BulkResult r = receiveBulk(c.socket(), opts, d);
   // A reset is how the sender learns the window is over; it also drops its queued bytes.
-  c.socket().abort();
+  abortConnection(c.socket());
   return r;
 }
 

@@ -18,7 +18,7 @@ ProbeServer::ProbeServer(Options opts, ProbeKey key, RequestHandler handler)
 ProbeServer::~ProbeServer() { stop(); }
 
 void ProbeServer::start() {
-  listener_ = Listener::bind(opts_.listen);
+  listener_ = listenOn(opts_.listen);
   port_ = listener_.port();
   RANKMAP_INFO(Probe, "probe server {}: listening on {}:{} (key {})", opts_.name, opts_.listen.host,
                port_, key_.fingerprint());
@@ -131,7 +131,7 @@ void ProbeServer::serveChannel(Channel& c) {
           c.send(MsgType::kBulkResult, r.toJson().dump(), d);
           // Drain until the sender sees the result and closes: closing with unread bytes would
           // reset the connection and could destroy the result before it is read.
-          c.socket().shutdownWrite();
+          shutdownWrite(c.socket());
           char sink[65536];
           Deadline drain = Deadline::after(std::chrono::seconds(5));
           try {
@@ -141,7 +141,7 @@ void ProbeServer::serveChannel(Channel& c) {
           }
         } else {
           streamBulk(c.socket(), bo.maxBytes, d);
-          c.socket().abort();
+          abortConnection(c.socket());
         }
         return;  // a bulk transfer ends its connection
       }

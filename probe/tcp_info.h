@@ -1,4 +1,4 @@
-// Kernel-side TCP counters (TCP_INFO). Kept apart from probe/socket.cc because <linux/tcp.h>
+// Kernel-side TCP counters (TCP_INFO). Kept apart from common/net.cc because <linux/tcp.h>
 // and <netinet/tcp.h> cannot be included together.
 #pragma once
 

@@ -211,7 +211,7 @@ std::string Channel::expect(MsgType type, Deadline d, size_t maxPayload) {
 
 Channel Channel::connect(const Endpoint& ep, const ProbeKey& key, std::string_view selfName,
                          Deadline d) {
-  Channel c(Socket::connect(ep, d), key);
+  Channel c(connectTo(ep, d), key);
   c.peerAddr_ = ep.text();
   c.sendDir_ = 0;
   std::string nonce = randomBytes(kNonceBytes);

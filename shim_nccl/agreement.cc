@@ -11,13 +11,11 @@
 #include <set>
 #include <thread>
 
-#include "collectives/transport/tcp/socket.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/net.h"
 
 namespace rankmap::shim_nccl {
-
-namespace tcp = coll::transport::tcp;
 
 namespace {
 
@@ -55,12 +53,7 @@ struct VerdictHeader {
   uint16_t reasonLen;
 };
 
-std::string endpoint(const IdTail& t) {
-  return t.host.find(':') != std::string::npos ? fmt::format("[{}]:{}", t.host, t.port)
-                                               : fmt::format("{}:{}", t.host, t.port);
-}
-
-void sendVerdict(tcp::Socket& s, const PlanVerdict& v) {
+void sendVerdict(Socket& s, const PlanVerdict& v) {
   std::string reason = v.reason.substr(0, kMaxReason);
   VerdictHeader h{kVerdictMagic, static_cast<uint8_t>(v.apply), 0,
                   static_cast<uint16_t>(reason.size())};
@@ -76,7 +69,7 @@ void sendVerdict(tcp::Socket& s, const PlanVerdict& v) {
 }
 
 // Reads one vote; nullopt (after answering the client) for a malformed or foreign one.
-std::optional<PlanVote> readVote(tcp::Socket& s, uint64_t nonce, Deadline deadline) {
+std::optional<PlanVote> readVote(Socket& s, uint64_t nonce, Deadline deadline) {
   VoteHeader h{};
   s.recvAll(&h, sizeof(h), deadline, "a voting rank");
   if (h.magic != kVoteMagic || h.nonce != nonce || h.voteBytes > PlanVote::kMaxEncodedBytes) {
@@ -93,21 +86,18 @@ std::optional<PlanVote> readVote(tcp::Socket& s, uint64_t nonce, Deadline deadli
   }
 }
 
-void serve(std::shared_ptr<tcp::Socket> listener, uint64_t nonce, std::string creatorHash,
+void serve(std::shared_ptr<Listener> listener, uint64_t nonce, std::string creatorHash,
            std::chrono::milliseconds timeout) {
   const Deadline deadline = Deadline::after(timeout);
   std::vector<PlanVote> votes;
-  std::vector<tcp::Socket> clients;
+  std::vector<Socket> clients;
   std::optional<PlanVerdict> verdict;
   std::set<int> voted;
   try {
     while (!deadline.expired()) {
-      tcp::Socket c;
-      try {
-        c = listener->accept(deadline, "the ranks' votes");
-      } catch (const TimeoutError&) {
-        break;
-      }
+      std::optional<Socket> accepted = listener->accept(deadline);
+      if (!accepted) break;
+      Socket c = std::move(*accepted);
       std::optional<PlanVote> v;
       try {
         v = readVote(c, nonce, deadline.min(Deadline::after(kPerClient)));
@@ -211,10 +201,13 @@ std::optional<std::string> ncclRootHost(const abi::UniqueId& id) {
 
 IdTail startAgreementServer(const std::string& host, const std::string& creatorHash,
                             std::chrono::milliseconds timeout) {
-  auto listener = std::make_shared<tcp::Socket>(tcp::Socket::listen(tcp::resolve(host, 0), 0));
+  // Numeric addresses only, here and in agree(): the tail carries one, and no resolver call
+  // should run inside the application's NCCL init.
+  auto listener =
+      std::make_shared<Listener>(Listener::bind(resolve(host, 0, Lookup::kNumericOnly)));
   IdTail tail;
   tail.host = host;
-  tail.port = listener->localAddr().port();
+  tail.port = listener->port();
   tail.timeoutMs = static_cast<uint32_t>(timeout.count());
   std::random_device rd;
   tail.nonce = (static_cast<uint64_t>(rd()) << 32) ^ rd();
@@ -227,15 +220,15 @@ IdTail startAgreementServer(const std::string& host, const std::string& creatorH
 PlanVerdict agree(const IdTail& tail, const PlanVote& vote) {
   const Deadline answerBy =
       Deadline::after(std::chrono::milliseconds(tail.timeoutMs) + kAnswerMargin);
-  const std::string where = "plan agreement server " + endpoint(tail);
-  tcp::Socket s;
+  const std::string where = "plan agreement server " + hostPortText(tail.host, tail.port);
+  Socket s;
   try {
     // Refused means the server is gone (it listens before the id is handed out), and it is
     // gone for good after its own timeout: retrying longer than that cannot help.
     auto connectFor = std::min<std::chrono::milliseconds>(
         kConnect, std::chrono::milliseconds(std::max<uint32_t>(tail.timeoutMs, 1)));
-    s = tcp::Socket::connect(tcp::resolve(tail.host, tail.port), 0,
-                             answerBy.min(Deadline::after(connectFor)), where);
+    s = Socket::connect(resolve(tail.host, tail.port, Lookup::kNumericOnly),
+                        answerBy.min(Deadline::after(connectFor)), where, {.retryRefused = true});
     const std::string bytes = vote.encode();
     VoteHeader h{kVoteMagic, static_cast<uint32_t>(bytes.size()), tail.nonce};
     std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));

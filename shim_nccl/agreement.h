@@ -61,9 +61,9 @@ std::optional<std::string> ncclRootHost(const abi::UniqueId& id);
 
 inline constexpr std::chrono::seconds kAnswerMargin{30};
 
-// Starts the agreement server for one unique id on `host` (port chosen by the kernel), in a
-// detached thread that ends by `timeout`; returns the tail to write into the id. Throws
-// SystemError when it cannot listen.
+// Starts the agreement server for one unique id on `host` (a numeric address; port chosen by the
+// kernel), in a detached thread that ends by `timeout`; returns the tail to write into the id.
+// Throws SystemError when it cannot listen, InvalidInput when `host` is not numeric.
 IdTail startAgreementServer(const std::string& host, const std::string& creatorHash,
                             std::chrono::milliseconds timeout);
 

@@ -16,9 +16,6 @@
 
 namespace rankmap::coll::bootstrap {
 
-using transport::tcp::Socket;
-using transport::tcp::SockAddr;
-
 namespace {
 
 constexpr uint32_t kMagic = 0x524d4253;  // "RMBS"
@@ -26,6 +23,8 @@ constexpr uint32_t kVersion = 1;
 constexpr uint64_t kMaxFrame = 1ull << 30;
 // A connection that does not say hello within this long is dropped (a port scanner, say).
 constexpr auto kHelloTimeout = std::chrono::seconds(10);
+// RANKMAP_ROOT: the port is required; a root may bind port 0 (tests, launchers).
+constexpr HostPortRules kRootRules{.defaultPort = std::nullopt, .allowPortZero = true};
 
 enum class FrameType : uint32_t { Hello = 1, Welcome = 2, Error = 3, Data = 4, Gathered = 5 };
 
@@ -70,11 +69,9 @@ std::string recvFrame(Socket& s, FrameType expected, Deadline deadline, std::str
 }  // namespace
 
 RootListener::RootListener(const std::string& hostPort) {
-  std::string host;
-  uint16_t port = 0;
-  transport::tcp::splitHostPort(hostPort, "RANKMAP_ROOT", &host, &port);
-  socket_ = Socket::listen(transport::tcp::resolve(host, port), 0);
-  address_ = socket_.localAddr().str();
+  HostPort hp = parseHostPort(hostPort, "RANKMAP_ROOT", kRootRules);
+  listener_ = Listener::bind(resolve(hp.host, hp.port, Lookup::kNames));
+  address_ = listener_.localAddr().str();
 }
 
 // Rank 0 keeps one connection per other rank (index = rank); the others keep one to the root.
@@ -82,7 +79,7 @@ class RootBootstrap final : public Bootstrap {
  public:
   RootBootstrap(RootListener listener, int size, Deadline deadline)
       : Bootstrap(0, size), rootAddress_(listener.address()), peers_(size), names_(size) {
-    SockAddr bound = listener.socket_.localAddr();
+    SockAddr bound = listener.listener_.localAddr();
     if (bound.host() != "0.0.0.0" && bound.host() != "::") localHost_ = bound.host();
     acceptAll(listener, deadline);
     RANKMAP_DEBUG(Coll, "bootstrap root {}: all {} ranks connected", rootAddress_, size);
@@ -90,12 +87,11 @@ class RootBootstrap final : public Bootstrap {
 
   RootBootstrap(int rank, int size, const std::string& root, Deadline deadline)
       : Bootstrap(rank, size), rootAddress_(root), peers_(1), names_(1) {
-    std::string host;
-    uint16_t port = 0;
-    transport::tcp::splitHostPort(root, "RANKMAP_ROOT", &host, &port);
+    HostPort hp = parseHostPort(root, "RANKMAP_ROOT", kRootRules);
     names_[0] = fmt::format("root {}", root);
-    peers_[0] = Socket::connect(transport::tcp::resolve(host, port), 0, deadline,
-                                fmt::format("bootstrap root {} (from rank {})", root, rank));
+    peers_[0] = Socket::connect(resolve(hp.host, hp.port, Lookup::kNames), deadline,
+                                fmt::format("bootstrap root {} (from rank {})", root, rank),
+                                {.retryRefused = true});
     localHost_ = peers_[0].localAddr().host();
     Hello hello{kVersion, rank, size};
     sendFrame(peers_[0], FrameType::Hello,
@@ -114,10 +110,8 @@ class RootBootstrap final : public Bootstrap {
   void acceptAll(RootListener& listener, Deadline deadline) {
     int connected = 1;
     while (connected < size()) {
-      Socket s;
-      try {
-        s = listener.socket_.accept(deadline, "ranks");
-      } catch (const TimeoutError&) {
+      std::optional<Socket> accepted = listener.listener_.accept(deadline);
+      if (!accepted) {
         std::string missing;
         for (int r = 1; r < size(); ++r) {
           if (!peers_[r].valid()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
@@ -128,6 +122,7 @@ class RootBootstrap final : public Bootstrap {
                       "connected)",
                       rootAddress_, missing, connected, size());
       }
+      Socket s = std::move(*accepted);
       std::string from = s.peerAddr().str();
       Hello hello{};
       try {

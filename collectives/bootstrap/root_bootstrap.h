@@ -14,8 +14,8 @@
 #include <string>
 
 #include "collectives/bootstrap/bootstrap.h"
-#include "collectives/transport/tcp/socket.h"
 #include "common/deadline.h"
+#include "common/net.h"
 
 namespace rankmap {
 class Config;
@@ -35,7 +35,7 @@ class RootListener {
 
  private:
   friend class RootBootstrap;
-  transport::tcp::Socket socket_;
+  Listener listener_;
   std::string address_;
 };
 

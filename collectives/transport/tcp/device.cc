@@ -16,9 +16,9 @@
 
 #include "collectives/bootstrap/bootstrap.h"
 #include "collectives/transport/tcp/context.h"
-#include "collectives/transport/tcp/socket.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/net.h"
 
 namespace rankmap::coll::transport::tcp {
 
@@ -59,7 +59,7 @@ class TcpDevice final : public Device {
                     options_.streams);
     }
     if (options_.host.empty() && !options_.ifname.empty()) {
-      options_.host = interfaceAddress(options_.ifname);
+      options_.host = interfaceAddress(options_.ifname, "RANKMAP_SOCKET_IFNAME");
     }
   }
 
@@ -74,7 +74,8 @@ class TcpDevice final : public Device {
     std::string host = options_.host;
     if (host.empty()) host = bs.localHost();
     if (host.empty()) host = "127.0.0.1";
-    Socket listener = Socket::listen(resolve(host, 0), options_.socketBuffer);
+    Listener listener =
+        Listener::bind(resolve(host, 0, Lookup::kNames), {.bufferBytes = options_.socketBuffer});
     std::string address = listener.localAddr().str();
 
     uint64_t nonce = std::random_device{}();
@@ -101,14 +102,13 @@ class TcpDevice final : public Device {
     try {
       // Connect to lower ranks.
       for (int peer = 0; peer < rank; ++peer) {
-        std::string host;
-        uint16_t port = 0;
-        splitHostPort(peers[peer].address, "peer address", &host, &port);
-        SockAddr addr = resolve(host, port);
+        HostPort hp = parseHostPort(peers[peer].address, "peer address",
+                                    {.defaultPort = std::nullopt, .allowPortZero = false});
+        SockAddr addr = resolve(hp.host, hp.port, Lookup::kNames);
         std::string what = fmt::format("rank {} ({})", peer, peers[peer].address);
         for (int s = 0; s < streams; ++s) {
-          Socket sock = Socket::connect(addr, options_.socketBuffer, deadline, what);
-          sock.setNoDelay();
+          Socket sock = Socket::connect(
+              addr, deadline, what, {.retryRefused = true, .bufferBytes = options_.socketBuffer});
           Hello hello{kHelloMagic, static_cast<uint32_t>(s), group, rank, size};
           sock.sendAll(&hello, sizeof(hello), deadline, what);
           sockets[peer].push_back(std::move(sock));
@@ -118,10 +118,8 @@ class TcpDevice final : public Device {
       for (int peer = rank + 1; peer < size; ++peer) sockets[peer].resize(streams);
       int expected = (size - 1 - rank) * streams;
       while (expected > 0) {
-        Socket sock;
-        try {
-          sock = listener.accept(deadline, "peers");
-        } catch (const TimeoutError&) {
+        std::optional<Socket> accepted = listener.accept(deadline);
+        if (!accepted) {
           std::string missing;
           for (int peer = rank + 1; peer < size; ++peer) {
             int have = 0;
@@ -134,6 +132,7 @@ class TcpDevice final : public Device {
           RANKMAP_THROW(TimeoutError, "tcp transport: rank {} timed out waiting for {} to connect",
                         rank, missing);
         }
+        Socket sock = std::move(*accepted);
         std::string from = sock.peerAddr().str();
         Hello hello{};
         try {
@@ -154,7 +153,6 @@ class TcpDevice final : public Device {
                         "stream {})",
                         rank, from, hello.rank, hello.size, hello.stream);
         }
-        sock.setNoDelay();
         sockets[hello.rank][hello.stream] = std::move(sock);
         --expected;
       }

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "collectives/transport/request.h"
-#include "collectives/transport/tcp/socket.h"
+#include "common/net.h"
 
 namespace rankmap::coll::transport::tcp {
 

@@ -266,10 +266,10 @@ TEST(Coordinator, DeadAndSilentAgentsBecomeMissingPairsWithinTheDeadline) {
   Daemon& x = a.add("x");
   Daemon& y = a.add("y");
   // "dead": nothing listens; "silent": accepts connections and never answers.
-  probe::Listener deadPort = probe::Listener::bind({"127.0.0.1", 0});
+  Listener deadPort = probe::listenOn({"127.0.0.1", 0});
   uint16_t dead = deadPort.port();
-  deadPort = probe::Listener();  // closed: connections are refused
-  probe::Listener silent = probe::Listener::bind({"127.0.0.1", 0});
+  deadPort = Listener();  // closed: connections are refused
+  Listener silent = probe::listenOn({"127.0.0.1", 0});
   std::vector<Host> hosts = {{"x", fmt::format("127.0.0.1:{}", x.probePort())},
                              {"dead", fmt::format("127.0.0.1:{}", dead)},
                              {"y", fmt::format("127.0.0.1:{}", y.probePort())},
