@@ -35,9 +35,9 @@
 #include <fmt/format.h>
 
 #include "agent/cli/command.h"
-#include "agent/launch/process.h"
 #include "common/deadline.h"
 #include "common/error.h"
+#include "launch/process.h"
 
 namespace rankmap::agent {
 namespace {

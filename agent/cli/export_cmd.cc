@@ -8,11 +8,11 @@
 #include <fmt/format.h>
 
 #include "agent/cli/command.h"
-#include "agent/launch/slurm.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/plan.h"
 #include "common/topology.h"
+#include "launch/slurm.h"
 
 namespace rankmap::agent {
 

@@ -1,5 +1,5 @@
 // `rankmap run [--plan P | --topology T | --agent URL] [--mode launch|shim|auto] [--dry-run]
-//  -- mpirun ARGS...`: runs a job with its ranks in plan order (agent/launch/launch.h).
+//  -- mpirun ARGS...`: runs a job with its ranks in plan order (launch/launch.h).
 //
 // It prints one line on stderr saying what it did and why. Whatever goes wrong with the plan or
 // the command line (no plan, a plan for other hosts, options it does not understand), it runs the
@@ -14,12 +14,12 @@
 #include <fmt/format.h>
 
 #include "agent/cli/command.h"
-#include "agent/launch/launch.h"
-#include "agent/launch/plan_source.h"
-#include "agent/launch/process.h"
-#include "agent/launch/torchrun.h"
-#include "agent/launch/xgboost.h"
 #include "common/error.h"
+#include "launch/launch.h"
+#include "launch/plan_source.h"
+#include "launch/process.h"
+#include "launch/torchrun.h"
+#include "launch/xgboost.h"
 
 namespace rankmap::agent {
 namespace {
@@ -31,7 +31,7 @@ struct RunArgs {
   std::string mode = "auto";
   bool dryRun = false;
   std::vector<std::string> command;
-  // --xgboost N (agent/launch/xgboost.h): rankmap run is the tracker and starts the workers.
+  // --xgboost N (launch/xgboost.h): rankmap run is the tracker and starts the workers.
   int xgboost = 0;
   std::string hostsFile;
   std::string rsh = "ssh";
@@ -58,7 +58,7 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
   if (!a.agent.empty() && (!a.plan.empty() || !a.topology.empty()))
     RANKMAP_THROW(InvalidInput, "--agent: expected alone (not with --plan or --topology)");
   launch::Mode mode = launch::parseMode(a.mode);
-  if (a.xgboost > 0) {  // frameworks: agent/launch/xgboost.h
+  if (a.xgboost > 0) {  // frameworks: launch/xgboost.h
     launch::XgboostOptions xo;
     xo.workers = a.xgboost;
     xo.rsh = launch::splitWords(a.rsh);
@@ -74,7 +74,7 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
   auto cmd = launch::parseLaunchCommand(a.command, why);
   std::unique_ptr<launch::RunDir> dir;
   launch::RunDecision d;
-  if (launch::isTorchrun(a.command)) {  // frameworks: agent/launch/torchrun.h
+  if (launch::isTorchrun(a.command)) {  // frameworks: launch/torchrun.h
     d = launch::prepareTorchrun(a.command, a.plan.empty() ? cfg.get(settings::kPlan) : a.plan,
                                 a.topology.empty() ? cfg.get(settings::kTopology) : a.topology);
   } else if (!cmd) {

@@ -35,7 +35,7 @@
 
 #include "common/deadline.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 
 // xgboost's link map for n workers: a binary tree (heap numbering), a ring that walks the tree
 // depth-first so that it shares links with it, and then a relabelling so that the ring is
@@ -79,4 +79,4 @@ class RabitTracker {
   std::map<std::string, int> ranks_;
 };
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

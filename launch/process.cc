@@ -1,4 +1,4 @@
-#include "agent/launch/process.h"
+#include "launch/process.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -18,7 +18,7 @@
 
 extern char** environ;
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 volatile sig_atomic_t gChild = 0;
@@ -116,4 +116,4 @@ std::string executableDir() {
   return slash == std::string::npos ? "." : p.substr(0, slash);
 }
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

@@ -1,4 +1,4 @@
-#include "agent/launch/launch.h"
+#include "launch/launch.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,11 +9,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "agent/launch/mpirun.h"
-#include "agent/launch/slurm.h"
 #include "common/error.h"
+#include "launch/mpirun.h"
+#include "launch/slurm.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 std::string shortHash(const std::string& hash) {
@@ -69,7 +69,7 @@ std::unique_ptr<LaunchCommand> parseLaunchCommand(const std::vector<std::string>
     why = "no command given";
     return nullptr;
   }
-  if (isSrun(argv[0])) {  // agent/launch/slurm.h
+  if (isSrun(argv[0])) {  // launch/slurm.h
     try {
       return SrunCommand::parse(argv);
     } catch (const Error& e) {
@@ -295,4 +295,4 @@ std::optional<std::string> processEnv(const std::string& name) {
   return v ? std::optional<std::string>(v) : std::nullopt;
 }
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 
 // A fresh directory `<base>/rankmap-run-XXXXXX` (mode 0700), removed with the files written
 // through it when the RunDir is destroyed. Throws SystemError naming the base directory.
@@ -38,4 +38,4 @@ int runAndWait(const std::vector<std::string>& argv);
 // Directory of the running executable (/proc/self/exe), for finding files installed beside it.
 std::string executableDir();
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

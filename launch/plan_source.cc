@@ -1,4 +1,4 @@
-#include "agent/launch/plan_source.h"
+#include "launch/plan_source.h"
 
 #include <curl/curl.h>
 #include <limits.h>
@@ -16,7 +16,7 @@
 #include "common/files.h"
 #include "reorder/planner.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 constexpr size_t kMaxBodyBytes = 64u << 20;  // a plan for 4096 hosts is far smaller
@@ -189,4 +189,4 @@ PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadli
   return r;
 }
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

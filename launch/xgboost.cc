@@ -1,4 +1,4 @@
-#include "agent/launch/xgboost.h"
+#include "launch/xgboost.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -19,16 +19,16 @@
 
 #include <fmt/format.h>
 
-#include "agent/launch/plan_source.h"
-#include "agent/launch/xgboost_tracker.h"
 #include "common/deadline.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "launch/plan_source.h"
+#include "launch/xgboost_tracker.h"
 
 extern char** environ;
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 std::string shortHash(const std::string& hash) {
@@ -395,4 +395,4 @@ int runXgboostJob(XgboostOptions opts, const std::string& hostsFile,
   return runXgboost(opts, program, pr.plan, pr.error, pr.source, pr.known);
 }
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

@@ -1,4 +1,4 @@
-#include "agent/launch/mpirun.h"
+#include "launch/mpirun.h"
 
 #include <map>
 
@@ -7,7 +7,7 @@
 #include "common/error.h"
 #include "common/files.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 // How rankmap run treats an option.
@@ -387,4 +387,4 @@ Command MpirunCommand::withShim(const std::string& shimLib, const std::string& p
   return cmd;
 }
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

@@ -30,11 +30,11 @@
 #include <string>
 #include <vector>
 
-#include "agent/launch/launch.h"
 #include "common/plan.h"
 #include "common/topology.h"
+#include "launch/launch.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 
 // True for `torchrun` (any directory) and `python* -m torch.distributed.run`.
 bool isTorchrun(const std::vector<std::string>& argv);
@@ -134,4 +134,4 @@ RunDecision decideTorchrun(const std::vector<std::string>& argv, const std::opti
 RunDecision prepareTorchrun(const std::vector<std::string>& argv, const std::string& planPath,
                             const std::string& topologyPath);
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

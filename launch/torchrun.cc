@@ -1,4 +1,4 @@
-#include "agent/launch/torchrun.h"
+#include "launch/torchrun.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -24,13 +24,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "agent/launch/plan_source.h"
 #include "common/deadline.h"
 #include "common/error.h"
+#include "launch/plan_source.h"
 
 extern char** environ;
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 // torchrun's options (torch 1.13 and 2.x), canonical names ('-' -> '_'), and whether each takes
@@ -559,4 +559,4 @@ RunDecision prepareTorchrun(const std::vector<std::string>& argv, const std::str
   return decideTorchrun(argv, pr.plan, pr.error, pr.source, pr.known, self, install, processEnv);
 }
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "agent/launch/launch.h"
 #include "common/deadline.h"
 #include "common/plan.h"
 #include "common/topology.h"
+#include "launch/launch.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 
 struct PlanResult {
   std::optional<Plan> plan;
@@ -56,4 +56,4 @@ std::string httpGet(const std::string& url, Deadline deadline);
 // Percent-encodes one URL query value (RFC 3986 unreserved characters kept).
 std::string urlEncode(const std::string& text);
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

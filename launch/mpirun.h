@@ -23,9 +23,9 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/launch/launch.h"
+#include "launch/launch.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 
 // One host line of an Open MPI hostfile or one item of a --host list.
 struct HostEntry {
@@ -91,4 +91,4 @@ class MpirunCommand final : public LaunchCommand {
   std::vector<size_t> shimItems_;   // -x LD_PRELOAD / -x RANKMAP_PLAN items replaced in shim mode
 };
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

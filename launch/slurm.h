@@ -23,11 +23,11 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/launch/launch.h"
 #include "common/plan.h"
 #include "common/topology.h"
+#include "launch/launch.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 
 // Expands a Slurm hostlist ("node[01-03,7],gpu[1-2]-ib,login") in order, zero padding kept.
 // Throws InvalidInput naming the expression for a malformed one.
@@ -81,4 +81,4 @@ class SrunCommand final : public LaunchCommand {
   Job job_;
 };
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

@@ -4,7 +4,7 @@
 // XGBoost's tracker ranks workers by host IP string (default) or by task id
 // (RabitTracker(sortby="task")); ring neighbours are rank +- 1 and the ring carries every
 // allreduce above 32768 elements (histograms with tree_method="hist"). rankmap run starts its own
-// tracker (agent/launch/xgboost_tracker.h, C++, wire-compatible with xgboost 1.7) that ranks by
+// tracker (launch/xgboost_tracker.h, C++, wire-compatible with xgboost 1.7) that ranks by
 // task id, and starts the N workers itself with task ids that sort in plan order:
 //   - on hosts: worker i (launcher order) runs on hosts[i / K], K = N / hosts, started as
 //     `RSH... HOST 'cd DIR; exec env DMLC_TASK_ID=.. DMLC_TRACKER_URI=.. DMLC_TRACKER_PORT=..
@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "agent/launch/launch.h"
 #include "common/plan.h"
 #include "common/topology.h"
+#include "launch/launch.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 
 struct XgboostWorker {
   int index = 0;       // launcher order: 0..N-1
@@ -91,4 +91,4 @@ int runXgboostJob(XgboostOptions opts, const std::string& hostsFile,
                   const std::vector<std::string>& program, const std::string& planPath,
                   const std::string& topologyPath);
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

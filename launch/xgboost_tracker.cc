@@ -1,4 +1,4 @@
-#include "agent/launch/xgboost_tracker.h"
+#include "launch/xgboost_tracker.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -20,7 +20,7 @@
 #include "common/error.h"
 #include "common/log.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 constexpr int32_t kMaxString = 1 << 20;  // a task id, command or print message
@@ -399,4 +399,4 @@ void RabitTracker::serve(Deadline startDeadline, std::chrono::milliseconds ioTim
   RANKMAP_INFO(Agent, "XGBoost tracker: all {} workers shut down", n);
 }
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

@@ -1,4 +1,4 @@
-#include "agent/launch/slurm.h"
+#include "launch/slurm.h"
 
 #include <algorithm>
 #include <cctype>
@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 enum class Kind {
@@ -502,4 +502,4 @@ Command SrunCommand::withShim(const std::string& shimLib, const std::string& pla
   return cmd;
 }
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

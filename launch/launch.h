@@ -1,11 +1,11 @@
 // Applying a plan at launch time: the launcher-independent part of `rankmap run`.
 //
-// A launcher module (agent/launch/mpirun.h today; torchrun, XGBoost and Slurm later) reads its
+// A launcher module (launch/mpirun.h today; torchrun, XGBoost and Slurm later) reads its
 // command line into a LaunchCommand: the job's hosts in the launcher's rank order (a Job) and two
 // rewrites, one that starts the ranks in a given host order (launch mode) and one that preloads a
 // shim with a plan (shim mode). prepareRun() ties a command and a plan together and decides, as a
 // pure function, what to run and the one line that says why. Everything here is I/O free except
-// where a function says it reads a file; the process is started by agent/launch/process.h.
+// where a function says it reads a file; the process is started by launch/process.h.
 //
 // Contract: when anything is not understood or does not match (an option the parser does not
 // know, a plan for other hosts or another world size), the decision is the original command,
@@ -21,7 +21,7 @@
 #include "common/plan.h"
 #include "common/topology.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 
 // One host of a job, as the launcher's command line spells it (a name or an address), and the
 // number of ranks the launcher starts there.
@@ -145,4 +145,4 @@ LongOption splitLongOption(const std::string& word);
 // `name`, or nullopt when it is unset.
 std::optional<std::string> processEnv(const std::string& name);
 
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch
