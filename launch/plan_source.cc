@@ -1,19 +1,17 @@
 #include "launch/plan_source.h"
 
-#include <curl/curl.h>
 #include <limits.h>
 #include <stdlib.h>
 
 #include <algorithm>
-#include <cctype>
-#include <memory>
-#include <mutex>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
 #include "common/files.h"
+#include "launch/http_client.h"
 #include "reorder/planner.h"
 
 namespace rankmap::launch {
@@ -27,63 +25,17 @@ std::string absolutePath(const std::string& path) {
   return buf;
 }
 
-struct CurlDeleter {
-  void operator()(CURL* c) const { curl_easy_cleanup(c); }
-};
-
-size_t appendBody(char* data, size_t size, size_t n, void* user) {
-  auto* body = static_cast<std::string*>(user);
-  if (body->size() + size * n > kMaxBodyBytes) return 0;  // aborts the transfer
-  body->append(data, size * n);
-  return size * n;
-}
-
-std::string firstLine(const std::string& s) {
-  auto nl = s.find('\n');
-  std::string line = s.substr(0, std::min<size_t>(nl, 200));
-  return line;
+// GET `path` from the agent: the body of a 200 answer. IoError naming the URL and the status with
+// the agent's message otherwise; TimeoutError when `deadline` passes.
+std::string getOk(const HttpClient& agent, const std::string& path, Deadline deadline) {
+  HttpResponse r = agent.get(path, deadline, kMaxBodyBytes);
+  if (r.status != 200)
+    RANKMAP_THROW(IoError, "GET {}{}: HTTP {}: {}", agent.baseUrl(), path, r.status,
+                  r.errorText());
+  return r.body;
 }
 
 }  // namespace
-
-std::string urlEncode(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  return out;
-}
-
-std::string httpGet(const std::string& url, Deadline deadline) {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
-  if (!curl) RANKMAP_THROW(IoError, "GET {}: cannot create a curl handle", url);
-  std::string body;
-  auto ms = std::max<long>(1, static_cast<long>(deadline.pollTimeoutMs()));
-  curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl.get(), CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(curl.get(), CURLOPT_NOPROXY, "*");  // the agent is local: never a proxy
-  curl_easy_setopt(curl.get(), CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, ms);
-  curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT_MS, ms);
-  curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, appendBody);
-  curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &body);
-  CURLcode rc = curl_easy_perform(curl.get());
-  if (rc == CURLE_OPERATION_TIMEDOUT)
-    RANKMAP_THROW(TimeoutError, "GET {}: no answer within {} ms", url, ms);
-  if (rc != CURLE_OK) RANKMAP_THROW(IoError, "GET {}: {}", url, curl_easy_strerror(rc));
-  long status = 0;
-  curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &status);
-  if (status != 200)
-    RANKMAP_THROW(IoError, "GET {}: HTTP {}: {}", url, status, firstLine(body));
-  return body;
-}
 
 PlanResult planFromFile(const std::string& planPath, const std::string& topologyPath) {
   PlanResult r;
@@ -161,14 +113,14 @@ PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadli
   PlanResult r;
   r.source.description = "agent " + url;
   r.source.madeForJob = true;
-  std::string base = url;
-  while (!base.empty() && base.back() == '/') base.pop_back();
   std::string hosts;
   for (const auto& h : job.hosts) hosts += (hosts.empty() ? "" : ",") + urlEncode(h.spelling);
-  std::string query = base + "/v1/plan?hosts=" + hosts;
+  std::string query = "/v1/plan?hosts=" + hosts;
   if (auto k = job.uniformRanksPerHost()) query += fmt::format("&ranks_per_host={}", *k);
+  std::optional<HttpClient> agent;
   try {
-    r.plan = Plan::parse(httpGet(query, deadline), "agent plan");
+    agent.emplace(url);
+    r.plan = Plan::parse(getOk(*agent, query, deadline), "agent plan");
   } catch (const std::exception& e) {
     r.plan.reset();
     r.error = e.what();
@@ -180,7 +132,7 @@ PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadli
                               [&](const JobHost& h) { return names.count(h.spelling) > 0; });
   if (!allNamed) {
     try {
-      r.known = Topology::parse(httpGet(base + "/v1/topology", deadline), "agent topology").hosts;
+      r.known = Topology::parse(getOk(*agent, "/v1/topology", deadline), "agent topology").hosts;
     } catch (const std::exception& e) {
       // Matching will name the host it cannot place; keep the reason for the log.
       r.error = e.what();

@@ -45,15 +45,7 @@ PlanResult planForFramework(const std::string& planPath, const std::string& topo
 // Asks the agent at `url` (e.g. http://127.0.0.1:7410) for a plan for exactly the job's hosts:
 // GET <url>/v1/plan?hosts=<h1>,<h2>,...&ranks_per_host=<K> (hosts as the job spells them, in
 // launcher order). When a job host is not a plan host name, GET <url>/v1/topology supplies the
-// addresses. Every request is bounded by `deadline`.
+// addresses. Every request (launch/http_client.h) is bounded by `deadline`.
 PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadline);
-
-// The HTTP GET used by planFromAgent (libcurl, no redirects, no proxy): returns the body of a
-// 200 answer; throws TimeoutError when `deadline` passes, IoError for a connection failure or
-// another status (naming the URL and the status with the first line of the body).
-std::string httpGet(const std::string& url, Deadline deadline);
-
-// Percent-encodes one URL query value (RFC 3986 unreserved characters kept).
-std::string urlEncode(const std::string& text);
 
 }  // namespace rankmap::launch

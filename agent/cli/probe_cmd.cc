@@ -20,13 +20,16 @@
 #include "agent/agent_config.h"
 #include "agent/cli/command.h"
 #include "agent/coordinator.h"
-#include "agent/http_client.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "launch/http_client.h"
 #include "probe/hosts.h"
 
 namespace rankmap::agent {
 namespace {
+
+using launch::HttpClient;
+using launch::HttpResponse;
 
 struct ProbeArgs {
   std::string hostsFile;

@@ -1,4 +1,7 @@
-// A small HTTP client on libcurl for talking to rankmapd (the `rankmap` command line, tests).
+// The one HTTP client, on libcurl, for talking to rankmapd's HTTP API: `rankmap run --agent`
+// (plan_source.h), `rankmap probe` (cli/) and the daemon's tests. rankmapd itself serves HTTP and
+// never calls out over it. It lives here rather than in common/ because the shims link common/
+// statically and must not pull in libcurl.
 //
 // Contract: every call has a deadline (connect and total), the answer body is bounded by
 // `maxBody` (larger answers are an IoError, not a truncation), proxies are never used, and
@@ -11,7 +14,7 @@
 
 #include "common/deadline.h"
 
-namespace rankmap::agent {
+namespace rankmap::launch {
 
 struct HttpResponse {
   long status = 0;
@@ -35,4 +38,7 @@ class HttpClient {
   std::string token_;
 };
 
-}  // namespace rankmap::agent
+// Percent-encodes one URL query value (RFC 3986 unreserved characters kept).
+std::string urlEncode(const std::string& text);
+
+}  // namespace rankmap::launch

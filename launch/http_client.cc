@@ -1,14 +1,15 @@
-#include "agent/http_client.h"
+#include "launch/http_client.h"
 
 #include <curl/curl.h>
 
+#include <cctype>
 #include <memory>
 #include <mutex>
 
 #include "common/error.h"
 #include "common/json.h"
 
-namespace rankmap::agent {
+namespace rankmap::launch {
 namespace {
 
 struct Sink {
@@ -34,6 +35,18 @@ void globalInit() {
 }
 
 }  // namespace
+
+std::string urlEncode(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
 
 std::string HttpResponse::errorText() const {
   try {
@@ -107,4 +120,4 @@ HttpResponse HttpClient::perform(std::string_view method, std::string_view path,
   return resp;
 }
 
-}  // namespace rankmap::agent
+}  // namespace rankmap::launch
