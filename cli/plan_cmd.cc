@@ -9,13 +9,13 @@
 
 #include <fmt/format.h>
 
-#include "agent/cli/command.h"
+#include "cli/command.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "reorder/planner.h"
 #include "reorder/report.h"
 
-namespace rankmap::agent {
+namespace rankmap::cli {
 namespace {
 
 struct PlanArgs {
@@ -103,4 +103,4 @@ void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->callback([&run, args] { run = [args] { return runPlan(*args); }; });
 }
 
-}  // namespace rankmap::agent
+}  // namespace rankmap::cli

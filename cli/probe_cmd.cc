@@ -18,16 +18,22 @@
 #include <fmt/format.h>
 
 #include "agent/agent_config.h"
-#include "agent/cli/command.h"
 #include "agent/coordinator.h"
+#include "cli/command.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "launch/http_client.h"
 #include "probe/hosts.h"
 
-namespace rankmap::agent {
+namespace rankmap::cli {
 namespace {
 
+using agent::Coordinator;
+using agent::localHostName;
+using agent::ProbeOptions;
+using agent::readSecretFile;
+using agent::RoundProgress;
+using agent::RoundResult;
 using launch::HttpClient;
 using launch::HttpResponse;
 
@@ -239,4 +245,4 @@ void registerProbeCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return runProbe(ctx, *a); }; });
 }
 
-}  // namespace rankmap::agent
+}  // namespace rankmap::cli

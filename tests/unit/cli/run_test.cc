@@ -10,7 +10,7 @@
 #include "common/plan.h"
 #include "tests/unit/shim_mpi/subprocess.h"
 
-namespace rankmap::launch {
+namespace rankmap::cli {
 namespace {
 
 using testing::Completed;
@@ -175,4 +175,4 @@ TEST_F(RunCli, UsageErrors) {
 }
 
 }  // namespace
-}  // namespace rankmap::launch
+}  // namespace rankmap::cli

@@ -34,12 +34,12 @@
 
 #include <fmt/format.h>
 
-#include "agent/cli/command.h"
+#include "cli/command.h"
 #include "common/deadline.h"
 #include "common/error.h"
 #include "launch/process.h"
 
-namespace rankmap::agent {
+namespace rankmap::cli {
 namespace {
 
 // What one ELF file says about NCCL.
@@ -581,4 +581,4 @@ void registerDoctorCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return runDoctor(ctx, *a); }; });
 }
 
-}  // namespace rankmap::agent
+}  // namespace rankmap::cli

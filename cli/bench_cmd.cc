@@ -24,7 +24,7 @@
 
 #include <fmt/format.h>
 
-#include "agent/cli/command.h"
+#include "cli/command.h"
 #include "collectives/communicator.h"
 #include "collectives/connect.h"
 #include "collectives/reference_values.h"
@@ -32,7 +32,7 @@
 #include "common/error.h"
 #include "common/plan.h"
 
-namespace rankmap::agent {
+namespace rankmap::cli {
 namespace {
 
 using coll::Collective;
@@ -358,4 +358,4 @@ void registerBenchCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return runBench(*a, ctx.config); }; });
 }
 
-}  // namespace rankmap::agent
+}  // namespace rankmap::cli

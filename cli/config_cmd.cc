@@ -3,9 +3,9 @@
 
 #include <fmt/format.h>
 
-#include "agent/cli/command.h"
+#include "cli/command.h"
 
-namespace rankmap::agent {
+namespace rankmap::cli {
 
 void registerConfigCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   auto* cmd = app.add_subcommand("config", "Print every RANKMAP_* setting: value, source, doc");
@@ -38,4 +38,4 @@ void registerConfigCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   });
 }
 
-}  // namespace rankmap::agent
+}  // namespace rankmap::cli

@@ -7,14 +7,14 @@
 
 #include <fmt/format.h>
 
-#include "agent/cli/command.h"
+#include "cli/command.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/plan.h"
 #include "common/topology.h"
 #include "launch/slurm.h"
 
-namespace rankmap::agent {
+namespace rankmap::cli {
 
 void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   auto* cmd =
@@ -81,4 +81,4 @@ void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   });
 }
 
-}  // namespace rankmap::agent
+}  // namespace rankmap::cli

@@ -11,8 +11,10 @@
 #include "common/plan.h"
 #include "tests/unit/reorder/test_util.h"
 
-namespace rankmap::reorder {
+namespace rankmap::cli {
 namespace {
+
+namespace test = reorder::test;
 
 struct Outcome {
   int code = -1;
@@ -163,4 +165,4 @@ TEST_F(Cli, FallbackIsAWarningNotAnError) {
 }
 
 }  // namespace
-}  // namespace rankmap::reorder
+}  // namespace rankmap::cli

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "agent/cli/command.h"
+#include "cli/command.h"
 #include "common/build_config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -10,15 +10,15 @@
 namespace {
 
 // Every subcommand, in the order `rankmap --help` lists them.
-constexpr rankmap::agent::CommandRegistrar kCommands[] = {
-    rankmap::agent::registerConfigCommand,
-    rankmap::agent::registerRunCommand,
-    rankmap::agent::registerExportCommand,
-    rankmap::agent::registerProbeCommand,
-    rankmap::agent::registerPlanCommand,
-    rankmap::agent::registerShowCommand,
-    rankmap::agent::registerBenchCommand,
-    rankmap::agent::registerDoctorCommand,
+constexpr rankmap::cli::CommandRegistrar kCommands[] = {
+    rankmap::cli::registerConfigCommand,
+    rankmap::cli::registerRunCommand,
+    rankmap::cli::registerExportCommand,
+    rankmap::cli::registerProbeCommand,
+    rankmap::cli::registerPlanCommand,
+    rankmap::cli::registerShowCommand,
+    rankmap::cli::registerBenchCommand,
+    rankmap::cli::registerDoctorCommand,
 };
 
 }  // namespace
@@ -28,9 +28,9 @@ int main(int argc, char** argv) {
   CLI::App app{"rankmap: puts ranks in the right order for collectives in public clouds"};
   app.set_version_flag("--version", RANKMAP_VERSION);
   app.require_subcommand(1);
-  agent::CliContext ctx;
+  cli::CliContext ctx;
   app.add_flag("-v,--verbose", ctx.verbose, "Log at debug level");
-  agent::CommandRunner run;
+  cli::CommandRunner run;
   for (auto reg : kCommands) reg(app, ctx, run);
 
   std::string cmdName = "rankmap";

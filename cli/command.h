@@ -1,5 +1,5 @@
-// The `rankmap` command line: one file per subcommand (agent/cli/<name>_cmd.cc), each exposing a
-// register function listed in agent/cli/main.cc.
+// The `rankmap` command line: one file per subcommand (cli/<name>_cmd.cc), each exposing a
+// register function listed in cli/main.cc.
 //
 // Contract: a subcommand's run function returns the process exit code (0 ok, 1 failure,
 // 2 usage/bad input) and reports errors through exceptions from common/error.h, which main()
@@ -13,7 +13,7 @@
 #include "common/config.h"
 #include "common/json.h"
 
-namespace rankmap::agent {
+namespace rankmap::cli {
 
 struct CliContext {
   Config config;
@@ -33,4 +33,4 @@ void registerShowCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerBenchCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerDoctorCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 
-}  // namespace rankmap::agent
+}  // namespace rankmap::cli

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "agent/cli/command.h"
+#include "cli/command.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/plan.h"
@@ -18,7 +18,7 @@
 #include "reorder/report.h"
 #include "reorder/svg.h"
 
-namespace rankmap::agent {
+namespace rankmap::cli {
 namespace {
 
 struct ShowArgs {
@@ -92,4 +92,4 @@ void registerShowCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->callback([&run, args] { run = [args] { return runShow(*args); }; });
 }
 
-}  // namespace rankmap::agent
+}  // namespace rankmap::cli

@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "agent/cli/command.h"
+#include "cli/command.h"
 #include "common/error.h"
 #include "launch/launch.h"
 #include "launch/plan_source.h"
@@ -21,7 +21,7 @@
 #include "launch/torchrun.h"
 #include "launch/xgboost.h"
 
-namespace rankmap::agent {
+namespace rankmap::cli {
 namespace {
 
 struct RunArgs {
@@ -147,4 +147,4 @@ void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return runCommand(ctx, *a); }; });
 }
 
-}  // namespace rankmap::agent
+}  // namespace rankmap::cli
