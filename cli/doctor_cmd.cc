@@ -14,11 +14,8 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <glob.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -381,51 +378,6 @@ Verdict inspect(const std::string& target, const std::vector<std::string>& roots
   return v;
 }
 
-// Runs argv and returns its stdout; nullopt when it fails or outlives `deadline` (then killed).
-std::optional<std::string> capture(const std::vector<std::string>& argv, Deadline deadline) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return std::nullopt;
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return std::nullopt;
-  }
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    int devnull = ::open("/dev/null", O_WRONLY);
-    if (devnull >= 0) ::dup2(devnull, STDERR_FILENO);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  std::string out;
-  bool timedOut = false;
-  for (;;) {
-    pollfd p{fds[0], POLLIN, 0};
-    int rc = ::poll(&p, 1, deadline.pollTimeoutMs());
-    if (rc == 0) {
-      timedOut = true;
-      break;
-    }
-    if (rc < 0 && errno == EINTR) continue;
-    char buf[4096];
-    ssize_t n = ::read(fds[0], buf, sizeof(buf));
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
-  if (timedOut) ::kill(pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (timedOut || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-  return out;
-}
-
 constexpr char kPythonProbe[] = R"(import importlib.util, json, sys
 out = {"python": sys.version.split()[0], "torch_dir": None, "torch_version": None, "nccl_wheels": {}}
 spec = importlib.util.find_spec("torch")
@@ -463,17 +415,9 @@ std::string findProgram(const std::string& name) {
     if (!readable(name)) RANKMAP_THROW(InvalidInput, "{}: no such readable file", name);
     return name;
   }
-  const char* path = std::getenv("PATH");  // where the shell would find it
-  std::string s = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t b = 0;
-  while (b <= s.size()) {
-    size_t e = s.find(':', b);
-    if (e == std::string::npos) e = s.size();
-    std::string p = (e > b ? s.substr(b, e - b) : ".") + "/" + name;
-    if (::access(p.c_str(), X_OK) == 0) return p;
-    b = e + 1;
-  }
-  RANKMAP_THROW(InvalidInput, "{}: not found on PATH", name);
+  auto path = launch::findOnPath(name);  // where the shell would find it
+  if (!path) RANKMAP_THROW(InvalidInput, "{}: not found on PATH", name);
+  return *path;
 }
 
 struct DoctorArgs {
@@ -491,7 +435,8 @@ int runDoctor(const CliContext& ctx, const DoctorArgs& a) {
     std::string path = findProgram(a.program);
     v = inspect(path, {path});
   } else {
-    auto out = capture({a.python, "-c", kPythonProbe}, Deadline::after(std::chrono::seconds(60)));
+    auto out = launch::captureStdout({a.python, "-c", kPythonProbe},
+                                     Deadline::after(std::chrono::seconds(60)));
     if (!out) RANKMAP_THROW(InvalidInput, "{}: could not run it as a Python interpreter", a.python);
     Json info = parseJson(*out, a.python + " probe");
     extra = info;

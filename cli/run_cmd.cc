@@ -18,6 +18,7 @@
 #include "launch/launch.h"
 #include "launch/plan_source.h"
 #include "launch/process.h"
+#include "launch/run_dir.h"
 #include "launch/torchrun.h"
 #include "launch/xgboost.h"
 

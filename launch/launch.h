@@ -5,7 +5,8 @@
 // rewrites, one that starts the ranks in a given host order (launch mode) and one that preloads a
 // shim with a plan (shim mode). prepareRun() ties a command and a plan together and decides, as a
 // pure function, what to run and the one line that says why. Everything here is I/O free except
-// where a function says it reads a file; the process is started by launch/process.h.
+// where a function says it reads a file; the process is started by launch/process.h and its
+// files go in a launch/run_dir.h directory.
 //
 // Contract: when anything is not understood or does not match (an option the parser does not
 // know, a plan for other hosts or another world size), the decision is the original command,

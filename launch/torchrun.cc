@@ -1,21 +1,13 @@
 #include "launch/torchrun.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <climits>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -27,8 +19,7 @@
 #include "common/deadline.h"
 #include "common/error.h"
 #include "launch/plan_source.h"
-
-extern char** environ;
+#include "launch/process.h"
 
 namespace rankmap::launch {
 namespace {
@@ -127,56 +118,6 @@ bool crashesOnPython311(const std::string& value) {
   for (const auto& v : vals)
     if (v == "0" || v == "3") return true;
   return false;
-}
-
-// Runs argv with stdin closed and captures stdout (stderr discarded); nullopt on any failure,
-// non-zero exit or when `deadline` passes (the child is then killed).
-std::optional<std::string> captureOutput(const std::vector<std::string>& argv, Deadline deadline) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return std::nullopt;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(fds[1]);
-  if (rc != 0) {
-    close(fds[0]);
-    return std::nullopt;
-  }
-  std::string out;
-  bool timedOut = false;
-  for (;;) {
-    pollfd p{fds[0], POLLIN, 0};
-    int n = poll(&p, 1, deadline.pollTimeoutMs());
-    if (n == 0) {
-      timedOut = true;
-      break;
-    }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    char buf[4096];
-    ssize_t r = read(fds[0], buf, sizeof buf);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    out.append(buf, static_cast<size_t>(r));
-    if (out.size() > (1u << 20)) break;
-  }
-  close(fds[0]);
-  if (timedOut) kill(pid, SIGKILL);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (timedOut || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-  return out;
 }
 
 // Reads torch's version, Python's version and torchrun's --local_addr spelling without
@@ -359,22 +300,9 @@ bool TorchInstall::redirectsBug() const {
 std::optional<std::string> torchrunPython(const std::vector<std::string>& argv) {
   if (argv.empty()) return std::nullopt;
   if (baseName(argv[0]) != "torchrun") return argv[0];
-  std::string path = argv[0];
-  if (path.find('/') == std::string::npos) {
-    const char* envPath = getenv("PATH");
-    std::stringstream ss(envPath ? envPath : "/usr/bin:/bin");
-    std::string dir;
-    path.clear();
-    while (std::getline(ss, dir, ':')) {
-      std::string cand = (dir.empty() ? "." : dir) + "/" + argv[0];
-      if (access(cand.c_str(), X_OK) == 0) {
-        path = cand;
-        break;
-      }
-    }
-    if (path.empty()) return std::nullopt;
-  }
-  std::ifstream f(path);
+  auto path = findOnPath(argv[0]);
+  if (!path) return std::nullopt;
+  std::ifstream f(*path);
   std::string line;
   if (!f || !std::getline(f, line) || line.rfind("#!", 0) != 0) return std::nullopt;
   std::stringstream words(line.substr(2));
@@ -386,7 +314,7 @@ std::optional<std::string> torchrunPython(const std::vector<std::string>& argv) 
 }
 
 std::optional<TorchInstall> probeTorchInstall(const std::string& python) {
-  auto out = captureOutput({python, "-c", kProbeSnippet}, Deadline::afterMs(15000));
+  auto out = captureStdout({python, "-c", kProbeSnippet}, Deadline::afterMs(15000));
   if (!out) return std::nullopt;
   std::stringstream ss(*out);
   TorchInstall t;

@@ -3,9 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,9 +22,8 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "launch/plan_source.h"
+#include "launch/process.h"
 #include "launch/xgboost_tracker.h"
-
-extern char** environ;
 
 namespace rankmap::launch {
 namespace {
@@ -93,50 +90,36 @@ class Workers {
   ~Workers() { killAll(); }
 
   void start(const XgboostWorker& w, const std::vector<std::string>& argv) {
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setpgroup(&attr, 0);
-    pid_t pid = -1;
-    int rc = posix_spawnp(&pid, args[0], nullptr, &attr, args.data(), environ);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0)
-      throw SystemError(fmt::format("posix_spawnp {} for XGBoost worker {}", argv[0], w.index), rc);
-    procs_.push_back({w, pid, std::nullopt});
+    SpawnOptions opts;
+    opts.newProcessGroup = true;
+    opts.what = fmt::format("XGBoost worker {}", w.index);
+    procs_.push_back({w, spawn(argv, opts)});
   }
 
   // Reaps what has exited; throws PeerError for a worker that failed while `failIsError`.
   void poll(bool failIsError) {
     for (auto& p : procs_) {
-      if (p.status) continue;
-      int st = 0;
-      pid_t r = waitpid(p.pid, &st, WNOHANG);
-      if (r == p.pid) {
-        p.status = st;
-        if (failIsError && exitCode(st) != 0)
-          RANKMAP_THROW(PeerError, "XGBoost worker {} (task {}{}) {} before the job ended",
-                        p.w.index, p.w.taskId, p.w.host.empty() ? "" : " on " + p.w.host,
-                        describe(st));
-      }
+      if (!p.child.running()) continue;
+      auto st = p.child.poll();
+      if (st && failIsError && st->code() != 0)
+        RANKMAP_THROW(PeerError, "XGBoost worker {} (task {}{}) {} before the job ended", p.w.index,
+                      p.w.taskId, p.w.host.empty() ? "" : " on " + p.w.host, st->describe());
     }
   }
   bool allExited() const {
     return std::all_of(procs_.begin(), procs_.end(),
-                       [](const Proc& p) { return p.status.has_value(); });
+                       [](const Proc& p) { return !p.child.running(); });
   }
   // The first non-zero exit code, else 0.
   int exitStatus() const {
     for (const auto& p : procs_)
-      if (p.status && exitCode(*p.status) != 0) return exitCode(*p.status);
+      if (p.child.status() && p.child.status()->code() != 0) return p.child.status()->code();
     return 0;
   }
+  // SIGTERM to every worker's group, then SIGKILL, each with 2 s to exit.
   void killAll() {
     for (int sig : {SIGTERM, SIGKILL}) {
-      for (auto& p : procs_)
-        if (!p.status) ::kill(-p.pid, sig);
+      for (auto& p : procs_) p.child.kill(sig);
       Deadline d = Deadline::afterMs(2000);
       while (!d.expired()) {
         poll(false);
@@ -144,28 +127,15 @@ class Workers {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
+    // Still there 2 s after SIGKILL (stuck in the kernel): an expired wait kills again and reaps.
     for (auto& p : procs_)
-      if (!p.status) {
-        int st = 0;
-        waitpid(p.pid, &st, 0);
-        p.status = st;
-      }
+      if (p.child.running()) p.child.wait(Deadline::afterMs(0));
   }
 
  private:
-  static int exitCode(int st) {
-    if (WIFEXITED(st)) return WEXITSTATUS(st);
-    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
-    return 1;
-  }
-  static std::string describe(int st) {
-    if (WIFSIGNALED(st)) return fmt::format("was killed by signal {}", WTERMSIG(st));
-    return fmt::format("exited with status {}", exitCode(st));
-  }
   struct Proc {
     XgboostWorker w;
-    pid_t pid;
-    std::optional<int> status;
+    Child child;
   };
   std::vector<Proc> procs_;
 };
