@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -132,15 +133,16 @@ class Conn {
   std::string peer_;
 };
 
-// A worker's connection for one command (tracker.py WorkerEntry).
+// A worker's connection for one command (tracker.py WorkerEntry): the header it sent and, once it
+// has a rank, what its link setup left open.
 struct Entry {
   std::unique_ptr<Conn> conn;
   int32_t rank = -1;
   int32_t worldSize = -1;
   std::string taskId;
   std::string cmd;
-  int waitAccept = 0;
-  int32_t port = -1;
+  int waitAccept = 0;  // peers still to connect to it
+  int32_t port = -1;   // where it listens for them
 };
 
 }  // namespace
@@ -170,6 +172,242 @@ RabitLinkMap makeRabitLinkMap(int n) {
   for (int r = 0; r < n; ++r) m.ring[r] = {(r + n - 1) % n, (r + 1) % n};
   return m;
 }
+
+// serve()'s phases. serve() is the driver: accept a connection, read its header, then print,
+// record a shutdown, or admit a starting worker. Each phase below takes what it needs and
+// returns what the next needs; ServeState is what persists from one connection to the next.
+namespace {
+
+// What serve() knows between connections (the locals of tracker.py's accept_workers).
+struct ServeState {
+  ServeState(int n, Deadline startDeadline, std::chrono::milliseconds ioTimeout)
+      : n(n), startDeadline(startDeadline), ioTimeout(ioTimeout) {}
+
+  const int n;
+  const Deadline startDeadline;
+  const std::chrono::milliseconds ioTimeout;
+  RabitLinkMap links;  // made at the first "start"
+  bool haveLinks = false;
+  std::deque<int> todo;                            // ranks not given out yet
+  std::set<int> shutdown;                          // ranks that said "shutdown"
+  std::map<int, std::shared_ptr<Entry>> waitConn;  // ranks that peers must still connect to
+  std::map<std::string, int> jobMap;               // task id -> rank, for a worker that returns
+  std::vector<std::shared_ptr<Entry>> pending;     // "start"s waiting for the batch
+  std::set<std::string> seen;                      // task ids that said start or recover
+
+  // Until every rank is given out, every wait is also bounded by the start deadline.
+  bool startPhase() const { return !haveLinks || !todo.empty(); }
+  // The bound for one connection's exchange, computed when it begins.
+  Deadline ioDeadline() const {
+    Deadline d = Deadline::after(ioTimeout);
+    return startPhase() ? d.min(startDeadline) : d;
+  }
+  bool allShutDown() const { return static_cast<int>(shutdown.size()) == n; }
+};
+
+// Phase 1: the next connection, waking every 100 ms for `tick` (which may throw to abort) and,
+// while workers are starting, for the start deadline: TimeoutError naming the task ids seen.
+std::unique_ptr<Conn> acceptWorker(int listenFd, const ServeState& st,
+                                   const std::function<void()>& tick) {
+  int cfd = -1;
+  sockaddr_in peer{};
+  for (;;) {
+    if (tick) tick();
+    if (st.startPhase() && st.startDeadline.expired()) {
+      std::vector<std::string> ids(st.seen.begin(), st.seen.end());
+      RANKMAP_THROW(TimeoutError,
+                    "XGBoost tracker: timed out waiting for workers to start: "
+                    "{} of {} connected (task ids: {})",
+                    st.seen.size(), st.n,
+                    ids.empty() ? std::string("none") : fmt::format("{}", fmt::join(ids, ",")));
+    }
+    pollfd p{listenFd, POLLIN, 0};
+    int timeout = 100;
+    if (st.startPhase()) timeout = std::min(timeout, st.startDeadline.pollTimeoutMs());
+    int r = poll(&p, 1, timeout);
+    if (r < 0 && errno != EINTR) RANKMAP_CHECK_SYS(r);
+    if (r <= 0) continue;
+    socklen_t len = sizeof peer;
+    cfd = accept4(listenFd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (cfd >= 0) break;
+    if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) RANKMAP_CHECK_SYS(cfd);
+  }
+  char host[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &peer.sin_addr, host, sizeof host);
+  int one = 1;
+  setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return std::make_unique<Conn>(cfd, host);
+}
+
+// Phase 2: the magic exchange and the header every command starts with (rank, world size, task
+// id, command). nullptr, with a warning, for a connection that does not speak the protocol.
+std::shared_ptr<Entry> readHeader(std::unique_ptr<Conn> conn, Deadline d) {
+  auto e = std::make_shared<Entry>();
+  e->conn = std::move(conn);
+  int32_t magic = e->conn->recvInt(d, "the magic number");
+  if (magic != kRabitMagic) {
+    RANKMAP_WARN(Agent, "XGBoost tracker: connection from {} sent magic {:#x}, not {:#x}; dropped",
+                 e->conn->peer(), magic, kRabitMagic);
+    return nullptr;
+  }
+  e->conn->sendInt(kRabitMagic, d, "the magic number");
+  e->rank = e->conn->recvInt(d, "the rank");
+  e->worldSize = e->conn->recvInt(d, "the world size");
+  e->taskId = e->conn->recvStr(d, "the task id");
+  e->cmd = e->conn->recvStr(d, "the command");
+  return e;
+}
+
+// Phase 3, "print": the message, without its trailing newlines and spaces.
+std::string readPrintMessage(Entry& e, Deadline d) {
+  std::string msg = e.conn->recvStr(d, "a print message");
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  return msg;
+}
+
+// Phase 3, "shutdown": the rank is done. PeerError for a rank that is not a started one.
+void recordShutdown(ServeState& st, const Entry& e) {
+  if (e.rank < 0 || e.rank >= st.n || st.shutdown.count(e.rank) || st.waitConn.count(e.rank))
+    RANKMAP_THROW(PeerError, "XGBoost tracker: unexpected shutdown from rank {} (task {})", e.rank,
+                  e.taskId);
+  st.shutdown.insert(e.rank);
+  RANKMAP_DEBUG(Agent, "XGBoost tracker: rank {} shut down ({} of {})", e.rank, st.shutdown.size(),
+                st.n);
+}
+
+// Sends `rank` its links and runs the connection negotiation until the worker reports no failed
+// connection (tracker.py assign_rank and _get_remote); the exchange is bounded by
+// st.ioDeadline() as it stands when it begins. Leaves e.waitAccept and e.port set.
+void negotiateLinks(ServeState& st, Entry& e, int rank) {
+  Deadline d = st.ioDeadline();
+  Conn& c = *e.conn;
+  const int n = st.n;
+  e.rank = rank;
+  std::set<int> treeSet(st.links.tree[rank].begin(), st.links.tree[rank].end());
+  std::set<int> nnset = treeSet;
+  auto [prev, next] = st.links.ring[rank];
+  c.sendInt(rank, d, "rank");
+  c.sendInt(st.links.parent[rank], d, "parent");
+  c.sendInt(n, d, "world size");
+  c.sendInt(static_cast<int32_t>(treeSet.size()), d, "tree size");
+  for (int r : treeSet) c.sendInt(r, d, "tree links");
+  if (prev != -1 && prev != rank) {
+    nnset.insert(prev);
+    c.sendInt(prev, d, "ring prev");
+  } else {
+    c.sendInt(-1, d, "ring prev");
+  }
+  if (next != -1 && next != rank) {
+    nnset.insert(next);
+    c.sendInt(next, d, "ring next");
+  } else {
+    c.sendInt(-1, d, "ring next");
+  }
+  for (;;) {
+    int32_t ngood = c.recvInt(d, "the count of good links");
+    if (ngood < 0 || ngood > n)
+      RANKMAP_THROW(PeerError, "XGBoost tracker: rank {} reported {} good links", rank, ngood);
+    std::set<int> good;
+    for (int32_t i = 0; i < ngood; ++i) {
+      int32_t g = c.recvInt(d, "good links");
+      if (!nnset.count(g))
+        RANKMAP_THROW(PeerError,
+                      "XGBoost tracker: rank {} reported a link to {}, not a "
+                      "neighbour",
+                      rank, g);
+      good.insert(g);
+    }
+    std::vector<int> bad, conset;
+    for (int r : nnset)
+      if (!good.count(r)) bad.push_back(r);
+    for (int r : bad)
+      if (st.waitConn.count(r)) conset.push_back(r);
+    c.sendInt(static_cast<int32_t>(conset.size()), d, "the connect count");
+    c.sendInt(static_cast<int32_t>(bad.size() - conset.size()), d, "the accept count");
+    for (int r : conset) {
+      c.sendStr(st.waitConn[r]->conn->peer(), d, "a peer host");
+      c.sendInt(st.waitConn[r]->port, d, "a peer port");
+      c.sendInt(r, d, "a peer rank");
+    }
+    int32_t nerr = c.recvInt(d, "the connection error count");
+    if (nerr != 0) continue;
+    e.port = c.recvInt(d, "the worker's listening port");
+    for (int r : conset) {
+      auto it = st.waitConn.find(r);
+      if (--it->second->waitAccept == 0) st.waitConn.erase(it);
+    }
+    e.waitAccept = static_cast<int>(bad.size() - conset.size());
+    break;
+  }
+  RANKMAP_DEBUG(Agent, "XGBoost tracker: task {} at {} is rank {}", e.taskId, c.peer(), rank);
+}
+
+// Gives `e` its rank and links, closes its connection, and keeps it while peers must still
+// connect to it (their negotiation needs its address and port).
+void giveRank(ServeState& st, const std::shared_ptr<Entry>& e, int rank) {
+  negotiateLinks(st, *e, rank);
+  e->conn->closeNow();
+  if (e->waitAccept > 0) st.waitConn[rank] = e;
+}
+
+// The batch of "start"s, once every rank still to give out has one: ranks in task id order, as
+// RabitTracker(sortby="task") gives them. Records task id -> rank in `ranks` (and jobMap).
+void assignBatch(ServeState& st, std::map<std::string, int>& ranks) {
+  std::stable_sort(st.pending.begin(), st.pending.end(),
+                   [](const auto& a, const auto& b) { return a->taskId < b->taskId; });
+  for (auto& e : st.pending) {
+    int r = st.todo.front();
+    st.todo.pop_front();
+    if (e->taskId != "NULL") st.jobMap[e->taskId] = r;
+    ranks[e->taskId] = r;
+    giveRank(st, e, r);
+  }
+  st.pending.clear();
+  RANKMAP_INFO(Agent, "XGBoost tracker: all {} workers started", st.n);
+}
+
+// Phase 3, "start" or "recover": checks the request, then gives a known rank at once (a worker
+// that says its rank, or a task id seen before) or queues the worker for the batch.
+// PeerError for a request that breaks the protocol.
+void admitWorker(ServeState& st, std::shared_ptr<Entry> e, std::map<std::string, int>& ranks) {
+  const std::string& host = e->conn->peer();
+  if (e->cmd != "start" && e->cmd != "recover")
+    RANKMAP_THROW(PeerError, "XGBoost tracker: unknown command {:?} from {}", e->cmd, host);
+  if (!st.haveLinks) {
+    if (e->cmd != "start")
+      RANKMAP_THROW(PeerError, "XGBoost tracker: {} from {} before any start", e->cmd, host);
+    st.links = makeRabitLinkMap(st.n);
+    st.haveLinks = true;
+    for (int r = 0; r < st.n; ++r) st.todo.push_back(r);
+  }
+  if (e->worldSize != -1 && e->worldSize != st.n)
+    RANKMAP_THROW(PeerError,
+                  "XGBoost tracker: task {} at {} expects {} workers, the tracker "
+                  "runs {}",
+                  e->taskId, host, e->worldSize, st.n);
+  if (e->cmd == "recover" && e->rank < 0)
+    RANKMAP_THROW(PeerError, "XGBoost tracker: recover without a rank from {}", host);
+  st.seen.insert(e->taskId);
+
+  int rank = e->rank;
+  if (rank < 0 && e->taskId != "NULL") {
+    auto it = st.jobMap.find(e->taskId);
+    if (it != st.jobMap.end()) rank = it->second;
+  }
+  if (rank >= st.n)
+    RANKMAP_THROW(PeerError, "XGBoost tracker: rank {} from {} (world {})", rank, host, st.n);
+  if (rank != -1) {
+    giveRank(st, e, rank);
+    return;
+  }
+  if (st.todo.empty())
+    RANKMAP_THROW(PeerError, "XGBoost tracker: more than {} workers started (task {} at {})", st.n,
+                  e->taskId, host);
+  st.pending.push_back(std::move(e));
+  if (st.pending.size() == st.todo.size()) assignBatch(st, ranks);
+}
+
+}  // namespace
 
 RabitTracker::RabitTracker(const std::string& bindAddress, uint16_t port, int workers)
     : workers_(workers) {
@@ -203,200 +441,22 @@ RabitTracker::~RabitTracker() {
 void RabitTracker::serve(Deadline startDeadline, std::chrono::milliseconds ioTimeout,
                          const std::function<void()>& tick,
                          const std::function<void(const std::string&)>& print) {
-  const int n = workers_;
-  RabitLinkMap links;
-  bool haveLinks = false;
-  std::deque<int> todo;
-  std::set<int> shutdown;
-  std::map<int, std::shared_ptr<Entry>> waitConn;
-  std::map<std::string, int> jobMap;
-  std::vector<std::shared_ptr<Entry>> pending;
-  std::set<std::string> seen;
-
-  auto startPhase = [&] { return !haveLinks || !todo.empty(); };
-  auto ioDeadline = [&] {
-    Deadline d = Deadline::after(ioTimeout);
-    return startPhase() ? d.min(startDeadline) : d;
-  };
-
-  // Sends the rank's links and runs the connection negotiation (tracker.py assign_rank and
-  // _get_remote).
-  auto assign = [&](Entry& s, int rank) {
-    Deadline d = ioDeadline();
-    Conn& c = *s.conn;
-    s.rank = rank;
-    std::set<int> treeSet(links.tree[rank].begin(), links.tree[rank].end());
-    std::set<int> nnset = treeSet;
-    auto [prev, next] = links.ring[rank];
-    c.sendInt(rank, d, "rank");
-    c.sendInt(links.parent[rank], d, "parent");
-    c.sendInt(n, d, "world size");
-    c.sendInt(static_cast<int32_t>(treeSet.size()), d, "tree size");
-    for (int r : treeSet) c.sendInt(r, d, "tree links");
-    if (prev != -1 && prev != rank) {
-      nnset.insert(prev);
-      c.sendInt(prev, d, "ring prev");
-    } else {
-      c.sendInt(-1, d, "ring prev");
-    }
-    if (next != -1 && next != rank) {
-      nnset.insert(next);
-      c.sendInt(next, d, "ring next");
-    } else {
-      c.sendInt(-1, d, "ring next");
-    }
-    for (;;) {
-      int32_t ngood = c.recvInt(d, "the count of good links");
-      if (ngood < 0 || ngood > n)
-        RANKMAP_THROW(PeerError, "XGBoost tracker: rank {} reported {} good links", rank, ngood);
-      std::set<int> good;
-      for (int32_t i = 0; i < ngood; ++i) {
-        int32_t g = c.recvInt(d, "good links");
-        if (!nnset.count(g))
-          RANKMAP_THROW(PeerError,
-                        "XGBoost tracker: rank {} reported a link to {}, not a "
-                        "neighbour",
-                        rank, g);
-        good.insert(g);
-      }
-      std::vector<int> bad, conset;
-      for (int r : nnset)
-        if (!good.count(r)) bad.push_back(r);
-      for (int r : bad)
-        if (waitConn.count(r)) conset.push_back(r);
-      c.sendInt(static_cast<int32_t>(conset.size()), d, "the connect count");
-      c.sendInt(static_cast<int32_t>(bad.size() - conset.size()), d, "the accept count");
-      for (int r : conset) {
-        c.sendStr(waitConn[r]->conn->peer(), d, "a peer host");
-        c.sendInt(waitConn[r]->port, d, "a peer port");
-        c.sendInt(r, d, "a peer rank");
-      }
-      int32_t nerr = c.recvInt(d, "the connection error count");
-      if (nerr != 0) continue;
-      s.port = c.recvInt(d, "the worker's listening port");
-      for (int r : conset) {
-        auto it = waitConn.find(r);
-        if (--it->second->waitAccept == 0) waitConn.erase(it);
-      }
-      s.waitAccept = static_cast<int>(bad.size() - conset.size());
-      break;
-    }
-    RANKMAP_DEBUG(Agent, "XGBoost tracker: task {} at {} is rank {}", s.taskId, c.peer(), rank);
-  };
-
-  while (static_cast<int>(shutdown.size()) != n) {
-    // Accept, waking every 100 ms for `tick` and the start deadline.
-    int cfd = -1;
-    sockaddr_in peer{};
-    for (;;) {
-      if (tick) tick();
-      if (startPhase() && startDeadline.expired()) {
-        std::vector<std::string> ids(seen.begin(), seen.end());
-        RANKMAP_THROW(TimeoutError,
-                      "XGBoost tracker: timed out waiting for workers to start: "
-                      "{} of {} connected (task ids: {})",
-                      seen.size(), n,
-                      ids.empty() ? std::string("none") : fmt::format("{}", fmt::join(ids, ",")));
-      }
-      pollfd p{fd_, POLLIN, 0};
-      int timeout = 100;
-      if (startPhase()) timeout = std::min(timeout, startDeadline.pollTimeoutMs());
-      int r = poll(&p, 1, timeout);
-      if (r < 0 && errno != EINTR) RANKMAP_CHECK_SYS(r);
-      if (r <= 0) continue;
-      socklen_t len = sizeof peer;
-      cfd = accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (cfd >= 0) break;
-      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) RANKMAP_CHECK_SYS(cfd);
-    }
-    char host[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &peer.sin_addr, host, sizeof host);
-    int one = 1;
-    setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    auto s = std::make_shared<Entry>();
-    s->conn = std::make_unique<Conn>(cfd, host);
-    Deadline d = ioDeadline();
-    int32_t magic = s->conn->recvInt(d, "the magic number");
-    if (magic != kRabitMagic) {
-      RANKMAP_WARN(Agent,
-                   "XGBoost tracker: connection from {} sent magic {:#x}, not {:#x}; dropped", host,
-                   magic, kRabitMagic);
-      continue;
-    }
-    s->conn->sendInt(kRabitMagic, d, "the magic number");
-    s->rank = s->conn->recvInt(d, "the rank");
-    s->worldSize = s->conn->recvInt(d, "the world size");
-    s->taskId = s->conn->recvStr(d, "the task id");
-    s->cmd = s->conn->recvStr(d, "the command");
-
-    if (s->cmd == "print") {
-      std::string msg = s->conn->recvStr(d, "a print message");
-      while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  ServeState st(workers_, startDeadline, ioTimeout);
+  while (!st.allShutDown()) {
+    std::unique_ptr<Conn> conn = acceptWorker(fd_, st, tick);
+    Deadline d = st.ioDeadline();
+    std::shared_ptr<Entry> e = readHeader(std::move(conn), d);
+    if (!e) continue;
+    if (e->cmd == "print") {
+      std::string msg = readPrintMessage(*e, d);
       if (print) print(msg);
-      continue;
-    }
-    if (s->cmd == "shutdown") {
-      if (s->rank < 0 || s->rank >= n || shutdown.count(s->rank) || waitConn.count(s->rank))
-        RANKMAP_THROW(PeerError, "XGBoost tracker: unexpected shutdown from rank {} (task {})",
-                      s->rank, s->taskId);
-      shutdown.insert(s->rank);
-      RANKMAP_DEBUG(Agent, "XGBoost tracker: rank {} shut down ({} of {})", s->rank,
-                    shutdown.size(), n);
-      continue;
-    }
-    if (s->cmd != "start" && s->cmd != "recover")
-      RANKMAP_THROW(PeerError, "XGBoost tracker: unknown command {:?} from {}", s->cmd, host);
-    if (!haveLinks) {
-      if (s->cmd != "start")
-        RANKMAP_THROW(PeerError, "XGBoost tracker: {} from {} before any start", s->cmd, host);
-      links = makeRabitLinkMap(n);
-      haveLinks = true;
-      for (int r = 0; r < n; ++r) todo.push_back(r);
-    }
-    if (s->worldSize != -1 && s->worldSize != n)
-      RANKMAP_THROW(PeerError,
-                    "XGBoost tracker: task {} at {} expects {} workers, the tracker "
-                    "runs {}",
-                    s->taskId, host, s->worldSize, n);
-    if (s->cmd == "recover" && s->rank < 0)
-      RANKMAP_THROW(PeerError, "XGBoost tracker: recover without a rank from {}", host);
-    seen.insert(s->taskId);
-
-    int rank = s->rank;
-    if (rank < 0 && s->taskId != "NULL") {
-      auto it = jobMap.find(s->taskId);
-      if (it != jobMap.end()) rank = it->second;
-    }
-    if (rank >= n)
-      RANKMAP_THROW(PeerError, "XGBoost tracker: rank {} from {} (world {})", rank, host, n);
-    if (rank == -1) {
-      if (todo.empty())
-        RANKMAP_THROW(PeerError, "XGBoost tracker: more than {} workers started (task {} at {})", n,
-                      s->taskId, host);
-      pending.push_back(s);
-      if (pending.size() == todo.size()) {
-        // Batch assignment in task id order: RabitTracker(sortby="task").
-        std::stable_sort(pending.begin(), pending.end(),
-                         [](const auto& a, const auto& b) { return a->taskId < b->taskId; });
-        for (auto& e : pending) {
-          int r = todo.front();
-          todo.pop_front();
-          if (e->taskId != "NULL") jobMap[e->taskId] = r;
-          ranks_[e->taskId] = r;
-          assign(*e, r);
-          e->conn->closeNow();
-          if (e->waitAccept > 0) waitConn[r] = e;
-        }
-        pending.clear();
-        RANKMAP_INFO(Agent, "XGBoost tracker: all {} workers started", n);
-      }
+    } else if (e->cmd == "shutdown") {
+      recordShutdown(st, *e);
     } else {
-      assign(*s, rank);
-      s->conn->closeNow();
-      if (s->waitAccept > 0) waitConn[rank] = s;
+      admitWorker(st, std::move(e), ranks_);
     }
   }
-  RANKMAP_INFO(Agent, "XGBoost tracker: all {} workers shut down", n);
+  RANKMAP_INFO(Agent, "XGBoost tracker: all {} workers shut down", workers_);
 }
 
 }  // namespace rankmap::launch
