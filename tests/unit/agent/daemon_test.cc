@@ -1,5 +1,5 @@
 // rankmapd on loopback: several agents in this process with their own ports and state dirs,
-// driven through the HTTP API (libcurl client) and the probe protocol.
+// driven through the HTTP API (launch/http_client.h) and the probe protocol.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -7,7 +7,7 @@
 
 #include "agent/coordinator.h"
 #include "agent/daemon.h"
-#include "agent/http_client.h"
+#include "launch/http_client.h"
 #include "probe/measure.h"
 #include "probe/server.h"
 #include "tests/unit/agent/test_dir.h"
@@ -16,6 +16,8 @@ namespace rankmap::agent {
 namespace {
 
 using namespace std::chrono_literals;
+using launch::HttpClient;
+using launch::HttpResponse;
 using testing::TempDir;
 
 constexpr const char* kToken = "test-token-0123456789";

@@ -1,7 +1,7 @@
-// Reading and rewriting mpirun command lines (agent/launch/mpirun.h): hostfiles and --host
+// Reading and rewriting mpirun command lines (launch/mpirun.h): hostfiles and --host
 // lists with slots, the job the default and sequential mappers would place, the options that make
 // rankmap run refuse (pass-through), and the launch- and shim-mode rewrites.
-#include "agent/launch/mpirun.h"
+#include "launch/mpirun.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 using Argv = std::vector<std::string>;
@@ -239,4 +239,4 @@ TEST(Mpirun, ShimRewritePreloadsAndKeepsPlacement) {
 }
 
 }  // namespace
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

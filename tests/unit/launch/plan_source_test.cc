@@ -1,6 +1,6 @@
-// Where `rankmap run` gets plans (agent/launch/plan_source.h): files, a topology planned on the
+// Where `rankmap run` gets plans (launch/plan_source.h): files, a topology planned on the
 // spot, and a fake rankmapd on loopback that answers, fails, is slow or is down.
-#include "agent/launch/plan_source.h"
+#include "launch/plan_source.h"
 
 #include <httplib.h>
 
@@ -14,10 +14,11 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "launch/http_client.h"
 #include "tests/unit/common/plan_util.h"
 #include "tests/unit/shim_mpi/subprocess.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 using Argv = std::vector<std::string>;
@@ -234,4 +235,4 @@ TEST(UrlEncode, KeepsUnreservedOnly) {
 }
 
 }  // namespace
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

@@ -1,18 +1,18 @@
-// `rankmap run`'s decision for mpirun (agent/launch/launch.h): plan coverage by names and
+// `rankmap run`'s decision for mpirun (launch/launch.h): plan coverage by names and
 // addresses, ranks per host, launch and shim modes, and every reason to run the command
 // unchanged; the pieces launcher modules share (sequential hostfiles, long options, the
 // environment). No processes, no network.
-#include "agent/launch/launch.h"
+#include "launch/launch.h"
 
 #include <stdlib.h>
 
 #include <gtest/gtest.h>
 
-#include "agent/launch/mpirun.h"
 #include "common/error.h"
+#include "launch/mpirun.h"
 #include "tests/unit/common/plan_util.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 using Argv = std::vector<std::string>;
@@ -253,4 +253,4 @@ TEST(Mode, Parses) {
 }
 
 }  // namespace
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

@@ -1,5 +1,5 @@
 // Slurm: hostlists, SLURM_HOSTFILE, topology.conf, and srun command lines (no Slurm needed).
-#include "agent/launch/slurm.h"
+#include "launch/slurm.h"
 
 #include <map>
 
@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 using Names = std::vector<std::string>;
@@ -154,4 +154,4 @@ TEST(SrunTest, ParseLaunchCommandDispatchesSrun) {
 }
 
 }  // namespace
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

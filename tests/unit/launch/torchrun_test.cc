@@ -1,6 +1,6 @@
 // torchrun command lines: parsing, this node's place in a plan, and the rewrites for the static
 // and c10d rendezvous and for torch 1.13's Python 3.11 redirects crash.
-#include "agent/launch/torchrun.h"
+#include "launch/torchrun.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 using Argv = std::vector<std::string>;
@@ -287,4 +287,4 @@ TEST(TorchrunTest, ProbesAnInstalledTorchWhenThereIsOne) {
 }
 
 }  // namespace
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

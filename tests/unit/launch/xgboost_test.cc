@@ -1,7 +1,7 @@
 // XGBoost: the Rabit link map, worker placement in plan order, the C++ tracker against
 // protocol-speaking workers (threads here; real xgboost workers when python3-xgboost is
 // installed), and its deadlines.
-#include "agent/launch/xgboost.h"
+#include "launch/xgboost.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -20,10 +20,10 @@
 
 #include <gtest/gtest.h>
 
-#include "agent/launch/xgboost_tracker.h"
 #include "common/error.h"
+#include "launch/xgboost_tracker.h"
 
-namespace rankmap::agent::launch {
+namespace rankmap::launch {
 namespace {
 
 using namespace std::chrono_literals;
@@ -402,4 +402,4 @@ with xgb.collective.CommunicatorContext(**args):
 }
 
 }  // namespace
-}  // namespace rankmap::agent::launch
+}  // namespace rankmap::launch

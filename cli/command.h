@@ -1,0 +1,36 @@
+// The `rankmap` command line: one file per subcommand (cli/<name>_cmd.cc), each exposing a
+// register function listed in cli/main.cc.
+//
+// Contract: a subcommand's run function returns the process exit code (0 ok, 1 failure,
+// 2 usage/bad input) and reports errors through exceptions from common/error.h, which main()
+// prints as one line "rankmap <cmd>: <message>". The Config is loaded once before any command runs.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include "common/config.h"
+#include "common/json.h"
+
+namespace rankmap::cli {
+
+struct CliContext {
+  Config config;
+  bool verbose = false;
+};
+
+// Adds a subcommand to `app`; `run` is set to the function that executes it when selected.
+using CommandRunner = std::function<int()>;
+using CommandRegistrar = void (*)(CLI::App& app, CliContext& ctx, CommandRunner& run);
+
+void registerConfigCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerProbeCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerShowCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerBenchCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerDoctorCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+
+}  // namespace rankmap::cli

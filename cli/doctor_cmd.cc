@@ -1,0 +1,529 @@
+// `rankmap doctor [PROGRAM | --python PY]`: can librankmap_nccl.so be applied to this program or
+// Python environment, and what would `rankmap run` do?
+//
+// The shim works by symbol interposition (LD_PRELOAD): it applies when the program reaches NCCL
+// through the dynamic symbol table, i.e. NCCL is a shared library (libnccl.so.2, whether the
+// program links it directly, a dependency does, or PyTorch loads it from the nvidia-nccl wheel).
+// It cannot apply when NCCL is linked statically into the program or into a library and called
+// there directly (old PyTorch builds, some vendor binaries): then only launch-time reordering
+// works. The answer comes from reading ELF files (DT_NEEDED, RUNPATH, dynamic and static symbol
+// tables), never from running the program; for --python the interpreter runs a short
+// standard-library snippet (find_spec, metadata: torch is not imported).
+//
+// Exit status: 0 the shim can apply, 1 it cannot (or there is no NCCL), 2 bad input.
+#include <elf.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "common/deadline.h"
+#include "common/error.h"
+#include "launch/process.h"
+
+namespace rankmap::cli {
+namespace {
+
+// What one ELF file says about NCCL.
+struct ElfFacts {
+  std::string path;
+  bool executable = false;  // ET_EXEC, or ET_DYN with an interpreter (PIE)
+  std::string soname;
+  std::vector<std::string> needed;
+  std::vector<std::string> runpath;  // DT_RUNPATH, else DT_RPATH
+  bool ncclExported = false;         // defines ncclCommInitRank in .dynsym (default visibility)
+  bool ncclImported = false;         // references ncclCommInitRank in .dynsym
+  bool ncclStaticOnly = false;       // defines it in .symtab only (hidden or local)
+  std::string ncclVersion;           // from the "NCCL version X.Y.Z" string, when present
+};
+
+// A read-only mapping of a whole file.
+class Mapped {
+ public:
+  explicit Mapped(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) RANKMAP_THROW(IoError, "{}: cannot open: {}", path, std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      RANKMAP_THROW(InvalidInput, "{}: not a regular file", path);
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ > 0) data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (data_ == MAP_FAILED)
+      RANKMAP_THROW(IoError, "{}: cannot map: {}", path, std::strerror(errno));
+  }
+  ~Mapped() {
+    if (data_ != nullptr && data_ != MAP_FAILED) ::munmap(data_, size_);
+  }
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+  const unsigned char* data() const { return static_cast<const unsigned char*>(data_); }
+  size_t size() const { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Bounds-checked view of a struct at `off`; nullptr when it does not fit.
+template <typename T>
+const T* at(const Mapped& m, uint64_t off) {
+  if (off > m.size() || m.size() - off < sizeof(T)) return nullptr;
+  return reinterpret_cast<const T*>(m.data() + off);
+}
+
+std::string cstr(const Mapped& m, uint64_t tableOff, uint64_t tableSize, uint64_t idx) {
+  if (idx >= tableSize || tableOff > m.size() || m.size() - tableOff < tableSize) return "";
+  const char* s = reinterpret_cast<const char*>(m.data() + tableOff + idx);
+  size_t max = tableSize - idx;
+  return std::string(s, strnlen(s, max));
+}
+
+std::string versionString(const Mapped& m) {
+  static const char kTag[] = "NCCL version ";
+  const size_t tagLen = sizeof(kTag) - 1;
+  const unsigned char* p = m.data();
+  const unsigned char* end = p + m.size();
+  while (p < end) {
+    auto* hit =
+        static_cast<const unsigned char*>(memmem(p, static_cast<size_t>(end - p), kTag, tagLen));
+    if (hit == nullptr) break;
+    const unsigned char* v = hit + tagLen;
+    std::string out;
+    while (v < end && (std::isdigit(*v) || *v == '.') && out.size() < 16)
+      out += static_cast<char>(*v++);
+    if (!out.empty() && std::isdigit(static_cast<unsigned char>(out[0])) &&
+        out.find('.') != std::string::npos)
+      return out;
+    p = hit + 1;
+  }
+  return "";
+}
+
+// Reads the facts of one 64-bit little-endian ELF file. Throws InvalidInput when it is not one.
+ElfFacts readElf(const std::string& path) {
+  Mapped m(path);
+  ElfFacts f;
+  f.path = path;
+  const auto* eh = at<Elf64_Ehdr>(m, 0);
+  if (eh == nullptr || std::memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0)
+    RANKMAP_THROW(InvalidInput, "{}: not an ELF file", path);
+  if (eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_ident[EI_DATA] != ELFDATA2LSB)
+    RANKMAP_THROW(InvalidInput, "{}: not a 64-bit little-endian ELF file", path);
+  bool interp = false;
+  for (uint16_t i = 0; i < eh->e_phnum; ++i) {
+    const auto* ph = at<Elf64_Phdr>(m, eh->e_phoff + uint64_t{i} * eh->e_phentsize);
+    if (ph != nullptr && ph->p_type == PT_INTERP) interp = true;
+  }
+  f.executable = eh->e_type == ET_EXEC || (eh->e_type == ET_DYN && interp);
+
+  std::vector<const Elf64_Shdr*> sections;
+  for (uint16_t i = 0; i < eh->e_shnum; ++i)
+    sections.push_back(at<Elf64_Shdr>(m, eh->e_shoff + uint64_t{i} * eh->e_shentsize));
+  auto section = [&](uint32_t idx) -> const Elf64_Shdr* {
+    return idx < sections.size() ? sections[idx] : nullptr;
+  };
+  std::vector<std::string> rpath;
+  for (const auto* sh : sections) {
+    if (sh == nullptr) continue;
+    if (sh->sh_type == SHT_DYNAMIC) {
+      const auto* strtab = section(sh->sh_link);
+      if (strtab == nullptr) continue;
+      for (uint64_t off = 0; off + sizeof(Elf64_Dyn) <= sh->sh_size; off += sizeof(Elf64_Dyn)) {
+        const auto* d = at<Elf64_Dyn>(m, sh->sh_offset + off);
+        if (d == nullptr || d->d_tag == DT_NULL) break;
+        std::string s = cstr(m, strtab->sh_offset, strtab->sh_size, d->d_un.d_val);
+        if (d->d_tag == DT_NEEDED) f.needed.push_back(s);
+        if (d->d_tag == DT_SONAME) f.soname = s;
+        auto split = [&](std::vector<std::string>& out) {
+          size_t b = 0;
+          while (b <= s.size()) {
+            size_t e = s.find(':', b);
+            if (e == std::string::npos) e = s.size();
+            if (e > b) out.push_back(s.substr(b, e - b));
+            b = e + 1;
+          }
+        };
+        if (d->d_tag == DT_RUNPATH) split(f.runpath);
+        if (d->d_tag == DT_RPATH) split(rpath);
+      }
+    }
+    if (sh->sh_type == SHT_DYNSYM || sh->sh_type == SHT_SYMTAB) {
+      const auto* strtab = section(sh->sh_link);
+      if (strtab == nullptr || sh->sh_entsize != sizeof(Elf64_Sym)) continue;
+      for (uint64_t off = 0; off + sizeof(Elf64_Sym) <= sh->sh_size; off += sizeof(Elf64_Sym)) {
+        const auto* sym = at<Elf64_Sym>(m, sh->sh_offset + off);
+        if (sym == nullptr) break;
+        if (cstr(m, strtab->sh_offset, strtab->sh_size, sym->st_name) != "ncclCommInitRank")
+          continue;
+        const bool defined = sym->st_shndx != SHN_UNDEF;
+        const bool visible = ELF64_ST_VISIBILITY(sym->st_other) == STV_DEFAULT &&
+                             ELF64_ST_BIND(sym->st_info) != STB_LOCAL;
+        if (sh->sh_type == SHT_DYNSYM) {
+          if (defined && visible) f.ncclExported = true;
+          if (!defined) f.ncclImported = true;
+        } else if (defined && !visible) {
+          f.ncclStaticOnly = true;
+        } else if (defined && f.executable) {
+          f.ncclStaticOnly = true;  // an executable's own calls are direct
+        }
+      }
+    }
+  }
+  if (f.runpath.empty()) f.runpath = rpath;
+  if (f.ncclExported && f.executable) f.ncclStaticOnly = true;
+  if (f.ncclExported || f.ncclStaticOnly) f.ncclVersion = versionString(m);
+  return f;
+}
+
+std::string dirOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+}
+
+bool readable(const std::string& p) { return ::access(p.c_str(), R_OK) == 0; }
+
+std::string realPath(const std::string& p) {
+  char buf[PATH_MAX];
+  return ::realpath(p.c_str(), buf) != nullptr ? std::string(buf) : p;
+}
+
+// The loader's default directories: /etc/ld.so.conf (with its includes), then the system ones.
+std::vector<std::string> systemLibraryDirs() {
+  std::vector<std::string> dirs;
+  std::deque<std::string> files{"/etc/ld.so.conf"};
+  std::set<std::string> seen;
+  while (!files.empty() && seen.size() < 64) {
+    std::string file = files.front();
+    files.pop_front();
+    if (!seen.insert(file).second) continue;
+    std::ifstream in(file);
+    std::string line;
+    while (std::getline(in, line)) {
+      line = line.substr(0, line.find('#'));
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())))
+        line.pop_back();
+      size_t b = line.find_first_not_of(" \t");
+      if (b == std::string::npos) continue;
+      line = line.substr(b);
+      if (line.rfind("include", 0) == 0) {
+        std::string pattern = line.substr(7);
+        pattern = pattern.substr(pattern.find_first_not_of(" \t"));
+        if (pattern[0] != '/') pattern = dirOf(file) + "/" + pattern;
+        glob_t g{};
+        if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+          for (size_t i = 0; i < g.gl_pathc; ++i) files.push_back(g.gl_pathv[i]);
+        ::globfree(&g);
+      } else {
+        dirs.push_back(line);
+      }
+    }
+  }
+  for (const char* d : {"/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
+                        "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib"})
+    dirs.push_back(d);
+  return dirs;
+}
+
+// Where the loader would find `name` needed by `from`: RUNPATH/RPATH ($ORIGIN expanded),
+// LD_LIBRARY_PATH, the system directories. Empty when not found.
+std::string resolveLibrary(const std::string& name, const ElfFacts& from) {
+  if (name.find('/') != std::string::npos) return readable(name) ? name : "";
+  std::vector<std::string> dirs;
+  for (std::string d : from.runpath) {
+    for (const char* origin : {"$ORIGIN", "${ORIGIN}"}) {
+      size_t p = d.find(origin);
+      if (p != std::string::npos) d.replace(p, std::strlen(origin), dirOf(realPath(from.path)));
+    }
+    dirs.push_back(d);
+  }
+  // LD_LIBRARY_PATH is the environment's business, not a RANKMAP_* setting: the loader reads it.
+  if (const char* llp = std::getenv("LD_LIBRARY_PATH")) {
+    std::string s = llp;
+    size_t b = 0;
+    while (b <= s.size()) {
+      size_t e = s.find(':', b);
+      if (e == std::string::npos) e = s.size();
+      if (e > b) dirs.push_back(s.substr(b, e - b));
+      b = e + 1;
+    }
+  }
+  static const std::vector<std::string> system = systemLibraryDirs();
+  dirs.insert(dirs.end(), system.begin(), system.end());
+  for (const auto& d : dirs) {
+    std::string p = d + "/" + name;
+    if (readable(p)) return p;
+  }
+  return "";
+}
+
+bool isNcclLibrary(const std::string& nameOrPath) {
+  std::string base = nameOrPath.substr(nameOrPath.rfind('/') + 1);
+  return base.rfind("libnccl.so", 0) == 0;
+}
+
+struct Verdict {
+  std::string target;
+  std::string linkage = "none";  // dynamic, static, none
+  std::string library;           // the NCCL shared library, or the object with NCCL inside
+  std::string neededBy;          // which object needs libnccl (dynamic)
+  std::string version;
+  bool shimmable = false;
+  std::string reason;
+};
+
+std::string versionFromFile(const std::string& path) {
+  std::string base = realPath(path);
+  base = base.substr(base.rfind('/') + 1);
+  const std::string prefix = "libnccl.so.";
+  if (base.rfind(prefix, 0) == 0 && std::count(base.begin(), base.end(), '.') >= 4)
+    return base.substr(prefix.size());
+  try {
+    Mapped m(path);
+    return versionString(m);
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+// Walks the dependency graph from `roots` (breadth first, bounded) looking for NCCL.
+Verdict inspect(const std::string& target, const std::vector<std::string>& roots) {
+  Verdict v;
+  v.target = target;
+  std::deque<std::pair<std::string, int>> queue;
+  for (const auto& r : roots) queue.push_back({r, 0});
+  std::set<std::string> seen;
+  std::string staticIn, exportedIn;
+  std::string staticVersion;
+  while (!queue.empty() && seen.size() < 256) {
+    auto [path, depth] = queue.front();
+    queue.pop_front();
+    if (!seen.insert(realPath(path)).second) continue;
+    ElfFacts f;
+    try {
+      f = readElf(path);
+    } catch (const Error&) {
+      if (depth == 0) throw;
+      continue;
+    }
+    if (isNcclLibrary(f.soname.empty() ? path : f.soname)) continue;  // found through a parent
+    if (f.ncclStaticOnly && staticIn.empty()) {
+      staticIn = path;
+      staticVersion = f.ncclVersion;
+    }
+    if (f.ncclExported && !f.executable && exportedIn.empty()) {
+      exportedIn = path;
+      if (staticVersion.empty()) staticVersion = f.ncclVersion;
+    }
+    for (const auto& n : f.needed) {
+      std::string p = resolveLibrary(n, f);
+      if (isNcclLibrary(n)) {
+        if (v.linkage != "dynamic") {
+          v.linkage = "dynamic";
+          v.library = p.empty() ? n : p;
+          v.neededBy = path;
+          if (!p.empty()) v.version = versionFromFile(p);
+        }
+        continue;
+      }
+      if (!p.empty() && depth < 6) queue.push_back({p, depth + 1});
+    }
+  }
+  if (v.linkage == "dynamic") {
+    v.shimmable = v.library.find('/') != std::string::npos;
+    v.reason = v.shimmable ? fmt::format(
+                                 "NCCL is the shared library {} (needed by {}): LD_PRELOAD "
+                                 "interposes its calls",
+                                 v.library, v.neededBy)
+                           : fmt::format("{} needs {} but the loader would not find it here",
+                                         v.neededBy, v.library);
+    if (!staticIn.empty())
+      v.reason += fmt::format("; note: {} also contains NCCL linked statically", staticIn);
+    return v;
+  }
+  if (!staticIn.empty() || !exportedIn.empty()) {
+    v.linkage = "static";
+    v.library = staticIn.empty() ? exportedIn : staticIn;
+    v.version = staticVersion;
+    v.shimmable = false;
+    v.reason = staticIn.empty()
+                   ? fmt::format(
+                         "NCCL is linked into {} and exported, but calls inside that "
+                         "library bind directly: the shim would see only some of them",
+                         v.library)
+                   : fmt::format(
+                         "NCCL is linked statically into {} (its calls never reach the "
+                         "dynamic linker): the shim cannot interpose them",
+                         v.library);
+    return v;
+  }
+  v.reason = "no NCCL found (no libnccl dependency, no NCCL symbols)";
+  return v;
+}
+
+constexpr char kPythonProbe[] = R"(import importlib.util, json, sys
+out = {"python": sys.version.split()[0], "torch_dir": None, "torch_version": None, "nccl_wheels": {}}
+spec = importlib.util.find_spec("torch")
+if spec is not None and spec.submodule_search_locations:
+    out["torch_dir"] = list(spec.submodule_search_locations)[0]
+try:
+    import importlib.metadata as md
+    try:
+        out["torch_version"] = md.version("torch")
+    except Exception:
+        pass
+    for name in ("nvidia-nccl-cu11", "nvidia-nccl-cu12", "nvidia-nccl-cu13"):
+        try:
+            out["nccl_wheels"][name] = md.version(name)
+        except Exception:
+            pass
+except Exception:
+    pass
+print(json.dumps(out))
+)";
+
+std::string findNcclShim() {
+  std::string dir = launch::executableDir();
+  for (const char* rel :
+       {"/../shim_nccl/librankmap_nccl.so", "/../lib/librankmap_nccl.so",
+        "/../lib/x86_64-linux-gnu/librankmap_nccl.so", "/../lib64/librankmap_nccl.so"}) {
+    std::string p = dir + rel;
+    if (readable(p)) return realPath(p);
+  }
+  return "";
+}
+
+std::string findProgram(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (!readable(name)) RANKMAP_THROW(InvalidInput, "{}: no such readable file", name);
+    return name;
+  }
+  auto path = launch::findOnPath(name);  // where the shell would find it
+  if (!path) RANKMAP_THROW(InvalidInput, "{}: not found on PATH", name);
+  return *path;
+}
+
+struct DoctorArgs {
+  std::string program;
+  std::string python;
+  bool json = false;
+};
+
+int runDoctor(const CliContext& ctx, const DoctorArgs& a) {
+  if (a.program.empty() == a.python.empty())
+    RANKMAP_THROW(InvalidInput, "expected a PROGRAM or --python PY (one of them)");
+  Verdict v;
+  Json extra = Json::object();
+  if (!a.program.empty()) {
+    std::string path = findProgram(a.program);
+    v = inspect(path, {path});
+  } else {
+    auto out = launch::captureStdout({a.python, "-c", kPythonProbe},
+                                     Deadline::after(std::chrono::seconds(60)));
+    if (!out) RANKMAP_THROW(InvalidInput, "{}: could not run it as a Python interpreter", a.python);
+    Json info = parseJson(*out, a.python + " probe");
+    extra = info;
+    if (!info.value("torch_dir", Json()).is_string()) {
+      v.target = a.python;
+      v.reason = "PyTorch is not installed for this interpreter";
+    } else {
+      std::string lib = info["torch_dir"].get<std::string>() + "/lib";
+      std::vector<std::string> roots;
+      for (const char* n : {"libtorch_cuda.so", "libtorch_cuda_cpp.so", "libtorch_cuda_cu.so"})
+        if (readable(lib + "/" + n)) roots.push_back(lib + "/" + n);
+      if (roots.empty()) {
+        v.target = a.python;
+        v.reason = "this PyTorch has no CUDA libraries (no libtorch_cuda*.so: a CPU-only build)";
+      } else {
+        // torch's own preloading of the nvidia wheels goes through this one.
+        if (readable(lib + "/libtorch_global_deps.so"))
+          roots.push_back(lib + "/libtorch_global_deps.so");
+        v = inspect(a.python, roots);
+        if (v.version.empty())
+          for (const auto& [name, ver] : info["nccl_wheels"].items())
+            v.version = ver.get<std::string>();
+      }
+    }
+  }
+  const std::string shim = findNcclShim();
+  const std::string plan = ctx.config.get(settings::kPlan);
+  std::string run;
+  if (!a.python.empty() || a.program.find("torchrun") != std::string::npos) {
+    run =
+        "rankmap run -- torchrun ... reorders at launch: node ranks in plan order, so NCCL's "
+        "ranks follow without a shim.";
+  } else {
+    run =
+        "rankmap run -- mpirun ... reorders at launch: the hostfile in plan order, so every "
+        "rank (and the NCCL rank a program derives from it) follows without a shim.";
+  }
+  if (v.shimmable) {
+    run += fmt::format(
+        " Where the launcher cannot change, preload the shim: LD_PRELOAD={} "
+        "RANKMAP_PLAN={} <command> (every rank; NCCL communicators then get the "
+        "plan's order, everything the program sees stays as it was).",
+        shim.empty() ? "<lib>/librankmap_nccl.so" : shim, plan.empty() ? "<plan.json>" : plan);
+  } else if (v.linkage == "static") {
+    run += " The NCCL shim cannot apply to this program: only launch-time reordering will.";
+  }
+  if (a.json) {
+    Json j = {{"target", v.target},
+              {"nccl",
+               {{"linkage", v.linkage},
+                {"library", v.library.empty() ? Json() : Json(v.library)},
+                {"needed_by", v.neededBy.empty() ? Json() : Json(v.neededBy)},
+                {"version", v.version.empty() ? Json() : Json(v.version)}}},
+              {"shimmable", v.shimmable},
+              {"reason", v.reason},
+              {"shim_library", shim.empty() ? Json() : Json(shim)},
+              {"rankmap_run", run}};
+    if (!a.python.empty()) j["python"] = extra;
+    fmt::print("{}\n", j.dump(1));
+  } else {
+    fmt::print("rankmap doctor: {}\n", v.target);
+    if (!a.python.empty() && extra.is_object())
+      fmt::print("  python {}, torch {}\n", extra.value("python", std::string("?")),
+                 extra.value("torch_version", Json()).is_string()
+                     ? extra["torch_version"].get<std::string>()
+                     : std::string("not installed"));
+    fmt::print("  NCCL: {}{}{}\n", v.linkage, v.library.empty() ? "" : ", " + v.library,
+               v.version.empty() ? "" : " (NCCL " + v.version + ")");
+    fmt::print("  shim: {}: {}\n", v.shimmable ? "yes" : "no", v.reason);
+    fmt::print("  librankmap_nccl.so: {}\n", shim.empty() ? "not found beside this rankmap" : shim);
+    fmt::print("  rankmap run: {}\n", run);
+  }
+  return v.shimmable ? 0 : 1;
+}
+
+}  // namespace
+
+void registerDoctorCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
+  auto* cmd = app.add_subcommand(
+      "doctor",
+      "Can the NCCL shim apply to a program or a Python environment (and what would "
+      "`rankmap run` do)? Exit 0 yes, 1 no");
+  auto a = std::make_shared<DoctorArgs>();
+  cmd->add_option("program", a->program, "Program to inspect (path or name on PATH)");
+  cmd->add_option("--python", a->python, "Python interpreter whose PyTorch to inspect");
+  cmd->add_flag("--json", a->json, "Print the verdict as JSON");
+  cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return runDoctor(ctx, *a); }; });
+}
+
+}  // namespace rankmap::cli

@@ -1,0 +1,248 @@
+// `rankmap probe --hosts FILE [--out topology.json] [--agent URL] [--token-file F]
+//  [--key-file F] [--contention] [--timeout D] [--json]`: measures the network between the hosts
+// and writes topology.json.
+//
+// It asks an agent's HTTP API to run the round (--agent, or RANKMAP_AGENT when that answers),
+// following the round's progress; with --key-file (and no --agent), or with no agent API at
+// hand, it coordinates the round itself, talking to the agents' probe ports with the job's
+// probe key (--key-file or RANKMAP_PROBE_KEY_FILE). Progress goes to stderr: a bar on a terminal,
+// one line per phase otherwise. The result line (or JSON with --json) goes to stdout. Exit status:
+// 0 when a topology was written (possibly with missing pairs, reported), 1 when the round failed, 2
+// on bad input.
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "agent/agent_config.h"
+#include "agent/coordinator.h"
+#include "cli/command.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "launch/http_client.h"
+#include "probe/hosts.h"
+
+namespace rankmap::cli {
+namespace {
+
+using agent::Coordinator;
+using agent::localHostName;
+using agent::ProbeOptions;
+using agent::readSecretFile;
+using agent::RoundProgress;
+using agent::RoundResult;
+using launch::HttpClient;
+using launch::HttpResponse;
+
+struct ProbeArgs {
+  std::string hostsFile;
+  std::string out = "topology.json";
+  std::string agent;
+  std::string tokenFile;
+  std::string keyFile;
+  std::string timeout = "10m";
+  bool contention = false;
+  bool json = false;
+};
+
+// Progress on stderr: a redrawn bar on a terminal, a line per phase otherwise.
+class ProgressView {
+ public:
+  ProgressView() : tty_(::isatty(STDERR_FILENO) == 1) {}
+  ~ProgressView() { finish(); }
+  void update(const std::string& phase, size_t done, size_t total) {
+    if (tty_) {
+      constexpr int kWidth = 30;
+      double f = total ? std::min(1.0, static_cast<double>(done) / static_cast<double>(total)) : 0;
+      int fill = static_cast<int>(f * kWidth);
+      fmt::print(stderr, "\r[{}{}] {:3.0f}% {:<12}", std::string(static_cast<size_t>(fill), '#'),
+                 std::string(static_cast<size_t>(kWidth - fill), '.'), f * 100, phase);
+      std::fflush(stderr);
+      drawn_ = true;
+    } else if (phase != lastPhase_) {
+      fmt::print(stderr, "rankmap probe: {} ({}/{})\n", phase, done, total);
+    }
+    lastPhase_ = phase;
+  }
+  void finish() {
+    if (drawn_) fmt::print(stderr, "\n");
+    drawn_ = false;
+  }
+
+ private:
+  bool tty_;
+  bool drawn_ = false;
+  std::string lastPhase_;
+};
+
+struct Outcome {
+  std::string status;
+  size_t hosts = 0;
+  size_t pairs = 0;
+  size_t missing = 0;
+  double seconds = 0;
+  int64_t version = 0;
+  std::string via;
+  std::vector<std::string> dead;
+};
+
+Outcome viaAgent(const ProbeArgs& a, const std::string& url, const std::string& token,
+                 const std::vector<Host>& hosts, Deadline d) {
+  HttpClient client(url, token);
+  Json body = {{"hosts", Json::array()}};
+  for (const auto& h : hosts) body["hosts"].push_back({{"name", h.name}, {"address", h.address}});
+  if (a.contention) body["contention"] = true;
+  auto t0 = std::chrono::steady_clock::now();
+  HttpResponse r =
+      client.post("/v1/probe", body.dump(), Deadline::after(std::chrono::seconds(30)).min(d));
+  if (r.status == 401 || r.status == 403)
+    throw InvalidInput(
+        fmt::format("agent {}: {} (HTTP {}); pass --token-file or set "
+                    "RANKMAP_TOKEN_FILE",
+                    url, r.errorText(), r.status));
+  if (r.status == 409)
+    throw PeerError(fmt::format("agent {}: {}; try again when it is done", url, r.errorText()));
+  if (r.status == 400) throw InvalidInput(fmt::format("agent {}: {}", url, r.errorText()));
+  if (r.status != 202)
+    throw PeerError(fmt::format("agent {}: HTTP {}: {}", url, r.status, r.errorText()));
+  int64_t id = parseJson(r.body, "probe answer").at("round_id").get<int64_t>();
+  ProgressView view;
+  Json st;
+  for (;;) {
+    d.check(fmt::format("round {} on agent {}", id, url));
+    HttpResponse s = client.get(fmt::format("/v1/rounds/{}", id),
+                                Deadline::after(std::chrono::seconds(10)).min(d));
+    if (s.status != 200)
+      throw PeerError(
+          fmt::format("agent {}: round {}: HTTP {}: {}", url, id, s.status, s.errorText()));
+    st = parseJson(s.body, "round status");
+    if (st.value("status", "") != "running") break;
+    view.update(st.value("phase", "?"), st.value("done", 0u), st.value("total", 0u));
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  view.finish();
+  Outcome o;
+  o.via = "agent " + url;
+  o.status = st.value("status", "failed");
+  o.hosts = hosts.size();
+  o.pairs = st.value("pairs_total", 0u);
+  o.missing = st.value("pairs_missing", 0u);
+  o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!st.contains("topology_version") || st["topology_version"].is_null())
+    throw PeerError(fmt::format("agent {}: round {} {}: {}", url, id, o.status,
+                                st.value("error", "no topology")));
+  o.version = st["topology_version"].get<int64_t>();
+  HttpResponse t = client.get(fmt::format("/v1/topology?version={}", o.version), d);
+  if (t.status != 200)
+    throw PeerError(
+        fmt::format("agent {}: topology {}: HTTP {}: {}", url, o.version, t.status, t.errorText()));
+  Topology topo = Topology::parse(t.body, fmt::format("agent {} topology", url));
+  topo.save(a.out);
+  return o;
+}
+
+Outcome coordinateHere(const ProbeArgs& a, const CliContext& ctx, const std::vector<Host>& hosts,
+                       Deadline d) {
+  std::string keyFile = !a.keyFile.empty() ? a.keyFile : ctx.config.get(settings::kProbeKeyFile);
+  if (keyFile.empty())
+    throw InvalidInput(
+        "no agent API answered and no probe key to coordinate the round here: "
+        "pass --agent URL (with --token-file), or --key-file FILE (or set "
+        "RANKMAP_PROBE_KEY_FILE)");
+  probe::ProbeKey key = probe::ProbeKey::load(keyFile);
+  ProbeOptions opts;
+  opts.contention = a.contention;
+  opts.roundTimeout = std::chrono::duration_cast<std::chrono::milliseconds>(d.remaining());
+  Coordinator coord(hosts, key, "rankmap-probe@" + localHostName(), opts);
+  ProgressView view;
+  RoundResult r =
+      coord.runFull(d, [&](const RoundProgress& p) { view.update(p.phase, p.done, p.total); });
+  view.finish();
+  Outcome o;
+  o.via = "coordinated here";
+  o.status = r.status();
+  o.hosts = hosts.size();
+  o.pairs = r.pairsTotal;
+  o.missing = r.pairsMissing;
+  o.seconds = r.seconds;
+  o.dead = r.deadHosts;
+  if (o.status == "failed")
+    throw PeerError(
+        fmt::format("probe round failed: no pair measured ({} of {} agents did not "
+                    "answer: {})",
+                    r.deadHosts.size(), hosts.size(), fmt::join(r.deadHosts, ", ")));
+  r.topology.save(a.out);
+  return o;
+}
+
+int runProbe(const CliContext& ctx, const ProbeArgs& a) {
+  auto timeout = parseDuration(a.timeout);
+  if (!timeout || timeout->count() <= 0)
+    throw InvalidInput(fmt::format("--timeout '{}': expected a duration such as 10m", a.timeout));
+  Deadline d = Deadline::after(*timeout);
+  std::vector<Host> hosts = probe::loadHostsFile(a.hostsFile);
+  std::string url = !a.agent.empty() ? a.agent : ctx.config.get(settings::kAgent);
+  bool useAgent = !a.agent.empty();
+  // --key-file without --agent means "coordinate here"; otherwise the default agent is used
+  // when it answers.
+  if (!useAgent && a.keyFile.empty() && !url.empty()) {
+    // The default agent is used when it answers; otherwise we coordinate here.
+    try {
+      useAgent =
+          HttpClient(url).get("/v1/health", Deadline::after(std::chrono::seconds(1))).status == 200;
+    } catch (const std::exception&) {
+      useAgent = false;
+    }
+  }
+  Outcome o;
+  if (useAgent) {
+    std::string tokenFile =
+        !a.tokenFile.empty() ? a.tokenFile : ctx.config.get(settings::kTokenFile);
+    if (tokenFile.empty())
+      throw InvalidInput(
+          fmt::format("agent {} needs a bearer token to start a round: pass "
+                      "--token-file or set RANKMAP_TOKEN_FILE",
+                      url));
+    o = viaAgent(a, url, readSecretFile(tokenFile, 1, "token file"), hosts, d);
+  } else {
+    o = coordinateHere(a, ctx, hosts, d);
+  }
+  if (a.json) {
+    Json j = {{"out", a.out},     {"status", o.status},         {"hosts", o.hosts},
+              {"pairs", o.pairs}, {"missing_pairs", o.missing}, {"seconds", o.seconds},
+              {"via", o.via},     {"dead_hosts", o.dead}};
+    j["version"] = o.version ? Json(o.version) : Json(nullptr);
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("rankmap probe: wrote {}: {} hosts, {} pairs, {} missing, {:.1f} s, {} ({})\n",
+               a.out, o.hosts, o.pairs, o.missing, o.seconds, o.status, o.via);
+  }
+  if (o.missing > 0 || !o.dead.empty())
+    fmt::print(stderr, "rankmap probe: warning: {} pairs missing{}{}\n", o.missing,
+               o.dead.empty() ? "" : "; no answer from ", fmt::join(o.dead, ", "));
+  return 0;
+}
+
+}  // namespace
+
+void registerProbeCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
+  auto* cmd = app.add_subcommand("probe", "Measure the network between hosts; write topology.json");
+  auto a = std::make_shared<ProbeArgs>();
+  cmd->add_option("--hosts", a->hostsFile, "Hosts file: one `name address[:port]` per line")
+      ->required();
+  cmd->add_option("--out", a->out, "Where to write topology.json (default ./topology.json)");
+  cmd->add_option("--agent", a->agent, "rankmapd API URL (default RANKMAP_AGENT when it answers)");
+  cmd->add_option("--token-file", a->tokenFile,
+                  "Bearer token for the agent (or RANKMAP_TOKEN_FILE)");
+  cmd->add_option("--key-file", a->keyFile,
+                  "Probe key, to coordinate here without an agent API (or RANKMAP_PROBE_KEY_FILE)");
+  cmd->add_option("--timeout", a->timeout, "Deadline for the whole round (default 10m)");
+  cmd->add_flag("--contention", a->contention, "Also run the contention probe (shared uplinks)");
+  cmd->add_flag("--json", a->json, "Print the result as JSON");
+  cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return runProbe(ctx, *a); }; });
+}
+
+}  // namespace rankmap::cli

@@ -1,0 +1,151 @@
+// `rankmap run [--plan P | --topology T | --agent URL] [--mode launch|shim|auto] [--dry-run]
+//  -- mpirun ARGS...`: runs a job with its ranks in plan order (launch/launch.h).
+//
+// It prints one line on stderr saying what it did and why. Whatever goes wrong with the plan or
+// the command line (no plan, a plan for other hosts, options it does not understand), it runs the
+// original command unchanged and says so: it never blocks a job. Its exit status is the job's.
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "common/error.h"
+#include "launch/launch.h"
+#include "launch/plan_source.h"
+#include "launch/process.h"
+#include "launch/run_dir.h"
+#include "launch/torchrun.h"
+#include "launch/xgboost.h"
+
+namespace rankmap::cli {
+namespace {
+
+struct RunArgs {
+  std::string plan;
+  std::string topology;
+  std::string agent;
+  std::string mode = "auto";
+  bool dryRun = false;
+  std::vector<std::string> command;
+  // --xgboost N (launch/xgboost.h): rankmap run is the tracker and starts the workers.
+  int xgboost = 0;
+  std::string hostsFile;
+  std::string rsh = "ssh";
+  std::string trackerAddr;
+};
+
+// librankmap_mpi.so: RANKMAP_MPI_SHIM, else beside this binary (build tree or installed).
+std::string findShimLib(const Config& cfg) {
+  const auto& set = cfg.get(settings::kMpiShimLib);
+  if (!set.empty()) return set;
+  std::string dir = launch::executableDir();
+  for (const char* rel : {"/../shim_mpi/librankmap_mpi.so", "/../lib/librankmap_mpi.so",
+                          "/../lib/x86_64-linux-gnu/librankmap_mpi.so", "/../lib64/librankmap_mpi.so"}) {
+    std::string p = dir + rel;
+    char buf[4096];
+    if (::access(p.c_str(), R_OK) == 0 && ::realpath(p.c_str(), buf) != nullptr) return buf;
+  }
+  return "";
+}
+
+int runCommand(const CliContext& ctx, const RunArgs& a) {
+  const Config& cfg = ctx.config;
+  if (a.command.empty()) RANKMAP_THROW(InvalidInput, "expected a command after `--`");
+  if (!a.agent.empty() && (!a.plan.empty() || !a.topology.empty()))
+    RANKMAP_THROW(InvalidInput, "--agent: expected alone (not with --plan or --topology)");
+  launch::Mode mode = launch::parseMode(a.mode);
+  if (a.xgboost > 0) {  // frameworks: launch/xgboost.h
+    launch::XgboostOptions xo;
+    xo.workers = a.xgboost;
+    xo.rsh = launch::splitWords(a.rsh);
+    xo.trackerAddress = a.trackerAddr;
+    xo.startTimeout = cfg.get(settings::kXgboostTimeout);
+    xo.dryRun = a.dryRun;
+    return launch::runXgboostJob(xo, a.hostsFile, a.command,
+                                 a.plan.empty() ? cfg.get(settings::kPlan) : a.plan,
+                                 a.topology.empty() ? cfg.get(settings::kTopology) : a.topology);
+  }
+
+  std::string why;
+  auto cmd = launch::parseLaunchCommand(a.command, why);
+  std::unique_ptr<launch::RunDir> dir;
+  launch::RunDecision d;
+  if (launch::isTorchrun(a.command)) {  // frameworks: launch/torchrun.h
+    d = launch::prepareTorchrun(a.command, a.plan.empty() ? cfg.get(settings::kPlan) : a.plan,
+                                a.topology.empty() ? cfg.get(settings::kTopology) : a.topology);
+  } else if (!cmd) {
+    d = launch::unchanged(a.command, why);
+  } else {
+    launch::PlanResult pr;
+    std::string planPath = !a.plan.empty() ? a.plan : (a.topology.empty() && a.agent.empty()
+                                                           ? cfg.get(settings::kPlan) : "");
+    std::string topoPath = !a.topology.empty() ? a.topology : (a.agent.empty()
+                                                                   ? cfg.get(settings::kTopology) : "");
+    if (!planPath.empty()) {
+      pr = launch::planFromFile(planPath, topoPath);
+    } else if (!topoPath.empty()) {
+      pr = launch::planFromTopology(topoPath, cmd->job());
+    } else {
+      std::string url = !a.agent.empty() ? a.agent : cfg.get(settings::kAgent);
+      pr = launch::planFromAgent(url, cmd->job(),
+                                 Deadline::after(cfg.get(settings::kRunAgentTimeout)));
+    }
+    // A run directory that cannot be made or written is rankmap's problem, not the job's: the
+    // job then runs unchanged.
+    try {
+      dir = std::make_unique<launch::RunDir>(launch::runDirBase(cfg.get(settings::kRunDir)));
+      launch::RunOptions opts;
+      opts.mode = mode;
+      opts.dir = dir->path();
+      opts.planPath = pr.planPath;
+      if (mode == launch::Mode::kShim) opts.shimLib = findShimLib(cfg);
+      d = launch::prepareRun(*cmd, pr.plan, pr.error, pr.source, pr.known, opts);
+      if (!a.dryRun) dir->write(d.command.files);
+    } catch (const std::exception& e) {
+      d = launch::unchanged(a.command, fmt::format("cannot prepare the job's files: {}", e.what()));
+    }
+  }
+  std::fprintf(stderr, "%s\n", d.message.c_str());
+  std::fflush(stderr);
+  if (a.dryRun) {
+    fmt::print("{}\n", launch::shellJoin(d.command.argv));
+    for (const auto& [path, content] : d.command.files)
+      fmt::print("# {} (written for a real run):\n{}", path, content);
+    return 0;
+  }
+  return launch::runAndWait(d.command.argv);
+}
+
+}  // namespace
+
+void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
+  auto* cmd = app.add_subcommand(
+      "run", "Run a job (mpirun, torchrun, srun, or XGBoost workers) with its ranks in plan order");
+  auto a = std::make_shared<RunArgs>();
+  cmd->add_option("--plan", a->plan, "plan.json to apply (default RANKMAP_PLAN)");
+  cmd->add_option("--topology", a->topology,
+                  "topology.json: plan for the job's hosts from it; with --plan, only host "
+                  "addresses are taken from it (default RANKMAP_TOPOLOGY)");
+  cmd->add_option("--agent", a->agent, "URL of the rankmapd to ask for a plan (default RANKMAP_AGENT)");
+  cmd->add_option("--mode", a->mode,
+                  "launch: rewrite the hostfile in plan order; shim: preload librankmap_mpi.so; "
+                  "auto: launch (default)");
+  cmd->add_flag("--dry-run", a->dryRun, "Print the command (and files) instead of running it");
+  cmd->add_option("--xgboost", a->xgboost,
+                  "Run an XGBoost job of N workers: rankmap run is its tracker, ranks in plan order");
+  cmd->add_option("--hosts", a->hostsFile, "--xgboost: hosts file, one host per line, launcher order "
+                  "(default the plan's hosts)");
+  cmd->add_option("--rsh", a->rsh, "--xgboost: remote start command, called as RSH HOST COMMAND "
+                  "(default ssh)");
+  cmd->add_option("--tracker-addr", a->trackerAddr, "--xgboost: tracker address (default the "
+                  "local address that reaches the first host)");
+  cmd->add_option("command", a->command, "The launcher command line, after --")->required();
+  cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return runCommand(ctx, *a); }; });
+}
+
+}  // namespace rankmap::cli

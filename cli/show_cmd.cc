@@ -1,0 +1,95 @@
+// `rankmap show FILE`: a plan.json or topology.json for people; `--svg OUT` draws the
+// bandwidth and latency heatmaps sorted by group with the rings over them.
+//
+// A plan alone has no measurements, so drawing one needs --topology; a topology is planned on
+// the fly (same options as `rankmap plan`'s defaults) to sort and draw it.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "common/plan.h"
+#include "common/topology.h"
+#include "reorder/planner.h"
+#include "reorder/report.h"
+#include "reorder/svg.h"
+
+namespace rankmap::cli {
+namespace {
+
+struct ShowArgs {
+  std::string file;
+  std::string topology;
+  std::string svg;
+  int ranksPerHost = 1;
+};
+
+Json readUserJson(const std::string& path) {
+  try {
+    return readJsonFile(path);
+  } catch (const IoError& e) {
+    throw InvalidInput(e.what());
+  }
+}
+
+int runShow(const ShowArgs& a) {
+  Json doc = readUserJson(a.file);
+  bool isPlan = doc.is_object() && doc.contains("order") && doc.contains("permutation");
+  bool isTopology = doc.is_object() && doc.contains("bandwidth_mbps");
+  if (!isPlan && !isTopology)
+    throw InvalidInput(
+        fmt::format("{}: expected a plan.json (with /order) or a topology.json "
+                    "(with /bandwidth_mbps)",
+                    a.file));
+  if (isPlan) {
+    Plan plan = Plan::fromJson(doc, a.file);
+    std::fputs(reorder::describePlan(plan).c_str(), stdout);
+    if (!a.svg.empty()) {
+      if (a.topology.empty())
+        throw InvalidInput(
+            fmt::format("--svg {}: a plan holds no measurements; pass the "
+                        "topology.json it was made from with --topology",
+                        a.svg));
+      Topology t = Topology::fromJson(readUserJson(a.topology), a.topology);
+      writeFileAtomic(a.svg, reorder::renderSvg(t, plan));
+      fmt::print("\nsvg written to {}\n", a.svg);
+    }
+    return 0;
+  }
+  Topology t = Topology::fromJson(doc, a.file);
+  reorder::PlanOptions o;
+  o.source = a.file;
+  o.ranksPerHost = a.ranksPerHost;
+  reorder::PlanResult r = reorder::planTopology(t, o);
+  std::fputs(reorder::describeTopology(t, r).c_str(), stdout);
+  if (!a.svg.empty()) {
+    writeFileAtomic(a.svg, reorder::renderSvg(t, r.plan));
+    fmt::print("\nsvg written to {}\n", a.svg);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void registerShowCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
+  (void)ctx;
+  auto args = std::make_shared<ShowArgs>();
+  auto* cmd = app.add_subcommand(
+      "show",
+      "Print a plan.json (groups, ring, algorithms, gain) or a topology.json (groups, "
+      "matrix summary); --svg draws the heatmaps");
+  cmd->add_option("file", args->file, "plan.json or topology.json")->required();
+  cmd->add_option("--topology,-t", args->topology,
+                  "The topology.json a plan was made from (needed for --svg with a plan)");
+  cmd->add_option("--svg", args->svg, "Draw bandwidth and latency heatmaps to this SVG file");
+  cmd->add_option("--ranks-per-host,-k", args->ranksPerHost,
+                  "Ranks per host when planning a topology")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->callback([&run, args] { run = [args] { return runShow(*args); }; });
+}
+
+}  // namespace rankmap::cli

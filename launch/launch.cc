@@ -1,0 +1,298 @@
+#include "launch/launch.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+#include "launch/mpirun.h"
+#include "launch/slurm.h"
+
+namespace rankmap::launch {
+namespace {
+
+std::string shortHash(const std::string& hash) {
+  // "sha256:" + 12 hex digits is enough to tell plans apart in a message.
+  return hash.substr(0, std::min<size_t>(hash.size(), 19));
+}
+
+std::string describeCounts(const Job& job) {
+  if (auto k = job.uniformRanksPerHost())
+    return fmt::format("{} host(s) x {} rank(s)", job.hosts.size(), *k);
+  std::string s;
+  for (const auto& h : job.hosts) s += (s.empty() ? "" : ",") + std::to_string(h.ranks);
+  return fmt::format("{} host(s) with {} rank(s)", job.hosts.size(), s);
+}
+
+std::string prediction(const Plan& plan, bool inputIsJobOrder) {
+  if (plan.predicted.speedup <= 0 || plan.predicted.basis.empty())
+    return "the plan carries no prediction";
+  return fmt::format("predicted {:.2f}x faster for {} than {}", plan.predicted.speedup,
+                     plan.predicted.basis,
+                     inputIsJobOrder ? "the launcher's order" : "the plan's input order");
+}
+
+std::string stripUser(const std::string& spelling) {
+  auto at = spelling.find('@');
+  return at == std::string::npos ? spelling : spelling.substr(at + 1);
+}
+
+std::string addressOnly(const std::string& address) {
+  // "ip" or "ip:port" (IPv4; topology.json addresses).
+  auto colon = address.find(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+}  // namespace
+
+int Job::worldSize() const {
+  int n = 0;
+  for (const auto& h : hosts) n += h.ranks;
+  return n;
+}
+
+std::optional<int> Job::uniformRanksPerHost() const {
+  if (hosts.empty()) return std::nullopt;
+  for (const auto& h : hosts)
+    if (h.ranks != hosts[0].ranks) return std::nullopt;
+  return hosts[0].ranks;
+}
+
+std::unique_ptr<LaunchCommand> parseLaunchCommand(const std::vector<std::string>& argv,
+                                                  std::string& why) {
+  if (argv.empty()) {
+    why = "no command given";
+    return nullptr;
+  }
+  if (isSrun(argv[0])) {  // launch/slurm.h
+    try {
+      return SrunCommand::parse(argv);
+    } catch (const Error& e) {
+      why = fmt::format("srun arguments not understood: {}", e.what());
+      return nullptr;
+    }
+  }
+  if (!isMpirun(argv[0])) {
+    why = fmt::format("{} is not a launcher rankmap run knows (mpirun, mpiexec, orterun, srun)", argv[0]);
+    return nullptr;
+  }
+  try {
+    return MpirunCommand::parse(argv);
+  } catch (const Error& e) {
+    why = fmt::format("mpirun arguments not understood: {}", e.what());
+    return nullptr;
+  }
+}
+
+Mode parseMode(const std::string& text) {
+  if (text == "launch") return Mode::kLaunch;
+  if (text == "shim") return Mode::kShim;
+  if (text == "auto") return Mode::kAuto;
+  RANKMAP_THROW(InvalidInput, "--mode {:?}: expected launch, shim or auto", text);
+}
+
+const char* modeName(Mode m) {
+  switch (m) {
+    case Mode::kLaunch: return "launch";
+    case Mode::kShim: return "shim";
+    case Mode::kAuto: return "auto";
+  }
+  return "?";
+}
+
+std::vector<std::string> matchHosts(const std::vector<JobHost>& hosts,
+                                    const std::vector<std::string>& planHosts,
+                                    const std::vector<Host>& known) {
+  std::set<std::string> inPlan(planHosts.begin(), planHosts.end());
+  std::map<std::string, std::string> byAddress;
+  for (const auto& h : known)
+    if (!h.address.empty()) byAddress[addressOnly(h.address)] = h.name;
+  std::vector<std::string> names;
+  std::map<std::string, std::string> seen;  // plan name -> spelling
+  for (const auto& h : hosts) {
+    std::string s = stripUser(h.spelling);
+    std::string name;
+    if (inPlan.count(s)) {
+      name = s;
+    } else if (auto it = byAddress.find(s); it != byAddress.end() && inPlan.count(it->second)) {
+      name = it->second;
+    } else {
+      RANKMAP_THROW(InvalidInput, "job host {} is not in the plan ({} host(s): {}{})", h.spelling,
+                    planHosts.size(), fmt::join(planHosts.begin(),
+                                                planHosts.begin() + std::min<size_t>(4, planHosts.size()), ","),
+                    planHosts.size() > 4 ? ",..." : "");
+    }
+    auto [it, fresh] = seen.emplace(name, h.spelling);
+    if (!fresh)
+      RANKMAP_THROW(InvalidInput, "job hosts {} and {} are both plan host {}", it->second,
+                    h.spelling, name);
+    names.push_back(name);
+  }
+  for (const auto& p : planHosts)
+    if (!seen.count(p))
+      RANKMAP_THROW(InvalidInput, "plan host {} is not a host of the job (plan for {} hosts, job "
+                    "on {})", p, planHosts.size(), hosts.size());
+  return names;
+}
+
+Plan adaptPlan(const Plan& plan, const std::vector<std::string>& hostsInJobOrder, int ranksPerHost) {
+  Plan p = plan;
+  p.hosts = hostsInJobOrder;
+  p.ranksPerHost = ranksPerHost;
+  p.derivePermutation();
+  p.seal();
+  return p;
+}
+
+RunDecision unchanged(const std::vector<std::string>& argv, const std::string& why) {
+  RunDecision d;
+  d.command.argv = argv;
+  d.message = "rankmap run: running the original command unchanged: " + why;
+  return d;
+}
+
+RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan,
+                       const std::string& planError, const PlanSource& source,
+                       const std::vector<Host>& known, const RunOptions& opts) {
+  const auto& argv = cmd.argv();
+  if (!plan) return unchanged(argv, fmt::format("no plan from {}: {}", source.description, planError));
+  const Job& job = cmd.job();
+  std::vector<std::string> names;
+  try {
+    names = matchHosts(job.hosts, plan->hosts, known);
+  } catch (const Error& e) {
+    return unchanged(argv, fmt::format("plan {} from {} does not cover the job: {}",
+                                       shortHash(plan->hash), source.description, e.what()));
+  }
+  Mode mode = opts.mode == Mode::kAuto ? Mode::kLaunch : opts.mode;
+  Plan p = *plan;
+  std::string notes;
+  auto k = job.uniformRanksPerHost();
+  if (k && *k != p.ranksPerHost) {
+    if (!source.madeForJob)
+      return unchanged(argv, fmt::format("plan {} from {} is for {} rank(s) per host ({} ranks); "
+                                         "the job runs {} per host ({} ranks)",
+                                         shortHash(p.hash), source.description, p.ranksPerHost,
+                                         p.worldSize(), *k, job.worldSize()));
+    p = adaptPlan(p, p.hosts, *k);
+    notes += fmt::format(", adapted to {} rank(s) per host", *k);
+  }
+  bool inputIsJobOrder = p.hosts == names;
+
+  if (mode == Mode::kShim) {
+    if (!k)
+      return unchanged(argv, fmt::format("shim mode needs the same number of ranks on every "
+                                         "host; the job runs {}", describeCounts(job)));
+    if (!job.contiguous)
+      return unchanged(argv, "shim mode needs each host's ranks contiguous in the launcher's order");
+    if (opts.shimLib.empty())
+      return unchanged(argv, "shim mode: librankmap_mpi.so not found (set RANKMAP_MPI_SHIM)");
+    std::string planPath = opts.planPath;
+    RunDecision d;
+    if (!inputIsJobOrder) {
+      p = adaptPlan(p, names, *k);
+      notes += ", adapted to the launcher's host order";
+      planPath.clear();
+    }
+    if (planPath.empty() || p.hash != plan->hash) {
+      planPath = opts.dir + "/plan.json";
+      d.command.files.emplace_back(planPath, p.dump());
+    }
+    Command c = cmd.withShim(opts.shimLib, planPath);
+    d.command.argv = std::move(c.argv);
+    d.command.files.insert(d.command.files.end(), c.files.begin(), c.files.end());
+    d.applied = true;
+    d.message = fmt::format("rankmap run: shim mode: plan {} from {}{}: every rank preloads {} "
+                            "and reorders MPI_COMM_WORLD ({}); {}",
+                            shortHash(p.hash), source.description, notes, opts.shimLib,
+                            describeCounts(job), prediction(p, true));
+    d.plan = std::move(p);
+    return d;
+  }
+
+  // Launch mode: the job's hosts (with their rank counts) in plan order.
+  std::map<std::string, size_t> pos;
+  for (size_t i = 0; i < p.order.size(); ++i) pos[p.order[i]] = i;
+  std::vector<size_t> idx(job.hosts.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](size_t a, size_t b) { return pos.at(names[a]) < pos.at(names[b]); });
+  std::vector<JobHost> ordered;
+  bool same = job.contiguous;
+  for (size_t i = 0; i < idx.size(); ++i) {
+    ordered.push_back(job.hosts[idx[i]]);
+    same = same && idx[i] == i;
+  }
+  if (same) {
+    RunDecision d = unchanged(argv, fmt::format("plan {} from {} keeps the launcher's host order",
+                                                shortHash(p.hash), source.description));
+    d.plan = std::move(p);
+    return d;
+  }
+  RunDecision d;
+  d.command = cmd.launchInOrder(ordered, opts.dir);
+  d.applied = true;
+  d.message = fmt::format("rankmap run: launch mode: plan {} from {}{}: {} in plan order ({} "
+                          "with --mca rmaps seq); {}",
+                          shortHash(p.hash), source.description, notes, describeCounts(job),
+                          d.command.files.empty() ? std::string("hostfile")
+                                                  : d.command.files[0].first,
+                          prediction(p, inputIsJobOrder));
+  d.plan = std::move(p);
+  return d;
+}
+
+std::string shellJoin(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& w : argv) {
+    if (!out.empty()) out += ' ';
+    bool plain = !w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("-_./=:,+@%").find(c) != std::string_view::npos;
+    });
+    if (plain) {
+      out += w;
+    } else {
+      out += '\'';
+      for (char c : w) {
+        if (c == '\'') out += "'\\''";
+        else out += c;
+      }
+      out += '\'';
+    }
+  }
+  return out;
+}
+
+std::string sequentialHostfile(const std::vector<JobHost>& ordered, int worldSize,
+                               const std::string& what) {
+  std::string hostfile;
+  int world = 0;
+  for (const auto& h : ordered) {
+    for (int k = 0; k < h.ranks; ++k) hostfile += h.spelling + "\n";
+    world += h.ranks;
+  }
+  RANKMAP_ENFORCE_EQ(world, worldSize, what);
+  return hostfile;
+}
+
+LongOption splitLongOption(const std::string& word) {
+  LongOption o{word.substr(2), std::nullopt};
+  auto eq = o.name.find('=');
+  if (eq != std::string::npos) {
+    o.value = o.name.substr(eq + 1);
+    o.name.resize(eq);
+  }
+  return o;
+}
+
+std::optional<std::string> processEnv(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  return v ? std::optional<std::string>(v) : std::nullopt;
+}
+
+}  // namespace rankmap::launch

@@ -1,0 +1,149 @@
+// Applying a plan at launch time: the launcher-independent part of `rankmap run`.
+//
+// A launcher module (launch/mpirun.h today; torchrun, XGBoost and Slurm later) reads its
+// command line into a LaunchCommand: the job's hosts in the launcher's rank order (a Job) and two
+// rewrites, one that starts the ranks in a given host order (launch mode) and one that preloads a
+// shim with a plan (shim mode). prepareRun() ties a command and a plan together and decides, as a
+// pure function, what to run and the one line that says why. Everything here is I/O free except
+// where a function says it reads a file; the process is started by launch/process.h and its
+// files go in a launch/run_dir.h directory.
+//
+// Contract: when anything is not understood or does not match (an option the parser does not
+// know, a plan for other hosts or another world size), the decision is the original command,
+// unchanged, with a message naming the reason. Nothing is ever guessed.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/plan.h"
+#include "common/topology.h"
+
+namespace rankmap::launch {
+
+// One host of a job, as the launcher's command line spells it (a name or an address), and the
+// number of ranks the launcher starts there.
+struct JobHost {
+  std::string spelling;
+  int ranks = 0;
+  bool operator==(const JobHost&) const = default;
+};
+
+// The job's hosts in the launcher's rank order: ranks [0, hosts[0].ranks) on hosts[0], and so
+// on. `contiguous` is false when the launcher interleaves a host's ranks with other hosts' (for
+// example a sequential hostfile that lists a host twice, apart); the hosts then appear once, in
+// order of first appearance, with their total rank count.
+struct Job {
+  std::vector<JobHost> hosts;
+  bool contiguous = true;
+
+  int worldSize() const;
+  // The common rank count per host, or nullopt when hosts run different numbers of ranks.
+  std::optional<int> uniformRanksPerHost() const;
+};
+
+// What to run: the command line and the files it needs (written before it starts, removed after
+// it ends).
+struct Command {
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> files;  // path -> content
+};
+
+// A launcher command line that rankmap run can read and rewrite.
+class LaunchCommand {
+ public:
+  virtual ~LaunchCommand() = default;
+  virtual std::string launcherName() const = 0;
+  virtual const std::vector<std::string>& argv() const = 0;
+  // The job as the launcher would place it.
+  virtual const Job& job() const = 0;
+  // Launch mode: a command that starts the same ranks with the hosts in `ordered` order (the same
+  // hosts and counts as job(), permuted). Files go into `dir`.
+  virtual Command launchInOrder(const std::vector<JobHost>& ordered, const std::string& dir) const = 0;
+  // Shim mode: the original placement, every rank preloading `shimLib` with RANKMAP_PLAN=planPath.
+  virtual Command withShim(const std::string& shimLib, const std::string& planPath) const = 0;
+};
+
+// Reads argv with the launcher that recognises argv[0]. Returns nullptr with `why` set when no
+// launcher does, or when the recognised one does not understand the command line (an unknown
+// option, an unsupported form); `why` then names the word or the reason. May read files named on
+// the command line (hostfiles) and the process environment (the launcher's own variables).
+std::unique_ptr<LaunchCommand> parseLaunchCommand(const std::vector<std::string>& argv,
+                                                  std::string& why);
+
+enum class Mode { kLaunch, kShim, kAuto };
+Mode parseMode(const std::string& text);  // throws InvalidInput naming --mode
+const char* modeName(Mode m);
+
+// Where the plan came from, for the message ("plan.json", "topology t.json", "agent URL").
+struct PlanSource {
+  std::string description;
+  // True when the plan was made for this job on request (agent, topology): its ranks per host may
+  // then be adapted to the job's; a plan file must match the job as it is.
+  bool madeForJob = false;
+};
+
+struct RunOptions {
+  Mode mode = Mode::kAuto;
+  std::string dir;            // where files go (hostfile, adapted plan)
+  std::string shimLib;        // shim mode: librankmap_mpi.so
+  std::string planPath;       // the plan's file when it is one and usable as is; may be empty
+};
+
+// The decision: `command` is what to run; `applied` says whether a plan changed it; `message` is
+// the one line for stderr; `plan` is the plan as applied (possibly adapted to the job).
+struct RunDecision {
+  bool applied = false;
+  Command command;
+  std::string message;
+  std::optional<Plan> plan;
+};
+
+// Maps each job host (as spelled) to the plan host it is: by name, or by address through
+// `known` (a topology's hosts; may be empty). Throws InvalidInput naming the first job host that
+// is not in the plan, a plan host the job does not use, or two spellings of one host.
+std::vector<std::string> matchHosts(const std::vector<JobHost>& hosts,
+                                    const std::vector<std::string>& planHosts,
+                                    const std::vector<Host>& known);
+
+// `plan` re-expressed for a job whose launcher order is `hostsInJobOrder` with `ranksPerHost`
+// ranks each: same ring order, new permutation, resealed (so a new hash).
+Plan adaptPlan(const Plan& plan, const std::vector<std::string>& hostsInJobOrder, int ranksPerHost);
+
+// Decides what to run. Never throws for a bad plan or job: those give the original command with
+// the reason in the message.
+RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan,
+                       const std::string& planError, const PlanSource& source,
+                       const std::vector<Host>& known, const RunOptions& opts);
+
+// The original command, unchanged, with "running the original command unchanged: <why>".
+RunDecision unchanged(const std::vector<std::string>& argv, const std::string& why);
+
+// Shell-quoted command line for --dry-run and messages.
+std::string shellJoin(const std::vector<std::string>& argv);
+
+// Pieces shared by the launcher modules.
+
+// A sequential hostfile that starts ranks on `ordered` in that order: one line per rank, a host's
+// spelling repeated for its ranks (the form of Open MPI's rmaps seq and of SLURM_HOSTFILE with
+// the arbitrary distribution). Throws InvalidInput "<what>: <ranks> vs <worldSize>" when the
+// hosts hold another number of ranks than `worldSize`.
+std::string sequentialHostfile(const std::vector<JobHost>& ordered, int worldSize,
+                               const std::string& what);
+
+// A long option word, "--name" or "--name=value": the name without the dashes and, when the
+// word has an '=', the value after the first one. The word must start with "--".
+struct LongOption {
+  std::string name;
+  std::optional<std::string> value;
+};
+LongOption splitLongOption(const std::string& word);
+
+// The process environment, as the launcher parsers read it when no lookup is given: the value of
+// `name`, or nullopt when it is unset.
+std::optional<std::string> processEnv(const std::string& name);
+
+}  // namespace rankmap::launch

@@ -1,0 +1,390 @@
+#include "launch/mpirun.h"
+
+#include <map>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/files.h"
+
+namespace rankmap::launch {
+namespace {
+
+// How rankmap run treats an option.
+enum class OptKind {
+  kPlain,        // no effect on placement; kept as is
+  kNp,           // -np N
+  kHostfile,     // --hostfile F
+  kHosts,        // --host LIST
+  kMca,          // --mca KEY VALUE: looked at (rmaps*, hostfile keys)
+  kExport,       // -x VAR[=VALUE]
+  kPlacement,    // places ranks in a way rankmap run does not model: refuse
+};
+
+struct OptSpec {
+  std::string_view name;  // without leading dashes; Open MPI accepts one or two
+  int args;
+  OptKind kind;
+};
+
+// Open MPI 4.1 mpirun options (orte/orted/orted_submit.c and schizo/ompi). An option not listed
+// here is unknown: its word count is unknown, so the program cannot be found reliably.
+constexpr OptSpec kOptions[] = {
+    {"np", 1, OptKind::kNp}, {"n", 1, OptKind::kNp}, {"c", 1, OptKind::kNp},
+    {"hostfile", 1, OptKind::kHostfile}, {"machinefile", 1, OptKind::kHostfile},
+    {"host", 1, OptKind::kHosts}, {"H", 1, OptKind::kHosts},
+    {"mca", 2, OptKind::kMca}, {"gmca", 2, OptKind::kMca}, {"omca", 2, OptKind::kMca},
+    {"x", 1, OptKind::kExport},
+    // Placement we do not model.
+    {"default-hostfile", 1, OptKind::kPlacement}, {"map-by", 1, OptKind::kPlacement},
+    {"rank-by", 1, OptKind::kPlacement}, {"npernode", 1, OptKind::kPlacement},
+    {"N", 1, OptKind::kPlacement}, {"pernode", 0, OptKind::kPlacement},
+    {"npersocket", 1, OptKind::kPlacement}, {"ppr", 1, OptKind::kPlacement},
+    {"rankfile", 1, OptKind::kPlacement}, {"rf", 1, OptKind::kPlacement},
+    {"nolocal", 0, OptKind::kPlacement}, {"bynode", 0, OptKind::kPlacement},
+    {"byslot", 0, OptKind::kPlacement}, {"bysocket", 0, OptKind::kPlacement},
+    {"cpus-per-proc", 1, OptKind::kPlacement}, {"cpus-per-rank", 1, OptKind::kPlacement},
+    {"app", 1, OptKind::kPlacement}, {"am", 1, OptKind::kPlacement},
+    {"tune", 1, OptKind::kPlacement}, {"max-vm-size", 1, OptKind::kPlacement},
+    {"novm", 0, OptKind::kPlacement}, {"dvm", 0, OptKind::kPlacement},
+    {"hnp", 1, OptKind::kPlacement}, {"h", 0, OptKind::kPlacement},
+    {"help", 0, OptKind::kPlacement}, {"V", 0, OptKind::kPlacement},
+    {"version", 0, OptKind::kPlacement},
+    // No effect on placement, with a value.
+    {"bind-to", 1, OptKind::kPlain}, {"prefix", 1, OptKind::kPlain},
+    {"wdir", 1, OptKind::kPlain}, {"wd", 1, OptKind::kPlain}, {"path", 1, OptKind::kPlain},
+    {"preload-files", 1, OptKind::kPlain}, {"output-filename", 1, OptKind::kPlain},
+    {"stdin", 1, OptKind::kPlain}, {"timeout", 1, OptKind::kPlain},
+    {"report-uri", 1, OptKind::kPlain}, {"report-pid", 1, OptKind::kPlain},
+    {"launch-agent", 1, OptKind::kPlain}, {"ompi-server", 1, OptKind::kPlain},
+    {"server-wait-time", 1, OptKind::kPlain}, {"max-restarts", 1, OptKind::kPlain},
+    {"xterm", 1, OptKind::kPlain}, {"personality", 1, OptKind::kPlain},
+    {"debugger", 1, OptKind::kPlain},
+    // No effect on placement, no value.
+    {"oversubscribe", 0, OptKind::kPlain}, {"nooversubscribe", 0, OptKind::kPlain},
+    {"use-hwthread-cpus", 0, OptKind::kPlain}, {"allow-run-as-root", 0, OptKind::kPlain},
+    {"tag-output", 0, OptKind::kPlain}, {"timestamp-output", 0, OptKind::kPlain},
+    {"merge-stderr-to-stdout", 0, OptKind::kPlain}, {"xml", 0, OptKind::kPlain},
+    {"q", 0, OptKind::kPlain}, {"quiet", 0, OptKind::kPlain},
+    {"v", 0, OptKind::kPlain}, {"verbose", 0, OptKind::kPlain},
+    {"report-bindings", 0, OptKind::kPlain}, {"display-map", 0, OptKind::kPlain},
+    {"display-devel-map", 0, OptKind::kPlain}, {"display-allocation", 0, OptKind::kPlain},
+    {"display-devel-allocation", 0, OptKind::kPlain},
+    {"report-state-on-timeout", 0, OptKind::kPlain}, {"get-stack-traces", 0, OptKind::kPlain},
+    {"leave-session-attached", 0, OptKind::kPlain}, {"show-progress", 0, OptKind::kPlain},
+    {"d", 0, OptKind::kPlain}, {"debug-devel", 0, OptKind::kPlain},
+    {"debug", 0, OptKind::kPlain}, {"debug-daemons", 0, OptKind::kPlain},
+    {"debug-daemons-file", 0, OptKind::kPlain}, {"do-not-resolve", 0, OptKind::kPlain},
+    {"enable-recovery", 0, OptKind::kPlain}, {"disable-recovery", 0, OptKind::kPlain},
+    {"continuous", 0, OptKind::kPlain}, {"hetero-nodes", 0, OptKind::kPlain},
+    {"noprefix", 0, OptKind::kPlain}, {"wait-for-server", 0, OptKind::kPlain},
+    {"preload-binary", 0, OptKind::kPlain}, {"s", 0, OptKind::kPlain},
+    {"set-cwd-to-session-dir", 0, OptKind::kPlain}, {"index-argv-by-rank", 0, OptKind::kPlain},
+    {"output-proctable", 0, OptKind::kPlain}, {"tv", 0, OptKind::kPlain},
+    {"report-child-jobs-separately", 0, OptKind::kPlain}, {"use-regexp", 0, OptKind::kPlain},
+    {"fwd-mpirun-port", 0, OptKind::kPlain},
+};
+
+const OptSpec* findOption(std::string_view name) {
+  for (const auto& o : kOptions)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+// Slot-count synonyms Open MPI's hostfile lexer accepts.
+constexpr std::string_view kSlotKeys[] = {"slots", "slot", "cpu", "cpus", "count"};
+constexpr std::string_view kMaxSlotKeys[] = {"max_slots", "max-slots", "max_slot", "max-slot"};
+
+int parsePositive(std::string_view text, std::string_view what) {
+  if (text.empty() || text.size() > 9) RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what, std::string(text));
+  int v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9')
+      RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what, std::string(text));
+    v = v * 10 + (c - '0');
+  }
+  if (v < 1) RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what, std::string(text));
+  return v;
+}
+
+}  // namespace
+
+std::vector<HostEntry> parseOmpiHostfile(std::string_view text, std::string_view source) {
+  std::vector<HostEntry> out;
+  size_t lineNo = 0;
+  while (!text.empty()) {
+    ++lineNo;
+    auto nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    std::vector<std::string_view> words;
+    for (size_t i = 0; i < line.size();) {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+      size_t j = i;
+      while (j < line.size() && line[j] != ' ' && line[j] != '\t' && line[j] != '\r') ++j;
+      if (j > i) words.push_back(line.substr(i, j - i));
+      i = j;
+    }
+    if (words.empty()) continue;
+    HostEntry e;
+    e.spelling = std::string(words[0]);
+    if (e.spelling.find('=') != std::string::npos)
+      RANKMAP_THROW(NotSupported, "{}:{}: expected a host name first, got {:?}", source, lineNo,
+                    e.spelling);
+    for (size_t w = 1; w < words.size(); ++w) {
+      auto word = words[w];
+      auto eq = word.find('=');
+      std::string_view key = word.substr(0, eq);
+      std::string_view val = eq == std::string_view::npos ? std::string_view{} : word.substr(eq + 1);
+      bool isSlots = false, isMax = false;
+      for (auto k : kSlotKeys) isSlots |= key == k;
+      for (auto k : kMaxSlotKeys) isMax |= key == k;
+      if (eq == std::string_view::npos || (!isSlots && !isMax))
+        RANKMAP_THROW(NotSupported, "{}:{}: hostfile token {:?} not understood (rankmap run "
+                      "knows slots= and max_slots=)", source, lineNo, std::string(word));
+      int v = parsePositive(val, fmt::format("{}:{}: {}", source, lineNo, key));
+      if (isSlots) e.slots = e.slots.value_or(0) + v;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::vector<HostEntry> parseOmpiHostList(std::string_view list) {
+  std::vector<HostEntry> out;
+  while (true) {
+    auto comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    if (item.empty())
+      RANKMAP_THROW(NotSupported, "--host: empty host in {:?}", std::string(list));
+    HostEntry e;
+    auto colon = item.rfind(':');
+    if (colon != std::string_view::npos) {
+      auto count = item.substr(colon + 1);
+      if (count == "*" || count.empty())
+        RANKMAP_THROW(NotSupported, "--host: {:?}: only host or host:N is understood", std::string(item));
+      e.slots = parsePositive(count, fmt::format("--host {}", std::string(item)));
+      item = item.substr(0, colon);
+      if (item.find(':') != std::string_view::npos)
+        RANKMAP_THROW(NotSupported, "--host: {:?}: IPv6 addresses are not understood", std::string(item));
+    }
+    e.spelling = std::string(item);
+    out.push_back(std::move(e));
+    if (comma == std::string_view::npos) break;
+    list = list.substr(comma + 1);
+  }
+  return out;
+}
+
+bool isMpirun(const std::string& argv0) {
+  std::string_view base(argv0);
+  if (auto slash = base.rfind('/'); slash != std::string_view::npos) base = base.substr(slash + 1);
+  for (std::string_view name : {"mpirun", "mpiexec", "orterun"}) {
+    if (base == name) return true;
+    if (base.size() > name.size() && base.substr(0, name.size()) == name &&
+        (base[name.size()] == '.' || base[name.size()] == '-'))
+      return true;
+  }
+  return false;
+}
+
+std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::string>& argv,
+                                                    FileReader read, EnvLookup env) {
+  if (!read) read = [](const std::string& p) { return readFile(p, 64u << 20); };
+  // Open MPI's own variables (OMPI_MCA_*), read to learn the job's placement.
+  if (!env) env = processEnv;
+  if (argv.empty() || !isMpirun(argv[0]))
+    RANKMAP_THROW(NotSupported, "not an mpirun command");
+  std::unique_ptr<MpirunCommand> c(new MpirunCommand);
+  c->argv_ = argv;
+
+  std::optional<std::string> rmaps = env("OMPI_MCA_rmaps");
+  for (const char* v : {"OMPI_MCA_rmaps_base_mapping_policy", "OMPI_MCA_rmaps_base_ranking_policy",
+                        "OMPI_MCA_orte_default_hostfile", "OMPI_MCA_rmaps_base_n_pernode"}) {
+    if (auto val = env(v); val && !val->empty())
+      RANKMAP_THROW(NotSupported, "environment {}={} sets placement", v, *val);
+  }
+  std::vector<std::string> hostfiles;
+  std::vector<HostEntry> hostList;
+  size_t i = 1;
+  for (; i < argv.size(); ++i) {
+    const std::string& w = argv[i];
+    if (w == ":") RANKMAP_THROW(NotSupported, "MPMD form (':' between programs)");
+    if (w.size() < 2 || w[0] != '-') break;  // the program
+    std::string_view name(w);
+    name.remove_prefix(name.substr(0, 2) == "--" ? 2 : 1);
+    const OptSpec* spec = findOption(name);
+    if (!spec) RANKMAP_THROW(NotSupported, "option {:?} not understood", w);
+    if (spec->kind == OptKind::kPlacement)
+      RANKMAP_THROW(NotSupported, "option {} places ranks in a way rankmap run does not model", w);
+    if (i + spec->args >= argv.size())
+      RANKMAP_THROW(NotSupported, "option {} expects {} value(s)", w, spec->args);
+    Item item{i, static_cast<size_t>(1 + spec->args), std::string(name)};
+    size_t idx = c->items_.size();
+    switch (spec->kind) {
+      case OptKind::kNp:
+        c->np_ = parsePositive(argv[i + 1], w);
+        c->npItems_.push_back(idx);
+        break;
+      case OptKind::kHostfile:
+        hostfiles.push_back(argv[i + 1]);
+        c->hostItems_.push_back(idx);
+        break;
+      case OptKind::kHosts: {
+        auto entries = parseOmpiHostList(argv[i + 1]);
+        hostList.insert(hostList.end(), entries.begin(), entries.end());
+        c->hostItems_.push_back(idx);
+        break;
+      }
+      case OptKind::kMca: {
+        const std::string& key = argv[i + 1];
+        const std::string& val = argv[i + 2];
+        if (key == "rmaps") {
+          rmaps = val;
+          c->rmapsItems_.push_back(idx);
+        } else if (key.rfind("rmaps", 0) == 0 || key.find("hostfile") != std::string::npos ||
+                   key == "orte_default_hostfile") {
+          RANKMAP_THROW(NotSupported, "{} {} {} sets placement", w, key, val);
+        }
+        break;
+      }
+      case OptKind::kExport: {
+        const std::string& v = argv[i + 1];
+        auto eq = v.find('=');
+        std::string var = v.substr(0, eq);
+        if (var == "LD_PRELOAD") {
+          if (eq != std::string::npos) {
+            c->ldPreload_ = v.substr(eq + 1);
+          } else if (auto e = env("LD_PRELOAD")) {
+            c->ldPreload_ = *e;
+          }
+          c->shimItems_.push_back(idx);
+        } else if (var == "RANKMAP_PLAN") {
+          c->shimItems_.push_back(idx);
+        }
+        break;
+      }
+      case OptKind::kPlain:
+      case OptKind::kPlacement:
+        break;
+    }
+    c->items_.push_back(std::move(item));
+    i += spec->args;
+  }
+  if (i >= argv.size()) RANKMAP_THROW(NotSupported, "no program to run");
+  c->program_ = i;
+  for (size_t k = i; k < argv.size(); ++k)
+    if (argv[k] == ":") RANKMAP_THROW(NotSupported, "MPMD form (':' between programs)");
+
+  if (rmaps && *rmaps != "seq")
+    RANKMAP_THROW(NotSupported, "--mca rmaps {} (rankmap run models the default mapper and seq)", *rmaps);
+  c->sequential_ = rmaps.has_value();
+  if (hostfiles.size() > 1) RANKMAP_THROW(NotSupported, "more than one --hostfile");
+  if (!hostfiles.empty() && !hostList.empty())
+    RANKMAP_THROW(NotSupported, "both --hostfile and --host (Open MPI then filters one by the other)");
+  if (hostfiles.empty() && hostList.empty())
+    RANKMAP_THROW(NotSupported, "no --hostfile or --host: the hosts come from the resource "
+                  "manager or a default hostfile, which rankmap run does not read");
+
+  std::vector<HostEntry> entries;
+  if (!hostfiles.empty()) {
+    entries = parseOmpiHostfile(read(hostfiles[0]), hostfiles[0]);
+    if (entries.empty())
+      RANKMAP_THROW(InvalidInput, "hostfile {} lists no host", hostfiles[0]);
+  } else {
+    entries = hostList;
+  }
+
+  Job job;
+  if (c->sequential_) {
+    // Rank i on entry i; the first np entries.
+    size_t n = c->np_ ? static_cast<size_t>(*c->np_) : entries.size();
+    if (n > entries.size())
+      RANKMAP_THROW(NotSupported, "-np {} with rmaps seq and only {} hostfile lines", n, entries.size());
+    std::map<std::string, size_t> where;
+    for (size_t r = 0; r < n; ++r) {
+      const std::string& host = entries[r].spelling;
+      auto it = where.find(host);
+      if (it == where.end()) {
+        where[host] = job.hosts.size();
+        job.hosts.push_back({host, 1});
+      } else {
+        // Seen before: contiguous only if it is the previous line's host.
+        if (entries[r - 1].spelling != host) job.contiguous = false;
+        job.hosts[it->second].ranks += 1;
+      }
+    }
+  } else {
+    // By slot: hosts in order of first appearance, each filled to its slots.
+    std::vector<HostEntry> hosts;
+    std::map<std::string, size_t> where;
+    for (const auto& e : entries) {
+      if (!hostfiles.empty() && !e.slots)
+        RANKMAP_THROW(NotSupported, "hostfile {}: host {} has no slots= (Open MPI would count its "
+                      "cores, which rankmap run cannot see); add slots= or use --mca rmaps seq",
+                      hostfiles[0], e.spelling);
+      int slots = e.slots.value_or(1);
+      auto it = where.find(e.spelling);
+      if (it == where.end()) {
+        where[e.spelling] = hosts.size();
+        hosts.push_back({e.spelling, slots});
+      } else {
+        *hosts[it->second].slots += slots;
+      }
+    }
+    int total = 0;
+    for (const auto& h : hosts) total += *h.slots;
+    int np = c->np_.value_or(total);
+    if (np > total)
+      RANKMAP_THROW(NotSupported, "-np {} exceeds the {} slots (oversubscription)", np, total);
+    for (const auto& h : hosts) {
+      if (np == 0) break;
+      int k = std::min(np, *h.slots);
+      job.hosts.push_back({h.spelling, k});
+      np -= k;
+    }
+  }
+  c->job_ = std::move(job);
+  return c;
+}
+
+std::vector<std::string> MpirunCommand::rebuild(const std::vector<size_t>& drop,
+                                                const std::vector<std::string>& insert) const {
+  std::vector<bool> dropped(argv_.size(), false);
+  for (size_t d : drop) {
+    const Item& it = items_.at(d);
+    for (size_t k = 0; k < it.words; ++k) dropped[it.index + k] = true;
+  }
+  std::vector<std::string> out{argv_[0]};
+  out.insert(out.end(), insert.begin(), insert.end());
+  for (size_t k = 1; k < argv_.size(); ++k)
+    if (!dropped[k]) out.push_back(argv_[k]);
+  return out;
+}
+
+Command MpirunCommand::launchInOrder(const std::vector<JobHost>& ordered,
+                                     const std::string& dir) const {
+  std::string hostfile =
+      sequentialHostfile(ordered, job_.worldSize(), "ranks in the reordered hostfile vs the job");
+  const int world = job_.worldSize();
+  std::string path = dir + "/hostfile";
+  std::vector<size_t> drop = hostItems_;
+  drop.insert(drop.end(), rmapsItems_.begin(), rmapsItems_.end());
+  drop.insert(drop.end(), npItems_.begin(), npItems_.end());
+  Command cmd;
+  cmd.argv = rebuild(drop, {"--hostfile", path, "--mca", "rmaps", "seq", "-np",
+                            std::to_string(world)});
+  cmd.files.emplace_back(path, std::move(hostfile));
+  return cmd;
+}
+
+Command MpirunCommand::withShim(const std::string& shimLib, const std::string& planPath) const {
+  std::string preload = shimLib;
+  if (!ldPreload_.empty()) preload += ":" + ldPreload_;
+  Command cmd;
+  cmd.argv = rebuild(shimItems_, {"-x", "LD_PRELOAD=" + preload, "-x", "RANKMAP_PLAN=" + planPath});
+  return cmd;
+}
+
+}  // namespace rankmap::launch

@@ -1,0 +1,462 @@
+#include "launch/xgboost_tracker.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace rankmap::launch {
+namespace {
+
+constexpr int32_t kMaxString = 1 << 20;  // a task id, command or print message
+
+// Tree neighbours of `rank` in xgboost's heap numbering (tracker.py _get_neighbor).
+std::vector<int> heapNeighbours(int rank, int n) {
+  int r = rank + 1;
+  std::vector<int> out;
+  if (r > 1) out.push_back(r / 2 - 1);
+  if (r * 2 - 1 < n) out.push_back(r * 2 - 1);
+  if (r * 2 < n) out.push_back(r * 2);
+  return out;
+}
+
+// Depth-first walk from `rank` over its children; the last child's walk is reversed so that the
+// ring comes back up the tree (tracker.py find_share_ring).
+std::vector<int> shareRing(const std::vector<std::vector<int>>& tree,
+                           const std::vector<int>& parent, int rank) {
+  std::vector<int> children;
+  for (int v : tree[rank])
+    if (v != parent[rank]) children.push_back(v);
+  std::sort(children.begin(), children.end());
+  std::vector<int> out{rank};
+  for (size_t i = 0; i < children.size(); ++i) {
+    auto sub = shareRing(tree, parent, children[i]);
+    if (i + 1 == children.size()) std::reverse(sub.begin(), sub.end());
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+// One accepted connection; every read and write is bounded by the deadline given.
+class Conn {
+ public:
+  Conn(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {}
+  ~Conn() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+  const std::string& peer() const { return peer_; }
+  void closeNow() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+  void recvAll(void* buf, size_t n, Deadline d, std::string_view what) {
+    auto* p = static_cast<char*>(buf);
+    while (n > 0) {
+      wait(POLLIN, d, what);
+      ssize_t r = recv(fd_, p, n, 0);
+      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (r < 0) RANKMAP_CHECK_SYS(r);
+      if (r == 0)
+        RANKMAP_THROW(PeerError,
+                      "XGBoost tracker: worker at {} closed the connection while the "
+                      "tracker waited for {}",
+                      peer_, what);
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+  }
+  void sendAll(const void* buf, size_t n, Deadline d, std::string_view what) {
+    const auto* p = static_cast<const char*>(buf);
+    while (n > 0) {
+      wait(POLLOUT, d, what);
+      ssize_t r = send(fd_, p, n, MSG_NOSIGNAL);
+      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (r < 0)
+        RANKMAP_THROW(PeerError, "XGBoost tracker: sending {} to worker at {}: {}", what, peer_,
+                      std::strerror(errno));
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+  }
+  int32_t recvInt(Deadline d, std::string_view what) {
+    int32_t v = 0;
+    recvAll(&v, sizeof v, d, what);
+    return v;
+  }
+  void sendInt(int32_t v, Deadline d, std::string_view what) { sendAll(&v, sizeof v, d, what); }
+  std::string recvStr(Deadline d, std::string_view what) {
+    int32_t n = recvInt(d, what);
+    if (n < 0 || n > kMaxString)
+      RANKMAP_THROW(PeerError, "XGBoost tracker: worker at {} sent a {} of {} bytes", peer_, what,
+                    n);
+    std::string s(static_cast<size_t>(n), '\0');
+    recvAll(s.data(), s.size(), d, what);
+    return s;
+  }
+  void sendStr(const std::string& s, Deadline d, std::string_view what) {
+    sendInt(static_cast<int32_t>(s.size()), d, what);
+    sendAll(s.data(), s.size(), d, what);
+  }
+
+ private:
+  void wait(short events, Deadline d, std::string_view what) {
+    for (;;) {
+      pollfd p{fd_, events, 0};
+      int n = poll(&p, 1, d.pollTimeoutMs());
+      if (n > 0) return;
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) RANKMAP_CHECK_SYS(n);
+      RANKMAP_THROW(TimeoutError, "XGBoost tracker: timed out waiting for {} from worker at {}",
+                    what, peer_);
+    }
+  }
+  int fd_;
+  std::string peer_;
+};
+
+// A worker's connection for one command (tracker.py WorkerEntry): the header it sent and, once it
+// has a rank, what its link setup left open.
+struct Entry {
+  std::unique_ptr<Conn> conn;
+  int32_t rank = -1;
+  int32_t worldSize = -1;
+  std::string taskId;
+  std::string cmd;
+  int waitAccept = 0;  // peers still to connect to it
+  int32_t port = -1;   // where it listens for them
+};
+
+}  // namespace
+
+RabitLinkMap makeRabitLinkMap(int n) {
+  RANKMAP_ASSERT(n >= 1);
+  std::vector<std::vector<int>> tree(n);
+  std::vector<int> parent(n);
+  for (int r = 0; r < n; ++r) {
+    tree[r] = heapNeighbours(r, n);
+    parent[r] = (r + 1) / 2 - 1;
+  }
+  auto walk = shareRing(tree, parent, 0);
+  RANKMAP_ASSERT(static_cast<int>(walk.size()) == n);
+  // Relabel: the k-th node of the walk becomes rank k, so the ring is 0, 1, ..., n-1.
+  std::vector<int> relabel(n);
+  for (int k = 0; k < n; ++k) relabel[walk[k]] = k;
+  RabitLinkMap m;
+  m.tree.resize(n);
+  m.parent.assign(n, -1);
+  m.ring.resize(n);
+  for (int old = 0; old < n; ++old) {
+    int r = relabel[old];
+    for (int v : tree[old]) m.tree[r].push_back(relabel[v]);
+    m.parent[r] = parent[old] < 0 ? -1 : relabel[parent[old]];
+  }
+  for (int r = 0; r < n; ++r) m.ring[r] = {(r + n - 1) % n, (r + 1) % n};
+  return m;
+}
+
+// serve()'s phases. serve() is the driver: accept a connection, read its header, then print,
+// record a shutdown, or admit a starting worker. Each phase below takes what it needs and
+// returns what the next needs; ServeState is what persists from one connection to the next.
+namespace {
+
+// What serve() knows between connections (the locals of tracker.py's accept_workers).
+struct ServeState {
+  ServeState(int n, Deadline startDeadline, std::chrono::milliseconds ioTimeout)
+      : n(n), startDeadline(startDeadline), ioTimeout(ioTimeout) {}
+
+  const int n;
+  const Deadline startDeadline;
+  const std::chrono::milliseconds ioTimeout;
+  RabitLinkMap links;  // made at the first "start"
+  bool haveLinks = false;
+  std::deque<int> todo;                            // ranks not given out yet
+  std::set<int> shutdown;                          // ranks that said "shutdown"
+  std::map<int, std::shared_ptr<Entry>> waitConn;  // ranks that peers must still connect to
+  std::map<std::string, int> jobMap;               // task id -> rank, for a worker that returns
+  std::vector<std::shared_ptr<Entry>> pending;     // "start"s waiting for the batch
+  std::set<std::string> seen;                      // task ids that said start or recover
+
+  // Until every rank is given out, every wait is also bounded by the start deadline.
+  bool startPhase() const { return !haveLinks || !todo.empty(); }
+  // The bound for one connection's exchange, computed when it begins.
+  Deadline ioDeadline() const {
+    Deadline d = Deadline::after(ioTimeout);
+    return startPhase() ? d.min(startDeadline) : d;
+  }
+  bool allShutDown() const { return static_cast<int>(shutdown.size()) == n; }
+};
+
+// Phase 1: the next connection, waking every 100 ms for `tick` (which may throw to abort) and,
+// while workers are starting, for the start deadline: TimeoutError naming the task ids seen.
+std::unique_ptr<Conn> acceptWorker(int listenFd, const ServeState& st,
+                                   const std::function<void()>& tick) {
+  int cfd = -1;
+  sockaddr_in peer{};
+  for (;;) {
+    if (tick) tick();
+    if (st.startPhase() && st.startDeadline.expired()) {
+      std::vector<std::string> ids(st.seen.begin(), st.seen.end());
+      RANKMAP_THROW(TimeoutError,
+                    "XGBoost tracker: timed out waiting for workers to start: "
+                    "{} of {} connected (task ids: {})",
+                    st.seen.size(), st.n,
+                    ids.empty() ? std::string("none") : fmt::format("{}", fmt::join(ids, ",")));
+    }
+    pollfd p{listenFd, POLLIN, 0};
+    int timeout = 100;
+    if (st.startPhase()) timeout = std::min(timeout, st.startDeadline.pollTimeoutMs());
+    int r = poll(&p, 1, timeout);
+    if (r < 0 && errno != EINTR) RANKMAP_CHECK_SYS(r);
+    if (r <= 0) continue;
+    socklen_t len = sizeof peer;
+    cfd = accept4(listenFd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (cfd >= 0) break;
+    if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) RANKMAP_CHECK_SYS(cfd);
+  }
+  char host[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &peer.sin_addr, host, sizeof host);
+  int one = 1;
+  setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return std::make_unique<Conn>(cfd, host);
+}
+
+// Phase 2: the magic exchange and the header every command starts with (rank, world size, task
+// id, command). nullptr, with a warning, for a connection that does not speak the protocol.
+std::shared_ptr<Entry> readHeader(std::unique_ptr<Conn> conn, Deadline d) {
+  auto e = std::make_shared<Entry>();
+  e->conn = std::move(conn);
+  int32_t magic = e->conn->recvInt(d, "the magic number");
+  if (magic != kRabitMagic) {
+    RANKMAP_WARN(Agent, "XGBoost tracker: connection from {} sent magic {:#x}, not {:#x}; dropped",
+                 e->conn->peer(), magic, kRabitMagic);
+    return nullptr;
+  }
+  e->conn->sendInt(kRabitMagic, d, "the magic number");
+  e->rank = e->conn->recvInt(d, "the rank");
+  e->worldSize = e->conn->recvInt(d, "the world size");
+  e->taskId = e->conn->recvStr(d, "the task id");
+  e->cmd = e->conn->recvStr(d, "the command");
+  return e;
+}
+
+// Phase 3, "print": the message, without its trailing newlines and spaces.
+std::string readPrintMessage(Entry& e, Deadline d) {
+  std::string msg = e.conn->recvStr(d, "a print message");
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  return msg;
+}
+
+// Phase 3, "shutdown": the rank is done. PeerError for a rank that is not a started one.
+void recordShutdown(ServeState& st, const Entry& e) {
+  if (e.rank < 0 || e.rank >= st.n || st.shutdown.count(e.rank) || st.waitConn.count(e.rank))
+    RANKMAP_THROW(PeerError, "XGBoost tracker: unexpected shutdown from rank {} (task {})", e.rank,
+                  e.taskId);
+  st.shutdown.insert(e.rank);
+  RANKMAP_DEBUG(Agent, "XGBoost tracker: rank {} shut down ({} of {})", e.rank, st.shutdown.size(),
+                st.n);
+}
+
+// Sends `rank` its links and runs the connection negotiation until the worker reports no failed
+// connection (tracker.py assign_rank and _get_remote); the exchange is bounded by
+// st.ioDeadline() as it stands when it begins. Leaves e.waitAccept and e.port set.
+void negotiateLinks(ServeState& st, Entry& e, int rank) {
+  Deadline d = st.ioDeadline();
+  Conn& c = *e.conn;
+  const int n = st.n;
+  e.rank = rank;
+  std::set<int> treeSet(st.links.tree[rank].begin(), st.links.tree[rank].end());
+  std::set<int> nnset = treeSet;
+  auto [prev, next] = st.links.ring[rank];
+  c.sendInt(rank, d, "rank");
+  c.sendInt(st.links.parent[rank], d, "parent");
+  c.sendInt(n, d, "world size");
+  c.sendInt(static_cast<int32_t>(treeSet.size()), d, "tree size");
+  for (int r : treeSet) c.sendInt(r, d, "tree links");
+  if (prev != -1 && prev != rank) {
+    nnset.insert(prev);
+    c.sendInt(prev, d, "ring prev");
+  } else {
+    c.sendInt(-1, d, "ring prev");
+  }
+  if (next != -1 && next != rank) {
+    nnset.insert(next);
+    c.sendInt(next, d, "ring next");
+  } else {
+    c.sendInt(-1, d, "ring next");
+  }
+  for (;;) {
+    int32_t ngood = c.recvInt(d, "the count of good links");
+    if (ngood < 0 || ngood > n)
+      RANKMAP_THROW(PeerError, "XGBoost tracker: rank {} reported {} good links", rank, ngood);
+    std::set<int> good;
+    for (int32_t i = 0; i < ngood; ++i) {
+      int32_t g = c.recvInt(d, "good links");
+      if (!nnset.count(g))
+        RANKMAP_THROW(PeerError,
+                      "XGBoost tracker: rank {} reported a link to {}, not a "
+                      "neighbour",
+                      rank, g);
+      good.insert(g);
+    }
+    std::vector<int> bad, conset;
+    for (int r : nnset)
+      if (!good.count(r)) bad.push_back(r);
+    for (int r : bad)
+      if (st.waitConn.count(r)) conset.push_back(r);
+    c.sendInt(static_cast<int32_t>(conset.size()), d, "the connect count");
+    c.sendInt(static_cast<int32_t>(bad.size() - conset.size()), d, "the accept count");
+    for (int r : conset) {
+      c.sendStr(st.waitConn[r]->conn->peer(), d, "a peer host");
+      c.sendInt(st.waitConn[r]->port, d, "a peer port");
+      c.sendInt(r, d, "a peer rank");
+    }
+    int32_t nerr = c.recvInt(d, "the connection error count");
+    if (nerr != 0) continue;
+    e.port = c.recvInt(d, "the worker's listening port");
+    for (int r : conset) {
+      auto it = st.waitConn.find(r);
+      if (--it->second->waitAccept == 0) st.waitConn.erase(it);
+    }
+    e.waitAccept = static_cast<int>(bad.size() - conset.size());
+    break;
+  }
+  RANKMAP_DEBUG(Agent, "XGBoost tracker: task {} at {} is rank {}", e.taskId, c.peer(), rank);
+}
+
+// Gives `e` its rank and links, closes its connection, and keeps it while peers must still
+// connect to it (their negotiation needs its address and port).
+void giveRank(ServeState& st, const std::shared_ptr<Entry>& e, int rank) {
+  negotiateLinks(st, *e, rank);
+  e->conn->closeNow();
+  if (e->waitAccept > 0) st.waitConn[rank] = e;
+}
+
+// The batch of "start"s, once every rank still to give out has one: ranks in task id order, as
+// RabitTracker(sortby="task") gives them. Records task id -> rank in `ranks` (and jobMap).
+void assignBatch(ServeState& st, std::map<std::string, int>& ranks) {
+  std::stable_sort(st.pending.begin(), st.pending.end(),
+                   [](const auto& a, const auto& b) { return a->taskId < b->taskId; });
+  for (auto& e : st.pending) {
+    int r = st.todo.front();
+    st.todo.pop_front();
+    if (e->taskId != "NULL") st.jobMap[e->taskId] = r;
+    ranks[e->taskId] = r;
+    giveRank(st, e, r);
+  }
+  st.pending.clear();
+  RANKMAP_INFO(Agent, "XGBoost tracker: all {} workers started", st.n);
+}
+
+// Phase 3, "start" or "recover": checks the request, then gives a known rank at once (a worker
+// that says its rank, or a task id seen before) or queues the worker for the batch.
+// PeerError for a request that breaks the protocol.
+void admitWorker(ServeState& st, std::shared_ptr<Entry> e, std::map<std::string, int>& ranks) {
+  const std::string& host = e->conn->peer();
+  if (e->cmd != "start" && e->cmd != "recover")
+    RANKMAP_THROW(PeerError, "XGBoost tracker: unknown command {:?} from {}", e->cmd, host);
+  if (!st.haveLinks) {
+    if (e->cmd != "start")
+      RANKMAP_THROW(PeerError, "XGBoost tracker: {} from {} before any start", e->cmd, host);
+    st.links = makeRabitLinkMap(st.n);
+    st.haveLinks = true;
+    for (int r = 0; r < st.n; ++r) st.todo.push_back(r);
+  }
+  if (e->worldSize != -1 && e->worldSize != st.n)
+    RANKMAP_THROW(PeerError,
+                  "XGBoost tracker: task {} at {} expects {} workers, the tracker "
+                  "runs {}",
+                  e->taskId, host, e->worldSize, st.n);
+  if (e->cmd == "recover" && e->rank < 0)
+    RANKMAP_THROW(PeerError, "XGBoost tracker: recover without a rank from {}", host);
+  st.seen.insert(e->taskId);
+
+  int rank = e->rank;
+  if (rank < 0 && e->taskId != "NULL") {
+    auto it = st.jobMap.find(e->taskId);
+    if (it != st.jobMap.end()) rank = it->second;
+  }
+  if (rank >= st.n)
+    RANKMAP_THROW(PeerError, "XGBoost tracker: rank {} from {} (world {})", rank, host, st.n);
+  if (rank != -1) {
+    giveRank(st, e, rank);
+    return;
+  }
+  if (st.todo.empty())
+    RANKMAP_THROW(PeerError, "XGBoost tracker: more than {} workers started (task {} at {})", st.n,
+                  e->taskId, host);
+  st.pending.push_back(std::move(e));
+  if (st.pending.size() == st.todo.size()) assignBatch(st, ranks);
+}
+
+}  // namespace
+
+RabitTracker::RabitTracker(const std::string& bindAddress, uint16_t port, int workers)
+    : workers_(workers) {
+  if (workers < 1)
+    RANKMAP_THROW(InvalidInput, "XGBoost tracker: {} workers (expected >= 1)", workers);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  if (inet_pton(AF_INET, bindAddress.c_str(), &a.sin_addr) != 1)
+    RANKMAP_THROW(InvalidInput, "XGBoost tracker address {:?}: expected an IPv4 address",
+                  bindAddress);
+  fd_ = RANKMAP_CHECK_SYS(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int one = 1;
+  setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  try {
+    RANKMAP_CHECK_SYS(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a));
+    RANKMAP_CHECK_SYS(listen(fd_, 256));
+    socklen_t len = sizeof a;
+    RANKMAP_CHECK_SYS(getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len));
+  } catch (...) {
+    close(fd_);
+    throw;
+  }
+  port_ = ntohs(a.sin_port);
+}
+
+RabitTracker::~RabitTracker() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void RabitTracker::serve(Deadline startDeadline, std::chrono::milliseconds ioTimeout,
+                         const std::function<void()>& tick,
+                         const std::function<void(const std::string&)>& print) {
+  ServeState st(workers_, startDeadline, ioTimeout);
+  while (!st.allShutDown()) {
+    std::unique_ptr<Conn> conn = acceptWorker(fd_, st, tick);
+    Deadline d = st.ioDeadline();
+    std::shared_ptr<Entry> e = readHeader(std::move(conn), d);
+    if (!e) continue;
+    if (e->cmd == "print") {
+      std::string msg = readPrintMessage(*e, d);
+      if (print) print(msg);
+    } else if (e->cmd == "shutdown") {
+      recordShutdown(st, *e);
+    } else {
+      admitWorker(st, std::move(e), ranks_);
+    }
+  }
+  RANKMAP_INFO(Agent, "XGBoost tracker: all {} workers shut down", workers_);
+}
+
+}  // namespace rankmap::launch

@@ -1,0 +1,82 @@
+// An XGBoost (Rabit) tracker in C++: the rendezvous that gives each worker its rank and its tree
+// and ring neighbours, wire-compatible with xgboost 1.7's Python RabitTracker
+// (xgboost/tracker.py) and its C++ workers.
+//
+// Why C++ rather than running the Python tracker with sortby="task": every wait here is bounded
+// by a Deadline (a worker that never connects, or stalls half-way, becomes a TimeoutError naming
+// it instead of a hang), worker process exits are noticed while waiting, there is no interpreter
+// or python3-xgboost needed on the launching host, and the rank rule is ours: workers are ranked
+// by their task ids in string order, exactly as RabitTracker(sortby="task") ranks them, so the
+// launcher gives task ids that sort in plan order.
+//
+// Protocol (all integers native 32-bit, strings as length + bytes), one TCP connection per
+// command: the worker sends the magic 0xff99, the tracker echoes it, the worker sends rank (-1
+// when unknown), world size (-1 when unknown), task id and a command:
+//   - "start"/"recover": the tracker answers rank, parent rank, world size, the tree neighbours,
+//     ring prev and next; then, until the worker reports no failed connection, it receives the
+//     links it already has, and the tracker answers which peers (host, port, rank) wait for it
+//     to connect and how many will connect to it; finally the worker sends its listening port.
+//   - "print": one string follows; the tracker prints it (stdout).
+//   - "shutdown": the worker is done; the tracker ends once every rank has sent it.
+// Ranks are assigned in one batch once all workers have said "start" (as the Python tracker
+// does), so that the sort sees every task id.
+//
+// Threading: one thread calls serve(); it handles one connection at a time, as the Python tracker
+// does (the protocol is sequential per worker and needs no concurrency).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/deadline.h"
+
+namespace rankmap::launch {
+
+// xgboost's link map for n workers: a binary tree (heap numbering), a ring that walks the tree
+// depth-first so that it shares links with it, and then a relabelling so that the ring is
+// 0, 1, ..., n-1: rank r's ring neighbours are r-1 and r+1 (mod n).
+struct RabitLinkMap {
+  std::vector<std::vector<int>> tree;     // tree neighbours of each rank
+  std::vector<int> parent;                // -1 for rank 0
+  std::vector<std::pair<int, int>> ring;  // (prev, next) of each rank
+};
+RabitLinkMap makeRabitLinkMap(int n);
+
+constexpr int32_t kRabitMagic = 0xff99;
+
+class RabitTracker {
+ public:
+  // Listens on bindAddress:port (port 0 = any free port). Throws SystemError naming the call.
+  RabitTracker(const std::string& bindAddress, uint16_t port, int workers);
+  ~RabitTracker();
+  RabitTracker(const RabitTracker&) = delete;
+  RabitTracker& operator=(const RabitTracker&) = delete;
+
+  uint16_t port() const { return port_; }
+  int workers() const { return workers_; }
+
+  // Serves until every rank has sent "shutdown". Every worker must have connected and finished
+  // its link setup by `startDeadline` (else TimeoutError naming the task ids still missing);
+  // each later connection must complete its message within `ioTimeout`. `tick` runs at least
+  // every 100 ms and may throw to abort (a worker process died, a signal). `print` receives the
+  // workers' print messages. PeerError for a worker that breaks the protocol.
+  void serve(Deadline startDeadline, std::chrono::milliseconds ioTimeout,
+             const std::function<void()>& tick,
+             const std::function<void(const std::string&)>& print);
+
+  // Task id -> rank, once assigned.
+  const std::map<std::string, int>& ranks() const { return ranks_; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  int workers_ = 0;
+  std::map<std::string, int> ranks_;
+};
+
+}  // namespace rankmap::launch

@@ -1,0 +1,168 @@
+// `rankmap plan` and `rankmap show` as a user runs them: the built binary on the fixtures.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/plan.h"
+#include "tests/unit/reorder/test_util.h"
+
+namespace rankmap::cli {
+namespace {
+
+namespace test = reorder::test;
+
+struct Outcome {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/reorder_cli_" + std::to_string(::getpid());
+    ASSERT_EQ(std::system(("mkdir -p '" + dir_ + "'").c_str()), 0);
+  }
+  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+
+  // Runs `rankmap ARGS` with a 60 s bound; never hangs the suite.
+  Outcome rankmap(const std::string& args) {
+    std::string cmd = "timeout 60 '" + std::string(RANKMAP_CLI) + "' " + args + " >'" + dir_ +
+                      "/out' 2>'" + dir_ + "/err'";
+    int status = std::system(cmd.c_str());
+    Outcome r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(dir_ + "/out");
+    r.err = slurp(dir_ + "/err");
+    return r;
+  }
+  std::string path(const std::string& name) { return dir_ + "/" + name; }
+  std::string dir_;
+};
+
+TEST_F(Cli, PlanWritesAValidPlanAndASummary) {
+  Outcome r = rankmap("plan --topology " + test::fixture("testbed_8vm_2rack.json") + " --out " +
+                      path("plan.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("rack: 2 groups"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("faster than the input order"), std::string::npos) << r.out;
+  Plan p = Plan::load(path("plan.json"));
+  EXPECT_EQ(p.hosts.size(), 8u);
+  EXPECT_GT(p.predicted.speedup, 2.5);
+
+  // To stdout: the plan is the only thing there; the summary goes to stderr.
+  Outcome s = rankmap("plan -t " + test::fixture("testbed_8vm_2rack.json") +
+                      " --ranks-per-host 2 -c allreduce -c allgather");
+  ASSERT_EQ(s.code, 0) << s.err;
+  Plan q = Plan::parse(s.out, "stdout");
+  EXPECT_EQ(q.ranksPerHost, 2);
+  EXPECT_EQ(q.collectives.count("allgather"), 1u);
+  EXPECT_NE(s.err.find("rankmap plan:"), std::string::npos);
+}
+
+TEST_F(Cli, PlanWithAHostsFileKeepsItsOrder) {
+  Outcome r = rankmap("plan -t " + test::fixture("testbed_8vm_2rack.json") + " --hosts " +
+                      test::fixture("testbed_8vm_2rack.hosts") + " -o " + path("p.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  Plan p = Plan::load(path("p.json"));
+  EXPECT_EQ(p.hosts, (std::vector<std::string>{"vm0", "vm2", "vm3", "vm5", "vm6", "vm7"}));
+}
+
+TEST_F(Cli, ShowPlanTopologyAndSvg) {
+  ASSERT_EQ(
+      rankmap("plan -t " + test::fixture("bandwidth_only.json") + " -o " + path("p.json")).code, 0);
+  Outcome show = rankmap("show " + path("p.json"));
+  ASSERT_EQ(show.code, 0) << show.err;
+  EXPECT_NE(show.out.find("groups:"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("ring (new rank order)"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("predicted:"), std::string::npos) << show.out;
+
+  Outcome topo =
+      rankmap("show " + test::fixture("bandwidth_only.json") + " --svg " + path("t.svg"));
+  ASSERT_EQ(topo.code, 0) << topo.err;
+  EXPECT_NE(topo.out.find("inferred groups"), std::string::npos) << topo.out;
+  EXPECT_EQ(slurp(path("t.svg")).rfind("<svg", 0), 0u);
+
+  Outcome svg = rankmap("show " + path("p.json") + " --topology " +
+                        test::fixture("bandwidth_only.json") + " --svg " + path("p.svg"));
+  ASSERT_EQ(svg.code, 0) << svg.err;
+  EXPECT_NE(slurp(path("p.svg")).find("</svg>"), std::string::npos);
+  // A plan alone cannot be drawn.
+  Outcome noTopo = rankmap("show " + path("p.json") + " --svg " + path("x.svg"));
+  EXPECT_EQ(noTopo.code, 2);
+  EXPECT_NE(noTopo.err.find("--topology"), std::string::npos) << noTopo.err;
+}
+
+TEST_F(Cli, BadInputsExitTwoNamingTheFileAndField) {
+  struct Case {
+    std::string args, needle;
+  };
+  std::string neg = test::fixture("bad_negative.json");
+  std::string asym = test::fixture("bad_asymmetric.json");
+  {
+    std::ofstream f(path("hosts"));
+    f << "vm0\nnobody\n";
+  }
+  {
+    std::ofstream f(path("broken.json"));
+    f << "{\"schema_version\": 1, \"hosts\": [";
+  }
+  // NaN as a JSON literal, as a string, and a negative latency, edited into a valid topology.
+  std::string testbed = slurp(test::fixture("testbed_8vm_2rack.json"));
+  auto edited = [&](const std::string& name, const std::string& from, const std::string& to) {
+    std::string text = testbed;
+    size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    std::ofstream(path(name)) << text;
+    return path(name);
+  };
+  std::string nanLiteral = edited("nan.json", "253.77", "NaN");
+  std::string nanString = edited("nan_string.json", "253.77", "\"NaN\"");
+  std::string negLatency = edited("neg_latency.json", "{\"min\":52.96", "{\"min\":-52.96");
+  for (const Case& c : {
+           Case{"plan -t " + neg, neg + ": at /bandwidth_mbps/1/2"},
+           Case{"plan -t " + asym, asym + ": at /bandwidth_mbps/"},
+           Case{"plan -t " + path("missing.json"), path("missing.json")},
+           Case{"plan -t " + path("broken.json"), path("broken.json") + ": not valid JSON"},
+           Case{"plan -t " + test::fixture("testbed_8vm_2rack.json") + " --hosts " + path("hosts"),
+                path("hosts") + ":2: host 'nobody' is not in"},
+           Case{"plan -t " + test::fixture("testbed_8vm_2rack.json") + " -c alltoall",
+                "collective 'alltoall'"},
+           Case{"show " + neg, neg + ": at /bandwidth_mbps/1/2"},
+           Case{"plan -t " + nanLiteral, nanLiteral + ": not valid JSON"},
+           Case{"plan -t " + nanString, nanString + ": at /bandwidth_mbps/0/1: expected a number"},
+           Case{"plan -t " + negLatency,
+                negLatency + ": at /latency_us/0/1/min: expected a non-negative"},
+       }) {
+    Outcome r = rankmap(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+  }
+}
+
+TEST_F(Cli, FallbackIsAWarningNotAnError) {
+  // Too many missing pairs, and a single host.
+  for (std::string name : {"sparse.json", "single_host.json"}) {
+    Outcome r = rankmap("plan -t " + test::fixture(name) + " -o " + path("p.json"));
+    ASSERT_EQ(r.code, 0) << name << "\n" << r.err;
+    EXPECT_NE(r.out.find("fallback"), std::string::npos) << name << "\n" << r.out;
+    Plan p = Plan::load(path("p.json"));
+    EXPECT_EQ(p.confidence, 0) << name;
+    EXPECT_EQ(p.order, p.hosts) << name;
+  }
+}
+
+}  // namespace
+}  // namespace rankmap::cli
