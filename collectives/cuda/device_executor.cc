@@ -1,9 +1,8 @@
 #include "collectives/cuda/device_executor.h"
 
 #include <algorithm>
-#include <list>
+#include <cstdint>
 #include <map>
-#include <queue>
 #include <thread>
 #include <vector>
 
@@ -75,182 +74,180 @@ struct Live {
   transport::RequestPtr req;
 };
 
-}  // namespace
+// Steps on device memory staged through host mirrors (see device_executor.h). Every step moves
+// through its phases in poll(); nothing blocks, so wait() spins briefly, then backs off.
+class DeviceSteps final : public StepBackend {
+ public:
+  DeviceSteps(const Schedule& s, transport::Context& ctx, const ExecBuffers& device, DataType type,
+              ReduceOp op, uint64_t tagBase, DeviceOps& ops)
+      : s_(s),
+        ctx_(ctx),
+        dev_{static_cast<std::byte*>(device.input), static_cast<std::byte*>(device.output),
+             static_cast<std::byte*>(device.scratch)},
+        type_(type),
+        op_(op),
+        tagBase_(tagBase),
+        ops_(ops),
+        live_(s.steps.size()) {
+    for (int b = 0; b < kNumBuffers; ++b)
+      if (s.bufferBytes[b] > 0) host_[b] = ops.staging(static_cast<BufferId>(b), s.bufferBytes[b]);
+  }
 
-void executeDevice(const Schedule& s, transport::Context& ctx, const ExecBuffers& device,
-                   DataType type, ReduceOp op, uint64_t tagBase, Deadline deadline,
-                   DeviceOps& ops) {
-  const size_t n = s.steps.size();
-  if (n == 0) return;
-  static char zeroByte = 0;
-  std::byte* dev[kNumBuffers] = {static_cast<std::byte*>(device.input),
-                                 static_cast<std::byte*>(device.output),
-                                 static_cast<std::byte*>(device.scratch)};
-  std::byte* host[kNumBuffers] = {nullptr, nullptr, nullptr};
-  for (int b = 0; b < kNumBuffers; ++b)
-    if (s.bufferBytes[b] > 0) host[b] = ops.staging(static_cast<BufferId>(b), s.bufferBytes[b]);
-  auto dptr = [&](const Region& r) -> void* {
-    std::byte* base = dev[static_cast<int>(r.buffer)];
-    RANKMAP_ASSERT(base != nullptr);
-    return base + r.offset;
-  };
-  auto hptr = [&](const Region& r) -> void* {
-    if (r.bytes == 0) return &zeroByte;  // zero-byte messages (barrier) need some address
-    std::byte* base = host[static_cast<int>(r.buffer)];
-    RANKMAP_ASSERT(base != nullptr);
-    return base + r.offset;
-  };
-  const size_t es = s.elementSize;
-  IntervalSet valid[kNumBuffers];
-  auto validate = [&](const Region& r) {
-    valid[static_cast<int>(r.buffer)].add(r.offset, r.end());
-  };
-  auto invalidate = [&](const Region& r) {
-    valid[static_cast<int>(r.buffer)].remove(r.offset, r.end());
-  };
-
-  ReadySteps ready(s);
-
-  std::vector<Live> live(n);
-  std::list<uint32_t> inFlight;  // in step order: the oldest first
-  std::vector<bool> finished(n, false);
-  size_t done = 0;
-  auto complete = [&](uint32_t i) {
-    ++done;
-    finished[i] = true;
-    live[i].req.reset();
-    ready.complete(i);
-  };
-  auto toDevice = [&](uint32_t i) {
-    live[i].phase = Phase::kDevice;
-    live[i].marker = ops.mark(Lane::kCompute);
-  };
-
-  // Starts step i; returns true if it is still in flight.
-  auto start = [&](uint32_t i) -> bool {
-    const Step& st = s.steps[i];
-    Live& l = live[i];
+  bool start(uint32_t i) override {
+    const Step& st = s_.steps[i];
+    Live& l = live_[i];
     switch (st.kind) {
       case StepKind::kSend:
-        if (st.src.bytes == 0 ||
-            valid[static_cast<int>(st.src.buffer)].contains(st.src.offset, st.src.end())) {
-          l.phase = Phase::kNet;
-          l.req = ctx.isend(st.peer, messageTag(tagBase, st.msg), hptr(st.src), st.src.bytes);
+        if (st.src.bytes == 0 || valid(st.src)) {
+          send(i);
         } else {
-          ops.copy(hptr(st.src), dptr(st.src), st.src.bytes, Lane::kToHost);
+          ops_.copy(hptr(st.src), dptr(st.src), st.src.bytes, Lane::kToHost);
           l.phase = Phase::kToHost;
-          l.marker = ops.mark(Lane::kToHost);
+          l.marker = ops_.mark(Lane::kToHost);
         }
         return true;
       case StepKind::kRecv:
         invalidate(st.dst);
         l.phase = Phase::kNet;
-        l.req = ctx.irecv(st.peer, messageTag(tagBase, st.msg), hptr(st.dst), st.dst.bytes);
+        l.req = ctx_.irecv(st.peer, messageTag(tagBase_, st.msg), hptr(st.dst), st.dst.bytes);
         return true;
       case StepKind::kRecvReduce:
         invalidate(st.tmp);
         invalidate(st.dst);
         l.phase = Phase::kNet;
-        l.req = ctx.irecv(st.peer, messageTag(tagBase, st.msg), hptr(st.tmp), st.tmp.bytes);
+        l.req = ctx_.irecv(st.peer, messageTag(tagBase_, st.msg), hptr(st.tmp), st.tmp.bytes);
         return true;
       case StepKind::kCopy:
         invalidate(st.dst);
-        ops.copy(dptr(st.dst), dptr(st.src), st.dst.bytes, Lane::kCompute);
+        ops_.copy(dptr(st.dst), dptr(st.src), st.dst.bytes, Lane::kCompute);
         toDevice(i);
         return true;
       case StepKind::kFinalize:
         invalidate(st.dst);
-        ops.finalize(dptr(st.dst), st.dst.bytes / es, type, op, s.worldSize, Lane::kCompute);
+        ops_.finalize(dptr(st.dst), st.dst.bytes / s_.elementSize, type_, op_, s_.worldSize,
+                      Lane::kCompute);
         toDevice(i);
         return true;
       case StepKind::kNop:
         return false;
     }
     return false;
-  };
+  }
 
-  // Moves step i along; returns true if it made progress.
-  auto advance = [&](uint32_t i) -> bool {
-    const Step& st = s.steps[i];
-    Live& l = live[i];
-    switch (l.phase) {
-      case Phase::kToHost:
-        if (!ops.done(l.marker)) return false;
-        validate(st.src);
-        l.phase = Phase::kNet;
-        l.req = ctx.isend(st.peer, messageTag(tagBase, st.msg), hptr(st.src), st.src.bytes);
-        return true;
-      case Phase::kNet:
-        if (!l.req->test()) return false;
-        l.req.reset();
-        if (st.kind == StepKind::kRecv && st.dst.bytes > 0) {
-          ops.copy(dptr(st.dst), hptr(st.dst), st.dst.bytes, Lane::kCompute);
-          validate(st.dst);  // the mirror holds what the device will hold
-          toDevice(i);
-          return true;
-        }
-        if (st.kind == StepKind::kRecvReduce && st.tmp.bytes > 0) {
-          ops.copy(dptr(st.tmp), hptr(st.tmp), st.tmp.bytes, Lane::kCompute);
-          ops.reduce(dptr(st.dst), dptr(st.src), dptr(st.tmp), st.dst.bytes / es, type, op,
-                     Lane::kCompute);
-          validate(st.tmp);
-          invalidate(st.dst);  // after: the slot may be dst itself (recvReduceIntoSlot)
-          toDevice(i);
-          return true;
-        }
-        complete(i);
-        return true;
-      case Phase::kDevice:
-        if (!ops.done(l.marker)) return false;
-        complete(i);
-        return true;
-    }
-    return false;
-  };
+  StepProgress poll(uint32_t i) override {
+    const StepProgress p = advance(i);
+    if (p != StepProgress::kIdle) idle_ = 0;
+    if (p == StepProgress::kDone) live_[i].req.reset();
+    return p;
+  }
 
-  try {
-    int idle = 0;
-    while (true) {
-      while (!ready.empty()) {
-        uint32_t i = ready.pop();
-        if (start(i)) {
-          inFlight.push_back(i);
-        } else {
-          complete(i);
-        }
-      }
-      if (done == n) break;
-      if (inFlight.empty())
-        RANKMAP_THROW(InternalError, "device schedule stuck after {} of {} steps (rank {})", done,
-                      n, s.rank);
-      bool progressed = false;
-      for (auto it = inFlight.begin(); it != inFlight.end();) {
-        const uint32_t i = *it;
-        progressed |= advance(i);
-        it = finished[i] ? inFlight.erase(it) : std::next(it);
-      }
-      if (progressed) {
-        idle = 0;
-        continue;
-      }
-      // Nothing moved: the network or the device is busy. Spin briefly, then back off.
-      if (deadline.expired())
-        RANKMAP_THROW(TimeoutError, "rank {}: device schedule step {} not done by the deadline",
-                      s.rank, s.describe(inFlight.front()));
-      if (++idle < 256) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      }
+  StepProgress wait(uint32_t i, Deadline deadline) override {
+    // Nothing moved: the network or the device is busy. Spin briefly, then back off.
+    if (deadline.expired())
+      RANKMAP_THROW(TimeoutError, "rank {}: device schedule step {} not done by the deadline",
+                    s_.rank, s_.describe(i));
+    if (++idle_ < 256) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
-  } catch (...) {
+    return StepProgress::kIdle;
+  }
+
+  // Steps change phase only when polled, so every sweep polls all of them.
+  size_t pollWindow() const override { return SIZE_MAX; }
+
+  void abandon() noexcept override {
     try {
-      ops.drain();
+      ops_.drain();
     } catch (const std::exception& e) {
       RANKMAP_WARN(Cuda, "draining device work after a failed collective: {}", e.what());
     }
-    throw;
   }
+
+ private:
+  void* dptr(const Region& r) const {
+    std::byte* base = dev_[static_cast<int>(r.buffer)];
+    RANKMAP_ASSERT(base != nullptr);
+    return base + r.offset;
+  }
+  void* hptr(const Region& r) const {
+    static char zeroByte = 0;
+    if (r.bytes == 0) return &zeroByte;  // zero-byte messages (barrier) need some address
+    std::byte* base = host_[static_cast<int>(r.buffer)];
+    RANKMAP_ASSERT(base != nullptr);
+    return base + r.offset;
+  }
+  bool valid(const Region& r) const {
+    return valid_[static_cast<int>(r.buffer)].contains(r.offset, r.end());
+  }
+  void validate(const Region& r) { valid_[static_cast<int>(r.buffer)].add(r.offset, r.end()); }
+  void invalidate(const Region& r) { valid_[static_cast<int>(r.buffer)].remove(r.offset, r.end()); }
+  void send(uint32_t i) {
+    const Step& st = s_.steps[i];
+    live_[i].phase = Phase::kNet;
+    live_[i].req = ctx_.isend(st.peer, messageTag(tagBase_, st.msg), hptr(st.src), st.src.bytes);
+  }
+  void toDevice(uint32_t i) {
+    live_[i].phase = Phase::kDevice;
+    live_[i].marker = ops_.mark(Lane::kCompute);
+  }
+
+  StepProgress advance(uint32_t i) {
+    const Step& st = s_.steps[i];
+    Live& l = live_[i];
+    switch (l.phase) {
+      case Phase::kToHost:
+        if (!ops_.done(l.marker)) return StepProgress::kIdle;
+        validate(st.src);
+        send(i);
+        return StepProgress::kMoved;
+      case Phase::kNet:
+        if (!l.req->test()) return StepProgress::kIdle;
+        l.req.reset();
+        if (st.kind == StepKind::kRecv && st.dst.bytes > 0) {
+          ops_.copy(dptr(st.dst), hptr(st.dst), st.dst.bytes, Lane::kCompute);
+          validate(st.dst);  // the mirror holds what the device will hold
+          toDevice(i);
+          return StepProgress::kMoved;
+        }
+        if (st.kind == StepKind::kRecvReduce && st.tmp.bytes > 0) {
+          ops_.copy(dptr(st.tmp), hptr(st.tmp), st.tmp.bytes, Lane::kCompute);
+          ops_.reduce(dptr(st.dst), dptr(st.src), dptr(st.tmp), st.dst.bytes / s_.elementSize,
+                      type_, op_, Lane::kCompute);
+          validate(st.tmp);
+          invalidate(st.dst);  // after: the slot may be dst itself (recvReduceIntoSlot)
+          toDevice(i);
+          return StepProgress::kMoved;
+        }
+        return StepProgress::kDone;
+      case Phase::kDevice:
+        return ops_.done(l.marker) ? StepProgress::kDone : StepProgress::kIdle;
+    }
+    return StepProgress::kIdle;
+  }
+
+  const Schedule& s_;
+  transport::Context& ctx_;
+  std::byte* dev_[kNumBuffers];
+  std::byte* host_[kNumBuffers] = {nullptr, nullptr, nullptr};
+  IntervalSet valid_[kNumBuffers];
+  DataType type_;
+  ReduceOp op_;
+  uint64_t tagBase_;
+  DeviceOps& ops_;
+  std::vector<Live> live_;
+  int idle_ = 0;
+};
+
+}  // namespace
+
+void executeDevice(const Schedule& s, transport::Context& ctx, const ExecBuffers& device,
+                   DataType type, ReduceOp op, uint64_t tagBase, Deadline deadline,
+                   DeviceOps& ops) {
+  if (s.steps.empty()) return;
+  DeviceSteps backend(s, ctx, device, type, op, tagBase, ops);
+  runSchedule(s, backend, deadline);
 }
 
 }  // namespace rankmap::coll::cuda

@@ -1,5 +1,7 @@
-// The device executor: runs any engine Schedule (collectives/schedule/schedule.h) when the
-// collective's buffers are device memory, over any transport, staging through host memory.
+// The device step backend: runs any engine Schedule (collectives/schedule/schedule.h) when the
+// collective's buffers are device memory, over any transport, staging through host memory. The
+// loop is the one executor's (runSchedule, collectives/executor.h); this file only says how a
+// step moves when its bytes live on a device.
 //
 // How: every buffer of the schedule (input, output, scratch) has a host mirror in DeviceOps'
 // staging memory. A send copies its region device-to-host (lane kToHost) and sends from the
