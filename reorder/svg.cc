@@ -1,6 +1,7 @@
 #include "reorder/svg.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -73,58 +74,88 @@ double medianOf(std::vector<double>& v) {
   return *mid;
 }
 
-}  // namespace
+// renderSvg()'s phases: a layout of the hosts in plan order, the values of the heatmaps' cells,
+// then one function per part of the picture, each appending to the SVG text.
 
-std::string renderSvg(const Topology& t, const Plan& plan) {
-  size_t n = plan.order.size();
-  std::vector<int> topo(n);  // position -> topology index
-  std::map<std::string, int> posOf;
-  for (size_t p = 0; p < n; ++p) {
-    topo[p] = t.indexOf(plan.order[p]);
-    if (topo[p] < 0)
+// Where each host is drawn: positions in plan order, binned into at most kMaxCells cells.
+struct Layout {
+  size_t n = 0;                      // hosts
+  size_t m = 0;                      // cells per side (n, or kMaxCells blocks above it)
+  double cell = 0;                   // cell side, px
+  std::vector<int> topo;             // position -> topology index
+  std::map<std::string, int> posOf;  // host -> position
+  // Group of each position per level of plan.groups (-1: none), for boundaries and medians.
+  std::vector<std::vector<int>> groupAt;
+  size_t bin(size_t p) const { return p * m / n; }
+  size_t position(const std::string& host) const {
+    auto it = posOf.find(host);
+    if (it == posOf.end())
+      throw InvalidInput(fmt::format("plan host '{}' is in hosts but not in order", host));
+    return static_cast<size_t>(it->second);
+  }
+};
+
+Layout layoutHosts(const Topology& t, const Plan& plan) {
+  Layout L;
+  L.n = plan.order.size();
+  L.topo.resize(L.n);
+  for (size_t p = 0; p < L.n; ++p) {
+    L.topo[p] = t.indexOf(plan.order[p]);
+    if (L.topo[p] < 0)
       throw InvalidInput(fmt::format("plan host '{}' is not in the topology", plan.order[p]));
-    posOf[plan.order[p]] = static_cast<int>(p);
+    L.posOf[plan.order[p]] = static_cast<int>(p);
   }
-  size_t m = std::min(n, kMaxCells);
-  auto bin = [&](size_t p) { return p * m / n; };
-  double cell = kPanel / static_cast<double>(m);
-
-  // Cell values: the measured value (one pair), or the median of a block's measured pairs.
-  std::vector<std::vector<double>> bwCells(m * m), latCells(m * m);
-  for (size_t a = 0; a < n; ++a)
-    for (size_t b = 0; b < n; ++b) {
-      if (a == b) continue;
-      size_t c = bin(a) * m + bin(b);
-      const auto& bw = t.bandwidthMbps.at(topo[a], topo[b]);
-      const auto& lat = t.latencyUs.at(topo[a], topo[b]);
-      if (bw) bwCells[c].push_back(*bw);
-      if (lat) latCells[c].push_back(std::max(lat->minUs, 1e-3));
-    }
-  std::vector<std::optional<double>> bw(m * m), lat(m * m);
-  Scale bwScale{1e300, 0, true}, latScale{1e300, 0, false};
-  for (size_t c = 0; c < m * m; ++c) {
-    if (!bwCells[c].empty()) {
-      bw[c] = medianOf(bwCells[c]);
-      bwScale.lo = std::min(bwScale.lo, *bw[c]);
-      bwScale.hi = std::max(bwScale.hi, *bw[c]);
-    }
-    if (!latCells[c].empty()) {
-      lat[c] = medianOf(latCells[c]);
-      latScale.lo = std::min(latScale.lo, *lat[c]);
-      latScale.hi = std::max(latScale.hi, *lat[c]);
-    }
-  }
-
-  // Group of each position per level, for boundaries.
-  std::vector<std::vector<int>> groupAt(plan.groups.size(), std::vector<int>(n, -1));
+  L.m = std::min(L.n, kMaxCells);
+  L.cell = kPanel / static_cast<double>(L.m);
+  L.groupAt.assign(plan.groups.size(), std::vector<int>(L.n, -1));
   for (size_t l = 0; l < plan.groups.size(); ++l)
     for (size_t g = 0; g < plan.groups[l].groups.size(); ++g)
       for (const auto& h : plan.groups[l].groups[g]) {
-        auto it = posOf.find(h);
-        if (it != posOf.end()) groupAt[l][it->second] = static_cast<int>(g);
+        auto it = L.posOf.find(h);
+        if (it != L.posOf.end()) L.groupAt[l][it->second] = static_cast<int>(g);
       }
+  return L;
+}
 
-  std::string s;
+// One heatmap: a value per cell (the measured value of one pair, or the median of a block's
+// measured pairs; nullopt where nothing was measured) and its colour scale.
+struct Heatmap {
+  std::vector<std::optional<double>> value;  // m * m, row-major
+  Scale scale;
+};
+
+// The bandwidth (k = 0) and latency (k = 1) heatmaps.
+std::array<Heatmap, 2> heatmaps(const Topology& t, const Layout& L) {
+  const size_t m = L.m;
+  std::vector<std::vector<double>> bwCells(m * m), latCells(m * m);
+  for (size_t a = 0; a < L.n; ++a)
+    for (size_t b = 0; b < L.n; ++b) {
+      if (a == b) continue;
+      size_t c = L.bin(a) * m + L.bin(b);
+      const auto& bw = t.bandwidthMbps.at(L.topo[a], L.topo[b]);
+      const auto& lat = t.latencyUs.at(L.topo[a], L.topo[b]);
+      if (bw) bwCells[c].push_back(*bw);
+      if (lat) latCells[c].push_back(std::max(lat->minUs, 1e-3));
+    }
+  std::array<Heatmap, 2> h;
+  h[0].scale = Scale{1e300, 0, true};
+  h[1].scale = Scale{1e300, 0, false};
+  for (int k = 0; k < 2; ++k) h[k].value.resize(m * m);
+  for (size_t c = 0; c < m * m; ++c) {
+    for (int k = 0; k < 2; ++k) {
+      auto& cells = k == 0 ? bwCells[c] : latCells[c];
+      if (cells.empty()) continue;
+      double v = medianOf(cells);
+      h[k].value[c] = v;
+      h[k].scale.lo = std::min(h[k].scale.lo, v);
+      h[k].scale.hi = std::max(h[k].scale.hi, v);
+    }
+  }
+  return h;
+}
+
+// The <svg> element, patterns, the arrow marker, the colour-bar gradients and the background.
+void appendPreamble(std::string& s) {
   s += fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
       "viewBox=\"0 0 {0} {1}\" font-family=\"DejaVu Sans, Helvetica, Arial, "
@@ -144,8 +175,10 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
     s += "</linearGradient>\n";
   }
   s += "</defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+}
 
-  // Title.
+// The title (hosts, groups, confidence) and the predicted gain.
+void appendTitle(std::string& s, const Plan& plan, size_t n) {
   size_t innermost = plan.groups.empty() ? 0 : plan.groups.front().groups.size();
   std::string what = plan.groups.empty()
                          ? "no groups found"
@@ -168,172 +201,198 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
         plan.predicted.bottleneckMbps);
   s += fmt::format("<text x=\"{}\" y=\"62\" font-size=\"16\" fill=\"#b33000\">{}</text>\n", kLeft,
                    esc(gain));
+}
 
-  const char* titles[2] = {"bandwidth, Mbit/s (row sends to column)",
-                           "latency, us one-way minimum (row to column)"};
-  for (int k = 0; k < 2; ++k) {
-    double x0 = kLeft + k * (kPanel + kGap), y0 = kTop;
-    const auto& val = k == 0 ? bw : lat;
-    const Scale& sc = k == 0 ? bwScale : latScale;
-    double ty = kTop - (n <= 48 ? 78 : 28);
-    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-                     x0, ty, titles[k]);
-    if (!groupAt.empty()) {
-      // Why the groups are what they are: the median inside groups against across them.
-      std::vector<double> in, out;
-      for (size_t a = 0; a < n; ++a)
-        for (size_t b = 0; b < n; ++b) {
-          if (a == b) continue;
-          double v = 0;
-          if (k == 0 && t.bandwidthMbps.at(topo[a], topo[b]))
-            v = *t.bandwidthMbps.at(topo[a], topo[b]);
-          else if (k == 1 && t.latencyUs.at(topo[a], topo[b]))
-            v = t.latencyUs.at(topo[a], topo[b])->minUs;
-          else
-            continue;
-          (groupAt[0][a] == groupAt[0][b] ? in : out).push_back(v);
-        }
-      if (!in.empty() && !out.empty()) {
-        double mi = medianOf(in), mo = medianOf(out);
-        s += fmt::format(
-            "<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#444\">median within "
-            "{}s {:.4g}, across {:.4g} ({:.2f}x)</text>\n",
-            x0, ty + 18, esc(plan.groups.front().name), mi, mo, k == 0 ? mi / mo : mo / mi);
-      }
-    }
-    s += fmt::format("<g shape-rendering=\"crispEdges\">\n");
-    for (size_t r = 0; r < m; ++r)
-      for (size_t c = 0; c < m; ++c) {
-        std::string fill;
-        if (r == c && n == m)
-          fill = "#ffffff";
-        else if (val[r * m + c])
-          fill = color(sc.t(*val[r * m + c]));
-        else
-          fill = "url(#missing)";
-        s += fmt::format(
-            "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" "
-            "fill=\"{}\"/>\n",
-            x0 + c * cell, y0 + r * cell, cell + 0.05, cell + 0.05, fill);
-      }
-    s += "</g>\n";
-    // Group boundaries: thin white for the innermost level, thick dark for outer ones.
-    for (size_t l = 0; l < groupAt.size(); ++l) {
-      for (size_t p = 1; p < n; ++p) {
-        if (groupAt[l][p] == groupAt[l][p - 1]) continue;
-        bool outerToo = false;
-        for (size_t u = l + 1; u < groupAt.size(); ++u)
-          outerToo = outerToo || groupAt[u][p] != groupAt[u][p - 1];
-        if (outerToo) continue;  // drawn by the outer level
-        double at = static_cast<double>(p) * kPanel / n;
-        const char* style = l == 0 ? "stroke=\"#ffffff\" stroke-width=\"2\""
-                                   : "stroke=\"#e8175d\" stroke-width=\"3.5\"";
-        s += fmt::format(
-            "<line x1=\"{0:.2f}\" y1=\"{1:.2f}\" x2=\"{0:.2f}\" y2=\"{2:.2f}\" {3}/>"
-            "<line x1=\"{4:.2f}\" y1=\"{5:.2f}\" x2=\"{6:.2f}\" y2=\"{5:.2f}\" {3}/>\n",
-            x0 + at, y0, y0 + kPanel, style, x0, y0 + at, x0 + kPanel);
-      }
-    }
-    s += fmt::format(
-        "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
-        "stroke=\"#333\" stroke-width=\"1\"/>\n",
-        x0, y0, kPanel, kPanel);
+// One panel (k = 0 bandwidth, k = 1 latency): what it draws, and where.
+struct Panel {
+  int k = 0;
+  double x0 = 0, y0 = 0;
+  const Heatmap* map = nullptr;
+};
 
-    // Rings: the cells (sender row, receiver column) each ring's hops use.
-    auto centre = [&](size_t a, size_t b) {
-      return std::pair{x0 + (bin(b) + 0.5) * cell, y0 + (bin(a) + 0.5) * cell};
-    };
-    double mark = std::clamp(cell * 0.22, 2.0, 9.0);
-    // Input order: hollow squares joined by a dashed line.
-    {
-      std::string path;
-      std::string marks;
-      size_t shown = 0;
-      for (size_t i = 0; i < n && shown < 512; ++i) {
-        size_t a = posOf[plan.hosts[i]], b = posOf[plan.hosts[(i + 1) % n]];
-        if (n > 1 && bin(a) == bin(b) && m < n) continue;
-        auto [x, y] = centre(a, b);
-        path += fmt::format("{}{:.1f},{:.1f}", path.empty() ? "M" : " L", x, y);
-        marks += fmt::format(
-            "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
-            "fill=\"none\" stroke=\"#000\" stroke-width=\"1.6\"/>\n",
-            x - mark, y - mark, 2 * mark, 2 * mark);
-        ++shown;
-      }
-      if (n > 1 && !path.empty())
-        s += fmt::format(
-            "<path d=\"{}\" fill=\"none\" stroke=\"#000\" stroke-opacity=\"0.45\" "
-            "stroke-width=\"1.2\" stroke-dasharray=\"4 3\"/>\n{}",
-            path, marks);
+// The panel's title and, with groups, why they are what they are: the median of the pairs
+// inside the innermost groups against the median across them.
+void appendPanelTitle(std::string& s, const Topology& t, const Plan& plan, const Layout& L,
+                      const Panel& P) {
+  static const char* titles[2] = {"bandwidth, Mbit/s (row sends to column)",
+                                  "latency, us one-way minimum (row to column)"};
+  const size_t n = L.n;
+  double ty = kTop - (n <= 48 ? 78 : 28);
+  s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
+                   P.x0, ty, titles[P.k]);
+  if (L.groupAt.empty()) return;
+  std::vector<double> in, out;
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = 0; b < n; ++b) {
+      if (a == b) continue;
+      double v = 0;
+      if (P.k == 0 && t.bandwidthMbps.at(L.topo[a], L.topo[b]))
+        v = *t.bandwidthMbps.at(L.topo[a], L.topo[b]);
+      else if (P.k == 1 && t.latencyUs.at(L.topo[a], L.topo[b]))
+        v = t.latencyUs.at(L.topo[a], L.topo[b])->minUs;
+      else
+        continue;
+      (L.groupAt[0][a] == L.groupAt[0][b] ? in : out).push_back(v);
     }
-    // Plan order: the superdiagonal (position p sends to p + 1) and the closing hop, arrows.
-    if (n > 1) {
-      std::string marks;
-      std::pair<double, double> prev{0, 0};
-      bool have = false;
-      for (size_t p = 0; p < n; ++p) {
-        size_t a = p, b = (p + 1) % n;
-        if (bin(a) == bin(b) && m < n) continue;
-        auto cur = centre(a, b);
-        if (have && b != 0)
-          s += fmt::format(
-              "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" "
-              "stroke=\"#ff4d00\" stroke-width=\"2\" marker-end=\"url(#arrow)\"/>\n",
-              prev.first, prev.second, cur.first, cur.second);
-        marks += fmt::format(
-            "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{:.1f}\" fill=\"#ff4d00\" "
-            "stroke=\"#fff\" stroke-width=\"1\"/>\n",
-            cur.first, cur.second, mark);
-        prev = cur;
-        have = true;
-      }
-      s += marks;
-    }
+  if (in.empty() || out.empty()) return;
+  double mi = medianOf(in), mo = medianOf(out);
+  s += fmt::format(
+      "<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#444\">median within "
+      "{}s {:.4g}, across {:.4g} ({:.2f}x)</text>\n",
+      P.x0, ty + 18, esc(plan.groups.front().name), mi, mo, P.k == 0 ? mi / mo : mo / mi);
+}
 
-    // Axis labels: host names when they fit, else nothing but the boundaries.
-    if (n <= 48) {
-      double font = std::min(12.0, cell * 0.6);
-      for (size_t p = 0; p < n; ++p) {
-        double c = (p + 0.5) * cell;
-        if (k == 0)
-          s += fmt::format(
-              "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"{:.1f}\" "
-              "text-anchor=\"end\" dominant-baseline=\"middle\">{}</text>\n",
-              x0 - 6, y0 + c, font, esc(plan.order[p]));
-        s += fmt::format(
-            "<text x=\"{0:.1f}\" y=\"{1:.1f}\" font-size=\"{2:.1f}\" "
-            "transform=\"rotate(-60 {0:.1f} {1:.1f})\">{3}</text>\n",
-            x0 + c, y0 - 6, font, esc(plan.order[p]));
-      }
+// The heatmap's cells: white diagonal (one host per cell), colour by value, hatched if missing.
+void appendCells(std::string& s, const Layout& L, const Panel& P) {
+  const size_t m = L.m;
+  s += fmt::format("<g shape-rendering=\"crispEdges\">\n");
+  for (size_t r = 0; r < m; ++r)
+    for (size_t c = 0; c < m; ++c) {
+      const auto& v = P.map->value[r * m + c];
+      std::string fill;
+      if (r == c && L.n == m)
+        fill = "#ffffff";
+      else if (v)
+        fill = color(P.map->scale.t(*v));
+      else
+        fill = "url(#missing)";
+      s += fmt::format(
+          "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" "
+          "fill=\"{}\"/>\n",
+          P.x0 + c * L.cell, P.y0 + r * L.cell, L.cell + 0.05, L.cell + 0.05, fill);
     }
-    // Colour bar.
-    double by = y0 + kPanel + 26;
-    s += fmt::format(
-        "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"14\" fill=\"url(#scale{})\" "
-        "stroke=\"#333\" stroke-width=\"0.5\"/>\n",
-        x0, by, kPanel, k);
-    if (sc.hi >= sc.lo) {
-      // Dark (slow, far) on the left, bright (fast, near) on the right, for both.
-      for (int i = 0; i <= 4; ++i) {
-        double from = k == 0 ? sc.lo : sc.hi, to = k == 0 ? sc.hi : sc.lo;
-        double v = std::exp(std::log(from) + i / 4.0 * (std::log(to) - std::log(from)));
-        double tx = i / 4.0;
-        s += fmt::format(
-            "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" "
-            "text-anchor=\"middle\">{:.3g}</text>\n",
-            x0 + tx * kPanel, by + 30, v);
-      }
-    } else {
-      s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\">no measurements</text>\n", x0,
-                       by + 30);
+  s += "</g>\n";
+}
+
+// Group boundaries: thin white for the innermost level, thick dark for outer ones; then the
+// panel's frame.
+void appendBoundaries(std::string& s, const Layout& L, const Panel& P) {
+  const size_t n = L.n;
+  for (size_t l = 0; l < L.groupAt.size(); ++l) {
+    for (size_t p = 1; p < n; ++p) {
+      if (L.groupAt[l][p] == L.groupAt[l][p - 1]) continue;
+      bool outerToo = false;
+      for (size_t u = l + 1; u < L.groupAt.size(); ++u)
+        outerToo = outerToo || L.groupAt[u][p] != L.groupAt[u][p - 1];
+      if (outerToo) continue;  // drawn by the outer level
+      double at = static_cast<double>(p) * kPanel / n;
+      const char* style = l == 0 ? "stroke=\"#ffffff\" stroke-width=\"2\""
+                                 : "stroke=\"#e8175d\" stroke-width=\"3.5\"";
+      s += fmt::format(
+          "<line x1=\"{0:.2f}\" y1=\"{1:.2f}\" x2=\"{0:.2f}\" y2=\"{2:.2f}\" {3}/>"
+          "<line x1=\"{4:.2f}\" y1=\"{5:.2f}\" x2=\"{6:.2f}\" y2=\"{5:.2f}\" {3}/>\n",
+          P.x0 + at, P.y0, P.y0 + kPanel, style, P.x0, P.y0 + at, P.x0 + kPanel);
     }
-    s += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" text-anchor=\"end\" "
-        "fill=\"#555\">brighter = {}</text>\n",
-        x0 + kPanel, by - 6, k == 0 ? "faster" : "nearer");
   }
+  s += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
+      "stroke=\"#333\" stroke-width=\"1\"/>\n",
+      P.x0, P.y0, kPanel, kPanel);
+}
 
-  // Legend.
+// The rings: the cells (sender row, receiver column) each ring's hops use. The input order's
+// as hollow squares joined by a dashed line; the plan's (the superdiagonal, position p sends to
+// p + 1, and the closing hop) as dots joined by arrows. Hops inside one block are not marked.
+void appendRings(std::string& s, const Plan& plan, const Layout& L, const Panel& P) {
+  const size_t n = L.n, m = L.m;
+  auto centre = [&](size_t a, size_t b) {
+    return std::pair{P.x0 + (L.bin(b) + 0.5) * L.cell, P.y0 + (L.bin(a) + 0.5) * L.cell};
+  };
+  double mark = std::clamp(L.cell * 0.22, 2.0, 9.0);
+  {
+    std::string path;
+    std::string marks;
+    size_t shown = 0;
+    for (size_t i = 0; i < n && shown < 512; ++i) {
+      size_t a = L.position(plan.hosts[i]), b = L.position(plan.hosts[(i + 1) % n]);
+      if (n > 1 && L.bin(a) == L.bin(b) && m < n) continue;
+      auto [x, y] = centre(a, b);
+      path += fmt::format("{}{:.1f},{:.1f}", path.empty() ? "M" : " L", x, y);
+      marks += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+          "fill=\"none\" stroke=\"#000\" stroke-width=\"1.6\"/>\n",
+          x - mark, y - mark, 2 * mark, 2 * mark);
+      ++shown;
+    }
+    if (n > 1 && !path.empty())
+      s += fmt::format(
+          "<path d=\"{}\" fill=\"none\" stroke=\"#000\" stroke-opacity=\"0.45\" "
+          "stroke-width=\"1.2\" stroke-dasharray=\"4 3\"/>\n{}",
+          path, marks);
+  }
+  if (n <= 1) return;
+  std::string marks;
+  std::pair<double, double> prev{0, 0};
+  bool have = false;
+  for (size_t p = 0; p < n; ++p) {
+    size_t a = p, b = (p + 1) % n;
+    if (L.bin(a) == L.bin(b) && m < n) continue;
+    auto cur = centre(a, b);
+    if (have && b != 0)
+      s += fmt::format(
+          "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" "
+          "stroke=\"#ff4d00\" stroke-width=\"2\" marker-end=\"url(#arrow)\"/>\n",
+          prev.first, prev.second, cur.first, cur.second);
+    marks += fmt::format(
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{:.1f}\" fill=\"#ff4d00\" "
+        "stroke=\"#fff\" stroke-width=\"1\"/>\n",
+        cur.first, cur.second, mark);
+    prev = cur;
+    have = true;
+  }
+  s += marks;
+}
+
+// Axis labels: host names when they fit (48 hosts), else nothing but the boundaries. Row labels
+// on the first panel only.
+void appendAxisLabels(std::string& s, const Plan& plan, const Layout& L, const Panel& P) {
+  if (L.n > 48) return;
+  double font = std::min(12.0, L.cell * 0.6);
+  for (size_t p = 0; p < L.n; ++p) {
+    double c = (p + 0.5) * L.cell;
+    if (P.k == 0)
+      s += fmt::format(
+          "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"{:.1f}\" "
+          "text-anchor=\"end\" dominant-baseline=\"middle\">{}</text>\n",
+          P.x0 - 6, P.y0 + c, font, esc(plan.order[p]));
+    s += fmt::format(
+        "<text x=\"{0:.1f}\" y=\"{1:.1f}\" font-size=\"{2:.1f}\" "
+        "transform=\"rotate(-60 {0:.1f} {1:.1f})\">{3}</text>\n",
+        P.x0 + c, P.y0 - 6, font, esc(plan.order[p]));
+  }
+}
+
+// The colour bar under the panel: dark (slow, far) on the left, bright (fast, near) on the
+// right, for both panels, with five values on a log scale.
+void appendColourBar(std::string& s, const Panel& P) {
+  const Scale& sc = P.map->scale;
+  double by = P.y0 + kPanel + 26;
+  s += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"14\" fill=\"url(#scale{})\" "
+      "stroke=\"#333\" stroke-width=\"0.5\"/>\n",
+      P.x0, by, kPanel, P.k);
+  if (sc.hi >= sc.lo) {
+    for (int i = 0; i <= 4; ++i) {
+      double from = P.k == 0 ? sc.lo : sc.hi, to = P.k == 0 ? sc.hi : sc.lo;
+      double v = std::exp(std::log(from) + i / 4.0 * (std::log(to) - std::log(from)));
+      double tx = i / 4.0;
+      s += fmt::format(
+          "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" "
+          "text-anchor=\"middle\">{:.3g}</text>\n",
+          P.x0 + tx * kPanel, by + 30, v);
+    }
+  } else {
+    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\">no measurements</text>\n", P.x0,
+                     by + 30);
+  }
+  s += fmt::format(
+      "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" text-anchor=\"end\" "
+      "fill=\"#555\">brighter = {}</text>\n",
+      P.x0 + kPanel, by - 6, P.k == 0 ? "faster" : "nearer");
+}
+
+// The legend under the panels; returns the y of the line after it.
+double appendLegend(std::string& s, const Plan& plan, const Layout& L) {
   double ly = kTop + kPanel + 92;
   double lx = kLeft;
   s += fmt::format(
@@ -371,15 +430,19 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
       "<rect x=\"{}\" y=\"{}\" width=\"30\" height=\"14\" fill=\"url(#missing)\"/>"
       "<text x=\"{}\" y=\"{}\" font-size=\"14\">not measured</text>\n",
       lx + 560, ly - 7, lx + 600, ly + 5);
-  if (m < n) {
+  if (L.m < L.n) {
     ly += 26;
     s += fmt::format(
         "<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#555\">{} hosts drawn as "
         "{} x {} blocks (median of each block's pairs); hops inside a block are not "
         "marked</text>\n",
-        lx, ly + 5, n, m, m);
+        lx, ly + 5, L.n, L.m, L.m);
   }
-  ly += 30;
+  return ly + 30;
+}
+
+// The plan's algorithm per collective and message size, one line each, from y = `ly`.
+void appendAlgorithms(std::string& s, const Plan& plan, double ly) {
   for (const auto& [coll, ranges] : plan.collectives) {
     std::string line = coll + ":";
     for (const auto& r : ranges)
@@ -389,9 +452,29 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
                           ? sizeText(r.minBytes)
                           : sizeText(r.minBytes) + " .. " + sizeText(r.maxBytes));
     line.pop_back();
-    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"14\">{}</text>\n", lx, ly, esc(line));
+    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"14\">{}</text>\n", kLeft, ly, esc(line));
     ly += 22;
   }
+}
+
+}  // namespace
+
+std::string renderSvg(const Topology& t, const Plan& plan) {
+  const Layout L = layoutHosts(t, plan);
+  const std::array<Heatmap, 2> maps = heatmaps(t, L);
+  std::string s;
+  appendPreamble(s);
+  appendTitle(s, plan, L.n);
+  for (int k = 0; k < 2; ++k) {
+    const Panel P{k, kLeft + k * (kPanel + kGap), kTop, &maps[k]};
+    appendPanelTitle(s, t, plan, L, P);
+    appendCells(s, L, P);
+    appendBoundaries(s, L, P);
+    appendRings(s, plan, L, P);
+    appendAxisLabels(s, plan, L, P);
+    appendColourBar(s, P);
+  }
+  appendAlgorithms(s, plan, appendLegend(s, plan, L));
   s += "</svg>\n";
   return s;
 }
