@@ -1,18 +1,10 @@
 #include "launch/xgboost_tracker.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -53,83 +45,41 @@ std::vector<int> shareRing(const std::vector<std::vector<int>>& tree,
   return out;
 }
 
-// One accepted connection; every read and write is bounded by the deadline given.
+// One accepted connection; every read and write is bounded by the deadline given and names
+// the exchange and the worker ("XGBoost tracker: the rank from worker at 10.0.0.3").
 class Conn {
  public:
-  Conn(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {}
-  ~Conn() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Conn(const Conn&) = delete;
-  Conn& operator=(const Conn&) = delete;
+  explicit Conn(Socket sock) : sock_(std::move(sock)), peer_(sock_.peerAddr().host()) {}
   const std::string& peer() const { return peer_; }
-  void closeNow() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
+  void closeNow() { sock_.close(); }
 
-  void recvAll(void* buf, size_t n, Deadline d, std::string_view what) {
-    auto* p = static_cast<char*>(buf);
-    while (n > 0) {
-      wait(POLLIN, d, what);
-      ssize_t r = recv(fd_, p, n, 0);
-      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (r < 0) RANKMAP_CHECK_SYS(r);
-      if (r == 0)
-        RANKMAP_THROW(PeerError,
-                      "XGBoost tracker: worker at {} closed the connection while the "
-                      "tracker waited for {}",
-                      peer_, what);
-      p += r;
-      n -= static_cast<size_t>(r);
-    }
-  }
-  void sendAll(const void* buf, size_t n, Deadline d, std::string_view what) {
-    const auto* p = static_cast<const char*>(buf);
-    while (n > 0) {
-      wait(POLLOUT, d, what);
-      ssize_t r = send(fd_, p, n, MSG_NOSIGNAL);
-      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (r < 0)
-        RANKMAP_THROW(PeerError, "XGBoost tracker: sending {} to worker at {}: {}", what, peer_,
-                      std::strerror(errno));
-      p += r;
-      n -= static_cast<size_t>(r);
-    }
-  }
   int32_t recvInt(Deadline d, std::string_view what) {
     int32_t v = 0;
-    recvAll(&v, sizeof v, d, what);
+    sock_.recvAll(&v, sizeof v, d, name(what));
     return v;
   }
-  void sendInt(int32_t v, Deadline d, std::string_view what) { sendAll(&v, sizeof v, d, what); }
+  void sendInt(int32_t v, Deadline d, std::string_view what) {
+    sock_.sendAll(&v, sizeof v, d, name(what));
+  }
   std::string recvStr(Deadline d, std::string_view what) {
     int32_t n = recvInt(d, what);
     if (n < 0 || n > kMaxString)
       RANKMAP_THROW(PeerError, "XGBoost tracker: worker at {} sent a {} of {} bytes", peer_, what,
                     n);
     std::string s(static_cast<size_t>(n), '\0');
-    recvAll(s.data(), s.size(), d, what);
+    sock_.recvAll(s.data(), s.size(), d, name(what));
     return s;
   }
   void sendStr(const std::string& s, Deadline d, std::string_view what) {
     sendInt(static_cast<int32_t>(s.size()), d, what);
-    sendAll(s.data(), s.size(), d, what);
+    sock_.sendAll(s.data(), s.size(), d, name(what));
   }
 
  private:
-  void wait(short events, Deadline d, std::string_view what) {
-    for (;;) {
-      pollfd p{fd_, events, 0};
-      int n = poll(&p, 1, d.pollTimeoutMs());
-      if (n > 0) return;
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) RANKMAP_CHECK_SYS(n);
-      RANKMAP_THROW(TimeoutError, "XGBoost tracker: timed out waiting for {} from worker at {}",
-                    what, peer_);
-    }
+  std::string name(std::string_view what) const {
+    return fmt::format("XGBoost tracker: {} from worker at {}", what, peer_);
   }
-  int fd_;
+  Socket sock_;
   std::string peer_;
 };
 
@@ -207,10 +157,8 @@ struct ServeState {
 
 // Phase 1: the next connection, waking every 100 ms for `tick` (which may throw to abort) and,
 // while workers are starting, for the start deadline: TimeoutError naming the task ids seen.
-std::unique_ptr<Conn> acceptWorker(int listenFd, const ServeState& st,
+std::unique_ptr<Conn> acceptWorker(Listener& listener, const ServeState& st,
                                    const std::function<void()>& tick) {
-  int cfd = -1;
-  sockaddr_in peer{};
   for (;;) {
     if (tick) tick();
     if (st.startPhase() && st.startDeadline.expired()) {
@@ -221,22 +169,11 @@ std::unique_ptr<Conn> acceptWorker(int listenFd, const ServeState& st,
                     st.seen.size(), st.n,
                     ids.empty() ? std::string("none") : fmt::format("{}", fmt::join(ids, ",")));
     }
-    pollfd p{listenFd, POLLIN, 0};
-    int timeout = 100;
-    if (st.startPhase()) timeout = std::min(timeout, st.startDeadline.pollTimeoutMs());
-    int r = poll(&p, 1, timeout);
-    if (r < 0 && errno != EINTR) RANKMAP_CHECK_SYS(r);
-    if (r <= 0) continue;
-    socklen_t len = sizeof peer;
-    cfd = accept4(listenFd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (cfd >= 0) break;
-    if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) RANKMAP_CHECK_SYS(cfd);
+    Deadline wake = Deadline::after(std::chrono::milliseconds(100));
+    if (st.startPhase()) wake = wake.min(st.startDeadline);
+    if (std::optional<Socket> sock = listener.accept(wake))
+      return std::make_unique<Conn>(std::move(*sock));
   }
-  char host[INET_ADDRSTRLEN] = {};
-  inet_ntop(AF_INET, &peer.sin_addr, host, sizeof host);
-  int one = 1;
-  setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return std::make_unique<Conn>(cfd, host);
 }
 
 // Phase 2: the magic exchange and the header every command starts with (rank, world size, task
@@ -394,8 +331,9 @@ void admitWorker(ServeState& st, std::shared_ptr<Entry> e, std::map<std::string,
     auto it = st.jobMap.find(e->taskId);
     if (it != st.jobMap.end()) rank = it->second;
   }
-  if (rank >= st.n)
-    RANKMAP_THROW(PeerError, "XGBoost tracker: rank {} from {} (world {})", rank, host, st.n);
+  if (rank < -1 || rank >= st.n)
+    RANKMAP_THROW(PeerError, "XGBoost tracker: rank {} from {} (expected -1 or 0..{})", rank, host,
+                  st.n - 1);
   if (rank != -1) {
     giveRank(st, e, rank);
     return;
@@ -413,37 +351,24 @@ RabitTracker::RabitTracker(const std::string& bindAddress, uint16_t port, int wo
     : workers_(workers) {
   if (workers < 1)
     RANKMAP_THROW(InvalidInput, "XGBoost tracker: {} workers (expected >= 1)", workers);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  if (inet_pton(AF_INET, bindAddress.c_str(), &a.sin_addr) != 1)
-    RANKMAP_THROW(InvalidInput, "XGBoost tracker address {:?}: expected an IPv4 address",
-                  bindAddress);
-  fd_ = RANKMAP_CHECK_SYS(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  int one = 1;
-  setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  SockAddr addr;
   try {
-    RANKMAP_CHECK_SYS(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a));
-    RANKMAP_CHECK_SYS(listen(fd_, 256));
-    socklen_t len = sizeof a;
-    RANKMAP_CHECK_SYS(getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len));
-  } catch (...) {
-    close(fd_);
-    throw;
+    addr = resolve(bindAddress, port, Lookup::kNumericOnly);
+  } catch (const InvalidInput&) {
+    RANKMAP_THROW(InvalidInput, "XGBoost tracker address {:?}: expected an IPv4 or IPv6 address",
+                  bindAddress);
   }
-  port_ = ntohs(a.sin_port);
+  listener_ = Listener::bind(addr);
 }
 
-RabitTracker::~RabitTracker() {
-  if (fd_ >= 0) close(fd_);
-}
+RabitTracker::~RabitTracker() = default;
 
 void RabitTracker::serve(Deadline startDeadline, std::chrono::milliseconds ioTimeout,
                          const std::function<void()>& tick,
                          const std::function<void(const std::string&)>& print) {
   ServeState st(workers_, startDeadline, ioTimeout);
   while (!st.allShutDown()) {
-    std::unique_ptr<Conn> conn = acceptWorker(fd_, st, tick);
+    std::unique_ptr<Conn> conn = acceptWorker(listener_, st, tick);
     Deadline d = st.ioDeadline();
     std::shared_ptr<Entry> e = readHeader(std::move(conn), d);
     if (!e) continue;

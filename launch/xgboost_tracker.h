@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/deadline.h"
+#include "common/net.h"
 
 namespace rankmap::launch {
 
@@ -51,13 +52,14 @@ constexpr int32_t kRabitMagic = 0xff99;
 
 class RabitTracker {
  public:
-  // Listens on bindAddress:port (port 0 = any free port). Throws SystemError naming the call.
+  // Listens on bindAddress:port (port 0 = any free port); bindAddress is a numeric IPv4 or IPv6
+  // address. InvalidInput for another address, SystemError naming the address if the bind fails.
   RabitTracker(const std::string& bindAddress, uint16_t port, int workers);
   ~RabitTracker();
   RabitTracker(const RabitTracker&) = delete;
   RabitTracker& operator=(const RabitTracker&) = delete;
 
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return listener_.port(); }
   int workers() const { return workers_; }
 
   // Serves until every rank has sent "shutdown". Every worker must have connected and finished
@@ -73,8 +75,7 @@ class RabitTracker {
   const std::map<std::string, int>& ranks() const { return ranks_; }
 
  private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
+  Listener listener_;
   int workers_ = 0;
   std::map<std::string, int> ranks_;
 };

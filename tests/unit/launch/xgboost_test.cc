@@ -18,6 +18,7 @@
 #include <set>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/error.h"
@@ -325,6 +326,37 @@ TEST(RabitTrackerTest, StalledWorkerIsATimeout) {
   sendInt(fd, kRabitMagic);  // then silence
   EXPECT_THROW(tracker.serve(Deadline::after(10s), 300ms, {}, {}), TimeoutError);
   close(fd);
+}
+
+TEST(RabitTrackerTest, OutOfRangeRankFromTheWireIsAPeerError) {
+  // A rank is an index into the link map: anything but -1 (unknown) or 0..n-1 is refused.
+  for (int bad : {-2, -100, 3, 1 << 30}) {
+    RabitTracker tracker("127.0.0.1", 0, 3);
+    std::thread worker([&] {
+      try {
+        int t = openTracker(tracker.port(), bad, "rankmap-0", "start");
+        close(t);
+      } catch (const std::exception&) {
+      }
+    });
+    try {
+      tracker.serve(Deadline::after(10s), 5s, {}, {});
+      ADD_FAILURE() << "expected a PeerError for rank " << bad;
+    } catch (const PeerError& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("rank {} from", bad)), std::string::npos)
+          << e.what();
+    }
+    worker.join();
+  }
+}
+
+TEST(RabitTrackerTest, BindAddressMustBeNumeric) {
+  try {
+    RabitTracker tracker("tracker.example", 0, 2);
+    FAIL() << "expected InvalidInput";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("tracker.example"), std::string::npos) << e.what();
+  }
 }
 
 TEST(RabitTrackerTest, TickCanAbort) {
