@@ -59,6 +59,8 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
   if (!a.agent.empty() && (!a.plan.empty() || !a.topology.empty()))
     RANKMAP_THROW(InvalidInput, "--agent: expected alone (not with --plan or --topology)");
   launch::Mode mode = launch::parseMode(a.mode);
+  PlanChecks checks;
+  checks.maxAge = cfg.get(settings::kPlanMaxAge);
   if (a.xgboost > 0) {  // frameworks: launch/xgboost.h
     launch::XgboostOptions xo;
     xo.workers = a.xgboost;
@@ -68,7 +70,8 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
     xo.dryRun = a.dryRun;
     return launch::runXgboostJob(xo, a.hostsFile, a.command,
                                  a.plan.empty() ? cfg.get(settings::kPlan) : a.plan,
-                                 a.topology.empty() ? cfg.get(settings::kTopology) : a.topology);
+                                 a.topology.empty() ? cfg.get(settings::kTopology) : a.topology,
+                                 checks);
   }
 
   std::string why;
@@ -77,7 +80,8 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
   launch::RunDecision d;
   if (launch::isTorchrun(a.command)) {  // frameworks: launch/torchrun.h
     d = launch::prepareTorchrun(a.command, a.plan.empty() ? cfg.get(settings::kPlan) : a.plan,
-                                a.topology.empty() ? cfg.get(settings::kTopology) : a.topology);
+                                a.topology.empty() ? cfg.get(settings::kTopology) : a.topology,
+                                checks);
   } else if (!cmd) {
     d = launch::unchanged(a.command, why);
   } else {
@@ -95,6 +99,7 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
       pr = launch::planFromAgent(url, cmd->job(),
                                  Deadline::after(cfg.get(settings::kRunAgentTimeout)));
     }
+    launch::dropStalePlan(pr, checks);
     // A run directory that cannot be made or written is rankmap's problem, not the job's: the
     // job then runs unchanged.
     try {

@@ -92,12 +92,16 @@ PlanResult planFromTopology(const std::string& topologyPath, const Job& job) {
 }
 
 PlanResult planForFramework(const std::string& planPath, const std::string& topologyPath,
-                            const std::function<Job()>& makeJob, const std::string& missing) {
-  if (!planPath.empty()) return planFromFile(planPath, topologyPath);
+                            const std::function<Job()>& makeJob, const std::string& missing,
+                            const PlanChecks& checks) {
   PlanResult r;
-  if (!topologyPath.empty()) {
+  if (!planPath.empty()) {
+    r = planFromFile(planPath, topologyPath);
+    dropStalePlan(r, checks);
+  } else if (!topologyPath.empty()) {
     try {
-      return planFromTopology(topologyPath, makeJob());
+      r = planFromTopology(topologyPath, makeJob());
+      dropStalePlan(r, checks);
     } catch (const Error& e) {
       r.error = e.what();
       r.source.description = "topology " + topologyPath;
@@ -139,6 +143,15 @@ PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadli
     }
   }
   return r;
+}
+
+void dropStalePlan(PlanResult& result, const PlanChecks& checks) {
+  if (!result.plan) return;
+  if (std::optional<std::string> why = staleReason(*result.plan, checks)) {
+    result.error = fmt::format("plan from {} is stale: {}", result.source.description, *why);
+    result.plan.reset();
+    result.planPath.clear();
+  }
 }
 
 }  // namespace rankmap::launch

@@ -15,6 +15,7 @@
 
 #include "common/deadline.h"
 #include "common/plan.h"
+#include "common/plan_agreement.h"
 #include "common/topology.h"
 #include "launch/launch.h"
 
@@ -38,14 +39,21 @@ PlanResult planFromTopology(const std::string& topologyPath, const Job& job);
 // For a launcher whose command line does not name the job's hosts (torchrun, XGBoost): the plan
 // file when `planPath` is set; else a plan from `topologyPath` for the job that `makeJob` gives
 // (it may read the topology; an Error it throws becomes the error, with the topology as the
-// source); else no plan, with `missing` as the error and the command line as the source.
+// source); else no plan, with `missing` as the error and the command line as the source. A stale
+// plan is dropped as by dropStalePlan().
 PlanResult planForFramework(const std::string& planPath, const std::string& topologyPath,
-                            const std::function<Job()>& makeJob, const std::string& missing);
+                            const std::function<Job()>& makeJob, const std::string& missing,
+                            const PlanChecks& checks);
 
 // Asks the agent at `url` (e.g. http://127.0.0.1:7410) for a plan for exactly the job's hosts:
 // GET <url>/v1/plan?hosts=<h1>,<h2>,...&ranks_per_host=<K> (hosts as the job spells them, in
 // launcher order). When a job host is not a plan host name, GET <url>/v1/topology supplies the
 // addresses. Every request (launch/http_client.h) is bounded by `deadline`.
 PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadline);
+
+// The same local check every rank of an engine or shim job makes (common/plan_agreement.h): a
+// plan older than checks.maxAge (counted from its topology_time) is dropped, and `error` says
+// it is stale and by how much, so the job runs unchanged. A result without a plan is left as is.
+void dropStalePlan(PlanResult& result, const PlanChecks& checks);
 
 }  // namespace rankmap::launch

@@ -466,7 +466,7 @@ RunDecision decideTorchrun(const std::vector<std::string>& argv, const std::opti
 }
 
 RunDecision prepareTorchrun(const std::vector<std::string>& argv, const std::string& planPath,
-                            const std::string& topologyPath) {
+                            const std::string& topologyPath, const PlanChecks& checks) {
   // Every host of the topology is a node of the job: torchrun's command line names none.
   PlanResult pr = planForFramework(
       planPath, topologyPath,
@@ -475,7 +475,7 @@ RunDecision prepareTorchrun(const std::vector<std::string>& argv, const std::str
         for (const auto& h : Topology::load(topologyPath).hosts) job.hosts.push_back({h.name, 1});
         return job;
       },
-      "torchrun needs --plan or --topology (RANKMAP_PLAN / RANKMAP_TOPOLOGY)");
+      "torchrun needs --plan or --topology (RANKMAP_PLAN / RANKMAP_TOPOLOGY)", checks);
   NodeIdentity self;
   try {
     self = localNodeIdentity();

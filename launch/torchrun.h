@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/plan.h"
+#include "common/plan_agreement.h"
 #include "common/topology.h"
 #include "launch/launch.h"
 
@@ -130,8 +131,9 @@ RunDecision decideTorchrun(const std::vector<std::string>& argv, const std::opti
 
 // rankmap run's entry for torchrun: the plan from `planPath` (with host addresses from
 // `topologyPath`, may be empty), else planned from `topologyPath` for all its hosts; this node's
-// identity; the torch installation; then decideTorchrun(). Never throws for a bad plan.
+// identity; the torch installation; then decideTorchrun(). Never throws for a bad plan; a stale
+// one (`checks`) runs the job unchanged.
 RunDecision prepareTorchrun(const std::vector<std::string>& argv, const std::string& planPath,
-                            const std::string& topologyPath);
+                            const std::string& topologyPath, const PlanChecks& checks);
 
 }  // namespace rankmap::launch

@@ -343,7 +343,7 @@ int runXgboost(const XgboostOptions& opts, const std::vector<std::string>& progr
 
 int runXgboostJob(XgboostOptions opts, const std::string& hostsFile,
                   const std::vector<std::string>& program, const std::string& planPath,
-                  const std::string& topologyPath) {
+                  const std::string& topologyPath, const PlanChecks& checks) {
   if (!hostsFile.empty()) opts.hosts = readHostsFile(hostsFile);
   PlanResult pr = planForFramework(
       planPath, topologyPath,
@@ -361,7 +361,7 @@ int runXgboostJob(XgboostOptions opts, const std::string& hostsFile,
         }
         return job;
       },
-      "no --plan or --topology (RANKMAP_PLAN / RANKMAP_TOPOLOGY)");
+      "no --plan or --topology (RANKMAP_PLAN / RANKMAP_TOPOLOGY)", checks);
   return runXgboost(opts, program, pr.plan, pr.error, pr.source, pr.known);
 }
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/plan.h"
+#include "common/plan_agreement.h"
 #include "common/topology.h"
 #include "launch/launch.h"
 
@@ -86,9 +87,10 @@ int runXgboost(const XgboostOptions& opts, const std::vector<std::string>& progr
 
 // rankmap run's entry for --xgboost: the plan from `planPath` (host addresses from
 // `topologyPath`, may be empty), else planned from `topologyPath` for the hosts, then runXgboost.
-// `hostsFile` (may be empty) lists the hosts in launcher order.
+// `hostsFile` (may be empty) lists the hosts in launcher order. A stale plan (`checks`) is not
+// applied.
 int runXgboostJob(XgboostOptions opts, const std::string& hostsFile,
                   const std::vector<std::string>& program, const std::string& planPath,
-                  const std::string& topologyPath);
+                  const std::string& topologyPath, const PlanChecks& checks);
 
 }  // namespace rankmap::launch

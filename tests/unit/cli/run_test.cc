@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "common/files.h"
 #include "common/plan.h"
@@ -43,15 +44,16 @@ class RunCli : public ::testing::Test {
     hash_ = p.hash;
   }
 
-  Completed rankmap(std::vector<std::string> args) {
+  Completed rankmap(std::vector<std::string> args,
+                    std::map<std::string, std::string> env = {}) {
     std::vector<std::string> argv{RANKMAP_CLI, "run"};
     argv.insert(argv.end(), args.begin(), args.end());
-    return testing::runCommand(argv,
-                               {{"RANKMAP_RUN_DIR", dir_.file("run")},
-                                {"RANKMAP_MPI_SHIM", "/opt/rankmap/librankmap_mpi.so"},
-                                {"RANKMAP_CONF_FILE", dir_.file("none.conf")}},
-                               Deadline::afterMs(kTimeoutMs),
-                               {"RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "RANKMAP_AGENT", "RANKMAP_LOG"});
+    env["RANKMAP_RUN_DIR"] = dir_.file("run");
+    env["RANKMAP_MPI_SHIM"] = "/opt/rankmap/librankmap_mpi.so";
+    env["RANKMAP_CONF_FILE"] = dir_.file("none.conf");
+    return testing::runCommand(argv, env, Deadline::afterMs(kTimeoutMs),
+                               {"RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "RANKMAP_AGENT", "RANKMAP_LOG",
+                                "RANKMAP_PLAN_MAX_AGE"});
   }
 
   std::vector<std::string> seqJob() {
@@ -116,6 +118,28 @@ TEST_F(RunCli, UnknownOptionsRunTheOriginalCommand) {
   EXPECT_EQ(testing::lines(c.out)[0], "argv: --frobnicate --hostfile " + dir_.file("hf") + " ./prog");
   EXPECT_NE(c.err.find("running the original command unchanged"), std::string::npos) << c.err;
   EXPECT_NE(c.err.find("--frobnicate"), std::string::npos) << c.err;
+}
+
+TEST_F(RunCli, StalePlanRunsTheOriginalCommand) {
+  Plan old = Plan::load(dir_.file("plan.json"));
+  old.topologyTime = "2020-01-01T00:00:00Z";
+  old.seal();
+  old.save(dir_.file("old.json"));
+  auto args = std::vector<std::string>{"--plan", dir_.file("old.json")};
+  for (auto& w : seqJob()) args.push_back(w);
+  // No age limit (the default): the old plan is applied.
+  Completed c = rankmap(args);
+  EXPECT_EQ(c.status, 7) << c.out << c.err;
+  EXPECT_NE(c.out.find("vm2\nvm0\nvm3\nvm1\n"), std::string::npos) << c.out;
+  // RANKMAP_PLAN_MAX_AGE=1h: stale, so the job runs unchanged and says why.
+  c = rankmap(args, {{"RANKMAP_PLAN_MAX_AGE", "1h"}});
+  EXPECT_EQ(c.status, 7) << c.out << c.err;
+  auto out = testing::lines(c.out);
+  ASSERT_GE(out.size(), 1u) << c.out;
+  EXPECT_EQ(out[0], "argv: --hostfile " + dir_.file("hf") + " --mca rmaps seq --np 4 ./prog --size 8");
+  EXPECT_NE(c.err.find("is stale"), std::string::npos) << c.err;
+  EXPECT_NE(c.err.find("running the original command unchanged"), std::string::npos) << c.err;
+  EXPECT_TRUE(runDirEmpty());
 }
 
 TEST_F(RunCli, BadPlansRunTheOriginalCommand) {

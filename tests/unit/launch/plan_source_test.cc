@@ -139,6 +139,40 @@ TEST(PlanFromTopology, PlansExactlyTheJobsHosts) {
   EXPECT_FALSE(r.plan);
 }
 
+TEST(PlanForFramework, StalePlansAreDroppedWithTheReason) {
+  testing::TempDir dir;
+  Plan p = orderedPlan({"a", "b"}, {"b", "a"});
+  p.topologyTime = "2020-01-01T00:00:00Z";
+  p.seal();
+  p.save(dir.file("plan.json"));
+  Topology t = twoRacks();
+  t.time = "2020-01-01T00:00:00Z";
+  t.save(dir.file("t.json"));
+  auto makeJob = [] { return job({"a", "b", "c"}); };
+  PlanChecks noLimit;  // maxAge 0: plans never go stale
+  PlanResult r = planForFramework(dir.file("plan.json"), "", makeJob, "missing", noLimit);
+  ASSERT_TRUE(r.plan) << r.error;
+
+  PlanChecks hour;
+  hour.maxAge = std::chrono::hours(1);
+  r = planForFramework(dir.file("plan.json"), "", makeJob, "missing", hour);
+  EXPECT_FALSE(r.plan);
+  EXPECT_TRUE(r.planPath.empty());
+  EXPECT_NE(r.error.find("plan from " + dir.file("plan.json") + " is stale"), std::string::npos)
+      << r.error;
+  // Planned on the spot from an old topology: the plan carries the topology's time.
+  r = planForFramework("", dir.file("t.json"), makeJob, "missing", hour);
+  EXPECT_FALSE(r.plan);
+  EXPECT_NE(r.error.find("is stale"), std::string::npos) << r.error;
+
+  // A fresh plan passes the same check; one without topology_time never goes stale.
+  PlanResult fresh = planFromFile(dir.file("plan.json"), "");
+  fresh.plan->topologyTime = "";
+  fresh.plan->seal();
+  dropStalePlan(fresh, hour);
+  EXPECT_TRUE(fresh.plan) << fresh.error;
+}
+
 TEST(PlanForFramework, PlanFileThenTopologyThenNothing) {
   testing::TempDir dir;
   Plan p = orderedPlan({"a", "b"}, {"b", "a"});
@@ -150,12 +184,12 @@ TEST(PlanForFramework, PlanFileThenTopologyThenNothing) {
     return job({"a", "b", "c"});
   };
   // A plan file wins; the job is not needed.
-  PlanResult r = planForFramework(dir.file("plan.json"), dir.file("t.json"), makeJob, "missing");
+  PlanResult r = planForFramework(dir.file("plan.json"), dir.file("t.json"), makeJob, "missing", {});
   ASSERT_TRUE(r.plan) << r.error;
   EXPECT_EQ(*r.plan, p);
   EXPECT_EQ(jobsMade, 0);
 
-  r = planForFramework("", dir.file("t.json"), makeJob, "missing");
+  r = planForFramework("", dir.file("t.json"), makeJob, "missing", {});
   ASSERT_TRUE(r.plan) << r.error;
   EXPECT_EQ(r.plan->hosts, (Argv{"a", "b", "c"}));
   EXPECT_TRUE(r.source.madeForJob);
@@ -163,12 +197,13 @@ TEST(PlanForFramework, PlanFileThenTopologyThenNothing) {
 
   // An Error from making the job (reading the topology) is the result's error.
   r = planForFramework("", dir.file("t.json"),
-                       []() -> Job { RANKMAP_THROW(InvalidInput, "no hosts in it"); }, "missing");
+                       []() -> Job { RANKMAP_THROW(InvalidInput, "no hosts in it"); }, "missing",
+                       {});
   EXPECT_FALSE(r.plan);
   EXPECT_NE(r.error.find("no hosts in it"), std::string::npos) << r.error;
   EXPECT_EQ(r.source.description, "topology " + dir.file("t.json"));
 
-  r = planForFramework("", "", makeJob, "needs --plan or --topology");
+  r = planForFramework("", "", makeJob, "needs --plan or --topology", {});
   EXPECT_FALSE(r.plan);
   EXPECT_EQ(r.error, "needs --plan or --topology");
   EXPECT_EQ(r.source.description, "the command line");
