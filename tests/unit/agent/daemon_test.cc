@@ -10,7 +10,7 @@
 #include "launch/http_client.h"
 #include "probe/measure.h"
 #include "probe/server.h"
-#include "tests/unit/agent/test_dir.h"
+#include "tests/unit/common/temp_dir.h"
 
 namespace rankmap::agent {
 namespace {
@@ -18,7 +18,7 @@ namespace {
 using namespace std::chrono_literals;
 using launch::HttpClient;
 using launch::HttpResponse;
-using testing::TempDir;
+using rankmap::testing::TempDir;
 
 constexpr const char* kToken = "test-token-0123456789";
 

@@ -6,12 +6,12 @@
 
 #include "common/error.h"
 #include "common/files.h"
-#include "tests/unit/agent/test_dir.h"
+#include "tests/unit/common/temp_dir.h"
 
 namespace rankmap::agent {
 namespace {
 
-using testing::TempDir;
+using rankmap::testing::TempDir;
 
 Topology twoHosts(double bw) {
   Topology t = Topology::empty({{"a", "10.0.0.1"}, {"b", "10.0.0.2"}});
