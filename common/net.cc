@@ -179,7 +179,7 @@ SockAddr resolve(const std::string& host, uint16_t port, Lookup lookup) {
     return a;
   }
   addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
+  hints.ai_family = lookup == Lookup::kNamesIpv4 ? AF_INET : AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   std::string service = std::to_string(port);
@@ -193,23 +193,38 @@ SockAddr resolve(const std::string& host, uint16_t port, Lookup lookup) {
   return a;
 }
 
-std::string interfaceAddress(const std::string& ifname, std::string_view what) {
+std::vector<InterfaceAddress> interfaceAddresses() {
   ifaddrs* list = nullptr;
   RANKMAP_CHECK_SYS(::getifaddrs(&list));
-  std::string found;
+  std::vector<InterfaceAddress> out;
   for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
     if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    if (ifname != i->ifa_name) continue;
     char buf[INET_ADDRSTRLEN] = {};
     ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof(buf));
-    found = buf;
-    break;
+    out.push_back({i->ifa_name, buf});
   }
   ::freeifaddrs(list);
-  if (found.empty()) {
-    RANKMAP_THROW(InvalidInput, "{}={}: no such interface with an IPv4 address", what, ifname);
-  }
-  return found;
+  return out;
+}
+
+std::string interfaceAddress(const std::string& ifname, std::string_view what) {
+  for (const auto& a : interfaceAddresses())
+    if (a.interface == ifname) return a.address;
+  RANKMAP_THROW(InvalidInput, "{}={}: no such interface with an IPv4 address", what, ifname);
+}
+
+std::optional<std::string> sourceAddressFor(const std::string& address) {
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(9);  // discard; nothing is sent
+  if (::inet_pton(AF_INET, address.c_str(), &dst.sin_addr) != 1) return std::nullopt;
+  Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return std::nullopt;
+  if (::connect(fd.fd(), reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0) return std::nullopt;
+  sockaddr_storage src{};
+  socklen_t len = sizeof src;
+  if (::getsockname(fd.fd(), reinterpret_cast<sockaddr*>(&src), &len) != 0) return std::nullopt;
+  return sockaddrHost(src);
 }
 
 // --- Socket ---

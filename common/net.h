@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "common/deadline.h"
 
@@ -105,6 +106,8 @@ enum class Lookup {
   // Host names too, through getaddrinfo (first IPv4/IPv6 result): may wait on DNS. For addresses
   // a user configured (RANKMAP_ROOT, a peer's published host).
   kNames,
+  // As kNames, IPv4 results only: for protocols whose peers speak IPv4 only (XGBoost's tracker).
+  kNamesIpv4,
 };
 
 // `host` (no brackets) and `port` as a socket address; throws InvalidInput naming the host.
@@ -113,6 +116,18 @@ SockAddr resolve(const std::string& host, uint16_t port, Lookup lookup);
 // The IPv4 address of interface `ifname` ("10.213.0.4"); throws InvalidInput naming `what`
 // (the setting that named the interface) when it does not exist or has no IPv4 address.
 std::string interfaceAddress(const std::string& ifname, std::string_view what);
+
+// This machine's IPv4 interface addresses, in getifaddrs(3) order. SystemError if it fails.
+struct InterfaceAddress {
+  std::string interface;  // "eth0"
+  std::string address;    // "10.213.0.4"
+};
+std::vector<InterfaceAddress> interfaceAddresses();
+
+// The local IPv4 address the kernel would send from to reach `address` (a numeric IPv4
+// address), found with a UDP connect, which sends nothing. nullopt when `address` is not a
+// numeric IPv4 address or there is no route to it.
+std::optional<std::string> sourceAddressFor(const std::string& address);
 
 struct ConnectOptions {
   // Retry refused and unreachable connections, backing off from 10 ms to 500 ms, until the

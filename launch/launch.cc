@@ -10,16 +10,12 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "common/plan_agreement.h"
 #include "launch/mpirun.h"
 #include "launch/slurm.h"
 
 namespace rankmap::launch {
 namespace {
-
-std::string shortHash(const std::string& hash) {
-  // "sha256:" + 12 hex digits is enough to tell plans apart in a message.
-  return hash.substr(0, std::min<size_t>(hash.size(), 19));
-}
 
 std::string describeCounts(const Job& job) {
   if (auto k = job.uniformRanksPerHost())
@@ -167,7 +163,7 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
     names = matchHosts(job.hosts, plan->hosts, known);
   } catch (const Error& e) {
     return unchanged(argv, fmt::format("plan {} from {} does not cover the job: {}",
-                                       shortHash(plan->hash), source.description, e.what()));
+                                       shortPlanHash(plan->hash), source.description, e.what()));
   }
   Mode mode = opts.mode == Mode::kAuto ? Mode::kLaunch : opts.mode;
   Plan p = *plan;
@@ -177,7 +173,7 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
     if (!source.madeForJob)
       return unchanged(argv, fmt::format("plan {} from {} is for {} rank(s) per host ({} ranks); "
                                          "the job runs {} per host ({} ranks)",
-                                         shortHash(p.hash), source.description, p.ranksPerHost,
+                                         shortPlanHash(p.hash), source.description, p.ranksPerHost,
                                          p.worldSize(), *k, job.worldSize()));
     p = adaptPlan(p, p.hosts, *k);
     notes += fmt::format(", adapted to {} rank(s) per host", *k);
@@ -209,7 +205,7 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
     d.applied = true;
     d.message = fmt::format("rankmap run: shim mode: plan {} from {}{}: every rank preloads {} "
                             "and reorders MPI_COMM_WORLD ({}); {}",
-                            shortHash(p.hash), source.description, notes, opts.shimLib,
+                            shortPlanHash(p.hash), source.description, notes, opts.shimLib,
                             describeCounts(job), prediction(p, true));
     d.plan = std::move(p);
     return d;
@@ -230,7 +226,7 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
   }
   if (same) {
     RunDecision d = unchanged(argv, fmt::format("plan {} from {} keeps the launcher's host order",
-                                                shortHash(p.hash), source.description));
+                                                shortPlanHash(p.hash), source.description));
     d.plan = std::move(p);
     return d;
   }
@@ -239,7 +235,7 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
   d.applied = true;
   d.message = fmt::format("rankmap run: launch mode: plan {} from {}{}: {} in plan order ({} "
                           "with --mca rmaps seq); {}",
-                          shortHash(p.hash), source.description, notes, describeCounts(job),
+                          shortPlanHash(p.hash), source.description, notes, describeCounts(job),
                           d.command.files.empty() ? std::string("hostfile")
                                                   : d.command.files[0].first,
                           prediction(p, inputIsJobOrder));

@@ -1,7 +1,6 @@
 #include "launch/torchrun.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -18,6 +17,8 @@
 
 #include "common/deadline.h"
 #include "common/error.h"
+#include "common/net.h"
+#include "common/plan_agreement.h"
 #include "launch/plan_source.h"
 #include "launch/process.h"
 
@@ -80,8 +81,6 @@ std::string upper(std::string s) {
   return s;
 }
 
-std::string shortName(const std::string& host) { return host.substr(0, host.find('.')); }
-
 std::string addressOnly(const std::string& address) {
   auto colon = address.find(':');
   return colon == std::string::npos ? address : address.substr(0, colon);
@@ -90,10 +89,6 @@ std::string addressOnly(const std::string& address) {
 bool isIpv4(const std::string& text) {
   in_addr a{};
   return inet_pton(AF_INET, text.c_str(), &a) == 1;
-}
-
-std::string shortHash(const std::string& hash) {
-  return hash.substr(0, std::min<size_t>(hash.size(), 19));
 }
 
 // The address of plan host `name`: from a topology host, or the name itself when it is an
@@ -259,17 +254,8 @@ NodeIdentity localNodeIdentity() {
   char name[HOST_NAME_MAX + 1] = {};
   RANKMAP_CHECK_SYS(gethostname(name, sizeof name - 1));
   id.hostname = name;
-  ifaddrs* list = nullptr;
-  RANKMAP_CHECK_SYS(getifaddrs(&list));
-  for (ifaddrs* a = list; a; a = a->ifa_next) {
-    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
-    auto* sin = reinterpret_cast<sockaddr_in*>(a->ifa_addr);
-    if ((ntohl(sin->sin_addr.s_addr) >> 24) == 127) continue;
-    char buf[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof buf);
-    id.addresses.push_back(buf);
-  }
-  freeifaddrs(list);
+  for (const auto& a : interfaceAddresses())
+    if (a.address.rfind("127.", 0) != 0) id.addresses.push_back(a.address);
   return id;
 }
 
@@ -279,7 +265,7 @@ std::optional<std::string> findSelf(const NodeIdentity& self,
   std::set<std::string> matches;
   for (const auto& h : planHosts) {
     if (!self.hostname.empty() &&
-        (h == self.hostname || shortName(h) == shortName(self.hostname))) {
+        (h == self.hostname || shortHostName(h) == shortHostName(self.hostname))) {
       matches.insert(h);
       continue;
     }
@@ -385,7 +371,7 @@ RunDecision decideTorchrun(const std::vector<std::string>& argv, const std::opti
 
   if (cmd->standalone()) return keep("--standalone is a single-node job, nothing to reorder");
   if (!plan) return keep(fmt::format("no plan from {}: {}", source.description, planError));
-  std::string tag = fmt::format("plan {} from {}", shortHash(plan->hash), source.description);
+  std::string tag = fmt::format("plan {} from {}", shortPlanHash(plan->hash), source.description);
   auto nodes = cmd->fixedNodes();
   if (nodes && static_cast<size_t>(*nodes) != plan->hosts.size())
     return keep(fmt::format("{} is for {} hosts, the job has --nnodes {}", tag, plan->hosts.size(),

@@ -1,9 +1,6 @@
 #include "launch/xgboost.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,16 +18,14 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/net.h"
+#include "common/plan_agreement.h"
 #include "launch/plan_source.h"
 #include "launch/process.h"
 #include "launch/xgboost_tracker.h"
 
 namespace rankmap::launch {
 namespace {
-
-std::string shortHash(const std::string& hash) {
-  return hash.substr(0, std::min<size_t>(hash.size(), 19));
-}
 
 std::string addressOnly(const std::string& address) {
   auto colon = address.find(':');
@@ -45,39 +40,11 @@ std::optional<std::string> resolveHost(const std::string& spelling,
       spelling.substr(spelling.find('@') == std::string::npos ? 0 : spelling.find('@') + 1);
   for (const auto& k : known)
     if (k.name == h && !k.address.empty()) return addressOnly(k.address);
-  in_addr a{};
-  if (inet_pton(AF_INET, h.c_str(), &a) == 1) return h;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(h.c_str(), nullptr, &hints, &res) != 0 || !res) return std::nullopt;
-  char buf[INET_ADDRSTRLEN] = {};
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof buf);
-  freeaddrinfo(res);
-  return std::string(buf);
-}
-
-// The local address the kernel would use to reach `address` (a UDP connect sends nothing).
-std::optional<std::string> sourceAddressFor(const std::string& address) {
-  sockaddr_in dst{};
-  dst.sin_family = AF_INET;
-  dst.sin_port = htons(9);
-  if (inet_pton(AF_INET, address.c_str(), &dst.sin_addr) != 1) return std::nullopt;
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  std::optional<std::string> out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) == 0) {
-    sockaddr_in src{};
-    socklen_t len = sizeof src;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&src), &len) == 0) {
-      char buf[INET_ADDRSTRLEN] = {};
-      inet_ntop(AF_INET, &src.sin_addr, buf, sizeof buf);
-      out = buf;
-    }
+  try {
+    return resolve(h, 0, Lookup::kNamesIpv4).host();
+  } catch (const InvalidInput&) {
+    return std::nullopt;
   }
-  close(fd);
-  return out;
 }
 
 std::atomic<int> gSignal{0};
@@ -204,7 +171,7 @@ std::vector<XgboostWorker> placeXgboostWorkers(int workers, const std::vector<st
     names = matchHosts(job, plan->hosts, known);
   } catch (const Error& e) {
     note = fmt::format("warning: plan {} from {} does not cover the hosts: {}; ",
-                       shortHash(plan->hash), source.description, e.what());
+                       shortPlanHash(plan->hash), source.description, e.what());
     std::string keep = note;
     identity("the hosts file's order");
     note = keep + note;
@@ -221,7 +188,7 @@ std::vector<XgboostWorker> placeXgboostWorkers(int workers, const std::vector<st
                                        plan->predicted.basis)
                          : std::string();
   note = fmt::format("plan {} from {}: {} workers on {} host(s) ranked in plan order{}{}",
-                     shortHash(plan->hash), source.description, workers, h,
+                     shortPlanHash(plan->hash), source.description, workers, h,
                      same ? " (the same as the hosts' order)" : "", pred);
   return out;
 }

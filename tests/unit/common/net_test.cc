@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -164,6 +165,22 @@ TEST(Resolve, NamesGoThroughTheResolver) {
   EXPECT_EQ(a.port(), 99);
   EXPECT_EQ(resolve("127.0.0.1", 0, Lookup::kNames).str(), "127.0.0.1:0");
   EXPECT_THROW(resolve("no-such-host.invalid", 1, Lookup::kNames), InvalidInput);
+}
+
+TEST(Resolve, Ipv4NamesOnly) {
+  EXPECT_EQ(resolve("localhost", 80, Lookup::kNamesIpv4).host(), "127.0.0.1");
+  EXPECT_EQ(resolve("10.0.0.7", 80, Lookup::kNamesIpv4).host(), "10.0.0.7");
+  EXPECT_THROW(resolve("::1", 80, Lookup::kNamesIpv4), InvalidInput);
+}
+
+TEST(InterfaceAddresses, ListsLoopbackAndRoutesBackToIt) {
+  auto all = interfaceAddresses();
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const InterfaceAddress& a) {
+    return a.interface == "lo" && a.address == "127.0.0.1";
+  }));
+  EXPECT_EQ(sourceAddressFor("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(sourceAddressFor("vm0"), std::nullopt);  // numeric IPv4 only
+  EXPECT_EQ(sourceAddressFor("::1"), std::nullopt);
 }
 
 TEST(InterfaceAddress, LoopbackAndAMissingInterface) {
