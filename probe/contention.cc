@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/maxmin.h"
 
 namespace rankmap::probe {
 namespace {
@@ -204,80 +205,38 @@ std::vector<double> maxMinRates(const LinkModel& m, const std::vector<HostPair>&
   // Links: host out (h), host in (n + h), group out (2n + g), group in (2n + G + g), total
   // (2n + 2G). Each flow uses 3 or 5 of them. Buffers are per thread: the fit calls this millions
   // of times.
-  size_t n = m.hostOut.size();
-  size_t groups = m.upOut.size();
-  size_t links = 2 * n + 2 * groups + 1;
-  size_t totalLink = links - 1;
-  thread_local std::vector<double> cap, used;
-  thread_local std::vector<size_t> active, linkOf;
-  thread_local std::vector<uint8_t> linkCount;
-  thread_local std::vector<char> frozen;
-  cap.assign(links, 0);
-  used.assign(links, 0);
-  active.assign(links, 0);
+  const size_t n = m.hostOut.size();
+  const size_t groups = m.upOut.size();
+  const size_t links = 2 * n + 2 * groups + 1;
+  const auto totalLink = static_cast<uint32_t>(links - 1);
+  thread_local std::vector<double> room;
+  thread_local FlowLinks paths;
+  thread_local MaxMinFiller filler;
+  room.resize(links);
   for (size_t h = 0; h < n; ++h) {
-    cap[h] = m.hostOut[h];
-    cap[n + h] = m.hostIn[h];
+    room[h] = m.hostOut[h];
+    room[n + h] = m.hostIn[h];
   }
   for (size_t g = 0; g < groups; ++g) {
-    cap[2 * n + g] = m.upOut[g];
-    cap[2 * n + groups + g] = m.upIn[g];
+    room[2 * n + g] = m.upOut[g];
+    room[2 * n + groups + g] = m.upIn[g];
   }
-  cap[totalLink] = m.total;
-  size_t f = flows.size();
-  linkOf.assign(5 * f, 0);
-  linkCount.assign(f, 0);
-  for (size_t k = 0; k < f; ++k) {
-    auto s = static_cast<size_t>(flows[k].first), d = static_cast<size_t>(flows[k].second);
-    size_t* l = &linkOf[5 * k];
-    l[0] = s;
-    l[1] = n + d;
-    l[2] = totalLink;
-    uint8_t c = 3;
+  room[totalLink] = m.total;
+  paths.clear();
+  for (const auto& [src, dst] : flows) {
+    auto s = static_cast<size_t>(src), d = static_cast<size_t>(dst);
+    paths.push(static_cast<uint32_t>(s));
+    paths.push(static_cast<uint32_t>(n + d));
+    paths.push(totalLink);
     auto gs = static_cast<size_t>(m.groupOf[s]), gd = static_cast<size_t>(m.groupOf[d]);
     if (gs != gd) {
-      l[3] = 2 * n + gs;
-      l[4] = 2 * n + groups + gd;
-      c = 5;
+      paths.push(static_cast<uint32_t>(2 * n + gs));
+      paths.push(static_cast<uint32_t>(2 * n + groups + gd));
     }
-    linkCount[k] = c;
-    for (uint8_t i = 0; i < c; ++i) ++active[l[i]];
+    paths.endFlow();
   }
-  std::vector<double> rate(f, 0);
-  frozen.assign(f, 0);
-  size_t left = f;
-  while (left > 0) {
-    // The link with the smallest fair share of what it has left bottlenecks its flows.
-    double best = kUnlimited;
-    size_t bestLink = links;
-    for (size_t l = 0; l < links; ++l) {
-      if (active[l] == 0 || !std::isfinite(cap[l])) continue;
-      double share = std::max(0.0, cap[l] - used[l]) / static_cast<double>(active[l]);
-      if (share < best) {
-        best = share;
-        bestLink = l;
-      }
-    }
-    if (bestLink == links) {
-      for (size_t k = 0; k < f; ++k)
-        if (!frozen[k]) rate[k] = kUnlimited;
-      break;
-    }
-    for (size_t k = 0; k < f; ++k) {
-      if (frozen[k]) continue;
-      const size_t* l = &linkOf[5 * k];
-      bool on = false;
-      for (uint8_t i = 0; i < linkCount[k]; ++i) on = on || l[i] == bestLink;
-      if (!on) continue;
-      frozen[k] = 1;
-      rate[k] = best;
-      --left;
-      for (uint8_t i = 0; i < linkCount[k]; ++i) {
-        used[l[i]] += best;
-        --active[l[i]];
-      }
-    }
-  }
+  std::vector<double> rate;
+  filler.fill(room, paths, {}, rate);
   return rate;
 }
 

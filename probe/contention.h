@@ -27,6 +27,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/maxmin.h"
 #include "common/topology.h"
 #include "probe/schedule.h"
 
@@ -39,7 +40,7 @@ struct ObservedFlow {
 };
 using ObservedTrial = std::vector<ObservedFlow>;
 
-inline constexpr double kUnlimited = std::numeric_limits<double>::infinity();
+inline constexpr double kUnlimited = kUnlimitedRate;
 
 struct LinkModel {
   std::vector<int> groupOf;             // host -> group (0..groups-1)
@@ -50,7 +51,7 @@ struct LinkModel {
   double total = kUnlimited;
 };
 
-// Max-min fair rates of `flows` running together under `m` (progressive filling).
+// Max-min fair rates of `flows` running together under `m` (common/maxmin.h).
 std::vector<double> maxMinRates(const LinkModel& m, const std::vector<HostPair>& flows);
 
 struct InferOptions {

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/maxmin.h"
 #include "reorder/numeric.h"
 
 namespace rankmap::reorder {
@@ -425,59 +426,21 @@ NetworkModel modelFromHierarchy(const Hierarchy& h, std::vector<double> hostMbps
 }
 
 std::vector<double> maxMinRates(const NetworkModel& net, const std::vector<Flow>& flows) {
-  size_t F = flows.size();
-  std::vector<double> rate(F, 0);
-  std::vector<std::vector<int>> path(F);
+  // Directed links: 2 * link (up) and 2 * link + 1 (down).
   std::vector<double> room(2 * net.links());
-  for (size_t l = 0; l < net.links(); ++l) room[2 * l] = room[2 * l + 1] = net.linkMbps(l);
-  std::vector<int> users(2 * net.links(), 0);
-  std::vector<double> cap(F);
-  std::vector<char> frozen(F, 0);
-  size_t live = 0;
-  for (size_t f = 0; f < F; ++f) {
-    if (flows[f].src == flows[f].dst) {
-      frozen[f] = 1;
-      rate[f] = kInf;
-      continue;
+  for (size_t d = 0; d < room.size(); ++d) room[d] = net.linkMbps(d / 2);
+  FlowLinks paths;
+  std::vector<double> cap(flows.size(), kInf);
+  for (size_t f = 0; f < flows.size(); ++f) {
+    if (flows[f].src != flows[f].dst) {
+      net.forEachLink(flows[f].src, flows[f].dst, [&](size_t link, bool down) {
+        paths.push(static_cast<uint32_t>(2 * link + (down ? 1 : 0)));
+      });
+      cap[f] = net.capMbps(flows[f].src, flows[f].dst);
     }
-    net.forEachLink(flows[f].src, flows[f].dst, [&](size_t link, bool down) {
-      int d = static_cast<int>(2 * link + (down ? 1 : 0));
-      path[f].push_back(d);
-      ++users[d];
-    });
-    cap[f] = net.capMbps(flows[f].src, flows[f].dst);
-    ++live;
+    paths.endFlow();  // intra-host flows cross nothing and have no cap: unlimited
   }
-  while (live > 0) {
-    double step = kInf;
-    for (size_t d = 0; d < room.size(); ++d)
-      if (users[d] > 0) step = std::min(step, room[d] / users[d]);
-    for (size_t f = 0; f < F; ++f)
-      if (!frozen[f]) step = std::min(step, cap[f] - rate[f]);
-    step = std::max(step, 0.0);
-    for (size_t f = 0; f < F; ++f) {
-      if (frozen[f]) continue;
-      rate[f] += step;
-      for (int d : path[f]) room[d] -= step;
-    }
-    // Freeze flows on saturated links or at their cap.
-    std::vector<char> saturated(room.size(), 0);
-    for (size_t d = 0; d < room.size(); ++d)
-      if (users[d] > 0 && room[d] <= 1e-9 * std::max(1.0, net.linkMbps(d / 2))) saturated[d] = 1;
-    size_t frozeNow = 0;
-    for (size_t f = 0; f < F; ++f) {
-      if (frozen[f]) continue;
-      bool stop = rate[f] >= cap[f] * (1 - 1e-12);
-      for (int d : path[f]) stop = stop || saturated[d];
-      if (!stop) continue;
-      frozen[f] = 1;
-      ++frozeNow;
-      --live;
-      for (int d : path[f]) --users[d];
-    }
-    if (frozeNow == 0) break;  // numerical safety: nothing left to share
-  }
-  return rate;
+  return maxMinFill(room, paths, cap);
 }
 
 namespace {
@@ -485,7 +448,7 @@ namespace {
 // Event-driven fluid simulation of max-min fair sharing with re-sharing at each completion.
 //
 // Rates are the exact max-min allocation of the flows still running, as progressive filling
-// gives them (a heap of saturation levels: O((F + L) log) for F flows on L links). At a
+// gives them (common/maxmin.h: O((F + L) log) for F flows on L links). At a
 // completion the allocation is not recomputed from scratch: progressive filling below the
 // lowest rate r of the finished flows is unchanged by their removal (they cross no link that
 // saturates below r, and take nothing from links they do not cross), so every flow slower than
@@ -525,11 +488,8 @@ class FluidSim {
     version_.assign(F_, 0);
     active_.assign(F_, 1);
     setMark_.assign(F_, 0);
-    frozenMark_.assign(F_, 0);
     linkMark_.assign(D_, 0);
-    room_.assign(D_, 0);
-    users_.assign(D_, 0);
-    key_.assign(D_, 0);
+    local_.assign(D_, 0);
   }
 
   double run() {
@@ -609,73 +569,39 @@ class FluidSim {
     events_.push({t, f, version_[f]});
   }
 
-  // Progressive filling of the flows in `set` (active, sorted) on what the other active flows
-  // leave of each link; the other flows keep their rates.
+  // Max-min filling (common/maxmin.h) of the flows in `set` (active) on what the other active
+  // flows leave of each link; the other flows keep their rates.
   void fill(const std::vector<int>& set) {
     ++epoch_;
     for (int f : set) setMark_[f] = epoch_;
     links_.clear();
-    for (int f : set)
+    subPaths_.clear();
+    for (int f : set) {
       for (int i = pathStart_[f]; i < pathStart_[f + 1]; ++i) {
         int d = path_[i];
         if (linkMark_[d] != epoch_) {
           linkMark_[d] = epoch_;
+          local_[d] = static_cast<uint32_t>(links_.size());
           links_.push_back(d);
-          users_[d] = 0;
         }
-        ++users_[d];
+        subPaths_.push(local_[d]);
       }
-    using Entry = std::pair<double, int>;  // level, link d >= 0 or flow cap ~f
-    std::vector<Entry> heap;
-    heap.reserve(links_.size() + set.size());
-    for (int d : links_) {
+      subPaths_.endFlow();
+    }
+    subRoom_.resize(links_.size());
+    for (size_t k = 0; k < links_.size(); ++k) {
+      int d = links_[k];
       double room = capacity_[d];
       for (int i = linkStart_[d]; i < linkStart_[d + 1]; ++i) {
         int g = linkFlows_[i];
         if (active_[g] && setMark_[g] != epoch_) room -= rate_[g];
       }
-      room_[d] = std::max(room, 0.0);
-      key_[d] = room_[d] / users_[d];
-      heap.push_back({key_[d], d});
+      subRoom_[k] = std::max(room, 0.0);
     }
-    for (int f : set)
-      if (std::isfinite(cap_[f])) heap.push_back({cap_[f], ~f});
-    std::greater<Entry> later;
-    std::make_heap(heap.begin(), heap.end(), later);
-    size_t open = set.size();
-    double level = 0;
-    auto freeze = [&](int f) {
-      frozenMark_[f] = epoch_;
-      rate_[f] = level;
-      --open;
-      for (int i = pathStart_[f]; i < pathStart_[f + 1]; ++i) {
-        int d = path_[i];
-        room_[d] = std::max(room_[d] - level, 0.0);
-        if (--users_[d] > 0) {
-          key_[d] = room_[d] / users_[d];
-          heap.push_back({key_[d], d});
-          std::push_heap(heap.begin(), heap.end(), later);
-        }
-      }
-    };
-    while (open > 0 && !heap.empty()) {
-      std::pop_heap(heap.begin(), heap.end(), later);
-      auto [lv, id] = heap.back();
-      heap.pop_back();
-      if (id < 0) {
-        int f = ~id;
-        if (frozenMark_[f] == epoch_) continue;
-        level = std::max(level, lv);
-        freeze(f);
-        continue;
-      }
-      if (users_[id] == 0 || lv != key_[id]) continue;  // stale
-      level = std::max(level, lv);
-      for (int i = linkStart_[id]; i < linkStart_[id + 1]; ++i) {
-        int g = linkFlows_[i];
-        if (active_[g] && setMark_[g] == epoch_ && frozenMark_[g] != epoch_) freeze(g);
-      }
-    }
+    subCap_.resize(set.size());
+    for (size_t k = 0; k < set.size(); ++k) subCap_[k] = cap_[set[k]];
+    filler_.fill(subRoom_, subPaths_, subCap_, subRate_);
+    for (size_t k = 0; k < set.size(); ++k) rate_[set[k]] = subRate_[k];
   }
 
   size_t F_, D_;
@@ -684,10 +610,13 @@ class FluidSim {
   std::vector<double> cap_, bytes_, rate_, left_, since_;
   std::vector<int> version_;
   std::vector<char> active_;
-  std::vector<unsigned> setMark_, frozenMark_, linkMark_;
+  std::vector<unsigned> setMark_, linkMark_;
   unsigned epoch_ = 0;
-  std::vector<int> links_, users_;
-  std::vector<double> room_, key_;
+  std::vector<int> links_;       // directed links of the set being filled
+  std::vector<uint32_t> local_;  // directed link -> its index in links_
+  FlowLinks subPaths_;
+  std::vector<double> subRoom_, subCap_, subRate_;
+  MaxMinFiller filler_;
   using Event = std::tuple<double, int, int>;  // finish time, flow, version
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
 };

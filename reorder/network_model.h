@@ -120,7 +120,7 @@ struct Flow {
   double bytes = 0;
 };
 
-// Max-min fair rates (Mbit/s) of `flows`, honouring per-pair caps.
+// Max-min fair rates (Mbit/s) of `flows`, honouring per-pair caps (common/maxmin.h).
 std::vector<double> maxMinRates(const NetworkModel& model, const std::vector<Flow>& flows);
 
 // Time in microseconds until every flow has finished, flows sharing links max-min fairly and
