@@ -23,10 +23,12 @@ constexpr double kRemeasureFraction = 0.9;
 // median is a clean rate; it catches an in-rack flow held back by a busy sender.
 constexpr double kClassLowFraction = 0.93;
 constexpr double kHighFraction = 1.08;
-// A flow whose reverse direction reads this many times its rate is retried: the planner refuses
-// pairs beyond 3x (reorder/measurements.cc), and a lopsided pair is nearly always one reading
-// taken while its sender or receiver was descheduled.
+// A flow whose reverse direction reads this many times its rate is retried: the planner drops
+// pairs beyond kMaxDirectionRatio (common/topology.h), so the probe retries well before that, and
+// a lopsided pair is nearly always one reading taken while its sender or receiver was
+// descheduled.
 constexpr double kLopsided = 2.0;
+static_assert(kLopsided < kMaxDirectionRatio, "retry lopsided pairs before the planner drops them");
 constexpr int64_t kAnswerMarginMs = 500;
 
 double since(Clock::time_point t0) {

@@ -54,6 +54,11 @@ struct SharedLink {
   bool operator==(const SharedLink&) const = default;
 };
 
+// Two directions of one pair whose bandwidth differs by more than this ratio are a broken
+// measurement, not a property of the network: the planner drops them (reorder/measurements.h)
+// and the probe retries such pairs before they get there (agent/coordinator.cc).
+inline constexpr double kMaxDirectionRatio = 3.0;
+
 struct Topology {
   static constexpr int kSchemaVersion = 1;
 

@@ -24,7 +24,7 @@
 
 namespace rankmap::reorder {
 
-inline constexpr double kMaxAsymmetry = 3.0;            // ratio of the two directions
+inline constexpr double kMaxAsymmetry = kMaxDirectionRatio;  // common/topology.h
 inline constexpr double kMaxAsymmetricFraction = 0.02;  // of the measured pairs
 
 // A symmetric N x N matrix of floats; NaN = missing; the diagonal is always NaN.
