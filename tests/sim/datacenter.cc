@@ -1,0 +1,141 @@
+#include "tests/sim/datacenter.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace rankmap::sim {
+
+Datacenter::Datacenter(DatacenterSpec spec) : spec_(std::move(spec)), rng_(spec_.seed) {
+  const DatacenterSpec& s = spec_;
+  if (s.pods < 1) RANKMAP_THROW(InvalidInput, "datacenter spec: pods {} (expected >= 1)", s.pods);
+  if (s.racksPerPod < 1)
+    RANKMAP_THROW(InvalidInput, "datacenter spec: racksPerPod {} (expected >= 1)", s.racksPerPod);
+  if (s.hostsPerRack.empty() ||
+      std::any_of(s.hostsPerRack.begin(), s.hostsPerRack.end(), [](int k) { return k < 1; }))
+    RANKMAP_THROW(InvalidInput, "datacenter spec: hostsPerRack (expected one or more sizes >= 1)");
+  if (!(s.hostMbps > 0) || !(s.rackOversubscription >= 1) || !(s.podOversubscription >= 1))
+    RANKMAP_THROW(InvalidInput,
+                  "datacenter spec: hostMbps {} (expected > 0), oversubscription {} / {} "
+                  "(expected >= 1)",
+                  s.hostMbps, s.rackOversubscription, s.podOversubscription);
+  if (!(s.noise >= 0 && s.noise < 1))
+    RANKMAP_THROW(InvalidInput, "datacenter spec: noise {} (expected 0 <= noise < 1)", s.noise);
+  const int racks = s.pods * s.racksPerPod;
+  std::vector<int> rackSize(static_cast<size_t>(racks));
+  for (int r = 0; r < racks; ++r) {
+    rackSize[static_cast<size_t>(r)] =
+        s.hostsPerRack[static_cast<size_t>(r) % s.hostsPerRack.size()];
+    rackPod_.push_back(r / s.racksPerPod);
+    for (int k = 0; k < rackSize[static_cast<size_t>(r)]; ++k) rackOf_.push_back(r);
+  }
+  const size_t n = rackOf_.size();
+  alive_.assign(n, 1);
+  for (int h : s.deadHosts) {
+    if (h < 0 || static_cast<size_t>(h) >= n)
+      RANKMAP_THROW(InvalidInput, "datacenter spec: deadHosts has {} (expected 0..{})", h, n - 1);
+    alive_[static_cast<size_t>(h)] = 0;
+  }
+  linkMbps_.assign(2 * (n + static_cast<size_t>(racks) + static_cast<size_t>(s.pods)), 0);
+  std::vector<double> hostRate(n, s.hostMbps);
+  for (auto [h, f] : s.slowHosts) {
+    if (h < 0 || static_cast<size_t>(h) >= n || !(f > 0 && f <= 1))
+      RANKMAP_THROW(InvalidInput,
+                    "datacenter spec: slowHosts has ({}, {}) (expected a host 0..{} and a factor "
+                    "in (0, 1])",
+                    h, f, n - 1);
+    hostRate[static_cast<size_t>(h)] = s.hostMbps * f;
+  }
+  for (size_t h = 0; h < n; ++h) linkMbps_[2 * h] = linkMbps_[2 * h + 1] = hostRate[h];
+  std::vector<double> podSum(static_cast<size_t>(s.pods), 0);
+  for (int r = 0; r < racks; ++r) {
+    double up = rackSize[static_cast<size_t>(r)] * s.hostMbps / s.rackOversubscription;
+    linkMbps_[rackUp(r)] = linkMbps_[rackUp(r) + 1] = up;
+    podSum[static_cast<size_t>(rackPod_[static_cast<size_t>(r)])] += up;
+  }
+  for (int p = 0; p < s.pods; ++p)
+    linkMbps_[podUp(p)] = linkMbps_[podUp(p) + 1] =
+        podSum[static_cast<size_t>(p)] / s.podOversubscription;
+  std::vector<int> live;
+  for (size_t h = 0; h < n; ++h)
+    if (alive_[h]) live.push_back(static_cast<int>(h));
+  if (s.backgroundFlows > 0 && live.size() >= 2) {
+    std::uniform_int_distribution<size_t> pick(0, live.size() - 1);
+    for (int i = 0; i < s.backgroundFlows; ++i) {
+      int a = live[pick(rng_)], b = live[pick(rng_)];
+      if (a == b)
+        b = live[(static_cast<size_t>(std::find(live.begin(), live.end(), a) - live.begin()) + 1) %
+                 live.size()];
+      background_.push_back({a, b});
+    }
+  }
+}
+
+void Datacenter::addPath(FlowLinks& paths, int src, int dst) const {
+  paths.push(static_cast<uint32_t>(hostUp(src)));
+  const int rs = rackOf(src), rd = rackOf(dst);
+  if (rs != rd) {
+    paths.push(static_cast<uint32_t>(rackUp(rs)));
+    paths.push(static_cast<uint32_t>(rackUp(rd) + 1));
+    const int ps = podOf(src), pd = podOf(dst);
+    if (ps != pd) {
+      paths.push(static_cast<uint32_t>(podUp(ps)));
+      paths.push(static_cast<uint32_t>(podUp(pd) + 1));
+    }
+  }
+  paths.push(static_cast<uint32_t>(hostUp(dst) + 1));
+  paths.endFlow();
+}
+
+std::vector<double> Datacenter::fill(const std::vector<std::pair<int, int>>& flows) const {
+  FlowLinks paths;
+  for (auto [a, b] : flows) {
+    if (a == b) {
+      paths.endFlow();  // a host to itself crosses no link
+      continue;
+    }
+    addPath(paths, a, b);
+  }
+  for (auto [a, b] : background_) addPath(paths, a, b);
+  std::vector<double> rate = maxMinFill(linkMbps_, paths);
+  rate.resize(flows.size());
+  return rate;
+}
+
+double Datacenter::noisy(double v) {
+  if (spec_.noise == 0) return v;
+  std::uniform_real_distribution<double> u(1 - spec_.noise, 1 + spec_.noise);
+  return v * u(rng_);
+}
+
+std::vector<std::optional<double>> Datacenter::measure(
+    const std::vector<std::pair<int, int>>& flows) {
+  const auto n = static_cast<int>(hosts());
+  std::vector<std::pair<int, int>> live;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < flows.size(); ++i) {
+    auto [a, b] = flows[i];
+    if (a < 0 || a >= n || b < 0 || b >= n)
+      RANKMAP_THROW(InvalidInput, "simulated flow {} -> {}: expected hosts 0..{}", a, b, n - 1);
+    if (alive(a) && alive(b)) {
+      live.push_back(flows[i]);
+      at.push_back(i);
+    }
+  }
+  std::vector<double> rate = fill(live);
+  std::vector<std::optional<double>> out(flows.size());
+  for (size_t k = 0; k < live.size(); ++k) out[at[k]] = noisy(rate[k]);
+  return out;
+}
+
+std::optional<double> Datacenter::rttUs(int a, int b) {
+  if (!alive(a) || !alive(b)) return std::nullopt;
+  double oneWay = 2 * spec_.hostLatencyUs;
+  if (rackOf(a) != rackOf(b)) oneWay += 2 * spec_.rackLatencyUs;
+  if (podOf(a) != podOf(b)) oneWay += 2 * spec_.podLatencyUs;
+  return noisy(2 * oneWay);
+}
+
+double Datacenter::aloneMbps(int src, int dst) const { return fill({{src, dst}})[0]; }
+
+}  // namespace rankmap::sim

@@ -1,0 +1,90 @@
+// A simulated datacenter for running the probe and the planner at scale (256-4096 hosts) in one
+// process: the world the real code measures, not a copy of the code. Three tiers: hosts in racks
+// (sizes may differ), racks in pods, pods under a core. Every host has one link to its rack
+// switch, every rack one uplink to its pod switch, every pod one uplink to the core, each a
+// capacity per direction. Uplinks are oversubscribed: a rack's uplink carries its hosts' total
+// rate divided by rackOversubscription, a pod's uplink its racks' uplinks divided by
+// podOversubscription.
+//
+// Measurements: flows that run at the same time share every link max-min fairly, with the
+// background tenants' flows, through the one model the planner and the probe use
+// (common/maxmin.h); each reading is then scaled by an independent factor in
+// [1 - noise, 1 + noise]. Round trips add the latency of each tier crossed, with the same noise.
+// Dead hosts answer nothing; slow hosts have a slower host link.
+//
+// Deterministic: the same spec and the same sequence of calls give the same readings. One thread
+// uses a Datacenter at a time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "common/maxmin.h"
+
+namespace rankmap::sim {
+
+struct DatacenterSpec {
+  int pods = 4;
+  int racksPerPod = 8;
+  // Hosts of each rack, cycled over the racks (pod-major order): {32} is 32 everywhere,
+  // {4, 3, 3} gives unequal racks.
+  std::vector<int> hostsPerRack = {32};
+  double hostMbps = 1000;
+  double rackOversubscription = 4;  // 1 = full bisection
+  double podOversubscription = 2;
+  double hostLatencyUs = 5;   // one way, host to its rack switch
+  double rackLatencyUs = 10;  // one way, rack switch to pod switch
+  double podLatencyUs = 20;   // one way, pod switch to core
+  double noise = 0.1;         // readings scaled by a factor in [1 - noise, 1 + noise]
+  std::vector<int> deadHosts;
+  std::vector<std::pair<int, double>> slowHosts;  // host, factor on its host link (0.5 = half)
+  int backgroundFlows = 0;  // other tenants' long flows between random live hosts
+  uint64_t seed = 1;
+};
+
+class Datacenter {
+ public:
+  // InvalidInput naming the field for a spec that describes no datacenter.
+  explicit Datacenter(DatacenterSpec spec);
+
+  size_t hosts() const { return rackOf_.size(); }
+  int racks() const { return static_cast<int>(rackPod_.size()); }
+  int rackOf(int host) const { return rackOf_[static_cast<size_t>(host)]; }
+  int podOf(int host) const { return rackPod_[static_cast<size_t>(rackOf(host))]; }
+  bool alive(int host) const { return alive_[static_cast<size_t>(host)] != 0; }
+  const DatacenterSpec& spec() const { return spec_; }
+
+  // What each of `flows` (sender, receiver) reads when they all run at once, in Mbit/s, with
+  // noise; nullopt for a flow with a dead end.
+  std::vector<std::optional<double>> measure(const std::vector<std::pair<int, int>>& flows);
+  // A round trip between two hosts in microseconds, with noise; nullopt if either is dead.
+  std::optional<double> rttUs(int a, int b);
+
+  // Noise-free truth, for scoring what the probe and the planner found: the rate a flow gets
+  // alone (background included), and the capacity of each uplink.
+  double aloneMbps(int src, int dst) const;
+  double rackUplinkMbps(int rack) const { return linkMbps_[rackUp(rack)]; }
+  double podUplinkMbps(int pod) const { return linkMbps_[podUp(pod)]; }
+
+ private:
+  // Directed links: host h up 2h, down 2h+1; then rack r up/down; then pod p up/down.
+  size_t hostUp(int h) const { return 2 * static_cast<size_t>(h); }
+  size_t rackUp(int r) const { return 2 * (hosts() + static_cast<size_t>(r)); }
+  size_t podUp(int p) const { return 2 * (hosts() + rackPod_.size() + static_cast<size_t>(p)); }
+  void addPath(FlowLinks& paths, int src, int dst) const;
+  std::vector<double> fill(const std::vector<std::pair<int, int>>& flows) const;
+  double noisy(double v);
+
+  DatacenterSpec spec_;
+  std::vector<int> rackOf_;   // host -> rack
+  std::vector<int> rackPod_;  // rack -> pod
+  std::vector<char> alive_;
+  std::vector<double> linkMbps_;  // per directed link
+  std::vector<std::pair<int, int>> background_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace rankmap::sim

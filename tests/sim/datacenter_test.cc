@@ -1,0 +1,144 @@
+// The simulated datacenter: structure, oversubscribed capacities, max-min sharing of concurrent
+// flows, dead and slow hosts, bounded noise, latency tiers, determinism, bad specs.
+#include "tests/sim/datacenter.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+
+namespace rankmap::sim {
+namespace {
+
+DatacenterSpec quiet() {
+  DatacenterSpec s;
+  s.pods = 2;
+  s.racksPerPod = 2;
+  s.hostsPerRack = {8};
+  s.hostMbps = 100;
+  s.rackOversubscription = 4;  // rack uplink 8 * 100 / 4 = 200
+  s.podOversubscription = 2;   // pod uplink 2 * 200 / 2 = 200
+  s.noise = 0;
+  return s;
+}
+
+TEST(Datacenter, UnequalRacksInPods) {
+  DatacenterSpec s = quiet();
+  s.hostsPerRack = {4, 3};
+  Datacenter dc(s);
+  EXPECT_EQ(dc.hosts(), 14u);
+  EXPECT_EQ(dc.racks(), 4);
+  EXPECT_EQ(dc.rackOf(3), 0);
+  EXPECT_EQ(dc.rackOf(4), 1);
+  EXPECT_EQ(dc.rackOf(7), 2);
+  EXPECT_EQ(dc.podOf(6), 0);
+  EXPECT_EQ(dc.podOf(7), 1);
+  EXPECT_DOUBLE_EQ(dc.rackUplinkMbps(0), 100);  // 4 * 100 / 4
+  EXPECT_DOUBLE_EQ(dc.rackUplinkMbps(1), 75);
+  EXPECT_DOUBLE_EQ(dc.podUplinkMbps(0), 87.5);  // (100 + 75) / 2
+}
+
+TEST(Datacenter, ConcurrentFlowsShareTheUplinksTheyCross) {
+  Datacenter dc(quiet());
+  EXPECT_DOUBLE_EQ(*dc.measure({{0, 1}})[0], 100);  // inside a rack: the host link
+  // Two flows out of rack 0 into rack 1 (same pod): the 200 uplink holds both at host rate.
+  auto r = dc.measure({{0, 8}, {1, 9}});
+  EXPECT_DOUBLE_EQ(*r[0], 100);
+  EXPECT_DOUBLE_EQ(*r[1], 100);
+  // Four: 50 each.
+  r = dc.measure({{0, 8}, {1, 9}, {2, 10}, {3, 11}});
+  for (auto& v : r) EXPECT_DOUBLE_EQ(*v, 50);
+  // Eight flows from pod 0 (racks 0, 1) to pod 1: the pod uplink, 200 / 8 each.
+  std::vector<std::pair<int, int>> cross;
+  for (int i = 0; i < 4; ++i) cross.push_back({i, 16 + i});
+  for (int i = 0; i < 4; ++i) cross.push_back({8 + i, 24 + i});
+  r = dc.measure(cross);
+  for (auto& v : r) EXPECT_DOUBLE_EQ(*v, 25);
+  // A host sending two flows splits its own link.
+  r = dc.measure({{0, 1}, {0, 2}});
+  EXPECT_DOUBLE_EQ(*r[0], 50);
+}
+
+TEST(Datacenter, DeadAndSlowHosts) {
+  DatacenterSpec s = quiet();
+  s.deadHosts = {5};
+  s.slowHosts = {{6, 0.25}};
+  Datacenter dc(s);
+  EXPECT_FALSE(dc.alive(5));
+  auto r = dc.measure({{0, 5}, {0, 6}, {1, 2}});
+  EXPECT_FALSE(r[0]);
+  EXPECT_DOUBLE_EQ(*r[1], 25);
+  EXPECT_DOUBLE_EQ(*r[2], 100);
+  EXPECT_FALSE(dc.rttUs(5, 0));
+}
+
+TEST(Datacenter, NoiseIsBoundedAndDeterministic) {
+  DatacenterSpec s = quiet();
+  s.noise = 0.1;
+  Datacenter a(s), b(s);
+  bool varied = false;
+  double first = 0;
+  for (int i = 0; i < 200; ++i) {
+    double v = *a.measure({{0, 1}})[0];
+    EXPECT_GE(v, 90);
+    EXPECT_LE(v, 110);
+    EXPECT_EQ(v, *b.measure({{0, 1}})[0]);  // same spec, same calls, same readings
+    if (i == 0) first = v;
+    varied = varied || v != first;
+  }
+  EXPECT_TRUE(varied);
+}
+
+TEST(Datacenter, LatencyGrowsWithTheTiersCrossed) {
+  Datacenter dc(quiet());
+  double rack = *dc.rttUs(0, 1), pod = *dc.rttUs(0, 8), core = *dc.rttUs(0, 16);
+  EXPECT_DOUBLE_EQ(rack, 20);   // 2 x (5 + 5)
+  EXPECT_DOUBLE_EQ(pod, 60);    // 2 x (10 + 20)
+  EXPECT_DOUBLE_EQ(core, 140);  // 2 x (10 + 20 + 40)
+}
+
+TEST(Datacenter, BackgroundTenantsTakeTheirShare) {
+  DatacenterSpec s = quiet();
+  s.backgroundFlows = 64;
+  Datacenter busy(s), idle(quiet());
+  double lost = 0;
+  for (int a = 0; a < 8; ++a) {
+    EXPECT_LE(busy.aloneMbps(a, 16 + a), idle.aloneMbps(a, 16 + a) + 1e-9);
+    lost += idle.aloneMbps(a, 16 + a) - busy.aloneMbps(a, 16 + a);
+  }
+  EXPECT_GT(lost, 0);
+}
+
+TEST(Datacenter, ThousandsOfHosts) {
+  DatacenterSpec s;  // 4 pods x 8 racks x 32 = 1024 hosts
+  s.pods = 16;       // 4096
+  s.deadHosts = {0, 1000, 4095};
+  s.backgroundFlows = 256;
+  Datacenter dc(s);
+  ASSERT_EQ(dc.hosts(), 4096u);
+  std::vector<std::pair<int, int>> round;
+  for (int h = 0; h < 4096; h += 2) round.push_back({h, (h + 2049) % 4096});
+  auto r = dc.measure(round);
+  size_t answered = 0;
+  for (auto& v : r) answered += v.has_value();
+  EXPECT_EQ(answered, round.size() - 3);  // from 0, from 1000, and 2046 -> 4095
+}
+
+TEST(Datacenter, BadSpecsNameTheField) {
+  DatacenterSpec s = quiet();
+  s.hostsPerRack = {4, 0};
+  EXPECT_THROW(Datacenter{s}, InvalidInput);
+  s = quiet();
+  s.deadHosts = {99};
+  try {
+    Datacenter dc(s);
+    FAIL();
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("deadHosts"), std::string::npos) << e.what();
+  }
+  s = quiet();
+  s.rackOversubscription = 0.5;
+  EXPECT_THROW(Datacenter{s}, InvalidInput);
+}
+
+}  // namespace
+}  // namespace rankmap::sim
