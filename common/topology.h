@@ -20,6 +20,8 @@ namespace rankmap {
 struct Host {
   std::string name;
   std::string address;  // "ip" or "ip:port"; may be empty for fixtures
+  // The address without its port ("10.0.0.4" of "10.0.0.4:7411"; topology addresses are IPv4).
+  std::string ip() const { return address.substr(0, address.find(':')); }
   bool operator==(const Host&) const = default;
 };
 

@@ -38,12 +38,6 @@ std::string stripUser(const std::string& spelling) {
   return at == std::string::npos ? spelling : spelling.substr(at + 1);
 }
 
-std::string addressOnly(const std::string& address) {
-  // "ip" or "ip:port" (IPv4; topology.json addresses).
-  auto colon = address.find(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
-
 }  // namespace
 
 int Job::worldSize() const {
@@ -107,7 +101,7 @@ std::vector<std::string> matchHosts(const std::vector<JobHost>& hosts,
   std::set<std::string> inPlan(planHosts.begin(), planHosts.end());
   std::map<std::string, std::string> byAddress;
   for (const auto& h : known)
-    if (!h.address.empty()) byAddress[addressOnly(h.address)] = h.name;
+    if (!h.address.empty()) byAddress[h.ip()] = h.name;
   std::vector<std::string> names;
   std::map<std::string, std::string> seen;  // plan name -> spelling
   for (const auto& h : hosts) {

@@ -73,7 +73,7 @@ PlanResult planFromTopology(const std::string& topologyPath, const Job& job) {
       std::string name;
       if (t.indexOf(s) >= 0) name = s;
       for (const auto& h : t.hosts)
-        if (name.empty() && (h.address == s || h.address.substr(0, h.address.find(':')) == s))
+        if (name.empty() && (h.address == s || h.ip() == s))
           name = h.name;
       if (name.empty())
         RANKMAP_THROW(InvalidInput, "job host {} is neither a host name nor an address in {}",

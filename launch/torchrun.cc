@@ -81,11 +81,6 @@ std::string upper(std::string s) {
   return s;
 }
 
-std::string addressOnly(const std::string& address) {
-  auto colon = address.find(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
-
 bool isIpv4(const std::string& text) {
   in_addr a{};
   return inet_pton(AF_INET, text.c_str(), &a) == 1;
@@ -95,7 +90,7 @@ bool isIpv4(const std::string& text) {
 // address; nullopt otherwise.
 std::optional<std::string> addressOf(const std::string& name, const std::vector<Host>& known) {
   for (const auto& h : known)
-    if (h.name == name && !h.address.empty()) return addressOnly(h.address);
+    if (h.name == name && !h.address.empty()) return h.ip();
   if (isIpv4(name)) return name;
   return std::nullopt;
 }

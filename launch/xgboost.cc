@@ -27,11 +27,6 @@
 namespace rankmap::launch {
 namespace {
 
-std::string addressOnly(const std::string& address) {
-  auto colon = address.find(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
-
 // IPv4 address of a host as spelled: a topology address for a plan name, the spelling itself
 // when it is an address, else the resolver's answer. nullopt when none.
 std::optional<std::string> resolveHost(const std::string& spelling,
@@ -39,7 +34,7 @@ std::optional<std::string> resolveHost(const std::string& spelling,
   std::string h =
       spelling.substr(spelling.find('@') == std::string::npos ? 0 : spelling.find('@') + 1);
   for (const auto& k : known)
-    if (k.name == h && !k.address.empty()) return addressOnly(k.address);
+    if (k.name == h && !k.address.empty()) return k.ip();
   try {
     return resolve(h, 0, Lookup::kNamesIpv4).host();
   } catch (const InvalidInput&) {

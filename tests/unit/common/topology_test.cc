@@ -84,3 +84,15 @@ TEST(Topology, HostileValuesAreRejected) {
 
 }  // namespace
 }  // namespace rankmap
+
+namespace rankmap {
+namespace {
+
+TEST(TopologyHost, IpDropsThePort) {
+  EXPECT_EQ((Host{"vm0", "10.0.0.4:7411"}).ip(), "10.0.0.4");
+  EXPECT_EQ((Host{"vm0", "10.0.0.4"}).ip(), "10.0.0.4");
+  EXPECT_EQ((Host{"vm0", ""}).ip(), "");
+}
+
+}  // namespace
+}  // namespace rankmap
