@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/log.h"
 
 namespace rankmap::agent {
 namespace {
@@ -67,14 +68,10 @@ void applyProbeOptions(const JsonReader& r, ProbeOptions& p) {
       v->fail("a size in 1..4G");
   }
   if (auto v = r.find("bandwidth_warmup")) p.bandwidth.warmupFraction = fraction(*v, 0.9);
-  if (auto v = r.find("bidirectional")) p.bidirectional = v->boolean();
-  if (auto v = r.find("contention")) p.contention = v->boolean();
-  if (auto v = r.find("contention_trials"))
-    p.contentionTrials = static_cast<int>(v->integerIn(0, 10000));
-  if (auto v = r.find("discovery_ms")) p.discoveryMs = v->integerIn(0, 60000);
-  if (auto v = r.find("remeasure")) p.remeasure = v->boolean();
-  if (auto v = r.find("remeasure_passes"))
-    p.remeasurePasses = static_cast<int>(v->integerIn(0, 10));
+  for (const char* key : kRetiredProbeKeys)
+    if (r.find(key))
+      RANKMAP_WARN(Agent, "{}: probe option \"{}\" is ignored: the structure-first probe has no "
+                   "such step (docs/probing.md)", r.source(), key);
   if (auto v = r.find("max_parallel_flows"))
     p.maxParallelFlows = static_cast<size_t>(v->integerIn(0, 1 << 20));
   if (auto v = r.find("connect_timeout")) p.connectTimeout = durationOf(*v);
@@ -89,12 +86,6 @@ Json probeOptionsToJson(const ProbeOptions& p) {
           {"bandwidth_max_ms", p.bandwidth.maxMs},
           {"bandwidth_max_bytes", p.bandwidth.maxBytes},
           {"bandwidth_warmup", p.bandwidth.warmupFraction},
-          {"bidirectional", p.bidirectional},
-          {"contention", p.contention},
-          {"contention_trials", p.contentionTrials},
-          {"discovery_ms", p.discoveryMs},
-          {"remeasure", p.remeasure},
-          {"remeasure_passes", p.remeasurePasses},
           {"max_parallel_flows", p.maxParallelFlows},
           {"connect_timeout", durationText(p.connectTimeout)},
           {"task_slack", durationText(p.taskSlack)},

@@ -14,28 +14,26 @@
 
 namespace rankmap::agent {
 
-// How a probe round measures (shared by the daemon and `rankmap probe` coordinating itself).
+// How a probe round measures (shared by the daemon and `rankmap probe` coordinating itself); the
+// round itself is probe/round.h.
 struct ProbeOptions {
-  probe::LatencyOptions latency;
+  // Leader pings (structure phase): a floor of the round trip needs few samples.
+  probe::LatencyOptions latency{2, 10};
   probe::BandwidthOptions bandwidth;
   bool bandwidthEnabled = true;
-  // Both directions of a pair at once (halves the time; the reverse ACKs share the links).
-  bool bidirectional = false;
-  // Run the contention probe (shared-uplink discovery) after the round-robin rounds.
-  bool contention = false;
-  int contentionTrials = 0;  // 0 = 2 (N - 1)
-  // Window of the round-robin (discovery) transfers; 0 = bandwidth.maxMs. Flows that reach
-  // their single-flow rate there are final; the others are measured again with the full window.
-  int64_t discoveryMs = 100;
-  // Re-measure flows that ran slower than the inferred model says they would alone, in up to
-  // this many passes.
-  bool remeasure = true;
-  int remeasurePasses = 2;
-  size_t maxParallelFlows = 4;  // per re-measurement slot; 0 = no limit
+  // Bulk flows at once, at most (0 = no limit): trials are split by whole groups beyond it,
+  // except those that must load an uplink. For testbeds whose CPUs cannot carry every flow.
+  size_t maxParallelFlows = 0;
   std::chrono::milliseconds connectTimeout{2000};
   std::chrono::milliseconds taskSlack{3000};
   std::chrono::milliseconds roundTimeout{300000};
 };
+
+// Keys of the all-pairs probe that the structure-first probe no longer has: accepted in
+// configuration files and requests so that old files keep working, ignored with a warning.
+inline constexpr const char* kRetiredProbeKeys[] = {
+    "bidirectional", "contention", "contention_trials", "discovery_ms", "remeasure",
+    "remeasure_passes"};
 
 struct ReprobeOptions {
   std::chrono::milliseconds interval{0};  // 0 = no periodic re-probe

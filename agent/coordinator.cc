@@ -16,19 +16,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxThreads = 256;
-// A flow below this fraction of what the model predicts for it alone is measured again.
-constexpr double kRemeasureFraction = 0.9;
-// From the second pass, against the median of the flows between the same two groups: a flow
-// this far below or above it is retried. Below is tighter than the model's 0.9 because a class
-// median is a clean rate; it catches an in-rack flow held back by a busy sender.
-constexpr double kClassLowFraction = 0.93;
-constexpr double kHighFraction = 1.08;
-// A flow whose reverse direction reads this many times its rate is retried: the planner drops
-// pairs beyond kMaxDirectionRatio (common/topology.h), so the probe retries well before that, and
-// a lopsided pair is nearly always one reading taken while its sender or receiver was
-// descheduled.
-constexpr double kLopsided = 2.0;
-static_assert(kLopsided < kMaxDirectionRatio, "retry lopsided pairs before the planner drops them");
 constexpr int64_t kAnswerMarginMs = 500;
 
 double since(Clock::time_point t0) {
@@ -83,9 +70,9 @@ Json Coordinator::peerJson(int h) const {
   return {{"name", host.name}, {"address", host.address}};
 }
 
-Deadline Coordinator::latencyDeadline(Deadline round) const {
+Deadline Coordinator::latencyDeadline(Deadline round, const probe::LatencyOptions& lo) const {
   // A round trip under a few ms is normal; allow 20 ms each before calling the pair slow.
-  auto expected = std::chrono::milliseconds(20 * (opts_.latency.warmup + opts_.latency.samples));
+  auto expected = std::chrono::milliseconds(20 * (lo.warmup + lo.samples));
   return Deadline::after(expected + opts_.taskSlack).min(round);
 }
 
@@ -125,19 +112,112 @@ void Coordinator::runTasks(std::vector<Task>& tasks) {
 }
 
 std::vector<bool> Coordinator::alive(Deadline d) {
-  std::vector<Task> tasks(hosts_.size());
-  for (size_t h = 0; h < hosts_.size(); ++h) {
-    tasks[h].host = static_cast<int>(h);
-    tasks[h].request = {{"op", "hello"}};
-    tasks[h].deadline = d;
+  std::vector<bool> out(hosts_.size(), false);
+  std::vector<std::string> why(hosts_.size());
+  // Two tries: an agent busy or restarting answers the second.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::vector<Task> tasks;
+    for (size_t h = 0; h < hosts_.size(); ++h) {
+      if (out[h]) continue;
+      Task t;
+      t.host = static_cast<int>(h);
+      t.request = {{"op", "hello"}};
+      t.deadline = Deadline::after(opts_.connectTimeout).min(d);
+      tasks.push_back(std::move(t));
+    }
+    if (tasks.empty() || d.expired()) break;
+    runTasks(tasks);
+    for (const auto& t : tasks) {
+      out[static_cast<size_t>(t.host)] = t.error.empty();
+      why[static_cast<size_t>(t.host)] = t.error;
+    }
   }
-  runTasks(tasks);
-  std::vector<bool> out(hosts_.size());
-  for (size_t h = 0; h < hosts_.size(); ++h) {
-    out[h] = tasks[h].error.empty();
+  for (size_t h = 0; h < hosts_.size(); ++h)
     if (!out[h])
       RANKMAP_WARN(Probe, "agent {} ({}) is not answering: {}", hosts_[h].name, hosts_[h].address,
-                   tasks[h].error);
+                   why[h]);
+  return out;
+}
+
+probe::FleetCost Coordinator::cost() const {
+  probe::FleetCost c = cost_;
+  c.seconds = since(made_);
+  return c;
+}
+
+std::vector<probe::Outcome<LatencyStats>> Coordinator::latency(
+    const std::vector<probe::HostPair>& pairs, const probe::LatencyOptions& lo, Deadline d) {
+  std::vector<probe::Outcome<LatencyStats>> out(pairs.size());
+  std::vector<Task> tasks(pairs.size());
+  Deadline ld = latencyDeadline(d, lo);
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    tasks[k].host = pairs[k].first;
+    tasks[k].request = {{"op", "latency"},
+                        {"peer", peerJson(pairs[k].second)},
+                        {"warmup", lo.warmup},
+                        {"samples", lo.samples}};
+    tasks[k].deadline = ld;
+  }
+  runTasks(tasks);
+  cost_.latencyPairs += pairs.size();
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const Task& t = tasks[k];
+    auto& o = out[k];
+    if (!t.error.empty()) {
+      o.culprit = t.agentFailed ? pairs[k].first : pairs[k].second;
+      o.reason = t.reason;
+      o.message = t.error;
+      continue;
+    }
+    try {
+      JsonReader r(t.reply, "latency reply");
+      auto l = r.at("latency");
+      o.value = LatencyStats{l.at("min").nonNegative(), l.at("median").nonNegative(),
+                             l.at("p90").nonNegative(), l.at("p99").nonNegative()};
+    } catch (const std::exception& e) {
+      o.culprit = pairs[k].first;
+      o.reason = "peer";
+      o.message = fmt::format("bad reply: {}", e.what());
+    }
+  }
+  return out;
+}
+
+std::vector<probe::Outcome<double>> Coordinator::bandwidth(const std::vector<probe::HostPair>& flows,
+                                                           const probe::BandwidthOptions& bo,
+                                                           Deadline d) {
+  std::vector<probe::Outcome<double>> out(flows.size());
+  std::vector<Task> tasks(flows.size());
+  Deadline bd = bandwidthDeadline(d, bo);
+  for (size_t k = 0; k < flows.size(); ++k) {
+    tasks[k].host = flows[k].first;
+    tasks[k].request = {{"op", "bandwidth"},
+                        {"direction", "send"},
+                        {"peer", peerJson(flows[k].second)},
+                        {"bulk", bo.toJson()}};
+    tasks[k].deadline = bd;
+  }
+  runTasks(tasks);
+  ++cost_.trials;
+  cost_.bandwidthFlows += flows.size();
+  for (size_t k = 0; k < flows.size(); ++k) {
+    const Task& t = tasks[k];
+    auto& o = out[k];
+    if (!t.error.empty()) {
+      o.culprit = t.agentFailed ? flows[k].first : flows[k].second;
+      o.reason = t.reason;
+      o.message = t.error;
+      continue;
+    }
+    try {
+      auto r = probe::BulkResult::fromJson(t.reply, "bandwidth reply");
+      o.value = r.mbps;
+      cost_.bulkBytes += static_cast<double>(r.totalBytes);
+    } catch (const std::exception& e) {
+      o.culprit = flows[k].first;
+      o.reason = "peer";
+      o.message = fmt::format("bad reply: {}", e.what());
+    }
   }
   return out;
 }
@@ -190,346 +270,58 @@ std::vector<std::optional<double>> Coordinator::runFlows(
 RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
                                  const std::atomic<bool>* cancel) {
   auto t0 = Clock::now();
-  size_t n = hosts_.size();
+  const size_t n = hosts_.size();
+  probe::RoundOptions ro;
+  ro.latency = opts_.latency;
+  ro.bandwidth = opts_.bandwidth;
+  ro.bandwidthEnabled = opts_.bandwidthEnabled;
+  ro.maxFlowsPerTrial = opts_.maxParallelFlows;
+  auto onProgress = [&](const probe::RoundProgress& p) {
+    if (!p.detail.empty()) RANKMAP_INFO(Probe, "probe round: {}: {}", p.phase, p.detail);
+    if (progress) progress({p.phase, p.done, p.total, p.detail});
+  };
+  probe::RoundOutcome out = probe::runRound(*this, ro, d, onProgress, cancel);
+
   RoundResult res;
-  res.topology = Topology::empty(hosts_);
-  res.topology.probe.latencySamples = opts_.latency.samples;
-  res.topology.probe.bandwidthMaxMs = opts_.bandwidthEnabled ? opts_.bandwidth.maxMs : 0;
-  res.topology.probe.bandwidthMaxBytes =
-      opts_.bandwidthEnabled ? static_cast<int64_t>(opts_.bandwidth.maxBytes) : 0;
-  res.topology.probe.contention = opts_.contention && opts_.bandwidthEnabled;
+  res.topology = std::move(out.topology);
   res.topology.time = utcNow();
+  for (const auto& r : out.readings) {
+    const auto& a = hosts_[static_cast<size_t>(r.src)].name;
+    const auto& b = hosts_[static_cast<size_t>(r.dst)].name;
+    res.measurements.push_back({a, b, r.kind, r.value, r.phase, nullptr});
+  }
   res.pairsTotal = n * (n - 1) / 2;
-  auto cancelled = [&] { return (cancel && cancel->load()) || d.expired(); };
-
-  auto rounds = probe::roundRobin(static_cast<int>(n));
-  int contentionCount =
-      opts_.contentionTrials > 0 ? opts_.contentionTrials : 2 * (static_cast<int>(n) - 1);
-  bool contention = res.topology.probe.contention && n >= 3;
-  size_t bwSteps = opts_.bandwidthEnabled ? rounds.size() * (opts_.bidirectional ? 1 : 2) : 0;
-  RoundProgress prog{
-      "liveness", 0,
-      1 + rounds.size() + bwSteps + (contention ? static_cast<size_t>(contentionCount) : 0)};
-  auto step = [&](const std::string& phase) {
-    prog.phase = phase;
-    ++prog.done;
-    if (progress) progress(prog);
-  };
-  auto phaseStart = Clock::now();
-  auto endPhase = [&](const std::string& name) {
-    res.phaseSeconds[name] = since(phaseStart);
-    phaseStart = Clock::now();
-  };
-
-  // 1. Liveness.
-  std::vector<bool> dead(n, false);
-  {
-    auto up = alive(Deadline::after(opts_.connectTimeout).min(d));
-    for (size_t h = 0; h < n; ++h)
-      if (!up[h]) {
-        dead[h] = true;
-        res.failures["connect"]++;
-      }
-  }
-  step("latency");
-  endPhase("liveness");
-
-  // 2. Latency.
-  for (const auto& round : rounds) {
-    if (cancelled()) break;
-    std::vector<Task> tasks;
-    std::vector<int> peers;
-    Deadline ld = latencyDeadline(d);
-    for (auto [a, b] : round) {
-      if (dead[static_cast<size_t>(a)] || dead[static_cast<size_t>(b)]) continue;
-      peers.push_back(b);
-      Task t;
-      t.host = a;
-      t.request = {{"op", "latency"},
-                   {"peer", peerJson(b)},
-                   {"warmup", opts_.latency.warmup},
-                   {"samples", opts_.latency.samples}};
-      t.deadline = ld;
-      tasks.push_back(std::move(t));
-    }
-    runTasks(tasks);
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      const Task& t = tasks[i];
-      int a = t.host, b = peers[i];
-      auto ai = static_cast<size_t>(a), bi = static_cast<size_t>(b);
-      if (!t.error.empty()) {
-        res.failures[t.reason]++;
-        int culprit = t.agentFailed ? a : b;
-        RANKMAP_WARN(Probe, "latency {} -> {} failed ({}): {}; {} is out of this round",
-                     hosts_[ai].name, hosts_[bi].name, t.reason, t.error,
-                     hosts_[static_cast<size_t>(culprit)].name);
-        dead[static_cast<size_t>(culprit)] = true;
-        continue;
-      }
-      try {
-        JsonReader r(t.reply, "latency reply");
-        auto l = r.at("latency");
-        LatencyStats s{l.at("min").nonNegative(), l.at("median").nonNegative(),
-                       l.at("p90").nonNegative(), l.at("p99").nonNegative()};
-        res.topology.latencyUs.at(ai, bi) = s;
-        res.topology.latencyUs.at(bi, ai) = s;
-        res.measurements.push_back(
-            {hosts_[ai].name, hosts_[bi].name, "latency", s.medianUs, "round", l.json()});
-      } catch (const std::exception& e) {
-        res.failures["peer"]++;
-        RANKMAP_WARN(Probe, "latency {} -> {}: bad reply: {}", hosts_[ai].name, hosts_[bi].name,
-                     e.what());
-      }
-    }
-    step("latency");
-  }
-  endPhase("latency");
-
-  // Live hosts, renumbered 0..L-1 for the inference (dead hosts have no data to place them).
-  std::vector<int> liveIndex(n, -1);
-  std::vector<int> liveHosts;
-  auto refreshLive = [&] {
-    liveHosts.clear();
-    std::fill(liveIndex.begin(), liveIndex.end(), -1);
-    for (size_t h = 0; h < n; ++h)
-      if (!dead[h]) {
-        liveIndex[h] = static_cast<int>(liveHosts.size());
-        liveHosts.push_back(static_cast<int>(h));
-      }
-  };
-
-  // 3. Bandwidth rounds; 4. contention trials. Every trial is evidence for the inference.
-  std::vector<std::vector<std::pair<probe::HostPair, double>>> trials;
-  auto record = [&](const std::vector<probe::HostPair>& flows,
-                    const std::vector<std::optional<double>>& rates, const std::string& phase) {
-    std::vector<std::pair<probe::HostPair, double>> t;
-    for (size_t k = 0; k < flows.size(); ++k) {
-      if (!rates[k]) continue;
-      auto [s, dd] = flows[k];
-      t.emplace_back(flows[k], *rates[k]);
-      res.measurements.push_back({hosts_[static_cast<size_t>(s)].name,
-                                  hosts_[static_cast<size_t>(dd)].name, "bandwidth", *rates[k],
-                                  phase, nullptr});
-      if (phase == "round")
-        res.topology.bandwidthMbps.at(static_cast<size_t>(s), static_cast<size_t>(dd)) = *rates[k];
-    }
-    trials.push_back(std::move(t));
-  };
-  // The round-robin rounds discover the structure; flows that got their single-flow rate there
-  // are final, the others are measured again with the full window (step 6).
-  probe::BandwidthOptions discovery = opts_.bandwidth;
-  if (opts_.discoveryMs > 0) discovery.maxMs = std::min(opts_.discoveryMs, opts_.bandwidth.maxMs);
-  const probe::BandwidthOptions& full = opts_.bandwidth;
-  if (opts_.bandwidthEnabled) {
-    for (const auto& round : rounds) {
-      if (cancelled()) break;
-      std::vector<probe::HostPair> fwd, back;
-      for (auto [a, b] : round) {
-        fwd.emplace_back(a, b);
-        back.emplace_back(b, a);
-      }
-      if (opts_.bidirectional) {
-        fwd.insert(fwd.end(), back.begin(), back.end());
-        record(fwd, runFlows(fwd, discovery, d, dead, res.failures), "round");
-        step("bandwidth");
-      } else {
-        record(fwd, runFlows(fwd, discovery, d, dead, res.failures), "round");
-        step("bandwidth");
-        if (cancelled()) break;
-        record(back, runFlows(back, discovery, d, dead, res.failures), "round");
-        step("bandwidth");
-      }
-    }
-    endPhase("bandwidth");
-    if (contention) {
-      refreshLive();
-      auto ct = probe::contentionTrials(static_cast<int>(liveHosts.size()), contentionCount, 12345);
-      for (const auto& trial : ct) {
-        if (cancelled()) break;
-        std::vector<probe::HostPair> flows;
-        for (auto [s, t] : trial)
-          flows.emplace_back(liveHosts[static_cast<size_t>(s)], liveHosts[static_cast<size_t>(t)]);
-        record(flows, runFlows(flows, discovery, d, dead, res.failures), "contention");
-        step("contention");
-      }
-      endPhase("contention");
-    }
-  }
-
-  // 5. Inference over live hosts.
-  refreshLive();
-  std::vector<int> groupOfHost(n, -1);  // global index -> group (live hosts only)
-  if (opts_.bandwidthEnabled && liveHosts.size() >= 2 && !cancelled()) {
-    std::vector<probe::ObservedTrial> obs;
-    for (const auto& t : trials) {
-      probe::ObservedTrial o;
-      for (const auto& [f, rate] : t) {
-        int s = liveIndex[static_cast<size_t>(f.first)],
-            dd = liveIndex[static_cast<size_t>(f.second)];
-        if (s >= 0 && dd >= 0) o.push_back({s, dd, rate});
-      }
-      if (!o.empty()) obs.push_back(std::move(o));
-    }
-    if (!obs.empty()) {
-      if (log::enabled(log::Subsys::Probe, log::Level::Debug)) {
-        Json dump = Json::array();
-        for (const auto& t : obs) {
-          Json tj = Json::array();
-          for (const auto& f : t) tj.push_back({f.src, f.dst, f.mbps});
-          dump.push_back(std::move(tj));
-        }
-        RANKMAP_DEBUG(Probe,
-                      "probe round: inference input ({} live hosts, [src, dst, Mbit/s] per "
-                      "trial): {}",
-                      liveHosts.size(), dump.dump());
-      }
-      probe::InferOptions io;
-      io.timeBudget = std::min<std::chrono::milliseconds>(
-          io.timeBudget, std::chrono::duration_cast<std::chrono::milliseconds>(d.remaining() / 4));
-      res.inference = probe::inferGroups(static_cast<int>(liveHosts.size()), obs, io);
-      for (size_t i = 0; i < liveHosts.size(); ++i)
-        groupOfHost[static_cast<size_t>(liveHosts[i])] = res.inference->model.groupOf[i];
-    }
-    endPhase("inference");
-  }
-
-  // 6. Re-measure flows that ran below what they would get alone, or failed while both ends
-  // stayed alive, packed so that no uplink carries two of them. A measurement apart replaces a
-  // discovery one; among measurements apart a flow keeps the best (interference only ever
-  // lowers a rate). Passes repeat for flows still low (a loaded host, a burst of cross
-  // traffic, a reverse direction more than kLopsided times faster) up to remeasurePasses, and
-  // from the second pass also retry flows that read high against their class (a short window's
-  // noise) and take the new reading as it is.
-  if (opts_.bandwidthEnabled && opts_.remeasure && res.inference && !cancelled()) {
-    const auto& m = res.inference->model;
-    std::vector<char> apart(n * n, 0);  // measured apart (full window, no shared uplink)
-    std::set<probe::HostPair> high;     // this pass: retried because they read high
-    std::vector<int> groupsForPacking(n);
-    for (size_t h = 0; h < n; ++h)
-      groupsForPacking[h] = groupOfHost[h] >= 0 ? groupOfHost[h] : static_cast<int>(n + h);
-    for (int pass = 0; pass < opts_.remeasurePasses && !cancelled(); ++pass) {
-      // From the second pass on, every flow has a clean rate (measured apart in the first pass,
-      // or already at its model rate in discovery), so the flows between the same two groups
-      // show what such a flow gets alone: a later pass retries a flow only when it is also low
-      // against their median. The model's rate alone comes from aggregates of concurrent short
-      // windows and runs a few percent high (260 for a 250 Mbit/s uplink), which otherwise sent
-      // a fifth of the flows, measured correctly, through another full-window pass.
-      std::map<std::pair<int, int>, double> classMedian;
-      if (pass > 0) {
-        std::map<std::pair<int, int>, std::vector<double>> byClass;
-        for (int s : liveHosts)
-          for (int t : liveHosts) {
-            auto v = res.topology.bandwidthMbps.at(static_cast<size_t>(s), static_cast<size_t>(t));
-            if (s != t && v)
-              byClass[{groupOfHost[static_cast<size_t>(s)], groupOfHost[static_cast<size_t>(t)]}]
-                  .push_back(*v);
-          }
-        for (auto& [cls, rates] : byClass) {
-          if (rates.size() < 3) continue;
-          std::nth_element(rates.begin(), rates.begin() + static_cast<long>(rates.size() / 2),
-                           rates.end());
-          classMedian[cls] = rates[rates.size() / 2];
-        }
-      }
-      std::vector<probe::HostPair> again;
-      high.clear();
-      for (int s : liveHosts)
-        for (int t : liveHosts) {
-          if (s == t || dead[static_cast<size_t>(s)] || dead[static_cast<size_t>(t)]) continue;
-          int si = liveIndex[static_cast<size_t>(s)], ti = liveIndex[static_cast<size_t>(t)];
-          double single = probe::maxMinRates(m, {{si, ti}})[0];
-          auto cm = classMedian.find(
-              {groupOfHost[static_cast<size_t>(s)], groupOfHost[static_cast<size_t>(t)]});
-          double lowFraction = kRemeasureFraction;
-          if (cm != classMedian.end()) {
-            single = std::min(single, cm->second);
-            lowFraction = kClassLowFraction;
-          }
-          auto v = res.topology.bandwidthMbps.at(static_cast<size_t>(s), static_cast<size_t>(t));
-          auto rv = res.topology.bandwidthMbps.at(static_cast<size_t>(t), static_cast<size_t>(s));
-          const bool lopsided = v && rv && *v * kLopsided < *rv;
-          if (!v || (std::isfinite(single) && *v < lowFraction * single) || lopsided) {
-            again.emplace_back(s, t);
-          } else if (cm != classMedian.end() && *v > kHighFraction * cm->second) {
-            again.emplace_back(s, t);
-            high.insert({s, t});
-          }
-        }
-      if (again.empty()) break;
-      auto slots = probe::packFlows(again, groupsForPacking, opts_.maxParallelFlows);
-      prog.total += slots.size();
-      RANKMAP_INFO(Probe, "probe round: pass {}: re-measuring {} flows in {} slots", pass + 1,
-                   again.size(), slots.size());
-      for (const auto& slot : slots) {
-        if (cancelled()) break;
-        auto rates = runFlows(slot, full, d, dead, res.failures);
-        for (size_t k = 0; k < slot.size(); ++k) {
-          if (!rates[k]) continue;
-          auto [s, t] = slot[k];
-          auto& cell =
-              res.topology.bandwidthMbps.at(static_cast<size_t>(s), static_cast<size_t>(t));
-          char& wasApart = apart[static_cast<size_t>(s) * n + static_cast<size_t>(t)];
-          cell = wasApart && !high.count({s, t}) ? std::max(cell.value_or(0), *rates[k])
-                                                 : *rates[k];
-          wasApart = 1;
-          res.measurements.push_back({hosts_[static_cast<size_t>(s)].name,
-                                      hosts_[static_cast<size_t>(t)].name, "bandwidth", *rates[k],
-                                      "remeasure", nullptr});
-        }
-        step("remeasure");
-      }
-    }
-    endPhase("remeasure");
-  }
-
-  // Assemble: shared links and groups from the inference.
-  if (res.inference) {
-    for (const auto& g : res.inference->sharedGroups()) {
-      SharedLink link;
-      for (int i : g)
-        link.hosts.push_back(hosts_[static_cast<size_t>(liveHosts[static_cast<size_t>(i)])].name);
-      int group = res.inference->model.groupOf[static_cast<size_t>(g.front())];
-      link.capacityMbps = res.inference->uplinkCapacity(group);
-      res.topology.sharedLinks.push_back(std::move(link));
-    }
-    if (!res.topology.sharedLinks.empty()) {
-      HierarchyLevel level;
-      level.name = "rack";
-      level.confidence = res.inference->confidence();
-      std::map<int, std::vector<std::string>> byGroup;
-      for (size_t h = 0; h < n; ++h) {
-        int g = groupOfHost[h] >= 0 ? groupOfHost[h] : static_cast<int>(n + h);
-        byGroup[g].push_back(hosts_[h].name);
-      }
-      for (auto& [g, members] : byGroup) level.groups.push_back(std::move(members));
-      res.topology.groups.push_back(std::move(level));
-    }
-  }
-
-  // Missing: pairs with nothing at all; flows without bandwidth.
+  std::vector<char> dead(n, 0);
+  for (const auto& name : out.deadHosts) dead[static_cast<size_t>(res.topology.indexOf(name))] = 1;
   for (size_t a = 0; a < n; ++a)
     for (size_t b = a + 1; b < n; ++b) {
-      bool any = res.topology.latencyUs.at(a, b).has_value() ||
-                 res.topology.bandwidthMbps.at(a, b).has_value() ||
-                 res.topology.bandwidthMbps.at(b, a).has_value();
-      if (!any) ++res.pairsMissing;
-      if (opts_.bandwidthEnabled) {
-        res.flowsMissing += !res.topology.bandwidthMbps.at(a, b).has_value();
-        res.flowsMissing += !res.topology.bandwidthMbps.at(b, a).has_value();
+      bool gone = dead[a] || dead[b];
+      if (res.topology.hasMatrices()) {
+        gone = !res.topology.latencyUs.at(a, b) && !res.topology.bandwidthMbps.at(a, b) &&
+               !res.topology.bandwidthMbps.at(b, a);
+        if (opts_.bandwidthEnabled)
+          res.flowsMissing += !res.topology.bandwidthMbps.at(a, b).has_value() +
+                              !res.topology.bandwidthMbps.at(b, a).has_value();
+      } else if (gone) {
+        res.flowsMissing += 2;
       }
+      res.pairsMissing += gone;
     }
-  for (size_t h = 0; h < n; ++h)
-    if (dead[h]) res.deadHosts.push_back(hosts_[h].name);
-  res.cancelled = cancel && cancel->load();
+  res.deadHosts = out.deadHosts;
+  res.failures = out.failures;
+  res.phaseSeconds = out.phaseSeconds;
+  res.structure = std::move(out.structure);
+  res.cost = out.cost;
+  res.cancelled = out.cancelled;
   res.seconds = since(t0);
-  prog.phase = "done";
-  prog.done = prog.total;
-  if (progress) progress(prog);
   std::string phases;
   for (const auto& [name, secs] : res.phaseSeconds) phases += fmt::format(" {} {:.2f}", name, secs);
-  RANKMAP_INFO(Probe, "probe round: {} hosts, {} of {} pairs missing, {} dead, {:.2f} s ({});{}", n,
-               res.pairsMissing, res.pairsTotal, res.deadHosts.size(), res.seconds, res.status(),
-               phases);
+  RANKMAP_INFO(Probe,
+               "probe round: {} hosts, structure from {} ({} levels), {} bandwidth flows in {} "
+               "trials, {} pings; {} of {} pairs missing, {} dead, {:.2f} s ({});{}",
+               n, res.structure.signal, res.structure.levels.size(), res.cost.bandwidthFlows,
+               res.cost.trials, res.cost.latencyPairs, res.pairsMissing, res.pairsTotal,
+               res.deadHosts.size(), res.seconds, res.status(), phases);
   return res;
 }
 

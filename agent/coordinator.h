@@ -1,21 +1,15 @@
-// The coordinator of a probe round: asks every agent to measure its pairs and assembles
-// topology.json. Runs inside the coordinating rankmapd, or inside `rankmap probe` when no agent
-// API is at hand; either way it only talks to agents over the authenticated probe protocol
-// (control requests on their probe port), so it needs the job's probe key and nothing else.
+// The coordinator of a probe round: the agents as a probe::Fleet. It asks every agent, over the
+// authenticated probe protocol (control requests on their probe port), to measure latency and
+// bandwidth against named peers; the round itself (which pairs, in which trials, and what they
+// show) is probe/round.h, the same code the simulator runs. Runs inside the coordinating
+// rankmapd, or inside `rankmap probe` when no agent API is at hand; either way it needs the
+// job's probe key and nothing else.
 //
-// A full round:
-//   1. liveness: a "hello" to every agent (connect timeout); silent agents are dead for the round;
-//   2. latency: the round-robin rounds (probe/schedule.h), every pair once, all pairs of a
-//      round at the same time (small messages do not disturb each other);
-//   3. bandwidth: the same rounds, one direction at a time (or both with `bidirectional`);
-//   4. contention trials (optional): every host sends at once, shift and random permutations;
-//   5. inference (probe/contention.h) over all bandwidth trials: groups behind shared uplinks;
-//   6. re-measurement: flows that ran slower than the model says they would alone (they shared
-//      an uplink with a flow of the same round) are measured again, packed so that no uplink
-//      carries two of them at once.
-// Every request has a deadline derived from what it asks for plus a slack; an agent that fails
-// a request (refused, timed out, bad key) is dead for the rest of the round and its pairs are
-// missing. The round as a whole has a deadline too; what is not measured by then is missing.
+// Every request has a deadline derived from what it asks for plus a slack; a failed request is
+// an Outcome naming the agent at fault (the asked one when it did not answer, else its peer),
+// and the round drops a host after kMaxStrikes failures. An agent that does not answer the
+// liveness check is asked once more before it counts as down. The round as a whole has a
+// deadline too; what is not measured by then is missing.
 #pragma once
 
 #include <atomic>
@@ -28,15 +22,17 @@
 #include "agent/agent_config.h"
 #include "agent/store.h"
 #include "common/topology.h"
-#include "probe/contention.h"
+#include "probe/fleet.h"
+#include "probe/round.h"
 #include "probe/wire.h"
 
 namespace rankmap::agent {
 
 struct RoundProgress {
-  std::string phase;  // "liveness", "latency", "bandwidth", "contention", "remeasure", "done"
-  size_t done = 0;    // steps of the whole round done ...
-  size_t total = 0;   // ... out of (an estimate, fixed once the phases are known)
+  std::string phase;   // "liveness", "structure", "links", "done" (probe/round.h)
+  size_t done = 0;     // steps of this phase done ...
+  size_t total = 0;    // ... out of (0 = not known yet)
+  std::string detail;  // one line for people: "640 of 1024 hosts placed after 3 leader rounds"
 };
 using ProgressFn = std::function<void(const RoundProgress&)>;
 
@@ -50,7 +46,8 @@ struct RoundResult {
   std::map<std::string, uint64_t> failures;  // reason -> count
   double seconds = 0;
   std::map<std::string, double> phaseSeconds;
-  std::optional<probe::Inference> inference;
+  probe::Structure structure;  // what found the hierarchy, and the levels
+  probe::FleetCost cost;
   bool cancelled = false;
   std::string status() const;  // "ok", "partial" or "failed"
 };
@@ -66,7 +63,7 @@ struct CheckResult {
   double seconds = 0;
 };
 
-class Coordinator {
+class Coordinator : public probe::Fleet {
  public:
   // `key` must outlive the Coordinator. `self` names us in handshakes and logs.
   Coordinator(std::vector<Host> hosts, const probe::ProbeKey& key, std::string self,
@@ -82,10 +79,20 @@ class Coordinator {
   // only if it moved again (a confirmed change).
   CheckResult runCheck(const Topology& current, int checkIndex, int rounds, double threshold,
                        Deadline d);
-  // Which hosts answer a "hello" before `d` (in parallel).
-  std::vector<bool> alive(Deadline d);
-
   const std::vector<Host>& hosts() const { return hosts_; }
+
+  // probe::Fleet over the agents.
+  size_t size() const override { return hosts_.size(); }
+  const Host& host(int h) const override { return hosts_[static_cast<size_t>(h)]; }
+  // Which hosts answer a "hello" before `d` (in parallel); silent ones are asked once more.
+  std::vector<bool> alive(Deadline d) override;
+  std::vector<probe::Outcome<LatencyStats>> latency(const std::vector<probe::HostPair>& pairs,
+                                                    const probe::LatencyOptions& opts,
+                                                    Deadline d) override;
+  std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
+                                                const probe::BandwidthOptions& opts,
+                                                Deadline d) override;
+  probe::FleetCost cost() const override;
 
  private:
   struct Task {
@@ -99,7 +106,7 @@ class Coordinator {
   };
   void runTasks(std::vector<Task>& tasks);
   Json peerJson(int h) const;
-  Deadline latencyDeadline(Deadline round) const;
+  Deadline latencyDeadline(Deadline round, const probe::LatencyOptions& lo) const;
   Deadline bandwidthDeadline(Deadline round, const probe::BandwidthOptions& bo) const;
   // One trial: all flows at once; returns rates (nullopt = failed) and counts failures.
   std::vector<std::optional<double>> runFlows(const std::vector<probe::HostPair>& flows,
@@ -111,6 +118,8 @@ class Coordinator {
   const probe::ProbeKey& key_;
   std::string self_;
   ProbeOptions opts_;
+  std::chrono::steady_clock::time_point made_ = std::chrono::steady_clock::now();
+  probe::FleetCost cost_;
 };
 
 // Relative change |b - a| / a (a > 0); infinite when a is 0 and b is not.

@@ -173,7 +173,7 @@ Daemon::StartResult Daemon::startRound(std::optional<std::vector<Host>> hosts,
   int64_t id = store_->beginRound("full", n, n * (n - 1) / 2);
   runningId_ = id;
   runningKind_ = "full";
-  progress_ = RoundProgress{"starting", 0, 0};
+  progress_ = RoundProgress{"starting", 0, 0, ""};
   cancel_ = false;
   RANKMAP_INFO(Agent, "agent {}: round {} over {} hosts ({})", name_, id, n, reason);
   roundThread_ =
@@ -223,7 +223,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
         std::lock_guard<std::mutex> lock(mu_);
         runningId_ = fullId;
         runningKind_ = "full";
-        progress_ = RoundProgress{"starting", 0, 0};
+        progress_ = RoundProgress{"starting", 0, 0, ""};
         cv_.notify_all();
       }
       id = fullId;
@@ -325,7 +325,8 @@ std::optional<Json> Daemon::roundStatus(int64_t id) {
                   {"status", "running"},
                   {"phase", progress_.phase},
                   {"done", progress_.done},
-                  {"total", progress_.total}};
+                  {"total", progress_.total},
+                  {"detail", progress_.detail}};
     }
   }
   auto r = store_->round(id);
@@ -400,7 +401,7 @@ void Daemon::reprobeOnce() {
   int64_t id = store_->beginRound("light", static_cast<int64_t>(hosts_.size()), 0);
   runningId_ = id;
   runningKind_ = "light";
-  progress_ = RoundProgress{"check", 0, 0};
+  progress_ = RoundProgress{"check", 0, 0, ""};
   cancel_ = false;
   roundThread_ = std::thread([this, id, hosts = hosts_, baseline = std::move(*current)]() mutable {
     roundMain(id, std::move(hosts), cfg_.probe, true, std::move(baseline));

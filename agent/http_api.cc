@@ -164,8 +164,9 @@ void postProbe(Daemon& d, const httplib::Request& req, httplib::Response& res) {
         applyProbeOptions(*p, *opts);
       }
       if (auto c = r.find("contention")) {
-        if (!opts) opts = d.config().probe;
-        opts->contention = c->boolean();
+        c->boolean();  // still validated: old clients send it
+        RANKMAP_WARN(Agent, "POST /v1/probe: \"contention\" is ignored: the structure-first "
+                     "probe loads uplinks in every round (docs/probing.md)");
       }
       if (auto w = r.find("wait")) wait = w->boolean();
     }

@@ -1,12 +1,13 @@
 // `rankmap probe --hosts FILE [--out topology.json] [--agent URL] [--token-file F]
-//  [--key-file F] [--contention] [--timeout D] [--json]`: measures the network between the hosts
+//  [--key-file F] [--timeout D] [--json]`: measures the network between the hosts
 // and writes topology.json.
 //
 // It asks an agent's HTTP API to run the round (--agent, or RANKMAP_AGENT when that answers),
 // following the round's progress; with --key-file (and no --agent), or with no agent API at
 // hand, it coordinates the round itself, talking to the agents' probe ports with the job's
 // probe key (--key-file or RANKMAP_PROBE_KEY_FILE). Progress goes to stderr: a bar on a terminal,
-// one line per phase otherwise. The result line (or JSON with --json) goes to stdout. Exit status:
+// one line per step otherwise. --contention is accepted for old scripts and ignored (every
+// round now loads the uplinks it suspects). The result line (or JSON with --json) goes to stdout. Exit status:
 // 0 when a topology was written (possibly with missing pairs, reported), 1 when the round failed, 2
 // on bad input.
 #include <unistd.h>
@@ -53,19 +54,29 @@ class ProgressView {
  public:
   ProgressView() : tty_(::isatty(STDERR_FILENO) == 1) {}
   ~ProgressView() { finish(); }
-  void update(const std::string& phase, size_t done, size_t total) {
+  // One line per step: a bar on a terminal (redrawn in place), else a line whenever the phase
+  // or its detail changes. The round reports a handful of steps per phase at any host count
+  // (leader rounds, trials, levels), so the log stays readable at 1000 hosts.
+  void update(const std::string& phase, size_t done, size_t total, const std::string& detail) {
     if (tty_) {
       constexpr int kWidth = 30;
       double f = total ? std::min(1.0, static_cast<double>(done) / static_cast<double>(total)) : 0;
       int fill = static_cast<int>(f * kWidth);
-      fmt::print(stderr, "\r[{}{}] {:3.0f}% {:<12}", std::string(static_cast<size_t>(fill), '#'),
-                 std::string(static_cast<size_t>(kWidth - fill), '.'), f * 100, phase);
+      std::string line = fmt::format("[{}{}] {:3.0f}% {:<10} {}",
+                                     std::string(static_cast<size_t>(fill), '#'),
+                                     std::string(static_cast<size_t>(kWidth - fill), '.'), f * 100,
+                                     phase, detail);
+      line.resize(std::max<size_t>(line.size(), lastWidth_), ' ');
+      lastWidth_ = std::min<size_t>(line.size(), 120);
+      line.resize(lastWidth_);
+      fmt::print(stderr, "\r{}", line);
       std::fflush(stderr);
       drawn_ = true;
-    } else if (phase != lastPhase_) {
-      fmt::print(stderr, "rankmap probe: {} ({}/{})\n", phase, done, total);
+    } else if (phase != lastPhase_ || detail != lastDetail_) {
+      fmt::print(stderr, "rankmap probe: {}{}{}\n", phase, detail.empty() ? "" : ": ", detail);
     }
     lastPhase_ = phase;
+    lastDetail_ = detail;
   }
   void finish() {
     if (drawn_) fmt::print(stderr, "\n");
@@ -75,7 +86,8 @@ class ProgressView {
  private:
   bool tty_;
   bool drawn_ = false;
-  std::string lastPhase_;
+  std::string lastPhase_, lastDetail_;
+  size_t lastWidth_ = 0;
 };
 
 struct Outcome {
@@ -94,7 +106,6 @@ Outcome viaAgent(const ProbeArgs& a, const std::string& url, const std::string& 
   HttpClient client(url, token);
   Json body = {{"hosts", Json::array()}};
   for (const auto& h : hosts) body["hosts"].push_back({{"name", h.name}, {"address", h.address}});
-  if (a.contention) body["contention"] = true;
   auto t0 = std::chrono::steady_clock::now();
   HttpResponse r =
       client.post("/v1/probe", body.dump(), Deadline::after(std::chrono::seconds(30)).min(d));
@@ -120,7 +131,8 @@ Outcome viaAgent(const ProbeArgs& a, const std::string& url, const std::string& 
           fmt::format("agent {}: round {}: HTTP {}: {}", url, id, s.status, s.errorText()));
     st = parseJson(s.body, "round status");
     if (st.value("status", "") != "running") break;
-    view.update(st.value("phase", "?"), st.value("done", 0u), st.value("total", 0u));
+    view.update(st.value("phase", "?"), st.value("done", 0u), st.value("total", 0u),
+                st.value("detail", ""));
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   view.finish();
@@ -154,12 +166,11 @@ Outcome coordinateHere(const ProbeArgs& a, const CliContext& ctx, const std::vec
         "RANKMAP_PROBE_KEY_FILE)");
   probe::ProbeKey key = probe::ProbeKey::load(keyFile);
   ProbeOptions opts;
-  opts.contention = a.contention;
   opts.roundTimeout = std::chrono::duration_cast<std::chrono::milliseconds>(d.remaining());
   Coordinator coord(hosts, key, "rankmap-probe@" + localHostName(), opts);
   ProgressView view;
   RoundResult r =
-      coord.runFull(d, [&](const RoundProgress& p) { view.update(p.phase, p.done, p.total); });
+      coord.runFull(d, [&](const RoundProgress& p) { view.update(p.phase, p.done, p.total, p.detail); });
   view.finish();
   Outcome o;
   o.via = "coordinated here";
@@ -183,6 +194,9 @@ int runProbe(const CliContext& ctx, const ProbeArgs& a) {
   if (!timeout || timeout->count() <= 0)
     throw InvalidInput(fmt::format("--timeout '{}': expected a duration such as 10m", a.timeout));
   Deadline d = Deadline::after(*timeout);
+  if (a.contention)
+    fmt::print(stderr, "rankmap probe: --contention is ignored: every round loads the uplinks it "
+                       "suspects\n");
   std::vector<Host> hosts = probe::loadHostsFile(a.hostsFile);
   std::string url = !a.agent.empty() ? a.agent : ctx.config.get(settings::kAgent);
   bool useAgent = !a.agent.empty();
@@ -240,7 +254,8 @@ void registerProbeCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->add_option("--key-file", a->keyFile,
                   "Probe key, to coordinate here without an agent API (or RANKMAP_PROBE_KEY_FILE)");
   cmd->add_option("--timeout", a->timeout, "Deadline for the whole round (default 10m)");
-  cmd->add_flag("--contention", a->contention, "Also run the contention probe (shared uplinks)");
+  cmd->add_flag("--contention", a->contention,
+                "Ignored (kept for old scripts): every round loads the uplinks it suspects");
   cmd->add_flag("--json", a->json, "Print the result as JSON");
   cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return runProbe(ctx, *a); }; });
 }

@@ -61,6 +61,31 @@ struct SharedLink {
 // and the probe retries such pairs before they get there (agent/coordinator.cc).
 inline constexpr double kMaxDirectionRatio = 3.0;
 
+// Up to this many hosts a probe writes the full matrices (measured and inferred values); beyond
+// it, `links` and the measured pairs stand in for them (N^2 values stop being readable or small).
+inline constexpr size_t kDenseMaxHosts = 1024;
+
+// One link's capacity in each direction (out = away from the host or group).
+struct LinkCapacity {
+  double outMbps = 0;
+  double inMbps = 0;
+  bool operator==(const LinkCapacity&) const = default;
+};
+
+// The link model of a sparse probe ("links" in topology.json, schema 2): the capacity of every
+// host link and of every group's uplink at every level of Topology::groups, each direction, and
+// the one-way latency each tier adds. A pair's single-flow rate follows from it as the narrowest
+// link on its path (Topology::pathMbps); a probe that measured a sample of pairs states the
+// rest this way instead of measuring all N^2.
+struct TopologyLinks {
+  std::vector<LinkCapacity> hosts;                 // per host, in the order of Topology::hosts
+  std::vector<std::vector<LinkCapacity>> uplinks;  // per level of `groups`, per group
+  // One-way latency of a host link (hostLatencyUs) and of each level's uplinks; 0 = unknown.
+  double hostLatencyUs = 0;
+  std::vector<double> uplinkLatencyUs;  // per level
+  bool operator==(const TopologyLinks&) const = default;
+};
+
 struct Topology {
   static constexpr int kSchemaVersion = 1;
 
@@ -72,8 +97,17 @@ struct Topology {
   int64_t version = 0;   // monotonic per agent state; 0 = unversioned
   std::vector<HierarchyLevel> groups;  // optional
   std::vector<SharedLink> sharedLinks;  // optional
+  // Schema 2. When `links` is set, `groups` holds the levels it refers to, and the matrices may
+  // be empty (0 x 0: a probe of more than kDenseMaxHosts hosts); otherwise they are N x N.
+  std::optional<TopologyLinks> links;
+  // Directed pairs (sender, receiver) whose bandwidth value was measured alone on its path; the
+  // other values of bandwidthMbps were inferred from `links`. Empty with `links` unset means
+  // every value present was measured (schema 1).
+  std::vector<std::pair<int, int>> measured;
 
   size_t size() const { return hosts.size(); }
+  // Whether the matrices are N x N (always, unless `links` stands in for them).
+  bool hasMatrices() const { return bandwidthMbps.size() == hosts.size(); }
   // Index of a host by name, or -1.
   int indexOf(std::string_view name) const;
   // An empty topology of `hosts` with all measurements missing.

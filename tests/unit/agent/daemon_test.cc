@@ -26,7 +26,6 @@ ProbeOptions fastProbe() {
   ProbeOptions p;
   p.latency = {2, 20};
   p.bandwidth.maxMs = 40;
-  p.discoveryMs = 30;
   p.connectTimeout = 500ms;
   p.taskSlack = 1500ms;
   p.roundTimeout = 30s;
@@ -161,7 +160,7 @@ TEST(Daemon, SecondRoundWhileOneRunsIs409) {
   Daemon& x = a.add("x");
   Daemon& y = a.add("y");
   Json body = {{"hosts", {Agents::hostJson(x), Agents::hostJson(y)}},
-               {"probe", {{"bandwidth_max_ms", 400}, {"discovery_ms", 400}}}};
+               {"probe", {{"bandwidth_max_ms", 400}}}};
   auto first = post(x, body.dump());
   ASSERT_EQ(first.status, 202) << first.body;
   int64_t id = parseJson(first.body, "a")["round_id"];
@@ -301,11 +300,10 @@ TEST(Coordinator, AgentKilledMidRoundLeavesItsPairsMissing) {
   for (auto& d : a.d) hosts.push_back({d->name(), fmt::format("127.0.0.1:{}", d->probePort())});
   probe::ProbeKey key = probe::ProbeKey::load(a.key);
   ProbeOptions o = fastProbe();
-  o.remeasure = false;
   Coordinator c(hosts, key, "test", o);
   std::atomic<bool> killed{false};
   RoundResult r = c.runFull(Deadline::after(20s), [&](const RoundProgress& p) {
-    if (p.phase == "bandwidth" && !killed.exchange(true)) a.d[3]->stop();  // "s" dies
+    if (p.phase == "links" && !killed.exchange(true)) a.d[3]->stop();  // "s" dies
   });
   EXPECT_EQ(r.status(), "partial");
   EXPECT_EQ(r.deadHosts, (std::vector<std::string>{"s"}));

@@ -1,0 +1,61 @@
+// The hosts a probe round measures, as the round sees them: the real agents over the probe
+// protocol (agent/coordinator.h) or a simulated datacenter (tests/sim/sim_fleet.h). The round's
+// phases (probe/round.h) talk to nothing else, so the simulator runs the production scheduler,
+// inference and planner against a model network.
+//
+// Contract: one thread calls a Fleet at a time; every call returns by its deadline; a failure
+// is data (an Outcome without a value, naming the host at fault and why), never an exception.
+// A host the fleet reports at fault once stays usable: the round decides whom to drop.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/topology.h"
+#include "probe/measure.h"
+#include "probe/schedule.h"
+
+namespace rankmap::probe {
+
+template <typename T>
+struct Outcome {
+  std::optional<T> value;
+  int culprit = -1;     // the host at fault when value is empty (-1: unknown)
+  std::string reason;   // "connect", "timeout", "auth", "peer", "refused"
+  std::string message;  // for the log
+};
+
+// What the fleet spent: for the benchmark's report and the simulator's validation.
+struct FleetCost {
+  double seconds = 0;           // wall clock for agents, simulated time for the simulator
+  uint64_t latencyPairs = 0;    // latency measurements made
+  uint64_t bandwidthFlows = 0;  // bandwidth measurements made (one per flow)
+  uint64_t trials = 0;          // bandwidth calls (sets of concurrent flows)
+  double bulkBytes = 0;         // bytes moved by bandwidth probes
+};
+
+class Fleet {
+ public:
+  virtual ~Fleet() = default;
+  virtual size_t size() const = 0;
+  virtual const Host& host(int h) const = 0;
+  // Which hosts answer before `d`; one that does not answer at first is asked again (with
+  // backoff) before it counts as down.
+  virtual std::vector<bool> alive(Deadline d) = 0;
+  // Round trips of every pair (first pings second), all at once: small messages do not disturb
+  // each other, so a host may be in several pairs.
+  virtual std::vector<Outcome<LatencyStats>> latency(const std::vector<HostPair>& pairs,
+                                                     const LatencyOptions& opts, Deadline d) = 0;
+  // Bulk flows (sender, receiver) all at once; each value is the rate its receiver measured,
+  // in Mbit/s. Flows that share a link share it: that is what a trial is for.
+  virtual std::vector<Outcome<double>> bandwidth(const std::vector<HostPair>& flows,
+                                                 const BandwidthOptions& opts, Deadline d) = 0;
+  // What was spent since the fleet was made.
+  virtual FleetCost cost() const = 0;
+};
+
+}  // namespace rankmap::probe

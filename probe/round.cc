@@ -1,0 +1,817 @@
+#include "probe/round.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "probe/contention.h"
+
+namespace rankmap::probe {
+namespace {
+
+// Union-find over 0..n-1 (path halving, union by index: the root is the lowest member).
+class Components {
+ public:
+  explicit Components(size_t n) : parent_(n) { std::iota(parent_.begin(), parent_.end(), 0); }
+  int find(int x) {
+    while (parent_[static_cast<size_t>(x)] != x) {
+      auto& p = parent_[static_cast<size_t>(x)];
+      p = parent_[static_cast<size_t>(p)];
+      x = p;
+    }
+    return x;
+  }
+  bool unite(int a, int b) {
+    a = find(a);
+    b = find(b);
+    if (a == b) return false;
+    if (b < a) std::swap(a, b);
+    parent_[static_cast<size_t>(b)] = a;
+    return true;
+  }
+
+ private:
+  std::vector<int> parent_;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  auto mid = v.begin() + static_cast<long>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+// Boundaries between levels of `values` (positive): the geometric midpoints of the gaps where
+// one sorted value is at least `ratio` times the one below it, ascending. A gap counts only with
+// at least two values below it and, above it, at least two values and `minUpperFraction` of all
+// (a lone slow reading is noise, not a tier).
+std::vector<double> levelBoundaries(std::vector<double> values, double ratio,
+                                    double minUpperFraction) {
+  std::vector<double> out;
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  size_t minUpper = std::max<size_t>(2, static_cast<size_t>(std::ceil(minUpperFraction * n)));
+  for (size_t i = 1; i + minUpper <= n; ++i) {
+    if (i < 2) continue;
+    if (values[i] >= ratio * values[i - 1]) out.push_back(std::sqrt(values[i] * values[i - 1]));
+  }
+  return out;
+}
+
+// Groups numbered 0.. in order of their lowest member; -1 stays -1.
+std::vector<int> renumber(const std::vector<int>& label) {
+  std::vector<int> out(label.size(), -1);
+  std::map<int, int> seen;
+  for (size_t h = 0; h < label.size(); ++h) {
+    if (label[h] < 0) continue;
+    auto [it, fresh] = seen.emplace(label[h], static_cast<int>(seen.size()));
+    out[h] = it->second;
+  }
+  return out;
+}
+
+int groupCount(const std::vector<int>& groupOf) {
+  int g = 0;
+  for (int x : groupOf) g = std::max(g, x + 1);
+  return g;
+}
+
+std::vector<std::vector<int>> membersOf(const std::vector<int>& groupOf) {
+  std::vector<std::vector<int>> m(static_cast<size_t>(groupCount(groupOf)));
+  for (size_t h = 0; h < groupOf.size(); ++h)
+    if (groupOf[h] >= 0) m[static_cast<size_t>(groupOf[h])].push_back(static_cast<int>(h));
+  return m;
+}
+
+std::string levelName(size_t level) {
+  static const char* kNames[] = {"rack", "pod", "zone"};
+  return level < 3 ? kNames[level] : fmt::format("level{}", level + 1);
+}
+
+}  // namespace
+
+// ---- RoundState ----------------------------------------------------------------------------
+
+RoundState::RoundState(Fleet& fleet, const RoundOptions& opts, Deadline d,
+                       const RoundProgressFn& progress, const std::atomic<bool>* cancel)
+    : fleet_(fleet),
+      opts_(opts),
+      deadline_(d),
+      progress_(progress),
+      cancel_(cancel),
+      live_(fleet.size(), 1),
+      strikes_(fleet.size(), 0) {}
+
+bool RoundState::stopped() const { return cancelled() || deadline_.expired(); }
+
+std::vector<int> RoundState::liveHosts() const {
+  std::vector<int> out;
+  for (size_t h = 0; h < live_.size(); ++h)
+    if (live_[h]) out.push_back(static_cast<int>(h));
+  return out;
+}
+
+void RoundState::drop(int h, const std::string& why) {
+  if (!live_[static_cast<size_t>(h)]) return;
+  live_[static_cast<size_t>(h)] = 0;
+  dropped.push_back(fleet_.host(h).name);
+  RANKMAP_WARN(Probe, "probe round: host {} ({}) is out of this round: {}", fleet_.host(h).name,
+               fleet_.host(h).address, why);
+}
+
+void RoundState::report(const RoundProgress& p) const {
+  if (progress_) progress_(p);
+}
+
+template <typename T>
+void RoundState::judge(const std::vector<HostPair>& pairs, const std::vector<Outcome<T>>& out) {
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const auto& o = out[k];
+    if (o.value) continue;
+    failures[o.reason.empty() ? "peer" : o.reason]++;
+    int culprit = o.culprit >= 0 ? o.culprit : pairs[k].second;
+    if (!live(culprit)) continue;
+    if (++strikes_[static_cast<size_t>(culprit)] >= kMaxStrikes)
+      drop(culprit, fmt::format("{} -> {}: {} ({})", fleet_.host(pairs[k].first).name,
+                                fleet_.host(pairs[k].second).name, o.message, o.reason));
+  }
+}
+
+std::vector<std::optional<LatencyStats>> RoundState::ping(const std::vector<HostPair>& pairs,
+                                                          const std::string& phase) {
+  std::vector<std::optional<LatencyStats>> res(pairs.size());
+  if (pairs.empty() || stopped()) return res;
+  auto out = fleet_.latency(pairs, opts_.latency, deadline_);
+  judge(pairs, out);
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    res[k] = out[k].value;
+    if (res[k])
+      readings.push_back({pairs[k].first, pairs[k].second, "latency", res[k]->minUs, phase, true});
+  }
+  return res;
+}
+
+std::vector<std::optional<double>> RoundState::run(const std::vector<HostPair>& flows,
+                                                   const std::string& phase, bool alone,
+                                                   const std::vector<int>& units,
+                                                   bool splittable) {
+  std::vector<std::optional<double>> res(flows.size());
+  // Parts: consecutive runs of whole units up to maxFlowsPerTrial flows.
+  std::vector<std::pair<size_t, size_t>> parts;
+  size_t cap = splittable && opts_.maxFlowsPerTrial > 0 ? opts_.maxFlowsPerTrial : flows.size();
+  for (size_t begin = 0; begin < flows.size();) {
+    size_t end = begin;
+    while (end < flows.size()) {
+      size_t unitEnd = end + 1;
+      while (!units.empty() && unitEnd < flows.size() && units[unitEnd] == units[end]) ++unitEnd;
+      if (end > begin && unitEnd - begin > cap) break;
+      end = unitEnd;
+    }
+    parts.emplace_back(begin, end);
+    begin = end;
+  }
+  for (auto [begin, end] : parts) {
+    if (stopped()) break;
+    std::vector<HostPair> part;
+    std::vector<size_t> at;
+    for (size_t k = begin; k < end; ++k)
+      if (live(flows[k].first) && live(flows[k].second)) {
+        part.push_back(flows[k]);
+        at.push_back(k);
+      }
+    if (part.empty()) continue;
+    auto out = fleet_.bandwidth(part, opts_.bandwidth, deadline_);
+    judge(part, out);
+    for (size_t i = 0; i < part.size(); ++i) {
+      res[at[i]] = out[i].value;
+      if (out[i].value)
+        readings.push_back({part[i].first, part[i].second, "bandwidth", *out[i].value, phase, alone});
+    }
+  }
+  return res;
+}
+
+// ---- 1. liveness -----------------------------------------------------------------------------
+
+std::vector<bool> checkLiveness(RoundState& s) {
+  s.report({"liveness", 0, s.fleet().size(), ""});
+  auto up = s.fleet().alive(s.deadline());
+  for (size_t h = 0; h < up.size(); ++h)
+    if (!up[h]) {
+      s.failures["connect"]++;
+      s.drop(static_cast<int>(h), "not answering");
+    }
+  return up;
+}
+
+// ---- 2. structure ---------------------------------------------------------------------------
+namespace {
+
+// Leader clustering on round trips; nullopt when the round trips show no levels.
+std::optional<Structure> latencyStructure(RoundState& s) {
+  std::vector<int> hosts = s.liveHosts();
+  const size_t n = s.fleet().size();
+  if (hosts.size() < 2) return std::nullopt;
+  std::mt19937_64 rng(s.opts().seed);
+  std::shuffle(hosts.begin(), hosts.end(), rng);
+
+  Components racks(n);
+  std::vector<char> placed(n, 0);
+  std::vector<int> leaders;  // every leader, in order of election
+  std::vector<double> rackRtts;
+  std::optional<double> rackBoundary;
+  std::vector<int> unplaced = hosts;
+  size_t want = static_cast<size_t>(std::max(1, s.opts().firstLeaders));
+  for (int round = 0; !unplaced.empty() && !s.stopped(); ++round) {
+    std::vector<int> fresh;
+    for (int h : unplaced)
+      if (fresh.size() < want && s.live(h)) fresh.push_back(h);
+    if (fresh.empty()) break;
+    std::vector<HostPair> pairs;
+    for (int u : unplaced)
+      for (int l : fresh)
+        if (u != l) pairs.emplace_back(u, l);
+    auto rtt = s.ping(pairs, "structure");
+    if (!rackBoundary) {
+      std::vector<double> v;
+      for (const auto& r : rtt)
+        if (r) v.push_back(r->minUs);
+      auto b = levelBoundaries(v, kLatencyLevelRatio, 0.05);
+      if (b.empty()) {
+        RANKMAP_INFO(Probe, "probe round: round trips show no levels ({} pings, {:.1f}-{:.1f} us)",
+                     v.size(), v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()),
+                     v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()));
+        return std::nullopt;
+      }
+      rackBoundary = b.front();
+    }
+    for (int l : fresh) {
+      placed[static_cast<size_t>(l)] = 1;
+      leaders.push_back(l);
+    }
+    for (size_t k = 0; k < pairs.size(); ++k) {
+      if (!rtt[k] || rtt[k]->minUs > *rackBoundary) continue;
+      auto [u, l] = pairs[k];
+      rackRtts.push_back(rtt[k]->minUs);
+      if (placed[static_cast<size_t>(u)]) {
+        racks.unite(u, l);  // a second leader of the same rack, or a host close to two leaders
+      } else {
+        placed[static_cast<size_t>(u)] = 1;
+        racks.unite(u, l);
+      }
+    }
+    std::vector<int> still;
+    for (int u : unplaced)
+      if (!placed[static_cast<size_t>(u)] && s.live(u)) still.push_back(u);
+    s.report({"structure", hosts.size() - still.size(), hosts.size(),
+              fmt::format("{} of {} hosts placed after {} leader rounds", hosts.size() - still.size(),
+                          hosts.size(), round + 1)});
+    unplaced = std::move(still);
+    want *= 2;
+  }
+
+  Structure st;
+  st.signal = "latency";
+  std::vector<int> rackOf(n, -1);
+  for (int h : hosts)
+    if (s.live(h) && placed[static_cast<size_t>(h)]) rackOf[static_cast<size_t>(h)] = racks.find(h);
+  rackOf = renumber(rackOf);
+  st.levelRttUs.push_back(median(rackRtts));
+  int nRacks = groupCount(rackOf);
+  if (nRacks >= 2) st.levels.push_back(rackOf);
+
+  // Higher levels: one representative per rack, all pairs of them.
+  std::vector<int> rep(static_cast<size_t>(nRacks), -1);
+  for (int h : hosts)
+    if (rackOf[static_cast<size_t>(h)] >= 0 && rep[static_cast<size_t>(rackOf[static_cast<size_t>(h)])] < 0)
+      rep[static_cast<size_t>(rackOf[static_cast<size_t>(h)])] = h;
+  std::vector<HostPair> pairs;
+  for (size_t a = 0; a < rep.size(); ++a)
+    for (size_t b = a + 1; b < rep.size(); ++b) pairs.emplace_back(rep[a], rep[b]);
+  auto rtt = s.ping(pairs, "structure");
+  std::vector<double> v;
+  for (const auto& r : rtt)
+    if (r) v.push_back(r->minUs);
+  auto bounds = levelBoundaries(v, kLatencyLevelRatio, 0.0);
+  double below = *rackBoundary;
+  std::vector<int> prev = rackOf;
+  for (double b : bounds) {
+    Components up(static_cast<size_t>(nRacks));
+    std::vector<double> band;
+    for (size_t k = 0; k < pairs.size(); ++k)
+      if (rtt[k] && rtt[k]->minUs <= b) {
+        up.unite(rackOf[static_cast<size_t>(pairs[k].first)],
+                 rackOf[static_cast<size_t>(pairs[k].second)]);
+        if (rtt[k]->minUs > below) band.push_back(rtt[k]->minUs);
+      }
+    std::vector<int> level(n, -1);
+    for (size_t h = 0; h < n; ++h)
+      if (rackOf[h] >= 0) level[h] = up.find(rackOf[h]);
+    level = renumber(level);
+    int g = groupCount(level);
+    if (g >= 2 && g < groupCount(prev)) {
+      st.levels.push_back(level);
+      st.levelRttUs.push_back(median(band));
+      prev = level;
+    }
+    below = b;
+  }
+  std::vector<double> top;
+  for (const auto& r : rtt)
+    if (r && r->minUs > below) top.push_back(r->minUs);
+  if (!st.levels.empty()) st.levelRttUs.push_back(median(top));
+  return st;
+}
+
+// Near/far trials when round trips show nothing; see the file comment of round.h.
+Structure bandwidthStructure(RoundState& s, double flatRttUs) {
+  Structure st;
+  st.signal = "bandwidth";
+  st.levelRttUs.push_back(flatRttUs);
+  const size_t n = s.fleet().size();
+  std::vector<int> hosts = s.liveHosts();
+  if (hosts.size() < 2) {
+    st.signal = "none";
+    return st;
+  }
+  std::mt19937_64 rng(s.opts().seed ^ 0x9e3779b97f4a7c15ull);
+  Components comp(n);
+  std::set<std::pair<int, int>> far;  // pairs of component roots (lower first)
+  std::vector<double> rates;          // every reading so far
+  auto key = [&](int a, int b) {
+    a = comp.find(a);
+    b = comp.find(b);
+    return std::make_pair(std::min(a, b), std::max(a, b));
+  };
+  auto normalize = [&] {
+    std::set<std::pair<int, int>> next;
+    for (auto [a, b] : far)
+      if (comp.find(a) != comp.find(b)) next.insert(key(a, b));
+    far = std::move(next);
+  };
+  // Every trial as evidence for the contention fit (the fallback below), over the hosts live
+  // at the start, renumbered.
+  const std::vector<int> initial = hosts;
+  std::vector<int> index(n, -1);
+  for (size_t i = 0; i < initial.size(); ++i) index[static_cast<size_t>(initial[i])] = static_cast<int>(i);
+  std::vector<ObservedTrial> evidence;
+  auto runTrial = [&](const std::vector<HostPair>& flows) {
+    auto got = s.run(flows, "structure", false);
+    ObservedTrial t;
+    for (size_t k = 0; k < flows.size(); ++k)
+      if (got[k])
+        t.push_back({index[static_cast<size_t>(flows[k].first)],
+                     index[static_cast<size_t>(flows[k].second)], *got[k]});
+    evidence.push_back(std::move(t));
+    return got;
+  };
+  int bandsSeenAfter = -1;
+  for (int trial = 0; trial < s.opts().maxStructureTrials && !s.stopped(); ++trial) {
+    hosts = s.liveHosts();
+    std::shuffle(hosts.begin(), hosts.end(), rng);
+    std::vector<char> receiving(n, 0);
+    std::set<std::pair<int, int>> testing;
+    std::vector<HostPair> flows;
+    size_t informative = 0;
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      int h = hosts[i];
+      int best = -1, second = -1, filler = -1;
+      for (size_t j = 1; j < hosts.size() && best < 0; ++j) {
+        int r = hosts[(i + j) % hosts.size()];
+        if (receiving[static_cast<size_t>(r)]) continue;
+        bool same = comp.find(r) == comp.find(h);
+        if (same) {
+          if (filler < 0) filler = r;
+          continue;
+        }
+        auto k = key(h, r);
+        if (far.count(k)) {
+          if (filler < 0 || comp.find(filler) == comp.find(h)) filler = r;
+          continue;
+        }
+        if (!testing.count(k)) best = r;
+        else if (second < 0) second = r;
+      }
+      int r = best >= 0 ? best : second >= 0 ? second : filler;
+      if (r < 0) continue;
+      if (r == best || r == second) {
+        ++informative;
+        testing.insert(key(h, r));
+      }
+      receiving[static_cast<size_t>(r)] = 1;
+      flows.emplace_back(h, r);
+    }
+    if (informative == 0 && bandsSeenAfter >= 0) break;
+    auto got = runTrial(flows);
+    for (const auto& g : got)
+      if (g) rates.push_back(*g);
+    // The top band: values within kBandwidthLevelRatio of the best, once a lower band exists.
+    std::vector<double> sorted = rates;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    double boundary = 0;
+    for (size_t i = 1; i < sorted.size(); ++i)
+      if (sorted[i - 1] >= kBandwidthLevelRatio * sorted[i]) {
+        boundary = std::sqrt(sorted[i - 1] * sorted[i]);
+        break;
+      }
+    if (boundary == 0) {
+      // One band so far: either a network with no congested uplink, or no flow has yet run
+      // inside a group. A few fresh trials decide which.
+      if (trial >= 3) break;
+      continue;
+    }
+    if (bandsSeenAfter < 0) bandsSeenAfter = trial;
+    double top = 0;
+    {
+      std::vector<double> band;
+      for (double v : sorted)
+        if (v > boundary) band.push_back(v);
+      top = median(band);
+    }
+    // Near unites; far separates, unless a near reading between the two groups exists (a low
+    // reading can be a descheduled sender, a high one cannot come from a congested uplink).
+    for (const auto& r : s.readings) {
+      if (r.kind != "bandwidth" || r.phase != "structure") continue;
+      if (r.value >= std::max(boundary, kNearFraction * top)) comp.unite(r.src, r.dst);
+    }
+    normalize();
+    for (const auto& r : s.readings) {
+      if (r.kind != "bandwidth" || r.phase != "structure") continue;
+      if (r.value < boundary && comp.find(r.src) != comp.find(r.dst)) far.insert(key(r.src, r.dst));
+    }
+    std::set<int> roots;
+    for (int h : s.liveHosts()) roots.insert(comp.find(h));
+    size_t pairsOfGroups = roots.size() * (roots.size() - 1) / 2;
+    s.report({"structure", far.size(), pairsOfGroups,
+              fmt::format("trial {}: {} groups, {} of {} group pairs decided", trial + 1,
+                          roots.size(), far.size(), pairsOfGroups)});
+    if (far.size() >= pairsOfGroups) break;
+  }
+  if (bandsSeenAfter < 0) {
+    // One band: no uplink congested enough in a blind permutation to stand out (a permutation
+    // sends only about 1 - k/N of a group's flows across its uplink). A slight slow-down shared
+    // by the hosts behind one uplink can still be explained by a fit over more permutations
+    // (probe/contention.h), affordable for small fleets, which is where this case arises: in
+    // large ones most of a group's flows cross its uplink.
+    int live = static_cast<int>(initial.size());
+    if (live < 3 || live > kMaxSearchHosts || s.stopped()) {
+      st.signal = "none";
+      return st;
+    }
+    for (const auto& trial : contentionTrials(live, 2 * (live - 1), 12345)) {
+      if (s.stopped()) break;
+      std::vector<HostPair> flows;
+      for (auto [a, b] : trial)
+        flows.emplace_back(initial[static_cast<size_t>(a)], initial[static_cast<size_t>(b)]);
+      runTrial(flows);
+    }
+    Inference inf = inferGroups(live, evidence);
+    if (inf.sharedGroups().empty()) {
+      st.signal = "none";
+      return st;
+    }
+    std::vector<int> rackOf(n, -1);
+    for (int i = 0; i < live; ++i)
+      if (s.live(initial[static_cast<size_t>(i)]))
+        rackOf[static_cast<size_t>(initial[static_cast<size_t>(i)])] =
+            inf.model.groupOf[static_cast<size_t>(i)];
+    rackOf = renumber(rackOf);
+    st.signal = "contention";
+    if (groupCount(rackOf) >= 2) {
+      st.levels.push_back(rackOf);
+      st.levelRttUs.push_back(flatRttUs);
+    }
+    return st;
+  }
+  std::vector<int> rackOf(n, -1);
+  for (int h : s.liveHosts()) rackOf[static_cast<size_t>(h)] = comp.find(h);
+  rackOf = renumber(rackOf);
+  if (groupCount(rackOf) >= 2) {
+    st.levels.push_back(rackOf);
+    st.levelRttUs.push_back(flatRttUs);
+  }
+  return st;
+}
+
+}  // namespace
+
+Structure findStructure(RoundState& s) {
+  if (auto st = latencyStructure(s)) return *st;
+  double flat = 0;
+  {
+    std::vector<double> v;
+    for (const auto& r : s.readings)
+      if (r.kind == "latency") v.push_back(r.value);
+    flat = median(v);
+  }
+  if (!s.opts().bandwidthEnabled) {
+    Structure st;
+    st.signal = "none";
+    st.levelRttUs.push_back(flat);
+    return st;
+  }
+  return bandwidthStructure(s, flat);
+}
+
+// ---- 3. links -------------------------------------------------------------------------------
+
+TopologyLinks measureLinks(RoundState& s, const Structure& st) {
+  const size_t n = s.fleet().size();
+  TopologyLinks links;
+  links.hosts.assign(n, LinkCapacity{});
+  // Host links: shifts inside each innermost group (the whole fleet when there is none).
+  std::vector<int> inner(n, -1);
+  if (!st.levels.empty()) {
+    inner = st.levels.front();
+  } else {
+    for (int h : s.liveHosts()) inner[static_cast<size_t>(h)] = 0;
+  }
+  auto note = [&](const std::vector<HostPair>& flows, const std::vector<std::optional<double>>& got) {
+    for (size_t k = 0; k < flows.size(); ++k) {
+      if (!got[k]) continue;
+      auto& out = links.hosts[static_cast<size_t>(flows[k].first)].outMbps;
+      auto& in = links.hosts[static_cast<size_t>(flows[k].second)].inMbps;
+      out = std::max(out, *got[k]);
+      in = std::max(in, *got[k]);
+    }
+  };
+  auto groups = membersOf(inner);
+  std::vector<char> reachedAlone(n, 0);
+  for (const auto& m : groups)
+    if (m.size() >= 2)
+      for (int h : m) reachedAlone[static_cast<size_t>(h)] = 1;
+  for (int shift : {1, 2}) {
+    std::vector<HostPair> flows;
+    std::vector<int> unit;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      std::vector<int> m;
+      for (int h : groups[g])
+        if (s.live(h)) m.push_back(h);
+      size_t k = m.size();
+      if (k < 2 || (shift == 2 && k < 3)) continue;
+      for (size_t i = 0; i < k; ++i) {
+        flows.emplace_back(m[i], m[(i + static_cast<size_t>(shift)) % k]);
+        unit.push_back(static_cast<int>(g));
+      }
+    }
+    note(flows, s.run(flows, "hosts", true, unit, true));
+    s.report({"links", static_cast<size_t>(shift), 2 + 3 * st.levels.size(),
+              fmt::format("host links: shift {} inside {} groups", shift, groups.size())});
+  }
+  // Hosts no flow reached alone (a group of one): their best reading of any kind, a lower bound.
+  for (const auto& r : s.readings) {
+    if (r.kind != "bandwidth") continue;
+    auto& out = links.hosts[static_cast<size_t>(r.src)];
+    auto& in = links.hosts[static_cast<size_t>(r.dst)];
+    if (!reachedAlone[static_cast<size_t>(r.src)]) out.outMbps = std::max(out.outMbps, r.value);
+    if (!reachedAlone[static_cast<size_t>(r.dst)]) in.inMbps = std::max(in.inMbps, r.value);
+  }
+
+  // Uplinks, level by level.
+  for (size_t l = 0; l < st.levels.size(); ++l) {
+    const auto& groupOf = st.levels[l];
+    int ng = groupCount(groupOf);
+    auto members = membersOf(groupOf);
+    std::vector<LinkCapacity> cap(static_cast<size_t>(ng));
+    // Children of each parent group (the level above, or the root).
+    std::map<int, std::vector<int>> children;
+    for (int g = 0; g < ng; ++g) {
+      int any = members[static_cast<size_t>(g)].front();
+      int parent = l + 1 < st.levels.size() ? st.levels[l + 1][static_cast<size_t>(any)] : 0;
+      children[parent].push_back(g);
+    }
+    auto liveMembers = [&](int g) {
+      std::vector<int> m;
+      for (int h : members[static_cast<size_t>(g)])
+        if (s.live(h)) m.push_back(h);
+      return m;
+    };
+    auto best = [&](int g, bool out) {
+      int pick = -1;
+      double rate = -1;
+      for (int h : liveMembers(g)) {
+        const auto& c = links.hosts[static_cast<size_t>(h)];
+        double v = out ? c.outMbps : c.inMbps;
+        if (v > rate) {
+          rate = v;
+          pick = h;
+        }
+      }
+      return pick;
+    };
+    // One flow per uplink: the single-flow rate across it.
+    {
+      std::vector<HostPair> flows;
+      std::vector<std::pair<int, int>> across;
+      for (const auto& [parent, kids] : children) {
+        if (kids.size() < 2) continue;
+        for (size_t i = 0; i < kids.size(); ++i) {
+          int a = kids[i], b = kids[(i + 1) % kids.size()];
+          int src = best(a, true), dst = best(b, false);
+          if (src < 0 || dst < 0 || src == dst) continue;
+          flows.emplace_back(src, dst);
+          across.emplace_back(a, b);
+        }
+      }
+      auto got = s.run(flows, "uplinks", true);
+      for (size_t k = 0; k < flows.size(); ++k) {
+        if (!got[k]) continue;
+        auto& o = cap[static_cast<size_t>(across[k].first)].outMbps;
+        auto& i = cap[static_cast<size_t>(across[k].second)].inMbps;
+        o = std::max(o, *got[k]);
+        i = std::max(i, *got[k]);
+      }
+    }
+    // Every host of a group to the next group at once (shift 1 and 2): what the uplink carries.
+    for (size_t shift : {size_t{1}, size_t{2}}) {
+      std::vector<HostPair> flows;
+      std::vector<std::pair<int, int>> across;
+      for (const auto& [parent, kids] : children) {
+        if (kids.size() < 2 || (shift == 2 && kids.size() < 3)) continue;
+        for (size_t i = 0; i < kids.size(); ++i) {
+          int a = kids[i], b = kids[(i + shift) % kids.size()];
+          auto from = liveMembers(a), to = liveMembers(b);
+          for (size_t p = 0; p < std::min(from.size(), to.size()); ++p) {
+            flows.emplace_back(from[p], to[p]);
+            across.emplace_back(a, b);
+          }
+        }
+      }
+      if (flows.empty()) continue;
+      auto got = s.run(flows, "load", false);
+      std::vector<double> out(static_cast<size_t>(ng), 0), in(static_cast<size_t>(ng), 0);
+      for (size_t k = 0; k < flows.size(); ++k) {
+        if (!got[k]) continue;
+        out[static_cast<size_t>(across[k].first)] += *got[k];
+        in[static_cast<size_t>(across[k].second)] += *got[k];
+      }
+      for (int g = 0; g < ng; ++g) {
+        cap[static_cast<size_t>(g)].outMbps = std::max(cap[static_cast<size_t>(g)].outMbps, out[static_cast<size_t>(g)]);
+        cap[static_cast<size_t>(g)].inMbps = std::max(cap[static_cast<size_t>(g)].inMbps, in[static_cast<size_t>(g)]);
+      }
+    }
+    // A group alone under its parent: nothing crosses its uplink without crossing the parent's,
+    // so it is never the narrowest link measured; it is stated as its hosts' total.
+    for (int g = 0; g < ng; ++g) {
+      auto& c = cap[static_cast<size_t>(g)];
+      double total = 0;
+      for (int h : members[static_cast<size_t>(g)]) total += links.hosts[static_cast<size_t>(h)].outMbps;
+      if (c.outMbps == 0) c.outMbps = total;
+      if (c.inMbps == 0) c.inMbps = total;
+    }
+    links.uplinks.push_back(std::move(cap));
+    s.report({"links", 2 + 3 * (l + 1), 2 + 3 * st.levels.size(),
+              fmt::format("{} uplinks: {} groups", levelName(l), ng)});
+  }
+  // Latency per tier from the round trips of each level (one way = half a round trip).
+  if (!st.levelRttUs.empty()) {
+    links.hostLatencyUs = st.levelRttUs[0] / 4;
+    for (size_t l = 0; l + 1 < st.levelRttUs.size() && l < st.levels.size(); ++l)
+      links.uplinkLatencyUs.push_back(std::max(0.0, (st.levelRttUs[l + 1] - st.levelRttUs[l]) / 4));
+    links.uplinkLatencyUs.resize(st.levels.size(), 0);
+  }
+  return links;
+}
+
+// ---- 4. assemble ----------------------------------------------------------------------------
+
+Topology assembleTopology(RoundState& s, const Structure& st, const TopologyLinks& links) {
+  const size_t n = s.fleet().size();
+  std::vector<Host> hosts;
+  for (size_t h = 0; h < n; ++h) hosts.push_back(s.fleet().host(static_cast<int>(h)));
+  Topology t;
+  t.hosts = hosts;
+  t.probe.latencySamples = s.opts().latency.samples;
+  t.probe.bandwidthMaxMs = s.opts().bandwidthEnabled ? s.opts().bandwidth.maxMs : 0;
+  t.probe.bandwidthMaxBytes =
+      s.opts().bandwidthEnabled ? static_cast<int64_t>(s.opts().bandwidth.maxBytes) : 0;
+  t.probe.contention = s.opts().bandwidthEnabled;
+  // `time` is the caller's (the agent's clock names the round).
+  // Levels: hosts out of the round (or never placed) each a group of their own.
+  for (size_t l = 0; l < st.levels.size(); ++l) {
+    HierarchyLevel level;
+    level.name = levelName(l);
+    level.confidence = 1;
+    auto members = membersOf(st.levels[l]);
+    for (const auto& m : members) {
+      std::vector<std::string> names;
+      for (int h : m) names.push_back(hosts[static_cast<size_t>(h)].name);
+      level.groups.push_back(std::move(names));
+    }
+    for (size_t h = 0; h < n; ++h)
+      if (st.levels[l][h] < 0) level.groups.push_back({hosts[h].name});
+    t.groups.push_back(std::move(level));
+  }
+  TopologyLinks lk = links;
+  lk.hosts.resize(n);
+  lk.uplinks.resize(st.levels.size());
+  lk.uplinkLatencyUs.resize(st.levels.size(), 0);
+  // Uplinks of the single-host groups added for hosts out of the round: nothing measured.
+  for (size_t l = 0; l < st.levels.size(); ++l)
+    lk.uplinks[l].resize(t.groups[l].groups.size(), LinkCapacity{});
+  // Oversubscribed groups as shared links (what the contention probe reported before links
+  // existed; older readers and the planner's shared-link feature use them).
+  for (size_t l = 0; l < st.levels.size(); ++l) {
+    auto members = membersOf(st.levels[l]);
+    for (size_t g = 0; g < members.size(); ++g) {
+      if (members[g].size() < 2) continue;
+      double hostsOut = 0, hostsIn = 0;
+      for (int h : members[g]) {
+        hostsOut += lk.hosts[static_cast<size_t>(h)].outMbps;
+        hostsIn += lk.hosts[static_cast<size_t>(h)].inMbps;
+      }
+      const auto& up = lk.uplinks[l][g];
+      if (up.outMbps < 0.9 * hostsOut || up.inMbps < 0.9 * hostsIn) {
+        SharedLink link;
+        for (int h : members[g]) link.hosts.push_back(hosts[static_cast<size_t>(h)].name);
+        link.capacityMbps = std::min(up.outMbps, up.inMbps);
+        t.sharedLinks.push_back(std::move(link));
+      }
+    }
+  }
+  t.links = std::move(lk);
+  // Pairs measured alone: the best such reading of each directed pair.
+  std::map<std::pair<int, int>, double> alone;
+  for (const auto& r : s.readings)
+    if (r.kind == "bandwidth" && r.alone) {
+      auto& v = alone[{r.src, r.dst}];
+      v = std::max(v, r.value);
+    }
+  for (const auto& [p, v] : alone) t.measured.push_back(p);
+  // The narrowest link on the path a -> b (Topology::pathMbps, on the round's own indices).
+  auto path = [&](size_t a, size_t b) {
+    double v = std::min(t.links->hosts[a].outMbps, t.links->hosts[b].inMbps);
+    for (size_t l = 0; l < st.levels.size() && st.levels[l][a] != st.levels[l][b]; ++l)
+      v = std::min({v, t.links->uplinks[l][static_cast<size_t>(st.levels[l][a])].outMbps,
+                    t.links->uplinks[l][static_cast<size_t>(st.levels[l][b])].inMbps});
+    return v;
+  };
+  if (n <= kDenseMaxHosts) {
+    t.bandwidthMbps = SquareMatrix<std::optional<double>>(n);
+    t.latencyUs = SquareMatrix<std::optional<LatencyStats>>(n);
+    for (size_t a = 0; a < n; ++a)
+      for (size_t b = 0; b < n; ++b) {
+        if (a == b || !s.live(static_cast<int>(a)) || !s.live(static_cast<int>(b))) continue;
+        auto it = alone.find({static_cast<int>(a), static_cast<int>(b)});
+        t.bandwidthMbps.at(a, b) = it != alone.end() ? it->second : path(a, b);
+      }
+    // Latency: what was measured, else the tiers' sum.
+    std::vector<int> lca;
+    for (size_t a = 0; a < n; ++a)
+      for (size_t b = 0; b < n; ++b) {
+        if (a == b || !s.live(static_cast<int>(a)) || !s.live(static_cast<int>(b))) continue;
+        size_t top = 0;
+        while (top < st.levels.size() && st.levels[top][a] != st.levels[top][b]) ++top;
+        double oneWay = 2 * t.links->hostLatencyUs;
+        for (size_t l = 0; l < top; ++l) oneWay += 2 * t.links->uplinkLatencyUs[l];
+        double rtt = 2 * oneWay;
+        t.latencyUs.at(a, b) = LatencyStats{rtt, rtt, rtt, rtt};
+      }
+    for (const auto& r : s.readings)
+      if (r.kind == "latency") {
+        auto a = static_cast<size_t>(r.src), b = static_cast<size_t>(r.dst);
+        LatencyStats v{r.value, r.value, r.value, r.value};
+        t.latencyUs.at(a, b) = v;
+        t.latencyUs.at(b, a) = v;
+      }
+  }
+  return t;
+}
+
+// ---- the round ------------------------------------------------------------------------------
+
+RoundOutcome runRound(Fleet& fleet, const RoundOptions& opts, Deadline d,
+                      const RoundProgressFn& progress, const std::atomic<bool>* cancel) {
+  RoundState s(fleet, opts, d, progress, cancel);
+  RoundOutcome res;
+  double t0 = fleet.cost().seconds;
+  double mark = t0;
+  auto endPhase = [&](const std::string& name) {
+    double now = fleet.cost().seconds;
+    res.phaseSeconds[name] = now - mark;
+    mark = now;
+  };
+  checkLiveness(s);
+  endPhase("liveness");
+  res.structure = findStructure(s);
+  endPhase("structure");
+  TopologyLinks links;
+  if (opts.bandwidthEnabled && !s.stopped()) links = measureLinks(s, res.structure);
+  endPhase("links");
+  res.topology = assembleTopology(s, res.structure, links);
+  res.failures = s.failures;
+  res.deadHosts = s.dropped;
+  res.readings = std::move(s.readings);
+  res.cost = fleet.cost();
+  res.cancelled = s.cancelled();
+  s.report({"done", 1, 1, ""});
+  return res;
+}
+
+}  // namespace rankmap::probe

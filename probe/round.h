@@ -1,0 +1,167 @@
+// A probe round whose cost grows near-linearly with the hosts: structure first, then sparse
+// bandwidth. It talks only to a Fleet (probe/fleet.h): the agents, or a simulated datacenter.
+//
+// Phases (one function each, composed by runRound):
+//   1. liveness      every host is asked once (the fleet retries before giving up on one);
+//   2. structure     the hierarchy from the cheapest signal that shows it:
+//        latency     leader clustering: in rounds of 4, 8, 16, ... new leaders drawn from the
+//                    hosts not yet placed, every unplaced host pings the new leaders; a host
+//                    within rack distance of a leader joins its rack. Levels of distance are
+//                    the gaps in the sorted round trips (kLatencyLevelRatio). The leaders of
+//                    the racks then ping each other, and the next gaps group racks into pods.
+//                    Pings: O(N x leaders), rounds: O(log racks).
+//        bandwidth   when round trips show no levels (an emulated cloud, some clouds): trials
+//                    in which every host sends one flow and receives one; a flow that reaches
+//                    the top band of rates ("near") crossed no congested uplink, so its two
+//                    hosts share the innermost group; a slow one ("far") separates their
+//                    groups. Each trial tests pairs of groups not yet decided, every host
+//                    loaded so that a shared uplink is congested if the guess of "far" is
+//                    right. Ends when every pair of groups is decided: O(groups) trials.
+//        contention  when those trials show one band in a small fleet (a permutation sends only
+//                    about 1 - k/N of a group's flows across its uplink, too few to congest a
+//                    mildly oversubscribed one): more permutations and the contention fit
+//                    (probe/contention.h), which explains shared slow-downs by shared uplinks.
+//   3. links         bandwidth chosen by the structure: host links from shift trials inside
+//                    each innermost group (no uplink crossed); at each level, under each
+//                    parent, one flow per child group to the next (one flow per uplink: the
+//                    single-flow rate across it) and two trials in which every host of a group
+//                    sends to the next group (the uplink's capacity: what all of them get
+//                    together). No two probe flows share a suspected uplink unless the trial is
+//                    there to load it. Flows: about 2N per level plus 2N for host links.
+//   4. assemble      topology.json: the groups, the link model (`links`), the pairs measured
+//                    alone (`measured`), oversubscribed groups as `shared_links`, and, up to
+//                    kDenseMaxHosts, full matrices whose other
+//                    entries come from the link model (the narrowest link on the path) and the
+//                    per-tier latencies.
+// A host that fails two requests is dropped for the round and named in the result; the round
+// never throws for a peer's failure. Deterministic for a deterministic fleet and seed.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/topology.h"
+#include "probe/fleet.h"
+
+namespace rankmap::probe {
+
+// Two round trips this many times apart are at different levels of the hierarchy (within a
+// level the floor of a ping-pong varies by noise, ~10-20%; tiers add whole switch hops).
+inline constexpr double kLatencyLevelRatio = 1.5;
+// A flow is "near" (no congested uplink) when it reaches this fraction of the top band of rates.
+inline constexpr double kNearFraction = 0.6;
+// Two bandwidth readings this many times apart are different bands (near and far).
+inline constexpr double kBandwidthLevelRatio = 1.5;
+// A host that fails this many requests in a round is out of it.
+inline constexpr int kMaxStrikes = 2;
+
+struct RoundOptions {
+  LatencyOptions latency{2, 10};  // per leader ping: a floor needs few samples
+  BandwidthOptions bandwidth;
+  bool bandwidthEnabled = true;
+  // At most this many flows run at once (0 = no limit); trials that must load an uplink are
+  // never split below one group's flows.
+  size_t maxFlowsPerTrial = 0;
+  int firstLeaders = 4;           // leaders of the first latency round; doubles every round
+  int maxStructureTrials = 64;    // bandwidth structure: trials before giving up on a decision
+  uint64_t seed = 1;
+};
+
+struct RoundProgress {
+  std::string phase;   // "liveness", "structure", "links", "assemble", "done"
+  size_t done = 0;     // of this phase ...
+  size_t total = 0;    // ... out of (0 = unknown)
+  std::string detail;  // "640 of 1024 hosts placed in 20 racks"
+};
+using RoundProgressFn = std::function<void(const RoundProgress&)>;
+
+// One measurement as it was taken (for the agent's store and the simulator's report).
+struct Reading {
+  int src = 0;
+  int dst = 0;
+  std::string kind;   // "latency" (min round trip / 2, us) or "bandwidth" (Mbit/s)
+  double value = 0;
+  std::string phase;  // "structure", "hosts", "uplinks", "load"
+  bool alone = false;  // bandwidth measured with no other probe flow on its links
+};
+
+struct Structure {
+  std::string signal;  // "latency", "bandwidth", "contention" or "none" (one group)
+  // Innermost first; each level's groupOf maps host -> group (0.. in order of the lowest host),
+  // -1 for hosts out of the round. Levels with a single group are not listed.
+  std::vector<std::vector<int>> levels;
+  // Round trip (us) of each level's pairs as found: [0] inside the innermost group, then one
+  // per level above; empty without latency.
+  std::vector<double> levelRttUs;
+};
+
+struct RoundOutcome {
+  Topology topology;
+  Structure structure;
+  std::vector<Reading> readings;
+  std::vector<std::string> deadHosts;      // by name
+  std::map<std::string, uint64_t> failures;  // reason -> count
+  std::map<std::string, double> phaseSeconds;  // by the fleet's clock
+  FleetCost cost;
+  bool cancelled = false;
+};
+
+// What the phases share: the fleet, the hosts still in the round, every reading taken.
+class RoundState {
+ public:
+  RoundState(Fleet& fleet, const RoundOptions& opts, Deadline d,
+             const RoundProgressFn& progress = {}, const std::atomic<bool>* cancel = nullptr);
+
+  Fleet& fleet() { return fleet_; }
+  Deadline deadline() const { return deadline_; }
+  const RoundOptions& opts() const { return opts_; }
+  bool stopped() const;  // cancelled or past the deadline
+  bool cancelled() const { return cancel_ && cancel_->load(); }
+  bool live(int h) const { return live_[static_cast<size_t>(h)] != 0; }
+  std::vector<int> liveHosts() const;
+  void drop(int h, const std::string& why);  // out of the round
+  // Round trips (us) of pairs measured at once; nullopt for a failed one.
+  std::vector<std::optional<LatencyStats>> ping(const std::vector<HostPair>& pairs,
+                                                const std::string& phase);
+  // Rates (Mbit/s) of flows run at once, each recorded as a Reading; with `splittable` and
+  // opts().maxFlowsPerTrial, in consecutive parts of whole `units` (flows of one unit, e.g. one
+  // group, stay together; empty = each flow its own unit).
+  std::vector<std::optional<double>> run(const std::vector<HostPair>& flows,
+                                         const std::string& phase, bool alone,
+                                         const std::vector<int>& units = {},
+                                         bool splittable = false);
+  void report(const RoundProgress& p) const;
+
+  std::vector<Reading> readings;
+  std::map<std::string, uint64_t> failures;
+  std::vector<std::string> dropped;
+
+ private:
+  template <typename T>
+  void judge(const std::vector<HostPair>& pairs, const std::vector<Outcome<T>>& out);
+  Fleet& fleet_;
+  const RoundOptions& opts_;
+  Deadline deadline_;
+  RoundProgressFn progress_;
+  const std::atomic<bool>* cancel_;
+  std::vector<char> live_;
+  std::vector<int> strikes_;
+};
+
+// The phases (runRound composes them; tests call them one at a time).
+std::vector<bool> checkLiveness(RoundState& s);
+Structure findStructure(RoundState& s);
+TopologyLinks measureLinks(RoundState& s, const Structure& st);
+Topology assembleTopology(RoundState& s, const Structure& st, const TopologyLinks& links);
+
+// The whole round.
+RoundOutcome runRound(Fleet& fleet, const RoundOptions& opts, Deadline d,
+                      const RoundProgressFn& progress = {},
+                      const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace rankmap::probe

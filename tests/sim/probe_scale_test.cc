@@ -1,0 +1,140 @@
+// The production probe round (probe/round.h) against simulated datacenters: the hierarchy it
+// recovers (adjusted Rand index per level against the truth), what it spends (bandwidth
+// measurements per host, simulated time) and the link capacities it states.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "probe/round.h"
+#include "reorder/hierarchy.h"
+#include "tests/sim/datacenter.h"
+#include "tests/sim/sim_fleet.h"
+
+namespace rankmap::sim {
+namespace {
+
+struct Scored {
+  probe::RoundOutcome out;
+  double rackAri = 0;
+  double podAri = 0;
+  double flowsPerHost = 0;
+};
+
+// Labels of the live hosts only (dead ones are out of the round).
+double ari(const Datacenter& dc, const std::vector<int>& found, bool pods) {
+  std::vector<int> a, b;
+  for (size_t h = 0; h < dc.hosts(); ++h) {
+    if (!dc.alive(static_cast<int>(h))) continue;
+    a.push_back(pods ? dc.podOf(static_cast<int>(h)) : dc.rackOf(static_cast<int>(h)));
+    b.push_back(found.empty() ? 0 : found[h]);
+  }
+  return reorder::adjustedRandIndex(a, b);
+}
+
+Scored probeOnce(const DatacenterSpec& spec, probe::RoundOptions opts = {}) {
+  Datacenter dc(spec);
+  SimFleet fleet(dc);
+  Scored s;
+  s.out = probe::runRound(fleet, opts, Deadline::after(std::chrono::minutes(10)));
+  const auto& lv = s.out.structure.levels;
+  s.rackAri = ari(dc, lv.empty() ? std::vector<int>{} : lv[0], false);
+  s.podAri = ari(dc, lv.size() < 2 ? std::vector<int>{} : lv[1], true);
+  s.flowsPerHost = static_cast<double>(s.out.cost.bandwidthFlows) / static_cast<double>(dc.hosts());
+  return s;
+}
+
+TEST(ProbeScale, ThreeTiersFromRoundTrips) {
+  DatacenterSpec spec;
+  spec.pods = 2;
+  spec.racksPerPod = 4;
+  spec.hostsPerRack = {16, 12, 9};
+  spec.deadHosts = {5, 40};
+  Scored s = probeOnce(spec);
+  EXPECT_EQ(s.out.structure.signal, "latency");
+  EXPECT_DOUBLE_EQ(s.rackAri, 1.0);
+  EXPECT_DOUBLE_EQ(s.podAri, 1.0);
+  EXPECT_LE(s.flowsPerHost, 32);
+  EXPECT_EQ(s.out.deadHosts.size(), 2u);
+  RecordProperty("sim_seconds", std::to_string(s.out.cost.seconds));
+  std::printf("sim seconds %.2f flows/host %.1f trials %llu pings %llu\n", s.out.cost.seconds,
+              s.flowsPerHost, static_cast<unsigned long long>(s.out.cost.trials),
+              static_cast<unsigned long long>(s.out.cost.latencyPairs));
+}
+
+// The emulated cloud's shape: one tier, flat round trips, host 100 / uplink 25 Mbit/s.
+TEST(ProbeScale, RacksFromBandwidthWhenRoundTripsAreFlat) {
+  DatacenterSpec spec;
+  spec.pods = 1;
+  spec.racksPerPod = 8;
+  spec.hostsPerRack = {8};
+  spec.hostMbps = 100;
+  spec.rackOversubscription = 32;  // 8 x 100 / 32 = 25
+  spec.podOversubscription = 1;
+  spec.rackLatencyUs = 0;
+  spec.podLatencyUs = 0;
+  spec.noise = 0.05;
+  Scored s = probeOnce(spec);
+  EXPECT_EQ(s.out.structure.signal, "bandwidth");
+  EXPECT_DOUBLE_EQ(s.rackAri, 1.0);
+  EXPECT_LE(s.flowsPerHost, 32);
+  const auto& t = s.out.topology;
+  ASSERT_TRUE(t.links.has_value());
+  for (size_t a = 0; a < t.size(); ++a)
+    for (size_t b = 0; b < t.size(); ++b) {
+      if (a == b) continue;
+      bool sameRack = s.out.structure.levels[0][a] == s.out.structure.levels[0][b];
+      double want = sameRack ? 100 : 25;
+      auto got = t.bandwidthMbps.at(a, b);
+      ASSERT_TRUE(got.has_value());
+      EXPECT_NEAR(*got, want, 0.1 * want) << a << " -> " << b;
+    }
+  std::printf("sim seconds %.2f flows/host %.1f trials %llu\n", s.out.cost.seconds,
+              s.flowsPerHost, static_cast<unsigned long long>(s.out.cost.trials));
+}
+
+// Two racks of four behind an uplink of twice the host rate (2:1): no single flow and few blind
+// permutations show it; the contention fit does.
+TEST(ProbeScale, MildOversubscriptionFromTheContentionFit) {
+  DatacenterSpec spec;
+  spec.pods = 1;
+  spec.racksPerPod = 2;
+  spec.hostsPerRack = {4};
+  spec.hostMbps = 250;
+  spec.rackOversubscription = 2;  // 4 x 250 / 2 = 500
+  spec.podOversubscription = 1;
+  spec.rackLatencyUs = 0;
+  spec.podLatencyUs = 0;
+  spec.noise = 0.03;
+  Scored s = probeOnce(spec);
+  EXPECT_DOUBLE_EQ(s.rackAri, 1.0) << s.out.structure.signal;
+  EXPECT_EQ(s.out.topology.sharedLinks.size(), 2u);
+}
+
+// The scale target: 1024 hosts, 32 racks of 32 in 4 pods, 1:4 at the rack, 1:2 at the
+// pod, +-10% noise, 3 dead hosts.
+TEST(ProbeScale, Hosts1024) {
+  DatacenterSpec spec;
+  spec.pods = 4;
+  spec.racksPerPod = 8;
+  spec.hostsPerRack = {32};
+  spec.rackOversubscription = 4;
+  spec.podOversubscription = 2;
+  spec.noise = 0.1;
+  spec.deadHosts = {7, 500, 1001};
+  auto t0 = std::chrono::steady_clock::now();
+  Scored s = probeOnce(spec);
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(s.out.structure.signal, "latency");
+  EXPECT_DOUBLE_EQ(s.rackAri, 1.0);
+  EXPECT_DOUBLE_EQ(s.podAri, 1.0);
+  EXPECT_LE(s.flowsPerHost, 32);
+  EXPECT_LE(s.out.cost.seconds, 60);
+  EXPECT_EQ(s.out.deadHosts.size(), 3u);
+  std::printf("1024: sim seconds %.2f flows/host %.1f trials %llu pings %llu wall %.2f s\n",
+              s.out.cost.seconds, s.flowsPerHost,
+              static_cast<unsigned long long>(s.out.cost.trials),
+              static_cast<unsigned long long>(s.out.cost.latencyPairs), wall);
+}
+
+}  // namespace
+}  // namespace rankmap::sim

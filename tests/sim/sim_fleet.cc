@@ -1,0 +1,85 @@
+#include "tests/sim/sim_fleet.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "probe/stats.h"
+
+namespace rankmap::sim {
+
+SimFleet::SimFleet(Datacenter& dc, SimTiming timing) : dc_(dc), timing_(timing) {
+  for (size_t h = 0; h < dc.hosts(); ++h)
+    hosts_.push_back({fmt::format("h{:04}", h),
+                      fmt::format("10.{}.{}.{}", 1 + h / 65536, (h / 256) % 256, h % 256)});
+}
+
+std::vector<bool> SimFleet::alive(Deadline) {
+  std::vector<bool> up(size());
+  bool anyDead = false;
+  for (size_t h = 0; h < size(); ++h) {
+    up[h] = dc_.alive(static_cast<int>(h));
+    anyDead |= !up[h];
+  }
+  cost_.seconds += (timing_.callOverheadMs + (anyDead ? timing_.deadHostMs : 0)) / 1000;
+  return up;
+}
+
+std::vector<probe::Outcome<LatencyStats>> SimFleet::latency(
+    const std::vector<probe::HostPair>& pairs, const probe::LatencyOptions& opts, Deadline) {
+  std::vector<probe::Outcome<LatencyStats>> out(pairs.size());
+  double longestUs = 0;
+  std::vector<double> samples;
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    auto [a, b] = pairs[k];
+    samples.clear();
+    double spentUs = 0;
+    for (int i = 0; i < opts.warmup + opts.samples; ++i) {
+      auto rtt = dc_.rttUs(a, b);
+      if (!rtt) break;
+      spentUs += *rtt;
+      if (i >= opts.warmup) samples.push_back(*rtt);
+    }
+    ++cost_.latencyPairs;
+    if (samples.empty()) {
+      out[k].culprit = dc_.alive(a) ? b : a;
+      out[k].reason = "connect";
+      out[k].message = "simulated host is dead";
+      longestUs = std::max(longestUs, timing_.deadHostMs * 1000);
+      continue;
+    }
+    out[k].value = probe::summarizeLatency(samples);
+    longestUs = std::max(longestUs, spentUs + timing_.handshakeRtts * samples.front());
+  }
+  cost_.seconds += (timing_.callOverheadMs + longestUs / 1000) / 1000;
+  return out;
+}
+
+std::vector<probe::Outcome<double>> SimFleet::bandwidth(const std::vector<probe::HostPair>& flows,
+                                                        const probe::BandwidthOptions& opts,
+                                                        Deadline) {
+  std::vector<probe::Outcome<double>> out(flows.size());
+  auto rates = dc_.measure(flows);
+  double longestMs = 0;
+  for (size_t k = 0; k < flows.size(); ++k) {
+    ++cost_.bandwidthFlows;
+    if (!rates[k]) {
+      out[k].culprit = dc_.alive(flows[k].first) ? flows[k].second : flows[k].first;
+      out[k].reason = "connect";
+      out[k].message = "simulated host is dead";
+      longestMs = std::max(longestMs, timing_.deadHostMs);
+      continue;
+    }
+    out[k].value = *rates[k];
+    double bytesPerMs = *rates[k] * 1e6 / 8 / 1000;
+    double ms = std::min<double>(static_cast<double>(opts.maxMs),
+                                 static_cast<double>(opts.maxBytes) / std::max(bytesPerMs, 1e-9));
+    cost_.bulkBytes += bytesPerMs * ms;
+    auto rtt = dc_.rttUs(flows[k].first, flows[k].second).value_or(0);
+    longestMs = std::max(longestMs, ms + timing_.bulkSetupMs + timing_.handshakeRtts * rtt / 1000);
+  }
+  ++cost_.trials;
+  cost_.seconds += (timing_.callOverheadMs + longestMs) / 1000;
+  return out;
+}
+
+}  // namespace rankmap::sim

@@ -1,0 +1,51 @@
+// A probe::Fleet over a simulated Datacenter: the production probe round (probe/round.h) runs
+// against it unchanged, and the fleet keeps a simulated clock of what the same calls would take
+// on real agents.
+//
+// Time model (SimTiming; calibrated against the emulated cloud, docs/performance.md): every
+// fleet call costs the coordinator's control round trip (callOverheadMs); a latency pair costs a
+// connection handshake (handshakeRtts round trips) and its warm-up and samples, pairs running
+// concurrently; a bandwidth trial costs the handshake and the transfer, which ends at the
+// window (maxMs) or the byte bound, whichever first. A liveness check with a dead host waits
+// for the fleet's retries (deadHostMs). Bytes are what the flows moved in their windows.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "probe/fleet.h"
+#include "tests/sim/datacenter.h"
+
+namespace rankmap::sim {
+
+struct SimTiming {
+  double callOverheadMs = 5;
+  double handshakeRtts = 3;
+  double bulkSetupMs = 10;   // connection and the receiver's first bytes, per trial
+  double deadHostMs = 2000;  // a liveness check that ends waiting for a silent host
+};
+
+class SimFleet : public probe::Fleet {
+ public:
+  // `dc` must outlive the fleet. Hosts are named h0000, h0001, ... with addresses in 10/8.
+  explicit SimFleet(Datacenter& dc, SimTiming timing = {});
+
+  size_t size() const override { return hosts_.size(); }
+  const Host& host(int h) const override { return hosts_[static_cast<size_t>(h)]; }
+  std::vector<bool> alive(Deadline d) override;
+  std::vector<probe::Outcome<LatencyStats>> latency(const std::vector<probe::HostPair>& pairs,
+                                                    const probe::LatencyOptions& opts,
+                                                    Deadline d) override;
+  std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
+                                                const probe::BandwidthOptions& opts,
+                                                Deadline d) override;
+  probe::FleetCost cost() const override { return cost_; }
+
+ private:
+  Datacenter& dc_;
+  SimTiming timing_;
+  std::vector<Host> hosts_;
+  probe::FleetCost cost_;
+};
+
+}  // namespace rankmap::sim
