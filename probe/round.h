@@ -57,6 +57,13 @@ inline constexpr double kLatencyLevelRatio = 1.5;
 inline constexpr double kNearFraction = 0.6;
 // Two bandwidth readings this many times apart are different bands (near and far).
 inline constexpr double kBandwidthLevelRatio = 1.5;
+// Slow readings between two groups that decide them apart (near needs one: a congested uplink
+// cannot make a flow fast, while a busy machine can make one slow).
+inline constexpr int kFarReadings = 2;
+// A flow measured alone below this fraction of what both its hosts reached elsewhere is
+// measured again, kConfirmBatch flows at a time.
+inline constexpr double kConfirmFraction = 0.95;
+inline constexpr size_t kConfirmBatch = 4;
 // A host that fails this many requests in a round is out of it.
 inline constexpr int kMaxStrikes = 2;
 
@@ -86,7 +93,7 @@ struct Reading {
   int dst = 0;
   std::string kind;   // "latency" (min round trip / 2, us) or "bandwidth" (Mbit/s)
   double value = 0;
-  std::string phase;  // "structure", "hosts", "uplinks", "load"
+  std::string phase;  // "structure", "hosts", "confirm", "uplinks", "load"
   bool alone = false;  // bandwidth measured with no other probe flow on its links
 };
 

@@ -7,6 +7,7 @@ wall time; with --expect-shared, the shared links found are exactly the hidden r
 (truth.json). Prints the measured numbers for docs/performance.md.
 """
 
+import json
 import os
 import statistics
 import sys
@@ -28,6 +29,7 @@ def extra(p):
                    help="largest relative error allowed for any flow")
     p.add_argument("--prefix", default="agprobe")
     p.add_argument("--agent-config", help="rankmapd.json for every agent (probe settings)")
+    p.add_argument("--dump", help="write {topology, truth, seconds} here (JSON) for analysis")
 
 
 def main():
@@ -44,6 +46,10 @@ def main():
         if rc != 0:
             tl.fail(f"rankmap probe: exit {rc}: {err.strip()[-800:]}\n{agents.log_tail(vm0)}")
         topo = summary["topology"]
+        if args.dump:
+            with open(args.dump, "w") as f:
+                json.dump({"topology": topo, "truth": tb.truth, "seconds": summary["seconds"],
+                           "wall": dt}, f)
         errs = al.bandwidth_errors(topo, tb.truth)
         missing = [(a, b) for a, b, v, _, _ in errs if v is None]
         lat_missing = sum(1 for i, row in enumerate(topo["latency_us"])
