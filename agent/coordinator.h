@@ -13,6 +13,13 @@
 //   6. re-measurement: flows that ran slower than the model says they would alone (they shared
 //      an uplink with a flow of the same round) are measured again, packed so that no uplink
 //      carries two of them at once.
+// Control traffic: each step (the liveness hellos, a round of pairs, one trial's flows) is one
+// batch of control requests that all run at once, multiplexed on the coordinating thread over
+// non-blocking sockets (probe::requestAll, probe/fanout.h): no thread per agent, so the flows of
+// a trial over thousands of hosts really start together. An agent that does not accept the
+// connection is tried again (3 attempts, 100 and 300 ms apart, each connect bounded by
+// connectTimeout) while the request's deadline allows; nothing is retried once the request was
+// sent (a measurement is not idempotent in time).
 // Every request has a deadline derived from what it asks for plus a slack; an agent that fails
 // a request (refused, timed out, bad key) is dead for the rest of the round and its pairs are
 // missing. The round as a whole has a deadline too; what is not measured by then is missing.
