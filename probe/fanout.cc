@@ -163,6 +163,7 @@ std::vector<RequestOutcome> Fanout::run() {
   if (n == 0) return {};
   retry_.connectAttempts = std::max(1, retry_.connectAttempts);
   retry_.backoffFactor = std::max(1, retry_.backoffFactor);
+  retry_.connectTimeout = std::max(retry_.connectTimeout, std::chrono::milliseconds(1));
   cap_ = socketBudget(n, retry_.maxOpenSockets);
   epoll_ = Fd(RANKMAP_CHECK_SYS(::epoll_create1(EPOLL_CLOEXEC)));
   for (size_t i = 0; i < n; ++i) {
@@ -216,6 +217,10 @@ void Fanout::startQueued() {
     ready_.pop_front();
     Conn& c = conns_[i];
     if (c.stage != Stage::kQueued) continue;  // its deadline passed while it waited
+    if (reqs_[i].deadline.expired()) {
+      onTimer(i);
+      continue;
+    }
     int err = 0;
     Socket s;
     try {
@@ -254,6 +259,8 @@ void Fanout::connectFailed(size_t i, const std::string& why) {
     for (int a = 1; a < c.attempts; ++a) wait *= retry_.backoffFactor;
     auto at = Clock::now() + wait;
     if (at < reqs_[i].deadline.when()) {
+      RANKMAP_DEBUG(Probe, "request to {}: connect attempt {} failed ({}); next in {} ms",
+                    agentText(i), c.attempts, why, wait.count());
       c.stage = Stage::kBackoff;
       setTimer(i, at);
       return;
@@ -275,9 +282,9 @@ void Fanout::onTimer(size_t i) {
         return;
       }
       fail<TimeoutError>(i, RequestFailure::kTimeout,
-                         fmt::format("{}: not started before the deadline ({} sockets open, the "
-                                     "most this process may hold)",
-                                     agentText(i), open_));
+                         fmt::format("{}: the deadline passed before a connection was started "
+                                     "({} of at most {} sockets open)",
+                                     agentText(i), open_, cap_));
       return;
     case Stage::kBackoff:
       c.stage = Stage::kQueued;

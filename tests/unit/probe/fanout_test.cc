@@ -2,6 +2,8 @@
 // probe servers, and every way a request can fail, each mapped back to its request.
 #include "probe/fanout.h"
 
+#include <sys/resource.h>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -129,6 +131,39 @@ TEST(RequestAll, QueuesBeyondTheSocketCapAndStillAnswersAll) {
     EXPECT_EQ((*out[static_cast<size_t>(i)].reply)["i"], i);
   }
   EXPECT_LE(peak.load(), 4);
+}
+
+TEST(RequestAll, ARequestStillQueuedAtItsDeadlineTimesOut) {
+  Listener silent = listenOn(loopback(0));
+  RetryPolicy retry;
+  retry.maxOpenSockets = 1;  // the silent agent holds the only socket
+  auto t0 = Clock::now();
+  auto out = requestAll({to(loopback(silent.port()), Json{{"op", "x"}}, 400ms),
+                         to(loopback(silent.port()), Json{{"op", "x"}}, 100ms)},
+                        keyA(), "c", retry);
+  EXPECT_EQ(out[0].failure, RequestFailure::kTimeout) << out[0].error;
+  EXPECT_EQ(out[1].failure, RequestFailure::kTimeout) << out[1].error;
+  EXPECT_NE(out[1].error.find("before a connection was started"), std::string::npos)
+      << out[1].error;
+  EXPECT_LT(secondsSince(t0), 0.4 + 0.25);
+}
+
+TEST(RequestAll, RaisesTheSoftDescriptorLimitWhenABatchNeedsIt) {
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &before), 0);
+  if (before.rlim_max < 2048) GTEST_SKIP() << "hard RLIMIT_NOFILE " << before.rlim_max;
+  Server s(echo, keyA(), 1000);
+  rlimit low = before;
+  low.rlim_cur = 256;  // less than the 300 requests need, with the server's descriptors
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<PendingRequest> reqs;
+  for (int i = 0; i < 300; ++i) reqs.push_back(to(s.ep(), Json{{"i", i}}, 10s));
+  auto out = requestAll(reqs, keyA(), "c");
+  rlimit after{};
+  ::getrlimit(RLIMIT_NOFILE, &after);
+  ::setrlimit(RLIMIT_NOFILE, &before);
+  EXPECT_EQ(after.rlim_cur, before.rlim_max);
+  for (const auto& o : out) EXPECT_TRUE(o.reply) << o.error;
 }
 
 TEST(RequestAll, WrongKeyIsAnAuthFailureOfTheAskedAgent) {
