@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "probe/fanout.h"
 #include "probe/hosts.h"
 #include "probe/measure.h"
 #include "probe/schedule.h"
@@ -15,7 +16,6 @@ namespace rankmap::agent {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kMaxThreads = 256;
 constexpr int64_t kAnswerMarginMs = 500;
 
 double since(Clock::time_point t0) {
@@ -82,32 +82,44 @@ Deadline Coordinator::bandwidthDeadline(Deadline round, const probe::BandwidthOp
 }
 
 void Coordinator::runTasks(std::vector<Task>& tasks) {
-  auto one = [&](Task& t) {
+  // Every task at once, multiplexed on this thread (probe/fanout.h). The agent bounds its own
+  // work a little inside our deadline ("timeout_ms", stamped when the request is sent), so that
+  // its answer (even "the peer timed out") arrives before we give up on it.
+  std::vector<probe::PendingRequest> requests;
+  std::vector<size_t> which;  // requests[k] is tasks[which[k]]
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    Task& t = tasks[i];
+    probe::PendingRequest r;
     try {
-      probe::Endpoint ep = probe::hostEndpoint(hosts_[static_cast<size_t>(t.host)]);
-      // The agent bounds its own work a little inside our deadline, so that its answer (even
-      // "the peer timed out") arrives before we give up on it.
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t.deadline.remaining());
-      t.request["timeout_ms"] = std::max<int64_t>(1, left.count() - kAnswerMarginMs);
-      Json reply = probe::request(ep, key_, self_, t.request, t.deadline);
-      if (reply.is_object() && reply.contains("error")) {
-        t.error = reply.value("error", std::string("failed"));
-        t.reason = reply.value("reason", std::string("peer"));
-      } else {
-        t.reply = std::move(reply);
-      }
+      r.agent = probe::hostEndpoint(hosts_[static_cast<size_t>(t.host)]);
     } catch (const std::exception& e) {
       t.error = e.what();
       t.reason = reasonOf(e);
       t.agentFailed = true;
+      continue;
     }
-  };
-  for (size_t start = 0; start < tasks.size(); start += kMaxThreads) {
-    size_t end = std::min(tasks.size(), start + kMaxThreads);
-    std::vector<std::thread> threads;
-    for (size_t i = start + 1; i < end; ++i) threads.emplace_back(one, std::ref(tasks[i]));
-    one(tasks[start]);
-    for (auto& th : threads) th.join();
+    r.body = t.request;
+    r.deadline = t.deadline;
+    r.answerMargin = std::chrono::milliseconds(kAnswerMarginMs);
+    requests.push_back(std::move(r));
+    which.push_back(i);
+  }
+  probe::RetryPolicy retry;
+  retry.connectTimeout = opts_.connectTimeout;
+  auto outcomes = probe::requestAll(requests, key_, self_, retry);
+  for (size_t k = 0; k < outcomes.size(); ++k) {
+    Task& t = tasks[which[k]];
+    probe::RequestOutcome& o = outcomes[k];
+    if (!o.reply) {
+      t.error = std::move(o.error);
+      t.reason = probe::requestFailureName(o.failure);
+      t.agentFailed = true;
+    } else if (o.reply->is_object() && o.reply->contains("error")) {
+      t.error = o.reply->value("error", std::string("failed"));
+      t.reason = o.reply->value("reason", std::string("peer"));
+    } else {
+      t.reply = std::move(*o.reply);
+    }
   }
 }
 

@@ -10,6 +10,13 @@
 // and the round drops a host after kMaxStrikes failures. An agent that does not answer the
 // liveness check is asked once more before it counts as down. The round as a whole has a
 // deadline too; what is not measured by then is missing.
+// Control traffic: each step (the liveness hellos, a latency batch, one trial's flows) is one
+// batch of control requests that all run at once, multiplexed on the coordinating thread over
+// non-blocking sockets (probe::requestAll, probe/fanout.h): no thread per agent, so the flows of
+// a trial over thousands of hosts really start together. An agent that does not accept the
+// connection is tried again (3 attempts, 100 and 300 ms apart, each connect bounded by
+// connectTimeout) while the request's deadline allows; nothing is retried once the request was
+// sent (a measurement is not idempotent in time).
 #pragma once
 
 #include <atomic>

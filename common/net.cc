@@ -229,27 +229,39 @@ std::optional<std::string> sourceAddressFor(const std::string& address) {
 
 // --- Socket ---
 
+Socket Socket::startConnect(const SockAddr& addr, int& error, ConnectOptions options) {
+  Socket s(newSocket(addr.storage.ss_family));
+  s.setBuffers(options.bufferBytes);
+  int rv = ::connect(s.fd(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.len);
+  error = rv == 0 ? 0 : errno;
+  // EINTR: the handshake goes on in the background, as for EINPROGRESS.
+  if (error == EINPROGRESS || error == EINTR) error = 0;
+  if (error != 0) s.close();
+  return s;
+}
+
+int Socket::finishConnect() {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  RANKMAP_CHECK_SYS(::getsockopt(fd(), SOL_SOCKET, SO_ERROR, &err, &len));
+  if (err == 0) setNoDelay();
+  return err;
+}
+
 Socket Socket::connect(const SockAddr& addr, Deadline d, std::string_view what,
                        ConnectOptions options) {
   auto delay = std::chrono::milliseconds(10);
   std::string lastError = "no attempt";
   for (;;) {
-    Socket s(newSocket(addr.storage.ss_family));
-    s.setBuffers(options.bufferBytes);
-    int rv = ::connect(s.fd(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.len);
-    int err = rv == 0 ? 0 : errno;
-    // EINTR: the handshake goes on in the background, as for EINPROGRESS.
-    if (err == EINPROGRESS || err == EINTR) {
+    int err = 0;
+    Socket s = startConnect(addr, err, options);
+    if (err == 0) {
       if (pollFd(s.fd(), POLLOUT, d) == 0) {
         lastError = "no answer";
         break;
       }
-      socklen_t len = sizeof(err);
-      RANKMAP_CHECK_SYS(::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len));
-    }
-    if (err == 0) {
-      s.setNoDelay();
-      return s;
+      err = s.finishConnect();
+      if (err == 0) return s;
     }
     lastError = std::strerror(err);
     if (!refusedOrUnreachable(err)) throw SystemError(fmt::format("connect to {}", what), err);

@@ -158,6 +158,15 @@ class Socket : public Fd {
   // PeerError when refused or unreachable; SystemError for other failures.
   static Socket connect(const SockAddr& addr, Deadline d, std::string_view what,
                         ConnectOptions options = {});
+  // The two halves of connect() for callers that multiplex many sockets (probe/fanout.h), which
+  // wait for writability themselves. startConnect() starts the TCP handshake and returns at once:
+  // `error` is 0 when the handshake is under way or done, else the errno of an immediate
+  // failure (refused, unreachable; the socket is then closed). SystemError only when no socket
+  // can be created (EMFILE, ENFILE, ...).
+  static Socket startConnect(const SockAddr& addr, int& error, ConnectOptions options = {});
+  // Once a started socket is writable (or reports an error): 0 when it is connected (TCP_NODELAY
+  // is then on), else the errno of the failed handshake.
+  int finishConnect();
 
   // Sends all of `data` before `d`. PeerError if the connection breaks.
   void sendAll(const void* data, size_t n, Deadline d, std::string_view what);

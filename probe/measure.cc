@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "probe/fanout.h"
 #include "probe/stats.h"
 #include "probe/tcp_info.h"
 
@@ -219,10 +220,14 @@ BulkResult measureReceiveFrom(const Endpoint& peer, const ProbeKey& key, std::st
 
 Json request(const Endpoint& peer, const ProbeKey& key, std::string_view self, const Json& req,
              Deadline d, size_t maxReply) {
-  Channel c = Channel::connect(peer, key, self, d);
-  c.send(MsgType::kRequest, req.dump(), d);
-  std::string reply = c.expect(MsgType::kReply, d, maxReply);
-  return parseJson(reply, fmt::format("reply from {}", c.describe()));
+  PendingRequest r;
+  r.agent = peer;
+  r.body = req;
+  r.deadline = d;
+  r.maxReply = maxReply;
+  RequestOutcome o = std::move(requestAll({r}, key, self).front());
+  if (!o.reply) std::rethrow_exception(o.exception);
+  return std::move(*o.reply);
 }
 
 }  // namespace rankmap::probe

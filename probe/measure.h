@@ -62,7 +62,8 @@ BulkResult measureSendTo(const Endpoint& peer, const ProbeKey& key, std::string_
 // `peer` sends to this host; this host measures.
 BulkResult measureReceiveFrom(const Endpoint& peer, const ProbeKey& key, std::string_view self,
                               const BandwidthOptions& opts, Deadline d);
-// One control request/reply. `maxReply` bounds the answer.
+// One control request/reply: requestAll() (probe/fanout.h) of one request, whose failure is
+// rethrown (TimeoutError, AuthError, RefusedError, PeerError). `maxReply` bounds the answer.
 Json request(const Endpoint& peer, const ProbeKey& key, std::string_view self, const Json& req,
              Deadline d, size_t maxReply = kMaxControlPayload);
 

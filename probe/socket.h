@@ -2,8 +2,9 @@
 //
 // Contract: probe addresses are numeric IPv4/IPv6 literals (or "localhost", read as 127.0.0.1)
 // and are resolved with Lookup::kNumericOnly, so that no resolver call can block past a probe
-// deadline. A probe connection is tried once: a refusing agent is taken for a dead one at once
-// (PeerError "connect to ADDRESS: ..."), not waited for.
+// deadline. connectTo() tries once: a refusing agent is taken for a dead one at once (PeerError
+// "connect to ADDRESS: ..."), not waited for; control requests (probe/fanout.h) retry a refused
+// connection a few times within their deadline, measurements between agents do not.
 #pragma once
 
 #include <cstdint>

@@ -12,7 +12,6 @@ namespace {
 
 constexpr char kMagic[4] = {'R', 'M', 'P', '1'};
 constexpr std::string_view kMacLabel = "rankmap-probe-v1";
-constexpr size_t kMaxNameBytes = 255;
 constexpr size_t kMinKeyBytes = 32;
 
 void putU16(std::string& s, uint16_t v) {
@@ -130,16 +129,16 @@ void ReplayGuard::admit(std::string_view nonce, int64_t timestampMs, int64_t now
   order_.emplace_back(nowMs, std::move(n));
 }
 
-std::string Channel::header(MsgType type, uint64_t seq, uint32_t length) const {
-  std::string h(kMagic, 4);
-  h += static_cast<char>(type);
-  h.append(3, '\0');
-  putU64(h, seq);
-  putU32(h, length);
-  return h;
+ChannelState ChannelState::client(const ProbeKey& key, std::string peerAddress) {
+  return ChannelState(key, std::move(peerAddress), 0, Phase::kClientStart);
 }
 
-std::string Channel::mac(uint8_t direction, std::string_view hdr, std::string_view payload) const {
+ChannelState ChannelState::server(const ProbeKey& key, std::string peerAddress) {
+  return ChannelState(key, std::move(peerAddress), 1, Phase::kAwaitHello);
+}
+
+std::string ChannelState::mac(uint8_t direction, std::string_view hdr,
+                              std::string_view payload) const {
   std::string data;
   data.reserve(kMacLabel.size() + session_.size() + 1 + hdr.size() + payload.size());
   data.append(kMacLabel);
@@ -150,131 +149,176 @@ std::string Channel::mac(uint8_t direction, std::string_view hdr, std::string_vi
   return hmacSha256(key_->bytes(), data);
 }
 
-std::string Channel::describe() const {
+std::string ChannelState::describe() const {
   if (peerName_.empty()) return fmt::format("peer {}", peerAddr_);
   return fmt::format("agent {} ({})", peerName_, peerAddr_);
 }
 
-void Channel::send(MsgType type, std::string_view payload, Deadline d) {
+std::string ChannelState::seal(MsgType type, std::string_view payload) {
   if (payload.size() > kMaxDocumentPayload)
     RANKMAP_THROW(InternalError, "{} frame of {} bytes exceeds {}", msgTypeName(type),
                   payload.size(), kMaxDocumentPayload);
-  std::string frame = header(type, sendSeq_, static_cast<uint32_t>(payload.size()));
+  std::string frame(kMagic, 4);
+  frame += static_cast<char>(type);
+  frame.append(3, '\0');
+  putU64(frame, sendSeq_);
+  putU32(frame, static_cast<uint32_t>(payload.size()));
   std::string m = mac(sendDir_, frame, payload);
   frame.append(payload);
   frame.append(m);
   ++sendSeq_;
-  socket_.sendAll(frame.data(), frame.size(), d, fmt::format("send {}", msgTypeName(type)));
+  return frame;
 }
 
-Frame Channel::recv(Deadline d, size_t maxPayload) {
-  char hdr[kHeaderBytes];
-  socket_.recvAll(hdr, sizeof(hdr), d, "receive frame header");
-  std::string_view h(hdr, sizeof(hdr));
-  if (h.substr(0, 4) != std::string_view(kMagic, 4))
+FrameHeader ChannelState::parseHeader(std::string_view h, size_t maxPayload) const {
+  RANKMAP_ASSERT(h.size() == kHeaderBytes);
+  FrameHeader fh;
+  fh.type = static_cast<MsgType>(static_cast<unsigned char>(h[4]));
+  fh.seq = getBE(h, 8, 8);
+  uint64_t len = getBE(h, 16, 4);
+  bool magic = h.substr(0, 4) == std::string_view(kMagic, 4);
+  if (phase_ == Phase::kAwaitHelloAck) {
+    // The one answer to Hello: its length is fixed, and anything else is refused unread.
+    if (!magic || fh.type != MsgType::kHelloAck || len != kNonceBytes + 8 || fh.seq != 0)
+      throw AuthError(AuthFailure::kMalformed,
+                      fmt::format("{}: answered the handshake with something else than HelloAck "
+                                  "(not a rankmap agent, or it closed the connection)",
+                                  describe()));
+  } else if (!magic) {
     throw AuthError(AuthFailure::kMalformed,
                     fmt::format("{}: not a rankmap probe frame", describe()));
-  auto type = static_cast<MsgType>(static_cast<unsigned char>(hdr[4]));
-  uint64_t seq = getBE(h, 8, 8);
-  uint64_t len = getBE(h, 16, 4);
-  if (len > maxPayload)
-    throw AuthError(AuthFailure::kMalformed,
-                    fmt::format("{}: {} frame of {} bytes exceeds the {} byte limit", describe(),
-                                msgTypeName(type), len, maxPayload));
-  std::string rest(len + kMacBytes, '\0');
-  socket_.recvAll(rest.data(), rest.size(), d, fmt::format("receive {} frame", msgTypeName(type)));
-  std::string_view payload(rest.data(), len);
-  std::string_view got(rest.data() + len, kMacBytes);
-  if (!constantTimeEqual(got, mac(static_cast<uint8_t>(1 - sendDir_), h, payload)))
-    throw AuthError(AuthFailure::kBadMac,
-                    fmt::format("{}: {} frame failed authentication (wrong probe key?)", describe(),
-                                msgTypeName(type)));
-  if (seq != recvSeq_)
-    throw AuthError(AuthFailure::kReplay, fmt::format("{}: frame sequence {} where {} expected",
-                                                      describe(), seq, recvSeq_));
-  ++recvSeq_;
-  Frame f;
-  f.type = type;
-  f.payload.assign(payload);
-  return f;
+  } else if (len > maxPayload) {
+    throw OversizeFrame(fmt::format("{}: {} frame of {} bytes exceeds the {} byte limit",
+                                    describe(), msgTypeName(fh.type), len, maxPayload));
+  }
+  fh.length = static_cast<uint32_t>(len);
+  return fh;
 }
 
-std::string Channel::expect(MsgType type, Deadline d, size_t maxPayload) {
-  Frame f = recv(d, maxPayload);
+Frame ChannelState::open(const FrameHeader& fh, std::string_view h, std::string_view body) {
+  RANKMAP_ASSERT(h.size() == kHeaderBytes && body.size() == fh.length + kMacBytes);
+  std::string_view payload = body.substr(0, fh.length);
+  std::string_view got = body.substr(fh.length, kMacBytes);
+  if (phase_ == Phase::kAwaitHelloAck) {
+    // The answer is authenticated under the session id that includes the server's nonce, which
+    // we only learn from its payload.
+    session_ = clientNonce_ + std::string(payload.substr(0, kNonceBytes));
+    if (!constantTimeEqual(got, mac(1, h, payload)))
+      throw AuthError(
+          AuthFailure::kBadMac,
+          fmt::format("{}: handshake failed authentication (different probe key)", describe()));
+    clientNonce_.clear();
+    phase_ = Phase::kOpen;
+  } else if (!constantTimeEqual(got, mac(static_cast<uint8_t>(1 - sendDir_), h, payload))) {
+    throw AuthError(AuthFailure::kBadMac,
+                    fmt::format("{}: {} frame failed authentication (wrong probe key?)", describe(),
+                                msgTypeName(fh.type)));
+  }
+  if (fh.seq != recvSeq_)
+    throw AuthError(AuthFailure::kReplay, fmt::format("{}: frame sequence {} where {} expected",
+                                                      describe(), fh.seq, recvSeq_));
+  ++recvSeq_;
+  return Frame{fh.type, std::string(payload)};
+}
+
+std::string ChannelState::take(Frame f, MsgType type) const {
   if (f.type == MsgType::kError)
-    throw PeerError(fmt::format("{} refused: {}", describe(), f.payload.substr(0, 500)));
+    throw RefusedError(fmt::format("{} refused: {}", describe(), f.payload.substr(0, 500)));
   if (f.type != type)
     throw PeerError(fmt::format("{}: expected a {} frame, got {}", describe(), msgTypeName(type),
                                 msgTypeName(f.type)));
   return std::move(f.payload);
 }
 
-Channel Channel::connect(const Endpoint& ep, const ProbeKey& key, std::string_view selfName,
-                         Deadline d) {
-  Channel c(connectTo(ep, d), key);
-  c.peerAddr_ = ep.text();
-  c.sendDir_ = 0;
-  std::string nonce = randomBytes(kNonceBytes);
-  std::string hello;
-  putU16(hello, kProtocolVersion);
-  hello += nonce;
-  putU64(hello, static_cast<uint64_t>(wallClockMs()));
-  std::string name(selfName.substr(0, kMaxNameBytes));
-  hello += static_cast<char>(name.size());
-  hello += name;
-  c.send(MsgType::kHello, hello, d);
-  // The answer is authenticated under the session id that includes the server's nonce, which
-  // we only learn from the payload: read it raw, then verify.
-  char hdr[kHeaderBytes];
-  c.socket_.recvAll(hdr, sizeof(hdr), d, "receive HelloAck");
-  std::string_view h(hdr, sizeof(hdr));
-  uint64_t len = getBE(h, 16, 4);
-  if (h.substr(0, 4) != std::string_view(kMagic, 4) ||
-      static_cast<MsgType>(static_cast<unsigned char>(hdr[4])) != MsgType::kHelloAck ||
-      len != kNonceBytes + 8 || getBE(h, 8, 8) != 0)
-    throw AuthError(AuthFailure::kMalformed,
-                    fmt::format("{}: answered the handshake with something else than HelloAck "
-                                "(not a rankmap agent, or it closed the connection)",
-                                c.describe()));
-  std::string rest(len + kMacBytes, '\0');
-  c.socket_.recvAll(rest.data(), rest.size(), d, "receive HelloAck");
-  c.session_ = nonce + rest.substr(0, kNonceBytes);
-  std::string_view payload(rest.data(), len);
-  if (!constantTimeEqual(std::string_view(rest.data() + len, kMacBytes), c.mac(1, h, payload)))
-    throw AuthError(
-        AuthFailure::kBadMac,
-        fmt::format("{}: handshake failed authentication (different probe key)", c.describe()));
-  c.recvSeq_ = 1;
-  return c;
+void ChannelState::throwClosed() const {
+  if (phase_ == Phase::kAwaitHelloAck)
+    throw AuthError(AuthFailure::kBadMac,
+                    fmt::format("{}: closed the connection instead of answering the handshake "
+                                "(a different probe key, or it is refusing connections)",
+                                describe()));
+  throw PeerError(fmt::format("{}: closed the connection", describe()));
 }
 
-Channel Channel::accept(Socket s, const ProbeKey& key, ReplayGuard& guard, Deadline d) {
-  Channel c(std::move(s), key);
-  c.peerAddr_ = c.socket_.peerText();
-  c.sendDir_ = 1;
-  Frame hello = c.recv(d, 2 + kNonceBytes + 8 + 1 + kMaxNameBytes);
+std::string ChannelState::hello(std::string_view selfName) {
+  RANKMAP_ASSERT(phase_ == Phase::kClientStart);
+  clientNonce_ = randomBytes(kNonceBytes);
+  std::string p;
+  putU16(p, kProtocolVersion);
+  p += clientNonce_;
+  putU64(p, static_cast<uint64_t>(wallClockMs()));
+  std::string name(selfName.substr(0, kMaxNameBytes));
+  p += static_cast<char>(name.size());
+  p += name;
+  std::string frame = seal(MsgType::kHello, p);
+  phase_ = Phase::kAwaitHelloAck;
+  return frame;
+}
+
+std::string ChannelState::acceptHello(const Frame& hello, ReplayGuard& guard) {
+  RANKMAP_ASSERT(phase_ == Phase::kAwaitHello);
   if (hello.type != MsgType::kHello)
     throw AuthError(AuthFailure::kMalformed, fmt::format("{}: first frame is {}, not Hello",
-                                                         c.describe(), msgTypeName(hello.type)));
+                                                         describe(), msgTypeName(hello.type)));
   const std::string& p = hello.payload;
   if (p.size() < 2 + kNonceBytes + 8 + 1)
-    throw AuthError(AuthFailure::kMalformed, fmt::format("{}: short Hello", c.describe()));
+    throw AuthError(AuthFailure::kMalformed, fmt::format("{}: short Hello", describe()));
   uint16_t version = static_cast<uint16_t>(getBE(p, 0, 2));
   if (version != kProtocolVersion)
     throw AuthError(AuthFailure::kVersion, fmt::format("{}: protocol version {}, we speak {}",
-                                                       c.describe(), version, kProtocolVersion));
+                                                       describe(), version, kProtocolVersion));
   std::string nonce = p.substr(2, kNonceBytes);
   auto ts = static_cast<int64_t>(getBE(p, 2 + kNonceBytes, 8));
   size_t nameLen = static_cast<unsigned char>(p[2 + kNonceBytes + 8]);
   if (p.size() != 2 + kNonceBytes + 8 + 1 + nameLen)
-    throw AuthError(AuthFailure::kMalformed, fmt::format("{}: bad Hello length", c.describe()));
+    throw AuthError(AuthFailure::kMalformed, fmt::format("{}: bad Hello length", describe()));
   guard.admit(nonce, ts, wallClockMs());
-  c.peerName_ = p.substr(2 + kNonceBytes + 9);
+  peerName_ = p.substr(2 + kNonceBytes + 9);
   std::string serverNonce = randomBytes(kNonceBytes);
-  c.session_ = nonce + serverNonce;
+  session_ = nonce + serverNonce;
   std::string ack = serverNonce;
   putU64(ack, static_cast<uint64_t>(wallClockMs()));
-  c.send(MsgType::kHelloAck, ack, d);
+  phase_ = Phase::kOpen;
+  return seal(MsgType::kHelloAck, ack);
+}
+
+void Channel::send(MsgType type, std::string_view payload, Deadline d) {
+  std::string frame = state_.seal(type, payload);
+  socket_.sendAll(frame.data(), frame.size(), d, fmt::format("send {}", msgTypeName(type)));
+}
+
+Frame Channel::recv(Deadline d, size_t maxPayload) {
+  char hdr[kHeaderBytes];
+  // End-of-file before a frame means something only the protocol state can say.
+  size_t got = socket_.recvSome(hdr, sizeof(hdr), d, "receive frame header");
+  if (got == 0) state_.throwClosed();
+  socket_.recvAll(hdr + got, sizeof(hdr) - got, d, "receive frame header");
+  std::string_view h(hdr, sizeof(hdr));
+  FrameHeader fh = state_.parseHeader(h, maxPayload);
+  std::string body(fh.length + kMacBytes, '\0');
+  socket_.recvAll(body.data(), body.size(), d,
+                  fmt::format("receive {} frame", msgTypeName(fh.type)));
+  return state_.open(fh, h, body);
+}
+
+std::string Channel::expect(MsgType type, Deadline d, size_t maxPayload) {
+  return state_.take(recv(d, maxPayload), type);
+}
+
+Channel Channel::connect(const Endpoint& ep, const ProbeKey& key, std::string_view selfName,
+                         Deadline d) {
+  Channel c(connectTo(ep, d), ChannelState::client(key, ep.text()));
+  std::string hello = c.state_.hello(selfName);
+  c.socket_.sendAll(hello.data(), hello.size(), d, "send Hello");
+  c.recv(d, kNonceBytes + 8);  // the HelloAck: opening it establishes the session
+  return c;
+}
+
+Channel Channel::accept(Socket s, const ProbeKey& key, ReplayGuard& guard, Deadline d) {
+  std::string peer = s.peerText();
+  Channel c(std::move(s), ChannelState::server(key, std::move(peer)));
+  Frame hello = c.recv(d, ChannelState::kMaxHelloPayload);
+  std::string ack = c.state_.acceptHello(hello, guard);
+  c.socket_.sendAll(ack.data(), ack.size(), d, "send HelloAck");
   return c;
 }
 

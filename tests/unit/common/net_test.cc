@@ -325,6 +325,28 @@ TEST(Socket, RetryRefusedEndsWithATimeoutNamingTheLastError) {
   EXPECT_LT(took, 1500ms);
 }
 
+// The non-waiting halves of connect(), for multiplexers: the caller waits for writability.
+TEST(Socket, StartAndFinishConnectWithoutWaiting) {
+  Listener l = Listener::bind(loopback(0));
+  int err = -1;
+  Socket c = Socket::startConnect(loopback(l.port()), err);
+  ASSERT_EQ(err, 0);
+  ASSERT_TRUE(c.waitWritable(Deadline::after(1s)));
+  EXPECT_EQ(c.finishConnect(), 0);
+  EXPECT_NE(intOption(c.fd(), IPPROTO_TCP, TCP_NODELAY), 0);
+  EXPECT_TRUE(l.accept(Deadline::after(1s)));
+
+  // A refusal shows either at once (the socket is then closed) or after the handshake.
+  Socket r = Socket::startConnect(loopback(deadPort()), err);
+  if (err == 0) {
+    ASSERT_TRUE(r.waitWritable(Deadline::after(1s)));
+    err = r.finishConnect();
+  } else {
+    EXPECT_FALSE(r.valid());
+  }
+  EXPECT_EQ(err, ECONNREFUSED);
+}
+
 TEST(Socket, SendToAPeerThatStopsReadingTimesOut) {
   Connected c;  // accepted, never read
   std::string big(64u << 20, 'x');

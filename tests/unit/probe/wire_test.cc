@@ -109,6 +109,63 @@ TEST(ReplayGuard, RejectsReplayedNonceAndStaleTimestamp) {
   g.admit("nonce-4", 10'500, 10'000);
 }
 
+// The protocol without sockets: two ChannelStates hand each other bytes.
+struct StatePair {
+  explicit StatePair(const ProbeKey& serverKey)
+      : client(ChannelState::client(ka, "server:1")),
+        server(ChannelState::server(serverKey, "client:2")) {}
+  // Splits sealed bytes into a header and a body and opens them on `to`.
+  static Frame deliver(ChannelState& to, const std::string& bytes, size_t max = 1 << 20) {
+    std::string_view h(bytes.data(), kHeaderBytes);
+    FrameHeader fh = to.parseHeader(h, max);
+    return to.open(fh, h, std::string_view(bytes).substr(kHeaderBytes));
+  }
+  ProbeKey ka = keyA();
+  ReplayGuard guard;
+  ChannelState client;
+  ChannelState server;
+};
+
+TEST(ChannelState, HandshakeRequestAndReplyWithoutSockets) {
+  ProbeKey k = keyA();
+  StatePair p(k);
+  Frame hello = StatePair::deliver(p.server, p.client.hello("vm1"), ChannelState::kMaxHelloPayload);
+  std::string ack = p.server.acceptHello(hello, p.guard);
+  EXPECT_EQ(p.server.peerName(), "vm1");
+  EXPECT_EQ(p.server.describe(), "agent vm1 (client:2)");
+  EXPECT_FALSE(p.client.established());
+  StatePair::deliver(p.client, ack);
+  EXPECT_TRUE(p.client.established());
+  Frame req = StatePair::deliver(p.server, p.client.seal(MsgType::kRequest, "{}"));
+  EXPECT_EQ(p.server.take(req, MsgType::kRequest), "{}");
+  std::string reply = p.server.seal(MsgType::kReply, "ok");
+  // A frame replayed in the other direction does not verify.
+  EXPECT_THROW(StatePair::deliver(p.server, reply), AuthError);
+  EXPECT_EQ(p.client.take(StatePair::deliver(p.client, reply), MsgType::kReply), "ok");
+  // Refusals, unexpected types and oversize frames.
+  EXPECT_THROW(p.client.take(StatePair::deliver(p.client, p.server.seal(MsgType::kError, "no")),
+                             MsgType::kReply),
+               RefusedError);
+  EXPECT_THROW(p.client.take(StatePair::deliver(p.client, p.server.seal(MsgType::kPong, "x")),
+                             MsgType::kReply),
+               PeerError);
+  EXPECT_THROW(StatePair::deliver(p.client, p.server.seal(MsgType::kReply, "12345"), 4),
+               OversizeFrame);
+  EXPECT_THROW(p.client.throwClosed(), PeerError);
+}
+
+TEST(ChannelState, AClientWhoseHelloIsRejectedTakesTheCloseForAnAuthFailure) {
+  ProbeKey kb = keyB();
+  StatePair p(kb);
+  std::string hello = p.client.hello("vm1");
+  EXPECT_THROW(StatePair::deliver(p.server, hello, ChannelState::kMaxHelloPayload), AuthError);
+  try {
+    p.client.throwClosed();
+  } catch (const AuthError& e) {
+    EXPECT_NE(std::string(e.what()).find("probe key"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Channel, ControlRequestRoundTrip) {
   TestServer s;
   Json reply =
