@@ -177,6 +177,7 @@ std::vector<probe::Outcome<LatencyStats>> Coordinator::latency(
     auto& o = out[k];
     if (!t.error.empty()) {
       o.culprit = t.agentFailed ? pairs[k].first : pairs[k].second;
+      o.asked = t.agentFailed;
       o.reason = t.reason;
       o.message = t.error;
       continue;
@@ -209,7 +210,10 @@ std::vector<probe::Outcome<double>> Coordinator::bandwidth(const std::vector<pro
                         {"bulk", bo.toJson()}};
     tasks[k].deadline = bd;
   }
+  auto started = Clock::now();
   runTasks(tasks);
+  RANKMAP_DEBUG(Probe, "probe round: trial of {} flows took {:.2f} s", flows.size(),
+                since(started));
   ++cost_.trials;
   cost_.bandwidthFlows += flows.size();
   for (size_t k = 0; k < flows.size(); ++k) {
@@ -217,6 +221,7 @@ std::vector<probe::Outcome<double>> Coordinator::bandwidth(const std::vector<pro
     auto& o = out[k];
     if (!t.error.empty()) {
       o.culprit = t.agentFailed ? flows[k].first : flows[k].second;
+      o.asked = t.agentFailed;
       o.reason = t.reason;
       o.message = t.error;
       continue;

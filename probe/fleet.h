@@ -5,7 +5,8 @@
 //
 // Contract: one thread calls a Fleet at a time; every call returns by its deadline; a failure
 // is data (an Outcome without a value, naming the host at fault and why), never an exception.
-// A host the fleet reports at fault once stays usable: the round decides whom to drop.
+// A host the fleet reports at fault once stays usable: the round decides whom to drop (hosts that
+// fail to answer, not peers that a busy trial could not reach).
 #pragma once
 
 #include <cstddef>
@@ -25,6 +26,10 @@ template <typename T>
 struct Outcome {
   std::optional<T> value;
   int culprit = -1;     // the host at fault when value is empty (-1: unknown)
+  // The culprit is the host asked to measure, and it did not answer. Otherwise the asked host
+  // answered that its peer failed, which in a trial that loads an uplink can be a connection
+  // held up behind the load (a lost SYN waits a second), not a dead peer.
+  bool asked = false;
   std::string reason;   // "connect", "timeout", "auth", "peer", "refused"
   std::string message;  // for the log
 };

@@ -136,7 +136,7 @@ void RoundState::judge(const std::vector<HostPair>& pairs, const std::vector<Out
     if (o.value) continue;
     failures[o.reason.empty() ? "peer" : o.reason]++;
     int culprit = o.culprit >= 0 ? o.culprit : pairs[k].second;
-    if (!live(culprit)) continue;
+    if (!o.asked || !live(culprit)) continue;
     if (++strikes_[static_cast<size_t>(culprit)] >= kMaxStrikes)
       drop(culprit, fmt::format("{} -> {}: {} ({})", fleet_.host(pairs[k].first).name,
                                 fleet_.host(pairs[k].second).name, o.message, o.reason));
@@ -160,7 +160,8 @@ std::vector<std::optional<LatencyStats>> RoundState::ping(const std::vector<Host
 std::vector<std::optional<double>> RoundState::run(const std::vector<HostPair>& flows,
                                                    const std::string& phase, bool alone,
                                                    const std::vector<int>& units,
-                                                   bool splittable) {
+                                                   bool splittable,
+                                                   const BandwidthOptions* window) {
   std::vector<std::optional<double>> res(flows.size());
   // Parts: consecutive runs of whole units up to maxFlowsPerTrial flows.
   std::vector<std::pair<size_t, size_t>> parts;
@@ -186,7 +187,7 @@ std::vector<std::optional<double>> RoundState::run(const std::vector<HostPair>& 
         at.push_back(k);
       }
     if (part.empty()) continue;
-    auto out = fleet_.bandwidth(part, opts_.bandwidth, deadline_);
+    auto out = fleet_.bandwidth(part, window ? *window : opts_.bandwidth, deadline_);
     judge(part, out);
     for (size_t i = 0; i < part.size(); ++i) {
       res[at[i]] = out[i].value;
@@ -345,7 +346,6 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
   // Pairs of component roots (lower first) decided apart: kFarReadings slow readings between
   // them (one can be a descheduled near flow; two independent ones are not).
   std::set<std::pair<int, int>> far;
-  std::vector<double> rates;          // every reading so far
   auto key = [&](int a, int b) {
     a = comp.find(a);
     b = comp.find(b);
@@ -373,6 +373,14 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
     evidence.push_back(std::move(t));
     return got;
   };
+  // Readings of the structure trials: every host sends one flow and receives one, so a near
+  // flow gets its host rate and a far one what a congested uplink leaves it.
+  struct Obs {
+    int src, dst;
+    double mbps;
+  };
+  std::vector<Obs> obs;
+  double hostRate = 0;  // the top band of single-flow trials, once two bands were seen
   int bandsSeenAfter = -1;
   for (int trial = 0; trial < s.opts().maxStructureTrials && !s.stopped(); ++trial) {
     hosts = s.liveHosts();
@@ -382,72 +390,68 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
     std::vector<HostPair> flows;
     size_t informative = 0;
     for (size_t i = 0; i < hosts.size(); ++i) {
-      int h = hosts[i];
-      int best = -1, second = -1, filler = -1;
-      for (size_t j = 1; j < hosts.size() && best < 0; ++j) {
-        int r = hosts[(i + j) % hosts.size()];
-        if (receiving[static_cast<size_t>(r)]) continue;
-        bool same = comp.find(r) == comp.find(h);
-        if (same) {
-          if (filler < 0) filler = r;
-          continue;
+        int h = hosts[i];
+        int best = -1, second = -1, filler = -1;
+        for (size_t j = 1; j < hosts.size() && best < 0; ++j) {
+          int r = hosts[(i + j) % hosts.size()];
+          if (receiving[static_cast<size_t>(r)]) continue;
+          if (comp.find(r) == comp.find(h)) {
+            if (filler < 0) filler = r;
+            continue;
+          }
+          auto k = key(h, r);
+          if (far.count(k)) {
+            if (filler < 0 || comp.find(filler) == comp.find(h)) filler = r;
+            continue;
+          }
+          if (!testing.count(k)) best = r;
+          else if (second < 0) second = r;
         }
-        auto k = key(h, r);
-        if (far.count(k)) {
-          if (filler < 0 || comp.find(filler) == comp.find(h)) filler = r;
-          continue;
+        int r = best >= 0 ? best : second >= 0 ? second : filler;
+        if (r < 0) continue;
+        if (r == best || r == second) {
+          ++informative;
+          testing.insert(key(h, r));
         }
-        if (!testing.count(k)) best = r;
-        else if (second < 0) second = r;
+        receiving[static_cast<size_t>(r)] = 1;
+        flows.emplace_back(h, r);
       }
-      int r = best >= 0 ? best : second >= 0 ? second : filler;
-      if (r < 0) continue;
-      if (r == best || r == second) {
-        ++informative;
-        testing.insert(key(h, r));
-      }
-      receiving[static_cast<size_t>(r)] = 1;
-      flows.emplace_back(h, r);
-    }
     if (informative == 0 && bandsSeenAfter >= 0) break;
     auto got = runTrial(flows);
-    for (const auto& g : got)
-      if (g) rates.push_back(*g);
-    // The top band: values within kBandwidthLevelRatio of the best, once a lower band exists.
-    std::vector<double> sorted = rates;
-    std::sort(sorted.begin(), sorted.end(), std::greater<>());
-    double boundary = 0;
-    for (size_t i = 1; i < sorted.size(); ++i)
-      if (sorted[i - 1] >= kBandwidthLevelRatio * sorted[i]) {
-        boundary = std::sqrt(sorted[i - 1] * sorted[i]);
-        break;
-      }
-    if (boundary == 0) {
-      // One band so far: either a network with no congested uplink, or no flow has yet run
-      // inside a group. A few fresh trials decide which.
-      if (trial >= 3) break;
-      continue;
-    }
-    if (bandsSeenAfter < 0) bandsSeenAfter = trial;
-    double top = 0;
-    {
+    for (size_t k = 0; k < flows.size(); ++k)
+      if (got[k]) obs.push_back({flows[k].first, flows[k].second, *got[k]});
+    if (hostRate == 0) {
+      // The top band of single flows: readings within kBandwidthLevelRatio of the best (flows
+      // inside a group, at their host rate). Two bands once some reading is below kFarFraction
+      // of it.
+      double best = 0;
+      for (const auto& o : obs) best = std::max(best, o.mbps);
       std::vector<double> band;
-      for (double v : sorted)
-        if (v > boundary) band.push_back(v);
-      top = median(band);
+      for (const auto& o : obs)
+        if (o.mbps * kBandwidthLevelRatio >= best) band.push_back(o.mbps);
+      const double top = median(band);
+      const bool twoBands = std::any_of(obs.begin(), obs.end(),
+                                        [&](const Obs& o) { return o.mbps < kFarFraction * top; });
+      if (!twoBands) {
+        // One band so far: either a network with no congested uplink, or no flow has yet run
+        // inside a group. A few fresh trials decide which.
+        if (trial >= 3) break;
+        continue;
+      }
+      hostRate = top;
+      bandsSeenAfter = trial;
     }
-    // Near unites; far separates, unless a near reading between the two groups exists (a low
-    // reading can be a descheduled sender, a high one cannot come from a congested uplink).
-    for (const auto& r : s.readings) {
-      if (r.kind != "bandwidth" || r.phase != "structure") continue;
-      if (r.value >= std::max(boundary, kNearFraction * top)) comp.unite(r.src, r.dst);
-    }
+    // Near unites; far separates (kFarReadings of them, or one below kVeryFarFraction), unless
+    // a near reading between the two groups exists: a low reading can be a descheduled sender,
+    // a high one cannot come from a congested uplink. In between a reading decides nothing.
+    for (const auto& o : obs)
+      if (o.mbps >= kNearFraction * hostRate) comp.unite(o.src, o.dst);
     normalize();
     std::map<std::pair<int, int>, int> slow;
-    for (const auto& r : s.readings) {
-      if (r.kind != "bandwidth" || r.phase != "structure") continue;
-      if (r.value < boundary && comp.find(r.src) != comp.find(r.dst))
-        if (++slow[key(r.src, r.dst)] >= kFarReadings) far.insert(key(r.src, r.dst));
+    for (const auto& o : obs) {
+      if (o.mbps >= kFarFraction * hostRate || comp.find(o.src) == comp.find(o.dst)) continue;
+      int weight = o.mbps < kVeryFarFraction * hostRate ? kFarReadings : 1;
+      if ((slow[key(o.src, o.dst)] += weight) >= kFarReadings) far.insert(key(o.src, o.dst));
     }
     std::set<int> roots;
     for (int h : s.liveHosts()) roots.insert(comp.find(h));
@@ -635,7 +639,11 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
       }
       return pick;
     };
-    // One flow per uplink: the single-flow rate across it.
+    // One flow per uplink: the single-flow rate across it. A single flow alone on an uplink
+    // fills it: when it stays below its hosts' rate, that reading is the uplink's capacity, and
+    // the load trials below (whose flows' windows never line up exactly, so their sum runs
+    // high) do not raise it.
+    std::vector<std::pair<bool, bool>> bound(static_cast<size_t>(ng), {false, false});  // out, in
     {
       std::vector<HostPair> flows;
       std::vector<std::pair<int, int>> across;
@@ -649,13 +657,22 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
           across.emplace_back(a, b);
         }
       }
-      auto got = s.run(flows, "uplinks", true);
+      // A longer window than the other trials: one trial per level, and a slow uplink needs
+      // time for its reading to settle (a 25 Mbit/s link reads ~15% low in 150 ms).
+      BandwidthOptions longer = s.opts().bandwidth;
+      longer.maxMs *= kUplinkWindowFactor;
+      auto got = s.run(flows, "uplinks", true, {}, false, &longer);
       for (size_t k = 0; k < flows.size(); ++k) {
         if (!got[k]) continue;
-        auto& o = cap[static_cast<size_t>(across[k].first)].outMbps;
-        auto& i = cap[static_cast<size_t>(across[k].second)].inMbps;
-        o = std::max(o, *got[k]);
-        i = std::max(i, *got[k]);
+        auto a = static_cast<size_t>(across[k].first), b = static_cast<size_t>(across[k].second);
+        cap[a].outMbps = std::max(cap[a].outMbps, *got[k]);
+        cap[b].inMbps = std::max(cap[b].inMbps, *got[k]);
+        double hosts = std::min(links.hosts[static_cast<size_t>(flows[k].first)].outMbps,
+                                links.hosts[static_cast<size_t>(flows[k].second)].inMbps);
+        if (*got[k] < kConfirmFraction * hosts) {
+          bound[a].first = true;
+          bound[b].second = true;
+        }
       }
     }
     // Every host of a group to the next group at once (shift 1 and 2): what the uplink carries.
@@ -681,9 +698,9 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
         out[static_cast<size_t>(across[k].first)] += *got[k];
         in[static_cast<size_t>(across[k].second)] += *got[k];
       }
-      for (int g = 0; g < ng; ++g) {
-        cap[static_cast<size_t>(g)].outMbps = std::max(cap[static_cast<size_t>(g)].outMbps, out[static_cast<size_t>(g)]);
-        cap[static_cast<size_t>(g)].inMbps = std::max(cap[static_cast<size_t>(g)].inMbps, in[static_cast<size_t>(g)]);
+      for (size_t g = 0; g < static_cast<size_t>(ng); ++g) {
+        if (!bound[g].first) cap[g].outMbps = std::max(cap[g].outMbps, out[g]);
+        if (!bound[g].second) cap[g].inMbps = std::max(cap[g].inMbps, in[g]);
       }
     }
     // A group alone under its parent: nothing crosses its uplink without crossing the parent's,

@@ -53,17 +53,24 @@ namespace rankmap::probe {
 // Two round trips this many times apart are at different levels of the hierarchy (within a
 // level the floor of a ping-pong varies by noise, ~10-20%; tiers add whole switch hops).
 inline constexpr double kLatencyLevelRatio = 1.5;
-// A flow is "near" (no congested uplink) when it reaches this fraction of the top band of rates.
+// A flow is "near" (no congested uplink) when it reaches this fraction of the top band of rates,
+// "far" below kFarFraction of it; in between it decides nothing.
 inline constexpr double kNearFraction = 0.6;
+inline constexpr double kFarFraction = 0.4;
 // Two bandwidth readings this many times apart are different bands (near and far).
 inline constexpr double kBandwidthLevelRatio = 1.5;
 // Slow readings between two groups that decide them apart (near needs one: a congested uplink
 // cannot make a flow fast, while a busy machine can make one slow).
 inline constexpr int kFarReadings = 2;
+// One reading below this fraction of the host rate decides alone: no busy machine slows a flow
+// inside a group that much, while a congested uplink does.
+inline constexpr double kVeryFarFraction = 0.15;
 // A flow measured alone below this fraction of what both its hosts reached elsewhere is
 // measured again, kConfirmBatch flows at a time.
 inline constexpr double kConfirmFraction = 0.95;
 inline constexpr size_t kConfirmBatch = 4;
+// The single-flow uplink trial runs this many times the usual window.
+inline constexpr int64_t kUplinkWindowFactor = 3;
 // A host that fails this many requests in a round is out of it.
 inline constexpr int kMaxStrikes = 2;
 
@@ -137,11 +144,12 @@ class RoundState {
                                                 const std::string& phase);
   // Rates (Mbit/s) of flows run at once, each recorded as a Reading; with `splittable` and
   // opts().maxFlowsPerTrial, in consecutive parts of whole `units` (flows of one unit, e.g. one
-  // group, stay together; empty = each flow its own unit).
+  // group, stay together; empty = each flow its own unit); `window` replaces opts().bandwidth.
   std::vector<std::optional<double>> run(const std::vector<HostPair>& flows,
                                          const std::string& phase, bool alone,
                                          const std::vector<int>& units = {},
-                                         bool splittable = false);
+                                         bool splittable = false,
+                                         const BandwidthOptions* window = nullptr);
   void report(const RoundProgress& p) const;
 
   std::vector<Reading> readings;

@@ -23,7 +23,19 @@ Endpoint parseEndpoint(std::string_view text, uint16_t defaultPort, std::string_
 }
 
 Socket connectTo(const Endpoint& ep, Deadline d) {
-  return Socket::connect(resolve(ep.host, ep.port, Lookup::kNumericOnly), d, ep.text());
+  // A SYN lost in a queue full of a trial's bulk data would wait for the kernel's retransmission
+  // (1 s, then 3 s): a fresh attempt re-sends it sooner (kSynRetry, doubling), so a connection
+  // held up behind load costs a few hundred milliseconds, not seconds.
+  auto addr = resolve(ep.host, ep.port, Lookup::kNumericOnly);
+  auto wait = kSynRetry;
+  for (;;) {
+    try {
+      return Socket::connect(addr, Deadline::after(wait).min(d), ep.text());
+    } catch (const TimeoutError&) {
+      if (d.expired()) throw;
+      wait *= 2;
+    }
+  }
 }
 
 Listener listenOn(const Endpoint& ep) {

@@ -25,7 +25,10 @@ using Endpoint = HostPort;
 // else.
 Endpoint parseEndpoint(std::string_view text, uint16_t defaultPort, std::string_view what);
 
-// Connects to `ep` before `d`, once; the socket has TCP_NODELAY on.
+// Connects to `ep` before `d`; the socket has TCP_NODELAY on. A refused connection fails at once
+// (control requests retry those, probe/fanout.h); one that gets no answer is attempted again
+// after kSynRetry, then twice that, ... until `d`.
+inline constexpr std::chrono::milliseconds kSynRetry{200};
 Socket connectTo(const Endpoint& ep, Deadline d);
 // Binds and listens on `ep` (port 0 picks a free port).
 Listener listenOn(const Endpoint& ep);

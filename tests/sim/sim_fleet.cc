@@ -42,6 +42,7 @@ std::vector<probe::Outcome<LatencyStats>> SimFleet::latency(
     ++cost_.latencyPairs;
     if (samples.empty()) {
       out[k].culprit = dc_.alive(a) ? b : a;
+      out[k].asked = !dc_.alive(a);
       out[k].reason = "connect";
       out[k].message = "simulated host is dead";
       longestUs = std::max(longestUs, timing_.deadHostMs * 1000);
@@ -64,6 +65,7 @@ std::vector<probe::Outcome<double>> SimFleet::bandwidth(const std::vector<probe:
     ++cost_.bandwidthFlows;
     if (!rates[k]) {
       out[k].culprit = dc_.alive(flows[k].first) ? flows[k].second : flows[k].first;
+      out[k].asked = !dc_.alive(flows[k].first);
       out[k].reason = "connect";
       out[k].message = "simulated host is dead";
       longestMs = std::max(longestMs, timing_.deadHostMs);
