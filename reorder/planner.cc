@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -54,20 +55,15 @@ PlanResult fallbackPlan(PlanResult r, const std::vector<std::string>& names, con
   return r;
 }
 
-}  // namespace
+// planTopology()'s phases. Each reads the options and what the earlier phases left in the
+// result, and adds its part.
 
-PlanResult planTopology(const Topology& t, const PlanOptions& o) {
-  validate(o);
-  PlanResult r;
+// The hierarchy and the network model inferred from the measured matrices, or why there is too
+// little data to plan (the identity fallback).
+std::optional<std::string> modelFromMeasurements(const Topology& t, const PlanOptions& o,
+                                                 const std::vector<std::string>& names,
+                                                 PlanResult& r) {
   size_t n = t.size();
-  std::vector<std::string> names;
-  for (const auto& h : t.hosts) names.push_back(h.name);
-  r.plan.topologyHash = o.hashTopology ? t.contentHash() : "";
-  r.plan.epoch = t.version;
-  r.plan.topologyTime = t.time;
-  if (n == 0) throw InvalidInput(fmt::format("{}: no hosts to plan", o.source));
-  if (n == 1) return fallbackPlan(std::move(r), names, o, "a single host: nothing to reorder");
-
   Measurements m = cleanMeasurements(t, o.source, r.warnings);
   r.coverage = m.coverage();
   std::vector<std::string> unmeasured;
@@ -77,13 +73,11 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
     std::string list;
     for (size_t i = 0; i < unmeasured.size() && i < 3; ++i) list += (i ? ", " : "") + unmeasured[i];
     if (unmeasured.size() > 3) list += fmt::format(" and {} more", unmeasured.size() - 3);
-    return fallbackPlan(std::move(r), names, o,
-                        fmt::format("{}: no measured pair for host(s) {}", o.source, list));
+    return fmt::format("{}: no measured pair for host(s) {}", o.source, list);
   }
   if (m.coverage() < kMinCoverage)
-    return fallbackPlan(std::move(r), names, o,
-                        fmt::format("{}: only {:.0f}% of host pairs measured (need {:.0f}%)",
-                                    o.source, 100 * m.coverage(), 100 * kMinCoverage));
+    return fmt::format("{}: only {:.0f}% of host pairs measured (need {:.0f}%)", o.source,
+                       100 * m.coverage(), 100 * kMinCoverage);
 
   std::vector<std::vector<int>> sharedSets;
   std::vector<double> sharedMbps;
@@ -98,15 +92,25 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   else
     r.hierarchy = inferHierarchy(m, sharedSets);
   r.model = inferNetwork(std::move(m), r.hierarchy, sharedSets, sharedMbps, r.warnings);
-  const NetworkModel& net = r.model;
+  return std::nullopt;
+}
 
-  // Ring order.
+RingParams ringParams(const PlanOptions& o) {
   RingParams rp;
   rp.bytes = o.ringBytes;
   rp.ranksPerHost = o.ranksPerHost;
   rp.stepOverheadUs = o.stepOverheadUs;
   rp.intraHostMbps = o.intraHostMbps;
   rp.intraHostLatencyUs = o.intraHostLatencyUs;
+  return rp;
+}
+
+// The ring: the hierarchy walk, improved, exact when small, rotated to a group boundary; the
+// input order unless the ring is at least minGain faster.
+void orderRing(const PlanOptions& o, PlanResult& r) {
+  const NetworkModel& net = r.model;
+  size_t n = net.n;
+  RingParams rp = ringParams(o);
   std::vector<int> input(n);
   std::iota(input.begin(), input.end(), 0);
   r.inputRing = evaluateRing(net, input, rp);
@@ -125,12 +129,16 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   }
   r.order = ring;
   r.planRing = best;
+}
 
-  // Algorithms per size range.
+// Every algorithm's model per collective, the table of the fastest per size range, and the
+// chunk weights and packed trees where host rates differ.
+void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
+  const NetworkModel& net = r.model;
   CostContext ctx;
   ctx.net = &net;
   ctx.order = r.order;
-  ctx.ring = rp;
+  ctx.ring = ringParams(o);
   std::vector<double> weights;
   if (net.heterogeneousHosts()) {
     double total = 0;
@@ -150,7 +158,7 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
     double weighted = hierAt(algorithmCosts(ctx, "allreduce"));
     if (!(weighted < uniform)) ctx.chunkWeights.clear();
   }
-  size_t world = n * static_cast<size_t>(o.ranksPerHost);
+  size_t world = net.n * static_cast<size_t>(o.ranksPerHost);
   Plan& p = r.plan;
   for (const auto& coll : o.collectives) {
     auto costs = algorithmCosts(ctx, coll);
@@ -162,9 +170,13 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   for (const auto& [coll, ranges] : p.collectives)
     for (const auto& range : ranges) treesUsed = treesUsed || range.algorithm == Algorithm::kTrees;
   if (treesUsed) p.trees = ctx.trees;
+}
 
-  // Prediction: the ring in the plan's order against the ring in the input order, which is
-  // what an unmodified MPI job sees when only the rank order changes.
+// Prediction: the ring in the plan's order against the ring in the input order, which is what
+// an unmodified MPI job sees when only the rank order changes.
+void predict(const PlanOptions& o, PlanResult& r) {
+  size_t world = r.model.n * static_cast<size_t>(o.ranksPerHost);
+  Plan& p = r.plan;
   double bytes = static_cast<double>(o.ringBytes);
   p.predicted.basis = fmt::format("allreduce {} ring", sizeText(o.ringBytes));
   p.predicted.planUs = ringAllreduceUs(r.planRing, world, bytes);
@@ -173,7 +185,11 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   auto finite = [](double x) { return std::isfinite(x) ? x : 0.0; };
   p.predicted.bottleneckMbps = finite(r.planRing.bottleneckMbps);
   p.predicted.inputBottleneckMbps = finite(r.inputRing.bottleneckMbps);
+}
 
+// Hosts, order, groups, confidence and permutation; then the hash.
+void finishPlan(const std::vector<std::string>& names, const PlanOptions& o, PlanResult& r) {
+  Plan& p = r.plan;
   p.hosts = names;
   p.ranksPerHost = o.ranksPerHost;
   for (int h : r.order) p.order.push_back(names[h]);
@@ -186,8 +202,29 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   }
   p.derivePermutation();
   p.seal();
+}
+
+}  // namespace
+
+PlanResult planTopology(const Topology& t, const PlanOptions& o) {
+  validate(o);
+  PlanResult r;
+  size_t n = t.size();
+  std::vector<std::string> names;
+  for (const auto& h : t.hosts) names.push_back(h.name);
+  r.plan.topologyHash = o.hashTopology ? t.contentHash() : "";
+  r.plan.epoch = t.version;
+  r.plan.topologyTime = t.time;
+  if (n == 0) throw InvalidInput(fmt::format("{}: no hosts to plan", o.source));
+  if (n == 1) return fallbackPlan(std::move(r), names, o, "a single host: nothing to reorder");
+  if (auto why = modelFromMeasurements(t, o, names, r))
+    return fallbackPlan(std::move(r), names, o, std::move(*why));
+  orderRing(o, r);
+  chooseAlgorithms(o, r);
+  predict(o, r);
+  finishPlan(names, o, r);
   RANKMAP_INFO(Reorder, "plan: {} hosts, {} level(s), predicted {:.2f}x for {}", n,
-               r.hierarchy.levels.size(), p.predicted.speedup, p.predicted.basis);
+               r.hierarchy.levels.size(), r.plan.predicted.speedup, r.plan.predicted.basis);
   return r;
 }
 
