@@ -95,6 +95,18 @@ std::optional<std::string> modelFromMeasurements(const Topology& t, const PlanOp
   return std::nullopt;
 }
 
+// The hierarchy and the network model stated by the topology's link model: its groups, its
+// capacities. Nothing is cleaned and nothing falls back for want of pairs: every pair is covered
+// by the model, measured or inferred.
+void modelFromLinks(const Topology& t, const PlanOptions& o, const std::vector<std::string>& names,
+                    PlanResult& r) {
+  r.hierarchy = hierarchyFromLevels(t.groups, names, o.source);
+  r.model = networkFromLinks(t, r.hierarchy, r.warnings);
+  r.linkModel = true;
+  r.measuredPairs = t.measured.size();
+  r.coverage = 1;
+}
+
 RingParams ringParams(const PlanOptions& o) {
   RingParams rp;
   rp.bytes = o.ringBytes;
@@ -217,14 +229,20 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   r.plan.topologyTime = t.time;
   if (n == 0) throw InvalidInput(fmt::format("{}: no hosts to plan", o.source));
   if (n == 1) return fallbackPlan(std::move(r), names, o, "a single host: nothing to reorder");
-  if (auto why = modelFromMeasurements(t, o, names, r))
+  if (t.links) {
+    modelFromLinks(t, o, names, r);
+  } else if (auto why = modelFromMeasurements(t, o, names, r)) {
     return fallbackPlan(std::move(r), names, o, std::move(*why));
+  }
   orderRing(o, r);
   chooseAlgorithms(o, r);
   predict(o, r);
   finishPlan(names, o, r);
-  RANKMAP_INFO(Reorder, "plan: {} hosts, {} level(s), predicted {:.2f}x for {}", n,
-               r.hierarchy.levels.size(), r.plan.predicted.speedup, r.plan.predicted.basis);
+  RANKMAP_INFO(Reorder, "plan: {} hosts, {} level(s), predicted {:.2f}x for {}{}", n,
+               r.hierarchy.levels.size(), r.plan.predicted.speedup, r.plan.predicted.basis,
+               r.linkModel ? fmt::format(" (link model, {} of {} pairs measured)", r.measuredPairs,
+                                         n * (n - 1))
+                           : "");
   return r;
 }
 
@@ -271,13 +289,18 @@ Topology selectHosts(const Topology& t, const std::vector<HostEntry>& hosts,
     idx.push_back(i);
     hs.push_back({e.name, e.address.empty() ? t.hosts[i].address : e.address});
   }
-  Topology s = Topology::empty(std::move(hs));
   size_t n = idx.size();
-  for (size_t a = 0; a < n; ++a)
-    for (size_t b = 0; b < n; ++b) {
-      s.bandwidthMbps.at(a, b) = t.bandwidthMbps.at(idx[a], idx[b]);
-      s.latencyUs.at(a, b) = t.latencyUs.at(idx[a], idx[b]);
-    }
+  // The matrices only when the topology has them (a link model may stand in for them).
+  Topology s = t.hasMatrices() ? Topology::empty(std::move(hs)) : Topology();
+  if (t.hasMatrices()) {
+    for (size_t a = 0; a < n; ++a)
+      for (size_t b = 0; b < n; ++b) {
+        s.bandwidthMbps.at(a, b) = t.bandwidthMbps.at(idx[a], idx[b]);
+        s.latencyUs.at(a, b) = t.latencyUs.at(idx[a], idx[b]);
+      }
+  } else {
+    s.hosts = std::move(hs);
+  }
   s.probe = t.probe;
   s.time = t.time;
   s.version = t.version;
@@ -290,18 +313,40 @@ Topology selectHosts(const Topology& t, const std::vector<HostEntry>& hosts,
       if (keep.count(h)) l.hosts.push_back(h);
     if (l.hosts.size() >= 2) s.sharedLinks.push_back(std::move(l));
   }
-  for (const auto& level : t.groups) {
+  // Groups keep their order; emptied ones go, and with them their uplinks in the link model.
+  std::vector<std::vector<size_t>> keptGroups(t.groups.size());
+  for (size_t li = 0; li < t.groups.size(); ++li) {
+    const auto& level = t.groups[li];
     HierarchyLevel l;
     l.name = level.name;
     l.confidence = level.confidence;
-    for (const auto& g : level.groups) {
+    for (size_t g = 0; g < level.groups.size(); ++g) {
       std::vector<std::string> members;
-      for (const auto& h : g)
+      for (const auto& h : level.groups[g])
         if (keep.count(h)) members.push_back(h);
-      if (!members.empty()) l.groups.push_back(std::move(members));
+      if (members.empty()) continue;
+      l.groups.push_back(std::move(members));
+      keptGroups[li].push_back(g);
     }
     s.groups.push_back(std::move(l));
   }
+  if (t.links) {
+    TopologyLinks links;
+    for (int i : idx) links.hosts.push_back(t.links->hosts.at(i));
+    for (size_t li = 0; li < keptGroups.size(); ++li) {
+      std::vector<LinkCapacity> level;
+      for (size_t g : keptGroups[li]) level.push_back(t.links->uplinks.at(li).at(g));
+      links.uplinks.push_back(std::move(level));
+    }
+    links.hostLatencyUs = t.links->hostLatencyUs;
+    links.uplinkLatencyUs = t.links->uplinkLatencyUs;
+    s.links = std::move(links);
+  }
+  // Measured pairs between selected hosts, in the new indices and the original order.
+  std::vector<int> newIndex(t.size(), -1);
+  for (size_t a = 0; a < n; ++a) newIndex[idx[a]] = static_cast<int>(a);
+  for (auto [src, dst] : t.measured)
+    if (newIndex[src] >= 0 && newIndex[dst] >= 0) s.measured.emplace_back(newIndex[src], newIndex[dst]);
   return s;
 }
 
