@@ -9,6 +9,8 @@
 
 #include "common/error.h"
 #include "reorder/planner.h"
+#include "reorder/report.h"
+#include "reorder/svg.h"
 #include "reorder/synthetic.h"
 #include "tests/unit/reorder/test_util.h"
 
@@ -174,6 +176,34 @@ TEST(LinkModel, HostSubsetsKeepLinksGroupsAndMeasuredConsistent) {
   Topology sb = selectHosts(both, keep, "hosts", "t.json");
   EXPECT_TRUE(sb.hasMatrices());
   EXPECT_EQ(Topology::parse(sb.dump(), "subset"), sb);
+}
+
+TEST(LinkModel, ReportsAndSvgSayWhatWasMeasured) {
+  for (Output output : {Output::kLinks, Output::kBoth}) {
+    auto syn = makeSynthetic(tree(2, 2, 4, output));
+    const Topology& t = syn.topology;
+    SCOPED_TRACE(t.hasMatrices() ? "with matrices" : "without matrices");
+    PlanResult r = planTopology(t, quiet());
+    std::string counts = linkModelText(16, t.measured.size());
+    EXPECT_NE(counts.find(" of 240 directed pairs measured"), std::string::npos) << counts;
+    std::string summary = planSummary(r);
+    EXPECT_NE(summary.find(counts), std::string::npos) << summary;
+    std::string shown = describeTopology(t, r);
+    EXPECT_NE(shown.find(counts), std::string::npos) << shown;
+    EXPECT_NE(shown.find("groups (of the link model)"), std::string::npos) << shown;
+    EXPECT_NE(shown.find("rack uplinks 1000"), std::string::npos) << shown;
+    EXPECT_EQ(shown.find("matrix pairs by level") != std::string::npos, t.hasMatrices()) << shown;
+    std::string svg = renderSvg(t, r.plan);
+    EXPECT_NE(svg.find(counts), std::string::npos);
+    EXPECT_NE(svg.find(t.hasMatrices() ? "cells show the matrices" : "cells show the link model"),
+              std::string::npos);
+  }
+  // Thousands of hosts without matrices: the heatmaps sample pairs of the link model.
+  auto big = makeSynthetic(tree(8, 16, 32, Output::kLinks));
+  Plan identity = Plan::identity(planTopology(big.topology, quiet()).plan.hosts);
+  std::string svg = renderSvg(big.topology, identity);
+  EXPECT_NE(svg.find("4096 hosts drawn as 128 x 128 blocks"), std::string::npos);
+  EXPECT_EQ(svg.find("fill=\"url(#missing)\"/>\n"), std::string::npos);  // no hatched cell
 }
 
 TEST(LinkModel, GroupsThatDoNotNestAreNamed) {
