@@ -116,7 +116,7 @@ struct Topology {
   ProbeSettings probe;
   std::string time;      // RFC 3339 UTC time of the measurement (parseUtcTime); may be empty for fixtures
   int64_t version = 0;   // monotonic per agent state; 0 = unversioned
-  std::vector<HierarchyLevel> groups;  // optional
+  std::vector<HierarchyLevel> groups;  // optional; with `links`, the levels it refers to
   std::vector<SharedLink> sharedLinks;  // optional
   // Schema 2. When `links` is set, `groups` holds the levels it refers to, and the matrices may
   // be empty (0 x 0: a probe of more than kDenseMaxHosts hosts); otherwise they are N x N.

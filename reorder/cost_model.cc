@@ -175,7 +175,8 @@ AlgoCost rhdCost(const Model& m, std::string_view coll) {
 AlgoCost hierCost(const Model& m) {
   const NetworkModel& net = m.net();
   const std::vector<int>& given = m.ctx().groupOf;
-  if (given.empty() && net.levels == 0) return unavailable(Algorithm::kHier, "no groups were found");
+  if (given.empty() && net.levels == 0)
+    return unavailable(Algorithm::kHier, "no groups were found");
   int k = m.k();
   // Ranks of each innermost group, in position order; groups in order of first position.
   std::map<int, size_t> slot;

@@ -475,9 +475,10 @@ NetworkModel networkFromLinks(const Topology& t, const Hierarchy& h,
       ++unknownHosts;
     }
   if (unknownHosts > 0)
-    warnings.push_back(fmt::format("links: {} host link(s) of capacity 0 (unknown): taken to be "
-                                   "{:g} Mbit/s, the median of the others",
-                                   unknownHosts, typicalHost));
+    warnings.push_back(
+        fmt::format("links: {} host link(s) of capacity 0 (unknown): taken to be "
+                    "{:g} Mbit/s, the median of the others",
+                    unknownHosts, typicalHost));
 
   // Document group g of level l is the switch of its first member (the hierarchy relabels
   // groups by lowest member; the switches follow the hierarchy).
@@ -511,10 +512,11 @@ NetworkModel networkFromLinks(const Topology& t, const Hierarchy& h,
       ++unknown;
     }
     if (unknown > 0)
-      warnings.push_back(fmt::format("links: {} {} uplink(s) of capacity 0 (unknown): taken to "
-                                     "be the median of the level's others (or the slowest host "
-                                     "link below)",
-                                     unknown, h.levels[l].name));
+      warnings.push_back(
+          fmt::format("links: {} {} uplink(s) of capacity 0 (unknown): taken to "
+                      "be the median of the level's others (or the slowest host "
+                      "link below)",
+                      unknown, h.levels[l].name));
   }
 
   // Latency: the matrix, the link latencies, or the default, in that order of preference.

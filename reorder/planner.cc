@@ -162,7 +162,8 @@ void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
     // Uneven shards only where they make hier faster.
     auto hierAt = [&](const std::vector<AlgoCost>& cs) {
       for (const auto& c : cs)
-        if (c.algo == Algorithm::kHier && c.available) return c.timeUs(static_cast<double>(o.ringBytes));
+        if (c.algo == Algorithm::kHier && c.available)
+          return c.timeUs(static_cast<double>(o.ringBytes));
       return std::numeric_limits<double>::infinity();
     };
     double uniform = hierAt(algorithmCosts(ctx, "allreduce"));
@@ -346,7 +347,8 @@ Topology selectHosts(const Topology& t, const std::vector<HostEntry>& hosts,
   std::vector<int> newIndex(t.size(), -1);
   for (size_t a = 0; a < n; ++a) newIndex[idx[a]] = static_cast<int>(a);
   for (auto [src, dst] : t.measured)
-    if (newIndex[src] >= 0 && newIndex[dst] >= 0) s.measured.emplace_back(newIndex[src], newIndex[dst]);
+    if (newIndex[src] >= 0 && newIndex[dst] >= 0)
+      s.measured.emplace_back(newIndex[src], newIndex[dst]);
   return s;
 }
 

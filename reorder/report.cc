@@ -43,8 +43,8 @@ std::string gainText(const Prediction& p) {
 
 std::string linkModelText(size_t hosts, size_t measured) {
   size_t pairs = hosts * (hosts - 1);
-  return fmt::format("link model: {} of {} directed pairs measured, the other {} inferred", measured,
-                     pairs, pairs - std::min(pairs, measured));
+  return fmt::format("link model: {} of {} directed pairs measured, the other {} inferred",
+                     measured, pairs, pairs - std::min(pairs, measured));
 }
 
 std::string sizeText(uint64_t bytes) {
@@ -171,8 +171,9 @@ std::string topologyHeader(const Topology& t) {
       bw += t.bandwidthMbps.at(i, j) || t.bandwidthMbps.at(j, i);
       lat += t.latencyUs.at(i, j) || t.latencyUs.at(j, i);
     }
-  return fmt::format("topology: {} hosts, {} pairs: bandwidth measured for {}, latency for {}; {}\n",
-                     n, pairs, bw, lat, tail);
+  return fmt::format(
+      "topology: {} hosts, {} pairs: bandwidth measured for {}, latency for {}; {}\n", n, pairs, bw,
+      lat, tail);
 }
 
 // The signals the hierarchy was inferred from, and the groups found.

@@ -458,10 +458,11 @@ double appendLegend(std::string& s, const Topology& t, const Plan& plan, const L
   }
   if (t.links) {
     ly += 26;
-    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#555\">{}; cells show {}</text>\n",
-                     lx, ly + 5, esc(linkModelText(t.size(), t.measured.size())),
-                     t.hasMatrices() ? "the matrices (measured and inferred values)"
-                                     : "the link model (sampled pairs)");
+    s += fmt::format(
+        "<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#555\">{}; cells show {}</text>\n", lx,
+        ly + 5, esc(linkModelText(t.size(), t.measured.size())),
+        t.hasMatrices() ? "the matrices (measured and inferred values)"
+                        : "the link model (sampled pairs)");
   }
   return ly + 30;
 }

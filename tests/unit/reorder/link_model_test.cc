@@ -55,8 +55,8 @@ TEST(LinkModel, TheNetworkIsTheStatedLinks) {
   auto syn = makeSynthetic(tree(2, 2, 3, Output::kLinks));
   Topology t = syn.topology;
   ASSERT_FALSE(t.hasMatrices());
-  t.links->hosts[4] = {1000, 400};           // the slower direction is the link's capacity
-  t.links->uplinks[0][1] = {3000, 500};      // rack 1 (document order)
+  t.links->hosts[4] = {1000, 400};       // the slower direction is the link's capacity
+  t.links->uplinks[0][1] = {3000, 500};  // rack 1 (document order)
   PlanResult r = planTopology(t, quiet());
   EXPECT_TRUE(r.linkModel);
   EXPECT_FALSE(r.fallback);
@@ -91,7 +91,7 @@ TEST(LinkModel, LatencyFromTheMatrixWhenThereIsOne) {
   t.latencyUs.at(2, 3) = t.latencyUs.at(3, 2) = std::nullopt;
   PlanResult r = planTopology(t, quiet());
   ASSERT_NE(r.model.latency, nullptr);
-  EXPECT_FLOAT_EQ(r.model.latencyUs(0, 1), 40);                     // mean of the two minimums
+  EXPECT_FLOAT_EQ(r.model.latencyUs(0, 1), 40);                      // mean of the two minimums
   EXPECT_FLOAT_EQ(r.model.latencyUs(2, 3), *t.pathLatencyUs(2, 3));  // missing: the link model
   // The bandwidth values play no part: the links say it all.
   Topology noisy = t;
@@ -167,7 +167,8 @@ TEST(LinkModel, HostSubsetsKeepLinksGroupsAndMeasuredConsistent) {
   }
   for (int a = 0; a < 9; ++a)
     for (int b = 0; b < 9; ++b)
-      EXPECT_EQ(s.pathMbps(a, b), t.pathMbps(t.indexOf(s.hosts[a].name), t.indexOf(s.hosts[b].name)));
+      EXPECT_EQ(s.pathMbps(a, b),
+                t.pathMbps(t.indexOf(s.hosts[a].name), t.indexOf(s.hosts[b].name)));
   // A valid document, and a plan.
   EXPECT_EQ(Topology::parse(s.dump(), "subset"), s);
   EXPECT_TRUE(planTopology(s, quiet()).linkModel);
@@ -216,8 +217,9 @@ TEST(LinkModel, GroupsThatDoNotNestAreNamed) {
     planTopology(t, quiet());
     ADD_FAILURE() << "expected InvalidInput";
   } catch (const InvalidInput& e) {
-    EXPECT_NE(std::string(e.what()).find("test: at /groups/1: expected groups made of whole groups"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("test: at /groups/1: expected groups made of whole groups"),
+        std::string::npos)
         << e.what();
   }
 }
