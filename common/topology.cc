@@ -359,44 +359,50 @@ void Topology::save(const std::string& path) const { writeFileAtomic(path, dump(
 
 std::string Topology::contentHash() const { return "sha256:" + sha256Hex(toJson().dump()); }
 
-// Host -> group per level, and what it was built from: the index fits the topology as long as
-// the hosts and every level's groups are the same vectors (same storage and size).
+// Host -> (group, place in the group) per level. An entry is current when that place of that
+// group still holds the host's name: pathIndex() checks the entries of the two hosts a call
+// reads, so whatever was edited since (groups reassigned, hosts renamed or reordered), a stale
+// index is never used; with valid groups (each host in one group per level) the check is exact.
 struct Topology::PathIndex {
-  const Host* hostsData = nullptr;
-  size_t hosts = 0;
-  std::vector<std::pair<const void*, size_t>> levels;  // each level's groups: storage, count
-  std::vector<int> groupOf;                            // host * levels + level
+  size_t hosts = 0, levels = 0;
+  std::vector<int> groupOf;  // host * levels + level
+  std::vector<int> placeOf;  // host * levels + level: index in groups[level].groups[group]
 
-  bool fits(const Topology& t) const {
-    if (t.hosts.data() != hostsData || t.hosts.size() != hosts || t.groups.size() != levels.size())
-      return false;
-    for (size_t l = 0; l < levels.size(); ++l)
-      if (levels[l] !=
-          std::pair<const void*, size_t>(t.groups[l].groups.data(), t.groups[l].groups.size()))
+  bool current(const Topology& t, int host) const {
+    if (t.hosts.size() != hosts || t.groups.size() != levels) return false;
+    size_t at = static_cast<size_t>(host) * levels;
+    for (size_t l = 0; l < levels; ++l, ++at) {
+      const auto& groups = t.groups[l].groups;
+      size_t g = static_cast<size_t>(groupOf[at]), p = static_cast<size_t>(placeOf[at]);
+      if (g >= groups.size() || p >= groups[g].size() || groups[g][p] != t.hosts[host].name)
         return false;
+    }
     return true;
   }
 };
 
-std::shared_ptr<const Topology::PathIndex> Topology::pathIndex() const {
+std::shared_ptr<const Topology::PathIndex> Topology::pathIndex(int a, int b) const {
   auto cached = pathCache_.index.load();
-  if (cached && cached->fits(*this)) return cached;
+  if (cached && cached->current(*this, a) && cached->current(*this, b)) return cached;
   auto idx = std::make_shared<PathIndex>();
   size_t n = hosts.size(), L = groups.size();
-  idx->hostsData = hosts.data();
   idx->hosts = n;
+  idx->levels = L;
   std::unordered_map<std::string_view, int> byName;
   for (size_t h = 0; h < n; ++h) byName.emplace(hosts[h].name, static_cast<int>(h));
   idx->groupOf.assign(n * L, -1);
+  idx->placeOf.assign(n * L, -1);
   for (size_t l = 0; l < L; ++l) {
-    idx->levels.emplace_back(groups[l].groups.data(), groups[l].groups.size());
     for (size_t g = 0; g < groups[l].groups.size(); ++g)
-      for (const auto& name : groups[l].groups[g]) {
+      for (size_t p = 0; p < groups[l].groups[g].size(); ++p) {
+        const std::string& name = groups[l].groups[g][p];
         auto it = byName.find(name);
         if (it == byName.end())
           RANKMAP_THROW(InvalidInput, "topology: group {} of level {} names '{}', not a host", g, l,
                         name);
-        idx->groupOf[static_cast<size_t>(it->second) * L + l] = static_cast<int>(g);
+        size_t at = static_cast<size_t>(it->second) * L + l;
+        idx->groupOf[at] = static_cast<int>(g);
+        idx->placeOf[at] = static_cast<int>(p);
       }
     for (size_t h = 0; h < n; ++h)
       if (idx->groupOf[h * L + l] < 0)
@@ -438,7 +444,7 @@ std::optional<double> Topology::pathMbps(int a, int b) const {
   if (!links) return std::nullopt;
   checkLinksFit(*this, a, b);
   if (a == b) return std::nullopt;
-  auto idx = pathIndex();
+  auto idx = pathIndex(a, b);
   double r = std::min(links->hosts[a].outMbps, links->hosts[b].inMbps);
   forEachUplinkLevel(idx->groupOf, groups.size(), a, b, [&](size_t l, int ga, int gb) {
     r = std::min({r, links->uplinks[l][ga].outMbps, links->uplinks[l][gb].inMbps});
@@ -450,7 +456,7 @@ std::optional<double> Topology::pathLatencyUs(int a, int b) const {
   if (!links) return std::nullopt;
   checkLinksFit(*this, a, b);
   if (a == b) return std::nullopt;
-  auto idx = pathIndex();
+  auto idx = pathIndex(a, b);
   double sum = 2 * links->hostLatencyUs;
   forEachUplinkLevel(idx->groupOf, groups.size(), a, b,
                      [&](size_t l, int, int) { sum += 2 * links->uplinkLatencyUs[l]; });

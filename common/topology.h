@@ -132,9 +132,9 @@ struct Topology {
   bool hasMatrices() const { return bandwidthMbps.size() == hosts.size(); }
   // The single-flow rate of a -> b by the link model (the narrowest link on the path, levels
   // from `groups`); nullopt without `links`, and for a == b (no path; the diagonal is null).
-  // O(levels) per call: the first call indexes host -> group per level (O(N)), later calls reuse
-  // the index until `hosts` or `groups` is reassigned or resized (checked per call, O(levels));
-  // renaming group members in place is not noticed: assign a new `groups` instead.
+  // O(levels) per call: the first call indexes host -> group per level (O(N)); later calls reuse
+  // the index after checking, in O(levels), that `groups` still lists a and b where it says, and
+  // index again when not (so edits to hosts or groups between calls are always seen).
   // Throws InvalidInput when `links` does not fit the hosts and groups (a writer's bug: parsed
   // topologies always fit) and InternalError for a host index out of range.
   std::optional<double> pathMbps(int a, int b) const;
@@ -174,7 +174,8 @@ struct Topology {
     }
     bool operator==(const PathCache&) const { return true; }
   };
-  std::shared_ptr<const PathIndex> pathIndex() const;
+  // The index, current for hosts a and b (built anew when not).
+  std::shared_ptr<const PathIndex> pathIndex(int a, int b) const;
   PathCache pathCache_;
 };
 

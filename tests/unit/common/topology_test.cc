@@ -146,11 +146,18 @@ TEST(Topology, PathMbpsIsTheNarrowestLinkOnThePath) {
   EXPECT_EQ(t.pathLatencyUs(0, 3), 14.0);
   EXPECT_EQ(sample().pathMbps(0, 1), std::nullopt);
   EXPECT_EQ(sample().pathLatencyUs(0, 1), std::nullopt);
-  // The index follows groups that are assigned anew (and copies).
+  // The index follows edits between calls: groups assigned anew in place (same sizes, same
+  // storage), hosts reordered; and copies.
   Topology u = t;
+  EXPECT_EQ(u.pathMbps(0, 2), 500.0);
   u.groups[0].groups = {{"a", "c"}, {"b", "d"}};
   EXPECT_EQ(u.pathMbps(0, 2), 1000.0);  // now one rack: a out, c in
   EXPECT_EQ(t.pathMbps(0, 2), 500.0);
+  Topology v = t;
+  EXPECT_EQ(v.pathMbps(1, 2), 500.0);  // b out 800, rack 0 out 500
+  std::swap(v.hosts[0], v.hosts[2]);   // c is now host 0, a host 2; links stay per position
+  std::swap(v.links->hosts[0], v.links->hosts[2]);
+  EXPECT_EQ(v.pathMbps(1, 0), 500.0);  // b -> c across racks, not b -> a inside one (800)
   // A link model that does not fit its groups is a writer's bug, named.
   u.links->uplinks[0].pop_back();
   EXPECT_THROW(u.pathMbps(0, 1), InvalidInput);
