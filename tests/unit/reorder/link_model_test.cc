@@ -207,6 +207,20 @@ TEST(LinkModel, ReportsAndSvgSayWhatWasMeasured) {
   EXPECT_EQ(svg.find("fill=\"url(#missing)\"/>\n"), std::string::npos);  // no hatched cell
 }
 
+TEST(LinkModel, ANetworkWithoutLevelsIsOneSwitch) {
+  auto syn = makeSynthetic(tree(2, 2, 3, Output::kLinks));
+  Topology t = syn.topology;
+  t.groups.clear();
+  t.links->uplinks.clear();
+  t.links->uplinkLatencyUs.clear();
+  PlanResult r = planTopology(Topology::parse(t.dump(), "flat"), quiet());
+  EXPECT_TRUE(r.linkModel);
+  EXPECT_FALSE(r.fallback);
+  EXPECT_TRUE(r.plan.groups.empty());
+  EXPECT_EQ(r.plan.order, r.plan.hosts);          // nothing to gain on one switch
+  EXPECT_DOUBLE_EQ(r.model.latencyUs(0, 1), 10);  // two host links of 5 us
+}
+
 TEST(LinkModel, GroupsThatDoNotNestAreNamed) {
   auto syn = makeSynthetic(tree(2, 2, 3, Output::kLinks));
   Topology t = syn.topology;
