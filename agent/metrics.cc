@@ -75,12 +75,22 @@ void Metrics::setTopologySummary(const Topology& t) {
     }
   bool grouped = !t.sharedLinks.empty();
   std::map<std::string, std::vector<double>> bw, lat;
-  for (size_t i = 0; i < t.size(); ++i)
-    for (size_t j = 0; j < t.size(); ++j) {
+  // Without matrices (a sparse probe's link model, beyond kDenseMaxHosts hosts) the bandwidth is
+  // the link model's, over every step-th host (at most ~512^2 pairs, not N^2); the latency
+  // series are left out: the link model holds one-way latencies per tier, not the round-trip
+  // medians these series are.
+  bool dense = t.hasMatrices();
+  size_t step = dense ? 1 : std::max<size_t>(1, t.size() / 512);
+  for (size_t i = 0; i < t.size(); i += step)
+    for (size_t j = 0; j < t.size(); j += step) {
       if (i == j) continue;
       std::string tier = !grouped                                  ? "all"
                          : (group[i] >= 0 && group[i] == group[j]) ? "intra"
                                                                    : "cross";
+      if (!dense) {
+        if (auto b = t.pathMbps(static_cast<int>(i), static_cast<int>(j))) bw[tier].push_back(*b);
+        continue;
+      }
       if (auto b = t.bandwidthMbps.at(i, j)) bw[tier].push_back(*b);
       if (auto l = t.latencyUs.at(i, j)) lat[tier].push_back(l->medianUs);
     }

@@ -39,11 +39,12 @@ Json readUserJson(const std::string& path) {
 int runShow(const ShowArgs& a) {
   Json doc = readUserJson(a.file);
   bool isPlan = doc.is_object() && doc.contains("order") && doc.contains("permutation");
-  bool isTopology = doc.is_object() && doc.contains("bandwidth_mbps");
+  // A topology has its matrices, or a link model standing in for them (schema 2).
+  bool isTopology = doc.is_object() && (doc.contains("bandwidth_mbps") || doc.contains("links"));
   if (!isPlan && !isTopology)
     throw InvalidInput(
         fmt::format("{}: expected a plan.json (with /order) or a topology.json "
-                    "(with /bandwidth_mbps)",
+                    "(with /bandwidth_mbps or /links)",
                     a.file));
   if (isPlan) {
     Plan plan = Plan::fromJson(doc, a.file);

@@ -1,12 +1,20 @@
 // topology.json: what the probes measured, the input of the planner. Schema in docs/formats.md.
 //
 // Contract: a Topology that came out of fromJson()/load() is valid: host names unique and
-// non-empty, matrices N x N, every measured value finite and non-negative. Missing measurements
-// are nullopt ("null" in JSON). Matrix rows are senders, columns receivers.
+// non-empty, matrices N x N (or 0 x 0 when `links` stands in for them), every value finite and
+// non-negative, `links` sized to the hosts and to the groups of every level, `measured` a set of
+// distinct in-range pairs. Missing measurements are nullopt ("null" in JSON). Matrix rows are
+// senders, columns receivers.
+//
+// Thread safety: const members may be called from several threads at once (pathMbps() builds its
+// index of the groups once, atomically); writing members while others read is the caller's to
+// prevent, as for any struct.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -77,9 +85,16 @@ struct LinkCapacity {
 // the one-way latency each tier adds. A pair's single-flow rate follows from it as the narrowest
 // link on its path (Topology::pathMbps); a probe that measured a sample of pairs states the
 // rest this way instead of measuring all N^2.
+//
+// The network it describes is a tree: a host's link goes to the switch of its group at level 0,
+// a group's uplink from its switch to the switch of its group at the next level (the root's for
+// the last level). A flow a -> b leaves a's host link (out), climbs the uplinks of a's groups
+// below the lowest group a and b share (out), descends those of b's groups (in) and enters b's
+// host link (in).
 struct TopologyLinks {
   std::vector<LinkCapacity> hosts;                 // per host, in the order of Topology::hosts
-  std::vector<std::vector<LinkCapacity>> uplinks;  // per level of `groups`, per group
+  std::vector<std::vector<LinkCapacity>> uplinks;  // per level of `groups`, per group (in the
+                                                   // order of that level's `groups`)
   // One-way latency of a host link (hostLatencyUs) and of each level's uplinks; 0 = unknown.
   double hostLatencyUs = 0;
   std::vector<double> uplinkLatencyUs;  // per level
@@ -87,7 +102,13 @@ struct TopologyLinks {
 };
 
 struct Topology {
-  static constexpr int kSchemaVersion = 1;
+  // 2: "links" (a link model), "measured" (which bandwidth entries were measured, the others
+  // being inferred from the links) and matrices that may be omitted when "links" is present.
+  // Schema 1 documents load as schema 2 with every bandwidth value measured: no links, no
+  // measured list (schema 1 had neither; a schema 1 document's "links" or "measured", unknown
+  // fields then, are ignored). Writers write kSchemaVersion only.
+  static constexpr int kSchemaVersion = 2;
+  static constexpr int kOldestSchemaVersion = 1;  // the oldest that still loads
 
   std::vector<Host> hosts;
   SquareMatrix<std::optional<double>> bandwidthMbps;
@@ -95,19 +116,32 @@ struct Topology {
   ProbeSettings probe;
   std::string time;      // RFC 3339 UTC time of the measurement (parseUtcTime); may be empty for fixtures
   int64_t version = 0;   // monotonic per agent state; 0 = unversioned
-  std::vector<HierarchyLevel> groups;  // optional
+  std::vector<HierarchyLevel> groups;  // optional; with `links`, the levels it refers to
   std::vector<SharedLink> sharedLinks;  // optional
   // Schema 2. When `links` is set, `groups` holds the levels it refers to, and the matrices may
   // be empty (0 x 0: a probe of more than kDenseMaxHosts hosts); otherwise they are N x N.
   std::optional<TopologyLinks> links;
   // Directed pairs (sender, receiver) whose bandwidth value was measured alone on its path; the
   // other values of bandwidthMbps were inferred from `links`. Empty with `links` unset means
-  // every value present was measured (schema 1).
+  // every value present was measured (schema 1); non-empty only with `links` (the parser
+  // refuses it otherwise). Distinct pairs, sender != receiver, in the probe's order.
   std::vector<std::pair<int, int>> measured;
 
   size_t size() const { return hosts.size(); }
   // Whether the matrices are N x N (always, unless `links` stands in for them).
   bool hasMatrices() const { return bandwidthMbps.size() == hosts.size(); }
+  // The single-flow rate of a -> b by the link model (the narrowest link on the path, levels
+  // from `groups`); nullopt without `links`, and for a == b (no path; the diagonal is null).
+  // O(levels) per call: the first call indexes host -> group per level (O(N)); later calls reuse
+  // the index after checking, in O(levels), that `groups` still lists a and b where it says, and
+  // index again when not (so edits to hosts or groups between calls are always seen).
+  // Throws InvalidInput when `links` does not fit the hosts and groups (a writer's bug: parsed
+  // topologies always fit) and InternalError for a host index out of range.
+  std::optional<double> pathMbps(int a, int b) const;
+  // The one-way latency of a -> b by the link model: both host links and, twice, each level's
+  // uplink latency below the lowest common group (tiers of unknown latency, 0, add nothing).
+  // nullopt as for pathMbps.
+  std::optional<double> pathLatencyUs(int a, int b) const;
   // Index of a host by name, or -1.
   int indexOf(std::string_view name) const;
   // An empty topology of `hosts` with all measurements missing.
@@ -125,6 +159,24 @@ struct Topology {
   std::string contentHash() const;
 
   bool operator==(const Topology&) const = default;
+
+ private:
+  // pathMbps()'s index of the groups: a cache, not content (equal whatever it holds; copied with
+  // the topology, and rebuilt when it no longer fits it).
+  struct PathIndex;
+  struct PathCache {
+    mutable std::atomic<std::shared_ptr<const PathIndex>> index;
+    PathCache() = default;
+    PathCache(const PathCache& o) : index(o.index.load()) {}
+    PathCache& operator=(const PathCache& o) {
+      index.store(o.index.load());
+      return *this;
+    }
+    bool operator==(const PathCache&) const { return true; }
+  };
+  // The index, current for hosts a and b (built anew when not).
+  std::shared_ptr<const PathIndex> pathIndex(int a, int b) const;
+  PathCache pathCache_;
 };
 
 // Shared by topology and plan parsers.

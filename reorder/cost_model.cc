@@ -174,13 +174,16 @@ AlgoCost rhdCost(const Model& m, std::string_view coll) {
 
 AlgoCost hierCost(const Model& m) {
   const NetworkModel& net = m.net();
-  if (net.levels == 0) return unavailable(Algorithm::kHier, "no groups were found");
+  const std::vector<int>& given = m.ctx().groupOf;
+  if (given.empty() && net.levels == 0)
+    return unavailable(Algorithm::kHier, "no groups were found");
   int k = m.k();
   // Ranks of each innermost group, in position order; groups in order of first position.
   std::map<int, size_t> slot;
   std::vector<std::vector<int>> groups;
   for (size_t p = 0; p < m.hosts(); ++p) {
-    int s = net.switchAt(m.ctx().order[p], 0);
+    int host = m.ctx().order[p];
+    int s = given.empty() ? net.switchAt(host, 0) : given[host];
     auto [it, fresh] = slot.emplace(s, groups.size());
     if (fresh) groups.emplace_back();
     for (int l = 0; l < k; ++l) groups[it->second].push_back(static_cast<int>(p) * k + l);
@@ -421,6 +424,61 @@ std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs, std::str
     r.lowerBoundUs = lowerBoundPerByte * s;
   }
   return merged;
+}
+
+double predictedUs(const CostContext& ctx, std::string_view collective, Algorithm algorithm,
+                   uint64_t bytes) {
+  auto costs = algorithmCosts(ctx, collective);
+  if (costs.empty()) return 0;  // a single rank
+  for (const auto& c : costs)
+    if (c.algo == algorithm && c.available) return c.timeUs(static_cast<double>(bytes));
+  return kInf;
+}
+
+double predictedAllreduceUs(const NetworkModel& net, const std::vector<std::string>& hosts,
+                            const Plan& plan, uint64_t bytes, RingParams params) {
+  if (hosts.size() != net.n)
+    throw InvalidInput(fmt::format("scoring a plan: {} host names for a network of {} hosts",
+                                   hosts.size(), net.n));
+  std::map<std::string, int> index;
+  for (size_t h = 0; h < hosts.size(); ++h) index.emplace(hosts[h], static_cast<int>(h));
+  if (plan.order.size() != net.n)
+    throw InvalidInput(fmt::format("scoring a plan: the plan orders {} hosts, the network has {}",
+                                   plan.order.size(), net.n));
+  auto hostIndex = [&](const std::string& name) {
+    auto it = index.find(name);
+    if (it == index.end())
+      throw InvalidInput(
+          fmt::format("scoring a plan: plan host '{}' is not a host of the network", name));
+    return it->second;
+  };
+  CostContext ctx;
+  ctx.net = &net;
+  std::vector<char> seen(net.n, 0);
+  for (const auto& name : plan.order) {
+    int h = hostIndex(name);
+    if (seen[h]++)
+      throw InvalidInput(fmt::format("scoring a plan: host '{}' is twice in its order", name));
+    ctx.order.push_back(h);
+  }
+  params.ranksPerHost = plan.ranksPerHost;
+  params.bytes = bytes;
+  ctx.ring = params;
+  ctx.chunkWeights = plan.chunkWeights;
+  ctx.trees = plan.trees;
+  // hier's groups as the engine forms them: the plan's innermost groups, else each host.
+  ctx.groupOf.resize(net.n);
+  for (size_t h = 0; h < net.n; ++h) ctx.groupOf[h] = static_cast<int>(h);
+  if (!plan.groups.empty()) {
+    const auto& groups = plan.groups.front().groups;
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (const auto& name : groups[g]) ctx.groupOf[hostIndex(name)] = static_cast<int>(net.n + g);
+  }
+  Algorithm algorithm = plan.algorithmFor("allreduce", bytes).value_or(Algorithm::kRing);
+  double t = predictedUs(ctx, "allreduce", algorithm, bytes);
+  if (!std::isfinite(t) && algorithm != Algorithm::kRing)
+    t = predictedUs(ctx, "allreduce", Algorithm::kRing, bytes);
+  return t;
 }
 
 }  // namespace rankmap::reorder

@@ -54,6 +54,9 @@ struct CostContext {
   RingParams ring;                   // ranks per host, intra-host rate and latency, overhead
   std::vector<double> chunkWeights;  // per position, for hier; empty = uniform
   std::vector<PackedTree> trees;     // for "trees"; empty = unavailable
+  // Per host: the group hier runs over (any labels; the engine's are the plan's innermost
+  // groups). Empty = the network's innermost level, as when planning.
+  std::vector<int> groupOf;
 };
 
 // Models of every algorithm of `collective` (available or not, with the reason).
@@ -70,6 +73,25 @@ double busFactor(std::string_view collective, size_t world);
 // filled with the prediction at its geometric middle (or twice its start when open).
 std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs, std::string_view collective,
                                     size_t world, double lowerBoundPerByte);
+
+// The time of one `collective` of `bytes` with `algorithm` in the context's order on the
+// context's network; +inf when the algorithm is not available there; 0 for a single rank.
+double predictedUs(const CostContext& ctx, std::string_view collective, Algorithm algorithm,
+                   uint64_t bytes);
+
+// A plan scored on a network, for a simulator: the time of an allreduce of `bytes` run as the
+// engine runs `plan` (its order, its algorithm for that size, its chunk weights and packed
+// trees, hier over its innermost groups, or over hosts when it has none, its ranks per host) on
+// `net`, whose host i is named hosts[i]. With `net` the true network, this is the plan's real
+// cost; the optimum to compare it with is the same for the plan made from the truth
+// (planTopology on the true link model: a Topology whose `links` are the true capacities).
+// `params` gives the intra-host rate and latency and the per-hop overhead (its ranksPerHost and
+// bytes are taken from the plan and `bytes`). A size the plan has no entry for (the identity
+// fallback has no table) and an algorithm that is not available on `net` are scored as a ring
+// in the plan's order: the engine's fallback for large messages (it takes rhd below 64 KiB;
+// collectives/selection.h). Throws InvalidInput when the plan's hosts are not exactly `hosts`.
+double predictedAllreduceUs(const NetworkModel& net, const std::vector<std::string>& hosts,
+                            const Plan& plan, uint64_t bytes, RingParams params = {});
 
 // The double binary tree over m positions: two parent arrays (-1 for a root).
 std::pair<std::vector<int>, std::vector<int>> doubleBinaryTree(int m);

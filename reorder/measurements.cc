@@ -36,6 +36,10 @@ Measurements cleanMeasurements(const Topology& t, std::string_view source,
                                std::vector<std::string>& warnings) {
   Measurements m;
   size_t n = t.size();
+  if (!t.hasMatrices())
+    throw InvalidInput(fmt::format("{}: no bandwidth and latency matrices to clean ({} x {} for {} "
+                                   "hosts); a topology without them is planned from its links",
+                                   source, t.bandwidthMbps.size(), t.bandwidthMbps.size(), n));
   m.n = n;
   // Every entry is written below: missing pairs and the diagonal as NaN.
   m.bandwidthMbps = PairMatrix::uninitialized(n);

@@ -71,7 +71,8 @@ struct Measurements {
 };
 
 // Builds the symmetric matrices. Throws InvalidInput naming `source` and the JSON path when
-// asymmetry is beyond tolerance for too many pairs; appends warnings for what it dropped.
+// asymmetry is beyond tolerance for too many pairs, or when the topology has no matrices (a link
+// model's: the planner takes those another way); appends warnings for what it dropped.
 Measurements cleanMeasurements(const Topology& topology, std::string_view source,
                                std::vector<std::string>& warnings);
 

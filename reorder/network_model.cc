@@ -7,6 +7,7 @@
 #include <numeric>
 #include <queue>
 #include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -421,6 +422,135 @@ NetworkModel modelFromHierarchy(const Hierarchy& h, std::vector<double> hostMbps
   for (size_t s = 0; s < net.switches(); ++s) {
     net.uplinkMbps[s] = uplinkMbpsByLevel[net.switchLevel[s]];
     net.linkLatencyUs[net.n + s] = uplinkLatencyByLevel[net.switchLevel[s]];
+  }
+  return net;
+}
+
+namespace {
+
+double medianOfKnown(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !(x > 0); }), v.end());
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// The topology's latency matrix as the model's: one value per pair (the mean of the two
+// directions' minimum), missing pairs from `fill(i, j)`.
+template <typename Fill>
+PairMatrix latencyFromMatrix(const Topology& t, Fill&& fill) {
+  size_t n = t.size();
+  PairMatrix m(n);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = i + 1; j < n; ++j) {
+      const auto& a = t.latencyUs.at(i, j);
+      const auto& b = t.latencyUs.at(j, i);
+      double v = a && b ? 0.5 * (a->minUs + b->minUs) : a ? a->minUs : b ? b->minUs : fill(i, j);
+      m.set(i, j, static_cast<float>(v));
+    }
+  return m;
+}
+
+}  // namespace
+
+NetworkModel networkFromLinks(const Topology& t, const Hierarchy& h,
+                              std::vector<std::string>& warnings) {
+  RANKMAP_ASSERT(t.links && h.n == t.size() && h.levels.size() == t.groups.size());
+  const TopologyLinks& links = *t.links;
+  NetworkModel net;
+  buildSwitches(net, h);
+  size_t n = net.n, L = net.levels;
+  RANKMAP_ASSERT(links.hosts.size() == n && links.uplinks.size() == L &&
+                 links.uplinkLatencyUs.size() == L);
+
+  net.hostMbps.resize(n);
+  for (size_t x = 0; x < n; ++x)
+    net.hostMbps[x] = std::min(links.hosts[x].outMbps, links.hosts[x].inMbps);
+  double typicalHost = medianOfKnown(net.hostMbps);
+  if (typicalHost <= 0) typicalHost = kDefaultHostMbps;
+  size_t unknownHosts = 0;
+  for (auto& r : net.hostMbps)
+    if (!(r > 0)) {
+      r = typicalHost;
+      ++unknownHosts;
+    }
+  if (unknownHosts > 0)
+    warnings.push_back(
+        fmt::format("links: {} host link(s) of capacity 0 (unknown): taken to be "
+                    "{:g} Mbit/s, the median of the others",
+                    unknownHosts, typicalHost));
+
+  // Document group g of level l is the switch of its first member (the hierarchy relabels
+  // groups by lowest member; the switches follow the hierarchy).
+  std::unordered_map<std::string_view, int> index;
+  for (size_t x = 0; x < n; ++x) index.emplace(t.hosts[x].name, static_cast<int>(x));
+  net.uplinkMbps.assign(net.switches(), 0);
+  for (size_t l = 0; l < L; ++l) {
+    const auto& groups = t.groups[l].groups;
+    RANKMAP_ASSERT(links.uplinks[l].size() == groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      int s = net.switchAt(index.at(groups[g].front()), l);
+      net.uplinkMbps[s] = std::min(links.uplinks[l][g].outMbps, links.uplinks[l][g].inMbps);
+    }
+  }
+  for (size_t l = 0; l < L; ++l) {
+    std::vector<double> known;
+    for (size_t s = 0; s < net.switches(); ++s)
+      if (net.switchLevel[s] == static_cast<int>(l)) known.push_back(net.uplinkMbps[s]);
+    double fill = medianOfKnown(known);
+    size_t unknown = 0;
+    for (size_t s = 0; s < net.switches(); ++s) {
+      if (net.switchLevel[s] != static_cast<int>(l) || net.uplinkMbps[s] > 0) continue;
+      double r = fill;
+      if (r <= 0) {  // nothing known at this level: the group's slowest host link
+        r = kInf;
+        for (size_t x = 0; x < n; ++x)
+          if (net.switchAt(static_cast<int>(x), l) == static_cast<int>(s))
+            r = std::min(r, net.hostMbps[x]);
+      }
+      net.uplinkMbps[s] = r;
+      ++unknown;
+    }
+    if (unknown > 0)
+      warnings.push_back(
+          fmt::format("links: {} {} uplink(s) of capacity 0 (unknown): taken to "
+                      "be the median of the level's others (or the slowest host "
+                      "link below)",
+                      unknown, h.levels[l].name));
+  }
+
+  // Latency: the matrix, the link latencies, or the default, in that order of preference.
+  bool linkLatency = links.hostLatencyUs > 0;
+  for (double v : links.uplinkLatencyUs) linkLatency = linkLatency || v > 0;
+  net.linkLatencyUs.assign(net.links(), 0);
+  if (linkLatency) {
+    for (size_t x = 0; x < n; ++x) net.linkLatencyUs[x] = links.hostLatencyUs;
+    for (size_t s = 0; s < net.switches(); ++s)
+      net.linkLatencyUs[n + s] = links.uplinkLatencyUs[net.switchLevel[s]];
+  }
+  bool matrix = false;
+  if (t.hasMatrices())
+    for (size_t i = 0; i < n && !matrix; ++i)
+      for (size_t j = 0; j < n && !matrix; ++j) matrix = t.latencyUs.at(i, j).has_value();
+  if (matrix) {
+    double median = 0;
+    if (!linkLatency) {
+      std::vector<double> all;
+      for (size_t i = 0; i < n; ++i)
+        for (size_t j = 0; j < n; ++j)
+          if (const auto& v = t.latencyUs.at(i, j)) all.push_back(v->minUs);
+      median = medianOfKnown(all);
+    }
+    net.latency = std::make_shared<const PairMatrix>(latencyFromMatrix(t, [&](size_t i, size_t j) {
+      return linkLatency ? net.latencyUs(static_cast<int>(i), static_cast<int>(j)) : median;
+    }));
+  } else if (!linkLatency) {
+    // Half the default on each host link: every pair kDefaultLatencyUs, as when nothing was
+    // measured on the inference path.
+    for (size_t x = 0; x < n; ++x) net.linkLatencyUs[x] = kDefaultLatencyUs / 2;
+    if (n > 1)
+      warnings.push_back(
+          fmt::format("links: no latency known: assuming {:g} us per pair", kDefaultLatencyUs));
   }
   return net;
 }

@@ -16,6 +16,9 @@
 // host-limited) its capacity is taken to be the single-flow rate: conservative, so plans still
 // avoid crossing it, which never hurts.
 //
+// From a link model (networkFromLinks, topology.json "links"): the tree is the topology's
+// groups and every capacity is given; nothing is inferred from pairs.
+//
 // Sharing: flows get max-min fair rates (progressive filling, with per-flow caps). A set of
 // flows of equal size completes when the slowest does, at size x max over links of
 // flows/capacity; unequal sizes are simulated flow by flow (completion events). At a completion
@@ -107,6 +110,21 @@ NetworkModel inferNetwork(Measurements&& m, const Hierarchy& h,
                           const std::vector<std::vector<int>>& sharedSets,
                           const std::vector<double>& sharedMbps,
                           std::vector<std::string>& warnings);
+
+// The model of a topology's link model (Topology::links) on `h`, the hierarchy of its groups
+// (hierarchyFromLevels(topology.groups)). Each link gets min(out, in): NetworkModel links carry
+// one capacity for both directions, and every collective modelled here loads a link equally both
+// ways (a closed ring crosses each link as often up as down; tree, hier and rhd exchange
+// symmetric byte counts), so the slower direction is the one that limits; for the rare one-way
+// phase (a tree's broadcast) this is conservative. A zero capacity means unknown: such a host
+// link gets the median known host rate, such an uplink the median of its level's known uplinks
+// (or the slowest host link below it), with a warning. Latency: the topology's latency matrix
+// when it has one (one value per pair: the mean of the two directions' `min`; missing pairs get
+// the link model's path latency, or the median of the matrix when the link latencies are
+// unknown), else the link latencies (host link, each level's uplink), else kDefaultLatencyUs per
+// pair. No pair caps flows: the model is the probe's statement of the network.
+NetworkModel networkFromLinks(const Topology& t, const Hierarchy& h,
+                              std::vector<std::string>& warnings);
 
 // A model from a hierarchy and explicit rates (tests, synthetic truth). `uplinkMbpsByLevel` and
 // `uplinkLatencyByLevel` have one entry per level, innermost first.

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -54,20 +55,15 @@ PlanResult fallbackPlan(PlanResult r, const std::vector<std::string>& names, con
   return r;
 }
 
-}  // namespace
+// planTopology()'s phases. Each reads the options and what the earlier phases left in the
+// result, and adds its part.
 
-PlanResult planTopology(const Topology& t, const PlanOptions& o) {
-  validate(o);
-  PlanResult r;
+// The hierarchy and the network model inferred from the measured matrices, or why there is too
+// little data to plan (the identity fallback).
+std::optional<std::string> modelFromMeasurements(const Topology& t, const PlanOptions& o,
+                                                 const std::vector<std::string>& names,
+                                                 PlanResult& r) {
   size_t n = t.size();
-  std::vector<std::string> names;
-  for (const auto& h : t.hosts) names.push_back(h.name);
-  r.plan.topologyHash = o.hashTopology ? t.contentHash() : "";
-  r.plan.epoch = t.version;
-  r.plan.topologyTime = t.time;
-  if (n == 0) throw InvalidInput(fmt::format("{}: no hosts to plan", o.source));
-  if (n == 1) return fallbackPlan(std::move(r), names, o, "a single host: nothing to reorder");
-
   Measurements m = cleanMeasurements(t, o.source, r.warnings);
   r.coverage = m.coverage();
   std::vector<std::string> unmeasured;
@@ -77,13 +73,11 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
     std::string list;
     for (size_t i = 0; i < unmeasured.size() && i < 3; ++i) list += (i ? ", " : "") + unmeasured[i];
     if (unmeasured.size() > 3) list += fmt::format(" and {} more", unmeasured.size() - 3);
-    return fallbackPlan(std::move(r), names, o,
-                        fmt::format("{}: no measured pair for host(s) {}", o.source, list));
+    return fmt::format("{}: no measured pair for host(s) {}", o.source, list);
   }
   if (m.coverage() < kMinCoverage)
-    return fallbackPlan(std::move(r), names, o,
-                        fmt::format("{}: only {:.0f}% of host pairs measured (need {:.0f}%)",
-                                    o.source, 100 * m.coverage(), 100 * kMinCoverage));
+    return fmt::format("{}: only {:.0f}% of host pairs measured (need {:.0f}%)", o.source,
+                       100 * m.coverage(), 100 * kMinCoverage);
 
   std::vector<std::vector<int>> sharedSets;
   std::vector<double> sharedMbps;
@@ -98,15 +92,37 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   else
     r.hierarchy = inferHierarchy(m, sharedSets);
   r.model = inferNetwork(std::move(m), r.hierarchy, sharedSets, sharedMbps, r.warnings);
-  const NetworkModel& net = r.model;
+  return std::nullopt;
+}
 
-  // Ring order.
+// The hierarchy and the network model stated by the topology's link model: its groups, its
+// capacities. Nothing is cleaned and nothing falls back for want of pairs: every pair is covered
+// by the model, measured or inferred.
+void modelFromLinks(const Topology& t, const PlanOptions& o, const std::vector<std::string>& names,
+                    PlanResult& r) {
+  r.hierarchy = hierarchyFromLevels(t.groups, names, o.source);
+  r.model = networkFromLinks(t, r.hierarchy, r.warnings);
+  r.linkModel = true;
+  r.measuredPairs = t.measured.size();
+  r.coverage = 1;
+}
+
+RingParams ringParams(const PlanOptions& o) {
   RingParams rp;
   rp.bytes = o.ringBytes;
   rp.ranksPerHost = o.ranksPerHost;
   rp.stepOverheadUs = o.stepOverheadUs;
   rp.intraHostMbps = o.intraHostMbps;
   rp.intraHostLatencyUs = o.intraHostLatencyUs;
+  return rp;
+}
+
+// The ring: the hierarchy walk, improved, exact when small, rotated to a group boundary; the
+// input order unless the ring is at least minGain faster.
+void orderRing(const PlanOptions& o, PlanResult& r) {
+  const NetworkModel& net = r.model;
+  size_t n = net.n;
+  RingParams rp = ringParams(o);
   std::vector<int> input(n);
   std::iota(input.begin(), input.end(), 0);
   r.inputRing = evaluateRing(net, input, rp);
@@ -125,12 +141,16 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   }
   r.order = ring;
   r.planRing = best;
+}
 
-  // Algorithms per size range.
+// Every algorithm's model per collective, the table of the fastest per size range, and the
+// chunk weights and packed trees where host rates differ.
+void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
+  const NetworkModel& net = r.model;
   CostContext ctx;
   ctx.net = &net;
   ctx.order = r.order;
-  ctx.ring = rp;
+  ctx.ring = ringParams(o);
   std::vector<double> weights;
   if (net.heterogeneousHosts()) {
     double total = 0;
@@ -142,7 +162,8 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
     // Uneven shards only where they make hier faster.
     auto hierAt = [&](const std::vector<AlgoCost>& cs) {
       for (const auto& c : cs)
-        if (c.algo == Algorithm::kHier && c.available) return c.timeUs(static_cast<double>(o.ringBytes));
+        if (c.algo == Algorithm::kHier && c.available)
+          return c.timeUs(static_cast<double>(o.ringBytes));
       return std::numeric_limits<double>::infinity();
     };
     double uniform = hierAt(algorithmCosts(ctx, "allreduce"));
@@ -150,7 +171,7 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
     double weighted = hierAt(algorithmCosts(ctx, "allreduce"));
     if (!(weighted < uniform)) ctx.chunkWeights.clear();
   }
-  size_t world = n * static_cast<size_t>(o.ranksPerHost);
+  size_t world = net.n * static_cast<size_t>(o.ranksPerHost);
   Plan& p = r.plan;
   for (const auto& coll : o.collectives) {
     auto costs = algorithmCosts(ctx, coll);
@@ -162,9 +183,13 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   for (const auto& [coll, ranges] : p.collectives)
     for (const auto& range : ranges) treesUsed = treesUsed || range.algorithm == Algorithm::kTrees;
   if (treesUsed) p.trees = ctx.trees;
+}
 
-  // Prediction: the ring in the plan's order against the ring in the input order, which is
-  // what an unmodified MPI job sees when only the rank order changes.
+// Prediction: the ring in the plan's order against the ring in the input order, which is what
+// an unmodified MPI job sees when only the rank order changes.
+void predict(const PlanOptions& o, PlanResult& r) {
+  size_t world = r.model.n * static_cast<size_t>(o.ranksPerHost);
+  Plan& p = r.plan;
   double bytes = static_cast<double>(o.ringBytes);
   p.predicted.basis = fmt::format("allreduce {} ring", sizeText(o.ringBytes));
   p.predicted.planUs = ringAllreduceUs(r.planRing, world, bytes);
@@ -173,7 +198,11 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   auto finite = [](double x) { return std::isfinite(x) ? x : 0.0; };
   p.predicted.bottleneckMbps = finite(r.planRing.bottleneckMbps);
   p.predicted.inputBottleneckMbps = finite(r.inputRing.bottleneckMbps);
+}
 
+// Hosts, order, groups, confidence and permutation; then the hash.
+void finishPlan(const std::vector<std::string>& names, const PlanOptions& o, PlanResult& r) {
+  Plan& p = r.plan;
   p.hosts = names;
   p.ranksPerHost = o.ranksPerHost;
   for (int h : r.order) p.order.push_back(names[h]);
@@ -186,8 +215,35 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   }
   p.derivePermutation();
   p.seal();
-  RANKMAP_INFO(Reorder, "plan: {} hosts, {} level(s), predicted {:.2f}x for {}", n,
-               r.hierarchy.levels.size(), p.predicted.speedup, p.predicted.basis);
+}
+
+}  // namespace
+
+PlanResult planTopology(const Topology& t, const PlanOptions& o) {
+  validate(o);
+  PlanResult r;
+  size_t n = t.size();
+  std::vector<std::string> names;
+  for (const auto& h : t.hosts) names.push_back(h.name);
+  r.plan.topologyHash = o.hashTopology ? t.contentHash() : "";
+  r.plan.epoch = t.version;
+  r.plan.topologyTime = t.time;
+  if (n == 0) throw InvalidInput(fmt::format("{}: no hosts to plan", o.source));
+  if (n == 1) return fallbackPlan(std::move(r), names, o, "a single host: nothing to reorder");
+  if (t.links) {
+    modelFromLinks(t, o, names, r);
+  } else if (auto why = modelFromMeasurements(t, o, names, r)) {
+    return fallbackPlan(std::move(r), names, o, std::move(*why));
+  }
+  orderRing(o, r);
+  chooseAlgorithms(o, r);
+  predict(o, r);
+  finishPlan(names, o, r);
+  RANKMAP_INFO(Reorder, "plan: {} hosts, {} level(s), predicted {:.2f}x for {}{}", n,
+               r.hierarchy.levels.size(), r.plan.predicted.speedup, r.plan.predicted.basis,
+               r.linkModel ? fmt::format(" (link model, {} of {} pairs measured)", r.measuredPairs,
+                                         n * (n - 1))
+                           : "");
   return r;
 }
 
@@ -234,13 +290,18 @@ Topology selectHosts(const Topology& t, const std::vector<HostEntry>& hosts,
     idx.push_back(i);
     hs.push_back({e.name, e.address.empty() ? t.hosts[i].address : e.address});
   }
-  Topology s = Topology::empty(std::move(hs));
   size_t n = idx.size();
-  for (size_t a = 0; a < n; ++a)
-    for (size_t b = 0; b < n; ++b) {
-      s.bandwidthMbps.at(a, b) = t.bandwidthMbps.at(idx[a], idx[b]);
-      s.latencyUs.at(a, b) = t.latencyUs.at(idx[a], idx[b]);
-    }
+  // The matrices only when the topology has them (a link model may stand in for them).
+  Topology s = t.hasMatrices() ? Topology::empty(std::move(hs)) : Topology();
+  if (t.hasMatrices()) {
+    for (size_t a = 0; a < n; ++a)
+      for (size_t b = 0; b < n; ++b) {
+        s.bandwidthMbps.at(a, b) = t.bandwidthMbps.at(idx[a], idx[b]);
+        s.latencyUs.at(a, b) = t.latencyUs.at(idx[a], idx[b]);
+      }
+  } else {
+    s.hosts = std::move(hs);
+  }
   s.probe = t.probe;
   s.time = t.time;
   s.version = t.version;
@@ -253,18 +314,41 @@ Topology selectHosts(const Topology& t, const std::vector<HostEntry>& hosts,
       if (keep.count(h)) l.hosts.push_back(h);
     if (l.hosts.size() >= 2) s.sharedLinks.push_back(std::move(l));
   }
-  for (const auto& level : t.groups) {
+  // Groups keep their order; emptied ones go, and with them their uplinks in the link model.
+  std::vector<std::vector<size_t>> keptGroups(t.groups.size());
+  for (size_t li = 0; li < t.groups.size(); ++li) {
+    const auto& level = t.groups[li];
     HierarchyLevel l;
     l.name = level.name;
     l.confidence = level.confidence;
-    for (const auto& g : level.groups) {
+    for (size_t g = 0; g < level.groups.size(); ++g) {
       std::vector<std::string> members;
-      for (const auto& h : g)
+      for (const auto& h : level.groups[g])
         if (keep.count(h)) members.push_back(h);
-      if (!members.empty()) l.groups.push_back(std::move(members));
+      if (members.empty()) continue;
+      l.groups.push_back(std::move(members));
+      keptGroups[li].push_back(g);
     }
     s.groups.push_back(std::move(l));
   }
+  if (t.links) {
+    TopologyLinks links;
+    for (int i : idx) links.hosts.push_back(t.links->hosts.at(i));
+    for (size_t li = 0; li < keptGroups.size(); ++li) {
+      std::vector<LinkCapacity> level;
+      for (size_t g : keptGroups[li]) level.push_back(t.links->uplinks.at(li).at(g));
+      links.uplinks.push_back(std::move(level));
+    }
+    links.hostLatencyUs = t.links->hostLatencyUs;
+    links.uplinkLatencyUs = t.links->uplinkLatencyUs;
+    s.links = std::move(links);
+  }
+  // Measured pairs between selected hosts, in the new indices and the original order.
+  std::vector<int> newIndex(t.size(), -1);
+  for (size_t a = 0; a < n; ++a) newIndex[idx[a]] = static_cast<int>(a);
+  for (auto [src, dst] : t.measured)
+    if (newIndex[src] >= 0 && newIndex[dst] >= 0)
+      s.measured.emplace_back(newIndex[src], newIndex[dst]);
   return s;
 }
 

@@ -7,10 +7,16 @@
 // per size range (cost_model.h), predict the gain over the input order. Deterministic: the same
 // topology and options give the same plan, byte for byte.
 //
+// A topology with a link model (topology.json "links", schema 2) skips the first three: the
+// hierarchy is its groups, the network model its links (networkFromLinks); the matrices, when
+// present, give only the latency. Such a plan never falls back for want of measured pairs
+// (every pair is covered by the model) and says how many pairs were measured.
+//
 // Fallback (documented in docs/planner.md): a single host, a host with no measured pair at all,
 // or fewer than kMinCoverage of the pairs measured give the identity plan (input order,
 // confidence 0, no algorithm table) with a warning. Bad input that is not about missing data
-// (asymmetry beyond tolerance, unknown hosts, bad options) throws InvalidInput naming the source.
+// (asymmetry beyond tolerance, unknown hosts, groups that do not nest, bad options) throws
+// InvalidInput naming the source.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +45,8 @@ struct PlanOptions {
   double intraHostLatencyUs = 1;
   size_t exactMaxHosts = kExactMaxHosts;  // exact ring search up to this many hosts
   double minGain = 0.01;            // keep the input order unless the plan is this much faster
-  bool useTopologyGroups = false;   // take topology.json "groups" instead of inferring
+  bool useTopologyGroups = false;   // take topology.json "groups" instead of inferring (always
+                                    // with a link model: its links belong to those groups)
   bool hashTopology = true;         // set Plan::topologyHash (serialises the topology)
   std::string source = "topology";  // names the input in messages
 };
@@ -53,7 +60,9 @@ struct PlanResult {
   std::map<std::string, std::vector<AlgoCost>> algorithms;
   std::vector<std::string> warnings;
   bool fallback = false;
-  double coverage = 0;
+  double coverage = 0;       // of pairs measured; 1 with a link model (complete by the model)
+  bool linkModel = false;    // planned from topology.json "links"
+  size_t measuredPairs = 0;  // with a link model: directed pairs measured; the others inferred
 };
 
 // The plan with everything that went into it (for `rankmap plan`/`show` and tests).
@@ -70,8 +79,11 @@ struct HostEntry {
 };
 std::vector<HostEntry> readHostsFile(const std::string& path);
 
-// The topology restricted to `hosts`, in their order (that order becomes the input order).
-// Throws InvalidInput naming `hostsSource` and the line of a host the topology lacks.
+// The topology restricted to `hosts`, in their order (that order becomes the input order): the
+// matrices (when it has them), shared links, groups (emptied groups dropped), the link model
+// (host links in the new order, the uplinks of the groups kept) and the measured pairs between
+// kept hosts (in the new indices). Throws InvalidInput naming `hostsSource` and the line of a
+// host the topology lacks.
 Topology selectHosts(const Topology& topology, const std::vector<HostEntry>& hosts,
                      std::string_view hostsSource, std::string_view topologySource);
 

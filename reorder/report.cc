@@ -41,6 +41,12 @@ std::string gainText(const Prediction& p) {
 
 }  // namespace
 
+std::string linkModelText(size_t hosts, size_t measured) {
+  size_t pairs = hosts * (hosts - 1);
+  return fmt::format("link model: {} of {} directed pairs measured, the other {} inferred",
+                     measured, pairs, pairs - std::min(pairs, measured));
+}
+
 std::string sizeText(uint64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double v = static_cast<double>(bytes);
@@ -66,6 +72,7 @@ std::string planSummary(const PlanResult& r) {
     out += ": identity order (fallback), confidence 0\n";
   } else {
     out += fmt::format(", confidence {:.3g}\n", p.confidence);
+    if (r.linkModel) out += "  " + linkModelText(p.hosts.size(), r.measuredPairs) + "\n";
     if (p.groups.empty()) out += "  groups: none found (the network looks flat)\n";
     for (const auto& g : p.groups)
       out += fmt::format("  {}: {} groups ({}), confidence {:.3g}\n", g.name, g.groups.size(),
@@ -143,24 +150,35 @@ std::string describePlan(const Plan& p) {
   return out;
 }
 
-std::string describeTopology(const Topology& t, const PlanResult& r) {
+namespace {
+
+// describeTopology()'s parts.
+
+// What the topology holds: hosts, pairs, what was measured, shared links, version and time.
+std::string topologyHeader(const Topology& t) {
   size_t n = t.size();
   size_t pairs = n * (n - 1) / 2;
+  std::string tail = fmt::format("{} shared link(s); version {}{}", t.sharedLinks.size(), t.version,
+                                 t.time.empty() ? "" : ", measured " + t.time);
+  if (t.links)
+    return fmt::format("topology: {} hosts, {} pairs; {}; matrices {}; {}\n", n, pairs,
+                       linkModelText(n, t.measured.size()),
+                       t.hasMatrices() ? "present (measured and inferred values)" : "omitted",
+                       tail);
   size_t bw = 0, lat = 0;
   for (size_t i = 0; i < n; ++i)
     for (size_t j = i + 1; j < n; ++j) {
       bw += t.bandwidthMbps.at(i, j) || t.bandwidthMbps.at(j, i);
       lat += t.latencyUs.at(i, j) || t.latencyUs.at(j, i);
     }
-  std::string out = fmt::format(
-      "topology: {} hosts, {} pairs: bandwidth measured for {}, latency "
-      "for {}; {} shared link(s); version {}{}\n",
-      n, pairs, bw, lat, t.sharedLinks.size(), t.version,
-      t.time.empty() ? "" : ", measured " + t.time);
-  for (const auto& w : r.warnings) out += "warning: " + w + "\n";
-  if (r.fallback) return out + "not enough data to infer groups\n";
+  return fmt::format(
+      "topology: {} hosts, {} pairs: bandwidth measured for {}, latency for {}; {}\n", n, pairs, bw,
+      lat, tail);
+}
 
-  out += "\nsignals:\n";
+// The signals the hierarchy was inferred from, and the groups found.
+std::string signalsText(const PlanResult& r) {
+  std::string out = "\nsignals:\n";
   for (const auto& f : r.hierarchy.features) {
     if (f.pairs == 0) {
       out += fmt::format("  {:<13} absent\n", f.name);
@@ -175,17 +193,28 @@ std::string describeTopology(const Topology& t, const PlanResult& r) {
       out += fmt::format("  {:<13} shows no levels (ignored)\n", f.name);
     }
   }
-
-  const Hierarchy& h = r.hierarchy;
   out += "\ninferred groups:\n";
-  if (h.levels.empty()) out += "  none: the network looks flat\n";
-  std::vector<std::string> names;
-  for (const auto& host : t.hosts) names.push_back(host.name);
-  for (const auto& level : h.toLevels(names))
+  if (r.hierarchy.levels.empty()) out += "  none: the network looks flat\n";
+  for (const auto& level : r.plan.groups)
     out += fmt::format("  {}: {} groups ({}), confidence {:.3g}\n", level.name, level.groups.size(),
                        sizesText(level.groups), level.confidence);
+  return out;
+}
 
-  // Medians per level of the lowest common group.
+// The groups of a link model: stated by the probe, not inferred here.
+std::string linkModelGroupsText(const Topology& t, const PlanResult& r) {
+  std::string out = "\ngroups (of the link model):\n";
+  if (t.groups.empty()) out += "  none: one switch\n";
+  for (const auto& level : r.plan.groups)
+    out += fmt::format("  {}: {} groups ({}), confidence {:.3g}\n", level.name, level.groups.size(),
+                       sizesText(level.groups), level.confidence);
+  return out;
+}
+
+// Medians of the matrices per level of the lowest common group.
+std::string mediansByLevelText(const Topology& t, const PlanResult& r) {
+  const Hierarchy& h = r.hierarchy;
+  size_t n = t.size();
   size_t L = h.levels.size();
   std::vector<std::vector<double>> bwBy(L + 1), latBy(L + 1);
   for (size_t i = 0; i < n; ++i)
@@ -196,10 +225,10 @@ std::string describeTopology(const Topology& t, const PlanResult& r) {
         if (t.latencyUs.at(a, b)) latBy[l].push_back(t.latencyUs.at(a, b)->minUs);
       }
     }
-  out += fmt::format(
-      "\nmeasured pairs by level (medians of both directions):\n  {:<20} {:>8} "
+  std::string out = fmt::format(
+      "\n{} pairs by level (medians of both directions):\n  {:<20} {:>8} "
       "{:>16} {:>14}\n",
-      "", "values", "bandwidth Mbit/s", "latency us");
+      t.links ? "matrix" : "measured", "", "values", "bandwidth Mbit/s", "latency us");
   for (size_t l = 0; l <= L; ++l) {
     std::string label = l == 0 ? (L == 0 ? "all pairs" : "within " + h.levels[0].name)
                                : "across " + h.levels[l - 1].name + "s" +
@@ -208,7 +237,17 @@ std::string describeTopology(const Topology& t, const PlanResult& r) {
                        std::max(bwBy[l].size(), latBy[l].size()), medianOf(bwBy[l]),
                        medianOf(latBy[l]));
   }
+  return out;
+}
 
+}  // namespace
+
+std::string describeTopology(const Topology& t, const PlanResult& r) {
+  std::string out = topologyHeader(t);
+  for (const auto& w : r.warnings) out += "warning: " + w + "\n";
+  if (r.fallback) return out + "not enough data to infer groups\n";
+  out += r.linkModel ? linkModelGroupsText(t, r) : signalsText(r);
+  if (t.hasMatrices()) out += mediansByLevelText(t, r);
   const NetworkModel& net = r.model;
   auto [lo, hi] = std::minmax_element(net.hostMbps.begin(), net.hostMbps.end());
   out += fmt::format("\nnetwork model: host links {:.4g}", *lo);
@@ -221,7 +260,7 @@ std::string describeTopology(const Topology& t, const PlanResult& r) {
         a = std::min(a, net.uplinkMbps[s]);
         b = std::max(b, net.uplinkMbps[s]);
       }
-    out += fmt::format("; {} uplinks {:.4g}", h.levels[l].name, a);
+    out += fmt::format("; {} uplinks {:.4g}", r.hierarchy.levels[l].name, a);
     if (b > a) out += fmt::format(" .. {:.4g}", b);
     out += " Mbit/s";
   }

@@ -15,6 +15,9 @@ std::string sizeText(uint64_t bytes);
 // "812 us", "3.2 ms", "1.05 s".
 std::string timeText(double us);
 
+// "link model: 8164 of 1047552 directed pairs measured, the other 1039388 inferred".
+std::string linkModelText(size_t hosts, size_t measured);
+
 // A few lines about a planning run: groups, gain, algorithm per size, warnings.
 std::string planSummary(const PlanResult& result);
 

@@ -124,19 +124,44 @@ struct Heatmap {
   Scale scale;
 };
 
+// The pairs (positions a, b) a heatmap summarises, with their values for panel k (0 bandwidth,
+// 1 latency). With matrices: every pair, its measured value (nullopt where missing). Without (a
+// link model beyond kDenseMaxHosts hosts): the pairs of every step-th position, at most
+// kSampledHosts of them (cells are blocks of hosts by then, and medians over a few of a block's
+// pairs show the same), valued by the link model; latency only where it knows any.
+constexpr size_t kSampledHosts = 512;
+
+template <typename F>
+void forEachPairValue(const Topology& t, const Layout& L, F&& f) {
+  if (t.hasMatrices()) {
+    for (size_t a = 0; a < L.n; ++a)
+      for (size_t b = 0; b < L.n; ++b) {
+        if (a == b) continue;
+        const auto& bw = t.bandwidthMbps.at(L.topo[a], L.topo[b]);
+        const auto& lat = t.latencyUs.at(L.topo[a], L.topo[b]);
+        f(a, b, bw, lat ? std::optional<double>(lat->minUs) : std::nullopt);
+      }
+    return;
+  }
+  size_t step = (L.n + kSampledHosts - 1) / kSampledHosts;
+  for (size_t a = 0; a < L.n; a += step)
+    for (size_t b = 0; b < L.n; b += step) {
+      if (a == b) continue;
+      auto lat = t.pathLatencyUs(L.topo[a], L.topo[b]);
+      f(a, b, t.pathMbps(L.topo[a], L.topo[b]), lat && *lat > 0 ? lat : std::nullopt);
+    }
+}
+
 // The bandwidth (k = 0) and latency (k = 1) heatmaps.
 std::array<Heatmap, 2> heatmaps(const Topology& t, const Layout& L) {
   const size_t m = L.m;
   std::vector<std::vector<double>> bwCells(m * m), latCells(m * m);
-  for (size_t a = 0; a < L.n; ++a)
-    for (size_t b = 0; b < L.n; ++b) {
-      if (a == b) continue;
-      size_t c = L.bin(a) * m + L.bin(b);
-      const auto& bw = t.bandwidthMbps.at(L.topo[a], L.topo[b]);
-      const auto& lat = t.latencyUs.at(L.topo[a], L.topo[b]);
-      if (bw) bwCells[c].push_back(*bw);
-      if (lat) latCells[c].push_back(std::max(lat->minUs, 1e-3));
-    }
+  forEachPairValue(t, L,
+                   [&](size_t a, size_t b, std::optional<double> bw, std::optional<double> lat) {
+                     size_t c = L.bin(a) * m + L.bin(b);
+                     if (bw) bwCells[c].push_back(*bw);
+                     if (lat) latCells[c].push_back(std::max(*lat, 1e-3));
+                   });
   std::array<Heatmap, 2> h;
   h[0].scale = Scale{1e300, 0, true};
   h[1].scale = Scale{1e300, 0, false};
@@ -222,18 +247,11 @@ void appendPanelTitle(std::string& s, const Topology& t, const Plan& plan, const
                    P.x0, ty, titles[P.k]);
   if (L.groupAt.empty()) return;
   std::vector<double> in, out;
-  for (size_t a = 0; a < n; ++a)
-    for (size_t b = 0; b < n; ++b) {
-      if (a == b) continue;
-      double v = 0;
-      if (P.k == 0 && t.bandwidthMbps.at(L.topo[a], L.topo[b]))
-        v = *t.bandwidthMbps.at(L.topo[a], L.topo[b]);
-      else if (P.k == 1 && t.latencyUs.at(L.topo[a], L.topo[b]))
-        v = t.latencyUs.at(L.topo[a], L.topo[b])->minUs;
-      else
-        continue;
-      (L.groupAt[0][a] == L.groupAt[0][b] ? in : out).push_back(v);
-    }
+  forEachPairValue(t, L,
+                   [&](size_t a, size_t b, std::optional<double> bw, std::optional<double> lat) {
+                     std::optional<double> v = P.k == 0 ? bw : lat;
+                     if (v) (L.groupAt[0][a] == L.groupAt[0][b] ? in : out).push_back(*v);
+                   });
   if (in.empty() || out.empty()) return;
   double mi = medianOf(in), mo = medianOf(out);
   s += fmt::format(
@@ -392,7 +410,7 @@ void appendColourBar(std::string& s, const Panel& P) {
 }
 
 // The legend under the panels; returns the y of the line after it.
-double appendLegend(std::string& s, const Plan& plan, const Layout& L) {
+double appendLegend(std::string& s, const Topology& t, const Plan& plan, const Layout& L) {
   double ly = kTop + kPanel + 92;
   double lx = kLeft;
   s += fmt::format(
@@ -438,6 +456,14 @@ double appendLegend(std::string& s, const Plan& plan, const Layout& L) {
         "marked</text>\n",
         lx, ly + 5, L.n, L.m, L.m);
   }
+  if (t.links) {
+    ly += 26;
+    s += fmt::format(
+        "<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#555\">{}; cells show {}</text>\n", lx,
+        ly + 5, esc(linkModelText(t.size(), t.measured.size())),
+        t.hasMatrices() ? "the matrices (measured and inferred values)"
+                        : "the link model (sampled pairs)");
+  }
   return ly + 30;
 }
 
@@ -474,7 +500,7 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
     appendAxisLabels(s, plan, L, P);
     appendColourBar(s, P);
   }
-  appendAlgorithms(s, plan, appendLegend(s, plan, L));
+  appendAlgorithms(s, plan, appendLegend(s, t, plan, L));
   s += "</svg>\n";
   return s;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -13,6 +14,36 @@ namespace {
 
 // Uniform in [0, 1) from the raw generator (std distributions differ between libraries).
 double unit(std::mt19937_64& g) { return static_cast<double>(g() >> 11) * 0x1.0p-53; }
+
+// The true network as topology.json's link model, the true groups, and the measured sample.
+void addLinkModel(const SyntheticSpec& spec, const Hierarchy& truth, const NetworkModel& net,
+                  Topology& t) {
+  size_t n = t.size();
+  std::vector<std::string> names;
+  for (const auto& h : t.hosts) names.push_back(h.name);
+  t.groups = truth.toLevels(names);
+  TopologyLinks links;
+  for (size_t h = 0; h < n; ++h) links.hosts.push_back({net.hostMbps[h], net.hostMbps[h]});
+  for (size_t l = 0; l < truth.levels.size(); ++l) {
+    // toLevels lists a level's groups by label, the order of the model's switches.
+    double up = spec.levels[l].uplinkMbps;
+    links.uplinks.emplace_back(static_cast<size_t>(truth.levels[l].groups), LinkCapacity{up, up});
+    links.uplinkLatencyUs.push_back(spec.levels[l].latencyUs);
+  }
+  links.hostLatencyUs = spec.hostLatencyUs;
+  t.links = std::move(links);
+  // A generator of its own, so that kBoth draws the matrices exactly as kMatrices does.
+  std::mt19937_64 gen(spec.seed ^ 0x6d65617375726564ull);
+  std::set<std::pair<int, int>> seen;
+  for (size_t a = 0; a < n && n > 1; ++a)
+    for (int k = 0; k < spec.measuredPerHost; ++k) {
+      int b = static_cast<int>(gen() % (n - 1));
+      if (b >= static_cast<int>(a)) ++b;
+      std::pair<int, int> pair(static_cast<int>(a), b);
+      if (t.hasMatrices() && !t.bandwidthMbps.at(a, b)) continue;
+      if (seen.insert(pair).second) t.measured.push_back(pair);
+    }
+}
 
 }  // namespace
 
@@ -71,14 +102,19 @@ SyntheticTopology makeSynthetic(const SyntheticSpec& spec) {
   out.model = modelFromHierarchy(truth, rates, up, spec.hostLatencyUs, upLat);
   const NetworkModel& net = out.model;
 
-  Topology t = Topology::empty(std::move(hosts));
+  const bool matrices = spec.output != Output::kLinks;
+  Topology t;
+  if (matrices)
+    t = Topology::empty(std::move(hosts));
+  else
+    t.hosts = std::move(hosts);
   t.probe.latencySamples = 1000;
   t.probe.bandwidthMaxMs = 1000;
   t.probe.bandwidthMaxBytes = 64 << 20;
   t.probe.contention = spec.sharedLinks;
   auto factor = [&]() { return 1 + spec.noise * (2 * unit(gen) - 1); };
   double flatLatency = 2 * spec.hostLatencyUs;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n && matrices; ++i) {
     for (size_t j = i + 1; j < n; ++j) {
       if (spec.missing > 0 && unit(gen) < spec.missing) continue;
       double bw = kDefaultHostMbps, lat = flatLatency;
@@ -109,6 +145,7 @@ SyntheticTopology makeSynthetic(const SyntheticSpec& spec) {
       }
     }
   }
+  if (spec.output != Output::kMatrices) addLinkModel(spec, out.truth, net, t);
   out.topology = std::move(t);
   return out;
 }

@@ -8,6 +8,13 @@
 // fraction of the unordered pairs is missing entirely. Host names (h0000, ...) are assigned
 // through a seeded hidden permutation, so the input order tells nothing about the groups (as on
 // the emucloud testbed).
+//
+// Output::kLinks writes what a sparse probe would (topology.json schema 2): the true network as
+// a link model ("links": every host link and uplink at its true capacity, both directions, and
+// the true latencies), the true groups, and a seeded sample of measuredPerHost pairs per host as
+// "measured", without the N x N matrices, so it scales to 4096 hosts and beyond in
+// milliseconds. Output::kBoth writes the matrices (drawn exactly as for kMatrices) too, and
+// samples measured pairs among those with a bandwidth value.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +34,7 @@ struct SyntheticLevel {
 };
 
 enum class Signal { kModel, kFlat, kAbsent };  // as the network implies; the same for all; none
+enum class Output { kMatrices, kLinks, kBoth };  // measured matrices; link model; both
 
 struct SyntheticSpec {
   // Innermost first: {{32, 250, 5}, {16, 500, 20}} with topGroups 8 is 8 pods of 16 racks of
@@ -43,6 +51,8 @@ struct SyntheticSpec {
   bool sharedLinks = false;  // emit one shared link per group with its uplink capacity
   bool shuffle = true;       // hidden permutation of hosts
   uint64_t seed = 1;
+  Output output = Output::kMatrices;
+  int measuredPerHost = 8;  // kLinks, kBoth: pairs sampled per sending host as "measured"
 
   size_t totalHosts() const;
 };

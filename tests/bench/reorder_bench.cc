@@ -2,7 +2,8 @@
 // +-10% noise, 5% missing pairs), and the planner's peak memory per size.
 //
 //   reorder_bench                         Google Benchmark: time per plan, 64 .. 4096 hosts,
-//                                         and the stages at 4096 hosts
+//                                         the stages at 4096 hosts, and plans from a link
+//                                         model (BM_MakePlanFromLinks, 1024 and 4096 hosts)
 //   reorder_bench --rss 512 1024 2048     peak resident memory of planning (one child per size)
 //   reorder_bench --dump 64 4096          the plans (all four collectives), one after another
 //
@@ -147,6 +148,42 @@ void BM_Stage(benchmark::State& state) {
 }
 BENCHMARK(BM_Stage)
     ->DenseRange(0, 4)
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
+
+// A sparse probe's topology (schema 2): pods x racks x 32 hosts as a link model, host links
+// 1000 Mbit/s, rack uplinks oversubscribed 4:1, pod uplinks 2:1 (tests/sim's datacenter), groups
+// given, ~8 measured pairs per host, no matrices. 1024 hosts: 4 pods x 8 racks; 4096: 8 x 16.
+SyntheticSpec linkSpecFor(int hosts) {
+  int pods = hosts == 1024 ? 4 : hosts == 4096 ? 8 : 0, racks = hosts == 1024 ? 8 : 16;
+  if (pods == 0) std::fprintf(stderr, "no link spec for %d hosts\n", hosts), std::exit(2);
+  SyntheticSpec s;
+  double rack = 32 * 1000.0 / 4, pod = racks * rack / 2;
+  s.levels = {{32, rack, 10}, {racks, pod, 20}};
+  s.topGroups = pods;
+  s.hostLatencyUs = 5;
+  s.output = Output::kLinks;
+  s.seed = 7;
+  return s;
+}
+
+// planTopology from a link model, as `rankmap plan -c all` runs it (the topology hash included:
+// without matrices it is small).
+void BM_MakePlanFromLinks(benchmark::State& state) {
+  SyntheticTopology syn = makeSynthetic(linkSpecFor(static_cast<int>(state.range(0))));
+  PlanOptions o;
+  o.source = "bench";
+  o.collectives = {"allreduce", "allgather", "reducescatter", "broadcast"};
+  for (auto _ : state) {
+    PlanResult r = planTopology(syn.topology, o);
+    benchmark::DoNotOptimize(r.plan.order.data());
+  }
+  state.counters["hosts"] = static_cast<double>(syn.topology.size());
+}
+BENCHMARK(BM_MakePlanFromLinks)
+    ->Arg(1024)
+    ->Arg(4096)
     ->Unit(benchmark::kMillisecond)
     ->MeasureProcessCPUTime()
     ->UseRealTime();

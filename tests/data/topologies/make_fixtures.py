@@ -82,6 +82,60 @@ def make(name, racks, host_mbps, uplink_mbps, in_us, cross_us, noise=0.05, lat_n
     return doc, truth
 
 
+def make_links(name, pods, racks_per_pod, hosts_per_rack, host_mbps, rack_mbps, pod_mbps,
+               latencies, measured_per_host=4, seed=1):
+    """A sparse probe's topology.json (schema 2): the link model of a pods / racks / hosts tree
+    ("links": host links and rack and pod uplinks, {out, in} each, one-way latency per tier), the
+    groups, a sample of measured pairs, and no matrices. rack_mbps and pod_mbps are (out, in)."""
+    rng = random.Random(seed)
+    racks = pods * racks_per_pod
+    n = racks * hosts_per_rack
+    perm = list(range(n))
+    rng.shuffle(perm)  # true host t is topology host perm[t]
+    rack = [0] * n
+    for t in range(n):
+        rack[perm[t]] = t // hosts_per_rack
+    names = [f"{name}{i}" for i in range(n)]
+    # Groups in order of their lowest member, members in host order.
+    def level(group_of):
+        order = []
+        for h in range(n):
+            if group_of[h] not in order:
+                order.append(group_of[h])
+        return order, [[names[h] for h in range(n) if group_of[h] == g] for g in order]
+    rack_order, rack_groups = level(rack)
+    pod = [r // racks_per_pod for r in rack]
+    pod_order, pod_groups = level(pod)
+    measured = []
+    for a in range(n):
+        for _ in range(measured_per_host):
+            b = rng.randrange(n - 1)
+            b = b + 1 if b >= a else b
+            if [a, b] not in measured:
+                measured.append([a, b])
+    doc = {
+        "schema_version": 2,
+        "hosts": [{"name": names[i], "address": ""} for i in range(n)],
+        "groups": [{"name": "rack", "confidence": 1.0, "groups": rack_groups},
+                   {"name": "pod", "confidence": 1.0, "groups": pod_groups}],
+        "links": {
+            "hosts": [{"out_mbps": host_mbps, "in_mbps": host_mbps} for _ in range(n)],
+            "uplinks": [[{"out_mbps": rack_mbps[0], "in_mbps": rack_mbps[1]} for _ in rack_order],
+                        [{"out_mbps": pod_mbps[0], "in_mbps": pod_mbps[1]} for _ in pod_order]],
+            "host_latency_us": latencies[0],
+            "uplink_latency_us": list(latencies[1:]),
+        },
+        "measured": measured,
+        "probe": {"latency_samples": 100, "bandwidth_max_ms": 1000,
+                  "bandwidth_max_bytes": 67108864, "contention": False},
+        "time": "",
+        "version": 1,
+    }
+    truth = {"rack": rack, "pod": pod, "host_mbps": [host_mbps] * n,
+             "uplink_mbps": min(rack_mbps)}
+    return doc, truth
+
+
 def dump(path, doc):
     with open(path, "w") as f:
         # One matrix row per line keeps diffs readable.
@@ -122,6 +176,10 @@ def main():
                                   lat_noise=0.1, seed=3, host_prefix="vm", addresses=True),
         # Bad input: too few pairs measured (falls back to identity order with a warning).
         "sparse": make("sparse", [4, 4], 1000, 250, 10, 40, missing=0.7, seed=18),
+        # Schema 2, a sparse probe: 2 pods x 3 racks x 4 hosts as a link model, no matrices.
+        # Rack uplinks are oversubscribed 4:1 and slower inbound; the pods' 2:1.
+        "links_sparse": make_links("l", 2, 3, 4, 1000, (1000, 800), (1500, 1500), (5, 10, 20),
+                                   seed=21),
     }
     truth = {}
     for name, (doc, t) in fixtures.items():

@@ -23,6 +23,23 @@ Topology twoHosts(double bw) {
   return t;
 }
 
+TEST(Store, KeepsATopologyWithoutMatrices) {
+  // A sparse probe's topology (schema 2): a link model, measured pairs, no matrices.
+  TempDir dir;
+  Store s(dir.path());
+  Topology t;
+  t.hosts = {{"a", "10.0.0.1"}, {"b", "10.0.0.2"}};
+  t.groups = {{"rack", 1, {{"a"}, {"b"}}}};
+  t.links = TopologyLinks{{{1000, 900}, {800, 1000}}, {{{250, 250}, {300, 300}}}, 5, {10}};
+  t.measured = {{1, 0}};
+  EXPECT_EQ(s.addTopology(t, std::nullopt), 1);
+  auto back = s.latestTopology();
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, t);
+  EXPECT_FALSE(back->hasMatrices());
+  EXPECT_EQ(back->pathMbps(0, 1), 250);
+}
+
 TEST(Store, KeepsTopologyHistoryWithIncreasingVersions) {
   TempDir dir;
   Store s(dir.path());

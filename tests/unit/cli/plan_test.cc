@@ -152,6 +152,26 @@ TEST_F(Cli, BadInputsExitTwoNamingTheFileAndField) {
   }
 }
 
+TEST_F(Cli, PlanAndShowATopologyWithoutMatrices) {
+  // A sparse probe's topology.json (schema 2): a link model, measured pairs, no matrices.
+  std::string topo = test::fixture("links_sparse.json");
+  Outcome r = rankmap("plan -t " + topo + " -c all -o " + path("plan.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("link model: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("of 552 directed pairs measured"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rack: 6 groups"), std::string::npos) << r.out;
+  Plan p = Plan::load(path("plan.json"));
+  EXPECT_EQ(p.order.size(), 24u);
+  EXPECT_GT(p.predicted.speedup, 1.0);
+  r = rankmap("show " + topo + " --svg " + path("t.svg"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("matrices omitted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("groups (of the link model)"), std::string::npos) << r.out;
+  std::string svg = slurp(path("t.svg"));
+  EXPECT_NE(svg.find("link model: "), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
 TEST_F(Cli, FallbackIsAWarningNotAnError) {
   // Too many missing pairs, and a single host.
   for (std::string name : {"sparse.json", "single_host.json"}) {

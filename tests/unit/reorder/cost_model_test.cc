@@ -1,14 +1,17 @@
 // Cost model: max-min sharing, each algorithm's structure on small networks, the lower bound,
-// the range table, and the calibration ratio of the emucloud testbed.
+// the range table, the calibration ratio of the emucloud testbed, and plans scored on a network.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <numeric>
 
+#include "common/error.h"
 #include "reorder/cost_model.h"
 #include "reorder/packed_trees.h"
+#include "reorder/planner.h"
 #include "reorder/ring.h"
+#include "reorder/synthetic.h"
 #include "tests/unit/reorder/test_util.h"
 
 namespace rankmap::reorder {
@@ -288,6 +291,74 @@ TEST(CostModel, SingleHostWithSeveralRanksIsIntraHostOnly) {
   const auto& ring = find(cs, "ring");
   EXPECT_NEAR(ring.betaUsPerByte, 2.0 * 3 / 4 / bytesPerUs(100000), 1e-15);
   EXPECT_TRUE(algorithmCosts(context(net, {0}, 1), "allreduce").empty());
+}
+
+}  // namespace
+}  // namespace rankmap::reorder
+
+namespace rankmap::reorder {
+namespace {
+
+// A simulator's question: what does a plan made from measurements cost on the true network,
+// against the plan made from the truth?
+TEST(PlanScore, APlanOnTheTrueNetworkAgainstThePlanFromTheTruth) {
+  SyntheticSpec s;
+  s.levels = {{8, 2000, 10}, {4, 4000, 20}};  // racks 4:1, pods 2:1
+  s.topGroups = 2;
+  s.hostLatencyUs = 5;
+  s.seed = 5;
+  s.output = Output::kBoth;  // the truth as links, and noisy measurements of it
+  s.noise = 0.1;
+  s.missing = 0.05;
+  auto syn = makeSynthetic(s);
+  std::vector<std::string> names;
+  for (const auto& h : syn.topology.hosts) names.push_back(h.name);
+  PlanOptions o;
+  o.source = "truth";
+  const uint64_t bytes = 16ull << 20;
+  // The plan from the truth (the link model), and its cost on the truth: the reference.
+  PlanResult truth = planTopology(syn.topology, o);
+  ASSERT_TRUE(truth.linkModel);
+  double optimum = predictedAllreduceUs(syn.model, names, truth.plan, bytes);
+  // The plan's own table is the lower envelope of the algorithms on the same network.
+  CostContext ctx;
+  ctx.net = &syn.model;
+  ctx.order = truth.order;
+  ctx.chunkWeights = truth.plan.chunkWeights;
+  ctx.trees = truth.plan.trees;
+  double envelope = std::numeric_limits<double>::infinity();
+  for (const auto& c : algorithmCosts(ctx, "allreduce"))
+    if (c.available) envelope = std::min(envelope, c.timeUs(static_cast<double>(bytes)));
+  EXPECT_NEAR(optimum, envelope, 1e-9 * envelope);
+  EXPECT_EQ(predictedUs(ctx, "allreduce", *truth.plan.algorithmFor("allreduce", bytes), bytes),
+            optimum);
+  // A plan from the noisy matrices: no better than the optimum, far better than the input order.
+  Topology measured = syn.topology;
+  measured.links.reset();
+  measured.measured.clear();
+  o.source = "measured";
+  Plan fromMeasurements = makePlan(measured, o);
+  double got = predictedAllreduceUs(syn.model, names, fromMeasurements, bytes);
+  double identity = predictedAllreduceUs(syn.model, names, Plan::identity(names), bytes);
+  EXPECT_GE(got, optimum * (1 - 1e-9));
+  EXPECT_LT(got, 1.1 * optimum);
+  EXPECT_GT(identity, 2 * optimum);
+  // The identity plan has no table: scored as a ring in the input order.
+  std::vector<int> input(names.size());
+  std::iota(input.begin(), input.end(), 0);
+  EXPECT_NEAR(identity, ringAllreduceUs(evaluateRing(syn.model, input, {}), 64, bytes),
+              1e-9 * identity);
+  // Ranks per host come from the plan.
+  o.ranksPerHost = 2;
+  o.source = "truth";
+  Plan two = makePlan(syn.topology, o);
+  EXPECT_GT(predictedAllreduceUs(syn.model, names, two, bytes), 0);
+  // A plan of other hosts is refused by name.
+  Plan other = truth.plan;
+  other.order[3] = "ghost";
+  EXPECT_THROW(predictedAllreduceUs(syn.model, names, other, bytes), InvalidInput);
+  EXPECT_THROW(predictedAllreduceUs(syn.model, {names.begin(), names.end() - 1}, truth.plan, bytes),
+               InvalidInput);
 }
 
 }  // namespace
