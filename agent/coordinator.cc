@@ -45,15 +45,20 @@ double relativeChange(double a, double b) {
   return std::fabs(b - a) / a;
 }
 
+std::optional<double> pairMbps(const Topology& t, size_t a, size_t b) {
+  if (t.hasMatrices()) return t.bandwidthMbps.at(a, b);
+  return t.pathMbps(static_cast<int>(a), static_cast<int>(b));
+}
+
 size_t changedPairs(const Topology& a, const Topology& b, double threshold) {
   size_t n = 0;
+  std::vector<int> inB(a.size());
+  for (size_t i = 0; i < a.size(); ++i) inB[i] = b.indexOf(a.hosts[i].name);
   for (size_t i = 0; i < a.size(); ++i)
     for (size_t j = 0; j < a.size(); ++j) {
-      if (i == j) continue;
-      int bi = b.indexOf(a.hosts[i].name), bj = b.indexOf(a.hosts[j].name);
-      if (bi < 0 || bj < 0) continue;
-      auto x = a.bandwidthMbps.at(i, j);
-      auto y = b.bandwidthMbps.at(static_cast<size_t>(bi), static_cast<size_t>(bj));
+      if (i == j || inB[i] < 0 || inB[j] < 0) continue;
+      auto x = pairMbps(a, i, j);
+      auto y = pairMbps(b, static_cast<size_t>(inB[i]), static_cast<size_t>(inB[j]));
       if (x && y && relativeChange(*x, *y) > threshold) ++n;
     }
   return n;
@@ -374,7 +379,7 @@ CheckResult Coordinator::runCheck(const Topology& current, int checkIndex, int r
   auto expected = [&](probe::HostPair f) -> std::optional<double> {
     int a = cur[static_cast<size_t>(f.first)], b = cur[static_cast<size_t>(f.second)];
     if (a < 0 || b < 0) return std::nullopt;
-    return current.bandwidthMbps.at(static_cast<size_t>(a), static_cast<size_t>(b));
+    return pairMbps(current, static_cast<size_t>(a), static_cast<size_t>(b));
   };
   std::vector<probe::HostPair> suspects;
   for (const auto& slot : probe::packFlows(flows, groupOf, opts_.maxParallelFlows)) {

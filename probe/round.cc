@@ -228,6 +228,11 @@ std::optional<Structure> latencyStructure(RoundState& s) {
   std::vector<double> rackRtts;
   std::optional<double> rackBoundary;
   std::vector<int> unplaced = hosts;
+  struct Ping {
+    int a, b;
+    double rttUs;
+  };
+  std::vector<Ping> pinged;
   size_t want = static_cast<size_t>(std::max(1, s.opts().firstLeaders));
   for (int round = 0; !unplaced.empty() && !s.stopped(); ++round) {
     std::vector<int> fresh;
@@ -239,6 +244,8 @@ std::optional<Structure> latencyStructure(RoundState& s) {
       for (int l : fresh)
         if (u != l) pairs.emplace_back(u, l);
     auto rtt = s.ping(pairs, "structure");
+    for (size_t k = 0; k < pairs.size(); ++k)
+      if (rtt[k]) pinged.push_back({pairs[k].first, pairs[k].second, rtt[k]->minUs});
     if (!rackBoundary) {
       std::vector<double> v;
       for (const auto& r : rtt)
@@ -283,6 +290,21 @@ std::optional<Structure> latencyStructure(RoundState& s) {
   for (int h : hosts)
     if (s.live(h) && placed[static_cast<size_t>(h)]) rackOf[static_cast<size_t>(h)] = racks.find(h);
   rackOf = renumber(rackOf);
+  // A tier is a property of every pair: each ping must agree with the racks found (below the
+  // boundary inside a rack, above it across). Noise that opened a gap by chance (busy machines,
+  // an emulated network) leaves pings that disagree, and then round trips show nothing.
+  size_t disagree = 0;
+  for (const auto& p : pinged) {
+    int ra = rackOf[static_cast<size_t>(p.a)], rb = rackOf[static_cast<size_t>(p.b)];
+    if (ra >= 0 && rb >= 0 && (ra == rb) != (p.rttUs <= *rackBoundary)) ++disagree;
+  }
+  if (static_cast<double>(disagree) > kMaxLatencyDisagreement * static_cast<double>(pinged.size())) {
+    RANKMAP_INFO(Probe,
+                 "probe round: round trips do not form tiers: {} of {} pings disagree with the "
+                 "racks they suggest",
+                 disagree, pinged.size());
+    return std::nullopt;
+  }
   st.levelRttUs.push_back(median(rackRtts));
   int nRacks = groupCount(rackOf);
   if (nRacks >= 2) st.levels.push_back(rackOf);
@@ -791,14 +813,6 @@ Topology assembleTopology(RoundState& s, const Structure& st, const TopologyLink
       v = std::max(v, r.value);
     }
   for (const auto& [p, v] : alone) t.measured.push_back(p);
-  // The narrowest link on the path a -> b (Topology::pathMbps, on the round's own indices).
-  auto path = [&](size_t a, size_t b) {
-    double v = std::min(t.links->hosts[a].outMbps, t.links->hosts[b].inMbps);
-    for (size_t l = 0; l < st.levels.size() && st.levels[l][a] != st.levels[l][b]; ++l)
-      v = std::min({v, t.links->uplinks[l][static_cast<size_t>(st.levels[l][a])].outMbps,
-                    t.links->uplinks[l][static_cast<size_t>(st.levels[l][b])].inMbps});
-    return v;
-  };
   if (n <= kDenseMaxHosts) {
     t.bandwidthMbps = SquareMatrix<std::optional<double>>(n);
     t.latencyUs = SquareMatrix<std::optional<LatencyStats>>(n);
@@ -806,18 +820,14 @@ Topology assembleTopology(RoundState& s, const Structure& st, const TopologyLink
       for (size_t b = 0; b < n; ++b) {
         if (a == b || !s.live(static_cast<int>(a)) || !s.live(static_cast<int>(b))) continue;
         auto it = alone.find({static_cast<int>(a), static_cast<int>(b)});
-        t.bandwidthMbps.at(a, b) = it != alone.end() ? it->second : path(a, b);
+        t.bandwidthMbps.at(a, b) =
+            it != alone.end() ? it->second : t.pathMbps(static_cast<int>(a), static_cast<int>(b));
       }
-    // Latency: what was measured, else the tiers' sum.
-    std::vector<int> lca;
+    // Latency (round trips, as measured): what was measured, else twice the tiers' one-way sum.
     for (size_t a = 0; a < n; ++a)
       for (size_t b = 0; b < n; ++b) {
         if (a == b || !s.live(static_cast<int>(a)) || !s.live(static_cast<int>(b))) continue;
-        size_t top = 0;
-        while (top < st.levels.size() && st.levels[top][a] != st.levels[top][b]) ++top;
-        double oneWay = 2 * t.links->hostLatencyUs;
-        for (size_t l = 0; l < top; ++l) oneWay += 2 * t.links->uplinkLatencyUs[l];
-        double rtt = 2 * oneWay;
+        double rtt = 2 * t.pathLatencyUs(static_cast<int>(a), static_cast<int>(b)).value_or(0);
         t.latencyUs.at(a, b) = LatencyStats{rtt, rtt, rtt, rtt};
       }
     for (const auto& r : s.readings)

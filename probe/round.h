@@ -53,6 +53,8 @@ namespace rankmap::probe {
 // Two round trips this many times apart are at different levels of the hierarchy (within a
 // level the floor of a ping-pong varies by noise, ~10-20%; tiers add whole switch hops).
 inline constexpr double kLatencyLevelRatio = 1.5;
+// Round trips define racks only if at most this fraction of the pings disagree with them.
+inline constexpr double kMaxLatencyDisagreement = 0.01;
 // A flow is "near" (no congested uplink) when it reaches this fraction of the top band of rates,
 // "far" below kFarFraction of it; in between it decides nothing.
 inline constexpr double kNearFraction = 0.6;
