@@ -6,7 +6,9 @@
 #include <chrono>
 
 #include "probe/round.h"
+#include "reorder/cost_model.h"
 #include "reorder/hierarchy.h"
+#include "reorder/planner.h"
 #include "tests/sim/datacenter.h"
 #include "tests/sim/sim_fleet.h"
 
@@ -18,6 +20,7 @@ struct Scored {
   double rackAri = 0;
   double podAri = 0;
   double flowsPerHost = 0;
+  double planGap = 0;  // the plan's predicted allreduce time over the optimum's, minus 1
 };
 
 // Labels of the live hosts only (dead ones are out of the round).
@@ -31,11 +34,65 @@ double ari(const Datacenter& dc, const std::vector<int>& found, bool pods) {
   return reorder::adjustedRandIndex(a, b);
 }
 
+// The true network as a topology.json with a link model: what a perfect probe would state.
+Topology truthTopology(const Datacenter& dc, const SimFleet& fleet) {
+  Topology t;
+  const auto& spec = dc.spec();
+  for (size_t h = 0; h < dc.hosts(); ++h) t.hosts.push_back(fleet.host(static_cast<int>(h)));
+  TopologyLinks links;
+  links.hostLatencyUs = spec.hostLatencyUs;
+  links.uplinkLatencyUs = {spec.rackLatencyUs, spec.podLatencyUs};
+  for (size_t h = 0; h < dc.hosts(); ++h) links.hosts.push_back({spec.hostMbps, spec.hostMbps});
+  HierarchyLevel racks{"rack", 1, {}}, pods{"pod", 1, {}};
+  racks.groups.resize(static_cast<size_t>(dc.racks()));
+  pods.groups.resize(static_cast<size_t>(spec.pods));
+  for (size_t h = 0; h < dc.hosts(); ++h) {
+    racks.groups[static_cast<size_t>(dc.rackOf(static_cast<int>(h)))].push_back(t.hosts[h].name);
+    pods.groups[static_cast<size_t>(dc.podOf(static_cast<int>(h)))].push_back(t.hosts[h].name);
+  }
+  links.uplinks.resize(2);
+  for (int r = 0; r < dc.racks(); ++r)
+    links.uplinks[0].push_back({dc.rackUplinkMbps(r), dc.rackUplinkMbps(r)});
+  for (int p = 0; p < spec.pods; ++p)
+    links.uplinks[1].push_back({dc.podUplinkMbps(p), dc.podUplinkMbps(p)});
+  t.groups = {racks, pods};
+  t.links = std::move(links);
+  return t;
+}
+
+// The plan from the probe's topology and the plan from the truth, both scored on the true
+// network (16 MiB allreduce, live hosts only): the gap is what the probe's errors cost.
+double planGap(const Datacenter& dc, const SimFleet& fleet, const Topology& probed) {
+  std::vector<reorder::HostEntry> live;
+  for (size_t h = 0; h < dc.hosts(); ++h)
+    if (dc.alive(static_cast<int>(h))) live.push_back({fleet.host(static_cast<int>(h)).name, "", 0});
+  Topology found = reorder::selectHosts(probed, live, "hosts", "probe");
+  Topology truth = reorder::selectHosts(truthTopology(dc, fleet), live, "hosts", "truth");
+  reorder::PlanOptions po;
+  auto best = reorder::planTopology(truth, po);
+  auto got = reorder::planTopology(found, po);
+  std::vector<std::string> names;
+  for (const auto& h : truth.hosts) names.push_back(h.name);
+  const uint64_t bytes = 16ull << 20;
+  double optimum = reorder::predictedAllreduceUs(best.model, names, best.plan, bytes);
+  double ours = reorder::predictedAllreduceUs(best.model, names, got.plan, bytes);
+  auto algo = [&](const reorder::PlanResult& r) {
+    std::string out;
+    for (const auto& range : r.plan.collectives.at("allreduce"))
+      out += fmt::format(" {}:{}", range.minBytes, algorithmName(range.algorithm));
+    return out + fmt::format(" weights {}", r.plan.chunkWeights.size());
+  };
+  std::printf("plan: %.0f us on the true network, optimum %.0f us (%+.1f%%)\n  ours%s\n  best%s\n", ours, optimum,
+              100 * (ours / optimum - 1), algo(got).c_str(), algo(best).c_str());
+  return ours / optimum - 1;
+}
+
 Scored probeOnce(const DatacenterSpec& spec, probe::RoundOptions opts = {}) {
   Datacenter dc(spec);
   SimFleet fleet(dc);
   Scored s;
   s.out = probe::runRound(fleet, opts, Deadline::after(std::chrono::minutes(10)));
+  s.planGap = planGap(dc, fleet, s.out.topology);
   const auto& lv = s.out.structure.levels;
   s.rackAri = ari(dc, lv.empty() ? std::vector<int>{} : lv[0], false);
   s.podAri = ari(dc, lv.size() < 2 ? std::vector<int>{} : lv[1], true);
@@ -130,6 +187,10 @@ TEST(ProbeScale, Hosts1024) {
   EXPECT_LE(s.flowsPerHost, 32);
   EXPECT_LE(s.out.cost.seconds, 60);
   EXPECT_EQ(s.out.deadHosts.size(), 3u);
+  // The target is 5%; the plan measured here is 7.7% slower than the optimum on the true
+  // network (at 16 MiB the probe's capacities choose ring where the truth's choose tree; see
+  // docs/performance.md). This bound guards against regressions until that is closed.
+  EXPECT_LE(s.planGap, 0.10);
   std::printf("1024: sim seconds %.2f flows/host %.1f trials %llu pings %llu wall %.2f s\n",
               s.out.cost.seconds, s.flowsPerHost,
               static_cast<unsigned long long>(s.out.cost.trials),
