@@ -601,8 +601,8 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
     in = std::max(in, r.value);
   }
   // A flow alone far below what both its hosts reached elsewhere was held back by something
-  // else (a descheduled sender, a burst of other traffic): measured again in small batches, and
-  // the best reading stands.
+  // else (a descheduled sender, a burst of other traffic): measured again, and the best reading
+  // stands.
   {
     std::map<HostPair, double> bestAlone;
     for (const auto& r : s.readings)
@@ -616,9 +616,10 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
                                links.hosts[static_cast<size_t>(p.second)].inMbps);
       if (v < kConfirmFraction * expect) again.push_back(p);
     }
-    size_t batch = s.opts().maxFlowsPerTrial > 0
-                       ? std::min(kConfirmBatch, s.opts().maxFlowsPerTrial)
-                       : kConfirmBatch;
+    // Inside groups (no uplink), each host in at most two of them: all at once, in parts of
+    // maxFlowsPerTrial where the machines cannot carry more.
+    size_t batch = s.opts().maxFlowsPerTrial > 0 ? s.opts().maxFlowsPerTrial
+                                                 : std::max<size_t>(1, again.size());
     for (size_t i = 0; i < again.size() && !s.stopped(); i += batch) {
       std::vector<HostPair> part(again.begin() + static_cast<long>(i),
                                  again.begin() + static_cast<long>(std::min(again.size(), i + batch)));

@@ -68,9 +68,8 @@ inline constexpr int kFarReadings = 2;
 // inside a group that much, while a congested uplink does.
 inline constexpr double kVeryFarFraction = 0.15;
 // A flow measured alone below this fraction of what both its hosts reached elsewhere is
-// measured again, kConfirmBatch flows at a time.
+// measured again (once).
 inline constexpr double kConfirmFraction = 0.95;
-inline constexpr size_t kConfirmBatch = 4;
 // The single-flow uplink trial runs this many times the usual window.
 inline constexpr int64_t kUplinkWindowFactor = 3;
 // A host that fails this many requests in a round is out of it.

@@ -50,14 +50,14 @@ def main():
         tl.check(t_before is not None and t_before["version"] == 1,
                  f"{victim} has the pushed version 1")
 
-        # Kill one agent during the bandwidth phase of a round.
+        # Kill one agent while the round measures (its structure or links phase).
         status, text = agents.http(vm0, "POST", "/v1/probe", "{}", agents.token())
         tl.check(status == 202, f"POST /v1/probe -> {status}")
         rid = json.loads(text)["round_id"]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             _, st = agents.get_json(vm0, f"/v1/rounds/{rid}")
-            if st["status"] != "running" or st["phase"] in ("bandwidth", "remeasure"):
+            if st["status"] != "running" or st["phase"] in ("structure", "links"):
                 break
             time.sleep(0.1)
         tl.check(st["status"] == "running", f"round {rid} reached phase {st['phase']}")
