@@ -137,7 +137,10 @@ void RoundState::judge(const std::vector<HostPair>& pairs, const std::vector<Out
     failures[o.reason.empty() ? "peer" : o.reason]++;
     int culprit = o.culprit >= 0 ? o.culprit : pairs[k].second;
     if (!o.asked || !live(culprit)) continue;
-    if (++strikes_[static_cast<size_t>(culprit)] >= kMaxStrikes)
+    // Not accepting connections is final (the fleet retried them); a slow answer gets a second
+    // chance.
+    strikes_[static_cast<size_t>(culprit)] += o.reason == "connect" ? kMaxStrikes : 1;
+    if (strikes_[static_cast<size_t>(culprit)] >= kMaxStrikes)
       drop(culprit, fmt::format("{} -> {}: {} ({})", fleet_.host(pairs[k].first).name,
                                 fleet_.host(pairs[k].second).name, o.message, o.reason));
   }
@@ -457,6 +460,8 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
       if (!twoBands) {
         // One band so far: either a network with no congested uplink, or no flow has yet run
         // inside a group. A few fresh trials decide which.
+        s.report({"structure", static_cast<size_t>(trial + 1), 4,
+                  fmt::format("trial {}: one band of rates so far", trial + 1)});
         if (trial >= 3) break;
         continue;
       }
@@ -494,15 +499,20 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
       st.signal = "none";
       return st;
     }
-    for (const auto& trial : contentionTrials(live, 2 * (live - 1), 12345)) {
-      if (s.stopped()) break;
+    auto trials = contentionTrials(live, 2 * (live - 1), 12345);
+    for (size_t k = 0; k < trials.size() && !s.stopped(); ++k) {
       std::vector<HostPair> flows;
-      for (auto [a, b] : trial)
+      for (auto [a, b] : trials[k])
         flows.emplace_back(initial[static_cast<size_t>(a)], initial[static_cast<size_t>(b)]);
       runTrial(flows);
+      s.report({"structure", k + 1, trials.size(),
+                fmt::format("contention trial {} of {}", k + 1, trials.size())});
     }
     Inference inf = inferGroups(live, evidence);
-    if (inf.sharedGroups().empty()) {
+    if (inf.sharedGroups().empty() || inf.confidence() < kMinContentionConfidence) {
+      if (!inf.sharedGroups().empty())
+        RANKMAP_INFO(Probe, "probe round: the contention fit's groups explain too little ({:.2f})",
+                     inf.confidence());
       st.signal = "none";
       return st;
     }

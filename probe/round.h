@@ -33,8 +33,8 @@
 //                    kDenseMaxHosts, full matrices whose other
 //                    entries come from the link model (the narrowest link on the path) and the
 //                    per-tier latencies.
-// A host that fails two requests is dropped for the round and named in the result; the round
-// never throws for a peer's failure. Deterministic for a deterministic fleet and seed.
+// A host that does not answer (after the fleet's connection retries) or answers too late twice is
+// dropped for the round and named in the result; the round never throws for a peer's failure. Deterministic for a deterministic fleet and seed.
 #pragma once
 
 #include <atomic>
@@ -72,7 +72,11 @@ inline constexpr double kVeryFarFraction = 0.15;
 inline constexpr double kConfirmFraction = 0.95;
 // The single-flow uplink trial runs this many times the usual window.
 inline constexpr int64_t kUplinkWindowFactor = 3;
-// A host that fails this many requests in a round is out of it.
+// The contention fit's partition is taken only when it explains at least this share of the
+// slow-down (probe::Inference::confidence); less is noise on a flat network.
+inline constexpr double kMinContentionConfidence = 0.5;
+// A host that fails this many requests in a round is out of it (one that does not accept the
+// connection at all, after the fleet's retries, is out at once).
 inline constexpr int kMaxStrikes = 2;
 
 struct RoundOptions {

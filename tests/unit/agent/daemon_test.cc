@@ -303,7 +303,7 @@ TEST(Coordinator, AgentKilledMidRoundLeavesItsPairsMissing) {
   Coordinator c(hosts, key, "test", o);
   std::atomic<bool> killed{false};
   RoundResult r = c.runFull(Deadline::after(20s), [&](const RoundProgress& p) {
-    if (p.phase == "links" && !killed.exchange(true)) a.d[3]->stop();  // "s" dies
+    if (p.phase == "structure" && !killed.exchange(true)) a.d[3]->stop();  // "s" dies
   });
   EXPECT_EQ(r.status(), "partial");
   EXPECT_EQ(r.deadHosts, (std::vector<std::string>{"s"}));
