@@ -640,6 +640,32 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
                 fmt::format("host links: {} flows measured again", again.size())});
   }
 
+  // The estimate: the mean of the readings within kHostBand of the best. The best alone would
+  // carry the noise of one reading upwards (a few percent over a handful of readings); the
+  // band still leaves out readings that something else held back.
+  {
+    std::vector<std::vector<double>> outs(n), ins(n);
+    for (const auto& r : s.readings) {
+      if (r.kind != "bandwidth") continue;
+      outs[static_cast<size_t>(r.src)].push_back(r.value);
+      ins[static_cast<size_t>(r.dst)].push_back(r.value);
+    }
+    auto band = [](const std::vector<double>& v, double best) {
+      double sum = 0;
+      int k = 0;
+      for (double x : v)
+        if (x >= kHostBand * best) {
+          sum += x;
+          ++k;
+        }
+      return k ? sum / k : best;
+    };
+    for (size_t h = 0; h < n; ++h) {
+      links.hosts[h].outMbps = band(outs[h], links.hosts[h].outMbps);
+      links.hosts[h].inMbps = band(ins[h], links.hosts[h].inMbps);
+    }
+  }
+
   // Uplinks, level by level.
   for (size_t l = 0; l < st.levels.size(); ++l) {
     const auto& groupOf = st.levels[l];
@@ -702,7 +728,7 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
         cap[b].inMbps = std::max(cap[b].inMbps, *got[k]);
         double hosts = std::min(links.hosts[static_cast<size_t>(flows[k].first)].outMbps,
                                 links.hosts[static_cast<size_t>(flows[k].second)].inMbps);
-        if (*got[k] < kConfirmFraction * hosts) {
+        if (*got[k] < kUplinkBoundFraction * hosts) {
           bound[a].first = true;
           bound[b].second = true;
         }

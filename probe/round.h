@@ -70,6 +70,11 @@ inline constexpr double kVeryFarFraction = 0.15;
 // A flow measured alone below this fraction of what both its hosts reached elsewhere is
 // measured again (once).
 inline constexpr double kConfirmFraction = 0.95;
+// A host link's capacity is the mean of its readings within this fraction of its best one.
+inline constexpr double kHostBand = 0.9;
+// A single flow alone on an uplink below this fraction of its hosts' rate was held by the
+// uplink: its reading is the uplink's capacity (well below 1: readings carry noise).
+inline constexpr double kUplinkBoundFraction = 0.8;
 // The single-flow uplink trial runs this many times the usual window.
 inline constexpr int64_t kUplinkWindowFactor = 3;
 // The contention fit's partition is taken only when it explains at least this share of the
