@@ -17,6 +17,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kAnswerMarginMs = 500;
+// A bandwidth trial starts this long after its requests go out, plus 1 ms per
+// kBarrierFlowsPerMs flows, at most kBarrierMaxMs: the requests' fan-out and every flow's
+// connection and handshake fit in it (64 flows on the 2-core emulated cloud: ~50 ms).
+constexpr int64_t kBarrierMs = 100;
+constexpr int64_t kBarrierFlowsPerMs = 8;
+constexpr int64_t kBarrierMaxMs = 1000;
+
+std::chrono::milliseconds trialBarrier(size_t flows) {
+  return std::chrono::milliseconds(std::min<int64_t>(
+      kBarrierMaxMs, kBarrierMs + static_cast<int64_t>(flows) / kBarrierFlowsPerMs));
+}
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -81,8 +92,10 @@ Deadline Coordinator::latencyDeadline(Deadline round, const probe::LatencyOption
   return Deadline::after(expected + opts_.taskSlack).min(round);
 }
 
-Deadline Coordinator::bandwidthDeadline(Deadline round, const probe::BandwidthOptions& bo) const {
-  auto expected = std::chrono::milliseconds(2 * bo.maxMs);
+Deadline Coordinator::bandwidthDeadline(Deadline round, const probe::BandwidthOptions& bo,
+                                        std::chrono::milliseconds barrier) const {
+  // Every transfer is over by bulkEnd() after its start (probe/measure.h).
+  auto expected = barrier + std::chrono::milliseconds(2 * bo.maxMs + probe::kBulkGraceMs);
   return Deadline::after(expected + opts_.taskSlack).min(round);
 }
 
@@ -106,6 +119,7 @@ void Coordinator::runTasks(std::vector<Task>& tasks) {
     r.body = t.request;
     r.deadline = t.deadline;
     r.answerMargin = std::chrono::milliseconds(kAnswerMarginMs);
+    r.startAt = t.startAt;
     requests.push_back(std::move(r));
     which.push_back(i);
   }
@@ -206,8 +220,13 @@ std::vector<probe::Outcome<double>> Coordinator::bandwidth(const std::vector<pro
                                                            Deadline d) {
   std::vector<probe::Outcome<double>> out(flows.size());
   std::vector<Task> tasks(flows.size());
-  Deadline bd = bandwidthDeadline(d, bo);
+  // Every flow connects first, then all start together (probe/measure.h): the barrier is what
+  // the fan-out of the requests and the agents' handshakes take.
+  auto barrier = trialBarrier(flows.size());
+  Deadline bd = bandwidthDeadline(d, bo, barrier);
+  auto startAt = Clock::now() + barrier;
   for (size_t k = 0; k < flows.size(); ++k) {
+    tasks[k].startAt = startAt;
     tasks[k].host = flows[k].first;
     tasks[k].request = {{"op", "bandwidth"},
                         {"direction", "send"},
@@ -250,7 +269,9 @@ std::vector<std::optional<double>> Coordinator::runFlows(
   std::vector<std::optional<double>> out(flows.size());
   std::vector<Task> tasks;
   std::vector<size_t> which;
-  Deadline d = bandwidthDeadline(round, bo);
+  auto barrier = trialBarrier(flows.size());
+  Deadline d = bandwidthDeadline(round, bo, barrier);
+  auto startAt = Clock::now() + barrier;
   for (size_t k = 0; k < flows.size(); ++k) {
     auto [s, t] = flows[k];
     if (dead[static_cast<size_t>(s)] || dead[static_cast<size_t>(t)]) continue;
@@ -259,6 +280,7 @@ std::vector<std::optional<double>> Coordinator::runFlows(
     task.request = {
         {"op", "bandwidth"}, {"direction", "send"}, {"peer", peerJson(t)}, {"bulk", bo.toJson()}};
     task.deadline = d;
+    task.startAt = startAt;
     tasks.push_back(std::move(task));
     which.push_back(k);
   }

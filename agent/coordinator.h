@@ -110,11 +110,14 @@ class Coordinator : public probe::Fleet {
     std::string error;         // set on failure
     std::string reason;        // "connect", "timeout", "auth", "peer", "refused"
     bool agentFailed = false;  // the asked agent failed (not its peer)
+    // A bandwidth trial's common start (probe/fanout.h PendingRequest::startAt).
+    std::optional<std::chrono::steady_clock::time_point> startAt;
   };
   void runTasks(std::vector<Task>& tasks);
   Json peerJson(int h) const;
   Deadline latencyDeadline(Deadline round, const probe::LatencyOptions& lo) const;
-  Deadline bandwidthDeadline(Deadline round, const probe::BandwidthOptions& bo) const;
+  Deadline bandwidthDeadline(Deadline round, const probe::BandwidthOptions& bo,
+                             std::chrono::milliseconds barrier) const;
   // One trial: all flows at once; returns rates (nullopt = failed) and counts failures.
   std::vector<std::optional<double>> runFlows(const std::vector<probe::HostPair>& flows,
                                               const probe::BandwidthOptions& bo, Deadline round,

@@ -73,6 +73,7 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
                {{"min", s.minUs}, {"median", s.medianUs}, {"p90", s.p90Us}, {"p99", s.p99Us}}}};
     }
     auto bo = probe::BandwidthOptions::fromJson(r.at("bulk", "bulk options").json(), source);
+    if (auto v = r.find("start_in_ms")) bo.startInMs = v->integerIn(0, probe::kMaxBulkStartMs);
     std::string dir = r.at("direction", "\"send\" or \"recv\"").str();
     probe::BulkResult b;
     if (dir == "send")

@@ -393,10 +393,17 @@ void Fanout::sendRequest(size_t i) {
   Conn& c = conns_[i];
   const PendingRequest& r = reqs_[i];
   std::string text;
-  if (r.answerMargin && (r.body.is_object() || r.body.is_null())) {
+  if ((r.answerMargin || r.startAt) && (r.body.is_object() || r.body.is_null())) {
     Json body = r.body;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(r.deadline.remaining());
-    body["timeout_ms"] = std::max<int64_t>(1, (left - *r.answerMargin).count());
+    if (r.answerMargin) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(r.deadline.remaining());
+      body["timeout_ms"] = std::max<int64_t>(1, (left - *r.answerMargin).count());
+    }
+    if (r.startAt)
+      body["start_in_ms"] = std::max<int64_t>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(
+                 *r.startAt - std::chrono::steady_clock::now())
+                 .count());
     text = body.dump();
   } else {
     text = r.body.dump();

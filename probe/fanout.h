@@ -63,6 +63,10 @@ struct PendingRequest {
   // it, so that its answer (even "my peer timed out") arrives before we give up; computing it at
   // send time keeps it true for requests that waited for a slot or a connect retry.
   std::optional<std::chrono::milliseconds> answerMargin;
+  // When set, the body gets "start_in_ms" = how long from when the Request frame is built until
+  // this instant (at least 0): requests of one trial, sent over a few milliseconds or after
+  // connect retries, then name the same instant.
+  std::optional<std::chrono::steady_clock::time_point> startAt;
 };
 
 struct RequestOutcome {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "common/log.h"
@@ -35,7 +36,13 @@ const char* fillerChunk() {
 }  // namespace
 
 Json BandwidthOptions::toJson() const {
-  return {{"max_ms", maxMs}, {"max_bytes", maxBytes}, {"warmup", warmupFraction}};
+  Json j = {{"max_ms", maxMs}, {"max_bytes", maxBytes}, {"warmup", warmupFraction}};
+  if (startInMs > 0) j["start_in_ms"] = startInMs;
+  return j;
+}
+
+Clock::time_point bulkEnd(Clock::time_point start, const BandwidthOptions& opts) {
+  return start + std::chrono::milliseconds(2 * opts.maxMs + kBulkGraceMs);
 }
 
 BandwidthOptions BandwidthOptions::fromJson(const Json& j, std::string_view source) {
@@ -46,11 +53,16 @@ BandwidthOptions BandwidthOptions::fromJson(const Json& j, std::string_view sour
   auto w = r.at("warmup", "a fraction in [0, 0.9]");
   o.warmupFraction = w.nonNegative();
   if (o.warmupFraction > 0.9) w.fail("a fraction in [0, 0.9]");
+  if (auto v = r.find("start_in_ms")) o.startInMs = v->integerIn(0, kMaxBulkStartMs);
   return o;
 }
 
 Json BulkResult::toJson() const {
-  return {{"bytes", bytes}, {"seconds", seconds}, {"mbps", mbps}, {"total_bytes", totalBytes}};
+  return {{"bytes", bytes},
+          {"seconds", seconds},
+          {"mbps", mbps},
+          {"total_bytes", totalBytes},
+          {"cut", cut}};
 }
 
 BulkResult BulkResult::fromJson(const Json& j, std::string_view source) {
@@ -60,10 +72,11 @@ BulkResult BulkResult::fromJson(const Json& j, std::string_view source) {
   b.seconds = r.at("seconds").nonNegative();
   b.mbps = r.at("mbps").nonNegative();
   b.totalBytes = r.at("total_bytes").unsignedInt();
+  if (auto c = r.find("cut")) b.cut = c->boolean();  // absent from agents before 0.x: false
   return b;
 }
 
-BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d) {
+BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d, Clock::time_point end) {
   // Bytes are counted where the kernel received them (TCP_INFO) when it can say: a receiver
   // that is descheduled for a moment on a busy machine then still sees the network's rate,
   // not the rate at which it happened to read. Reading goes on all the time, so the receive
@@ -109,8 +122,17 @@ BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d) {
     if (kernel && t1 - t0 <= kTight) samples.push_back({at, *bytes});
     return at;
   };
+  const Deadline bounded = d.min(Deadline::at(end));
+  bool cut = false;
   for (;;) {
-    size_t k = s.recvSome(buf.data(), buf.size(), d, "bulk receive");
+    size_t k = 0;
+    try {
+      k = s.recvSome(buf.data(), buf.size(), bounded, "bulk receive");
+    } catch (const TimeoutError&) {
+      if (d.expired()) throw;
+      cut = true;  // starved past bulkEnd(): what arrived is the rate
+      break;
+    }
     auto now = Clock::now();
     if (k == 0)
       throw PeerError(
@@ -131,13 +153,23 @@ BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d) {
     if (!kernel) samples.push_back({now, total});
     if (now - first >= window || total >= opts.maxBytes) break;
   }
+  BulkResult r;
+  r.totalBytes = total;
+  r.cut = cut;
+  if (cut) {
+    // Every byte read over the time since the first, stalls included: a starved flow's few
+    // bursts are all it had.
+    if (total == 0) return r;
+    r.bytes = total;
+    r.seconds = std::max(secondsBetween(first, Clock::now()), 1e-6);
+    r.mbps = static_cast<double>(r.bytes) / r.seconds * 8.0 / 1e6;
+    return r;
+  }
   // Only count from the warm mark when data arrived after it (not when the mark and the end of
   // the window fell on the same read): else the interval would be a few microseconds.
   const bool fromWarm = warm && last > warmRecv;
   auto lastStamp = stamp(&kernelLast, 5);
   if (kernel) last = lastStamp;
-  BulkResult r;
-  r.totalBytes = total;
   const Clock::time_point from = fromWarm ? warmAt : first;
   if (fromWarm) {
     r.bytes = kernel ? kernelLast - kernelWarm : total - warmBytes;
@@ -155,11 +187,15 @@ BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d) {
   return r;
 }
 
-uint64_t streamBulk(Socket& s, uint64_t maxBytes, Deadline d) {
+uint64_t streamBulk(Socket& s, uint64_t maxBytes, Deadline d, Clock::time_point stopAt) {
   const char* chunk = fillerChunk();
   uint64_t sent = 0;
-  while (sent < maxBytes) {
-    auto [readable, writable] = s.waitEither(d);
+  const Deadline bounded = d.min(Deadline::at(stopAt));
+  // Stops at stopAt even while the socket stays writable: a result that must come back through
+  // queues full of other flows' bytes arrives only once every sender has stopped.
+  while (sent < maxBytes && Clock::now() < stopAt) {
+    auto [readable, writable] = s.waitEither(bounded);
+    if (!readable && !writable && !d.expired()) break;  // stopAt: the transfer is over
     if (!readable && !writable)
       throw TimeoutError(
           fmt::format("bulk send: peer {} stopped reading before the deadline", s.peerText()));
@@ -198,11 +234,31 @@ LatencyStats measureLatency(const Endpoint& peer, const ProbeKey& key, std::stri
   return measureLatency(c, opts, d);
 }
 
+namespace {
+
+// The instant a transfer asked for at `asked` starts, and the options to send the peer (the
+// start relative to now, once this side is connected).
+BandwidthOptions startingAt(const BandwidthOptions& opts, Clock::time_point start) {
+  BandwidthOptions o = opts;
+  o.startInMs = std::max<int64_t>(
+      0, std::chrono::duration_cast<std::chrono::milliseconds>(start - Clock::now()).count());
+  return o;
+}
+
+void waitUntil(Clock::time_point t, Deadline d) {
+  auto until = std::min(t, d.when());
+  if (until > Clock::now()) std::this_thread::sleep_until(until);
+}
+
+}  // namespace
+
 BulkResult measureSendTo(const Endpoint& peer, const ProbeKey& key, std::string_view self,
                          const BandwidthOptions& opts, Deadline d) {
+  const auto start = Clock::now() + std::chrono::milliseconds(opts.startInMs);
   Channel c = Channel::connect(peer, key, self, d);
-  c.send(MsgType::kBulkSink, opts.toJson().dump(), d);
-  streamBulk(c.socket(), opts.maxBytes, d);
+  c.send(MsgType::kBulkSink, startingAt(opts, start).toJson().dump(), d);
+  waitUntil(start, d);
+  streamBulk(c.socket(), opts.maxBytes, d, bulkEnd(start, opts));
   std::string result = c.expect(MsgType::kBulkResult, d);
   abortConnection(c.socket());  // drop what is still queued: the window is over
   return BulkResult::fromJson(parseJson(result, "BulkResult"), "BulkResult");
@@ -210,9 +266,10 @@ BulkResult measureSendTo(const Endpoint& peer, const ProbeKey& key, std::string_
 
 BulkResult measureReceiveFrom(const Endpoint& peer, const ProbeKey& key, std::string_view self,
                               const BandwidthOptions& opts, Deadline d) {
+  const auto start = Clock::now() + std::chrono::milliseconds(opts.startInMs);
   Channel c = Channel::connect(peer, key, self, d);
-  c.send(MsgType::kBulkSource, opts.toJson().dump(), d);
-  BulkResult r = receiveBulk(c.socket(), opts, d);
+  c.send(MsgType::kBulkSource, startingAt(opts, start).toJson().dump(), d);
+  BulkResult r = receiveBulk(c.socket(), opts, d, bulkEnd(start, opts));
   // A reset is how the sender learns the window is over; it also drops its queued bytes.
   abortConnection(c.socket());
   return r;

@@ -5,10 +5,18 @@
 // (whichever first); the receiver times it from its first byte and ignores the first
 // `warmupFraction` of the window (TCP slow start), so the result is the steady rate it saw,
 // fitted to a byte count after every read (stats.h: fittedRate).
+//
+// Start and end of a transfer (`startInMs`): the connection and its handshake come first, the
+// bytes `startInMs` after the request (a trial's flows connect while the network is quiet, then
+// all start together: a handshake behind another flow's bulk data in a shallow queue can wait
+// seconds for TCP's retransmissions). Neither side goes on past bulkEnd(): the sender stops
+// sending and the receiver ends its window there with what arrived (BulkResult::cut), so a flow
+// starved by a congested uplink reads low instead of holding the whole trial to its deadline.
 // Every function takes a Deadline and throws TimeoutError/PeerError/AuthError on a dead, slow,
 // silent or unauthenticated peer; nothing blocks past the deadline.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -28,28 +36,44 @@ struct BandwidthOptions {
   int64_t maxMs = 150;
   uint64_t maxBytes = 64ull << 20;
   double warmupFraction = 0.2;
+  int64_t startInMs = 0;  // bytes begin this long after the request (at most kMaxBulkStartMs)
   Json toJson() const;
   // Validates a request from a peer: bounded time and bytes. Throws InvalidInput.
   static BandwidthOptions fromJson(const Json& j, std::string_view source);
 };
 
+inline constexpr int64_t kMaxBulkStartMs = 10000;
+// After its start, a transfer ends by two windows and this much (queues that a starting trial
+// fills drain within it; a flow not done by then was starved).
+inline constexpr int64_t kBulkGraceMs = 100;
+// The end of a transfer that starts at `start`: start + 2 windows + kBulkGraceMs.
+std::chrono::steady_clock::time_point bulkEnd(std::chrono::steady_clock::time_point start,
+                                              const BandwidthOptions& opts);
+
 // What a receiver measured: `bytes` over `seconds` after warm-up (the window's end points), the
 // whole transfer, and `mbps`, the rate fitted to every count in that window (not bytes/seconds:
-// see receiveBulk).
+// see receiveBulk). `cut`: the window ended at bulkEnd() before it was full (the rate is then
+// what arrived over the time it had; 0 when nothing did).
 struct BulkResult {
   uint64_t bytes = 0;
   double seconds = 0;
   double mbps = 0;
   uint64_t totalBytes = 0;
+  bool cut = false;
   Json toJson() const;
   static BulkResult fromJson(const Json& j, std::string_view source);
 };
 
-// Receives raw bulk bytes on `s` until the window ends (see the file comment).
-BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d);
-// Streams raw bytes on `s` until maxBytes are sent or the peer sends something or closes;
-// returns the bytes sent. A peer that closes the connection ends the stream normally.
-uint64_t streamBulk(Socket& s, uint64_t maxBytes, Deadline d);
+// Receives raw bulk bytes on `s` until the window ends or `end` (then cut; see the file
+// comment).
+BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d,
+                       std::chrono::steady_clock::time_point end =
+                           std::chrono::steady_clock::time_point::max());
+// Streams raw bytes on `s` until maxBytes are sent, the peer sends something or closes, or
+// `stopAt`; returns the bytes sent. A peer that closes the connection ends the stream normally.
+uint64_t streamBulk(Socket& s, uint64_t maxBytes, Deadline d,
+                    std::chrono::steady_clock::time_point stopAt =
+                        std::chrono::steady_clock::time_point::max());
 
 // Round trips on an established channel.
 LatencyStats measureLatency(Channel& c, const LatencyOptions& opts, Deadline d);

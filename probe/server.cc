@@ -124,10 +124,13 @@ void ProbeServer::serveChannel(Channel& c) {
           c.send(MsgType::kError, e.what(), Deadline::after(opts_.idleTimeout));
           return;
         }
-        // The transfer may take the window plus what queues hold; bound it generously.
-        Deadline d = Deadline::after(std::chrono::milliseconds(bo.maxMs * 4) + opts_.idleTimeout);
+        // The bytes start bo.startInMs from now and end by bulkEnd(); the deadline only
+        // bounds a peer that stops reading or answering.
+        const auto start = std::chrono::steady_clock::now() + std::chrono::milliseconds(bo.startInMs);
+        Deadline d =
+            Deadline::at(start + std::chrono::milliseconds(bo.maxMs * 4) + opts_.idleTimeout);
         if (f.type == MsgType::kBulkSink) {
-          BulkResult r = receiveBulk(c.socket(), bo, d);
+          BulkResult r = receiveBulk(c.socket(), bo, d, bulkEnd(start, bo));
           c.send(MsgType::kBulkResult, r.toJson().dump(), d);
           // Drain until the sender sees the result and closes: closing with unread bytes would
           // reset the connection and could destroy the result before it is read.
@@ -140,7 +143,8 @@ void ProbeServer::serveChannel(Channel& c) {
           } catch (const std::exception&) {
           }
         } else {
-          streamBulk(c.socket(), bo.maxBytes, d);
+          std::this_thread::sleep_until(start);
+          streamBulk(c.socket(), bo.maxBytes, d, bulkEnd(start, bo));
           abortConnection(c.socket());
         }
         return;  // a bulk transfer ends its connection

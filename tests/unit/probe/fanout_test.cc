@@ -254,6 +254,23 @@ TEST(RequestAll, TheAgentsTimeBudgetIsStampedAtSendTime) {
   EXPECT_LE(budget, 2500);
 }
 
+TEST(RequestAll, TheCommonStartIsStampedAtSendTime) {
+  Server s(echo);
+  PendingRequest r = to(s.ep(), Json{{"op", "x"}}, 3s);
+  r.startAt = std::chrono::steady_clock::now() + 800ms;
+  PendingRequest past = to(s.ep(), Json{{"op", "x"}}, 3s);
+  past.startAt = std::chrono::steady_clock::now() - 1s;
+  PendingRequest none = to(s.ep(), Json{{"op", "x"}}, 3s);
+  auto out = requestAll({r, past, none}, keyA(), "c");
+  for (const auto& o : out) ASSERT_TRUE(o.reply) << o.error;
+  int64_t in = (*out[0].reply)["echo"]["start_in_ms"];
+  EXPECT_GT(in, 500);
+  EXPECT_LE(in, 800);
+  EXPECT_EQ((*out[1].reply)["echo"]["start_in_ms"], 0);
+  EXPECT_FALSE((*out[2].reply)["echo"].contains("start_in_ms"));
+  EXPECT_FALSE((*out[0].reply)["echo"].contains("timeout_ms"));
+}
+
 TEST(RequestAll, MixedOutcomesMapBackToTheirRequests) {
   Server good(echo);
   Server other(echo, keyB());

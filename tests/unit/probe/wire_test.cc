@@ -353,6 +353,86 @@ TEST(Bulk, StallPastTheWindowGivesASaneRate) {
   EXPECT_LT(r.mbps, 2.0 * (128 << 10) * 8 / 0.1 / 1e6);
 }
 
+// A sender stops at its end even while the socket stays writable (a receiver that reads
+// everything): a result that must come back through full queues needs every sender stopped.
+TEST(Bulk, SenderStopsAtItsEndWhileWritable) {
+  Listener l = listenOn(loopback(0));
+  Socket c = connectTo(loopback(l.port()), Deadline::after(1s));
+  auto peer = l.accept(Deadline::after(1s));
+  ASSERT_TRUE(peer);
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    std::vector<char> buf(1 << 20);
+    try {
+      while (!done && peer->recvSome(buf.data(), buf.size(), Deadline::after(2s), "test") > 0) {
+      }
+    } catch (const std::exception&) {
+    }
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  uint64_t sent = streamBulk(c, 1ull << 40, Deadline::after(5s), t0 + 200ms);
+  auto took = std::chrono::steady_clock::now() - t0;
+  done = true;
+  c.close();
+  reader.join();
+  EXPECT_GT(sent, 0u);
+  EXPECT_GE(took, 190ms);
+  EXPECT_LT(took, 1s);
+}
+
+// A starved flow: the window ends at the transfer's end with what arrived (cut), not at the
+// deadline with an error.
+TEST(Bulk, ReceiverCutsAStarvedFlowAtItsEnd) {
+  Listener l = listenOn(loopback(0));
+  Socket c = connectTo(loopback(l.port()), Deadline::after(1s));
+  auto peer = l.accept(Deadline::after(1s));
+  ASSERT_TRUE(peer);
+  BandwidthOptions o;
+  o.maxMs = 100;
+  auto t0 = std::chrono::steady_clock::now();
+  BulkResult none = receiveBulk(*peer, o, Deadline::after(5s), t0 + 150ms);
+  EXPECT_TRUE(none.cut);
+  EXPECT_EQ(none.totalBytes, 0u);
+  EXPECT_EQ(none.mbps, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+
+  std::string chunk(64 << 10, 'x');
+  c.sendAll(chunk.data(), chunk.size(), Deadline::after(1s), "test");  // then silence
+  t0 = std::chrono::steady_clock::now();
+  BulkResult some = receiveBulk(*peer, o, Deadline::after(5s), t0 + 200ms);
+  EXPECT_TRUE(some.cut);
+  EXPECT_EQ(some.totalBytes, chunk.size());
+  // 64 KiB over the ~200 ms the flow had: ~2.6 Mbit/s, not the loopback's burst rate.
+  EXPECT_GT(some.mbps, 0);
+  EXPECT_LT(some.mbps, 10);
+  // The deadline still wins over a later end.
+  EXPECT_THROW(receiveBulk(*peer, o, Deadline::after(100ms), t0 + 10s), TimeoutError);
+}
+
+// start_in_ms: the bytes begin that long after the request, the rate is the link's.
+TEST(Measure, BandwidthStartsAtItsStart) {
+  TestServer s;
+  BandwidthOptions bo;
+  bo.maxMs = 60;
+  bo.startInMs = 300;
+  auto t0 = std::chrono::steady_clock::now();
+  BulkResult to = measureSendTo(s.ep(), keyA(), "c", bo, Deadline::after(5s));
+  BulkResult from = measureReceiveFrom(s.ep(), keyA(), "c", bo, Deadline::after(5s));
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, 600ms);
+  EXPECT_LT(took, 3s);
+  for (const auto& r : {to, from}) {
+    EXPECT_FALSE(r.cut);
+    EXPECT_GT(r.mbps, 10);
+    EXPECT_LT(r.seconds, 0.2);
+  }
+  BandwidthOptions back = BandwidthOptions::fromJson(bo.toJson(), "test");
+  EXPECT_EQ(back.startInMs, 300);
+  Json bad = bo.toJson();
+  bad["start_in_ms"] = kMaxBulkStartMs + 1;
+  EXPECT_THROW(BandwidthOptions::fromJson(bad, "test"), InvalidInput);
+}
+
 TEST(Measure, LatencyStatisticsAreOrderedAndCountSamples) {
   TestServer s;
   LatencyStats st = measureLatency(s.ep(), keyA(), "c", LatencyOptions{3, 50}, Deadline::after(5s));
