@@ -672,6 +672,7 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
   // Children of each parent group (the level above, or the root).
   std::map<int, std::vector<int>> children;
   for (int g = 0; g < ng; ++g) {
+    if (members[static_cast<size_t>(g)].empty()) continue;  // no host in the round
     int any = members[static_cast<size_t>(g)].front();
     int parent = l + 1 < st.levels.size() ? st.levels[l + 1][static_cast<size_t>(any)] : 0;
     children[parent].push_back(g);

@@ -115,7 +115,8 @@ struct Reading {
 };
 
 struct Structure {
-  std::string signal;  // "latency", "bandwidth", "contention" or "none" (one group)
+  std::string signal;  // "latency", "bandwidth", "contention", "none" (one group) or
+                       // "topology" (taken from one, for a re-probe: probe/recheck.h)
   // Innermost first; each level's groupOf maps host -> group (0.. in order of the lowest host),
   // -1 for hosts out of the round. Levels with a single group are not listed.
   std::vector<std::vector<int>> levels;
