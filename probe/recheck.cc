@@ -176,9 +176,12 @@ std::string hostList(RoundState& s, const std::vector<int>& hosts) {
 
 const char* recheckVerdictName(RecheckVerdict v) {
   switch (v) {
-    case RecheckVerdict::Unchanged: return "unchanged";
-    case RecheckVerdict::Groups: return "groups";
-    case RecheckVerdict::Full: return "full";
+    case RecheckVerdict::Unchanged:
+      return "unchanged";
+    case RecheckVerdict::Groups:
+      return "groups";
+    case RecheckVerdict::Full:
+      return "full";
   }
   return "?";
 }
@@ -275,7 +278,8 @@ RecheckResult checkTopology(RoundState& s, const Topology& t, const RecheckOptio
         u.from = a;
         u.to = b;
         double cap = std::min(ca.outMbps, cb.inMbps);
-        if (ca.outMbps < kUplinkBoundFraction * bestOut || cb.inMbps < kUplinkBoundFraction * bestIn) {
+        if (ca.outMbps < kUplinkBoundFraction * bestOut ||
+            cb.inMbps < kUplinkBoundFraction * bestIn) {
           // One flow fills it: measured as measureLinks did.
           u.flows = {{src, dst}};
           longWindow[l] = 1;
@@ -314,7 +318,8 @@ RecheckResult checkTopology(RoundState& s, const Topology& t, const RecheckOptio
   };
   std::vector<int> farCount(n, 0);
   {
-    const bool tiers = lk.hostLatencyUs > 0 && !lk.uplinkLatencyUs.empty() && lk.uplinkLatencyUs[0] > 0;
+    const bool tiers =
+        lk.hostLatencyUs > 0 && !lk.uplinkLatencyUs.empty() && lk.uplinkLatencyUs[0] > 0;
     if (tiers && hostUnits > 0) {
       std::vector<HostPair> pairs;
       for (size_t k = 0; k < hostUnits; ++k) pairs.emplace_back(units[k].from, units[k].to);
@@ -338,8 +343,10 @@ RecheckResult checkTopology(RoundState& s, const Topology& t, const RecheckOptio
     for (auto* u : all)
       if (u->got && u->expected > 0 && change(*u) > o.threshold) suspects.push_back(u);
     s.report({"check", static_cast<size_t>(level + 2), levels.size() + 1,
-              fmt::format("{}: {} units, {} suspect", level < 0 ? "host links" : t.groups[static_cast<size_t>(level)].name + " uplinks",
-                          all.size(), suspects.size())});
+              fmt::format(
+                  "{}: {} units, {} suspect",
+                  level < 0 ? "host links" : t.groups[static_cast<size_t>(level)].name + " uplinks",
+                  all.size(), suspects.size())});
     if (suspects.empty()) continue;
     measure(s, suspects, longer);
     for (auto* u : suspects) u->changed = u->got && change(*u) > o.threshold;
@@ -421,12 +428,13 @@ RecheckResult checkTopology(RoundState& s, const Topology& t, const RecheckOptio
   for (const auto& g : res.groups)
     res.names.push_back(fmt::format("{} {} {}", t.groups[g.level].name, g.group,
                                     g.hostLinks && g.uplink ? "hosts and uplink"
-                                    : g.uplink             ? "uplink"
-                                                           : "hosts"));
+                                    : g.uplink              ? "uplink"
+                                                            : "hosts"));
   size_t innermost = t.groups[0].groups.size();
   if (res.groups.size() > kMaxRepairGroups ||
       static_cast<double>(res.groups.size()) > kMaxRepairFraction * static_cast<double>(innermost))
-    return full(fmt::format("{} groups changed: {}", res.groups.size(), fmt::join(res.names, ", ")));
+    return full(
+        fmt::format("{} groups changed: {}", res.groups.size(), fmt::join(res.names, ", ")));
   res.verdict = RecheckVerdict::Groups;
   return res;
 }

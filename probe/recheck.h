@@ -71,13 +71,13 @@ const char* recheckVerdictName(RecheckVerdict v);  // "unchanged", "groups", "fu
 
 struct RecheckResult {
   RecheckVerdict verdict = RecheckVerdict::Unchanged;
-  std::string reason;                // why a full round is needed (empty otherwise)
-  std::vector<GroupChange> groups;   // the changed groups (also with Full when too many)
-  std::vector<std::string> names;    // of `groups`: "rack 5 uplink", "rack 2 hosts"
-  std::vector<int> movedHosts;       // hosts whose group-mates look far away
-  std::vector<UnitChange> changed;   // confirmed changes
-  size_t units = 0;                  // units compared
-  double maxChange = 0;              // largest confirmed relative change
+  std::string reason;               // why a full round is needed (empty otherwise)
+  std::vector<GroupChange> groups;  // the changed groups (also with Full when too many)
+  std::vector<std::string> names;   // of `groups`: "rack 5 uplink", "rack 2 hosts"
+  std::vector<int> movedHosts;      // hosts whose group-mates look far away
+  std::vector<UnitChange> changed;  // confirmed changes
+  size_t units = 0;                 // units compared
+  double maxChange = 0;             // largest confirmed relative change
 };
 
 // The check; `t` must list the fleet's hosts in the fleet's order (else the verdict is Full).
