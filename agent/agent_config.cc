@@ -113,8 +113,10 @@ AgentConfig AgentConfig::fromJson(const Json& doc, std::string_view source) {
     checkKeys(*p, {"interval", "jitter", "sample_rounds", "change_threshold", "publish_threshold"});
     if (auto v = p->find("interval")) c.reprobe.interval = durationOf(*v);
     if (auto v = p->find("jitter")) c.reprobe.jitter = fraction(*v, 0.5);
-    if (auto v = p->find("sample_rounds"))
-      c.reprobe.sampleRounds = static_cast<int>(v->integerIn(1, 1000));
+    for (const char* key : kRetiredReprobeKeys)
+      if (p->find(key))
+        RANKMAP_WARN(Agent, "{}: reprobe option \"{}\" is ignored: the light check measures "
+                     "representatives of every link, not a sample (docs/probing.md)", source, key);
     if (auto v = p->find("change_threshold")) c.reprobe.changeThreshold = fraction(*v, 10);
     if (auto v = p->find("publish_threshold")) c.reprobe.publishThreshold = fraction(*v, 10);
   }
@@ -153,7 +155,6 @@ Json AgentConfig::toJson() const {
           {"reprobe",
            {{"interval", durationText(reprobe.interval)},
             {"jitter", reprobe.jitter},
-            {"sample_rounds", reprobe.sampleRounds},
             {"change_threshold", reprobe.changeThreshold},
             {"publish_threshold", reprobe.publishThreshold}}},
           {"http", {{"max_body_bytes", maxBodyBytes}, {"timeout", durationText(httpTimeout)}}}};

@@ -35,11 +35,14 @@ inline constexpr const char* kRetiredProbeKeys[] = {
     "bidirectional", "contention", "contention_trials", "discovery_ms", "remeasure",
     "remeasure_passes"};
 
+// Keys of the sampling light check that the incremental one (probe/recheck.h) no longer has:
+// accepted and ignored with a warning, like kRetiredProbeKeys.
+inline constexpr const char* kRetiredReprobeKeys[] = {"sample_rounds"};
+
 struct ReprobeOptions {
   std::chrono::milliseconds interval{0};  // 0 = no periodic re-probe
   double jitter = 0.1;                    // +- fraction of the interval
-  int sampleRounds = 2;                   // round-robin rounds measured by a light check
-  double changeThreshold = 0.25;          // relative change that triggers a full round
+  double changeThreshold = 0.25;          // relative change that triggers a re-probe
   double publishThreshold = 0.15;         // ... and that a new topology must show to replace
 };
 

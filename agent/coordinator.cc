@@ -311,21 +311,39 @@ std::vector<std::optional<double>> Coordinator::runFlows(
   return out;
 }
 
-RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
-                                 const std::atomic<bool>* cancel) {
-  auto t0 = Clock::now();
-  const size_t n = hosts_.size();
+probe::RoundOptions Coordinator::roundOptions() const {
   probe::RoundOptions ro;
   ro.latency = opts_.latency;
   ro.bandwidth = opts_.bandwidth;
   ro.bandwidthEnabled = opts_.bandwidthEnabled;
   ro.maxFlowsPerTrial = opts_.maxParallelFlows;
+  return ro;
+}
+
+RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
+                                 const std::atomic<bool>* cancel) {
+  auto t0 = Clock::now();
   auto onProgress = [&](const probe::RoundProgress& p) {
     if (!p.detail.empty()) RANKMAP_INFO(Probe, "probe round: {}: {}", p.phase, p.detail);
     if (progress) progress({p.phase, p.done, p.total, p.detail});
   };
-  probe::RoundOutcome out = probe::runRound(*this, ro, d, onProgress, cancel);
+  return resultOf(probe::runRound(*this, roundOptions(), d, onProgress, cancel), t0);
+}
 
+RoundResult Coordinator::runRepair(const Topology& current,
+                                   const std::vector<probe::GroupChange>& groups, Deadline d,
+                                   const ProgressFn& progress, const std::atomic<bool>* cancel) {
+  auto t0 = Clock::now();
+  auto onProgress = [&](const probe::RoundProgress& p) {
+    if (!p.detail.empty()) RANKMAP_INFO(Probe, "group re-probe: {}: {}", p.phase, p.detail);
+    if (progress) progress({p.phase, p.done, p.total, p.detail});
+  };
+  return resultOf(probe::runRepair(*this, current, groups, roundOptions(), d, onProgress, cancel),
+                  t0);
+}
+
+RoundResult Coordinator::resultOf(probe::RoundOutcome&& out, Clock::time_point t0) const {
+  const size_t n = hosts_.size();
   RoundResult res;
   res.topology = std::move(out.topology);
   res.topology.time = utcNow();
@@ -361,82 +379,38 @@ RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
   std::string phases;
   for (const auto& [name, secs] : res.phaseSeconds) phases += fmt::format(" {} {:.2f}", name, secs);
   RANKMAP_INFO(Probe,
-               "probe round: {} hosts, structure from {} ({} levels), {} bandwidth flows in {} "
+               "probe {}: {} hosts, structure from {} ({} levels), {} bandwidth flows in {} "
                "trials, {} pings; {} of {} pairs missing, {} dead, {:.2f} s ({});{}",
-               n, res.structure.signal, res.structure.levels.size(), res.cost.bandwidthFlows,
+               res.structure.signal == "topology" ? "group re-probe" : "round", n,
+               res.structure.signal, res.structure.levels.size(), res.cost.bandwidthFlows,
                res.cost.trials, res.cost.latencyPairs, res.pairsMissing, res.pairsTotal,
                res.deadHosts.size(), res.seconds, res.status(), phases);
   return res;
 }
 
-CheckResult Coordinator::runCheck(const Topology& current, int checkIndex, int roundsWanted,
-                                  double threshold, Deadline d) {
+CheckResult Coordinator::runCheck(const Topology& current, double threshold, Deadline d,
+                                  const std::atomic<bool>* cancel) {
   auto t0 = Clock::now();
+  probe::RecheckOptions ro;
+  ro.threshold = threshold;
+  auto out = probe::runRecheck(*this, current, ro, roundOptions(), d, cancel);
   CheckResult res;
-  size_t n = hosts_.size();
-  // Hosts of `current` by our index.
-  std::vector<int> cur(n, -1);
-  for (size_t h = 0; h < n; ++h) cur[h] = current.indexOf(hosts_[h].name);
-  auto rounds = probe::roundRobin(static_cast<int>(n));
-  if (rounds.empty()) return res;
-  std::vector<probe::HostPair> flows;
-  int count = std::min<int>(roundsWanted, static_cast<int>(rounds.size()));
-  for (int k = 0; k < count; ++k) {
-    // Spread the sampled rounds over the schedule; successive checks shift by one.
-    size_t r = static_cast<size_t>((checkIndex + k * static_cast<int>(rounds.size()) / count) %
-                                   static_cast<int>(rounds.size()));
-    for (auto [a, b] : rounds[r]) {
-      flows.emplace_back(a, b);
-      flows.emplace_back(b, a);
-    }
+  for (const auto& r : out.readings) {
+    res.measurements.push_back({hosts_[static_cast<size_t>(r.src)].name,
+                                hosts_[static_cast<size_t>(r.dst)].name, r.kind, r.value, r.phase,
+                                nullptr});
+    if (r.kind == "bandwidth") ++res.flows;
   }
-  // Flows apart from each other: no host and no shared-link group twice per slot.
-  std::vector<int> groupOf(n);
-  for (size_t h = 0; h < n; ++h) groupOf[h] = static_cast<int>(1000000 + h);
-  for (size_t g = 0; g < current.sharedLinks.size(); ++g)
-    for (const auto& name : current.sharedLinks[g].hosts)
-      for (size_t h = 0; h < n; ++h)
-        if (hosts_[h].name == name) groupOf[h] = static_cast<int>(g);
-  std::vector<bool> dead(n, false);
-  auto expected = [&](probe::HostPair f) -> std::optional<double> {
-    int a = cur[static_cast<size_t>(f.first)], b = cur[static_cast<size_t>(f.second)];
-    if (a < 0 || b < 0) return std::nullopt;
-    return pairMbps(current, static_cast<size_t>(a), static_cast<size_t>(b));
-  };
-  std::vector<probe::HostPair> suspects;
-  for (const auto& slot : probe::packFlows(flows, groupOf, opts_.maxParallelFlows)) {
-    if (d.expired()) break;
-    auto rates = runFlows(slot, opts_.bandwidth, d, dead, res.failures);
-    for (size_t k = 0; k < slot.size(); ++k) {
-      if (!rates[k]) continue;
-      ++res.flows;
-      auto [s, t] = slot[k];
-      res.measurements.push_back({hosts_[static_cast<size_t>(s)].name,
-                                  hosts_[static_cast<size_t>(t)].name, "bandwidth", *rates[k],
-                                  "check", nullptr});
-      auto e = expected(slot[k]);
-      if (e && relativeChange(*e, *rates[k]) > threshold) suspects.push_back(slot[k]);
-    }
-  }
-  // Confirmation: one flow at a time, so a burst of noise or a neighbour's flow in the same
-  // slot does not start a full round.
-  for (auto f : suspects) {
-    if (d.expired()) break;
-    auto rate = runFlows({f}, opts_.bandwidth, d, dead, res.failures)[0];
-    if (!rate) continue;
-    auto e = expected(f);
-    double change = relativeChange(*e, *rate);
-    res.measurements.push_back({hosts_[static_cast<size_t>(f.first)].name,
-                                hosts_[static_cast<size_t>(f.second)].name, "bandwidth", *rate,
-                                "check", nullptr});
-    if (change > threshold) {
-      ++res.changed;
-      res.maxChange = std::max(res.maxChange, change);
-      res.changedFlows.push_back(
-          fmt::format("{}->{} {:.0f} -> {:.0f} Mbit/s", hosts_[static_cast<size_t>(f.first)].name,
-                      hosts_[static_cast<size_t>(f.second)].name, *e, *rate));
-    }
-  }
+  res.failures = out.failures;
+  res.changed = out.result.changed.size();
+  res.maxChange = out.result.maxChange;
+  for (const auto& c : out.result.changed)
+    res.changedFlows.push_back(
+        fmt::format("{} {:.0f} -> {:.0f} Mbit/s", c.what, c.expectedMbps, c.gotMbps));
+  res.verdict = out.result.verdict;
+  res.reason = out.result.reason;
+  res.groups = out.result.groups;
+  res.changedGroups = out.result.names;
   res.seconds = since(t0);
   return res;
 }

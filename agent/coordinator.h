@@ -30,6 +30,7 @@
 #include "agent/store.h"
 #include "common/topology.h"
 #include "probe/fleet.h"
+#include "probe/recheck.h"
 #include "probe/round.h"
 #include "probe/wire.h"
 
@@ -59,15 +60,20 @@ struct RoundResult {
   std::string status() const;  // "ok", "partial" or "failed"
 };
 
-// A light check: a sample of flows measured apart from each other and compared to a topology.
+// A light check (probe/recheck.h): representatives of every link of a topology measured and
+// compared with its link model.
 struct CheckResult {
   size_t flows = 0;    // measured
-  size_t changed = 0;  // confirmed beyond the threshold
+  size_t changed = 0;  // units (a flow, or the flows across one uplink) confirmed changed
   double maxChange = 0;
-  std::vector<std::string> changedFlows;  // "a->b 250 -> 125 Mbit/s"
+  std::vector<std::string> changedFlows;  // "rack 5 -> rack 6 (12 flows) 8000 -> 4000 Mbit/s"
   std::vector<MeasurementRow> measurements;
   std::map<std::string, uint64_t> failures;
   double seconds = 0;
+  probe::RecheckVerdict verdict = probe::RecheckVerdict::Unchanged;
+  std::string reason;                       // why a full round is needed
+  std::vector<probe::GroupChange> groups;   // what a group re-probe re-measures
+  std::vector<std::string> changedGroups;   // "rack 5 uplink"
 };
 
 class Coordinator : public probe::Fleet {
@@ -79,13 +85,18 @@ class Coordinator : public probe::Fleet {
   // A full round over all hosts; never throws for a peer's failure (it becomes missing data).
   RoundResult runFull(Deadline d, const ProgressFn& progress = {},
                       const std::atomic<bool>* cancel = nullptr);
-  // Measures both directions of the pairs of `rounds` round-robin rounds (chosen by
-  // `checkIndex`, so successive checks cover different pairs), packed so that no host or
-  // shared-link group carries two flows at once, and compares them with `current`. A flow whose
-  // rate moved by more than `threshold` (relative) is measured again alone; it counts as changed
-  // only if it moved again (a confirmed change).
-  CheckResult runCheck(const Topology& current, int checkIndex, int rounds, double threshold,
-                       Deadline d);
+  // The light check of `current` (probe::runRecheck): a unit whose rate moved by more than
+  // `threshold` (relative) from the link model's prediction is measured again, and counts only
+  // if it moved again. The verdict says whether the change is confined to a few groups
+  // (runRepair) or needs a full round.
+  CheckResult runCheck(const Topology& current, double threshold, Deadline d,
+                       const std::atomic<bool>* cancel = nullptr);
+  // Re-measures the links of `groups` of `current` (probe::runRepair): the result's topology is
+  // `current` patched, stamped with the time; a host that failed is in deadHosts (the caller
+  // then runs a full round).
+  RoundResult runRepair(const Topology& current, const std::vector<probe::GroupChange>& groups,
+                        Deadline d, const ProgressFn& progress = {},
+                        const std::atomic<bool>* cancel = nullptr);
   const std::vector<Host>& hosts() const { return hosts_; }
 
   // probe::Fleet over the agents.
@@ -114,6 +125,9 @@ class Coordinator : public probe::Fleet {
     std::optional<std::chrono::steady_clock::time_point> startAt;
   };
   void runTasks(std::vector<Task>& tasks);
+  probe::RoundOptions roundOptions() const;
+  // A round's outcome as the agent records it (names, missing pairs, status).
+  RoundResult resultOf(probe::RoundOutcome&& out, std::chrono::steady_clock::time_point t0) const;
   Json peerJson(int h) const;
   Deadline latencyDeadline(Deadline round, const probe::LatencyOptions& lo) const;
   Deadline bandwidthDeadline(Deadline round, const probe::BandwidthOptions& bo,

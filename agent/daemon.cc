@@ -191,42 +191,76 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
       std::lock_guard<std::mutex> lock(mu_);
       progress_ = p;
     };
+    // Starts round `next` of `kind` on this thread (after the light check's record).
+    auto begin = [&](const std::string& kind) {
+      int64_t n = static_cast<int64_t>(hosts.size());
+      int64_t next = store_->beginRound(kind, n, n * (n - 1) / 2);
+      std::lock_guard<std::mutex> lock(mu_);
+      runningId_ = next;
+      runningKind_ = kind;
+      progress_ = RoundProgress{"starting", 0, 0, ""};
+      cv_.notify_all();
+      return next;
+    };
     if (light) {
-      // A light check against `baseline`; a confirmed change turns into a full round.
-      CheckResult c =
-          coord.runCheck(*baseline, checkIndex_++, cfg_.reprobe.sampleRounds,
-                         cfg_.reprobe.changeThreshold, Deadline::after(opts.roundTimeout));
+      // A light check against `baseline`; a change confined to a few groups re-probes those
+      // groups, any other change turns into a full round.
+      CheckResult c = coord.runCheck(*baseline, cfg_.reprobe.changeThreshold,
+                                     Deadline::after(opts.roundTimeout), &cancel_);
+      const bool changed = c.verdict != probe::RecheckVerdict::Unchanged;
       store_->addMeasurements(id, c.measurements);
       RoundRecord rec;
       rec.id = id;
-      rec.status = c.changed > 0 ? "changed" : "unchanged";
+      rec.status = changed ? "changed" : "unchanged";
       rec.pairsTotal = static_cast<int64_t>(c.flows);
       rec.seconds = c.seconds;
-      if (c.changed > 0) rec.error = fmt::format("changed: {}", fmt::join(c.changedFlows, "; "));
+      if (c.verdict == probe::RecheckVerdict::Groups)
+        rec.error = fmt::format("changed in {}: {}", fmt::join(c.changedGroups, ", "),
+                                fmt::join(c.changedFlows, "; "));
+      else if (changed)
+        rec.error = fmt::format("full round: {}", c.reason);
       store_->finishRound(rec);
       for (const auto& [why, k] : c.failures)
         metrics_.add("rankmap_probe_failures_total", fmt::format("reason=\"{}\"", why),
                      static_cast<double>(k));
       metrics_.add("rankmap_light_checks_total", fmt::format("result=\"{}\"", rec.status));
       metrics_.observe("rankmap_probe_round_duration_seconds", "kind=\"light\"", c.seconds);
-      RANKMAP_INFO(Agent, "agent {}: light check {}: {} flows, {} changed{}{}", name_, id, c.flows,
-                   c.changed, c.changed ? ": " : "", fmt::join(c.changedFlows, "; "));
-      if (c.changed == 0 || cancel_) {
+      RANKMAP_INFO(Agent, "agent {}: light check {}: {} flows, {}{}{}", name_, id, c.flows,
+                   probe::recheckVerdictName(c.verdict), rec.error.empty() ? "" : ": ", rec.error);
+      if (!changed || cancel_) {
         std::lock_guard<std::mutex> lock(mu_);
         runningId_.reset();
         cv_.notify_all();
         return;
       }
-      int64_t n = static_cast<int64_t>(hosts.size());
-      int64_t fullId = store_->beginRound("full", n, n * (n - 1) / 2);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        runningId_ = fullId;
-        runningKind_ = "full";
-        progress_ = RoundProgress{"starting", 0, 0, ""};
-        cv_.notify_all();
+      if (c.verdict == probe::RecheckVerdict::Groups) {
+        id = begin("repair");
+        RoundResult r = coord.runRepair(*baseline, c.groups, Deadline::after(opts.roundTimeout),
+                                        onProgress, &cancel_);
+        if (r.deadHosts.empty() && !r.cancelled) {
+          finishRound(id, "repair", r, baseline, hosts);
+          std::lock_guard<std::mutex> lock(mu_);
+          runningId_.reset();
+          cv_.notify_all();
+          return;
+        }
+        RoundRecord failed;
+        failed.id = id;
+        failed.kind = "repair";
+        failed.status = "failed";
+        failed.error = r.cancelled ? "cancelled"
+                                   : fmt::format("no answer from: {}; a full round follows",
+                                                 fmt::join(r.deadHosts, ", "));
+        store_->finishRound(failed);
+        metrics_.add("rankmap_probe_rounds_total", "kind=\"repair\",result=\"failed\"");
+        if (cancel_) {
+          std::lock_guard<std::mutex> lock(mu_);
+          runningId_.reset();
+          cv_.notify_all();
+          return;
+        }
       }
-      id = fullId;
+      id = begin("full");
     }
     RoundResult r = coord.runFull(Deadline::after(opts.roundTimeout), onProgress, &cancel_);
     finishRound(id, "full", r, baseline, hosts);

@@ -12,11 +12,15 @@
 // topology as a new version and pushes it to every live agent, so that every agent's
 // GET /v1/topology answers locally.
 //
-// Periodic re-probe (reprobe.interval > 0, with +-jitter): a light check of a sample of flows
-// (Coordinator::runCheck); a confirmed change beyond reprobe.change_threshold starts a full
-// round, whose topology replaces the current one only if at least one pair differs by more
-// than reprobe.publish_threshold (otherwise the old version stays). Two thresholds give the
-// hysteresis: small drifts neither trigger rounds nor flip versions back and forth.
+// Periodic re-probe (reprobe.interval > 0, with +-jitter): a light check of the current topology
+// (Coordinator::runCheck, probe/recheck.h): liveness, one flow per host inside its group and a
+// load across every uplink, compared with the topology's link model. A confirmed change beyond
+// reprobe.change_threshold confined to a few groups starts a group re-probe (round kind
+// "repair": just those groups' links measured again and patched into the topology); any other
+// change (hosts dead, moved or new, many groups) starts a full round. Either topology replaces
+// the current one only if at least one pair differs by more than reprobe.publish_threshold
+// (otherwise the old version stays). Two thresholds give the hysteresis: small drifts neither
+// trigger rounds nor flip versions back and forth.
 #pragma once
 
 #include <atomic>
@@ -90,7 +94,7 @@ class Daemon {
  private:
   void describeMetrics();
   // Runs on the round thread: a full round, or (light) a check against `baseline` that turns
-  // into a full round when it confirms a change.
+  // into a group re-probe or a full round when it confirms a change.
   void roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, bool light,
                  std::optional<Topology> baseline);
   // Stores the result, publishes the topology if warranted, pushes it, updates metrics.
@@ -124,7 +128,6 @@ class Daemon {
   RoundProgress progress_;
   std::string runningKind_;
   std::thread reprobeThread_;
-  int checkIndex_ = 0;
 };
 
 }  // namespace rankmap::agent

@@ -36,9 +36,9 @@ struct MeasurementRow {
 
 struct RoundRecord {
   int64_t id = 0;
-  std::string kind;  // "full" or "light"
+  std::string kind;  // "full", "light" or "repair" (a group re-probe after a light check)
   std::string startedAt, finishedAt;
-  std::string status;  // "running", "ok", "partial", "failed", "unchanged"
+  std::string status;  // "running", "ok", "partial", "failed", "unchanged", "changed"
   int64_t hosts = 0;
   int64_t pairsTotal = 0;
   int64_t pairsMissing = 0;

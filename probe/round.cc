@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <string_view>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -561,27 +562,20 @@ Structure findStructure(RoundState& s) {
 
 // ---- 3. links -------------------------------------------------------------------------------
 
-TopologyLinks measureLinks(RoundState& s, const Structure& st) {
+std::vector<LinkCapacity> measureHostLinks(RoundState& s,
+                                           const std::vector<std::vector<int>>& groups,
+                                           size_t progressTotal) {
   const size_t n = s.fleet().size();
-  TopologyLinks links;
-  links.hosts.assign(n, LinkCapacity{});
-  // Host links: shifts inside each innermost group (the whole fleet when there is none).
-  std::vector<int> inner(n, -1);
-  if (!st.levels.empty()) {
-    inner = st.levels.front();
-  } else {
-    for (int h : s.liveHosts()) inner[static_cast<size_t>(h)] = 0;
-  }
+  std::vector<LinkCapacity> hostLinks(n);
   auto note = [&](const std::vector<HostPair>& flows, const std::vector<std::optional<double>>& got) {
     for (size_t k = 0; k < flows.size(); ++k) {
       if (!got[k]) continue;
-      auto& out = links.hosts[static_cast<size_t>(flows[k].first)].outMbps;
-      auto& in = links.hosts[static_cast<size_t>(flows[k].second)].inMbps;
+      auto& out = hostLinks[static_cast<size_t>(flows[k].first)].outMbps;
+      auto& in = hostLinks[static_cast<size_t>(flows[k].second)].inMbps;
       out = std::max(out, *got[k]);
       in = std::max(in, *got[k]);
     }
   };
-  auto groups = membersOf(inner);
   for (int shift : {1, 2}) {
     std::vector<HostPair> flows;
     std::vector<int> unit;
@@ -597,7 +591,7 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
       }
     }
     note(flows, s.run(flows, "hosts", true, unit, true));
-    s.report({"links", static_cast<size_t>(shift), 2 + 3 * st.levels.size(),
+    s.report({"links", static_cast<size_t>(shift), progressTotal,
               fmt::format("host links: shift {} inside {} groups", shift, groups.size())});
   }
   // A host link carries at least the best rate any flow of the host reached, in any phase (the
@@ -605,8 +599,8 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
   // one reading can be held back by the machine.
   for (const auto& r : s.readings) {
     if (r.kind != "bandwidth") continue;
-    auto& out = links.hosts[static_cast<size_t>(r.src)].outMbps;
-    auto& in = links.hosts[static_cast<size_t>(r.dst)].inMbps;
+    auto& out = hostLinks[static_cast<size_t>(r.src)].outMbps;
+    auto& in = hostLinks[static_cast<size_t>(r.dst)].inMbps;
     out = std::max(out, r.value);
     in = std::max(in, r.value);
   }
@@ -622,8 +616,8 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
       }
     std::vector<HostPair> again;
     for (const auto& [p, v] : bestAlone) {
-      double expect = std::min(links.hosts[static_cast<size_t>(p.first)].outMbps,
-                               links.hosts[static_cast<size_t>(p.second)].inMbps);
+      double expect = std::min(hostLinks[static_cast<size_t>(p.first)].outMbps,
+                               hostLinks[static_cast<size_t>(p.second)].inMbps);
       if (v < kConfirmFraction * expect) again.push_back(p);
     }
     // Inside groups (no uplink), each host in at most two of them: all at once, in parts of
@@ -636,7 +630,7 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
       s.run(part, "confirm", true);
     }
     if (!again.empty())
-      s.report({"links", 2, 2 + 3 * st.levels.size(),
+      s.report({"links", 2, progressTotal,
                 fmt::format("host links: {} flows measured again", again.size())});
   }
 
@@ -661,119 +655,144 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
       return k ? sum / k : best;
     };
     for (size_t h = 0; h < n; ++h) {
-      links.hosts[h].outMbps = band(outs[h], links.hosts[h].outMbps);
-      links.hosts[h].inMbps = band(ins[h], links.hosts[h].inMbps);
+      hostLinks[h].outMbps = band(outs[h], hostLinks[h].outMbps);
+      hostLinks[h].inMbps = band(ins[h], hostLinks[h].inMbps);
     }
   }
+  return hostLinks;
+}
 
-  // Uplinks, level by level.
-  for (size_t l = 0; l < st.levels.size(); ++l) {
-    const auto& groupOf = st.levels[l];
-    int ng = groupCount(groupOf);
-    auto members = membersOf(groupOf);
-    std::vector<LinkCapacity> cap(static_cast<size_t>(ng));
-    // Children of each parent group (the level above, or the root).
-    std::map<int, std::vector<int>> children;
-    for (int g = 0; g < ng; ++g) {
-      int any = members[static_cast<size_t>(g)].front();
-      int parent = l + 1 < st.levels.size() ? st.levels[l + 1][static_cast<size_t>(any)] : 0;
-      children[parent].push_back(g);
-    }
-    auto liveMembers = [&](int g) {
-      std::vector<int> m;
-      for (int h : members[static_cast<size_t>(g)])
-        if (s.live(h)) m.push_back(h);
-      return m;
-    };
-    auto best = [&](int g, bool out) {
-      int pick = -1;
-      double rate = -1;
-      for (int h : liveMembers(g)) {
-        const auto& c = links.hosts[static_cast<size_t>(h)];
-        double v = out ? c.outMbps : c.inMbps;
-        if (v > rate) {
-          rate = v;
-          pick = h;
-        }
+std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, size_t l,
+                                         const std::vector<LinkCapacity>& hostLinks,
+                                         const std::vector<char>& only) {
+  const auto& groupOf = st.levels[l];
+  int ng = groupCount(groupOf);
+  auto members = membersOf(groupOf);
+  std::vector<LinkCapacity> cap(static_cast<size_t>(ng));
+  // Children of each parent group (the level above, or the root).
+  std::map<int, std::vector<int>> children;
+  for (int g = 0; g < ng; ++g) {
+    if (members[static_cast<size_t>(g)].empty()) continue;  // no host in the round
+    int any = members[static_cast<size_t>(g)].front();
+    int parent = l + 1 < st.levels.size() ? st.levels[l + 1][static_cast<size_t>(any)] : 0;
+    children[parent].push_back(g);
+  }
+  auto liveMembers = [&](int g) {
+    std::vector<int> m;
+    for (int h : members[static_cast<size_t>(g)])
+      if (s.live(h)) m.push_back(h);
+    return m;
+  };
+  auto best = [&](int g, bool out) {
+    int pick = -1;
+    double rate = -1;
+    for (int h : liveMembers(g)) {
+      const auto& c = hostLinks[static_cast<size_t>(h)];
+      double v = out ? c.outMbps : c.inMbps;
+      if (v > rate) {
+        rate = v;
+        pick = h;
       }
-      return pick;
-    };
-    // One flow per uplink: the single-flow rate across it. A single flow alone on an uplink
-    // fills it: when it stays below its hosts' rate, that reading is the uplink's capacity, and
-    // the load trials below (whose flows' windows never line up exactly, so their sum runs
-    // high) do not raise it.
-    std::vector<std::pair<bool, bool>> bound(static_cast<size_t>(ng), {false, false});  // out, in
-    {
-      std::vector<HostPair> flows;
-      std::vector<std::pair<int, int>> across;
-      for (const auto& [parent, kids] : children) {
-        if (kids.size() < 2) continue;
-        for (size_t i = 0; i < kids.size(); ++i) {
-          int a = kids[i], b = kids[(i + 1) % kids.size()];
-          int src = best(a, true), dst = best(b, false);
-          if (src < 0 || dst < 0 || src == dst) continue;
-          flows.emplace_back(src, dst);
+    }
+    return pick;
+  };
+  // One flow per uplink: the single-flow rate across it. A single flow alone on an uplink
+  // fills it: when it stays below its hosts' rate, that reading is the uplink's capacity, and
+  // the load trials below (whose flows' windows never line up exactly, so their sum runs
+  // high) do not raise it.
+  std::vector<std::pair<bool, bool>> bound(static_cast<size_t>(ng), {false, false});  // out, in
+  {
+    std::vector<HostPair> flows;
+    std::vector<std::pair<int, int>> across;
+    for (const auto& [parent, kids] : children) {
+      if (kids.size() < 2) continue;
+      for (size_t i = 0; i < kids.size(); ++i) {
+        int a = kids[i], b = kids[(i + 1) % kids.size()];
+        if (!only.empty() && !only[static_cast<size_t>(a)] && !only[static_cast<size_t>(b)])
+          continue;
+        int src = best(a, true), dst = best(b, false);
+        if (src < 0 || dst < 0 || src == dst) continue;
+        flows.emplace_back(src, dst);
+        across.emplace_back(a, b);
+      }
+    }
+    // A longer window than the other trials: one trial per level, and a slow uplink needs
+    // time for its reading to settle (a 25 Mbit/s link reads ~15% low in 150 ms).
+    BandwidthOptions longer = s.opts().bandwidth;
+    longer.maxMs *= kUplinkWindowFactor;
+    auto got = s.run(flows, "uplinks", true, {}, false, &longer);
+    for (size_t k = 0; k < flows.size(); ++k) {
+      if (!got[k]) continue;
+      auto a = static_cast<size_t>(across[k].first), b = static_cast<size_t>(across[k].second);
+      cap[a].outMbps = std::max(cap[a].outMbps, *got[k]);
+      cap[b].inMbps = std::max(cap[b].inMbps, *got[k]);
+      double hosts = std::min(hostLinks[static_cast<size_t>(flows[k].first)].outMbps,
+                              hostLinks[static_cast<size_t>(flows[k].second)].inMbps);
+      if (*got[k] < kUplinkBoundFraction * hosts) {
+        bound[a].first = true;
+        bound[b].second = true;
+      }
+    }
+  }
+  // Every host of a group to the next group at once (shift 1 and 2): what the uplink carries.
+  for (size_t shift : {size_t{1}, size_t{2}}) {
+    std::vector<HostPair> flows;
+    std::vector<std::pair<int, int>> across;
+    for (const auto& [parent, kids] : children) {
+      if (kids.size() < 2 || (shift == 2 && kids.size() < 3)) continue;
+      for (size_t i = 0; i < kids.size(); ++i) {
+        int a = kids[i], b = kids[(i + shift) % kids.size()];
+        if (!only.empty() && !only[static_cast<size_t>(a)] && !only[static_cast<size_t>(b)])
+          continue;
+        auto from = liveMembers(a), to = liveMembers(b);
+        for (size_t p = 0; p < std::min(from.size(), to.size()); ++p) {
+          flows.emplace_back(from[p], to[p]);
           across.emplace_back(a, b);
         }
       }
-      // A longer window than the other trials: one trial per level, and a slow uplink needs
-      // time for its reading to settle (a 25 Mbit/s link reads ~15% low in 150 ms).
-      BandwidthOptions longer = s.opts().bandwidth;
-      longer.maxMs *= kUplinkWindowFactor;
-      auto got = s.run(flows, "uplinks", true, {}, false, &longer);
-      for (size_t k = 0; k < flows.size(); ++k) {
-        if (!got[k]) continue;
-        auto a = static_cast<size_t>(across[k].first), b = static_cast<size_t>(across[k].second);
-        cap[a].outMbps = std::max(cap[a].outMbps, *got[k]);
-        cap[b].inMbps = std::max(cap[b].inMbps, *got[k]);
-        double hosts = std::min(links.hosts[static_cast<size_t>(flows[k].first)].outMbps,
-                                links.hosts[static_cast<size_t>(flows[k].second)].inMbps);
-        if (*got[k] < kUplinkBoundFraction * hosts) {
-          bound[a].first = true;
-          bound[b].second = true;
-        }
-      }
     }
-    // Every host of a group to the next group at once (shift 1 and 2): what the uplink carries.
-    for (size_t shift : {size_t{1}, size_t{2}}) {
-      std::vector<HostPair> flows;
-      std::vector<std::pair<int, int>> across;
-      for (const auto& [parent, kids] : children) {
-        if (kids.size() < 2 || (shift == 2 && kids.size() < 3)) continue;
-        for (size_t i = 0; i < kids.size(); ++i) {
-          int a = kids[i], b = kids[(i + shift) % kids.size()];
-          auto from = liveMembers(a), to = liveMembers(b);
-          for (size_t p = 0; p < std::min(from.size(), to.size()); ++p) {
-            flows.emplace_back(from[p], to[p]);
-            across.emplace_back(a, b);
-          }
-        }
-      }
-      if (flows.empty()) continue;
-      auto got = s.run(flows, "load", false);
-      std::vector<double> out(static_cast<size_t>(ng), 0), in(static_cast<size_t>(ng), 0);
-      for (size_t k = 0; k < flows.size(); ++k) {
-        if (!got[k]) continue;
-        out[static_cast<size_t>(across[k].first)] += *got[k];
-        in[static_cast<size_t>(across[k].second)] += *got[k];
-      }
-      for (size_t g = 0; g < static_cast<size_t>(ng); ++g) {
-        if (!bound[g].first) cap[g].outMbps = std::max(cap[g].outMbps, out[g]);
-        if (!bound[g].second) cap[g].inMbps = std::max(cap[g].inMbps, in[g]);
-      }
+    if (flows.empty()) continue;
+    auto got = s.run(flows, "load", false);
+    std::vector<double> out(static_cast<size_t>(ng), 0), in(static_cast<size_t>(ng), 0);
+    for (size_t k = 0; k < flows.size(); ++k) {
+      if (!got[k]) continue;
+      out[static_cast<size_t>(across[k].first)] += *got[k];
+      in[static_cast<size_t>(across[k].second)] += *got[k];
     }
-    // A group alone under its parent: nothing crosses its uplink without crossing the parent's,
-    // so it is never the narrowest link measured; it is stated as its hosts' total.
-    for (int g = 0; g < ng; ++g) {
-      auto& c = cap[static_cast<size_t>(g)];
-      double total = 0;
-      for (int h : members[static_cast<size_t>(g)]) total += links.hosts[static_cast<size_t>(h)].outMbps;
-      if (c.outMbps == 0) c.outMbps = total;
-      if (c.inMbps == 0) c.inMbps = total;
+    for (size_t g = 0; g < static_cast<size_t>(ng); ++g) {
+      if (!bound[g].first) cap[g].outMbps = std::max(cap[g].outMbps, out[g]);
+      if (!bound[g].second) cap[g].inMbps = std::max(cap[g].inMbps, in[g]);
     }
-    links.uplinks.push_back(std::move(cap));
-    s.report({"links", 2 + 3 * (l + 1), 2 + 3 * st.levels.size(),
-              fmt::format("{} uplinks: {} groups", levelName(l), ng)});
+  }
+  // A group alone under its parent: nothing crosses its uplink without crossing the parent's,
+  // so it is never the narrowest link measured; it is stated as its hosts' total.
+  for (int g = 0; g < ng; ++g) {
+    auto& c = cap[static_cast<size_t>(g)];
+    double total = 0;
+    for (int h : members[static_cast<size_t>(g)]) total += hostLinks[static_cast<size_t>(h)].outMbps;
+    if (c.outMbps == 0) c.outMbps = total;
+    if (c.inMbps == 0) c.inMbps = total;
+  }
+  return cap;
+}
+
+TopologyLinks measureLinks(RoundState& s, const Structure& st) {
+  const size_t n = s.fleet().size();
+  TopologyLinks links;
+  // Host links: shifts inside each innermost group (the whole fleet when there is none).
+  std::vector<int> inner(n, -1);
+  if (!st.levels.empty()) {
+    inner = st.levels.front();
+  } else {
+    for (int h : s.liveHosts()) inner[static_cast<size_t>(h)] = 0;
+  }
+  const size_t steps = 2 + 3 * st.levels.size();
+  links.hosts = measureHostLinks(s, membersOf(inner), steps);
+  // Uplinks, level by level.
+  for (size_t l = 0; l < st.levels.size(); ++l) {
+    links.uplinks.push_back(measureUplinks(s, st, l, links.hosts));
+    s.report({"links", 2 + 3 * (l + 1), steps,
+              fmt::format("{} uplinks: {} groups", levelName(l), links.uplinks.back().size())});
   }
   // Latency per tier from the round trips of each level (one way = half a round trip).
   if (!st.levelRttUs.empty()) {
@@ -786,6 +805,30 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
 }
 
 // ---- 4. assemble ----------------------------------------------------------------------------
+
+std::vector<SharedLink> oversubscribedGroups(const Topology& t) {
+  std::vector<SharedLink> out;
+  if (!t.links) return out;
+  const TopologyLinks& lk = *t.links;
+  std::map<std::string_view, size_t> index;
+  for (size_t h = 0; h < t.size(); ++h) index.emplace(t.hosts[h].name, h);
+  for (size_t l = 0; l < t.groups.size(); ++l) {
+    const auto& groups = t.groups[l].groups;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (groups[g].size() < 2) continue;
+      double hostsOut = 0, hostsIn = 0;
+      for (const auto& name : groups[g]) {
+        const auto& c = lk.hosts[index.at(name)];
+        hostsOut += c.outMbps;
+        hostsIn += c.inMbps;
+      }
+      const auto& up = lk.uplinks[l][g];
+      if (up.outMbps < 0.9 * hostsOut || up.inMbps < 0.9 * hostsIn)
+        out.push_back({groups[g], std::min(up.outMbps, up.inMbps)});
+    }
+  }
+  return out;
+}
 
 Topology assembleTopology(RoundState& s, const Structure& st, const TopologyLinks& links) {
   const size_t n = s.fleet().size();
@@ -821,27 +864,8 @@ Topology assembleTopology(RoundState& s, const Structure& st, const TopologyLink
   // Uplinks of the single-host groups added for hosts out of the round: nothing measured.
   for (size_t l = 0; l < st.levels.size(); ++l)
     lk.uplinks[l].resize(t.groups[l].groups.size(), LinkCapacity{});
-  // Oversubscribed groups as shared links (what the contention probe reported before links
-  // existed; older readers and the planner's shared-link feature use them).
-  for (size_t l = 0; l < st.levels.size(); ++l) {
-    auto members = membersOf(st.levels[l]);
-    for (size_t g = 0; g < members.size(); ++g) {
-      if (members[g].size() < 2) continue;
-      double hostsOut = 0, hostsIn = 0;
-      for (int h : members[g]) {
-        hostsOut += lk.hosts[static_cast<size_t>(h)].outMbps;
-        hostsIn += lk.hosts[static_cast<size_t>(h)].inMbps;
-      }
-      const auto& up = lk.uplinks[l][g];
-      if (up.outMbps < 0.9 * hostsOut || up.inMbps < 0.9 * hostsIn) {
-        SharedLink link;
-        for (int h : members[g]) link.hosts.push_back(hosts[static_cast<size_t>(h)].name);
-        link.capacityMbps = std::min(up.outMbps, up.inMbps);
-        t.sharedLinks.push_back(std::move(link));
-      }
-    }
-  }
   t.links = std::move(lk);
+  t.sharedLinks = oversubscribedGroups(t);
   // Pairs measured alone: the best such reading of each directed pair.
   std::map<std::pair<int, int>, double> alone;
   for (const auto& r : s.readings)

@@ -115,7 +115,8 @@ struct Reading {
 };
 
 struct Structure {
-  std::string signal;  // "latency", "bandwidth", "contention" or "none" (one group)
+  std::string signal;  // "latency", "bandwidth", "contention", "none" (one group) or
+                       // "topology" (taken from one, for a re-probe: probe/recheck.h)
   // Innermost first; each level's groupOf maps host -> group (0.. in order of the lowest host),
   // -1 for hosts out of the round. Levels with a single group are not listed.
   std::vector<std::vector<int>> levels;
@@ -183,6 +184,23 @@ std::vector<bool> checkLiveness(RoundState& s);
 Structure findStructure(RoundState& s);
 TopologyLinks measureLinks(RoundState& s, const Structure& st);
 Topology assembleTopology(RoundState& s, const Structure& st, const TopologyLinks& links);
+
+// Pieces of measureLinks, also used to re-probe single groups (probe/recheck.h).
+// Host links of the live hosts of `groups` (shift 1 and 2 inside each group, flows below
+// kConfirmFraction measured again), estimated from every bandwidth reading in `s`: one entry per
+// fleet host, zero for hosts with no reading. `progressTotal` is the links phase's step count.
+std::vector<LinkCapacity> measureHostLinks(RoundState& s,
+                                           const std::vector<std::vector<int>>& groups,
+                                           size_t progressTotal);
+// The uplinks of level `l` of `st` (one entry per group of the level): single flows to the next
+// sibling, then load trials; `hostLinks` picks the senders. With `only` (one flag per group),
+// just the flows that leave or enter a flagged group run, and only flagged entries are measured.
+std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, size_t l,
+                                         const std::vector<LinkCapacity>& hostLinks,
+                                         const std::vector<char>& only = {});
+// Groups whose uplink carries less than 90% of their hosts' total, as shared links (what the
+// contention probe reported before links existed; older readers and the planner use them).
+std::vector<SharedLink> oversubscribedGroups(const Topology& t);
 
 // The whole round.
 RoundOutcome runRound(Fleet& fleet, const RoundOptions& opts, Deadline d,

@@ -1,10 +1,12 @@
 // The structure-first probe (probe/round.h) against simulated datacenters of 256 to 4096 hosts:
 // what it costs (simulated probe time, bandwidth measurements, pings, bytes) and what it finds
 // (adjusted Rand index of racks and pods against the truth), with the wall time of the whole
-// simulation on this machine. Numbers go to docs/performance.md.
+// simulation on this machine. Numbers go to docs/performance.md. With --recheck, after each
+// round: the light check of the unchanged network, then of one rack whose uplink halved, and
+// that rack's group re-probe (probe/recheck.h), each with what it spent.
 //
 //   probe_scale_bench [--hosts 256,1024,4096] [--noise 0.1] [--dead 3] [--background 0]
-//                     [--unequal] [--seed 1]
+//                     [--unequal] [--seed 1] [--recheck]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "probe/recheck.h"
 #include "probe/round.h"
 #include "reorder/hierarchy.h"
 #include "tests/sim/datacenter.h"
@@ -33,13 +36,44 @@ double ari(const Datacenter& dc, const std::vector<std::vector<int>>& levels, si
   return rankmap::reorder::adjustedRandIndex(a, b);
 }
 
+struct RecheckRow {
+  size_t hosts = 0;
+  std::string step, verdict;
+  rankmap::probe::FleetCost cost;
+};
+
+// The full round, the check of the unchanged network, the check after rack 1's uplink halved
+// (the rack the dead hosts of --dead 3 leave whole) and that rack's group re-probe.
+std::vector<RecheckRow> runRechecks(Datacenter& dc, rankmap::sim::SimFleet& fleet,
+                                    const rankmap::probe::RoundOutcome& round,
+                                    const rankmap::probe::RoundOptions& opts) {
+  using namespace rankmap::probe;
+  auto later = [] { return rankmap::Deadline::after(std::chrono::minutes(30)); };
+  std::vector<RecheckRow> rows;
+  rows.push_back({dc.hosts(), "full round", "", round.cost});
+  auto quiet = runRecheck(fleet, round.topology, {}, opts, later());
+  rows.push_back({dc.hosts(), "check, unchanged", recheckVerdictName(quiet.result.verdict),
+                  quiet.cost});
+  dc.setRackUplinkMbps(1, dc.rackUplinkMbps(1) / 2);
+  auto halved = runRecheck(fleet, round.topology, {}, opts, later());
+  std::string names;
+  for (const auto& n : halved.result.names) names += (names.empty() ? " " : ", ") + n;
+  rows.push_back({dc.hosts(), "check, rack 1 uplink halved",
+                  recheckVerdictName(halved.result.verdict) + names, halved.cost});
+  if (halved.result.verdict == RecheckVerdict::Groups) {
+    auto r = runRepair(fleet, round.topology, halved.result.groups, opts, later());
+    rows.push_back({dc.hosts(), "group re-probe", "", r.cost});
+  }
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> sizes = {256, 1024, 4096};
   double noise = 0.1;
   int dead = 3, background = 0;
-  bool unequal = false;
+  bool unequal = false, recheck = false;
   uint64_t seed = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -62,6 +96,8 @@ int main(int argc, char** argv) {
       background = std::stoi(next());
     } else if (a == "--unequal") {
       unequal = true;
+    } else if (a == "--recheck") {
+      recheck = true;
     } else if (a == "--seed") {
       seed = std::stoull(next());
     } else {
@@ -69,6 +105,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  std::vector<std::vector<RecheckRow>> rechecks;
   std::printf("| hosts | pods x racks x hosts | sim probe s | bw flows (per host) | trials | "
               "pings | bulk GB | rack ARI | pod ARI | dead found | wall s |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -103,6 +140,19 @@ int main(int argc, char** argv) {
                 ari(dc, out.structure.levels, 0, false), ari(dc, out.structure.levels, 1, true),
                 out.deadHosts.size(), dead, wall);
     std::fflush(stdout);
+    if (recheck) rechecks.push_back(runRechecks(dc, fleet, out, opts));
+  }
+  if (!rechecks.empty()) {
+    std::printf("\n| hosts | step | verdict | bw flows (per host) | trials | pings | sim s |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
+    for (const auto& rows : rechecks)
+      for (const auto& r : rows)
+        std::printf("| %zu | %s | %s | %llu (%.2f) | %llu | %llu | %.2f |\n", r.hosts,
+                    r.step.c_str(), r.verdict.c_str(),
+                    static_cast<unsigned long long>(r.cost.bandwidthFlows),
+                    static_cast<double>(r.cost.bandwidthFlows) / static_cast<double>(r.hosts),
+                    static_cast<unsigned long long>(r.cost.trials),
+                    static_cast<unsigned long long>(r.cost.latencyPairs), r.cost.seconds);
   }
   return 0;
 }

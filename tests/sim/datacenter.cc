@@ -138,4 +138,24 @@ std::optional<double> Datacenter::rttUs(int a, int b) {
 
 double Datacenter::aloneMbps(int src, int dst) const { return fill({{src, dst}})[0]; }
 
+void Datacenter::setRackUplinkMbps(int rack, double mbps) {
+  if (rack < 0 || rack >= racks() || !(mbps > 0))
+    RANKMAP_THROW(InvalidInput, "simulated rack uplink {}: {} Mbit/s (expected 0..{}, > 0)", rack,
+                  mbps, racks() - 1);
+  linkMbps_[rackUp(rack)] = linkMbps_[rackUp(rack) + 1] = mbps;
+}
+
+void Datacenter::setAlive(int host, bool alive) {
+  if (host < 0 || static_cast<size_t>(host) >= hosts())
+    RANKMAP_THROW(InvalidInput, "simulated host {} (expected 0..{})", host, hosts() - 1);
+  alive_[static_cast<size_t>(host)] = alive ? 1 : 0;
+}
+
+void Datacenter::moveHost(int host, int rack) {
+  if (host < 0 || static_cast<size_t>(host) >= hosts() || rack < 0 || rack >= racks())
+    RANKMAP_THROW(InvalidInput, "simulated move of host {} to rack {} (expected 0..{}, 0..{})",
+                  host, rack, hosts() - 1, racks() - 1);
+  rackOf_[static_cast<size_t>(host)] = rack;
+}
+
 }  // namespace rankmap::sim

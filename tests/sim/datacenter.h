@@ -69,6 +69,13 @@ class Datacenter {
   double rackUplinkMbps(int rack) const { return linkMbps_[rackUp(rack)]; }
   double podUplinkMbps(int pod) const { return linkMbps_[podUp(pod)]; }
 
+  // Changes to the world between calls, for re-probe tests: a rack uplink's capacity (both
+  // directions), a host that dies or comes back, a host moved to another rack (its links stay;
+  // uplink capacities do not follow it). InvalidInput for an index out of range.
+  void setRackUplinkMbps(int rack, double mbps);
+  void setAlive(int host, bool alive);
+  void moveHost(int host, int rack);
+
  private:
   // Directed links: host h up 2h, down 2h+1; then rack r up/down; then pod p up/down.
   size_t hostUp(int h) const { return 2 * static_cast<size_t>(h); }

@@ -1,5 +1,6 @@
 // The simulated datacenter: structure, oversubscribed capacities, max-min sharing of concurrent
-// flows, dead and slow hosts, bounded noise, latency tiers, determinism, bad specs.
+// flows, dead and slow hosts, changes between calls, bounded noise, latency tiers, determinism,
+// bad specs.
 #include "tests/sim/datacenter.h"
 
 #include <gtest/gtest.h>
@@ -69,6 +70,29 @@ TEST(Datacenter, DeadAndSlowHosts) {
   EXPECT_DOUBLE_EQ(*r[1], 25);
   EXPECT_DOUBLE_EQ(*r[2], 100);
   EXPECT_FALSE(dc.rttUs(5, 0));
+}
+
+TEST(Datacenter, ChangesBetweenCalls) {
+  Datacenter dc(quiet());
+  // Rack 0's uplink halved: four flows out of it share 100.
+  dc.setRackUplinkMbps(0, 100);
+  EXPECT_DOUBLE_EQ(dc.rackUplinkMbps(0), 100);
+  auto r = dc.measure({{0, 8}, {1, 9}, {2, 10}, {3, 11}});
+  for (auto& v : r) EXPECT_DOUBLE_EQ(*v, 25);
+  // Host 3 dies and comes back.
+  dc.setAlive(3, false);
+  EXPECT_FALSE(dc.measure({{0, 3}})[0]);
+  dc.setAlive(3, true);
+  EXPECT_DOUBLE_EQ(*dc.measure({{0, 3}})[0], 100);
+  // Host 3 moves to pod 1: a round trip from rack 0 now crosses the core.
+  double before = *dc.rttUs(0, 3);
+  dc.moveHost(3, 2);
+  EXPECT_EQ(dc.rackOf(3), 2);
+  EXPECT_EQ(dc.podOf(3), 1);
+  EXPECT_GT(*dc.rttUs(0, 3), 3 * before);
+  EXPECT_THROW(dc.moveHost(3, 4), InvalidInput);
+  EXPECT_THROW(dc.setAlive(32, true), InvalidInput);
+  EXPECT_THROW(dc.setRackUplinkMbps(0, 0), InvalidInput);
 }
 
 TEST(Datacenter, NoiseIsBoundedAndDeterministic) {

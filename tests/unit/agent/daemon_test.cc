@@ -330,7 +330,7 @@ TEST(AgentConfig, ParsesCommentedJsonAndRejectsUnknownKeys) {
     // comments are allowed
     "listen": "127.0.0.1:9000",
     "probe": {"bandwidth_max_ms": 100, "bandwidth_max_bytes": "8M", "round_timeout": "2m"},
-    "reprobe": {"interval": "30s", "change_threshold": 0.3},
+    "reprobe": {"interval": "30s", "change_threshold": 0.3, "sample_rounds": 2},
     "http": {"max_body_bytes": "64K"}
   })");
   AgentConfig c = AgentConfig::load(path);
@@ -339,7 +339,8 @@ TEST(AgentConfig, ParsesCommentedJsonAndRejectsUnknownKeys) {
   EXPECT_EQ(c.probe.bandwidth.maxBytes, 8u << 20);
   EXPECT_EQ(c.probe.roundTimeout, std::chrono::minutes(2));
   EXPECT_EQ(c.reprobe.interval, 30s);
-  EXPECT_DOUBLE_EQ(c.reprobe.changeThreshold, 0.3);
+  EXPECT_DOUBLE_EQ(c.reprobe.changeThreshold, 0.3);  // sample_rounds: retired, accepted
+  EXPECT_FALSE(c.toJson()["reprobe"].contains("sample_rounds"));
   EXPECT_EQ(c.maxBodyBytes, 64u << 10);
   for (const char* bad : {R"({"listn": "x"})", R"({"probe": {"latency_samples": 0}})",
                           R"({"reprobe": {"interval": "soon"}})", R"({"listen": "host:1"})", "{"}) {
