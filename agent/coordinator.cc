@@ -10,7 +10,6 @@
 #include "probe/fanout.h"
 #include "probe/hosts.h"
 #include "probe/measure.h"
-#include "probe/schedule.h"
 
 namespace rankmap::agent {
 namespace {
@@ -259,54 +258,6 @@ std::vector<probe::Outcome<double>> Coordinator::bandwidth(const std::vector<pro
       o.reason = "peer";
       o.message = fmt::format("bad reply: {}", e.what());
     }
-  }
-  return out;
-}
-
-std::vector<std::optional<double>> Coordinator::runFlows(
-    const std::vector<probe::HostPair>& flows, const probe::BandwidthOptions& bo, Deadline round,
-    std::vector<bool>& dead, std::map<std::string, uint64_t>& failures) {
-  std::vector<std::optional<double>> out(flows.size());
-  std::vector<Task> tasks;
-  std::vector<size_t> which;
-  auto barrier = trialBarrier(flows.size());
-  Deadline d = bandwidthDeadline(round, bo, barrier);
-  auto startAt = Clock::now() + barrier;
-  for (size_t k = 0; k < flows.size(); ++k) {
-    auto [s, t] = flows[k];
-    if (dead[static_cast<size_t>(s)] || dead[static_cast<size_t>(t)]) continue;
-    Task task;
-    task.host = s;
-    task.request = {
-        {"op", "bandwidth"}, {"direction", "send"}, {"peer", peerJson(t)}, {"bulk", bo.toJson()}};
-    task.deadline = d;
-    task.startAt = startAt;
-    tasks.push_back(std::move(task));
-    which.push_back(k);
-  }
-  if (tasks.empty()) return out;
-  runTasks(tasks);
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    auto [s, t] = flows[which[i]];
-    const Task& task = tasks[i];
-    if (task.error.empty()) {
-      try {
-        out[which[i]] = probe::BulkResult::fromJson(task.reply, "bandwidth reply").mbps;
-        continue;
-      } catch (const std::exception& e) {
-        failures["peer"]++;
-        RANKMAP_WARN(Probe, "flow {} -> {}: bad reply: {}", hosts_[static_cast<size_t>(s)].name,
-                     hosts_[static_cast<size_t>(t)].name, e.what());
-        continue;
-      }
-    }
-    failures[task.reason]++;
-    int culprit = task.agentFailed ? s : t;
-    if (!dead[static_cast<size_t>(culprit)])
-      RANKMAP_WARN(Probe, "flow {} -> {} failed ({}): {}; {} is out of this round",
-                   hosts_[static_cast<size_t>(s)].name, hosts_[static_cast<size_t>(t)].name,
-                   task.reason, task.error, hosts_[static_cast<size_t>(culprit)].name);
-    dead[static_cast<size_t>(culprit)] = true;
   }
   return out;
 }

@@ -132,11 +132,6 @@ class Coordinator : public probe::Fleet {
   Deadline latencyDeadline(Deadline round, const probe::LatencyOptions& lo) const;
   Deadline bandwidthDeadline(Deadline round, const probe::BandwidthOptions& bo,
                              std::chrono::milliseconds barrier) const;
-  // One trial: all flows at once; returns rates (nullopt = failed) and counts failures.
-  std::vector<std::optional<double>> runFlows(const std::vector<probe::HostPair>& flows,
-                                              const probe::BandwidthOptions& bo, Deadline round,
-                                              std::vector<bool>& dead,
-                                              std::map<std::string, uint64_t>& failures);
 
   std::vector<Host> hosts_;
   const probe::ProbeKey& key_;

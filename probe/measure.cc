@@ -133,6 +133,10 @@ BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d, Cloc
       cut = true;  // starved past bulkEnd(): what arrived is the rate
       break;
     }
+    if (k == 0 && total > 0) {
+      cut = true;  // the sender stopped (its end, or its byte bound) before the window ended
+      break;
+    }
     auto now = Clock::now();
     if (k == 0)
       throw PeerError(

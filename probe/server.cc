@@ -145,7 +145,17 @@ void ProbeServer::serveChannel(Channel& c) {
         } else {
           std::this_thread::sleep_until(start);
           streamBulk(c.socket(), bo.maxBytes, d, bulkEnd(start, bo));
-          abortConnection(c.socket());
+          // Stopped at the byte bound or the end: a FIN after the last byte, and the receiver
+          // closes (a reset now could destroy bytes it has not read yet).
+          shutdownWrite(c.socket());
+          char sink[4096];
+          Deadline drain = Deadline::after(std::chrono::milliseconds(bo.maxMs + kBulkGraceMs))
+                               .min(Deadline::after(std::chrono::seconds(5)));
+          try {
+            while (c.socket().recvSome(sink, sizeof(sink), drain, "bulk drain") > 0) {
+            }
+          } catch (const std::exception&) {
+          }
         }
         return;  // a bulk transfer ends its connection
       }
