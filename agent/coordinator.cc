@@ -16,18 +16,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kAnswerMarginMs = 500;
-// A bandwidth trial starts this long after its requests go out, plus 1 ms per
-// kBarrierFlowsPerMs flows, at most kBarrierMaxMs: the requests' fan-out and every flow's
-// connection and handshake fit in it (64 flows on the 2-core emulated cloud: ~50 ms).
-constexpr int64_t kBarrierMs = 100;
-constexpr int64_t kBarrierFlowsPerMs = 8;
-constexpr int64_t kBarrierMaxMs = 1000;
-
-std::chrono::milliseconds trialBarrier(size_t flows) {
-  return std::chrono::milliseconds(std::min<int64_t>(
-      kBarrierMaxMs, kBarrierMs + static_cast<int64_t>(flows) / kBarrierFlowsPerMs));
-}
-
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -221,7 +209,7 @@ std::vector<probe::Outcome<double>> Coordinator::bandwidth(const std::vector<pro
   std::vector<Task> tasks(flows.size());
   // Every flow connects first, then all start together (probe/measure.h): the barrier is what
   // the fan-out of the requests and the agents' handshakes take.
-  auto barrier = trialBarrier(flows.size());
+  auto barrier = probe::trialBarrier(flows.size());
   Deadline bd = bandwidthDeadline(d, bo, barrier);
   auto startAt = Clock::now() + barrier;
   for (size_t k = 0; k < flows.size(); ++k) {

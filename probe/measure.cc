@@ -41,6 +41,11 @@ Json BandwidthOptions::toJson() const {
   return j;
 }
 
+std::chrono::milliseconds trialBarrier(size_t flows) {
+  return std::chrono::milliseconds(std::min<int64_t>(
+      kBarrierMaxMs, kBarrierMs + static_cast<int64_t>(flows) / kBarrierFlowsPerMs));
+}
+
 Clock::time_point bulkEnd(Clock::time_point start, const BandwidthOptions& opts) {
   return start + std::chrono::milliseconds(2 * opts.maxMs + kBulkGraceMs);
 }

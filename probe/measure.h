@@ -46,6 +46,13 @@ inline constexpr int64_t kMaxBulkStartMs = 10000;
 // After its start, a transfer ends by two windows and this much (queues that a starting trial
 // fills drain within it; a flow not done by then was starved).
 inline constexpr int64_t kBulkGraceMs = 100;
+// A bandwidth trial starts this long after its requests go out, plus 1 ms per
+// kBarrierFlowsPerMs flows, at most kBarrierMaxMs: the requests' fan-out and every flow's
+// connection and handshake fit in it (64 flows on the 2-core emulated cloud: ~50 ms).
+inline constexpr int64_t kBarrierMs = 100;
+inline constexpr int64_t kBarrierFlowsPerMs = 8;
+inline constexpr int64_t kBarrierMaxMs = 1000;
+std::chrono::milliseconds trialBarrier(size_t flows);
 // The end of a transfer that starts at `start`: start + 2 windows + kBulkGraceMs.
 std::chrono::steady_clock::time_point bulkEnd(std::chrono::steady_clock::time_point start,
                                               const BandwidthOptions& opts);

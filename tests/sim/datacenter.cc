@@ -87,7 +87,8 @@ void Datacenter::addPath(FlowLinks& paths, int src, int dst) const {
   paths.endFlow();
 }
 
-std::vector<double> Datacenter::fill(const std::vector<std::pair<int, int>>& flows) const {
+std::vector<double> Datacenter::fill(const std::vector<std::pair<int, int>>& flows,
+                                     std::vector<char>* contended) const {
   FlowLinks paths;
   for (auto [a, b] : flows) {
     if (a == b) {
@@ -98,6 +99,23 @@ std::vector<double> Datacenter::fill(const std::vector<std::pair<int, int>>& flo
   }
   for (auto [a, b] : background_) addPath(paths, a, b);
   std::vector<double> rate = maxMinFill(linkMbps_, paths);
+  if (contended) {
+    // A link is saturated when its flows fill it (within 0.1%); it holds the flows at the top
+    // rate on it (the max-min share), and contends them if two or more of `flows` cross it.
+    std::vector<double> load(linkMbps_.size(), 0), top(linkMbps_.size(), 0);
+    std::vector<int> count(linkMbps_.size(), 0);
+    for (size_t f = 0; f < paths.flows(); ++f)
+      for (uint32_t l : paths.of(f)) {
+        load[l] += rate[f];
+        top[l] = std::max(top[l], rate[f]);
+        if (f < flows.size()) ++count[l];
+      }
+    contended->assign(flows.size(), 0);
+    for (size_t f = 0; f < flows.size(); ++f)
+      for (uint32_t l : paths.of(f))
+        if (count[l] >= 2 && load[l] >= 0.999 * linkMbps_[l] && rate[f] >= 0.999 * top[l])
+          (*contended)[f] = 1;
+  }
   rate.resize(flows.size());
   return rate;
 }
@@ -109,7 +127,7 @@ double Datacenter::noisy(double v) {
 }
 
 std::vector<std::optional<double>> Datacenter::measure(
-    const std::vector<std::pair<int, int>>& flows) {
+    const std::vector<std::pair<int, int>>& flows, std::vector<char>* contended) {
   const auto n = static_cast<int>(hosts());
   std::vector<std::pair<int, int>> live;
   std::vector<size_t> at;
@@ -122,9 +140,14 @@ std::vector<std::optional<double>> Datacenter::measure(
       at.push_back(i);
     }
   }
-  std::vector<double> rate = fill(live);
+  std::vector<char> liveContended;
+  std::vector<double> rate = fill(live, contended ? &liveContended : nullptr);
   std::vector<std::optional<double>> out(flows.size());
-  for (size_t k = 0; k < live.size(); ++k) out[at[k]] = noisy(rate[k]);
+  if (contended) contended->assign(flows.size(), 0);
+  for (size_t k = 0; k < live.size(); ++k) {
+    out[at[k]] = noisy(rate[k]);
+    if (contended) (*contended)[at[k]] = liveContended[k];
+  }
   return out;
 }
 

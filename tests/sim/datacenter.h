@@ -58,8 +58,11 @@ class Datacenter {
   const DatacenterSpec& spec() const { return spec_; }
 
   // What each of `flows` (sender, receiver) reads when they all run at once, in Mbit/s, with
-  // noise; nullopt for a flow with a dead end.
-  std::vector<std::optional<double>> measure(const std::vector<std::pair<int, int>>& flows);
+  // noise; nullopt for a flow with a dead end. With `contended`: per flow, whether a link that
+  // holds it (saturated, the flow at its fair share) also carries another of `flows` (its queue
+  // then holds other flows' bytes too: the fleet's clock charges the drain).
+  std::vector<std::optional<double>> measure(const std::vector<std::pair<int, int>>& flows,
+                                             std::vector<char>* contended = nullptr);
   // A round trip between two hosts in microseconds, with noise; nullopt if either is dead.
   std::optional<double> rttUs(int a, int b);
 
@@ -82,7 +85,8 @@ class Datacenter {
   size_t rackUp(int r) const { return 2 * (hosts() + static_cast<size_t>(r)); }
   size_t podUp(int p) const { return 2 * (hosts() + rackPod_.size() + static_cast<size_t>(p)); }
   void addPath(FlowLinks& paths, int src, int dst) const;
-  std::vector<double> fill(const std::vector<std::pair<int, int>>& flows) const;
+  std::vector<double> fill(const std::vector<std::pair<int, int>>& flows,
+                           std::vector<char>* contended = nullptr) const;
   double noisy(double v);
 
   DatacenterSpec spec_;

@@ -91,7 +91,7 @@ TEST(Recheck, UnchangedNetworkAtAFractionOfARound) {
   EXPECT_LE(c.cost.bandwidthFlows, 2 * n);
   EXPECT_LE(c.cost.trials, 3u);  // host links, racks, pods
   EXPECT_LE(c.cost.bandwidthFlows, w.round.cost.bandwidthFlows / 3);
-  EXPECT_LE(c.cost.seconds, w.round.cost.seconds / 4);
+  EXPECT_LE(c.cost.seconds, w.round.cost.seconds / 3);  // 3 trials of the round's 9
   print("full round", w.round.cost, n);
   print("check", c.cost, n);
 }

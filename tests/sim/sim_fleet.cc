@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "probe/measure.h"
 #include "probe/stats.h"
 
 namespace rankmap::sim {
@@ -59,7 +60,13 @@ std::vector<probe::Outcome<double>> SimFleet::bandwidth(const std::vector<probe:
                                                         const probe::BandwidthOptions& opts,
                                                         Deadline) {
   std::vector<probe::Outcome<double>> out(flows.size());
-  auto rates = dc_.measure(flows);
+  std::vector<char> contended;
+  auto rates = dc_.measure(flows, &contended);
+  const double barrierMs = static_cast<double>(probe::trialBarrier(flows.size()).count());
+  const double endMs = static_cast<double>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          probe::bulkEnd(std::chrono::steady_clock::time_point{}, opts).time_since_epoch())
+          .count());
   double longestMs = 0;
   for (size_t k = 0; k < flows.size(); ++k) {
     ++cost_.bandwidthFlows;
@@ -76,11 +83,11 @@ std::vector<probe::Outcome<double>> SimFleet::bandwidth(const std::vector<probe:
     double ms = std::min<double>(static_cast<double>(opts.maxMs),
                                  static_cast<double>(opts.maxBytes) / std::max(bytesPerMs, 1e-9));
     cost_.bulkBytes += bytesPerMs * ms;
-    auto rtt = dc_.rttUs(flows[k].first, flows[k].second).value_or(0);
-    longestMs = std::max(longestMs, ms + timing_.bulkSetupMs + timing_.handshakeRtts * rtt / 1000);
+    longestMs = std::max(longestMs, contended[k] ? endMs + timing_.drainMs
+                                                 : ms + timing_.resultMs);
   }
   ++cost_.trials;
-  cost_.seconds += (timing_.callOverheadMs + longestMs) / 1000;
+  cost_.seconds += (timing_.callOverheadMs + barrierMs + longestMs) / 1000;
   return out;
 }
 

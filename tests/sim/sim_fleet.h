@@ -5,8 +5,11 @@
 // Time model (SimTiming; calibrated against the emulated cloud, docs/performance.md): every
 // fleet call costs the coordinator's control round trip (callOverheadMs); a latency pair costs a
 // connection handshake (handshakeRtts round trips) and its warm-up and samples, pairs running
-// concurrently; a bandwidth trial costs the handshake and the transfer, which ends at the
-// window (maxMs) or the byte bound, whichever first. A liveness check with a dead host waits
+// concurrently. A bandwidth trial runs as the agents run it (probe/measure.h): the flows start
+// together after probe::trialBarrier(); a flow alone on the link that holds it ends at its
+// window (maxMs, or the byte bound) and its result comes back (resultMs); a flow held by a link
+// it shares with other flows of the trial has its result queued behind their bytes, which stop
+// only at probe::bulkEnd(), and then drain (drainMs). A liveness check with a dead host waits
 // for the fleet's retries (deadHostMs). Bytes are what the flows moved in their windows.
 #pragma once
 
@@ -21,7 +24,8 @@ namespace rankmap::sim {
 struct SimTiming {
   double callOverheadMs = 5;
   double handshakeRtts = 3;
-  double bulkSetupMs = 10;   // connection and the receiver's first bytes, per trial
+  double resultMs = 75;      // a flow's result and its reply after its window
+  double drainMs = 150;      // queues of a contended trial emptying after bulkEnd()
   double deadHostMs = 2000;  // a liveness check that ends waiting for a silent host
 };
 
