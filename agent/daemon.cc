@@ -9,6 +9,7 @@
 #include "common/build_config.h"
 #include "common/crypto.h"
 #include "common/log.h"
+#include "probe/fanout.h"
 #include "probe/hosts.h"
 
 namespace rankmap::agent {
@@ -336,18 +337,28 @@ void Daemon::pushTopology(const Topology& t, const std::vector<Host>& hosts) {
                  name_, t.version, text.size());
     return;
   }
-  std::vector<std::thread> threads;
+  // Every agent at once on this thread (probe/fanout.h), not a thread per agent.
+  std::vector<probe::PendingRequest> pushes;
+  std::vector<const Host*> to;
+  const Deadline d = Deadline::after(kPushTimeout);
   for (const auto& h : hosts) {
     if (h.name == name_) continue;
-    threads.emplace_back([this, &h, &req] {
-      try {
-        probe::request(probe::hostEndpoint(h), key_, name_, req, Deadline::after(kPushTimeout));
-      } catch (const std::exception& e) {
-        RANKMAP_DEBUG(Agent, "agent {}: push to {} failed: {}", name_, h.name, e.what());
-      }
-    });
+    probe::PendingRequest r;
+    try {
+      r.agent = probe::hostEndpoint(h);
+    } catch (const std::exception& e) {
+      RANKMAP_DEBUG(Agent, "agent {}: push to {} skipped: {}", name_, h.name, e.what());
+      continue;
+    }
+    r.body = req;
+    r.deadline = d;
+    pushes.push_back(std::move(r));
+    to.push_back(&h);
   }
-  for (auto& th : threads) th.join();
+  auto out = probe::requestAll(pushes, key_, name_);
+  for (size_t k = 0; k < out.size(); ++k)
+    if (!out[k].reply)
+      RANKMAP_DEBUG(Agent, "agent {}: push to {} failed: {}", name_, to[k]->name, out[k].error);
 }
 
 std::optional<Json> Daemon::roundStatus(int64_t id) {
