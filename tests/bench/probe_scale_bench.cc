@@ -7,16 +7,33 @@
 //
 //   probe_scale_bench [--hosts 256,1024,4096] [--noise 0.1] [--dead 3] [--background 0]
 //                     [--unequal] [--seed 1] [--recheck]
+//
+// With --emucloud-shape, the simulator's side of the comparison with the emulated cloud
+// (tests/emucloud/sim_agreement_bench.py): one datacenter shaped as `emucloud up --vms VMS
+// --racks RACKS --host-mbit HOST --uplink-mbit UPLINK` shapes its testbed, the probe round on
+// it, the plan from what the probe found, and the 16 MiB ring allreduce of that plan, in its
+// order as the engine runs it, scored on the true network (reorder::predictedAllreduceUs):
+//
+//   probe_scale_bench --emucloud-shape VMS,RACKS,HOST,UPLINK [--rack-of R0,R1,...]
+//                     [--max-flows N] [--order I,J,...] [--seed 7] [--noise 0.05] [--json]
+//
+//   --rack-of    each VM's rack (truth.json's order); default: dealt round-robin in VM order
+//   --max-flows  the agents' max_parallel_flows (probe flows at once; 0 = no limit)
+//   --order      also score the ring in this order of VM indices (the testbed's plan)
+//   --json       one JSON object instead of the table
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "probe/recheck.h"
 #include "probe/round.h"
+#include "reorder/cost_model.h"
 #include "reorder/hierarchy.h"
+#include "reorder/planner.h"
 #include "tests/sim/datacenter.h"
 #include "tests/sim/sim_fleet.h"
 
@@ -24,6 +41,8 @@ namespace {
 
 using rankmap::sim::Datacenter;
 using rankmap::sim::DatacenterSpec;
+
+constexpr uint64_t kRingBytes = 16ull << 20;
 
 double ari(const Datacenter& dc, const std::vector<std::vector<int>>& levels, size_t level,
            bool pods) {
@@ -52,8 +71,8 @@ std::vector<RecheckRow> runRechecks(Datacenter& dc, rankmap::sim::SimFleet& flee
   std::vector<RecheckRow> rows;
   rows.push_back({dc.hosts(), "full round", "", round.cost});
   auto quiet = runRecheck(fleet, round.topology, {}, opts, later());
-  rows.push_back({dc.hosts(), "check, unchanged", recheckVerdictName(quiet.result.verdict),
-                  quiet.cost});
+  rows.push_back(
+      {dc.hosts(), "check, unchanged", recheckVerdictName(quiet.result.verdict), quiet.cost});
   dc.setRackUplinkMbps(1, dc.rackUplinkMbps(1) / 2);
   auto halved = runRecheck(fleet, round.topology, {}, opts, later());
   std::string names;
@@ -67,14 +86,35 @@ std::vector<RecheckRow> runRechecks(Datacenter& dc, rankmap::sim::SimFleet& flee
   return rows;
 }
 
-}  // namespace
+std::vector<double> numbers(const std::string& list) {
+  std::vector<double> out;
+  std::stringstream ss(list);
+  for (std::string t; std::getline(ss, t, ',');) out.push_back(std::stod(t));
+  return out;
+}
 
-int main(int argc, char** argv) {
+std::vector<int> integers(const std::string& list) {
+  std::vector<int> out;
+  for (double v : numbers(list)) out.push_back(static_cast<int>(v));
+  return out;
+}
+
+struct Args {
   std::vector<int> sizes = {256, 1024, 4096};
   double noise = 0.1;
   int dead = 3, background = 0;
   bool unequal = false, recheck = false;
   uint64_t seed = 1;
+  // --emucloud-shape mode
+  std::vector<double> shape;  // vms, racks, host Mbit/s, uplink Mbit/s
+  std::vector<int> rackOf, order;
+  size_t maxFlows = 0;
+  bool noiseGiven = false;
+  bool json = false;
+};
+
+Args parseArgs(int argc, char** argv) {
+  Args r;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -85,62 +125,84 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--hosts") {
-      sizes.clear();
-      std::stringstream ss(next());
-      for (std::string t; std::getline(ss, t, ',');) sizes.push_back(std::stoi(t));
+      r.sizes = integers(next());
     } else if (a == "--noise") {
-      noise = std::stod(next());
+      r.noise = std::stod(next());
+      r.noiseGiven = true;
     } else if (a == "--dead") {
-      dead = std::stoi(next());
+      r.dead = std::stoi(next());
     } else if (a == "--background") {
-      background = std::stoi(next());
+      r.background = std::stoi(next());
     } else if (a == "--unequal") {
-      unequal = true;
+      r.unequal = true;
     } else if (a == "--recheck") {
-      recheck = true;
+      r.recheck = true;
     } else if (a == "--seed") {
-      seed = std::stoull(next());
+      r.seed = std::stoull(next());
+    } else if (a == "--emucloud-shape") {
+      r.shape = numbers(next());
+      if (r.shape.size() != 4 || r.shape[0] < 1 || r.shape[1] < 1 || r.shape[1] > r.shape[0] ||
+          !(r.shape[2] > 0) || !(r.shape[3] > 0)) {
+        std::fprintf(stderr,
+                     "probe_scale_bench: --emucloud-shape: expected VMS,RACKS,HOST,UPLINK with "
+                     "1 <= RACKS <= VMS and rates > 0\n");
+        std::exit(2);
+      }
+    } else if (a == "--rack-of") {
+      r.rackOf = integers(next());
+    } else if (a == "--order") {
+      r.order = integers(next());
+    } else if (a == "--max-flows") {
+      r.maxFlows = std::stoull(next());
+    } else if (a == "--json") {
+      r.json = true;
     } else {
       std::fprintf(stderr, "probe_scale_bench: unknown argument %s\n", a.c_str());
-      return 2;
+      std::exit(2);
     }
   }
+  return r;
+}
+
+// The scale table: one line per size.
+void scaleTable(const Args& args) {
   std::vector<std::vector<RecheckRow>> rechecks;
-  std::printf("| hosts | pods x racks x hosts | sim probe s | bw flows (per host) | trials | "
-              "pings | bulk GB | rack ARI | pod ARI | dead found | wall s |\n");
+  std::printf(
+      "| hosts | pods x racks x hosts | sim probe s | bw flows (per host) | trials | "
+      "pings | bulk GB | rack ARI | pod ARI | dead found | wall s |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (int n : sizes) {
+  for (int n : args.sizes) {
     DatacenterSpec spec;
-    spec.hostsPerRack = unequal ? std::vector<int>{40, 32, 24} : std::vector<int>{32};
+    spec.hostsPerRack = args.unequal ? std::vector<int>{40, 32, 24} : std::vector<int>{32};
     int racks = n / 32;
     spec.pods = racks >= 64 ? 8 : racks >= 16 ? 4 : 2;
     spec.racksPerPod = racks / spec.pods;
     spec.rackOversubscription = 4;
     spec.podOversubscription = 2;
-    spec.noise = noise;
-    spec.backgroundFlows = background;
-    spec.seed = seed;
-    for (int k = 0; k < dead; ++k) spec.deadHosts.push_back((k * 7919 + 5) % n);
+    spec.noise = args.noise;
+    spec.backgroundFlows = args.background;
+    spec.seed = args.seed;
+    for (int k = 0; k < args.dead; ++k) spec.deadHosts.push_back((k * 7919 + 5) % n);
     auto t0 = std::chrono::steady_clock::now();
     Datacenter dc(spec);
     rankmap::sim::SimFleet fleet(dc);
     rankmap::probe::RoundOptions opts;
-    opts.seed = seed;
-    auto out = rankmap::probe::runRound(fleet, opts,
-                                        rankmap::Deadline::after(std::chrono::minutes(30)));
+    opts.seed = args.seed;
+    auto out =
+        rankmap::probe::runRound(fleet, opts, rankmap::Deadline::after(std::chrono::minutes(30)));
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto& c = out.cost;
-    std::printf("| %zu | %d x %d x %s | %.1f | %llu (%.1f) | %llu | %llu | %.1f | %.3f | %.3f | "
-                "%zu of %d | %.1f |\n",
-                dc.hosts(), spec.pods, spec.racksPerPod, unequal ? "40/32/24" : "32", c.seconds,
-                static_cast<unsigned long long>(c.bandwidthFlows),
-                static_cast<double>(c.bandwidthFlows) / static_cast<double>(dc.hosts()),
-                static_cast<unsigned long long>(c.trials),
-                static_cast<unsigned long long>(c.latencyPairs), c.bulkBytes / 1e9,
-                ari(dc, out.structure.levels, 0, false), ari(dc, out.structure.levels, 1, true),
-                out.deadHosts.size(), dead, wall);
+    std::printf(
+        "| %zu | %d x %d x %s | %.1f | %llu (%.1f) | %llu | %llu | %.1f | %.3f | %.3f | "
+        "%zu of %d | %.1f |\n",
+        dc.hosts(), spec.pods, spec.racksPerPod, args.unequal ? "40/32/24" : "32", c.seconds,
+        static_cast<unsigned long long>(c.bandwidthFlows),
+        static_cast<double>(c.bandwidthFlows) / static_cast<double>(dc.hosts()),
+        static_cast<unsigned long long>(c.trials), static_cast<unsigned long long>(c.latencyPairs),
+        c.bulkBytes / 1e9, ari(dc, out.structure.levels, 0, false),
+        ari(dc, out.structure.levels, 1, true), out.deadHosts.size(), args.dead, wall);
     std::fflush(stdout);
-    if (recheck) rechecks.push_back(runRechecks(dc, fleet, out, opts));
+    if (args.recheck) rechecks.push_back(runRechecks(dc, fleet, out, opts));
   }
   if (!rechecks.empty()) {
     std::printf("\n| hosts | step | verdict | bw flows (per host) | trials | pings | sim s |\n");
@@ -154,5 +216,110 @@ int main(int argc, char** argv) {
                     static_cast<unsigned long long>(r.cost.trials),
                     static_cast<unsigned long long>(r.cost.latencyPairs), r.cost.seconds);
   }
+}
+
+// The emulated cloud's network (tests/emucloud/emucloud, `up`): one tier of racks on a flat L2,
+// every host link and every rack uplink shaped to the given rate per direction. The uplink's
+// per-VM HTB classes share it fairly between VMs, not flows; the probe's trials send at most
+// one flow per VM and the ring one per uplink direction, where the two are the same, so the
+// per-flow max-min model stands for them. Round trips are flat (bridges in namespaces): no
+// latency tier, which sends the probe to its bandwidth structure phase as on the testbed.
+//
+// Capacities are what TCP gets through the shaper: kEmucloudTcpGoodput of the shaped rate. HTB
+// counts whole 9014-byte frames (8948 bytes of payload: 0.7% is headers) and its timer runs late
+// on two busy CPUs; iperf3 measures one cross-rack flow at 243.5 of 250 Mbit/s (median of 3,
+// docs/performance.md, "Shaping"), and the probe reads the same share on the testbed.
+constexpr double kEmucloudTcpGoodput = 243.5 / 250;
+
+DatacenterSpec emucloudSpec(const Args& args) {
+  DatacenterSpec spec;
+  const int vms = static_cast<int>(args.shape[0]), racks = static_cast<int>(args.shape[1]);
+  spec.pods = 1;
+  spec.racksPerPod = racks;
+  spec.rackOfHost = args.rackOf;
+  if (spec.rackOfHost.empty())
+    for (int v = 0; v < vms; ++v) spec.rackOfHost.push_back(v % racks);
+  if (spec.rackOfHost.size() != static_cast<size_t>(vms)) {
+    std::fprintf(stderr, "probe_scale_bench: --rack-of has %zu racks for %d VMs\n",
+                 spec.rackOfHost.size(), vms);
+    std::exit(2);
+  }
+  spec.hostMbps = args.shape[2] * kEmucloudTcpGoodput;
+  spec.rackUplinkMbps = args.shape[3] * kEmucloudTcpGoodput;
+  spec.podOversubscription = 1;
+  spec.rackLatencyUs = 0;
+  spec.podLatencyUs = 0;
+  // The testbed's probe readings: every pair within +-5.3% of the shaped rate at 16 and 64 VMs
+  // (docs/performance.md, structure-first probe on the emulated cloud).
+  spec.noise = args.noiseGiven ? args.noise : 0.05;
+  spec.seed = args.seed;
+  return spec;
+}
+
+// The time of a 16 MiB ring allreduce in `order` (host indices) on `net`, as the engine runs
+// it: the plan's algorithm forced to ring, so that predictedAllreduceUs scores the ring alone.
+double ringUs(const rankmap::reorder::NetworkModel& net, const std::vector<std::string>& names,
+              const std::vector<int>& order) {
+  rankmap::Plan ring;
+  for (int h : order) ring.order.push_back(names[static_cast<size_t>(h)]);
+  ring.collectives["allreduce"] = {rankmap::AlgoRange{}};  // ring over every size
+  return rankmap::reorder::predictedAllreduceUs(net, names, ring, kRingBytes);
+}
+
+void emucloudRun(const Args& args) {
+  DatacenterSpec spec = emucloudSpec(args);
+  Datacenter dc(spec);
+  rankmap::sim::SimFleet fleet(dc);
+  rankmap::probe::RoundOptions opts;
+  opts.seed = args.seed;
+  opts.maxFlowsPerTrial = args.maxFlows;
+  auto out =
+      rankmap::probe::runRound(fleet, opts, rankmap::Deadline::after(std::chrono::minutes(30)));
+  auto truth = rankmap::reorder::planTopology(rankmap::sim::truthTopology(dc, fleet), {});
+  auto found = rankmap::reorder::planTopology(out.topology, {});
+  const std::vector<std::string>& names = truth.plan.hosts;  // the fleet's, in host order
+  std::map<std::string, int> index;
+  for (size_t h = 0; h < names.size(); ++h) index[names[h]] = static_cast<int>(h);
+  std::vector<int> planOrder;
+  for (const auto& name : found.plan.order) planOrder.push_back(index.at(name));
+  const double planRing = ringUs(truth.model, names, planOrder);
+  const double optimum = ringUs(truth.model, names, truth.order);
+  const double given = args.order.empty() ? 0 : ringUs(truth.model, names, args.order);
+  const auto& c = out.cost;
+  const double rackAri = ari(dc, out.structure.levels, 0, false);
+  if (args.json) {
+    std::printf(
+        "{\"vms\": %zu, \"racks\": %d, \"host_mbit\": %g, \"uplink_mbit\": %g, "
+        "\"tcp_goodput\": %.4f, \"seed\": %llu, \"max_flows\": %zu, \"probe_s\": %.3f, \"trials\": "
+        "%llu, "
+        "\"bandwidth_flows\": %llu, \"structure\": \"%s\", \"rack_ari\": %.3f, "
+        "\"ring_plan_ms\": %.1f, \"ring_optimum_ms\": %.1f, \"ring_order_ms\": %.1f}\n",
+        dc.hosts(), dc.racks(), args.shape[2], args.shape[3], kEmucloudTcpGoodput,
+        static_cast<unsigned long long>(args.seed), args.maxFlows, c.seconds,
+        static_cast<unsigned long long>(c.trials),
+        static_cast<unsigned long long>(c.bandwidthFlows), out.structure.signal.c_str(), rackAri,
+        planRing / 1000, optimum / 1000, given / 1000);
+    return;
+  }
+  std::printf(
+      "| VMs / racks | host / uplink Mbit/s | max flows | sim probe s | trials | bw flows "
+      "| structure | rack ARI | 16 MiB ring, plan (ms) | optimum (ms) | given order (ms) "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  const std::string givenMs = args.order.empty() ? "-" : fmt::format("{:.1f}", given / 1000);
+  std::printf("| %zu / %d | %g / %g | %zu | %.1f | %llu | %llu | %s | %.3f | %.1f | %.1f | %s |\n",
+              dc.hosts(), dc.racks(), args.shape[2], args.shape[3], args.maxFlows, c.seconds,
+              static_cast<unsigned long long>(c.trials),
+              static_cast<unsigned long long>(c.bandwidthFlows), out.structure.signal.c_str(),
+              rackAri, planRing / 1000, optimum / 1000, givenMs.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = parseArgs(argc, argv);
+  if (args.shape.empty())
+    scaleTable(args);
+  else
+    emucloudRun(args);
   return 0;
 }

@@ -114,6 +114,45 @@ def main():
     bench(lib.Testbed(args.emucloud, args.prefix, up), args)
 
 
+def run_engine(tb, rankmap, prefix, port, algo, sizes, factor, iters, warmup, plan_path=None,
+               check=False, segment=""):
+    """`rankmap bench --algo ALGO` on every VM of the testbed `tb`, launched in the provider's
+    order (with plan_path the engine applies the plan's permutation), sizes[0] to sizes[-1] by
+    `factor`, rank 0's root on the first VM at `port`. Returns {size: (seconds, algo)}: the
+    slowest rank's mean per iteration. Fails on an exit, a fallback, or (check) a wrong element."""
+    env = dict(os.environ)
+    for k in ("RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "LD_PRELOAD", "RANKMAP_ALGO"):
+        env.pop(k, None)
+    root_addr = tb.truth["vms"][0]["address"]
+    words = ["-x", f"RANKMAP_ROOT={root_addr}:{port}",
+             *(["-x", f"RANKMAP_SEGMENT_SIZE={segment}"] if segment else []), rankmap, "bench",
+             "-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", str(factor), "-n", str(iters),
+             "-w", str(warmup), "--algo", algo, "--json"]
+    if plan_path:
+        words += ["--plan", plan_path]
+    if check:
+        words.append("-c")
+    argv = tb.cmd("mpirun", "--prefix", prefix, "--timeout", str(kTimeoutS), "--", *words)
+    order = "plan" if plan_path else "provider"
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=kTimeoutS + 60)
+    if p.returncode != 0:
+        lib.fail(f"engine {algo} {order}: exit {p.returncode}: {p.stdout[-1000:]} "
+                 f"{p.stderr[-2000:]}")
+    out = {}
+    for line in p.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        j = json.loads(line)
+        if j.get("summary"):
+            if j.get("fallbacks"):
+                lib.fail(f"engine {algo} {order}: {j['fallbacks']} fallbacks")
+            continue
+        if check and j["wrong"] != 0:
+            lib.fail(f"engine {algo} {order} {j['size']}: {j['wrong']} wrong elements")
+        out[j["size"]] = (j["time_us"] * 1e-6, j["algo"])
+    return out
+
+
 def bench(tb, args):
     with tb, tempfile.TemporaryDirectory(prefix="rankmap-engine-bench-") as tmp:
         os.chmod(tmp, 0o755)
@@ -135,7 +174,6 @@ def bench(tb, args):
             with open(hostfiles[name], "w") as f:
                 f.write("".join(h + "\n" for h in order))
             os.chmod(hostfiles[name], 0o644)
-        root_addr = tb.truth["vms"][0]["address"]
 
         sizes = []
         s = parse_size(args.min_bytes)
@@ -149,38 +187,10 @@ def bench(tb, args):
         port = [args.port]
 
         def engine(algo, order, group, iters, check):
-            env = dict(os.environ)
-            for k in ("RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "LD_PRELOAD", "RANKMAP_ALGO"):
-                env.pop(k, None)
             port[0] += 1
-            segment = ["-x", f"RANKMAP_SEGMENT_SIZE={args.segment}"] if args.segment else []
-            words = ["-x", f"RANKMAP_ROOT={root_addr}:{port[0]}", *segment, args.rankmap, "bench",
-                     "-b", str(group[0]), "-e", str(group[-1]), "-f", str(args.factor),
-                     "-n", str(iters), "-w", str(args.warmup), "--algo", algo, "--json"]
-            if order == "plan":
-                words += ["--plan", plan_path]
-            if check:
-                words.append("-c")
-            argv = tb.cmd("mpirun", "--prefix", args.prefix, "--timeout", str(kTimeoutS), "--",
-                          *words)
-            p = subprocess.run(argv, capture_output=True, text=True, env=env,
-                               timeout=kTimeoutS + 60)
-            if p.returncode != 0:
-                lib.fail(f"engine {algo} {order}: exit {p.returncode}: {p.stdout[-1000:]} "
-                         f"{p.stderr[-2000:]}")
-            out = {}
-            for line in p.stdout.splitlines():
-                if not line.startswith("{"):
-                    continue
-                j = json.loads(line)
-                if j.get("summary"):
-                    if j.get("fallbacks"):
-                        lib.fail(f"engine {algo} {order}: {j['fallbacks']} fallbacks")
-                    continue
-                if check and j["wrong"] != 0:
-                    lib.fail(f"engine {algo} {order} {j['size']}: {j['wrong']} wrong elements")
-                out[j["size"]] = (j["time_us"] * 1e-6, j["algo"])
-            return out
+            return run_engine(tb, args.rankmap, args.prefix, port[0], algo, group, args.factor,
+                              iters, args.warmup, plan_path if order == "plan" else None, check,
+                              args.segment)
 
         def mpi(which, order, group, iters, check):
             argv = tb.cmd("mpirun", "--prefix", args.prefix, "--hostfile", hostfiles[order],

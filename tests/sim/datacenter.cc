@@ -21,13 +21,29 @@ Datacenter::Datacenter(DatacenterSpec spec) : spec_(std::move(spec)), rng_(spec_
                   s.hostMbps, s.rackOversubscription, s.podOversubscription);
   if (!(s.noise >= 0 && s.noise < 1))
     RANKMAP_THROW(InvalidInput, "datacenter spec: noise {} (expected 0 <= noise < 1)", s.noise);
+  if (s.rackUplinkMbps < 0)
+    RANKMAP_THROW(InvalidInput, "datacenter spec: rackUplinkMbps {} (expected >= 0)",
+                  s.rackUplinkMbps);
   const int racks = s.pods * s.racksPerPod;
   std::vector<int> rackSize(static_cast<size_t>(racks));
-  for (int r = 0; r < racks; ++r) {
-    rackSize[static_cast<size_t>(r)] =
-        s.hostsPerRack[static_cast<size_t>(r) % s.hostsPerRack.size()];
-    rackPod_.push_back(r / s.racksPerPod);
-    for (int k = 0; k < rackSize[static_cast<size_t>(r)]; ++k) rackOf_.push_back(r);
+  for (int r = 0; r < racks; ++r) rackPod_.push_back(r / s.racksPerPod);
+  if (s.rackOfHost.empty()) {
+    for (int r = 0; r < racks; ++r) {
+      rackSize[static_cast<size_t>(r)] =
+          s.hostsPerRack[static_cast<size_t>(r) % s.hostsPerRack.size()];
+      for (int k = 0; k < rackSize[static_cast<size_t>(r)]; ++k) rackOf_.push_back(r);
+    }
+  } else {
+    for (int r : s.rackOfHost) {
+      if (r < 0 || r >= racks)
+        RANKMAP_THROW(InvalidInput, "datacenter spec: rackOfHost has rack {} (expected 0..{})", r,
+                      racks - 1);
+      ++rackSize[static_cast<size_t>(r)];
+      rackOf_.push_back(r);
+    }
+    for (int r = 0; r < racks; ++r)
+      if (rackSize[static_cast<size_t>(r)] == 0)
+        RANKMAP_THROW(InvalidInput, "datacenter spec: rackOfHost leaves rack {} empty", r);
   }
   const size_t n = rackOf_.size();
   alive_.assign(n, 1);
@@ -49,7 +65,9 @@ Datacenter::Datacenter(DatacenterSpec spec) : spec_(std::move(spec)), rng_(spec_
   for (size_t h = 0; h < n; ++h) linkMbps_[2 * h] = linkMbps_[2 * h + 1] = hostRate[h];
   std::vector<double> podSum(static_cast<size_t>(s.pods), 0);
   for (int r = 0; r < racks; ++r) {
-    double up = rackSize[static_cast<size_t>(r)] * s.hostMbps / s.rackOversubscription;
+    double up = s.rackUplinkMbps > 0
+                    ? s.rackUplinkMbps
+                    : rackSize[static_cast<size_t>(r)] * s.hostMbps / s.rackOversubscription;
     linkMbps_[rackUp(r)] = linkMbps_[rackUp(r) + 1] = up;
     podSum[static_cast<size_t>(rackPod_[static_cast<size_t>(r)])] += up;
   }

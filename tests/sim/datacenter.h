@@ -3,8 +3,9 @@
 // (sizes may differ), racks in pods, pods under a core. Every host has one link to its rack
 // switch, every rack one uplink to its pod switch, every pod one uplink to the core, each a
 // capacity per direction. Uplinks are oversubscribed: a rack's uplink carries its hosts' total
-// rate divided by rackOversubscription, a pod's uplink its racks' uplinks divided by
-// podOversubscription.
+// rate divided by rackOversubscription (or rackUplinkMbps when set), a pod's uplink its racks'
+// uplinks divided by podOversubscription. Hosts fill racks in order unless rackOfHost places
+// them (the emulated cloud deals VMs to racks by a seeded permutation).
 //
 // Measurements: flows that run at the same time share every link max-min fairly, with the
 // background tenants' flows, through the one model the planner and the probe use
@@ -32,8 +33,12 @@ struct DatacenterSpec {
   // Hosts of each rack, cycled over the racks (pod-major order): {32} is 32 everywhere,
   // {4, 3, 3} gives unequal racks.
   std::vector<int> hostsPerRack = {32};
+  // When not empty: the rack of each host (0 .. pods x racksPerPod - 1, every rack used), in
+  // place of hostsPerRack.
+  std::vector<int> rackOfHost;
   double hostMbps = 1000;
   double rackOversubscription = 4;  // 1 = full bisection
+  double rackUplinkMbps = 0;        // > 0: every rack's uplink, in place of the oversubscription
   double podOversubscription = 2;
   double hostLatencyUs = 5;   // one way, host to its rack switch
   double rackLatencyUs = 10;  // one way, rack switch to pod switch

@@ -38,6 +38,27 @@ TEST(Datacenter, UnequalRacksInPods) {
   EXPECT_DOUBLE_EQ(dc.podUplinkMbps(0), 87.5);  // (100 + 75) / 2
 }
 
+// The emulated cloud's shape: VMs dealt to racks by a permutation, uplinks at a given rate.
+TEST(Datacenter, PlacedHostsAndGivenUplinks) {
+  DatacenterSpec s = quiet();
+  s.pods = 1;
+  s.racksPerPod = 2;
+  s.rackOfHost = {1, 0, 0, 1, 1};
+  s.rackUplinkMbps = 25;
+  Datacenter dc(s);
+  EXPECT_EQ(dc.hosts(), 5u);
+  EXPECT_EQ(dc.rackOf(0), 1);
+  EXPECT_EQ(dc.rackOf(2), 0);
+  EXPECT_DOUBLE_EQ(dc.rackUplinkMbps(0), 25);
+  EXPECT_DOUBLE_EQ(dc.rackUplinkMbps(1), 25);
+  EXPECT_DOUBLE_EQ(*dc.measure({{1, 2}})[0], 100);  // rack 0 inside
+  EXPECT_DOUBLE_EQ(*dc.measure({{0, 1}})[0], 25);   // across the uplinks
+  s.rackOfHost = {0, 0, 0};
+  EXPECT_THROW(Datacenter{s}, InvalidInput);  // rack 1 empty
+  s.rackOfHost = {0, 2};
+  EXPECT_THROW(Datacenter{s}, InvalidInput);  // no rack 2
+}
+
 TEST(Datacenter, ConcurrentFlowsShareTheUplinksTheyCross) {
   Datacenter dc(quiet());
   EXPECT_DOUBLE_EQ(*dc.measure({{0, 1}})[0], 100);  // inside a rack: the host link

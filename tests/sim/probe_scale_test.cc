@@ -34,38 +34,13 @@ double ari(const Datacenter& dc, const std::vector<int>& found, bool pods) {
   return reorder::adjustedRandIndex(a, b);
 }
 
-// The true network as a topology.json with a link model: what a perfect probe would state.
-Topology truthTopology(const Datacenter& dc, const SimFleet& fleet) {
-  Topology t;
-  const auto& spec = dc.spec();
-  for (size_t h = 0; h < dc.hosts(); ++h) t.hosts.push_back(fleet.host(static_cast<int>(h)));
-  TopologyLinks links;
-  links.hostLatencyUs = spec.hostLatencyUs;
-  links.uplinkLatencyUs = {spec.rackLatencyUs, spec.podLatencyUs};
-  for (size_t h = 0; h < dc.hosts(); ++h) links.hosts.push_back({spec.hostMbps, spec.hostMbps});
-  HierarchyLevel racks{"rack", 1, {}}, pods{"pod", 1, {}};
-  racks.groups.resize(static_cast<size_t>(dc.racks()));
-  pods.groups.resize(static_cast<size_t>(spec.pods));
-  for (size_t h = 0; h < dc.hosts(); ++h) {
-    racks.groups[static_cast<size_t>(dc.rackOf(static_cast<int>(h)))].push_back(t.hosts[h].name);
-    pods.groups[static_cast<size_t>(dc.podOf(static_cast<int>(h)))].push_back(t.hosts[h].name);
-  }
-  links.uplinks.resize(2);
-  for (int r = 0; r < dc.racks(); ++r)
-    links.uplinks[0].push_back({dc.rackUplinkMbps(r), dc.rackUplinkMbps(r)});
-  for (int p = 0; p < spec.pods; ++p)
-    links.uplinks[1].push_back({dc.podUplinkMbps(p), dc.podUplinkMbps(p)});
-  t.groups = {racks, pods};
-  t.links = std::move(links);
-  return t;
-}
-
 // The plan from the probe's topology and the plan from the truth, both scored on the true
 // network (16 MiB allreduce, live hosts only): the gap is what the probe's errors cost.
 double planGap(const Datacenter& dc, const SimFleet& fleet, const Topology& probed) {
   std::vector<reorder::HostEntry> live;
   for (size_t h = 0; h < dc.hosts(); ++h)
-    if (dc.alive(static_cast<int>(h))) live.push_back({fleet.host(static_cast<int>(h)).name, "", 0});
+    if (dc.alive(static_cast<int>(h)))
+      live.push_back({fleet.host(static_cast<int>(h)).name, "", 0});
   Topology found = reorder::selectHosts(probed, live, "hosts", "probe");
   Topology truth = reorder::selectHosts(truthTopology(dc, fleet), live, "hosts", "truth");
   reorder::PlanOptions po;
@@ -82,8 +57,8 @@ double planGap(const Datacenter& dc, const SimFleet& fleet, const Topology& prob
       out += fmt::format(" {}:{}", range.minBytes, algorithmName(range.algorithm));
     return out + fmt::format(" weights {}", r.plan.chunkWeights.size());
   };
-  std::printf("plan: %.0f us on the true network, optimum %.0f us (%+.1f%%)\n  ours%s\n  best%s\n", ours, optimum,
-              100 * (ours / optimum - 1), algo(got).c_str(), algo(best).c_str());
+  std::printf("plan: %.0f us on the true network, optimum %.0f us (%+.1f%%)\n  ours%s\n  best%s\n",
+              ours, optimum, 100 * (ours / optimum - 1), algo(got).c_str(), algo(best).c_str());
   return ours / optimum - 1;
 }
 
@@ -145,8 +120,8 @@ TEST(ProbeScale, RacksFromBandwidthWhenRoundTripsAreFlat) {
       ASSERT_TRUE(got.has_value());
       EXPECT_NEAR(*got, want, 0.1 * want) << a << " -> " << b;
     }
-  std::printf("sim seconds %.2f flows/host %.1f trials %llu\n", s.out.cost.seconds,
-              s.flowsPerHost, static_cast<unsigned long long>(s.out.cost.trials));
+  std::printf("sim seconds %.2f flows/host %.1f trials %llu\n", s.out.cost.seconds, s.flowsPerHost,
+              static_cast<unsigned long long>(s.out.cost.trials));
 }
 
 // Two racks of four behind an uplink of twice the host rate (2:1): no single flow and few blind

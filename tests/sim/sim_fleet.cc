@@ -83,12 +83,36 @@ std::vector<probe::Outcome<double>> SimFleet::bandwidth(const std::vector<probe:
     double ms = std::min<double>(static_cast<double>(opts.maxMs),
                                  static_cast<double>(opts.maxBytes) / std::max(bytesPerMs, 1e-9));
     cost_.bulkBytes += bytesPerMs * ms;
-    longestMs = std::max(longestMs, contended[k] ? endMs + timing_.drainMs
-                                                 : ms + timing_.resultMs);
+    longestMs = std::max(longestMs, contended[k] ? endMs + timing_.drainMs : ms + timing_.resultMs);
   }
   ++cost_.trials;
   cost_.seconds += (timing_.callOverheadMs + barrierMs + longestMs) / 1000;
   return out;
+}
+
+Topology truthTopology(const Datacenter& dc, const SimFleet& fleet) {
+  Topology t;
+  const auto& spec = dc.spec();
+  for (size_t h = 0; h < dc.hosts(); ++h) t.hosts.push_back(fleet.host(static_cast<int>(h)));
+  TopologyLinks links;
+  links.hostLatencyUs = spec.hostLatencyUs;
+  links.uplinkLatencyUs = {spec.rackLatencyUs, spec.podLatencyUs};
+  for (size_t h = 0; h < dc.hosts(); ++h) links.hosts.push_back({spec.hostMbps, spec.hostMbps});
+  HierarchyLevel racks{"rack", 1, {}}, pods{"pod", 1, {}};
+  racks.groups.resize(static_cast<size_t>(dc.racks()));
+  pods.groups.resize(static_cast<size_t>(spec.pods));
+  for (size_t h = 0; h < dc.hosts(); ++h) {
+    racks.groups[static_cast<size_t>(dc.rackOf(static_cast<int>(h)))].push_back(t.hosts[h].name);
+    pods.groups[static_cast<size_t>(dc.podOf(static_cast<int>(h)))].push_back(t.hosts[h].name);
+  }
+  links.uplinks.resize(2);
+  for (int r = 0; r < dc.racks(); ++r)
+    links.uplinks[0].push_back({dc.rackUplinkMbps(r), dc.rackUplinkMbps(r)});
+  for (int p = 0; p < spec.pods; ++p)
+    links.uplinks[1].push_back({dc.podUplinkMbps(p), dc.podUplinkMbps(p)});
+  t.groups = {racks, pods};
+  t.links = std::move(links);
+  return t;
 }
 
 }  // namespace rankmap::sim

@@ -52,4 +52,9 @@ class SimFleet : public probe::Fleet {
   probe::FleetCost cost_;
 };
 
+// The true network of `dc` as a topology.json with a link model (racks and pods as groups, every
+// capacity and per-tier latency from the spec), hosts named as `fleet` names them: what a
+// perfect probe would state, for planning from the truth and scoring plans on it.
+Topology truthTopology(const Datacenter& dc, const SimFleet& fleet);
+
 }  // namespace rankmap::sim
