@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -163,8 +163,7 @@ std::vector<std::optional<LatencyStats>> RoundState::ping(const std::vector<Host
 
 std::vector<std::optional<double>> RoundState::run(const std::vector<HostPair>& flows,
                                                    const std::string& phase, bool alone,
-                                                   const std::vector<int>& units,
-                                                   bool splittable,
+                                                   const std::vector<int>& units, bool splittable,
                                                    const BandwidthOptions* window) {
   std::vector<std::optional<double>> res(flows.size());
   // Parts: consecutive runs of whole units up to maxFlowsPerTrial flows.
@@ -196,7 +195,8 @@ std::vector<std::optional<double>> RoundState::run(const std::vector<HostPair>& 
     for (size_t i = 0; i < part.size(); ++i) {
       res[at[i]] = out[i].value;
       if (out[i].value)
-        readings.push_back({part[i].first, part[i].second, "bandwidth", *out[i].value, phase, alone});
+        readings.push_back(
+            {part[i].first, part[i].second, "bandwidth", *out[i].value, phase, alone});
     }
   }
   return res;
@@ -282,8 +282,8 @@ std::optional<Structure> latencyStructure(RoundState& s) {
     for (int u : unplaced)
       if (!placed[static_cast<size_t>(u)] && s.live(u)) still.push_back(u);
     s.report({"structure", hosts.size() - still.size(), hosts.size(),
-              fmt::format("{} of {} hosts placed after {} leader rounds", hosts.size() - still.size(),
-                          hosts.size(), round + 1)});
+              fmt::format("{} of {} hosts placed after {} leader rounds",
+                          hosts.size() - still.size(), hosts.size(), round + 1)});
     unplaced = std::move(still);
     want *= 2;
   }
@@ -302,7 +302,8 @@ std::optional<Structure> latencyStructure(RoundState& s) {
     int ra = rackOf[static_cast<size_t>(p.a)], rb = rackOf[static_cast<size_t>(p.b)];
     if (ra >= 0 && rb >= 0 && (ra == rb) != (p.rttUs <= *rackBoundary)) ++disagree;
   }
-  if (static_cast<double>(disagree) > kMaxLatencyDisagreement * static_cast<double>(pinged.size())) {
+  if (static_cast<double>(disagree) >
+      kMaxLatencyDisagreement * static_cast<double>(pinged.size())) {
     RANKMAP_INFO(Probe,
                  "probe round: round trips do not form tiers: {} of {} pings disagree with the "
                  "racks they suggest",
@@ -316,7 +317,8 @@ std::optional<Structure> latencyStructure(RoundState& s) {
   // Higher levels: one representative per rack, all pairs of them.
   std::vector<int> rep(static_cast<size_t>(nRacks), -1);
   for (int h : hosts)
-    if (rackOf[static_cast<size_t>(h)] >= 0 && rep[static_cast<size_t>(rackOf[static_cast<size_t>(h)])] < 0)
+    if (rackOf[static_cast<size_t>(h)] >= 0 &&
+        rep[static_cast<size_t>(rackOf[static_cast<size_t>(h)])] < 0)
       rep[static_cast<size_t>(rackOf[static_cast<size_t>(h)])] = h;
   std::vector<HostPair> pairs;
   for (size_t a = 0; a < rep.size(); ++a)
@@ -387,7 +389,8 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
   // at the start, renumbered.
   const std::vector<int> initial = hosts;
   std::vector<int> index(n, -1);
-  for (size_t i = 0; i < initial.size(); ++i) index[static_cast<size_t>(initial[i])] = static_cast<int>(i);
+  for (size_t i = 0; i < initial.size(); ++i)
+    index[static_cast<size_t>(initial[i])] = static_cast<int>(i);
   std::vector<ObservedTrial> evidence;
   auto runTrial = [&](const std::vector<HostPair>& flows) {
     auto got = s.run(flows, "structure", false);
@@ -416,32 +419,34 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
     std::vector<HostPair> flows;
     size_t informative = 0;
     for (size_t i = 0; i < hosts.size(); ++i) {
-        int h = hosts[i];
-        int best = -1, second = -1, filler = -1;
-        for (size_t j = 1; j < hosts.size() && best < 0; ++j) {
-          int r = hosts[(i + j) % hosts.size()];
-          if (receiving[static_cast<size_t>(r)]) continue;
-          if (comp.find(r) == comp.find(h)) {
-            if (filler < 0) filler = r;
-            continue;
-          }
-          auto k = key(h, r);
-          if (far.count(k)) {
-            if (filler < 0 || comp.find(filler) == comp.find(h)) filler = r;
-            continue;
-          }
-          if (!testing.count(k)) best = r;
-          else if (second < 0) second = r;
+      int h = hosts[i];
+      int best = -1, second = -1, filler = -1;
+      for (size_t j = 1; j < hosts.size() && best < 0; ++j) {
+        int r = hosts[(i + j) % hosts.size()];
+        if (receiving[static_cast<size_t>(r)]) continue;
+        if (comp.find(r) == comp.find(h)) {
+          if (filler < 0) filler = r;
+          continue;
         }
-        int r = best >= 0 ? best : second >= 0 ? second : filler;
-        if (r < 0) continue;
-        if (r == best || r == second) {
-          ++informative;
-          testing.insert(key(h, r));
+        auto k = key(h, r);
+        if (far.count(k)) {
+          if (filler < 0 || comp.find(filler) == comp.find(h)) filler = r;
+          continue;
         }
-        receiving[static_cast<size_t>(r)] = 1;
-        flows.emplace_back(h, r);
+        if (!testing.count(k))
+          best = r;
+        else if (second < 0)
+          second = r;
       }
+      int r = best >= 0 ? best : second >= 0 ? second : filler;
+      if (r < 0) continue;
+      if (r == best || r == second) {
+        ++informative;
+        testing.insert(key(h, r));
+      }
+      receiving[static_cast<size_t>(r)] = 1;
+      flows.emplace_back(h, r);
+    }
     if (informative == 0 && bandsSeenAfter >= 0) break;
     auto got = runTrial(flows);
     for (size_t k = 0; k < flows.size(); ++k)
@@ -567,7 +572,8 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
                                            size_t progressTotal) {
   const size_t n = s.fleet().size();
   std::vector<LinkCapacity> hostLinks(n);
-  auto note = [&](const std::vector<HostPair>& flows, const std::vector<std::optional<double>>& got) {
+  auto note = [&](const std::vector<HostPair>& flows,
+                  const std::vector<std::optional<double>>& got) {
     for (size_t k = 0; k < flows.size(); ++k) {
       if (!got[k]) continue;
       auto& out = hostLinks[static_cast<size_t>(flows[k].first)].outMbps;
@@ -625,8 +631,9 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
     size_t batch = s.opts().maxFlowsPerTrial > 0 ? s.opts().maxFlowsPerTrial
                                                  : std::max<size_t>(1, again.size());
     for (size_t i = 0; i < again.size() && !s.stopped(); i += batch) {
-      std::vector<HostPair> part(again.begin() + static_cast<long>(i),
-                                 again.begin() + static_cast<long>(std::min(again.size(), i + batch)));
+      std::vector<HostPair> part(
+          again.begin() + static_cast<long>(i),
+          again.begin() + static_cast<long>(std::min(again.size(), i + batch)));
       s.run(part, "confirm", true);
     }
     if (!again.empty())
@@ -769,7 +776,8 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
   for (int g = 0; g < ng; ++g) {
     auto& c = cap[static_cast<size_t>(g)];
     double total = 0;
-    for (int h : members[static_cast<size_t>(g)]) total += hostLinks[static_cast<size_t>(h)].outMbps;
+    for (int h : members[static_cast<size_t>(g)])
+      total += hostLinks[static_cast<size_t>(h)].outMbps;
     if (c.outMbps == 0) c.outMbps = total;
     if (c.inMbps == 0) c.inMbps = total;
   }

@@ -34,7 +34,8 @@
 //                    entries come from the link model (the narrowest link on the path) and the
 //                    per-tier latencies.
 // A host that does not answer (after the fleet's connection retries) or answers too late twice is
-// dropped for the round and named in the result; the round never throws for a peer's failure. Deterministic for a deterministic fleet and seed.
+// dropped for the round and named in the result; the round never throws for a peer's failure.
+// Deterministic for a deterministic fleet and seed.
 #pragma once
 
 #include <atomic>
@@ -91,8 +92,8 @@ struct RoundOptions {
   // At most this many flows run at once (0 = no limit); trials that must load an uplink are
   // never split below one group's flows.
   size_t maxFlowsPerTrial = 0;
-  int firstLeaders = 4;           // leaders of the first latency round; doubles every round
-  int maxStructureTrials = 64;    // bandwidth structure: trials before giving up on a decision
+  int firstLeaders = 4;         // leaders of the first latency round; doubles every round
+  int maxStructureTrials = 64;  // bandwidth structure: trials before giving up on a decision
   uint64_t seed = 1;
 };
 
@@ -108,9 +109,9 @@ using RoundProgressFn = std::function<void(const RoundProgress&)>;
 struct Reading {
   int src = 0;
   int dst = 0;
-  std::string kind;   // "latency" (min round trip / 2, us) or "bandwidth" (Mbit/s)
+  std::string kind;  // "latency" (min round trip / 2, us) or "bandwidth" (Mbit/s)
   double value = 0;
-  std::string phase;  // "structure", "hosts", "confirm", "uplinks", "load"
+  std::string phase;   // "structure", "hosts", "confirm", "uplinks", "load"
   bool alone = false;  // bandwidth measured with no other probe flow on its links
 };
 
@@ -129,8 +130,8 @@ struct RoundOutcome {
   Topology topology;
   Structure structure;
   std::vector<Reading> readings;
-  std::vector<std::string> deadHosts;      // by name
-  std::map<std::string, uint64_t> failures;  // reason -> count
+  std::vector<std::string> deadHosts;          // by name
+  std::map<std::string, uint64_t> failures;    // reason -> count
   std::map<std::string, double> phaseSeconds;  // by the fleet's clock
   FleetCost cost;
   bool cancelled = false;
