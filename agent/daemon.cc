@@ -2,10 +2,12 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 
 #include "agent/http_api.h"
+#include "agent/topology_push.h"
 #include "common/build_config.h"
 #include "common/crypto.h"
 #include "common/log.h"
@@ -18,7 +20,10 @@ namespace {
 constexpr size_t kMinTokenBytes = 16;
 constexpr size_t kKeepRounds = 1000;
 constexpr size_t kKeepTopologies = 200;
-constexpr auto kPushTimeout = std::chrono::seconds(5);
+// A push's first wave (the coordinator's group and one relay per other group) and the whole
+// push with its direct retries (agent/topology_push.h); the round ends after it.
+constexpr auto kPushRelayWave = std::chrono::seconds(8);
+constexpr auto kPushTimeout = std::chrono::seconds(12);
 
 std::set<std::string> namesOf(const std::vector<Host>& hosts) {
   std::set<std::string> s;
@@ -323,42 +328,42 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
                  static_cast<double>(k));
   metrics_.set("rankmap_probe_missing_pairs", "", static_cast<double>(r.pairsMissing));
   metrics_.set("rankmap_probe_dead_hosts", "", static_cast<double>(r.deadHosts.size()));
-  if (publish) pushTopology(r.topology, hosts);
+  if (publish) pushTopology(r.topology, hosts, r.deadHosts);
   return rec.topologyVersion;
 }
 
-void Daemon::pushTopology(const Topology& t, const std::vector<Host>& hosts) {
-  Json req = {{"op", "topology"}, {"topology", t.toJson()}};
-  std::string text = req.dump();
-  if (text.size() > probe::kMaxDocumentPayload - 4096) {
+void Daemon::pushTopology(const Topology& t, const std::vector<Host>& hosts,
+                          const std::vector<std::string>& dead) {
+  Json doc = t.toJson();
+  size_t bytes = doc.dump().size();
+  if (bytes > probe::kMaxDocumentPayload - 4096) {
     RANKMAP_WARN(Agent,
                  "agent {}: topology version {} is {} bytes; too large to push, agents "
                  "must ask the coordinator",
-                 name_, t.version, text.size());
+                 name_, t.version, bytes);
     return;
   }
-  // Every agent at once on this thread (probe/fanout.h), not a thread per agent.
-  std::vector<probe::PendingRequest> pushes;
-  std::vector<const Host*> to;
-  const Deadline d = Deadline::after(kPushTimeout);
-  for (const auto& h : hosts) {
-    if (h.name == name_) continue;
-    probe::PendingRequest r;
-    try {
-      r.agent = probe::hostEndpoint(h);
-    } catch (const std::exception& e) {
-      RANKMAP_DEBUG(Agent, "agent {}: push to {} skipped: {}", name_, h.name, e.what());
-      continue;
-    }
-    r.body = req;
-    r.deadline = d;
-    pushes.push_back(std::move(r));
-    to.push_back(&h);
-  }
-  auto out = probe::requestAll(pushes, key_, name_);
-  for (size_t k = 0; k < out.size(); ++k)
-    if (!out[k].reply)
-      RANKMAP_DEBUG(Agent, "agent {}: push to {} failed: {}", name_, to[k]->name, out[k].error);
+  // Hosts the round found dead are not waited for: they get the next version, or ask.
+  std::vector<Host> to;
+  for (const auto& h : hosts)
+    if (std::find(dead.begin(), dead.end(), h.name) == dead.end()) to.push_back(h);
+  auto t0 = std::chrono::steady_clock::now();
+  auto rep = agent::pushTopology(doc, pushRoutes(t, to, name_), key_, name_,
+                                 Deadline::after(kPushRelayWave), Deadline::after(kPushTimeout));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string failed;
+  for (const auto& [host, why] : rep.failed) failed += fmt::format("; {}: {}", host, why);
+  if (rep.failed.empty())
+    RANKMAP_INFO(Agent,
+                 "agent {}: topology version {} ({} KiB) pushed to {} of {} agents in {:.2f} s "
+                 "({} through relays, {} direct retries)",
+                 name_, t.version, bytes / 1024, rep.reached, rep.agents, secs, rep.relays,
+                 rep.direct);
+  else
+    RANKMAP_WARN(Agent,
+                 "agent {}: topology version {} pushed to {} of {} agents in {:.2f} s; not "
+                 "reached{}",
+                 name_, t.version, rep.reached, rep.agents, secs, failed);
 }
 
 std::optional<Json> Daemon::roundStatus(int64_t id) {

@@ -101,7 +101,8 @@ class Daemon {
   std::optional<int64_t> finishRound(int64_t id, const std::string& kind, RoundResult& r,
                                      const std::optional<Topology>& baseline,
                                      const std::vector<Host>& hosts);
-  void pushTopology(const Topology& t, const std::vector<Host>& hosts);
+  void pushTopology(const Topology& t, const std::vector<Host>& hosts,
+                    const std::vector<std::string>& dead);
   bool isCoordinator();
   void reprobeLoop();
 

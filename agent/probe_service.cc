@@ -1,5 +1,6 @@
 #include "agent/probe_service.h"
 
+#include "agent/topology_push.h"
 #include "common/build_config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -44,11 +45,16 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
     return j;
   }
   if (op == "topology") {
-    Topology t = Topology::fromJson(r.at("topology", "a topology document").json(), source);
+    const Json& doc = r.at("topology", "a topology document").json();
+    Topology t = Topology::fromJson(doc, source);
     if (t.version <= 0) r.at("topology").at("version").fail("a positive version");
     bool stored = hooks_.storeTopology && hooks_.storeTopology(t);
     count(stored ? "stored" : "known");
-    return {{"stored", stored}, {"version", t.version}};
+    Json reply = {{"stored", stored}, {"version", t.version}};
+    // A relay (agent/topology_push.h): forward to the group the coordinator named.
+    if (auto list = r.find("relay"))
+      reply["relay"] = relayTopology(doc, list->json(), source, key_, self_, d);
+    return reply;
   }
   if (op != "latency" && op != "bandwidth")
     throw InvalidInput(

@@ -1,6 +1,7 @@
 // What an agent does when another agent (the coordinator) asks over the probe protocol:
 // "hello" (liveness), "latency" and "bandwidth" (measure against a named peer), "topology"
-// (store a topology the coordinator assembled). Runs on the probe server's connection threads.
+// (store a topology the coordinator assembled, and forward it to the hosts of its "relay" list:
+// agent/topology_push.h). Runs on the probe server's connection threads.
 //
 // Requests are JSON objects with an "op"; replies are JSON objects. A measurement that fails
 // because of the peer is a normal reply {"error": ..., "reason": ...}: this agent is fine and

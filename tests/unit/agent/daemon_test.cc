@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "agent/coordinator.h"
 #include "agent/daemon.h"
+#include "agent/topology_push.h"
 #include "launch/http_client.h"
+#include "probe/hosts.h"
 #include "probe/measure.h"
 #include "probe/server.h"
 #include "tests/unit/common/temp_dir.h"
@@ -360,6 +363,130 @@ TEST(Daemon, RefusesToStartWithoutAKeyOrWithAShortToken) {
   c.keyFile = dir.write("key", std::string(64, 'k'));
   c.tokenFile = dir.write("token", "short");
   EXPECT_THROW(Daemon{c}, InvalidInput);
+}
+
+// ---- topology push (agent/topology_push.h) ----
+
+std::vector<Host> names(std::initializer_list<const char*> n) {
+  std::vector<Host> out;
+  for (const char* x : n) out.push_back({x, "127.0.0.1:1"});
+  return out;
+}
+
+// Every host but `self` once, as a target or in a relay list.
+void expectEachOnce(const std::vector<PushRoute>& routes, size_t others) {
+  std::multiset<std::string> seen;
+  for (const auto& r : routes) {
+    seen.insert(r.to.name);
+    for (const auto& h : r.relay) seen.insert(h.name);
+  }
+  EXPECT_EQ(seen.size(), others);
+  for (const auto& n : seen) EXPECT_EQ(seen.count(n), 1u) << n;
+}
+
+TEST(TopologyPush, RoutesFollowTheFirstLevelsGroups) {
+  auto hosts = names({"a", "b", "c", "d", "e", "f", "g", "h"});
+  Topology t = Topology::empty(hosts);
+  t.groups = {{"rack", 1, {{"a", "b", "c"}, {"d", "e"}, {"f", "g"}}}};  // h in no group
+  auto routes = pushRoutes(t, hosts, "b");
+  expectEachOnce(routes, 7);
+  // Own group and the unplaced host directly; one relay per other group (its first member).
+  ASSERT_EQ(routes.size(), 5u);
+  EXPECT_EQ(routes[0].to.name, "a");
+  EXPECT_EQ(routes[1].to.name, "c");
+  EXPECT_EQ(routes[2].to.name, "h");
+  EXPECT_EQ(routes[3].to.name, "d");
+  ASSERT_EQ(routes[3].relay.size(), 1u);
+  EXPECT_EQ(routes[3].relay[0].name, "e");
+  EXPECT_EQ(routes[4].to.name, "f");
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(routes[i].relay.empty());
+}
+
+TEST(TopologyPush, RoutesWithoutGroupsAreChunksOfSquareRoot) {
+  std::vector<Host> hosts;
+  for (int i = 0; i < 101; ++i) hosts.push_back({fmt::format("h{}", i), "127.0.0.1:1"});
+  auto routes = pushRoutes(Topology::empty(hosts), hosts, "h0");
+  expectEachOnce(routes, 100);
+  EXPECT_EQ(routes.size(), 10u);  // 100 others in chunks of 10
+  for (const auto& r : routes) EXPECT_EQ(r.relay.size(), 9u);
+  EXPECT_TRUE(pushRoutes(Topology::empty(hosts), {hosts[0]}, "h0").empty());
+}
+
+struct PushBed {
+  Agents a;
+  std::vector<Host> hosts;
+  Topology t;
+  probe::ProbeKey key;
+  PushBed() : key(probe::ProbeKey::load(a.key)) {}
+  void add(const std::string& name) {
+    Daemon& d = a.add(name);
+    hosts.push_back({name, fmt::format("127.0.0.1:{}", d.probePort())});
+  }
+  PushReport push(const std::vector<std::vector<std::string>>& racks) {
+    t = Topology::empty(hosts);
+    t.version = 7;
+    t.groups = {{"rack", 1, racks}};
+    return pushTopology(t.toJson(), pushRoutes(t, hosts, "x"), key, "x", Deadline::after(3s),
+                        Deadline::after(6s));
+  }
+  bool has(size_t i) { return a.d[i]->store().topology(7).has_value(); }
+};
+
+TEST(TopologyPush, RelaysForwardInsideTheirGroup) {
+  PushBed b;
+  for (const char* n : {"x", "y", "z", "w", "v"}) b.add(n);
+  auto rep = b.push({{"x", "y"}, {"z", "w", "v"}});
+  EXPECT_EQ(rep.agents, 4u);
+  EXPECT_EQ(rep.reached, 4u);
+  EXPECT_EQ(rep.relays, 1u);
+  EXPECT_EQ(rep.direct, 0u);
+  EXPECT_TRUE(rep.failed.empty());
+  EXPECT_FALSE(b.has(0));  // x is the coordinator: it published, nobody pushes to it
+  for (size_t i = 1; i < 5; ++i) EXPECT_TRUE(b.has(i)) << b.hosts[i].name;
+}
+
+TEST(TopologyPush, ADeadRelaysGroupGetsItDirectlyAndTheDeadAreNamed) {
+  PushBed b;
+  for (const char* n : {"x", "y"}) b.add(n);
+  b.hosts.push_back({"dead", "127.0.0.1:1"});  // first of its group: the relay
+  for (const char* n : {"z", "w"}) b.add(n);
+  b.hosts.push_back({"gone", "127.0.0.1:1"});  // in a live relay's list
+  auto rep = b.push({{"x", "y"}, {"dead", "z"}, {"w", "gone"}});
+  EXPECT_EQ(rep.agents, 5u);
+  EXPECT_EQ(rep.reached, 3u);  // y; z directly; w
+  EXPECT_EQ(rep.relays, 2u);
+  EXPECT_EQ(rep.direct, 3u);  // dead, z, gone
+  ASSERT_EQ(rep.failed.size(), 2u);
+  std::set<std::string> failed;
+  for (const auto& [name, why] : rep.failed) {
+    failed.insert(name);
+    EXPECT_NE(why.find("127.0.0.1:1"), std::string::npos) << why;
+  }
+  EXPECT_EQ(failed, (std::set<std::string>{"dead", "gone"}));
+  for (size_t i = 1; i < b.a.d.size(); ++i) EXPECT_TRUE(b.has(i)) << b.a.d[i]->name();
+}
+
+TEST(TopologyPush, BadRelayListsAreRefusedNamingTheField) {
+  probe::ProbeKey key = probe::ProbeKey::load(Agents().key);
+  Json doc = Topology::empty(names({"a"})).toJson();
+  auto refuse = [&](const Json& list, const std::string& what) {
+    try {
+      relayTopology(doc, list, "push from a", key, "a", Deadline::after(1s));
+      ADD_FAILURE() << "accepted " << list.dump();
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refuse(Json::object(), "/relay");
+  refuse(Json::array({"a 10.0.0.1"}), "/relay/0");
+  refuse(Json::array({{{"name", "b"}}}), "address");
+  refuse(Json::array({{{"name", "b"}, {"address", "example.com"}}}), "push from a /relay");
+  Json many = Json::array();
+  for (size_t i = 0; i <= probe::kMaxHosts; ++i)
+    many.push_back({{"name", fmt::format("h{}", i)}, {"address", "10.0.0.1"}});
+  refuse(many, "at most");
+  EXPECT_EQ(relayTopology(doc, Json::array(), "push from a", key, "a", Deadline::after(1s))["sent"],
+            0);
 }
 
 }  // namespace
