@@ -218,6 +218,80 @@ std::vector<bool> checkLiveness(RoundState& s) {
 // ---- 2. structure ---------------------------------------------------------------------------
 namespace {
 
+struct Ping {
+  int a, b;
+  double rttUs;
+};
+
+// Fresh pings that the racks of `rackOf` predict: inside each rack of two or more, up to
+// kConfirmPairs pairs of members, and from each rack to each of the next kConfirmPairs racks a
+// pair across, each not pinged before where the racks allow it (leader clustering pings only
+// host-leader pairs, so a rack made by noise is a star around its leader that no other pair
+// has tested). True when at most kMaxConfirmDisagreement of those inside racks, and of those
+// across, contradict the racks (below `boundary` inside, above across).
+bool confirmRacks(RoundState& s, const std::vector<int>& rackOf, const std::vector<Ping>& pinged,
+                  double boundary) {
+  constexpr size_t kConfirmPairs = 3;
+  std::set<HostPair> seen;
+  auto key = [](int a, int b) { return HostPair{std::min(a, b), std::max(a, b)}; };
+  for (const auto& p : pinged) seen.insert(key(p.a, p.b));
+  auto members = membersOf(rackOf);
+  for (auto& m : members) {
+    std::vector<int> live;
+    for (int h : m)
+      if (s.live(h)) live.push_back(h);
+    m = std::move(live);
+  }
+  std::vector<HostPair> pairs;
+  std::vector<char> inside;
+  std::set<HostPair> chosen;
+  // The first pair of `from` x `to` neither pinged nor chosen before, else the first not chosen.
+  auto pick = [&](const std::vector<int>& from, const std::vector<int>& to, bool in) {
+    std::optional<HostPair> fallback;
+    for (int a : from)
+      for (int b : to) {
+        if (a == b || chosen.count(key(a, b))) continue;
+        if (!fallback) fallback = HostPair{a, b};
+        if (seen.count(key(a, b))) continue;
+        fallback = HostPair{a, b};
+        goto done;
+      }
+  done:
+    if (!fallback) return;
+    chosen.insert(key(fallback->first, fallback->second));
+    pairs.push_back(*fallback);
+    inside.push_back(in ? 1 : 0);
+  };
+  const size_t racks = members.size();
+  for (size_t r = 0; r < racks; ++r) {
+    for (size_t k = 0; k < kConfirmPairs && members[r].size() >= 2; ++k)
+      pick(members[r], members[r], true);
+    for (size_t k = 1; k <= kConfirmPairs && k < racks; ++k)
+      pick(members[r], members[(r + k) % racks], false);
+  }
+  if (pairs.empty()) return true;
+  auto rtt = s.ping(pairs, "confirm");
+  // Inside and across judged apart: noise that stalls most agents makes every ping slow (the
+  // pairs across agree, those inside do not), noise that stalls a few makes most fast.
+  size_t answered[2] = {0, 0}, disagree[2] = {0, 0};
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    if (!rtt[k]) continue;
+    const size_t in = inside[k] ? 1 : 0;
+    ++answered[in];
+    disagree[in] += (rtt[k]->minUs <= boundary) != (in == 1);
+  }
+  for (size_t in : {1, 0})
+    if (static_cast<double>(disagree[in]) >
+        kMaxConfirmDisagreement * static_cast<double>(answered[in])) {
+      RANKMAP_INFO(Probe,
+                   "probe round: round trips do not confirm the {} racks they suggest: {} of {} "
+                   "fresh pings {} racks disagree (boundary {:.1f} us)",
+                   racks, disagree[in], answered[in], in ? "inside" : "across", boundary);
+      return false;
+    }
+  return true;
+}
+
 // Leader clustering on round trips; nullopt when the round trips show no levels.
 std::optional<Structure> latencyStructure(RoundState& s) {
   std::vector<int> hosts = s.liveHosts();
@@ -232,10 +306,6 @@ std::optional<Structure> latencyStructure(RoundState& s) {
   std::vector<double> rackRtts;
   std::optional<double> rackBoundary;
   std::vector<int> unplaced = hosts;
-  struct Ping {
-    int a, b;
-    double rttUs;
-  };
   std::vector<Ping> pinged;
   size_t want = static_cast<size_t>(std::max(1, s.opts().firstLeaders));
   for (int round = 0; !unplaced.empty() && !s.stopped(); ++round) {
@@ -310,6 +380,7 @@ std::optional<Structure> latencyStructure(RoundState& s) {
                  disagree, pinged.size());
     return std::nullopt;
   }
+  if (!confirmRacks(s, rackOf, pinged, *rackBoundary)) return std::nullopt;
   st.levelRttUs.push_back(median(rackRtts));
   int nRacks = groupCount(rackOf);
   if (nRacks >= 2) st.levels.push_back(rackOf);
@@ -599,6 +670,35 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
     note(flows, s.run(flows, "hosts", true, unit, true));
     s.report({"links", static_cast<size_t>(shift), progressTotal,
               fmt::format("host links: shift {} inside {} groups", shift, groups.size())});
+  }
+  // Hosts alone in their group (a VM alone in its rack): no shift reaches them, so each sends
+  // one flow to the next lone host and receives one (or, alone of their kind, trade with any
+  // other host). Across an uplink the reading is a lower bound; the best reading of any phase
+  // below still counts.
+  {
+    std::vector<int> lone;
+    for (const auto& g : groups) {
+      std::vector<int> m;
+      for (int h : g)
+        if (s.live(h)) m.push_back(h);
+      if (m.size() == 1) lone.push_back(m.front());
+    }
+    std::vector<HostPair> flows;
+    if (lone.size() >= 2) {
+      for (size_t i = 0; i < lone.size(); ++i)
+        flows.emplace_back(lone[i], lone[(i + 1) % lone.size()]);
+    } else if (lone.size() == 1) {
+      for (int h : s.liveHosts())
+        if (h != lone.front()) {
+          flows = {{lone.front(), h}, {h, lone.front()}};
+          break;
+        }
+    }
+    if (!flows.empty()) {
+      note(flows, s.run(flows, "hosts", true, {}, true));
+      s.report({"links", 2, progressTotal,
+                fmt::format("host links: {} hosts alone in their group", lone.size())});
+    }
   }
   // A host link carries at least the best rate any flow of the host reached, in any phase (the
   // near flows of the structure trials included): a flow cannot beat its host link, while any

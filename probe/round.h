@@ -56,6 +56,11 @@ namespace rankmap::probe {
 inline constexpr double kLatencyLevelRatio = 1.5;
 // Round trips define racks only if at most this fraction of the pings disagree with them.
 inline constexpr double kMaxLatencyDisagreement = 0.01;
+// ... and at most this fraction of fresh confirmation pings inside the racks found, and of those
+// between racks (pairs not pinged before). A gap that noise opened (an agent stalled
+// during one step on a busy machine) makes racks that the next pings contradict often: a third
+// to most of them; real tiers agree again.
+inline constexpr double kMaxConfirmDisagreement = 0.1;
 // A flow is "near" (no congested uplink) when it reaches this fraction of the top band of rates,
 // "far" below kFarFraction of it; in between it decides nothing.
 inline constexpr double kNearFraction = 0.6;

@@ -42,7 +42,7 @@ class Agents:
         self.rankmapd = os.path.abspath(rankmapd)
         self.rankmap = os.path.abspath(rankmap)
         self.dir = os.path.join(tb.state_dir(), "agents")
-        self.last_probe = None  # (wall seconds, the round's seconds) of the last probe() that ran
+        self.last_probe_s = None  # wall seconds of the last probe() that succeeded
 
     def start(self, *extra, vms=()):
         args = ["agents", "start", "--prefix", self.tb.prefix, "--rankmapd", self.rankmapd]
@@ -91,7 +91,7 @@ class Agents:
         summary = None
         if p.returncode == 0:
             summary = json.loads(p.stdout.strip().splitlines()[-1])
-            self.last_probe = (dt, summary["seconds"])
+            self.last_probe_s = dt
             with open(out) as f:
                 summary["topology"] = json.load(f)
         return p.returncode, dt, summary, p.stderr

@@ -5,7 +5,8 @@ and on the 16 MiB ring allreduce time of the resulting plan, for docs/performanc
 only when a step fails.
 
 Emulated cloud (testbed `emucloud up --vms N --racks R --host-mbit H --uplink-mbit U --seed S`):
-agents in every VM and one `rankmap probe` round (wall time, and the round's own seconds), then
+agents in every VM and one `rankmap probe` round (wall time, and the round's own seconds and
+bandwidth trials from the coordinating agent's log), then
 `rankmap plan` on the topology it wrote, then the engine's ring allreduce of 16 MiB in the plan's
 order (`rankmap bench --algo ring --plan plan.json`, launched as engine_table_bench.py launches
 it: the slowest rank's mean over --iters iterations, --runs times, median).
@@ -26,6 +27,7 @@ lock around it where several people use the machine.
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -68,6 +70,17 @@ def tcp_counters(tb):
     return total
 
 
+def round_cost(agents, vm):
+    """(bandwidth flows, trials, seconds) of the last round that the coordinating agent in `vm`
+    logged ("probe round: ... N bandwidth flows in T trials, ... D dead, S s (status)"): the
+    round alone, without the topology's push to the agents and the command's polling."""
+    found = re.findall(r"(\d+) bandwidth flows in (\d+) trials.*? dead, ([0-9.]+) s \(",
+                       agents.log_tail(vm, 400))
+    if not found:
+        lib.fail(f"no round summary in the log of the agent in {vm}")
+    return int(found[-1][0]), int(found[-1][1]), float(found[-1][2])
+
+
 def simulate(args, truth, max_flows, order):
     """The simulator's side: probe_scale_bench --emucloud-shape ... --json, parsed."""
     index = {vm["name"]: i for i, vm in enumerate(truth["vms"])}
@@ -91,7 +104,8 @@ def main():
         os.chmod(tmp, 0o755)
         # Agents stopped after the probe: their periodic re-probes would compete with the ring.
         _, plan_path, plan, agents = al.plan_testbed(tb, args, tmp)
-        wall, round_s = agents.last_probe
+        wall = agents.last_probe_s
+        flows, trials, round_s = round_cost(agents, tb.truth["vms"][0]["name"])
         with open(agents.file("rankmapd.json")) as f:
             max_flows = json.load(f)["probe"]["max_parallel_flows"]
         rack = {vm["name"]: vm["rack"] for vm in tb.truth["vms"]}
@@ -111,8 +125,10 @@ def main():
     emu_ring_ms = statistics.median(rings) * 1e3
     bound_ms = 2 * (args.vms - 1) / args.vms * kRingBytes * 8 / (args.uplink_mbit * 1e6) * 1e3
     rows = [
-        ("probe, the round's seconds (s)", round_s, sim["probe_s"]),
-        ("probe, wall of `rankmap probe` (s)", wall, sim["probe_s"]),
+        ("probe, bandwidth trials", trials, sim["trials"]),
+        ("probe, bandwidth flows", flows, sim["bandwidth_flows"]),
+        ("probe, the round (s)", round_s, sim["probe_s"]),
+        ("probe, wall of `rankmap probe` (s; with the push)", wall, sim["probe_s"]),
         ("16 MiB ring, testbed's plan order (ms)", emu_ring_ms, sim["ring_order_ms"]),
         ("16 MiB ring, simulator's own plan (ms)", emu_ring_ms, sim["ring_plan_ms"]),
     ]
@@ -132,7 +148,8 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"vms": args.vms, "racks": args.racks, "host_mbit": args.host_mbit,
                        "uplink_mbit": args.uplink_mbit, "seed": args.seed,
-                       "probe_wall_s": wall, "probe_round_s": round_s, "ring_ms":
+                       "probe_wall_s": wall, "probe_round_s": round_s,
+                       "probe_trials": trials, "probe_flows": flows, "ring_ms":
                        [t * 1e3 for t in rings], "ring_median_ms": emu_ring_ms,
                        "ring_bound_ms": bound_ms, "plan_order": plan["order"], "sim": sim}, f,
                       indent=1)

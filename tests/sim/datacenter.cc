@@ -1,6 +1,7 @@
 #include "tests/sim/datacenter.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/error.h"
 
@@ -21,6 +22,9 @@ Datacenter::Datacenter(DatacenterSpec spec) : spec_(std::move(spec)), rng_(spec_
                   s.hostMbps, s.rackOversubscription, s.podOversubscription);
   if (!(s.noise >= 0 && s.noise < 1))
     RANKMAP_THROW(InvalidInput, "datacenter spec: noise {} (expected 0 <= noise < 1)", s.noise);
+  if (!(s.stalledHostFraction >= 0 && s.stalledHostFraction <= 1))
+    RANKMAP_THROW(InvalidInput, "datacenter spec: stalledHostFraction {} (expected 0 .. 1)",
+                  s.stalledHostFraction);
   if (s.rackUplinkMbps < 0)
     RANKMAP_THROW(InvalidInput, "datacenter spec: rackUplinkMbps {} (expected >= 0)",
                   s.rackUplinkMbps);
@@ -105,8 +109,7 @@ void Datacenter::addPath(FlowLinks& paths, int src, int dst) const {
   paths.endFlow();
 }
 
-std::vector<double> Datacenter::fill(const std::vector<std::pair<int, int>>& flows,
-                                     std::vector<char>* contended) const {
+std::vector<double> Datacenter::fill(const std::vector<std::pair<int, int>>& flows) const {
   FlowLinks paths;
   for (auto [a, b] : flows) {
     if (a == b) {
@@ -117,23 +120,6 @@ std::vector<double> Datacenter::fill(const std::vector<std::pair<int, int>>& flo
   }
   for (auto [a, b] : background_) addPath(paths, a, b);
   std::vector<double> rate = maxMinFill(linkMbps_, paths);
-  if (contended) {
-    // A link is saturated when its flows fill it (within 0.1%); it holds the flows at the top
-    // rate on it (the max-min share), and contends them if two or more of `flows` cross it.
-    std::vector<double> load(linkMbps_.size(), 0), top(linkMbps_.size(), 0);
-    std::vector<int> count(linkMbps_.size(), 0);
-    for (size_t f = 0; f < paths.flows(); ++f)
-      for (uint32_t l : paths.of(f)) {
-        load[l] += rate[f];
-        top[l] = std::max(top[l], rate[f]);
-        if (f < flows.size()) ++count[l];
-      }
-    contended->assign(flows.size(), 0);
-    for (size_t f = 0; f < flows.size(); ++f)
-      for (uint32_t l : paths.of(f))
-        if (count[l] >= 2 && load[l] >= 0.999 * linkMbps_[l] && rate[f] >= 0.999 * top[l])
-          (*contended)[f] = 1;
-  }
   rate.resize(flows.size());
   return rate;
 }
@@ -145,7 +131,7 @@ double Datacenter::noisy(double v) {
 }
 
 std::vector<std::optional<double>> Datacenter::measure(
-    const std::vector<std::pair<int, int>>& flows, std::vector<char>* contended) {
+    const std::vector<std::pair<int, int>>& flows) {
   const auto n = static_cast<int>(hosts());
   std::vector<std::pair<int, int>> live;
   std::vector<size_t> at;
@@ -158,14 +144,9 @@ std::vector<std::optional<double>> Datacenter::measure(
       at.push_back(i);
     }
   }
-  std::vector<char> liveContended;
-  std::vector<double> rate = fill(live, contended ? &liveContended : nullptr);
+  std::vector<double> rate = fill(live);
   std::vector<std::optional<double>> out(flows.size());
-  if (contended) contended->assign(flows.size(), 0);
-  for (size_t k = 0; k < live.size(); ++k) {
-    out[at[k]] = noisy(rate[k]);
-    if (contended) (*contended)[at[k]] = liveContended[k];
-  }
+  for (size_t k = 0; k < live.size(); ++k) out[at[k]] = noisy(rate[k]);
   return out;
 }
 
@@ -175,6 +156,15 @@ std::optional<double> Datacenter::rttUs(int a, int b) {
   if (rackOf(a) != rackOf(b)) oneWay += 2 * spec_.rackLatencyUs;
   if (podOf(a) != podOf(b)) oneWay += 2 * spec_.podLatencyUs;
   return noisy(2 * oneWay);
+}
+
+std::vector<double> Datacenter::pingStalls() {
+  std::vector<double> f(hosts(), 1.0);
+  if (spec_.stalledHostFraction == 0) return f;
+  std::uniform_real_distribution<double> u(0, 1), factor(std::log(2.0), std::log(40.0));
+  for (double& x : f)
+    if (u(rng_) < spec_.stalledHostFraction) x = std::exp(factor(rng_));
+  return f;
 }
 
 double Datacenter::aloneMbps(int src, int dst) const { return fill({{src, dst}})[0]; }

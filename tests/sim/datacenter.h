@@ -44,6 +44,11 @@ struct DatacenterSpec {
   double rackLatencyUs = 10;  // one way, rack switch to pod switch
   double podLatencyUs = 20;   // one way, pod switch to core
   double noise = 0.1;         // readings scaled by a factor in [1 - noise, 1 + noise]
+  // Share of hosts stalled during one latency step (an agent not scheduled for a while on a
+  // busy machine): every round trip of such a host in that step is 2x to 40x slower. The
+  // emulated cloud's flat round trips show such stalls, which can open a gap in the sorted
+  // round trips where no tier is.
+  double stalledHostFraction = 0;
   std::vector<int> deadHosts;
   std::vector<std::pair<int, double>> slowHosts;  // host, factor on its host link (0.5 = half)
   int backgroundFlows = 0;  // other tenants' long flows between random live hosts
@@ -63,13 +68,13 @@ class Datacenter {
   const DatacenterSpec& spec() const { return spec_; }
 
   // What each of `flows` (sender, receiver) reads when they all run at once, in Mbit/s, with
-  // noise; nullopt for a flow with a dead end. With `contended`: per flow, whether a link that
-  // holds it (saturated, the flow at its fair share) also carries another of `flows` (its queue
-  // then holds other flows' bytes too: the fleet's clock charges the drain).
-  std::vector<std::optional<double>> measure(const std::vector<std::pair<int, int>>& flows,
-                                             std::vector<char>* contended = nullptr);
+  // noise; nullopt for a flow with a dead end.
+  std::vector<std::optional<double>> measure(const std::vector<std::pair<int, int>>& flows);
   // A round trip between two hosts in microseconds, with noise; nullopt if either is dead.
   std::optional<double> rttUs(int a, int b);
+  // For one latency step: each host's factor on its round trips, 1 or (stalledHostFraction of
+  // the hosts) 2 to 40.
+  std::vector<double> pingStalls();
 
   // Noise-free truth, for scoring what the probe and the planner found: the rate a flow gets
   // alone (background included), and the capacity of each uplink.
@@ -90,8 +95,7 @@ class Datacenter {
   size_t rackUp(int r) const { return 2 * (hosts() + static_cast<size_t>(r)); }
   size_t podUp(int p) const { return 2 * (hosts() + rackPod_.size() + static_cast<size_t>(p)); }
   void addPath(FlowLinks& paths, int src, int dst) const;
-  std::vector<double> fill(const std::vector<std::pair<int, int>>& flows,
-                           std::vector<char>* contended = nullptr) const;
+  std::vector<double> fill(const std::vector<std::pair<int, int>>& flows) const;
   double noisy(double v);
 
   DatacenterSpec spec_;

@@ -124,6 +124,57 @@ TEST(ProbeScale, RacksFromBandwidthWhenRoundTripsAreFlat) {
               static_cast<unsigned long long>(s.out.cost.trials));
 }
 
+// A host alone in its rack has no rack-mate to measure its host link with: it is measured
+// across (a flow out and one in), not stated as 0.
+TEST(ProbeScale, HostsAloneInTheirRackHaveTheirLinksMeasured) {
+  DatacenterSpec spec;
+  spec.pods = 1;
+  spec.racksPerPod = 5;
+  spec.hostsPerRack = {5, 1, 4, 1, 1};
+  spec.hostMbps = 1000;
+  spec.rackOversubscription = 1;
+  spec.podOversubscription = 1;
+  spec.noise = 0.05;
+  Datacenter dc(spec);
+  SimFleet fleet(dc);
+  auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+  ASSERT_EQ(out.structure.signal, "latency");
+  EXPECT_DOUBLE_EQ(ari(dc, out.structure.levels.at(0), false), 1.0);
+  ASSERT_TRUE(out.topology.links.has_value());
+  const auto& hosts = out.topology.links->hosts;
+  ASSERT_EQ(hosts.size(), dc.hosts());
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    EXPECT_NEAR(hosts[h].outMbps, 1000, 100) << "host " << h << " (rack " << dc.rackOf(h) << ")";
+    EXPECT_NEAR(hosts[h].inMbps, 1000, 100) << "host " << h << " (rack " << dc.rackOf(h) << ")";
+  }
+}
+
+// Flat round trips with stalls (an agent not scheduled for a while, as on the loaded emulated
+// cloud): a few slow pings open a gap in the sorted round trips that is no tier. The racks they
+// would suggest must not be taken; the bandwidth trials find the true ones.
+TEST(ProbeScale, StalledPingsOnFlatRoundTripsAreNoTier) {
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    DatacenterSpec spec;
+    spec.pods = 1;
+    spec.racksPerPod = 4;
+    spec.hostsPerRack = {4};
+    spec.hostMbps = 1000;
+    spec.rackOversubscription = 16;  // 4 x 1000 / 16 = 250
+    spec.podOversubscription = 1;
+    spec.rackLatencyUs = 0;
+    spec.podLatencyUs = 0;
+    spec.noise = 0.05;
+    spec.stalledHostFraction = 0.1 * static_cast<double>(1 + seed % 9);  // 0.1 .. 0.9
+    spec.seed = seed;
+    probe::RoundOptions opts;
+    opts.seed = seed;
+    Scored s = probeOnce(spec, opts);
+    EXPECT_EQ(s.out.structure.signal, "bandwidth")
+        << "seed " << seed << ", stalled " << spec.stalledHostFraction;
+    EXPECT_DOUBLE_EQ(s.rackAri, 1.0) << "seed " << seed << ", stalled " << spec.stalledHostFraction;
+  }
+}
+
 // Two racks of four behind an uplink of twice the host rate (2:1): no single flow and few blind
 // permutations show it; the contention fit does.
 TEST(ProbeScale, MildOversubscriptionFromTheContentionFit) {

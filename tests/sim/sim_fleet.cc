@@ -30,13 +30,16 @@ std::vector<probe::Outcome<LatencyStats>> SimFleet::latency(
   std::vector<probe::Outcome<LatencyStats>> out(pairs.size());
   double longestUs = 0;
   std::vector<double> samples;
+  const std::vector<double> stalls = dc_.pingStalls();
   for (size_t k = 0; k < pairs.size(); ++k) {
     auto [a, b] = pairs[k];
     samples.clear();
     double spentUs = 0;
+    const double stall = std::max(stalls[static_cast<size_t>(a)], stalls[static_cast<size_t>(b)]);
     for (int i = 0; i < opts.warmup + opts.samples; ++i) {
       auto rtt = dc_.rttUs(a, b);
       if (!rtt) break;
+      *rtt *= stall;
       spentUs += *rtt;
       if (i >= opts.warmup) samples.push_back(*rtt);
     }
@@ -60,13 +63,8 @@ std::vector<probe::Outcome<double>> SimFleet::bandwidth(const std::vector<probe:
                                                         const probe::BandwidthOptions& opts,
                                                         Deadline) {
   std::vector<probe::Outcome<double>> out(flows.size());
-  std::vector<char> contended;
-  auto rates = dc_.measure(flows, &contended);
+  auto rates = dc_.measure(flows);
   const double barrierMs = static_cast<double>(probe::trialBarrier(flows.size()).count());
-  const double endMs = static_cast<double>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          probe::bulkEnd(std::chrono::steady_clock::time_point{}, opts).time_since_epoch())
-          .count());
   double longestMs = 0;
   for (size_t k = 0; k < flows.size(); ++k) {
     ++cost_.bandwidthFlows;
@@ -79,14 +77,16 @@ std::vector<probe::Outcome<double>> SimFleet::bandwidth(const std::vector<probe:
       continue;
     }
     out[k].value = *rates[k];
-    double bytesPerMs = *rates[k] * 1e6 / 8 / 1000;
-    double ms = std::min<double>(static_cast<double>(opts.maxMs),
-                                 static_cast<double>(opts.maxBytes) / std::max(bytesPerMs, 1e-9));
-    cost_.bulkBytes += bytesPerMs * ms;
-    longestMs = std::max(longestMs, contended[k] ? endMs + timing_.drainMs : ms + timing_.resultMs);
+    const double bytesPerMs = std::max(*rates[k], 1e-9) * 1e6 / 8 / 1000;
+    const double windowMs = std::min<double>(static_cast<double>(opts.maxMs),
+                                             static_cast<double>(opts.maxBytes) / bytesPerMs);
+    cost_.bulkBytes += bytesPerMs * windowMs;
+    longestMs = std::max(longestMs, windowMs + timing_.queueBytes / bytesPerMs);
   }
   ++cost_.trials;
-  cost_.seconds += (timing_.callOverheadMs + barrierMs + longestMs) / 1000;
+  cost_.seconds += (timing_.callOverheadMs + barrierMs + longestMs +
+                    timing_.perFlowMs * static_cast<double>(flows.size())) /
+                   1000;
   return out;
 }
 

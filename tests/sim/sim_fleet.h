@@ -2,15 +2,17 @@
 // against it unchanged, and the fleet keeps a simulated clock of what the same calls would take
 // on real agents.
 //
-// Time model (SimTiming; calibrated against the emulated cloud, docs/performance.md): every
-// fleet call costs the coordinator's control round trip (callOverheadMs); a latency pair costs a
-// connection handshake (handshakeRtts round trips) and its warm-up and samples, pairs running
-// concurrently. A bandwidth trial runs as the agents run it (probe/measure.h): the flows start
-// together after probe::trialBarrier(); a flow alone on the link that holds it ends at its
-// window (maxMs, or the byte bound) and its result comes back (resultMs); a flow held by a link
-// it shares with other flows of the trial has its result queued behind their bytes, which stop
-// only at probe::bulkEnd(), and then drain (drainMs). A liveness check with a dead host waits
-// for the fleet's retries (deadHostMs). Bytes are what the flows moved in their windows.
+// Time model (SimTiming), set from the per-trial times of the emulated cloud's agents
+// (coordinator debug log "trial of N flows took S s" at 16, 32 and 64 VMs; docs/performance.md)
+// and checked against whole rounds there: every fleet call costs the coordinator's control
+// round trip (callOverheadMs); a latency pair costs a connection handshake (handshakeRtts round
+// trips) and its warm-up and samples, pairs running concurrently. A bandwidth trial runs as the
+// agents run it (probe/measure.h): the flows start together after probe::trialBarrier(), each
+// runs its window (maxMs, or the byte bound at its rate), and its result comes back behind the
+// bytes still queued at its bottleneck: a full queue (queueBytes) draining at the flow's rate.
+// On top, perFlowMs for each flow of the trial: the requests, handshakes and results that the
+// agents' CPUs handle. A liveness check with a dead host waits for the fleet's retries
+// (deadHostMs). Bytes are what the flows moved in their windows.
 #pragma once
 
 #include <string>
@@ -24,8 +26,13 @@ namespace rankmap::sim {
 struct SimTiming {
   double callOverheadMs = 5;
   double handshakeRtts = 3;
-  double resultMs = 75;      // a flow's result and its reply after its window
-  double drainMs = 150;      // queues of a contended trial emptying after bulkEnd()
+  // The queue a flow's result waits behind at its bottleneck: the emulated cloud's bfifo leaves
+  // hold 128 KiB (tests/emucloud/emucloud, queue_bytes). At 3 Mbit/s (a 25 Mbit/s uplink shared
+  // by 8 flows) that is 0.35 s; at 1 Gbit/s, 1 ms.
+  double queueBytes = 128 * 1024;
+  // CPU per flow of a trial. 1 ms is the emulated cloud's, where every agent shares two cores;
+  // agents on machines of their own need far less, so at scale this overstates a trial.
+  double perFlowMs = 1;
   double deadHostMs = 2000;  // a liveness check that ends waiting for a silent host
 };
 
