@@ -6,7 +6,10 @@
 // that rack's group re-probe (probe/recheck.h), each with what it spent.
 //
 //   probe_scale_bench [--hosts 256,1024,4096] [--noise 0.1] [--dead 3] [--background 0]
-//                     [--unequal] [--seed 1] [--recheck]
+//                     [--unequal] [--seed 1] [--recheck] [--per-flow-ms 1]
+//
+//   --per-flow-ms  the fleet clock's CPU per flow of a trial (SimTiming::perFlowMs; the default
+//                  is the emulated cloud's, where every agent shares two cores)
 //
 // With --emucloud-shape, the simulator's side of the comparison with the emulated cloud
 // (tests/emucloud/sim_agreement_bench.py): one datacenter shaped as `emucloud up --vms VMS
@@ -111,6 +114,7 @@ struct Args {
   size_t maxFlows = 0;
   bool noiseGiven = false;
   bool json = false;
+  rankmap::sim::SimTiming timing;
 };
 
 Args parseArgs(int argc, char** argv) {
@@ -154,6 +158,8 @@ Args parseArgs(int argc, char** argv) {
       r.order = integers(next());
     } else if (a == "--max-flows") {
       r.maxFlows = std::stoull(next());
+    } else if (a == "--per-flow-ms") {
+      r.timing.perFlowMs = std::stod(next());
     } else if (a == "--json") {
       r.json = true;
     } else {
@@ -185,7 +191,7 @@ void scaleTable(const Args& args) {
     for (int k = 0; k < args.dead; ++k) spec.deadHosts.push_back((k * 7919 + 5) % n);
     auto t0 = std::chrono::steady_clock::now();
     Datacenter dc(spec);
-    rankmap::sim::SimFleet fleet(dc);
+    rankmap::sim::SimFleet fleet(dc, args.timing);
     rankmap::probe::RoundOptions opts;
     opts.seed = args.seed;
     auto out =
