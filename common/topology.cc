@@ -497,4 +497,10 @@ std::optional<std::chrono::system_clock::time_point> parseUtcTime(std::string_vi
              std::chrono::duration<double>(frac));
 }
 
+std::string levelName(size_t level) {
+  static const char* kNames[] = {"rack", "pod", "zone"};
+  if (level < 3) return kNames[level];
+  return fmt::format("level{}", level + 1);
+}
+
 }  // namespace rankmap

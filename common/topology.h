@@ -57,6 +57,10 @@ struct HierarchyLevel {
   bool operator==(const HierarchyLevel&) const = default;
 };
 
+// The name of level `level` (0 = innermost) when nothing better is known: "rack", "pod",
+// "zone", then "level<k>". The planner and the probe name the levels they find alike.
+std::string levelName(size_t level);
+
 // A link shared by a set of hosts, found by the contention probe.
 struct SharedLink {
   std::vector<std::string> hosts;

@@ -90,11 +90,6 @@ std::vector<std::vector<int>> membersOf(const std::vector<int>& groupOf) {
   return m;
 }
 
-std::string levelName(size_t level) {
-  static const char* kNames[] = {"rack", "pod", "zone"};
-  return level < 3 ? kNames[level] : fmt::format("level{}", level + 1);
-}
-
 }  // namespace
 
 // ---- RoundState ----------------------------------------------------------------------------

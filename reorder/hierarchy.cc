@@ -164,12 +164,6 @@ FeatureFit analyseFeature(const Features& fx, int f, const std::vector<int>& sam
 
 }  // namespace
 
-std::string levelName(size_t level) {
-  static const char* kNames[] = {"rack", "pod", "zone"};
-  if (level < 3) return kNames[level];
-  return fmt::format("level{}", level + 1);
-}
-
 int Hierarchy::lcaLevel(int a, int b) const {
   for (size_t l = 0; l < levels.size(); ++l)
     if (levels[l].groupOf[a] == levels[l].groupOf[b]) return static_cast<int>(l);

@@ -61,8 +61,6 @@ struct Hierarchy {
   std::vector<HierarchyLevel> toLevels(const std::vector<std::string>& names) const;
 };
 
-// The level names, innermost first ("rack", "pod", "zone", then "level<k>").
-std::string levelName(size_t level);
 
 // Infers the hierarchy. `sharedSets` are the shared links as host index sets.
 Hierarchy inferHierarchy(const Measurements& m, const std::vector<std::vector<int>>& sharedSets);
