@@ -24,6 +24,7 @@
 //   --max-flows  the agents' max_parallel_flows (probe flows at once; 0 = no limit)
 //   --order      also score the ring in this order of VM indices (the testbed's plan)
 //   --json       one JSON object instead of the table
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +35,7 @@
 
 #include "probe/recheck.h"
 #include "probe/round.h"
+#include "probe/stats.h"
 #include "reorder/cost_model.h"
 #include "reorder/hierarchy.h"
 #include "reorder/planner.h"
@@ -293,18 +295,33 @@ void emucloudRun(const Args& args) {
   const double given = args.order.empty() ? 0 : ringUs(truth.model, names, args.order);
   const auto& c = out.cost;
   const double rackAri = ari(dc, out.structure.levels, 0, false);
+  // What the probe states for the links (both directions pooled), to set beside the testbed's.
+  std::vector<double> hostRates, uplinkRates;
+  if (out.topology.links) {
+    for (const auto& l : out.topology.links->hosts)
+      hostRates.insert(hostRates.end(), {l.outMbps, l.inMbps});
+    if (!out.topology.links->uplinks.empty())
+      for (const auto& l : out.topology.links->uplinks.front())
+        uplinkRates.insert(uplinkRates.end(), {l.outMbps, l.inMbps});
+  }
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return rankmap::probe::percentile(v, 0.5);
+  };
   if (args.json) {
     std::printf(
         "{\"vms\": %zu, \"racks\": %d, \"host_mbit\": %g, \"uplink_mbit\": %g, "
         "\"tcp_goodput\": %.4f, \"seed\": %llu, \"max_flows\": %zu, \"probe_s\": %.3f, \"trials\": "
         "%llu, "
         "\"bandwidth_flows\": %llu, \"structure\": \"%s\", \"rack_ari\": %.3f, "
-        "\"ring_plan_ms\": %.1f, \"ring_optimum_ms\": %.1f, \"ring_order_ms\": %.1f}\n",
+        "\"ring_plan_ms\": %.1f, \"ring_optimum_ms\": %.1f, \"ring_order_ms\": %.1f, "
+        "\"host_mbps_median\": %.1f, \"uplink_mbps_median\": %.1f}\n",
         dc.hosts(), dc.racks(), args.shape[2], args.shape[3], kEmucloudTcpGoodput,
         static_cast<unsigned long long>(args.seed), args.maxFlows, c.seconds,
         static_cast<unsigned long long>(c.trials),
         static_cast<unsigned long long>(c.bandwidthFlows), out.structure.signal.c_str(), rackAri,
-        planRing / 1000, optimum / 1000, given / 1000);
+        planRing / 1000, optimum / 1000, given / 1000, median(hostRates), median(uplinkRates));
     return;
   }
   std::printf(

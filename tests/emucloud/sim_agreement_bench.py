@@ -81,6 +81,17 @@ def round_cost(agents, vm):
     return int(found[-1][0]), int(found[-1][1]), float(found[-1][2])
 
 
+def link_medians(topo):
+    """Median stated host link and first-level uplink rates of a topology's link model (both
+    directions pooled; statistics.median_low: the nearest rank, as the simulator's side takes)."""
+    links = topo.get("links") or {}
+    hosts = [v for link in links.get("hosts", []) for v in (link["out_mbps"], link["in_mbps"])]
+    ups = [v for link in (links.get("uplinks") or [[]])[0]
+           for v in (link["out_mbps"], link["in_mbps"])]
+    return (statistics.median_low(hosts) if hosts else 0.0,
+            statistics.median_low(ups) if ups else 0.0)
+
+
 def simulate(args, truth, max_flows, order):
     """The simulator's side: probe_scale_bench --emucloud-shape ... --json, parsed."""
     index = {vm["name"]: i for i, vm in enumerate(truth["vms"])}
@@ -103,7 +114,9 @@ def main():
             tempfile.TemporaryDirectory(prefix="rankmap-sim-agreement-") as tmp:
         os.chmod(tmp, 0o755)
         # Agents stopped after the probe: their periodic re-probes would compete with the ring.
-        _, plan_path, plan, agents = al.plan_testbed(tb, args, tmp)
+        topo_path, plan_path, plan, agents = al.plan_testbed(tb, args, tmp)
+        with open(topo_path) as f:
+            host_rate, uplink_rate = link_medians(json.load(f))
         wall = agents.last_probe_s
         flows, trials, round_s = round_cost(agents, tb.truth["vms"][0]["name"])
         with open(agents.file("rankmapd.json")) as f:
@@ -127,6 +140,8 @@ def main():
     rows = [
         ("probe, bandwidth trials", trials, sim["trials"]),
         ("probe, bandwidth flows", flows, sim["bandwidth_flows"]),
+        ("probe, host links stated (median Mbit/s)", host_rate, sim["host_mbps_median"]),
+        ("probe, rack uplinks stated (median Mbit/s)", uplink_rate, sim["uplink_mbps_median"]),
         ("probe, the round (s)", round_s, sim["probe_s"]),
         ("probe, wall of `rankmap probe` (s; with the push)", wall, sim["probe_s"]),
         ("16 MiB ring, testbed's plan order (ms)", emu_ring_ms, sim["ring_order_ms"]),
@@ -149,7 +164,8 @@ def main():
             json.dump({"vms": args.vms, "racks": args.racks, "host_mbit": args.host_mbit,
                        "uplink_mbit": args.uplink_mbit, "seed": args.seed,
                        "probe_wall_s": wall, "probe_round_s": round_s,
-                       "probe_trials": trials, "probe_flows": flows, "ring_ms":
+                       "probe_trials": trials, "probe_flows": flows,
+                       "host_mbps_median": host_rate, "uplink_mbps_median": uplink_rate, "ring_ms":
                        [t * 1e3 for t in rings], "ring_median_ms": emu_ring_ms,
                        "ring_bound_ms": bound_ms, "plan_order": plan["order"], "sim": sim}, f,
                       indent=1)
