@@ -93,19 +93,23 @@ TEST(ProbeScale, ThreeTiersFromRoundTrips) {
               static_cast<unsigned long long>(s.out.cost.latencyPairs));
 }
 
-// The emulated cloud's shape: one tier, flat round trips, host 100 / uplink 25 Mbit/s.
-TEST(ProbeScale, RacksFromBandwidthWhenRoundTripsAreFlat) {
+// The emulated cloud's shape: one tier of `racks` x `hosts`, flat round trips, ±5% noise.
+DatacenterSpec emucloudShape(int racks, int hosts, double hostMbps, double uplinkMbps) {
   DatacenterSpec spec;
   spec.pods = 1;
-  spec.racksPerPod = 8;
-  spec.hostsPerRack = {8};
-  spec.hostMbps = 100;
-  spec.rackOversubscription = 32;  // 8 x 100 / 32 = 25
+  spec.racksPerPod = racks;
+  spec.hostsPerRack = {hosts};
+  spec.hostMbps = hostMbps;
+  spec.rackUplinkMbps = uplinkMbps;
   spec.podOversubscription = 1;
   spec.rackLatencyUs = 0;
   spec.podLatencyUs = 0;
   spec.noise = 0.05;
-  Scored s = probeOnce(spec);
+  return spec;
+}
+
+TEST(ProbeScale, RacksFromBandwidthWhenRoundTripsAreFlat) {
+  Scored s = probeOnce(emucloudShape(8, 8, 100, 25));
   EXPECT_EQ(s.out.structure.signal, "bandwidth");
   EXPECT_DOUBLE_EQ(s.rackAri, 1.0);
   EXPECT_LE(s.flowsPerHost, 32);
@@ -154,16 +158,7 @@ TEST(ProbeScale, HostsAloneInTheirRackHaveTheirLinksMeasured) {
 // would suggest must not be taken; the bandwidth trials find the true ones.
 TEST(ProbeScale, StalledPingsOnFlatRoundTripsAreNoTier) {
   for (uint64_t seed = 1; seed <= 24; ++seed) {
-    DatacenterSpec spec;
-    spec.pods = 1;
-    spec.racksPerPod = 4;
-    spec.hostsPerRack = {4};
-    spec.hostMbps = 1000;
-    spec.rackOversubscription = 16;  // 4 x 1000 / 16 = 250
-    spec.podOversubscription = 1;
-    spec.rackLatencyUs = 0;
-    spec.podLatencyUs = 0;
-    spec.noise = 0.05;
+    DatacenterSpec spec = emucloudShape(4, 4, 1000, 250);
     spec.stalledHostFraction = 0.1 * static_cast<double>(1 + seed % 9);  // 0.1 .. 0.9
     spec.seed = seed;
     probe::RoundOptions opts;
