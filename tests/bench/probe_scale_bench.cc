@@ -18,10 +18,12 @@
 // order as the engine runs it, scored on the true network (reorder::predictedAllreduceUs):
 //
 //   probe_scale_bench --emucloud-shape VMS,RACKS,HOST,UPLINK [--rack-of R0,R1,...]
-//                     [--max-flows N] [--order I,J,...] [--seed 7] [--noise 0.05] [--json]
+//                     [--max-flows N] [--order I,J,...] [--seed 7] [--noise 0.05]
+//                     [--agent-cores 2] [--json]
 //
 //   --rack-of    each VM's rack (truth.json's order); default: dealt round-robin in VM order
 //   --max-flows  the agents' max_parallel_flows (probe flows at once; 0 = no limit)
+//   --agent-cores  the cores the testbed's agents share (the topology push's CPU; default 2)
 //   --order      also score the ring in this order of VM indices (the testbed's plan)
 //   --json       one JSON object instead of the table
 #include <algorithm>
@@ -33,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/topology_push.h"
+#include "common/json.h"
 #include "probe/recheck.h"
 #include "probe/round.h"
 #include "probe/stats.h"
@@ -117,6 +121,7 @@ struct Args {
   bool noiseGiven = false;
   bool json = false;
   rankmap::sim::SimTiming timing;
+  double agentCores = 2;  // --emucloud-shape: the cores the testbed's agents share
 };
 
 Args parseArgs(int argc, char** argv) {
@@ -160,6 +165,8 @@ Args parseArgs(int argc, char** argv) {
       r.order = integers(next());
     } else if (a == "--max-flows") {
       r.maxFlows = std::stoull(next());
+    } else if (a == "--agent-cores") {
+      r.agentCores = std::stod(next());
     } else if (a == "--per-flow-ms") {
       r.timing.perFlowMs = std::stod(next());
     } else if (a == "--json") {
@@ -274,6 +281,89 @@ double ringUs(const rankmap::reorder::NetworkModel& net, const std::vector<std::
   return rankmap::reorder::predictedAllreduceUs(net, names, ring, kRingBytes);
 }
 
+// The push of the probed topology to every agent after the round (agent/topology_push.h), as
+// the coordinator (host 0) runs it: the routes of agent::pushRoutes, each copy a flow of the
+// document's bytes over the simulated links (max-min; a relay forwards once it has stored its
+// copy), then the CPU of storing one copy (parse, validate, hash, serialise the same document,
+// timed here: the median of 5) for each agent, spread over `cores` (the emulated cloud's
+// agents share the machine's cores, and most copies land at the end of the network phase).
+struct PushCost {
+  double seconds = 0, networkSeconds = 0, storeMs = 0;
+  size_t bytes = 0;
+};
+
+PushCost pushCost(Datacenter& dc, const rankmap::sim::SimFleet& fleet, const rankmap::Topology& t,
+                  double cores) {
+  using Clock = std::chrono::steady_clock;
+  PushCost c;
+  const std::string text = t.toJson().dump();
+  c.bytes = text.size();
+  std::vector<double> ms;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    auto got = rankmap::Topology::fromJson(rankmap::parseJson(text, "push"), "push");
+    volatile size_t stored = got.contentHash().size() + got.toJson().dump().size();
+    (void)stored;
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  c.storeMs = ms[ms.size() / 2];
+
+  std::vector<rankmap::Host> hosts;
+  std::map<std::string, int> index;
+  for (size_t h = 0; h < fleet.size(); ++h) {
+    hosts.push_back(fleet.host(static_cast<int>(h)));
+    index[hosts.back().name] = static_cast<int>(h);
+  }
+  const auto routes = rankmap::agent::pushRoutes(t, hosts, hosts.front().name);
+  struct Copy {
+    int src, dst;
+    double bits, startS;
+    const std::vector<rankmap::Host>* relay;
+  };
+  const double bits = 8.0 * static_cast<double>(c.bytes);
+  std::vector<Copy> waiting, active;
+  for (const auto& r : routes) waiting.push_back({0, index.at(r.to.name), bits, 0, &r.relay});
+  double now = 0;
+  while (!waiting.empty() || !active.empty()) {
+    for (size_t k = 0; k < waiting.size();)
+      if (waiting[k].startS <= now) {
+        active.push_back(waiting[k]);
+        waiting.erase(waiting.begin() + static_cast<long>(k));
+      } else {
+        ++k;
+      }
+    double nextStart = 1e300;
+    for (const auto& w : waiting) nextStart = std::min(nextStart, w.startS);
+    if (active.empty()) {
+      now = nextStart;
+      continue;
+    }
+    std::vector<std::pair<int, int>> pairs;
+    for (const auto& a : active) pairs.emplace_back(a.src, a.dst);
+    const auto rates = dc.fairMbps(pairs);
+    double dt = nextStart - now;
+    for (size_t k = 0; k < active.size(); ++k) dt = std::min(dt, active[k].bits / (rates[k] * 1e6));
+    now += dt;
+    std::vector<Copy> still;
+    for (size_t k = 0; k < active.size(); ++k) {
+      active[k].bits -= rates[k] * 1e6 * dt;
+      if (active[k].bits > 1e-3) {
+        still.push_back(active[k]);
+        continue;
+      }
+      if (active[k].relay)
+        for (const auto& h : *active[k].relay)
+          waiting.push_back(
+              {active[k].dst, index.at(h.name), bits, now + c.storeMs / 1000, nullptr});
+    }
+    active = std::move(still);
+  }
+  c.networkSeconds = now;
+  c.seconds = now + c.storeMs / 1000 * static_cast<double>(hosts.size() - 1) / std::max(1.0, cores);
+  return c;
+}
+
 void emucloudRun(const Args& args) {
   DatacenterSpec spec = emucloudSpec(args);
   Datacenter dc(spec);
@@ -309,6 +399,7 @@ void emucloudRun(const Args& args) {
     std::sort(v.begin(), v.end());
     return rankmap::probe::percentile(v, 0.5);
   };
+  const PushCost push = pushCost(dc, fleet, out.topology, args.agentCores);
   if (args.json) {
     std::printf(
         "{\"vms\": %zu, \"racks\": %d, \"host_mbit\": %g, \"uplink_mbit\": %g, "
@@ -316,12 +407,14 @@ void emucloudRun(const Args& args) {
         "%llu, "
         "\"bandwidth_flows\": %llu, \"structure\": \"%s\", \"rack_ari\": %.3f, "
         "\"ring_plan_ms\": %.1f, \"ring_optimum_ms\": %.1f, \"ring_order_ms\": %.1f, "
-        "\"host_mbps_median\": %.1f, \"uplink_mbps_median\": %.1f}\n",
+        "\"host_mbps_median\": %.1f, \"uplink_mbps_median\": %.1f, \"push_s\": %.3f, "
+        "\"push_network_s\": %.3f, \"push_store_ms\": %.2f, \"push_bytes\": %zu}\n",
         dc.hosts(), dc.racks(), args.shape[2], args.shape[3], kEmucloudTcpGoodput,
         static_cast<unsigned long long>(args.seed), args.maxFlows, c.seconds,
         static_cast<unsigned long long>(c.trials),
         static_cast<unsigned long long>(c.bandwidthFlows), out.structure.signal.c_str(), rackAri,
-        planRing / 1000, optimum / 1000, given / 1000, median(hostRates), median(uplinkRates));
+        planRing / 1000, optimum / 1000, given / 1000, median(hostRates), median(uplinkRates),
+        push.seconds, push.networkSeconds, push.storeMs, push.bytes);
     return;
   }
   std::printf(

@@ -13,7 +13,9 @@ it: the slowest rank's mean over --iters iterations, --runs times, median).
 
 Simulator (`probe_scale_bench --emucloud-shape N,R,H,U`): the same network as a tests/sim
 Datacenter, with the testbed's rack of every VM and the agents' max_parallel_flows; the
-production probe round on it (simulated seconds), the plan from what it found, and that plan's
+production probe round on it (simulated seconds), the push of what it found to every agent
+(agent::pushRoutes over the simulated links, and the CPU of storing a copy timed on this machine
+for every agent, over this machine's cores), the plan from what it found, and that plan's
 ring scored on the true network (reorder::predictedAllreduceUs, ring forced). It also scores the
 testbed's own plan order, which separates the model's error from a difference between plans.
 
@@ -99,7 +101,7 @@ def simulate(args, truth, max_flows, order):
             f"{args.vms},{args.racks},{args.host_mbit:g},{args.uplink_mbit:g}",
             "--rack-of", ",".join(str(vm["rack"]) for vm in truth["vms"]),
             "--max-flows", str(max_flows), "--order", ",".join(str(index[h]) for h in order),
-            "--seed", str(args.seed), "--json"]
+            "--seed", str(args.seed), "--agent-cores", str(os.cpu_count() or 1), "--json"]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         lib.fail(f"{' '.join(argv)}: exit {p.returncode}: {p.stderr.strip()[-2000:]}")
@@ -143,7 +145,8 @@ def main():
         ("probe, host links stated (median Mbit/s)", host_rate, sim["host_mbps_median"]),
         ("probe, rack uplinks stated (median Mbit/s)", uplink_rate, sim["uplink_mbps_median"]),
         ("probe, the round (s)", round_s, sim["probe_s"]),
-        ("probe, wall of `rankmap probe` (s; with the push)", wall, sim["probe_s"]),
+        ("probe, wall of `rankmap probe` (s): round + push", wall,
+         sim["probe_s"] + sim["push_s"]),
         ("16 MiB ring, testbed's plan order (ms)", emu_ring_ms, sim["ring_order_ms"]),
         ("16 MiB ring, simulator's own plan (ms)", emu_ring_ms, sim["ring_plan_ms"]),
     ]

@@ -77,8 +77,12 @@ class Datacenter {
   std::vector<double> pingStalls();
 
   // Noise-free truth, for scoring what the probe and the planner found: the rate a flow gets
-  // alone (background included), and the capacity of each uplink.
+  // alone (background included), the rates of flows running at once (max-min, as measure()
+  // without noise; every host must be alive), and the capacity of each uplink.
   double aloneMbps(int src, int dst) const;
+  std::vector<double> fairMbps(const std::vector<std::pair<int, int>>& flows) const {
+    return fill(flows);
+  }
   double rackUplinkMbps(int rack) const { return linkMbps_[rackUp(rack)]; }
   double podUplinkMbps(int pod) const { return linkMbps_[podUp(pod)]; }
 

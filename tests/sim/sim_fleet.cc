@@ -1,6 +1,7 @@
 #include "tests/sim/sim_fleet.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/error.h"
 #include "probe/measure.h"
@@ -41,7 +42,8 @@ std::vector<probe::Outcome<LatencyStats>> SimFleet::latency(
       if (!rtt) break;
       *rtt *= stall;
       spentUs += *rtt;
-      if (i >= opts.warmup) samples.push_back(*rtt);
+      // Whole nanoseconds, as the agents' clocks give them (and as topology.json then holds).
+      if (i >= opts.warmup) samples.push_back(std::round(*rtt * 1000) / 1000);
     }
     ++cost_.latencyPairs;
     if (samples.empty()) {
