@@ -1,5 +1,6 @@
 // `rankmap doctor [PROGRAM | --python PY]`: can librankmap_nccl.so be applied to this program or
-// Python environment, and what would `rankmap run` do?
+// Python environment, what would `rankmap run` do, and would NCCL load rankmap's tuner plugin
+// (NCCL_TUNER_PLUGIN; nccl_tuner/) and what does it chain to?
 //
 // The shim works by symbol interposition (LD_PRELOAD): it applies when the program reaches NCCL
 // through the dynamic symbol table, i.e. NCCL is a shared library (libnccl.so.2, whether the
@@ -21,6 +22,7 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -35,6 +37,7 @@
 #include "common/deadline.h"
 #include "common/error.h"
 #include "launch/process.h"
+#include "nccl_tuner/plugin_names.h"
 
 namespace rankmap::cli {
 namespace {
@@ -399,15 +402,73 @@ except Exception:
 print(json.dumps(out))
 )";
 
-std::string findNcclShim() {
+// A library of ours beside this rankmap: in the build tree (`folder`) or installed.
+std::string findBeside(const std::string& folder, const std::string& file) {
   std::string dir = launch::executableDir();
-  for (const char* rel :
-       {"/../shim_nccl/librankmap_nccl.so", "/../lib/librankmap_nccl.so",
-        "/../lib/x86_64-linux-gnu/librankmap_nccl.so", "/../lib64/librankmap_nccl.so"}) {
-    std::string p = dir + rel;
+  for (const std::string& rel :
+       {"/../" + folder + "/", std::string("/../lib/"), std::string("/../lib/x86_64-linux-gnu/"),
+        std::string("/../lib64/")}) {
+    std::string p = dir + rel + file;
     if (readable(p)) return realPath(p);
   }
   return "";
+}
+
+std::string findNcclShim() { return findBeside("shim_nccl", "librankmap_nccl.so"); }
+
+// Whether NCCL would load rankmap's tuner plugin (NCCL_TUNER_PLUGIN), and what it chains to.
+struct TunerReport {
+  std::optional<std::string> setting;  // NCCL_TUNER_PLUGIN, when set
+  bool active = false;                 // it names rankmap's tuner
+  std::string library;                 // librankmap_nccl_tuner.so beside this rankmap
+  std::string chain;                   // RANKMAP_NCCL_TUNER_CHAIN
+  bool adjusts = true;                 // RANKMAP_NCCL_TUNER
+  std::string note;
+};
+
+TunerReport tunerReport(const Config& config) {
+  TunerReport t;
+  t.library = findBeside("nccl_tuner", std::string(nccl_tuner::kTunerLibrary));
+  t.chain = config.get(settings::kNcclTunerChain);
+  t.adjusts = config.get(settings::kNcclTuner);
+  // NCCL's variable, not a RANKMAP_* setting: read where it is judged.
+  if (const char* v = std::getenv("NCCL_TUNER_PLUGIN")) t.setting = v;
+  const std::string lib = t.library.empty() ? "<lib>/librankmap_nccl_tuner.so" : t.library;
+  if (t.setting) {
+    for (const auto& name : nccl_tuner::tunerLibraryCandidates(*t.setting)) {
+      // A bare name is found by the loader's search; beside our library is where ours would be.
+      std::string beside = t.library.empty() ? "" : dirOf(t.library) + "/" + name;
+      if (nccl_tuner::isRankmapTuner(name) ||
+          (!beside.empty() && readable(beside) && nccl_tuner::isRankmapTuner(beside)))
+        t.active = true;
+    }
+  }
+  bool chainIsOurs = false;
+  if (!t.chain.empty())
+    for (const auto& name : nccl_tuner::tunerLibraryCandidates(t.chain))
+      chainIsOurs = chainIsOurs || nccl_tuner::isRankmapTuner(name);
+  if (t.active) {
+    t.note = t.adjusts ? "NCCL loads rankmap's tuner; it adjusts the costs of communicators "
+                         "whose plan agreement librankmap_nccl.so completed (preload it too)"
+                       : "NCCL loads rankmap's tuner, but RANKMAP_NCCL_TUNER=0 leaves NCCL's "
+                         "costs alone";
+    if (chainIsOurs)
+      t.note += "; RANKMAP_NCCL_TUNER_CHAIN names rankmap's tuner itself, which it refuses";
+    else
+      t.note += t.chain.empty() ? "; no tuner chained (RANKMAP_NCCL_TUNER_CHAIN is empty)"
+                                : "; it calls " + t.chain + " first (RANKMAP_NCCL_TUNER_CHAIN)";
+  } else if (t.setting && !t.setting->empty()) {
+    t.note = fmt::format(
+        "NCCL loads {} (NCCL_TUNER_PLUGIN), not rankmap's tuner; to use both: "
+        "NCCL_TUNER_PLUGIN={} RANKMAP_NCCL_TUNER_CHAIN={}",
+        *t.setting, lib, *t.setting);
+  } else {
+    t.note = fmt::format(
+        "NCCL_TUNER_PLUGIN is not set (NCCL looks for libnccl-tuner.so and its network plugin's "
+        "tuner); to enable: NCCL_TUNER_PLUGIN={}",
+        lib);
+  }
+  return t;
 }
 
 std::string findProgram(const std::string& name) {
@@ -483,6 +544,7 @@ int runDoctor(const CliContext& ctx, const DoctorArgs& a) {
   } else if (v.linkage == "static") {
     run += " The NCCL shim cannot apply to this program: only launch-time reordering will.";
   }
+  const TunerReport tuner = tunerReport(ctx.config);
   if (a.json) {
     Json j = {{"target", v.target},
               {"nccl",
@@ -493,7 +555,14 @@ int runDoctor(const CliContext& ctx, const DoctorArgs& a) {
               {"shimmable", v.shimmable},
               {"reason", v.reason},
               {"shim_library", shim.empty() ? Json() : Json(shim)},
-              {"rankmap_run", run}};
+              {"rankmap_run", run},
+              {"tuner",
+               {{"active", tuner.active},
+                {"nccl_tuner_plugin", tuner.setting ? Json(*tuner.setting) : Json()},
+                {"library", tuner.library.empty() ? Json() : Json(tuner.library)},
+                {"chain", tuner.chain.empty() ? Json() : Json(tuner.chain)},
+                {"adjusts", tuner.adjusts},
+                {"note", tuner.note}}}};
     if (!a.python.empty()) j["python"] = extra;
     fmt::print("{}\n", j.dump(1));
   } else {
@@ -508,6 +577,9 @@ int runDoctor(const CliContext& ctx, const DoctorArgs& a) {
     fmt::print("  shim: {}: {}\n", v.shimmable ? "yes" : "no", v.reason);
     fmt::print("  librankmap_nccl.so: {}\n", shim.empty() ? "not found beside this rankmap" : shim);
     fmt::print("  rankmap run: {}\n", run);
+    fmt::print("  NCCL tuner: {}: {}\n", tuner.active ? "active" : "not active", tuner.note);
+    fmt::print("  librankmap_nccl_tuner.so: {}\n",
+               tuner.library.empty() ? "not found beside this rankmap" : tuner.library);
   }
   return v.shimmable ? 0 : 1;
 }

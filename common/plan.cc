@@ -26,8 +26,7 @@ void Plan::derivePermutation() {
   permutation.assign(worldSize(), 0);
   for (size_t h = 0; h < hosts.size(); ++h) {
     int p = pos.at(hosts[h]);
-    for (int l = 0; l < ranksPerHost; ++l)
-      permutation[h * ranksPerHost + l] = p * ranksPerHost + l;
+    for (int l = 0; l < ranksPerHost; ++l) permutation[h * ranksPerHost + l] = p * ranksPerHost + l;
   }
 }
 
@@ -59,13 +58,13 @@ Json contentJson(const Plan& p) {
   for (const auto& [name, ranges] : p.collectives) {
     Json arr = Json::array();
     for (const auto& r : ranges)
-      arr.push_back({{"min_bytes", r.minBytes},
-                     {"max_bytes", r.maxBytes == AlgoRange::kUnbounded ? Json(nullptr)
-                                                                       : Json(r.maxBytes)},
-                     {"algorithm", algorithmName(r.algorithm)},
-                     {"predicted_us", r.predictedUs},
-                     {"predicted_busbw_gbps", r.predictedBusbwGBps},
-                     {"lower_bound_us", r.lowerBoundUs}});
+      arr.push_back(
+          {{"min_bytes", r.minBytes},
+           {"max_bytes", r.maxBytes == AlgoRange::kUnbounded ? Json(nullptr) : Json(r.maxBytes)},
+           {"algorithm", algorithmName(r.algorithm)},
+           {"predicted_us", r.predictedUs},
+           {"predicted_busbw_gbps", r.predictedBusbwGBps},
+           {"lower_bound_us", r.lowerBoundUs}});
     colls[name] = std::move(arr);
   }
   j["collectives"] = std::move(colls);
@@ -79,6 +78,19 @@ Json contentJson(const Plan& p) {
                     {"speedup", p.predicted.speedup},
                     {"bottleneck_mbps", p.predicted.bottleneckMbps},
                     {"input_bottleneck_mbps", p.predicted.inputBottleneckMbps}};
+  // Written only when present, so that plans without models keep their hash.
+  if (!p.models.empty()) {
+    Json models = Json::object();
+    for (const auto& [name, m] : p.models) {
+      Json algos = Json::object();
+      for (const auto& [algo, a] : m.algorithms)
+        algos[std::string(algorithmName(algo))] = {{"alpha_us", a.alphaUs},
+                                                   {"beta_us_per_byte", a.betaUsPerByte}};
+      models[name] = {{"algorithms", std::move(algos)},
+                      {"lower_bound_us_per_byte", m.lowerBoundUsPerByte}};
+    }
+    j["models"] = std::move(models);
+  }
   j["topology_hash"] = p.topologyHash;
   j["epoch"] = p.epoch;
   // Written only when known, so that plans without it keep their hash.
@@ -114,7 +126,8 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
   JsonReader r(doc, source);
   r.expectObject();
   auto sv = r.at("schema_version", "an integer");
-  if (sv.integer() != kSchemaVersion) sv.fail(fmt::format("plan schema version {}", kSchemaVersion));
+  if (sv.integer() != kSchemaVersion)
+    sv.fail(fmt::format("plan schema version {}", kSchemaVersion));
 
   Plan p;
   auto readNames = [&](const JsonReader& a, std::vector<std::string>& out) {
@@ -145,7 +158,8 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
   size_t world = p.worldSize();
   pr.arraySize(world);
   for (size_t i = 0; i < world; ++i)
-    p.permutation.push_back(static_cast<int>(pr.at(i).integerIn(0, static_cast<int64_t>(world) - 1)));
+    p.permutation.push_back(
+        static_cast<int>(pr.at(i).integerIn(0, static_cast<int64_t>(world) - 1)));
   {
     Plan expect = p;
     expect.derivePermutation();
@@ -176,7 +190,8 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
         auto maxR = e.at("max_bytes", "an integer or null");
         a.maxBytes = maxR.isNull() ? AlgoRange::kUnbounded : maxR.unsignedInt();
         if (a.maxBytes <= a.minBytes) maxR.fail("a bound greater than min_bytes");
-        if (a.maxBytes == AlgoRange::kUnbounded && i + 1 != n) maxR.fail("a bound (only the last range is open)");
+        if (a.maxBytes == AlgoRange::kUnbounded && i + 1 != n)
+          maxR.fail("a bound (only the last range is open)");
         auto algR = e.at("algorithm", "an algorithm name");
         auto algo = parseAlgorithm(algR.str());
         if (!algo || !isPlanAlgorithm(*algo))
@@ -224,6 +239,29 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
     if (auto v = pd->find("bottleneck_mbps")) p.predicted.bottleneckMbps = v->nonNegative();
     if (auto v = pd->find("input_bottleneck_mbps"))
       p.predicted.inputBottleneckMbps = v->nonNegative();
+  }
+  if (auto mr = r.find("models")) {
+    mr->expectObject();
+    for (const auto& [name, val] : mr->json().items()) {
+      JsonReader m(val, source, mr->path() + "/" + name);
+      m.expectObject();
+      CollectiveModel cm;
+      cm.lowerBoundUsPerByte = m.at("lower_bound_us_per_byte", "a number").nonNegative();
+      auto ar = m.at("algorithms", "an object of algorithm models");
+      ar.expectObject();
+      for (const auto& [algoName, algoVal] : ar.json().items()) {
+        JsonReader a(algoVal, source, ar.path() + "/" + algoName);
+        auto algo = parseAlgorithm(algoName);
+        if (!algo || !isPlanAlgorithm(*algo))
+          a.fail(fmt::format("a model of one of {} (not {:?})", planAlgorithmList(), algoName));
+        a.expectObject();
+        AlgoModel am;
+        am.alphaUs = a.at("alpha_us", "a number").nonNegative();
+        am.betaUsPerByte = a.at("beta_us_per_byte", "a number").nonNegative();
+        cm.algorithms[*algo] = am;
+      }
+      p.models[name] = std::move(cm);
+    }
   }
   if (auto v = r.find("topology_hash")) p.topologyHash = v->str();
   p.epoch = r.at("epoch", "an integer").integerIn(0, INT64_MAX);

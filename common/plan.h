@@ -25,19 +25,38 @@ namespace rankmap {
 struct AlgoRange {
   static constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
   uint64_t minBytes = 0;
-  uint64_t maxBytes = kUnbounded;  // "max_bytes": null in JSON
+  uint64_t maxBytes = kUnbounded;          // "max_bytes": null in JSON
   Algorithm algorithm = Algorithm::kRing;  // a plan algorithm (isPlanAlgorithm)
-  double predictedUs = 0;          // at the geometric middle of the range (or minBytes*2 if open)
-  double predictedBusbwGBps = 0;   // nccl-tests busbw, GB/s
-  double lowerBoundUs = 0;         // 2(n-1)/n * S / B_bottleneck for allreduce
+  double predictedUs = 0;         // at the geometric middle of the range (or minBytes*2 if open)
+  double predictedBusbwGBps = 0;  // nccl-tests busbw, GB/s
+  double lowerBoundUs = 0;        // 2(n-1)/n * S / B_bottleneck for allreduce
   bool operator==(const AlgoRange&) const = default;
 };
 
 // A weighted spanning tree over host positions in `order` (Blink-style packing).
 struct PackedTree {
-  double weight = 0;         // fraction of the data carried by this tree
-  std::vector<int> parent;   // parent[i] = parent position of host position i; -1 for the root
+  double weight = 0;        // fraction of the data carried by this tree
+  std::vector<int> parent;  // parent[i] = parent position of host position i; -1 for the root
   bool operator==(const PackedTree&) const = default;
+};
+
+// One algorithm's time on the measured network in the plan's order, from the planner's cost
+// model (reorder/cost_model.h): alphaUs + betaUsPerByte * bytes. alpha holds the latency of the
+// critical path (the per-tier latencies of the hops it crosses), beta the share of the slowest
+// link it crosses (an oversubscribed uplink when it crosses one).
+struct AlgoModel {
+  double alphaUs = 0;
+  double betaUsPerByte = 0;
+  bool operator==(const AlgoModel&) const = default;
+};
+
+// The planner's model of one collective, for consumers that choose among algorithms themselves
+// (the NCCL tuner, nccl_tuner/): every algorithm it could model, and the bound no algorithm
+// beats (moving the data through the slowest link every ring must cross).
+struct CollectiveModel {
+  std::map<Algorithm, AlgoModel> algorithms;
+  double lowerBoundUsPerByte = 0;
+  bool operator==(const CollectiveModel&) const = default;
 };
 
 struct Prediction {
@@ -53,21 +72,24 @@ struct Prediction {
 struct Plan {
   static constexpr int kSchemaVersion = 1;
 
-  std::vector<std::string> hosts;   // input order (rank order the launcher would use)
-  std::vector<std::string> order;   // host names in new rank order
-  std::vector<int> permutation;     // old rank -> new rank, size hosts.size() * ranksPerHost
+  std::vector<std::string> hosts;  // input order (rank order the launcher would use)
+  std::vector<std::string> order;  // host names in new rank order
+  std::vector<int> permutation;    // old rank -> new rank, size hosts.size() * ranksPerHost
   int ranksPerHost = 1;
   std::vector<HierarchyLevel> groups;
-  double confidence = 0;            // 0..1; 0 = identity fallback
+  double confidence = 0;                                      // 0..1; 0 = identity fallback
   std::map<std::string, std::vector<AlgoRange>> collectives;  // "allreduce" -> ranges
-  std::vector<double> chunkWeights; // per position in `order`; empty = uniform
-  std::vector<PackedTree> trees;    // optional
+  std::vector<double> chunkWeights;  // per position in `order`; empty = uniform
+  std::vector<PackedTree> trees;     // optional
   Prediction predicted;
-  std::string topologyHash;         // contentHash() of the source topology; may be empty
-  int64_t epoch = 0;                // topology version the plan was made from
-  std::string topologyTime;         // the topology's measurement time (RFC 3339 UTC); may be
-                                    // empty; the plan's age (common/plan_agreement.h) counts from it
-  std::string hash;                 // "sha256:<hex>" over the canonical content without "hash"
+  // Per collective of `collectives`: the cost model the ranges were chosen from. Empty in
+  // identity plans and in plans written before it existed ("models" absent in JSON).
+  std::map<std::string, CollectiveModel> models;
+  std::string topologyHash;  // contentHash() of the source topology; may be empty
+  int64_t epoch = 0;         // topology version the plan was made from
+  std::string topologyTime;  // the topology's measurement time (RFC 3339 UTC); may be
+                             // empty; the plan's age (common/plan_agreement.h) counts from it
+  std::string hash;          // "sha256:<hex>" over the canonical content without "hash"
 
   size_t worldSize() const { return hosts.size() * static_cast<size_t>(ranksPerHost); }
   // Identity plan: order = hosts, permutation = identity, confidence 0.
@@ -86,7 +108,7 @@ struct Plan {
   static Plan fromJson(const Json& doc, std::string_view source);
   static Plan parse(std::string_view text, std::string_view source);
   static Plan load(const std::string& path);
-  Json toJson() const;   // includes "hash"
+  Json toJson() const;  // includes "hash"
   std::string dump() const;
   void save(const std::string& path) const;  // atomic
 

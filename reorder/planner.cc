@@ -175,7 +175,13 @@ void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
   Plan& p = r.plan;
   for (const auto& coll : o.collectives) {
     auto costs = algorithmCosts(ctx, coll);
-    p.collectives[coll] = chooseRanges(costs, coll, world, lowerBoundUsPerByte(ctx, coll));
+    const double bound = lowerBoundUsPerByte(ctx, coll);
+    p.collectives[coll] = chooseRanges(costs, coll, world, bound);
+    // The lines the ranges were cut from, for consumers that choose themselves (NCCL's tuner).
+    CollectiveModel& model = p.models[coll];
+    model.lowerBoundUsPerByte = bound;
+    for (const auto& c : costs)
+      if (c.available) model.algorithms[c.algo] = {c.alphaUs, c.betaUsPerByte};
     r.algorithms[coll] = std::move(costs);
   }
   p.chunkWeights = ctx.chunkWeights;

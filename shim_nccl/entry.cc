@@ -1,17 +1,23 @@
-// The C ABI border of librankmap_nccl.so: the NCCL functions the shim interposes.
+// The C ABI border of librankmap_nccl.so: the NCCL functions the shim interposes, and the
+// agreed plan for the tuner plugin (agreed_plan.h).
 //
 // Only functions that need translation are exported (the version script exports nccl* and
-// nothing else): ncclAllReduce, ncclCommCount, ncclCommGetAsyncError and the rest go to NCCL
-// directly, at no cost. Every entry:
+// rankmap_nccl_agreed_plan, nothing else): ncclAllReduce, ncclCommCount, ncclCommGetAsyncError and
+// the rest go to NCCL directly, at no cost. Every entry:
 // - passes straight through when the thread is already inside an interposed call (the re-entry
 //   guard): NCCL calls its own public functions internally, e.g. ncclBcast calls ncclBroadcast
 //   and ncclCommInitAll calls ncclGetUniqueId, and those calls resolve to the shim like any other;
 //   translating them again would apply the permutation twice;
 // - catches every exception and returns the NCCL result for it, logging the reason. Never exit(),
 //   never abort(), never print to stdout inside someone else's process.
+#include <algorithm>
+#include <cstring>
 #include <exception>
+#include <string>
+#include <type_traits>
 
 #include "common/log.h"
+#include "shim_nccl/agreed_plan.h"
 #include "shim_nccl/nccl_abi.h"
 #include "shim_nccl/shim.h"
 
@@ -241,4 +247,30 @@ RANKMAP_NCCL_EXPORT abi::Result ncclRecv(void* buf, size_t count, abi::DataType 
   return entry(
       "ncclRecv", [&](Shim& s) { return s.recv(buf, count, dt, peer, comm, stream); },
       [&](const RealNccl& r) { return r.recv(buf, count, dt, peer, comm, stream); });
+}
+
+// Not an NCCL function: the tuner plugin's question (agreed_plan.h). Its type is checked against
+// the declaration there.
+RANKMAP_NCCL_EXPORT int rankmap_nccl_agreed_plan(int nranks, char* text, size_t capacity,
+                                                 size_t* length) {
+  static_assert(std::is_same_v<decltype(&rankmap_nccl_agreed_plan), RankmapNcclAgreedPlanFn>);
+  using rankmap::shim_nccl::AgreedPlanStatus;
+  if (nranks < 1 || length == nullptr || (text == nullptr && capacity > 0))
+    return static_cast<int>(AgreedPlanStatus::kBadArguments);
+  AgreedPlanStatus status = AgreedPlanStatus::kNoPlan;
+  std::string out;
+  try {
+    Shim::AgreedPlan a = rankmap::shim_nccl::globalShim().agreedPlan(nranks);
+    status = a.status;
+    out = a.plan != nullptr ? a.plan->dump() : a.reason;
+  } catch (const std::exception& e) {
+    status = AgreedPlanStatus::kNoPlan;
+    out = std::string("the NCCL shim could not answer: ") + e.what();
+  } catch (...) {
+    status = AgreedPlanStatus::kNoPlan;
+    out = "the NCCL shim could not answer";
+  }
+  *length = out.size();
+  if (capacity > 0) std::memcpy(text, out.data(), std::min(capacity, out.size()));
+  return static_cast<int>(status);
 }

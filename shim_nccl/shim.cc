@@ -278,7 +278,43 @@ abi::Result Shim::init(InitCall call) {
   return finishInit(call, v);
 }
 
+void Shim::recordAgreement(int nranks, const PlanVerdict& verdict) {
+  std::lock_guard<std::mutex> lock(agreementsMu_);
+  AgreementTally& t = agreements_[nranks];
+  if (verdict.apply && options_.plan) {
+    ++t.applied;
+  } else {
+    ++t.identity;
+    t.lastIdentityReason = verdict.reason;
+  }
+}
+
+Shim::AgreedPlan Shim::agreedPlan(int nranks) const {
+  using S = AgreedPlanStatus;
+  if (!options_.enabled) return {S::kNoPlan, nullptr, "the NCCL shim is off (RANKMAP_NCCL_SHIM=0)"};
+  if (!options_.plan)
+    return {S::kNoPlan, nullptr,
+            options_.planSource.empty()
+                ? std::string("the NCCL shim has no plan (RANKMAP_PLAN is not set)")
+                : fmt::format("the NCCL shim has no plan ({})", options_.planError)};
+  std::lock_guard<std::mutex> lock(agreementsMu_);
+  auto it = agreements_.find(nranks);
+  if (it == agreements_.end())
+    return {S::kNoAgreement, nullptr,
+            fmt::format("no plan agreement for a communicator of {} ranks in this process (its "
+                        "unique id carried none)",
+                        nranks)};
+  const AgreementTally& t = it->second;
+  if (t.identity > 0)
+    return {
+        S::kIdentity, nullptr,
+        fmt::format("{} of {} plan agreement(s) for {} ranks ended in identity order (last: {})",
+                    t.identity, t.identity + t.applied, nranks, t.lastIdentityReason)};
+  return {S::kApplied, &*options_.plan, ""};
+}
+
 abi::Result Shim::finishInit(InitCall& call, const PlanVerdict& verdict) {
+  recordAgreement(call.nranks, verdict);
   RankTable table = RankTable::identity(call.nranks);
   if (verdict.apply) {
     table = RankTable::fromPermutation(options_.plan->permutation);

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "common/plan.h"
+#include "shim_nccl/agreed_plan.h"
 #include "shim_nccl/agreement.h"
 #include "shim_nccl/cuda_driver.h"
 #include "shim_nccl/nccl_abi.h"
@@ -127,6 +128,17 @@ class Shim {
   abi::Result recv(void* buf, size_t count, abi::DataType dt, int peer, abi::Comm comm,
                    abi::Stream stream);
 
+  // The plan every plan agreement for a communicator of `nranks` ranks in this process applied,
+  // for librankmap_nccl_tuner.so (agreed_plan.h): its tuning must be the same on every rank, and
+  // the agreement is what guarantees that they all hold this plan. `plan` is null, with the
+  // reason, when no agreement of that size ran, or when one of them ended in identity order.
+  struct AgreedPlan {
+    AgreedPlanStatus status = AgreedPlanStatus::kNoPlan;
+    const Plan* plan = nullptr;  // with kApplied
+    std::string reason;
+  };
+  AgreedPlan agreedPlan(int nranks) const;
+
   // Per registered (permuted) communicator.
   struct CommState {
     RankTable table;
@@ -193,6 +205,9 @@ class Shim {
                             abi::Stream stream, RealCall call);
 
   abi::Result endGroup(bool simulate, void* simInfo);
+  // Counts one agreement's verdict for agreedPlan(); before the real init, inside which NCCL
+  // initialises its tuner plugin.
+  void recordAgreement(int nranks, const PlanVerdict& verdict);
 
   RealResolver resolveReal_;
   DriverLoader loadDriver_;
@@ -204,6 +219,14 @@ class Shim {
   std::unique_ptr<RealNccl> realStorage_;
   std::shared_ptr<const CudaDriver> driver_;
   std::atomic<const CudaDriver*> driverPtr_{nullptr};
+
+  struct AgreementTally {
+    int applied = 0;
+    int identity = 0;
+    std::string lastIdentityReason;
+  };
+  mutable std::mutex agreementsMu_;
+  std::unordered_map<int, AgreementTally> agreements_;  // by nranks
 
   mutable std::shared_mutex commsMu_;
   std::unordered_map<abi::Comm, std::shared_ptr<const CommState>> comms_;

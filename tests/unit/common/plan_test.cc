@@ -18,6 +18,7 @@ Plan sample() {
   p.collectives["allreduce"] = {{0, 65536, Algorithm::kTree, 40, 0.1, 30},
                                 {65536, AlgoRange::kUnbounded, Algorithm::kRing, 5000, 0.9, 4800}};
   p.predicted = {"allreduce 16 MiB ring", 1000, 3000, 3, 250, 83.3};
+  p.models["allreduce"] = {{{Algorithm::kRing, {60, 0.25}}, {Algorithm::kTree, {20, 0.5}}}, 0.2};
   p.epoch = 7;
   p.seal();
   return p;
@@ -47,6 +48,20 @@ TEST(Plan, RoundTripAndHashStable) {
   EXPECT_EQ(back.dump(), p.dump());
   EXPECT_EQ(p.hash.rfind("sha256:", 0), 0u);
   EXPECT_EQ(p.hash, sample().hash);  // deterministic
+}
+
+// Plans written before "models" existed keep their hash: the field is written only when set.
+TEST(Plan, ModelsAreOptionalAndHashed) {
+  auto p = sample();
+  Plan without = p;
+  without.models.clear();
+  without.seal();
+  EXPECT_EQ(without.toJson().count("models"), 0u);
+  EXPECT_NE(without.hash, p.hash);
+  EXPECT_EQ(Plan::parse(without.dump(), "mem"), without);
+  auto back = Plan::parse(p.dump(), "mem");
+  EXPECT_EQ(back.models.at("allreduce").algorithms.at(Algorithm::kTree).alphaUs, 20);
+  EXPECT_EQ(back.models.at("allreduce").lowerBoundUsPerByte, 0.2);
 }
 
 TEST(Plan, AlgorithmForBySize) {
@@ -79,18 +94,38 @@ TEST(Plan, MalformedPlansNameTheField) {
   } cases[] = {
       {[](Json& j) { j.erase("order"); }, "missing field 'order'"},
       {[](Json& j) { j["order"][1] = "vm9"; }, "at /order/1: expected a host listed in /hosts"},
-      {[](Json& j) { j["order"][1] = "vm0"; }, "at /order/1: expected a host name not listed twice"},
+      {[](Json& j) { j["order"][1] = "vm0"; },
+       "at /order/1: expected a host name not listed twice"},
       {[](Json& j) { j["order"].erase(3); }, "at /order: expected an array of 4 elements, got 3"},
       {[](Json& j) { j["permutation"][0] = 1; }, "at /permutation/0: expected 0"},
-      {[](Json& j) { j["permutation"][0] = -1; }, "at /permutation/0: expected an integer in [0, 7]"},
-      {[](Json& j) { j["ranks_per_host"] = 0; }, "at /ranks_per_host: expected an integer in [1, 65536]"},
-      {[](Json& j) { j["ranks_per_host"] = "two"; }, "at /ranks_per_host: expected an integer, got string"},
-      {[](Json& j) { j["collectives"]["allreduce"][0]["algorithm"] = "magic"; }, "at /collectives/allreduce/0/algorithm: expected one of ring"},
-      {[](Json& j) { j["collectives"]["allreduce"][1]["min_bytes"] = 5; }, "at /collectives/allreduce/1/min_bytes: expected 65536"},
-      {[](Json& j) { j["collectives"]["allreduce"][1]["max_bytes"] = 100000; }, "last max_bytes is null"},
-      {[](Json& j) { j["schema_version"] = 99; }, "at /schema_version: expected plan schema version 1"},
+      {[](Json& j) { j["permutation"][0] = -1; },
+       "at /permutation/0: expected an integer in [0, 7]"},
+      {[](Json& j) { j["ranks_per_host"] = 0; },
+       "at /ranks_per_host: expected an integer in [1, 65536]"},
+      {[](Json& j) { j["ranks_per_host"] = "two"; },
+       "at /ranks_per_host: expected an integer, got string"},
+      {[](Json& j) { j["collectives"]["allreduce"][0]["algorithm"] = "magic"; },
+       "at /collectives/allreduce/0/algorithm: expected one of ring"},
+      {[](Json& j) { j["collectives"]["allreduce"][1]["min_bytes"] = 5; },
+       "at /collectives/allreduce/1/min_bytes: expected 65536"},
+      {[](Json& j) { j["collectives"]["allreduce"][1]["max_bytes"] = 100000; },
+       "last max_bytes is null"},
+      {[](Json& j) { j["schema_version"] = 99; },
+       "at /schema_version: expected plan schema version 1"},
       {[](Json& j) { j["hash"] = 5; }, "at /hash: expected a string"},
-      {[](Json& j) { j["trees"] = Json::array({{{"weight", 1}, {"parent", {-1, -1, 0, 0}}}}); }, "exactly one root"},
+      {[](Json& j) {
+         j["trees"] = Json::array({{{"weight", 1}, {"parent", {-1, -1, 0, 0}}}});
+       },
+       "exactly one root"},
+      {[](Json& j) { j["models"]["allreduce"]["algorithms"]["ring"]["beta_us_per_byte"] = -1; },
+       "at /models/allreduce/algorithms/ring/beta_us_per_byte: expected a non-negative"},
+      {[](Json& j) {
+         j["models"]["allreduce"]["algorithms"]["magic"] = {{"alpha_us", 1},
+                                                            {"beta_us_per_byte", 1}};
+       },
+       "at /models/allreduce/algorithms/magic: expected a model of one of ring"},
+      {[](Json& j) { j["models"]["allreduce"].erase("lower_bound_us_per_byte"); },
+       "at /models/allreduce: missing field 'lower_bound_us_per_byte'"},
   };
   for (size_t i = 0; i < std::size(cases); ++i) {
     Json j = base;
@@ -103,7 +138,8 @@ TEST(Plan, MalformedPlansNameTheField) {
 
 TEST(Plan, EveryTruncationFailsCleanly) {
   std::string text = sample().toJson().dump();  // compact: any proper prefix is incomplete
-  for (size_t len = 0; len < text.size(); len += 5) EXPECT_FALSE(errorOf(text.substr(0, len)).empty()) << len;
+  for (size_t len = 0; len < text.size(); len += 5)
+    EXPECT_FALSE(errorOf(text.substr(0, len)).empty()) << len;
 }
 
 TEST(Plan, RandomByteFlipsNeverCrash) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "shim_nccl/agreed_plan.h"
 #include "tests/unit/shim_nccl/cuda_driver_test_double.h"
 #include "tests/unit/shim_nccl/nccl_api.h"
 #include "tests/unit/shim_nccl/nccl_test_double.h"
@@ -177,6 +178,33 @@ TEST(ShimAbi, ExceptionsBecomeNcclResults) {
 }
 
 // ncclCommInitAll calls ncclGetUniqueId inside NCCL; under the guard it passes through.
+// The tuner plugin's question (agreed_plan.h), through the exported C function.
+TEST(ShimAbi, AgreedPlanIsAnsweredForTheTuner) {
+  auto ask = reinterpret_cast<RankmapNcclAgreedPlanFn>(
+      dlsym(RTLD_DEFAULT, rankmap::shim_nccl::kAgreedPlanSymbol));
+  ASSERT_NE(ask, nullptr);
+  World w;
+  std::string text(1 << 16, '\0');
+  size_t length = 0;
+  ASSERT_EQ(ask(4, text.data(), text.size(), &length), 1);
+  ASSERT_LE(length, text.size());
+  text.resize(length);
+  EXPECT_EQ(rankmap::Plan::parse(text, "answer").hash, plan().hash);
+  // A buffer too small gets the length, so the caller can ask again.
+  char small[8];
+  EXPECT_EQ(ask(4, small, sizeof(small), &length), 1);
+  EXPECT_EQ(length, text.size());
+  EXPECT_EQ(std::string(small, sizeof(small)), text.substr(0, sizeof(small)));
+  std::string reason(512, '\0');
+  EXPECT_EQ(ask(3, reason.data(), reason.size(), &length), 0);
+  reason.resize(std::min(length, reason.size()));
+  EXPECT_NE(reason.find("no plan agreement for a communicator of 3 ranks"), std::string::npos)
+      << reason;
+  EXPECT_EQ(ask(0, reason.data(), reason.size(), &length), -1);
+  EXPECT_EQ(ask(4, nullptr, 8, &length), -1);
+  EXPECT_EQ(ask(4, reason.data(), reason.size(), nullptr), -1);
+}
+
 TEST(ShimAbi, InitAllPassesThrough) {
   abi::Comm comms[2] = {nullptr, nullptr};
   ASSERT_EQ(ncclCommInitAll(comms, 2, nullptr), abi::kSuccess);

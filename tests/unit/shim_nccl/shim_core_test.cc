@@ -124,6 +124,13 @@ TEST_F(ShimTest, InitGivesNcclThePlansRank) {
     EXPECT_EQ(g.shim(a).commUserRank(g.comm(a), &user), abi::kSuccess);
     EXPECT_EQ(user, a);
     EXPECT_EQ(g.shim(a).counters().permutedComms.load(), 1u);
+    // What the tuner plugin is told: this plan for 6 ranks, nothing for other sizes.
+    Shim::AgreedPlan agreed = g.shim(a).agreedPlan(6);
+    EXPECT_EQ(agreed.status, AgreedPlanStatus::kApplied);
+    ASSERT_NE(agreed.plan, nullptr);
+    EXPECT_EQ(agreed.plan->hash, p.hash);
+    EXPECT_EQ(g.shim(a).agreedPlan(3).status, AgreedPlanStatus::kNoAgreement);
+    EXPECT_EQ(g.shim(a).agreedPlan(3).plan, nullptr);
   }
 }
 
@@ -134,6 +141,9 @@ TEST_F(ShimTest, NoPlanMeansNoAgreementAndIdentity) {
   for (int a = 0; a < 3; ++a) {
     EXPECT_EQ(ranks[a], a);
     EXPECT_EQ(g.shim(a).counters().identityComms.load(), 0u);  // nobody voted
+    Shim::AgreedPlan agreed = g.shim(a).agreedPlan(3);
+    EXPECT_EQ(agreed.status, AgreedPlanStatus::kNoPlan);
+    EXPECT_NE(agreed.reason.find("RANKMAP_PLAN is not set"), std::string::npos) << agreed.reason;
   }
 }
 
@@ -167,6 +177,12 @@ TEST_F(ShimTest, DisagreementMeansIdentityForEveryRank) {
       EXPECT_EQ(ranks[a], a) << "case " << i;
       EXPECT_EQ(g.shim(a).counters().permutedComms.load(), 0u);
       EXPECT_EQ(g.shim(a).counters().identityComms.load(), 1u);
+      // The tuner plugin must not tune with a plan that was not agreed on.
+      Shim::AgreedPlan agreed = g.shim(a).agreedPlan(4);
+      EXPECT_EQ(agreed.plan, nullptr) << "case " << i;
+      EXPECT_TRUE(agreed.status == AgreedPlanStatus::kIdentity ||
+                  (!cases[i](a) && agreed.status == AgreedPlanStatus::kNoPlan))
+          << "case " << i << ": " << agreed.reason;
     }
   }
 }
