@@ -2,10 +2,11 @@
 // ncclTunerPlugin_v3 to _v6 (tuner_abi.h), each a thin adapter onto one Tuner per communicator.
 //
 // Every function catches everything and returns an ncclResult_t: ncclInvalidArgument for
-// arguments NCCL should never pass and for a RANKMAP_* setting that cannot be read (named in the
-// log: the tuner cannot know what it was asked to do, e.g. which plugin to chain to, and NCCL
-// reports the failed init rather than tuning differently from what was configured),
-// ncclInternalError for anything else. Never exit(), never abort(), never print to stdout inside
+// arguments NCCL should never pass, ncclInternalError for anything else. A RANKMAP_* setting
+// that cannot be read is not a failed init (that would fail the user's communicator, and the
+// NCCL shim passes calls through in the same case): it is an error in the log naming the
+// setting, and the tuner leaves NCCL's table as it is, with no chained plugin (it cannot know
+// which one was meant). Never exit(), never abort(), never print to stdout inside
 // someone else's process. The chained plugin's results are passed on unchanged (tuner.h).
 #include <memory>
 #include <mutex>
@@ -41,12 +42,19 @@ abi::Result init(const TunerInit& args, void** context) noexcept {
   return guarded("init", [&] {
     if (context == nullptr) RANKMAP_THROW(InvalidInput, "no context pointer");
     *context = nullptr;
-    Config config = Config::load();
-    // Once per process, as the shim does; the settings themselves are read at every init.
-    static std::once_flag logConfigured;
-    std::call_once(logConfigured, [&] { log::configure(config); });
+    TunerSettings settings;
+    try {
+      Config config = Config::load();
+      // Once per process, as the shim does; the settings themselves are read at every init.
+      static std::once_flag logConfigured;
+      std::call_once(logConfigured, [&] { log::configure(config); });
+      settings = tunerSettingsFromConfig(config);
+    } catch (const InvalidInput& e) {
+      RANKMAP_ERROR(Shim, "NCCL tuner init: {}; leaving NCCL's tuning as it is", e.what());
+      settings = {.enabled = false, .chain = ""};
+    }
     std::unique_ptr<Tuner> tuner;
-    abi::Result r = Tuner::create(args, tunerSettingsFromConfig(config), askShim, &tuner);
+    abi::Result r = Tuner::create(args, settings, askShim, &tuner);
     if (r == abi::Result::kSuccess) *context = tuner.release();
     return r;
   });

@@ -262,16 +262,21 @@ TEST(TunerAbi, UnusableChainIsAWarningAndTheTunerWorksAlone) {
   unsetenv("RANKMAP_NCCL_TUNER_CHAIN");
 }
 
-TEST(TunerAbi, BadSettingIsAnErrorNamingIt) {
+TEST(TunerAbi, BadSettingIsAnErrorNamingItAndNcclsTableStays) {
   // A first good init configures the tuner's logging (RANKMAP_LOG_FILE), as in a job whose
   // settings change between communicators; with bad settings from the start the error goes to
   // stderr, logging's default.
   { V6Comm ok(kRanks, kRanks); }
   setenv("RANKMAP_NCCL_TUNER", "perhaps", 1);
   {
+    // The user's communicator still comes up: the init succeeds and changes nothing.
     V6Comm c(kRanks, kRanks);
-    EXPECT_EQ(c.initResult, abi::Result::kInvalidArgument);
-    EXPECT_EQ(c.ctx, nullptr);
+    ASSERT_EQ(c.initResult, abi::Result::kSuccess);
+    Table table;
+    const Table before = table;
+    int nChannels = 0;
+    ASSERT_EQ(c.coll(abi::kAllReduce, 1 << 20, table, &nChannels), abi::Result::kSuccess);
+    EXPECT_EQ(table.v, before.v);
   }
   unsetenv("RANKMAP_NCCL_TUNER");
   const std::string log = logText();
