@@ -26,8 +26,7 @@ void Plan::derivePermutation() {
   permutation.assign(worldSize(), 0);
   for (size_t h = 0; h < hosts.size(); ++h) {
     int p = pos.at(hosts[h]);
-    for (int l = 0; l < ranksPerHost; ++l)
-      permutation[h * ranksPerHost + l] = p * ranksPerHost + l;
+    for (int l = 0; l < ranksPerHost; ++l) permutation[h * ranksPerHost + l] = p * ranksPerHost + l;
   }
 }
 
@@ -59,13 +58,13 @@ Json contentJson(const Plan& p) {
   for (const auto& [name, ranges] : p.collectives) {
     Json arr = Json::array();
     for (const auto& r : ranges)
-      arr.push_back({{"min_bytes", r.minBytes},
-                     {"max_bytes", r.maxBytes == AlgoRange::kUnbounded ? Json(nullptr)
-                                                                       : Json(r.maxBytes)},
-                     {"algorithm", algorithmName(r.algorithm)},
-                     {"predicted_us", r.predictedUs},
-                     {"predicted_busbw_gbps", r.predictedBusbwGBps},
-                     {"lower_bound_us", r.lowerBoundUs}});
+      arr.push_back(
+          {{"min_bytes", r.minBytes},
+           {"max_bytes", r.maxBytes == AlgoRange::kUnbounded ? Json(nullptr) : Json(r.maxBytes)},
+           {"algorithm", algorithmName(r.algorithm)},
+           {"predicted_us", r.predictedUs},
+           {"predicted_busbw_gbps", r.predictedBusbwGBps},
+           {"lower_bound_us", r.lowerBoundUs}});
     colls[name] = std::move(arr);
   }
   j["collectives"] = std::move(colls);
@@ -114,7 +113,8 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
   JsonReader r(doc, source);
   r.expectObject();
   auto sv = r.at("schema_version", "an integer");
-  if (sv.integer() != kSchemaVersion) sv.fail(fmt::format("plan schema version {}", kSchemaVersion));
+  if (sv.integer() != kSchemaVersion)
+    sv.fail(fmt::format("plan schema version {}", kSchemaVersion));
 
   Plan p;
   auto readNames = [&](const JsonReader& a, std::vector<std::string>& out) {
@@ -145,7 +145,8 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
   size_t world = p.worldSize();
   pr.arraySize(world);
   for (size_t i = 0; i < world; ++i)
-    p.permutation.push_back(static_cast<int>(pr.at(i).integerIn(0, static_cast<int64_t>(world) - 1)));
+    p.permutation.push_back(
+        static_cast<int>(pr.at(i).integerIn(0, static_cast<int64_t>(world) - 1)));
   {
     Plan expect = p;
     expect.derivePermutation();
@@ -176,7 +177,8 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
         auto maxR = e.at("max_bytes", "an integer or null");
         a.maxBytes = maxR.isNull() ? AlgoRange::kUnbounded : maxR.unsignedInt();
         if (a.maxBytes <= a.minBytes) maxR.fail("a bound greater than min_bytes");
-        if (a.maxBytes == AlgoRange::kUnbounded && i + 1 != n) maxR.fail("a bound (only the last range is open)");
+        if (a.maxBytes == AlgoRange::kUnbounded && i + 1 != n)
+          maxR.fail("a bound (only the last range is open)");
         auto algR = e.at("algorithm", "an algorithm name");
         auto algo = parseAlgorithm(algR.str());
         if (!algo || !isPlanAlgorithm(*algo))
@@ -213,6 +215,15 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
         pt.parent.push_back(v);
       }
       if (roots != 1) par.fail("exactly one root (-1)");
+      // Every host's chain of parents must reach the root (no cycle).
+      for (size_t k = 0; k < pt.parent.size(); ++k) {
+        int x = static_cast<int>(k);
+        for (size_t steps = 0; x >= 0; ++steps) {
+          if (steps > pt.parent.size())
+            par.at(k).fail("a parent chain that reaches the root (this one loops)");
+          x = pt.parent[static_cast<size_t>(x)];
+        }
+      }
       p.trees.push_back(std::move(pt));
     }
   }

@@ -79,18 +79,37 @@ TEST(Plan, MalformedPlansNameTheField) {
   } cases[] = {
       {[](Json& j) { j.erase("order"); }, "missing field 'order'"},
       {[](Json& j) { j["order"][1] = "vm9"; }, "at /order/1: expected a host listed in /hosts"},
-      {[](Json& j) { j["order"][1] = "vm0"; }, "at /order/1: expected a host name not listed twice"},
+      {[](Json& j) { j["order"][1] = "vm0"; },
+       "at /order/1: expected a host name not listed twice"},
       {[](Json& j) { j["order"].erase(3); }, "at /order: expected an array of 4 elements, got 3"},
       {[](Json& j) { j["permutation"][0] = 1; }, "at /permutation/0: expected 0"},
-      {[](Json& j) { j["permutation"][0] = -1; }, "at /permutation/0: expected an integer in [0, 7]"},
-      {[](Json& j) { j["ranks_per_host"] = 0; }, "at /ranks_per_host: expected an integer in [1, 65536]"},
-      {[](Json& j) { j["ranks_per_host"] = "two"; }, "at /ranks_per_host: expected an integer, got string"},
-      {[](Json& j) { j["collectives"]["allreduce"][0]["algorithm"] = "magic"; }, "at /collectives/allreduce/0/algorithm: expected one of ring"},
-      {[](Json& j) { j["collectives"]["allreduce"][1]["min_bytes"] = 5; }, "at /collectives/allreduce/1/min_bytes: expected 65536"},
-      {[](Json& j) { j["collectives"]["allreduce"][1]["max_bytes"] = 100000; }, "last max_bytes is null"},
-      {[](Json& j) { j["schema_version"] = 99; }, "at /schema_version: expected plan schema version 1"},
+      {[](Json& j) { j["permutation"][0] = -1; },
+       "at /permutation/0: expected an integer in [0, 7]"},
+      {[](Json& j) { j["ranks_per_host"] = 0; },
+       "at /ranks_per_host: expected an integer in [1, 65536]"},
+      {[](Json& j) { j["ranks_per_host"] = "two"; },
+       "at /ranks_per_host: expected an integer, got string"},
+      {[](Json& j) { j["collectives"]["allreduce"][0]["algorithm"] = "magic"; },
+       "at /collectives/allreduce/0/algorithm: expected one of ring"},
+      {[](Json& j) { j["collectives"]["allreduce"][1]["min_bytes"] = 5; },
+       "at /collectives/allreduce/1/min_bytes: expected 65536"},
+      {[](Json& j) { j["collectives"]["allreduce"][1]["max_bytes"] = 100000; },
+       "last max_bytes is null"},
+      {[](Json& j) { j["schema_version"] = 99; },
+       "at /schema_version: expected plan schema version 1"},
       {[](Json& j) { j["hash"] = 5; }, "at /hash: expected a string"},
-      {[](Json& j) { j["trees"] = Json::array({{{"weight", 1}, {"parent", {-1, -1, 0, 0}}}}); }, "exactly one root"},
+      {[](Json& j) {
+         j["trees"] = Json::array({{{"weight", 1}, {"parent", {-1, -1, 0, 0}}}});
+       },
+       "exactly one root"},
+      {[](Json& j) {
+         j["trees"] = Json::array({{{"weight", 1}, {"parent", {-1, 3, 1, 2}}}});
+       },
+       "at /trees/0/parent/1: expected a parent chain that reaches the root"},
+      {[](Json& j) {
+         j["chunk_weights"] = {0.5, -0.1, 0.3, 0.3};
+       },
+       "at /chunk_weights/1"},
   };
   for (size_t i = 0; i < std::size(cases); ++i) {
     Json j = base;
@@ -103,7 +122,8 @@ TEST(Plan, MalformedPlansNameTheField) {
 
 TEST(Plan, EveryTruncationFailsCleanly) {
   std::string text = sample().toJson().dump();  // compact: any proper prefix is incomplete
-  for (size_t len = 0; len < text.size(); len += 5) EXPECT_FALSE(errorOf(text.substr(0, len)).empty()) << len;
+  for (size_t len = 0; len < text.size(); len += 5)
+    EXPECT_FALSE(errorOf(text.substr(0, len)).empty()) << len;
 }
 
 TEST(Plan, RandomByteFlipsNeverCrash) {
