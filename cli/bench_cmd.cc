@@ -70,17 +70,21 @@ struct Resolved {
 
 double busFactor(Collective c, int n) {
   switch (c) {
-    case Collective::kAllreduce: return 2.0 * (n - 1) / n;
+    case Collective::kAllreduce:
+      return 2.0 * (n - 1) / n;
     case Collective::kAllgather:
-    case Collective::kReduceScatter: return static_cast<double>(n - 1) / n;
-    default: return 1.0;
+    case Collective::kReduceScatter:
+      return static_cast<double>(n - 1) / n;
+    default:
+      return 1.0;
   }
 }
 
 // Elements per rank for a size: the whole vector, or per-rank block for allgather/reducescatter.
 uint64_t countFor(Collective c, uint64_t bytes, size_t es, int n) {
   uint64_t count = bytes / es;
-  if (c == Collective::kAllgather || c == Collective::kReduceScatter) count /= static_cast<uint64_t>(n);
+  if (c == Collective::kAllgather || c == Collective::kReduceScatter)
+    count /= static_cast<uint64_t>(n);
   return count;
 }
 
@@ -102,12 +106,14 @@ struct SizeResult {
 // `cpuShared`: all ranks are threads of this process (loopback), so rank 0's process CPU time
 // already covers every rank.
 int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& res, bool cpuShared,
-               std::string_view launch) {
+                  std::string_view launch) {
   const int n = comm.size(), me = comm.rank();
   const size_t es = coll::elementSize(res.type);
   const Collective c = res.collective;
   const uint64_t maxCount = countFor(c, res.sizes.back(), es, n);
-  const uint64_t perRank = (c == Collective::kAllgather || c == Collective::kReduceScatter) ? static_cast<uint64_t>(n) : 1;
+  const uint64_t perRank = (c == Collective::kAllgather || c == Collective::kReduceScatter)
+                               ? static_cast<uint64_t>(n)
+                               : 1;
   std::vector<std::byte> in(maxCount * perRank * es + es), out(maxCount * perRank * es + es);
   const bool print = me == 0;
   if (print && !a.json) {
@@ -115,7 +121,7 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
                coll::collectiveName(c), n, comm.backend(), launch, a.algo,
                comm.plan() ? comm.plan()->hash
                            : std::string(comm.stats().planRejected ? "refused (identity order)"
-                                                                    : "none (identity order)"));
+                                                                   : "none (identity order)"));
     fmt::print("# rank order: {}\n#\n", fmt::join(comm.order(), " "));
     fmt::print("# {:>12} {:>12} {:>9} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7}  {}\n", "size", "count",
                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "algo");
@@ -132,10 +138,12 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
         comm.allreduce(ip, a.inPlace ? in.data() : op, count, res.type, res.op);
         break;
       case Collective::kAllgather:
-        comm.allgather(a.inPlace ? op + block * static_cast<uint64_t>(me) : ip, op, count, res.type);
+        comm.allgather(a.inPlace ? op + block * static_cast<uint64_t>(me) : ip, op, count,
+                       res.type);
         break;
       case Collective::kReduceScatter:
-        comm.reduceScatter(ip, a.inPlace ? in.data() + block * static_cast<uint64_t>(me) : op, count, res.type, res.op);
+        comm.reduceScatter(ip, a.inPlace ? in.data() + block * static_cast<uint64_t>(me) : op,
+                           count, res.type, res.op);
         break;
       case Collective::kBroadcast:
         comm.broadcast(ip, a.inPlace ? in.data() : op, count, res.type, a.root);
@@ -178,9 +186,11 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
     totalGB += static_cast<double>(size) * a.iters / 1e9;
     if (a.check) {
       // Fill with the pattern, run once, compare with the closed form; count wrong elements.
-      const uint64_t inCount = c == Collective::kReduceScatter ? count * static_cast<uint64_t>(n) : count;
+      const uint64_t inCount =
+          c == Collective::kReduceScatter ? count * static_cast<uint64_t>(n) : count;
       const int src = c == Collective::kBroadcast ? a.root : me;
-      for (uint64_t i = 0; i < inCount; ++i) coll::referenceInput(res.type, res.op, src, i, in.data() + i * es);
+      for (uint64_t i = 0; i < inCount; ++i)
+        coll::referenceInput(res.type, res.op, src, i, in.data() + i * es);
       if (a.inPlace && c == Collective::kAllgather)
         std::memcpy(out.data() + count * es * static_cast<uint64_t>(me), in.data(), count * es);
       runOnce(count);
@@ -201,9 +211,11 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
           break;
         }
         case Collective::kReduceScatter: {
-          const std::byte* res0 = a.inPlace ? in.data() + count * es * static_cast<uint64_t>(me) : out.data();
+          const std::byte* res0 =
+              a.inPlace ? in.data() + count * es * static_cast<uint64_t>(me) : out.data();
           for (uint64_t i = 0; i < count; ++i) {
-            coll::referenceResult(res.type, res.op, n, static_cast<uint64_t>(me) * count + i, want.data());
+            coll::referenceResult(res.type, res.op, n, static_cast<uint64_t>(me) * count + i,
+                                  want.data());
             cmp(res0 + i * es);
           }
           break;
@@ -235,19 +247,23 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
     ++lines;
     if (!print) continue;
     const bool rooted = c == Collective::kBroadcast || c == Collective::kReduce;
-    const bool reducing = c == Collective::kAllreduce || c == Collective::kReduceScatter || c == Collective::kReduce;
+    const bool reducing =
+        c == Collective::kAllreduce || c == Collective::kReduceScatter || c == Collective::kReduce;
     if (a.json) {
-      fmt::print("{{\"collective\":\"{}\",\"ranks\":{},\"size\":{},\"count\":{},\"type\":\"{}\",\"redop\":\"{}\","
-                 "\"root\":{},\"time_us\":{:.3f},\"algbw_gbps\":{:.6f},\"busbw_gbps\":{:.6f},\"wrong\":{},"
-                 "\"algo\":\"{}\",\"cpu_s\":{:.6f}}}\n",
-                 coll::collectiveName(c), n, r.bytes, r.count, coll::dataTypeName(res.type),
-                 reducing ? coll::reduceOpName(res.op) : "none", rooted ? a.root : -1, r.us, r.algbw,
-                 r.busbw, r.wrong, r.algo, sumCpu);
+      fmt::print(
+          "{{\"collective\":\"{}\",\"ranks\":{},\"size\":{},\"count\":{},\"type\":\"{}\",\"redop\":"
+          "\"{}\","
+          "\"root\":{},\"time_us\":{:.3f},\"algbw_gbps\":{:.6f},\"busbw_gbps\":{:.6f},\"wrong\":{},"
+          "\"algo\":\"{}\",\"cpu_s\":{:.6f}}}\n",
+          coll::collectiveName(c), n, r.bytes, r.count, coll::dataTypeName(res.type),
+          reducing ? coll::reduceOpName(res.op) : "none", rooted ? a.root : -1, r.us, r.algbw,
+          r.busbw, r.wrong, r.algo, sumCpu);
     } else {
-      fmt::print("  {:>12} {:>12} {:>9} {:>6} {:>5} {:>10.2f} {:>8.3f} {:>8.3f} {:>7}  {}\n", r.bytes,
-                 r.count, coll::dataTypeName(res.type), reducing ? coll::reduceOpName(res.op) : "none",
-                 rooted ? a.root : -1, r.us, r.algbw, r.busbw,
-                 r.wrong < 0 ? std::string("N/A") : std::to_string(r.wrong), r.algo);
+      fmt::print("  {:>12} {:>12} {:>9} {:>6} {:>5} {:>10.2f} {:>8.3f} {:>8.3f} {:>7}  {}\n",
+                 r.bytes, r.count, coll::dataTypeName(res.type),
+                 reducing ? coll::reduceOpName(res.op) : "none", rooted ? a.root : -1, r.us,
+                 r.algbw, r.busbw, r.wrong < 0 ? std::string("N/A") : std::to_string(r.wrong),
+                 r.algo);
     }
     std::fflush(stdout);
   }
@@ -255,14 +271,18 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
   const double avg = lines ? sumBusbw / lines : 0;
   const double cpuPerGB = totalGB > 0 ? totalCpu / totalGB : 0;
   if (a.json) {
-    fmt::print("{{\"summary\":true,\"avg_busbw_gbps\":{:.6f},\"wrong\":{},\"cpu_s\":{:.6f},\"payload_gb\":{:.6f},"
-               "\"cpu_s_per_gb\":{:.6f},\"fallbacks\":{}}}\n",
-               avg, a.check ? totalWrong : -1, totalCpu, totalGB, cpuPerGB, comm.fallbacks());
+    fmt::print(
+        "{{\"summary\":true,\"avg_busbw_gbps\":{:.6f},\"wrong\":{},\"cpu_s\":{:.6f},\"payload_gb\":"
+        "{:.6f},"
+        "\"cpu_s_per_gb\":{:.6f},\"fallbacks\":{}}}\n",
+        avg, a.check ? totalWrong : -1, totalCpu, totalGB, cpuPerGB, comm.fallbacks());
   } else {
     fmt::print("# Out of bounds values : {} {}\n", a.check ? totalWrong : 0,
-               !a.check ? "(not checked)" : totalWrong == 0 ? "OK" : "FAILED");
-    fmt::print("# CPU time (all ranks) : {:.3f} s for {:.3f} GB of payload: {:.3f} s/GB\n", totalCpu,
-               totalGB, cpuPerGB);
+               !a.check          ? "(not checked)"
+               : totalWrong == 0 ? "OK"
+                                 : "FAILED");
+    fmt::print("# CPU time (all ranks) : {:.3f} s for {:.3f} GB of payload: {:.3f} s/GB\n",
+               totalCpu, totalGB, cpuPerGB);
     fmt::print("# Fallbacks            : {}\n", comm.fallbacks());
     fmt::print("# Avg bus bandwidth    : {:.4f}\n#\n", avg);
   }
@@ -274,10 +294,17 @@ Resolved resolve(const BenchArgs& a, const Config& cfg) {
   Resolved r;
   auto coll = coll::parseCollective(a.collective);
   if (!coll || *coll == Collective::kBarrier)
-    RANKMAP_THROW(InvalidInput, "--collective {:?}: expected allreduce, allgather, reducescatter, broadcast or reduce", a.collective);
+    RANKMAP_THROW(
+        InvalidInput,
+        "--collective {:?}: expected allreduce, allgather, reducescatter, broadcast or reduce",
+        a.collective);
   r.collective = *coll;
   auto t = coll::parseDataType(a.dtype);
-  if (!t) RANKMAP_THROW(InvalidInput, "--dtype {:?}: expected int8, uint8, int32, uint32, int64, uint64, half, bfloat16, float or double", a.dtype);
+  if (!t)
+    RANKMAP_THROW(InvalidInput,
+                  "--dtype {:?}: expected int8, uint8, int32, uint32, int64, uint64, half, "
+                  "bfloat16, float or double",
+                  a.dtype);
   r.type = *t;
   auto op = coll::parseReduceOp(a.op);
   if (!op) RANKMAP_THROW(InvalidInput, "--op {:?}: expected sum, prod, min, max or avg", a.op);
@@ -287,7 +314,8 @@ Resolved resolve(const BenchArgs& a, const Config& cfg) {
   if (!hi) RANKMAP_THROW(InvalidInput, "-e {:?}: expected a size such as 32M or 1G", a.maxBytes);
   if (*hi < *lo) RANKMAP_THROW(InvalidInput, "-e {} is below -b {}", *hi, *lo);
   if (a.factor < 2) RANKMAP_THROW(InvalidInput, "-f {}: expected a factor of at least 2", a.factor);
-  if (a.iters < 1 || a.warmup < 0) RANKMAP_THROW(InvalidInput, "--iters must be >= 1 and --warmup >= 0");
+  if (a.iters < 1 || a.warmup < 0)
+    RANKMAP_THROW(InvalidInput, "--iters must be >= 1 and --warmup >= 0");
   for (uint64_t s = std::max<uint64_t>(*lo, 1); s <= *hi; s *= static_cast<uint64_t>(a.factor)) {
     r.sizes.push_back(s);
     if (s > UINT64_MAX / static_cast<uint64_t>(a.factor)) break;
@@ -295,8 +323,10 @@ Resolved resolve(const BenchArgs& a, const Config& cfg) {
   if (*lo == 0) r.sizes.insert(r.sizes.begin(), 0);
   r.options = coll::CommOptions::fromConfig(cfg);
   if (a.algo != "auto" || r.options.algorithm)
-    r.options.algorithm = coll::parseAlgorithmOverride(a.algo == "auto" ? cfg.get(settings::kAlgo) : a.algo, "--algo");
-  if (!a.plan.empty()) r.plan = Plan::load(a.plan);  // an explicit --plan must be readable
+    r.options.algorithm = coll::parseAlgorithmOverride(
+        a.algo == "auto" ? cfg.get(settings::kAlgo) : a.algo, "--algo");
+  if (!a.plan.empty())
+    r.plan = Plan::load(a.plan);  // an explicit --plan must be readable
   else if (const std::string& path = cfg.get(settings::kPlan); !path.empty())
     r.planPath = path;  // RANKMAP_PLAN: a broken one means identity order, agreed by all ranks
   return r;
@@ -306,9 +336,8 @@ int runBench(const BenchArgs& a, const Config& cfg) {
   Resolved res = resolve(a, cfg);
   if (a.loopback > 0) {
     // Threads of one process share one plan: no agreement to make, but the same local checks.
-    coll::LocalPlan local =
-        res.plan ? coll::localPlanFrom(res.plan, 0, a.loopback, cfg)
-                 : coll::loadLocalPlan(res.planPath, 0, a.loopback, cfg);
+    coll::LocalPlan local = res.plan ? coll::localPlanFrom(res.plan, 0, a.loopback, cfg)
+                                     : coll::loadLocalPlan(res.planPath, 0, a.loopback, cfg);
     if (!local.plan && local.vote.status != PlanStatus::kNone)
       RANKMAP_WARN(Cli, "bench: identity order: {}", local.vote.reason);
     auto group = coll::transport::loopback::makeLoopbackGroup(a.loopback);
@@ -334,8 +363,8 @@ int runBench(const BenchArgs& a, const Config& cfg) {
   auto info = coll::launchInfoFromEnvironment(cfg);
   coll::LocalPlan local = res.plan ? coll::localPlanFrom(res.plan, info.rank, info.size, cfg)
                                    : coll::loadLocalPlan(res.planPath, info.rank, info.size, cfg);
-  auto comm = coll::connectCommunicator(info.rank, info.size, info.root, cfg, res.options, std::move(local),
-                                        Deadline::after(res.options.timeout));
+  auto comm = coll::connectCommunicator(info.rank, info.size, info.root, cfg, res.options,
+                                        std::move(local), Deadline::after(res.options.timeout));
   int64_t wrong = benchRank(*comm, a, res, /*cpuShared=*/false,
                             fmt::format("rank from {}, root {}", info.source, info.root));
   // Every rank learns the total through the check's allreduce: all exit alike.
@@ -346,19 +375,25 @@ int runBench(const BenchArgs& a, const Config& cfg) {
 
 void registerBenchCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   auto* cmd = app.add_subcommand(
-      "bench", "Benchmark the collective engine like nccl-tests (one process per rank, or --loopback N)");
+      "bench",
+      "Benchmark the collective engine like nccl-tests (one process per rank, or --loopback N)");
   auto a = std::make_shared<BenchArgs>();
-  cmd->add_option("-b,--minbytes", a->minBytes, "Smallest size (bytes; K/M/G suffixes)")->capture_default_str();
+  cmd->add_option("-b,--minbytes", a->minBytes, "Smallest size (bytes; K/M/G suffixes)")
+      ->capture_default_str();
   cmd->add_option("-e,--maxbytes", a->maxBytes, "Largest size")->capture_default_str();
-  cmd->add_option("-f,--stepfactor", a->factor, "Multiply the size by this between steps")->capture_default_str();
+  cmd->add_option("-f,--stepfactor", a->factor, "Multiply the size by this between steps")
+      ->capture_default_str();
   cmd->add_option("-o,--op", a->op, "Reduction: sum, prod, min, max, avg")->capture_default_str();
   cmd->add_option("-d,--dtype", a->dtype,
                   "Type: int8, uint8, int32, uint32, int64, uint64, half, bfloat16, float, double")
       ->capture_default_str();
-  cmd->add_option("--algo", a->algo, "Algorithm: auto, ring, tree, hier, rhd (auto = plan, then defaults)")
+  cmd->add_option("--algo", a->algo,
+                  "Algorithm: auto, ring, tree, hier, rhd, trees (auto = plan, then defaults)")
       ->capture_default_str();
-  cmd->add_option("--plan", a->plan, "plan.json for rank order and algorithms (default: RANKMAP_PLAN)");
-  cmd->add_option("--collective", a->collective, "allreduce, allgather, reducescatter, broadcast or reduce")
+  cmd->add_option("--plan", a->plan,
+                  "plan.json for rank order and algorithms (default: RANKMAP_PLAN)");
+  cmd->add_option("--collective", a->collective,
+                  "allreduce, allgather, reducescatter, broadcast or reduce")
       ->capture_default_str();
   cmd->add_option("-n,--iters", a->iters, "Timed iterations per size")->capture_default_str();
   cmd->add_option("-w,--warmup", a->warmup, "Untimed iterations per size")->capture_default_str();

@@ -26,6 +26,7 @@ struct PlanArgs {
   std::vector<std::string> collectives;
   std::string ringSize = "16MiB";
   bool useGroups = false;
+  bool uniformShares = false;
 };
 
 // A file the user named that cannot be read is bad input (exit 2), not a failure of ours.
@@ -42,6 +43,7 @@ int runPlan(const PlanArgs& a) {
   o.ranksPerHost = a.ranksPerHost;
   o.source = a.topology;
   o.useTopologyGroups = a.useGroups;
+  o.chunkWeights = !a.uniformShares;
   if (!a.collectives.empty()) {
     o.collectives.clear();
     for (const auto& c : a.collectives) {
@@ -99,6 +101,8 @@ void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                   "Message size the ring order and the predicted gain are for (default 16MiB)");
   cmd->add_flag("--use-groups", args->useGroups,
                 "Use the topology's \"groups\" instead of inferring them");
+  cmd->add_flag("--uniform-shares", args->uniformShares,
+                "No chunk weights: hier with uniform shares (to compare with the weighted plan)");
   cmd->add_option("--out,-o", args->out, "Write the plan here (default: stdout)");
   cmd->callback([&run, args] { run = [args] { return runPlan(*args); }; });
 }

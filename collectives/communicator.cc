@@ -32,18 +32,25 @@ uint64_t signature(Collective c, DataType t, ReduceOp op, int root) {
 [[noreturn]] void rethrowWithContext(const Error& e, const std::string& what) {
   std::string msg = what + ": " + e.what();
   switch (e.code()) {
-    case ErrorCode::kInvalidInput: throw InvalidInput(msg);
-    case ErrorCode::kIo: throw IoError(msg);
-    case ErrorCode::kTimeout: throw TimeoutError(msg);
-    case ErrorCode::kNotSupported: throw NotSupported(msg);
+    case ErrorCode::kInvalidInput:
+      throw InvalidInput(msg);
+    case ErrorCode::kIo:
+      throw IoError(msg);
+    case ErrorCode::kTimeout:
+      throw TimeoutError(msg);
+    case ErrorCode::kNotSupported:
+      throw NotSupported(msg);
     case ErrorCode::kSystem: {
       auto* se = dynamic_cast<const SystemError*>(&e);
       throw SystemError(msg, se ? se->err() : 0);
     }
-    case ErrorCode::kCuda: throw CudaError(msg);
-    case ErrorCode::kPeer: throw PeerError(msg);
+    case ErrorCode::kCuda:
+      throw CudaError(msg);
+    case ErrorCode::kPeer:
+      throw PeerError(msg);
     case ErrorCode::kOk:
-    case ErrorCode::kInternal: break;
+    case ErrorCode::kInternal:
+      break;
   }
   throw InternalError(msg);
 }
@@ -58,8 +65,8 @@ bool overlaps(const void* a, uint64_t abytes, const void* b, uint64_t bbytes) {
 std::optional<Algorithm> parseAlgorithmOverride(std::string_view text, std::string_view source) {
   if (text.empty() || text == "auto") return std::nullopt;
   auto a = parseAlgorithm(text);
-  if (!a || *a == Algorithm::kDissemination || *a == Algorithm::kTrees)
-    RANKMAP_THROW(InvalidInput, "{}={:?}: expected auto, ring, tree, hier or rhd", source,
+  if (!a || *a == Algorithm::kDissemination)
+    RANKMAP_THROW(InvalidInput, "{}={:?}: expected auto, ring, tree, hier, rhd or trees", source,
                   std::string(text));
   return a;
 }
@@ -72,6 +79,39 @@ CommOptions CommOptions::fromConfig(const Config& config) {
   if (o.segmentBytes == 0) RANKMAP_THROW(InvalidInput, "RANKMAP_SEGMENT_SIZE must be positive");
   o.algorithm = parseAlgorithmOverride(config.get(settings::kAlgo), "RANKMAP_ALGO");
   return o;
+}
+
+std::vector<double> rankWeightsFromPlan(const Plan& plan) {
+  std::vector<double> w;
+  if (plan.chunkWeights.empty()) return w;
+  const int rph = plan.ranksPerHost;
+  for (size_t r = 0; r < plan.worldSize(); ++r)
+    w.push_back(plan.chunkWeights.at(static_cast<size_t>(plan.newRank(static_cast<int>(r)) / rph)) /
+                rph);
+  return w;
+}
+
+std::vector<RankTree> rankTreesFromPlan(const Plan& plan) {
+  std::vector<RankTree> out;
+  const int rph = plan.ranksPerHost;
+  const std::vector<int> order = plan.inversePermutation();  // position -> rank
+  auto rankAt = [&](int host, int local) {
+    return order.at(static_cast<size_t>(host * rph + local));
+  };
+  for (const auto& t : plan.trees) {
+    RankTree rt;
+    rt.weight = t.weight;
+    rt.parent.assign(plan.worldSize(), -1);
+    for (size_t q = 0; q < t.parent.size(); ++q) {
+      const int host = static_cast<int>(q);
+      const int up = t.parent[q];
+      rt.parent[static_cast<size_t>(rankAt(host, 0))] = up < 0 ? -1 : rankAt(up, 0);
+      for (int l = 1; l < rph; ++l)
+        rt.parent[static_cast<size_t>(rankAt(host, l))] = rankAt(host, l - 1);
+    }
+    out.push_back(std::move(rt));
+  }
+  return out;
 }
 
 std::vector<std::vector<int>> rankGroupsFromPlan(const Plan& plan) {
@@ -116,8 +156,11 @@ Communicator::Communicator(transport::Context& ctx, CommOptions options, std::op
 Communicator::Communicator(std::shared_ptr<transport::Device> device,
                            std::unique_ptr<transport::Context> ctx, CommOptions options,
                            PlanDecision plan)
-    : device_(std::move(device)), owned_(std::move(ctx)), ctx_(owned_.get()),
-      rank_(ctx_ ? ctx_->rank() : 0), size_(ctx_ ? ctx_->size() : 0),
+    : device_(std::move(device)),
+      owned_(std::move(ctx)),
+      ctx_(owned_.get()),
+      rank_(ctx_ ? ctx_->rank() : 0),
+      size_(ctx_ ? ctx_->size() : 0),
       options_(std::move(options)) {
   RANKMAP_ASSERT(ctx_ != nullptr);
   if (!plan.refused.empty()) {
@@ -135,7 +178,8 @@ Communicator::~Communicator() {
 
 void Communicator::init(std::optional<Plan> plan) {
   if (options_.segmentBytes == 0) RANKMAP_THROW(InvalidInput, "segment size 0");
-  if (options_.numSlots < 2) RANKMAP_THROW(InvalidInput, "{} scratch slots (at least 2)", options_.numSlots);
+  if (options_.numSlots < 2)
+    RANKMAP_THROW(InvalidInput, "{} scratch slots (at least 2)", options_.numSlots);
   const int n = size();
   caps_.worldSize = n;
   order_.resize(static_cast<size_t>(n));
@@ -152,9 +196,14 @@ void Communicator::init(std::optional<Plan> plan) {
     } else {
       order_ = plan->inversePermutation();
       caps_.groups = rankGroupsFromPlan(*plan);
+      caps_.trees = rankTreesFromPlan(*plan);
+      weights_ = rankWeightsFromPlan(*plan);
       plan_ = std::move(plan);
-      RANKMAP_DEBUG(Coll, "rank {}: plan {} applied: position {}, {} groups", rank(), plan_->hash,
-                    plan_->newRank(rank()), caps_.groups.size());
+      RANKMAP_DEBUG(Coll,
+                    "rank {}: plan {} applied: position {}, {} groups, {} chunk weights, {} "
+                    "packed trees",
+                    rank(), plan_->hash, plan_->newRank(rank()), caps_.groups.size(),
+                    weights_.size(), caps_.trees.size());
     }
   }
 }
@@ -171,7 +220,8 @@ void Communicator::abortContext() noexcept {
 void* Communicator::scratch(uint64_t bytes) {
   if (bytes == 0) return nullptr;
   if (bytes > scratchBytes_) {
-    scratch_.reset(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t(kScratchAlign))));
+    scratch_.reset(
+        static_cast<std::byte*>(::operator new[](bytes, std::align_val_t(kScratchAlign))));
     scratchBytes_ = bytes;
   }
   return scratch_.get();
@@ -196,6 +246,8 @@ const Schedule& Communicator::scheduleFor(Algorithm algo, Collective coll, uint6
   p.numSlots = options_.numSlots;
   p.order = order_;
   p.groups = caps_.groups;
+  p.weights = weights_;
+  p.trees = caps_.trees;
   if (cache_.size() >= kCacheLimit) cache_.clear();
   return cache_.emplace(key, buildSchedule(algo, p)).first->second;
 }
@@ -277,9 +329,9 @@ void Communicator::run(Collective coll, const void* in, void* out, uint64_t coun
   const Schedule& sched = scheduleFor(algo, coll, count, es, root, inPlace);
   ++seq_;
   ++stats_.collectives;
-  RANKMAP_DEBUG(Coll, "{}: {} x {} {} root {}: {} ({}), {} steps", what, count,
-                dataTypeName(type), reducing ? reduceOpName(op) : "-", root, algorithmName(algo),
-                lastSelection_.source, sched.steps.size());
+  RANKMAP_DEBUG(Coll, "{}: {} x {} {} root {}: {} ({}), {} steps", what, count, dataTypeName(type),
+                reducing ? reduceOpName(op) : "-", root, algorithmName(algo), lastSelection_.source,
+                sched.steps.size());
 
   std::optional<Reduction> reduction;
   if (reducing) reduction.emplace(type, op, options_.isa);
@@ -295,8 +347,8 @@ void Communicator::run(Collective coll, const void* in, void* out, uint64_t coun
     failure_ = fmt::format("{} ({}): {}", what, algorithmName(algo), e.what());
     RANKMAP_ERROR(Coll, "{}", failure_);
     abortContext();
-    rethrowWithContext(e, fmt::format("{} ({} {} x {})", what, algorithmName(algo), count,
-                                      dataTypeName(type)));
+    rethrowWithContext(
+        e, fmt::format("{} ({} {} x {})", what, algorithmName(algo), count, dataTypeName(type)));
   } catch (const std::exception& e) {
     failure_ = fmt::format("{} ({}): {}", what, algorithmName(algo), e.what());
     abortContext();
@@ -304,7 +356,8 @@ void Communicator::run(Collective coll, const void* in, void* out, uint64_t coun
   }
 }
 
-void Communicator::allreduce(const void* in, void* out, uint64_t count, DataType type, ReduceOp op) {
+void Communicator::allreduce(const void* in, void* out, uint64_t count, DataType type,
+                             ReduceOp op) {
   run(Collective::kAllreduce, in, out, count, type, op, 0);
 }
 void Communicator::allgather(const void* in, void* out, uint64_t count, DataType type) {

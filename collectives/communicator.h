@@ -45,13 +45,13 @@ class Config;
 namespace rankmap::coll {
 
 struct CommOptions {
-  std::chrono::milliseconds timeout{300000};  // per collective call
+  std::chrono::milliseconds timeout{300000};     // per collective call
   uint64_t segmentBytes = kDefaultSegmentBytes;  // the largest segment (segmentFor)
-  int numSlots = 8;                            // scratch slots for receives to reduce (>= 2)
-  std::optional<Algorithm> algorithm;          // override; nullopt = auto
+  int numSlots = 8;                              // scratch slots for receives to reduce (>= 2)
+  std::optional<Algorithm> algorithm;            // override; nullopt = auto
   KernelIsa isa = KernelIsa::kAuto;
 
-  // RANKMAP_TIMEOUT, RANKMAP_SEGMENT_SIZE and RANKMAP_ALGO (auto, ring, tree, hier, rhd);
+  // RANKMAP_TIMEOUT, RANKMAP_SEGMENT_SIZE and RANKMAP_ALGO (auto, ring, tree, hier, rhd, trees);
   // throws InvalidInput naming the setting on a bad value.
   static CommOptions fromConfig(const Config& config);
 };
@@ -71,8 +71,8 @@ struct PlanDecision {
 class Communicator {
  public:
   struct Stats {
-    uint64_t collectives = 0;  // calls started
-    uint64_t fallbacks = 0;    // plan rejections + calls whose preferred algorithm declined
+    uint64_t collectives = 0;   // calls started
+    uint64_t fallbacks = 0;     // plan rejections + calls whose preferred algorithm declined
     bool planRejected = false;  // the plan was refused: wrong size, or the ranks' agreement
   };
 
@@ -113,6 +113,9 @@ class Communicator {
   // Ring order in use: order()[position] = rank.
   const std::vector<int>& order() const { return order_; }
   const std::vector<std::vector<int>>& groups() const { return caps_.groups; }
+  // hier's chunk weights per rank (empty = uniform) and the packed trees, from the plan.
+  const std::vector<double>& weights() const { return weights_; }
+  const std::vector<RankTree>& trees() const { return caps_.trees; }
   const CommOptions& options() const { return options_; }
   // The plan in use; nullopt = identity order and default algorithms.
   const std::optional<Plan>& plan() const { return plan_; }
@@ -143,6 +146,7 @@ class Communicator {
   std::optional<Plan> plan_;
   std::vector<int> order_;
   Capabilities caps_;
+  std::vector<double> weights_;
   Stats stats_;
   Selection lastSelection_;
   uint64_t seq_ = 0;
@@ -151,6 +155,14 @@ class Communicator {
   using CacheKey = std::tuple<int, int, uint64_t, size_t, int, bool>;
   std::map<CacheKey, Schedule> cache_;
 };
+
+// hier's weights per rank from plan.chunk_weights (per host position of plan.order): a host's
+// weight shared equally by its ranks. Empty when the plan has none.
+std::vector<double> rankWeightsFromPlan(const Plan& plan);
+
+// The plan's packed trees (over host positions) as trees over ranks: a host's first rank in
+// plan order stands for the host in the tree, and its other ranks hang below it in a chain.
+std::vector<RankTree> rankTreesFromPlan(const Plan& plan);
 
 // Rank groups for hier from a plan: the innermost level of plan.groups (hosts -> their ranks), or
 // one group per host when the plan has no groups but several ranks per host; each group in ring

@@ -23,6 +23,7 @@ std::optional<std::string> decline(Algorithm a, const Request& r, const Capabili
   p.collective = r.collective;
   p.worldSize = caps.worldSize;
   p.groups = caps.groups;
+  p.trees = caps.trees;
   return declineReason(a, p);
 }
 

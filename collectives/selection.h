@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/types.h"
 
 namespace rankmap {
@@ -36,6 +37,8 @@ struct Capabilities {
   int worldSize = 1;
   // Rank groups (racks) from the plan, each in ring order; empty when the plan has none.
   std::vector<std::vector<int>> groups;
+  // Packed spanning trees over ranks from the plan; empty when the plan has none.
+  std::vector<RankTree> trees;
 };
 
 struct Overrides {

@@ -228,6 +228,15 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
         pt.parent.push_back(v);
       }
       if (roots != 1) par.fail("exactly one root (-1)");
+      // Every host's chain of parents must reach the root (no cycle).
+      for (size_t k = 0; k < pt.parent.size(); ++k) {
+        int x = static_cast<int>(k);
+        for (size_t steps = 0; x >= 0; ++steps) {
+          if (steps > pt.parent.size())
+            par.at(k).fail("a parent chain that reaches the root (this one loops)");
+          x = pt.parent[static_cast<size_t>(x)];
+        }
+      }
       p.trees.push_back(std::move(pt));
     }
   }

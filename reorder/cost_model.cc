@@ -192,17 +192,32 @@ AlgoCost hierCost(const Model& m) {
   if (G < 2) return unavailable(Algorithm::kHier, "a single group");
   bool anyMulti = std::any_of(groups.begin(), groups.end(),
                               [](const std::vector<int>& g) { return g.size() > 1; });
-  if (!anyMulti) return unavailable(Algorithm::kHier, "every group is a single rank (that is ring)");
+  if (!anyMulti)
+    return unavailable(Algorithm::kHier,
+                       "every group is a single rank (nothing to reduce inside "
+                       "groups)");
 
+  // Shares as the engine cuts them (collectives/algorithms/hier.cc): a rank's weight is its
+  // host's chunk weight over the host's ranks; a member's block inside its group is its weight
+  // over the group's (equal blocks when the group weighs 0); a group's share of each piece in
+  // the cross-group phase is its weight over the total (by size without weights).
   const auto& cw = m.ctx().chunkWeights;
-  auto weight = [&](int r) { return cw.empty() ? 1.0 : cw[r / k] / k; };
-  // Share of the buffer owned by each rank, normalised inside its group.
-  std::vector<double> share(m.world(), 0);
-  for (const auto& g : groups) {
-    double total = 0;
-    for (int r : g) total += weight(r);
-    for (int r : g) share[r] = total > 0 ? weight(r) / total : 1.0 / g.size();
+  double all = 0;
+  for (double x : cw) all += x;
+  const bool weighted = !cw.empty() && all > 0;
+  auto weight = [&](int r) { return weighted ? cw[r / k] / k : 1.0; };
+  std::vector<double> share(m.world(), 0);  // of the vector, inside the rank's group
+  std::vector<double> groupShare(groups.size(), 0);
+  double total = 0;
+  for (size_t x = 0; x < groups.size(); ++x) {
+    const auto& g = groups[x];
+    double gw = 0;
+    for (int r : g) gw += weight(r);
+    for (int r : g) share[r] = gw > 0 ? weight(r) / gw : 1.0 / g.size();
+    groupShare[x] = gw;
+    total += gw;
   }
+  for (auto& x : groupShare) x /= total;
 
   AlgoCost c;
   c.algo = Algorithm::kHier;
@@ -212,7 +227,7 @@ AlgoCost hierCost(const Model& m) {
   // which produces the shards, runs alongside the cross-group phase, and so does the first
   // allgather step, which forwards them: those two in-group steps share the links with phase 2.
   // The other kg - 2 steps of each in-group ring run alone. Where the in-group rings and the
-  // cross-group rings have the same bottleneck (a flat network) this changes nothing: the
+  // cross-group phase have the same bottleneck (a flat network) this changes nothing: the
   // overlap only pays when phase 2 waits on uplinks the in-group steps do not use.
   std::vector<Xfer> inside, alongside;
   double insideLat = 0;
@@ -223,7 +238,9 @@ AlgoCost hierCost(const Model& m) {
     double steps = static_cast<double>(kg - 1);
     for (size_t i = 0; i < kg; ++i) {
       int a = g[i], b = g[(i + 1) % kg];
-      double perStep = (1.0 - share[a]) / steps;  // the ring sends 1 - share over kg - 1 steps
+      // Over the reduce-scatter a sends every block but the one it ends with (its own), over
+      // kg - 1 steps.
+      double perStep = (1.0 - share[a]) / steps;
       inside.push_back({a, b, perStep * (steps - 1)});
       alongside.push_back({a, b, 2 * perStep});
       lat += m.hopUs(a, b);
@@ -231,19 +248,27 @@ AlgoCost hierCost(const Model& m) {
     insideLat = std::max(insideLat, lat * (kg - 1) / kg);
   }
   double insideBeta = m.perByte(inside);
-  // Phase 2: matching byte ranges allreduced across groups, one ring per range.
-  double g = static_cast<double>(G);
+  // Phase 2: each piece (the union of the groups' block boundaries) is held by one member of
+  // every group and cut into sub-blocks by groupShare. Without chunk weights the engine runs a
+  // ring over the holders (group x's holder sends the next group's 1 - share_x of the piece in
+  // the reduce-scatter and 1 - share_(x+1) in the allgather); with them, a direct exchange
+  // (holders a in group x and b in group y exchange b's sub-block for the reduce-scatter and
+  // a's for the allgather: share_x + share_y of the piece each way). Walk the two groups'
+  // blocks together to find each pair of holders and the length they share.
+  const bool direct = !cw.empty();
   std::vector<Xfer> across;
   double acrossLat = 0;
-  for (size_t x = 0; x < G; ++x) {
+  auto exchange = [&](size_t x, size_t y, double perLength, bool bothWays) {
     const auto& ga = groups[x];
-    const auto& gb = groups[(x + 1) % G];
-    acrossLat += m.hopUs(ga.front(), gb.front());
+    const auto& gb = groups[y];
     size_t i = 0, j = 0;
     double ea = share[ga[0]], eb = share[gb[0]], start = 0;
     while (i < ga.size() && j < gb.size()) {
       double end = std::min(ea, eb);
-      if (end > start) across.push_back({ga[i], gb[j], 2 * (g - 1) / g * (end - start)});
+      if (end > start && perLength > 0) {
+        across.push_back({ga[i], gb[j], perLength * (end - start)});
+        if (bothWays) across.push_back({gb[j], ga[i], perLength * (end - start)});
+      }
       start = end;
       if (ea <= end + 1e-15) {
         if (++i < ga.size()) ea += share[ga[i]];
@@ -252,8 +277,23 @@ AlgoCost hierCost(const Model& m) {
         if (++j < gb.size()) eb += share[gb[j]];
       }
     }
+  };
+  if (direct) {
+    for (size_t x = 0; x < G; ++x)
+      for (size_t y = x + 1; y < G; ++y) {
+        acrossLat = std::max(acrossLat, m.hopUs(groups[x].front(), groups[y].front()));
+        exchange(x, y, groupShare[x] + groupShare[y], true);
+      }
+    acrossLat *= 2;  // two exchanges, one hop each
+  } else {
+    for (size_t x = 0; x < G; ++x) {
+      const size_t y = (x + 1) % G;
+      acrossLat += m.hopUs(groups[x].front(), groups[y].front());
+      exchange(x, y, 2 - groupShare[x] - groupShare[y], false);
+    }
+    const double g = static_cast<double>(G);
+    acrossLat *= 2 * (g - 1) / g;  // 2 (G-1) steps around the ring of groups
   }
-  acrossLat *= 2 * (g - 1) / g;
   alongside.insert(alongside.end(), across.begin(), across.end());
   c.alphaUs = 2 * insideLat + acrossLat;
   c.betaUsPerByte = 2 * insideBeta + m.perByte(alongside);
@@ -263,9 +303,10 @@ AlgoCost hierCost(const Model& m) {
 AlgoCost packedTreesCost(const Model& m) {
   const auto& trees = m.ctx().trees;
   if (trees.empty())
-    return unavailable(Algorithm::kTrees, m.net().heterogeneousHosts()
-                                    ? "too many hosts to pack trees"
-                                    : "host rates are uniform (trees only pay when they differ)");
+    return unavailable(Algorithm::kTrees,
+                       m.net().heterogeneousHosts()
+                           ? "too many hosts to pack trees"
+                           : "host rates are uniform (trees only pay when they differ)");
   int n = static_cast<int>(m.hosts());
   int k = m.k();
   std::map<std::pair<int, int>, double> volume;

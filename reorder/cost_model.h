@@ -11,11 +11,13 @@
 //   tree   NCCL's double binary tree over hosts (two trees, S/2 each, pipelined reduce then
 //          broadcast; the second tree mirrors the first, or shifts it by one for odd counts),
 //          a chain inside each host.
-//   hier   reduce-scatter inside each innermost group (a ring), allreduce across groups of the
-//          shards (one ring per shard over the groups), allgather inside groups (PLink).
-//          Segments stream between phases, so the last in-group reduce-scatter step and the
-//          first allgather step share the links with the cross-group phase instead of adding
-//          to it. Chunk weights, when set, size each rank's shard.
+//   hier   reduce-scatter inside each innermost group (a ring; groups of any sizes), each
+//          piece of the vector allreduced by a ring over its holders (one per group, in group
+//          order), allgather inside groups (PLink, collectives/algorithms/hier.cc). Segments
+//          stream between phases, so the last in-group reduce-scatter step and the first
+//          allgather step share the links with the cross-group phase instead of adding to it.
+//          Chunk weights, when set, size each rank's block inside its group and each group's
+//          share of the cross-group rings (the sum of its members' weights).
 //   rhd    recursive halving (distance 1, 2, 4, ...: the largest transfers to the nearest
 //          ranks) then recursive doubling; a non-power-of-two count folds the extra ranks in
 //          first and out last.
@@ -52,7 +54,8 @@ struct CostContext {
   const NetworkModel* net = nullptr;
   std::vector<int> order;            // host index by position
   RingParams ring;                   // ranks per host, intra-host rate and latency, overhead
-  std::vector<double> chunkWeights;  // per position, for hier; empty = uniform
+  std::vector<double> chunkWeights;  // per position, for hier (as the engine uses them); empty =
+                                     // uniform
   std::vector<PackedTree> trees;     // for "trees"; empty = unavailable
   // Per host: the group hier runs over (any labels; the engine's are the plan's innermost
   // groups). Empty = the network's innermost level, as when planning.

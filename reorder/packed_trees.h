@@ -11,10 +11,13 @@
 //
 // Construction: kTrees trees of equal weight, each a hierarchy of stars: in every innermost
 // group the members attach to a centre; the centres of the groups under one parent attach to
-// one of them, and so on up to the root. Each tree crosses every uplink exactly once (the
-// minimum). Centres are chosen greedily, tree by tree, as the candidate whose link would be
-// least loaded relative to its rate after taking the role, which spreads the load in
-// proportion to rate. Identical trees are merged (weights added).
+// one of them, and so on up to the root. Each tree crosses every uplink once, and the uplink of
+// the group whose centre takes its siblings once per sibling. Centres are chosen greedily, tree
+// by tree, as the candidate whose most loaded link would be least loaded relative to its rate
+// after taking the role: its host link and its uplinks below the level being joined. That
+// spreads the load in proportion to rate and keeps the siblings' fan-in off slow uplinks.
+// Identical trees are merged (weights added). tests/unit/reorder/tree_packing_lp.h compares
+// this with the optimal packing (docs/planner.md).
 #pragma once
 
 #include <cstddef>

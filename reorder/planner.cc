@@ -143,34 +143,110 @@ void orderRing(const PlanOptions& o, PlanResult& r) {
   r.planRing = best;
 }
 
-// Every algorithm's model per collective, the table of the fastest per size range, and the
-// chunk weights and packed trees where host rates differ.
+// Chunk weights per position of `order` in proportion to the host link rates.
+std::vector<double> hostRateWeights(const NetworkModel& net, const std::vector<int>& order) {
+  double total = 0;
+  for (int h : order) total += net.hostMbps[h];
+  std::vector<double> w;
+  for (int h : order) w.push_back(std::round(net.hostMbps[h] / total * 1e6) / 1e6);
+  return w;
+}
+
+// Chunk weights that balance hier's cross-group phase over unequal uplinks, per position of
+// `order`; empty unless there are 3 to kMaxShareGroups innermost groups whose capacities (the
+// uplink, or the hosts' total rate when lower) differ by more than kHeterogeneousRatio (with 2
+// groups every group moves the vector once each way whatever its share).
+//
+// With chunk weights hier reduces each piece across its m groups by direct exchange, a group of
+// share x moving 1 + (m-2) x of the vector each way over its uplink (collectives/algorithms/
+// hier.cc), so the cross-group phase takes at least max_g (1 + (m-2) x_g) / c_g. The shares
+// minimising it: s_g(T) = max(0, (T c_g - 1) / (m-2)), T the larger of max_g 1/c_g (no group
+// moves less than the vector once each way) and the T at which the s_g sum to 1, and
+// x_g = s_g(T) / sum s(T), so a group behind an uplink too slow to help gets share 0 and the
+// slack goes to the fastest groups. Inside a group, shares follow host rates. Rounded to 1e-6,
+// as hostRateWeights.
+constexpr size_t kMaxShareGroups = 16;
+
+std::vector<double> uplinkBalancedWeights(const NetworkModel& net, const std::vector<int>& order) {
+  std::vector<double> w;
+  if (net.levels == 0) return w;
+  std::map<int, size_t> index;  // innermost switch -> group
+  std::vector<double> hostRate, capacity;
+  std::vector<int> groupOf;
+  for (int h : order) {
+    int sw = net.switchAt(h, 0);
+    auto [it, fresh] = index.emplace(sw, hostRate.size());
+    if (fresh) {
+      hostRate.push_back(0);
+      capacity.push_back(net.uplinkMbps[static_cast<size_t>(sw)]);
+    }
+    hostRate[it->second] += net.hostMbps[h];
+    groupOf.push_back(static_cast<int>(it->second));
+  }
+  const size_t m = hostRate.size();
+  if (m < 3 || m > kMaxShareGroups) return w;
+  for (size_t g = 0; g < m; ++g) capacity[g] = std::min(capacity[g], hostRate[g]);
+  auto [lo, hi] = std::minmax_element(capacity.begin(), capacity.end());
+  if (!(*lo > 0) || !std::isfinite(*hi) || *hi <= kHeterogeneousRatio * *lo) return w;
+  auto shares = [&](double t) {
+    std::vector<double> s;
+    for (double c : capacity) s.push_back(std::max(0.0, (t * c - 1) / static_cast<double>(m - 2)));
+    return s;
+  };
+  auto sum = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); };
+  double t = 1 / *lo;
+  if (sum(shares(t)) < 1) {  // bisection: sum(shares(T)) grows with T
+    double below = t, above = t;
+    while (sum(shares(above)) < 1) above *= 2;
+    for (int i = 0; i < 100; ++i) {
+      const double mid = (below + above) / 2;
+      (sum(shares(mid)) < 1 ? below : above) = mid;
+    }
+    t = above;
+  }
+  const std::vector<double> x = shares(t);
+  const double total = sum(x);
+  for (size_t p = 0; p < order.size(); ++p) {
+    const size_t g = static_cast<size_t>(groupOf[p]);
+    w.push_back(std::round(x[g] / total * net.hostMbps[order[p]] / hostRate[g] * 1e6) / 1e6);
+  }
+  return w;
+}
+
+// Every algorithm's model per collective, the table of the fastest per size range, the chunk
+// weights that make hier fastest (where any beat uniform shares) and packed trees where host
+// rates differ.
 void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
   const NetworkModel& net = r.model;
   CostContext ctx;
   ctx.net = &net;
   ctx.order = r.order;
   ctx.ring = ringParams(o);
-  std::vector<double> weights;
+  std::vector<std::vector<double>> candidates;
   if (net.heterogeneousHosts()) {
-    double total = 0;
-    for (int h : r.order) total += net.hostMbps[h];
-    for (int h : r.order) weights.push_back(std::round(net.hostMbps[h] / total * 1e6) / 1e6);
+    if (o.chunkWeights) candidates.push_back(hostRateWeights(net, r.order));
     ctx.trees = packTrees(net, r.order);
   }
-  if (!weights.empty()) {
-    // Uneven shards only where they make hier faster.
-    auto hierAt = [&](const std::vector<AlgoCost>& cs) {
-      for (const auto& c : cs)
-        if (c.algo == Algorithm::kHier && c.available)
-          return c.timeUs(static_cast<double>(o.ringBytes));
-      return std::numeric_limits<double>::infinity();
-    };
-    double uniform = hierAt(algorithmCosts(ctx, "allreduce"));
-    ctx.chunkWeights = weights;
-    double weighted = hierAt(algorithmCosts(ctx, "allreduce"));
-    if (!(weighted < uniform)) ctx.chunkWeights.clear();
+  if (auto w = uplinkBalancedWeights(net, r.order); o.chunkWeights && !w.empty())
+    candidates.push_back(std::move(w));
+  // Uneven shares only where they make hier faster at the design size, the fastest of them.
+  auto hierAt = [&](const std::vector<AlgoCost>& cs) {
+    for (const auto& c : cs)
+      if (c.algo == Algorithm::kHier && c.available)
+        return c.timeUs(static_cast<double>(o.ringBytes));
+    return std::numeric_limits<double>::infinity();
+  };
+  double best = hierAt(algorithmCosts(ctx, "allreduce"));
+  std::vector<double> chosen;
+  for (auto& w : candidates) {
+    ctx.chunkWeights = w;
+    double t = hierAt(algorithmCosts(ctx, "allreduce"));
+    if (t < best) {
+      best = t;
+      chosen = w;
+    }
   }
+  ctx.chunkWeights = chosen;
   size_t world = net.n * static_cast<size_t>(o.ranksPerHost);
   Plan& p = r.plan;
   for (const auto& coll : o.collectives) {
@@ -241,6 +317,7 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   } else if (auto why = modelFromMeasurements(t, o, names, r)) {
     return fallbackPlan(std::move(r), names, o, std::move(*why));
   }
+  r.designBytes = o.ringBytes;
   orderRing(o, r);
   chooseAlgorithms(o, r);
   predict(o, r);

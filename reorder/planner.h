@@ -48,6 +48,8 @@ struct PlanOptions {
   bool useTopologyGroups = false;   // take topology.json "groups" instead of inferring (always
                                     // with a link model: its links belong to those groups)
   bool hashTopology = true;         // set Plan::topologyHash (serialises the topology)
+  bool chunkWeights = true;         // consider uneven hier shares (false: uniform, for
+                                    // comparisons: `rankmap plan --uniform-shares`)
   std::string source = "topology";  // names the input in messages
 };
 
@@ -57,7 +59,8 @@ struct PlanResult {
   NetworkModel model;
   std::vector<int> order;  // topology host index by position
   RingCost planRing, inputRing;
-  std::map<std::string, std::vector<AlgoCost>> algorithms;
+  std::map<std::string, std::vector<AlgoCost>> algorithms;  // with the plan's weights and trees
+  uint64_t designBytes = 0;                                 // PlanOptions::ringBytes
   std::vector<std::string> warnings;
   bool fallback = false;
   double coverage = 0;       // of pairs measured; 1 with a link model (complete by the model)

@@ -84,6 +84,15 @@ std::string planSummary(const PlanResult& r) {
         out += fmt::format(" {} {};", range.algorithm, rangeText(range));
       out.back() = '\n';
     }
+    // Every algorithm at the design size, as the engine would run it with this plan.
+    if (auto it = r.algorithms.find("allreduce"); it != r.algorithms.end() && !it->second.empty()) {
+      const double s = static_cast<double>(r.designBytes);
+      out += fmt::format("  allreduce {} predicted:", sizeText(r.designBytes));
+      for (const auto& c : it->second)
+        out += c.available ? fmt::format(" {} {};", c.algo, timeText(c.timeUs(s)))
+                           : fmt::format(" {} n/a;", c.algo);
+      out.back() = '\n';
+    }
   }
   for (const auto& w : r.warnings) out += "  warning: " + w + "\n";
   return out;

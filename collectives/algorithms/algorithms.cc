@@ -1,6 +1,7 @@
 // Dispatch from (collective, algorithm) to a generator, the declines, and the binary trees.
 #include "collectives/algorithms/algorithms.h"
 
+#include <cmath>
 #include <numeric>
 
 #include "collectives/algorithms/common.h"
@@ -20,6 +21,42 @@ int positionOf(const std::vector<int>& order, int rank) {
   for (size_t i = 0; i < order.size(); ++i)
     if (order[i] == rank) return static_cast<int>(i);
   RANKMAP_THROW(InternalError, "rank {} missing from the order", rank);
+}
+
+std::vector<Range> uniformBlocks(Range span, uint64_t parts) {
+  Partition part{span.len, parts};
+  std::vector<Range> out;
+  for (uint64_t i = 0; i < parts; ++i) out.push_back(part.block(i, span.begin));
+  return out;
+}
+
+std::vector<uint64_t> weightUnits(const std::vector<double>& weights) {
+  double total = 0;
+  for (double w : weights) total += w;
+  std::vector<uint64_t> units(weights.size(), 1);
+  if (!(total > 0) || !std::isfinite(total)) return units;
+  // The largest weight is at least total / n, so some unit count is positive.
+  for (size_t i = 0; i < weights.size(); ++i)
+    units[i] = static_cast<uint64_t>(std::llround(weights[i] / total * 4294967296.0));
+  return units;
+}
+
+std::vector<Range> weightedBlocks(Range span, const std::vector<uint64_t>& units) {
+  unsigned __int128 total = 0;
+  for (uint64_t u : units) total += u;
+  std::vector<Range> out;
+  out.reserve(units.size());
+  if (total == 0) return uniformBlocks(span, units.size());
+  unsigned __int128 before = 0;
+  uint64_t start = span.begin;
+  for (size_t i = 0; i < units.size(); ++i) {
+    before += units[i];
+    // The last block ends at the span's end exactly (before == total there).
+    const auto end = span.begin + static_cast<uint64_t>(span.len * before / total);
+    out.push_back(Range{start, end - start});
+    start = end;
+  }
+  return out;
 }
 
 void copyInputToOwnBlock(ScheduleBuilder& b, const AlgoParams& p) {
@@ -42,6 +79,38 @@ namespace {
 
 bool isPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
+// nullopt when parent[] is a tree over all n nodes: one root (-1), every parent in range, and
+// every node's chain of parents reaching the root.
+std::optional<std::string> spanningTreeError(const std::vector<int>& parent, int n) {
+  if (parent.size() != static_cast<size_t>(n))
+    return fmt::format("{} parents for {} ranks", parent.size(), n);
+  int roots = 0;
+  for (int x = 0; x < n; ++x) {
+    const int up = parent[static_cast<size_t>(x)];
+    if (up == -1)
+      ++roots;
+    else if (up < 0 || up >= n || up == x)
+      return fmt::format("rank {} has parent {}", x, up);
+  }
+  if (roots != 1) return fmt::format("{} roots", roots);
+  // 0 = unvisited, 1 = on the current chain, 2 = reaches the root.
+  std::vector<char> state(static_cast<size_t>(n), 0);
+  std::vector<int> chain;
+  for (int x = 0; x < n; ++x) {
+    int y = x;
+    while (y >= 0 && state[static_cast<size_t>(y)] == 0) {
+      state[static_cast<size_t>(y)] = 1;
+      chain.push_back(y);
+      y = parent[static_cast<size_t>(y)];
+    }
+    if (y >= 0 && state[static_cast<size_t>(y)] == 1)
+      return fmt::format("rank {}'s chain of parents loops", x);
+    for (int c : chain) state[static_cast<size_t>(c)] = 2;
+    chain.clear();
+  }
+  return std::nullopt;
+}
+
 void checkParams(const AlgoParams& p) {
   if (p.worldSize < 1) RANKMAP_THROW(InvalidInput, "world size {} < 1", p.worldSize);
   if (p.rank < 0 || p.rank >= p.worldSize)
@@ -54,6 +123,15 @@ void checkParams(const AlgoParams& p) {
   if (p.count > (UINT64_MAX / p.elementSize) / static_cast<uint64_t>(p.worldSize))
     RANKMAP_THROW(InvalidInput, "{} elements of {} bytes overflow", p.count, p.elementSize);
   if (p.numSlots < 2) RANKMAP_THROW(InvalidInput, "{} scratch slots (at least 2)", p.numSlots);
+  if (!p.weights.empty()) {
+    if (p.weights.size() != static_cast<size_t>(p.worldSize))
+      RANKMAP_THROW(InvalidInput, "{} chunk weights for a world of {}", p.weights.size(),
+                    p.worldSize);
+    for (size_t r = 0; r < p.weights.size(); ++r)
+      if (!(p.weights[r] >= 0) || !std::isfinite(p.weights[r]))
+        RANKMAP_THROW(InvalidInput, "chunk weight {} of rank {}: expected a finite number >= 0",
+                      p.weights[r], r);
+  }
   if (!p.order.empty()) {
     if (p.order.size() != static_cast<size_t>(p.worldSize))
       RANKMAP_THROW(InvalidInput, "order of {} ranks for a world of {}", p.order.size(),
@@ -88,14 +166,12 @@ BuilderOptions builderOptionsFor(const AlgoParams& p) {
     case Collective::kAllgather:
       o.inputBytes = bytes;
       o.outputBytes = all;
-      if (p.inPlace)
-        o.alias = {Alias::Kind::kInputInOutput, bytes * static_cast<uint64_t>(p.rank)};
+      if (p.inPlace) o.alias = {Alias::Kind::kInputInOutput, bytes * static_cast<uint64_t>(p.rank)};
       break;
     case Collective::kReduceScatter:
       o.inputBytes = all;
       o.outputBytes = bytes;
-      if (p.inPlace)
-        o.alias = {Alias::Kind::kOutputInInput, bytes * static_cast<uint64_t>(p.rank)};
+      if (p.inPlace) o.alias = {Alias::Kind::kOutputInInput, bytes * static_cast<uint64_t>(p.rank)};
       break;
     case Collective::kBarrier:
       break;
@@ -132,13 +208,10 @@ std::optional<std::string> declineReason(Algorithm algo, const AlgoParams& p) {
       std::vector<int> seen(static_cast<size_t>(p.worldSize), 0);
       size_t members = 0;
       for (const auto& g : p.groups) {
-        if (g.size() != p.groups.front().size())
-          return fmt::format("hier allreduce needs equal-sized groups ({} vs {} ranks)",
-                             p.groups.front().size(), g.size());
+        if (g.empty()) return "hier allreduce groups include an empty one";
         for (int r : g) {
           if (r < 0 || r >= p.worldSize || seen[static_cast<size_t>(r)]++)
-            return fmt::format("hier allreduce groups do not partition the {} ranks",
-                               p.worldSize);
+            return fmt::format("hier allreduce groups do not partition the {} ranks", p.worldSize);
           ++members;
         }
       }
@@ -146,8 +219,23 @@ std::optional<std::string> declineReason(Algorithm algo, const AlgoParams& p) {
         return fmt::format("hier allreduce groups cover {} of {} ranks", members, p.worldSize);
       return std::nullopt;
     }
-    case Algorithm::kTrees:
-      return "packed trees ('trees' in plan.json) are not implemented by the engine";
+    case Algorithm::kTrees: {
+      if (coll != Collective::kAllreduce) return name + " is not implemented";
+      if (p.trees.empty()) return "trees allreduce needs packed trees (the plan has none)";
+      double total = 0;
+      for (size_t t = 0; t < p.trees.size(); ++t) {
+        const auto& tree = p.trees[t];
+        if (!(tree.weight >= 0) || !std::isfinite(tree.weight))
+          return fmt::format("packed tree {} has weight {} (expected a finite number >= 0)", t,
+                             tree.weight);
+        total += tree.weight;
+        if (auto why = spanningTreeError(tree.parent, p.worldSize))
+          return fmt::format("packed tree {} is not a spanning tree of the {} ranks: {}", t,
+                             p.worldSize, *why);
+      }
+      if (!(total > 0)) return "the packed trees all weigh 0";
+      return std::nullopt;
+    }
     case Algorithm::kDissemination:
       return name + " is not implemented";
   }
@@ -161,11 +249,18 @@ Schedule buildSchedule(Algorithm algo, const AlgoParams& p) {
   switch (p.collective) {
     case Collective::kAllreduce:
       switch (algo) {
-        case Algorithm::kRing: return ringAllreduce(p);
-        case Algorithm::kTree: return treeAllreduce(p);
-        case Algorithm::kRhd: return rhdAllreduce(p);
-        case Algorithm::kHier: return hierAllreduce(p);
-        default: break;
+        case Algorithm::kRing:
+          return ringAllreduce(p);
+        case Algorithm::kTree:
+          return treeAllreduce(p);
+        case Algorithm::kRhd:
+          return rhdAllreduce(p);
+        case Algorithm::kHier:
+          return hierAllreduce(p);
+        case Algorithm::kTrees:
+          return packedTreesAllreduce(p);
+        default:
+          break;
       }
       break;
     case Collective::kAllgather:

@@ -8,8 +8,12 @@
 //   moving one n-th of the vector, cut into segments that pipeline through the ring.
 // - allreduce tree: NCCL's double binary tree; each tree reduces and then broadcasts one half of
 //   the vector, segment by segment, so both trees' links work at once.
-// - allreduce hier: reduce-scatter inside each group (rack), ring allreduce of each block across
-//   groups among the ranks holding it, allgather inside each group. Groups must be equal-sized.
+// - allreduce hier: reduce-scatter inside each group (rack), blocks sized by the chunk weights;
+//   each piece of the vector is then reduced across groups by direct exchange among the one
+//   rank per group holding it, each group reducing a share of it set by the group's weight;
+//   allgather inside each group. Groups of any sizes (hier.cc).
+// - allreduce trees: packed spanning trees (plan.json `trees`): the vector is cut by the trees'
+//   weights, each piece reduced to its tree's root and broadcast back, pipelined (tree.cc).
 // - allreduce rhd: Rabenseifner's recursive halving (reduce-scatter) and doubling (allgather);
 //   with n not a power of two, the first 2r ranks pair up and one of each pair hands its vector
 //   to the other before and gets the result after.
@@ -28,6 +32,12 @@
 
 namespace rankmap::coll {
 
+// A spanning tree over ranks: parent[rank] is the rank's parent, -1 for the root.
+struct RankTree {
+  double weight = 0;  // share of the vector (relative to the other trees' weights)
+  std::vector<int> parent;
+};
+
 struct AlgoParams {
   Collective collective = Collective::kAllreduce;
   int rank = 0;
@@ -44,19 +54,26 @@ struct AlgoParams {
   int numSlots = 8;
   // Ring / tree order: order[position] = rank. Empty = identity.
   std::vector<int> order;
-  // hier: groups of ranks (each listed in ring order), in the order groups are visited.
+  // hier: groups of ranks (each listed in ring order), in the order groups are visited; any
+  // sizes, a group of one included.
   std::vector<std::vector<int>> groups;
+  // hier: the plan's chunk weights per rank (finite, >= 0); empty = uniform. A group's share of
+  // the cross-group phase is its members' total, a member's block inside its group its own.
+  std::vector<double> weights;
+  // trees: packed spanning trees over the ranks, each carrying its weight's share of the vector.
+  std::vector<RankTree> trees;
 };
 
 // Buffer sizes (bytes) the collective reads and writes, and how they alias when in place.
 BuilderOptions builderOptionsFor(const AlgoParams& p);
 
 // nullopt when `algo` can run `p`; else why it declines ("rhd allgather needs a power-of-two
-// world size, not 6"). Depends only on the collective, world size and groups.
+// world size, not 6"). Depends only on the collective, world size, groups and trees.
 std::optional<std::string> declineReason(Algorithm algo, const AlgoParams& p);
 
 // The schedule of p.rank. Throws NotSupported (with declineReason) when the algorithm declines,
-// InvalidInput on inconsistent parameters (order not a permutation, root out of range).
+// InvalidInput on inconsistent parameters (order not a permutation, root out of range, weights
+// of the wrong count, negative or not finite).
 Schedule buildSchedule(Algorithm algo, const AlgoParams& p);
 
 // Binary trees over positions 0..n-1 (for tests and the tree generators).

@@ -29,6 +29,18 @@ struct Partition {
   Range block(uint64_t i, uint64_t offset = 0) const { return {offset + start(i), size(i)}; }
 };
 
+// `span` cut into `parts` balanced blocks, in order.
+std::vector<Range> uniformBlocks(Range span, uint64_t parts);
+
+// Weights as integer units, so that every rank cuts a vector at exactly the same elements: each
+// weight's share of the total in units of 2^-32 (rounded), or 1 each when the weights are empty,
+// or all 0. Weights are finite and >= 0 (checked by buildSchedule).
+std::vector<uint64_t> weightUnits(const std::vector<double>& weights);
+// `span` cut into blocks in proportion to `units`, in order: block i starts at
+// floor(len * (units before i) / total); every element is in exactly one block and a weight of
+// 0 gives an empty block. Units all 0 count as equal.
+std::vector<Range> weightedBlocks(Range span, const std::vector<uint64_t>& units);
+
 inline uint64_t numSegments(uint64_t elems, uint64_t segElems) {
   return (elems + segElems - 1) / segElems;
 }
@@ -91,15 +103,36 @@ Schedule rhdAllreduce(const AlgoParams& p);
 Schedule rhdAllgather(const AlgoParams& p);
 Schedule rhdReduceScatter(const AlgoParams& p);
 Schedule hierAllreduce(const AlgoParams& p);
+Schedule packedTreesAllreduce(const AlgoParams& p);
 Schedule disseminationBarrier(const AlgoParams& p);
 
-// Ring pieces reused by hier. `ring` lists ranks in ring order; `pos` is this rank's position.
-// Reduce-scatter of `span` cut into ring.size() blocks: afterwards position p holds block
-// (p + 1) % m fully reduced in the output (finalized when `finalize`). The contribution of this
-// rank is in the input when `dataInInput`, else already in the output.
-void ringReduceScatterSpan(ScheduleBuilder& b, const std::vector<int>& ring, int pos, Range span,
-                           bool dataInInput, bool finalize);
-// Allgather of `span` cut into ring.size() blocks, position p holding block (p + 1) % m.
-void ringAllgatherSpan(ScheduleBuilder& b, const std::vector<int>& ring, int pos, Range span);
+// Ring pieces reused by hier. `ring` lists ranks in ring order; `pos` is this rank's position;
+// `blocks` has one disjoint range per position (any sizes, empty ones included; hier sizes them
+// by weight), block i being the one position i - 1 ends with.
+// Reduce-scatter: afterwards position p holds block (p + 1) % m fully reduced in the output
+// (finalized when `finalize`). The contribution of this rank is in the input when
+// `dataInInput`, else already in the output.
+void ringReduceScatterBlocks(ScheduleBuilder& b, const std::vector<int>& ring, int pos,
+                             const std::vector<Range>& blocks, bool dataInInput, bool finalize);
+// Allgather: position p starts with block (p + 1) % m; afterwards every position has them all.
+void ringAllgatherBlocks(ScheduleBuilder& b, const std::vector<int>& ring, int pos,
+                         const std::vector<Range>& blocks);
+
+// A rooted tree over nodes 0..n-1 with what the pipelined generators need.
+struct TreeShape {
+  std::vector<TreeNode> nodes;  // children in increasing node order
+  std::vector<int> height;      // leaves 0
+  std::vector<int> depth;       // root 0
+  int root = 0;
+  int maxDepth = 0;
+};
+// From parent[x] (-1 for the root); the caller guarantees one root and no cycle.
+TreeShape treeFromParents(const std::vector<int>& parent);
+// Allreduce of ranges[t] over trees[t], all trees at once: segments flow up (each node reduces
+// its children's partial sums into its own, then sends them to its parent; the root finalizes)
+// and back down, pipelined. Tree nodes are ranks through rankOf(node); `me` is this rank's node
+// (the same node numbering in every tree).
+void pipelinedTreeAllreduce(ScheduleBuilder& b, int me, const std::vector<TreeShape>& trees,
+                            const std::vector<Range>& ranges, const std::vector<int>& rankOf);
 
 }  // namespace rankmap::coll::algo

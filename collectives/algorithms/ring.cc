@@ -16,22 +16,24 @@
 
 namespace rankmap::coll::algo {
 
-void ringReduceScatterSpan(ScheduleBuilder& b, const std::vector<int>& ring, int pos, Range span,
-                           bool dataInInput, bool finalize) {
+void ringReduceScatterBlocks(ScheduleBuilder& b, const std::vector<int>& ring, int pos,
+                             const std::vector<Range>& blocks, bool dataInInput, bool finalize) {
   const int m = static_cast<int>(ring.size());
   const uint64_t se = b.segmentElements();
   if (m == 1) {
+    const Range span = blocks.front();
     if (dataInInput) b.copy(b.output(span.begin, span.len), b.input(span.begin, span.len));
     if (finalize) forEachSegment(span, se, [&](Range g) { b.finalize(b.output(g.begin, g.len)); });
     return;
   }
   const int left = rankAt(ring, pos - 1), right = rankAt(ring, pos + 1);
-  Partition part{span.len, static_cast<uint64_t>(m)};
+  auto block = [&](int i) { return blocks[static_cast<size_t>(mod(i, m))]; };
   // The local contribution of a block is read from the input until the block is first written.
-  auto local = [&](Range g) { return dataInInput ? b.input(g.begin, g.len) : b.output(g.begin, g.len); };
+  auto local = [&](Range g) {
+    return dataInInput ? b.input(g.begin, g.len) : b.output(g.begin, g.len);
+  };
   for (int k = 0; k + 1 < m; ++k) {
-    Range sb = part.block(static_cast<uint64_t>(mod(pos - k, m)), span.begin);
-    Range rb = part.block(static_cast<uint64_t>(mod(pos - k - 1, m)), span.begin);
+    Range sb = block(pos - k), rb = block(pos - k - 1);
     uint64_t ns = numSegments(sb.len, se), nr = numSegments(rb.len, se);
     for (uint64_t s = 0; s < std::max(ns, nr); ++s) {
       if (s < ns) {
@@ -47,15 +49,15 @@ void ringReduceScatterSpan(ScheduleBuilder& b, const std::vector<int>& ring, int
   }
 }
 
-void ringAllgatherSpan(ScheduleBuilder& b, const std::vector<int>& ring, int pos, Range span) {
+void ringAllgatherBlocks(ScheduleBuilder& b, const std::vector<int>& ring, int pos,
+                         const std::vector<Range>& blocks) {
   const int m = static_cast<int>(ring.size());
   if (m == 1) return;
   const uint64_t se = b.segmentElements();
   const int left = rankAt(ring, pos - 1), right = rankAt(ring, pos + 1);
-  Partition part{span.len, static_cast<uint64_t>(m)};
+  auto block = [&](int i) { return blocks[static_cast<size_t>(mod(i, m))]; };
   for (int k = 0; k + 1 < m; ++k) {
-    Range sb = part.block(static_cast<uint64_t>(mod(pos + 1 - k, m)), span.begin);
-    Range rb = part.block(static_cast<uint64_t>(mod(pos - k, m)), span.begin);
+    Range sb = block(pos + 1 - k), rb = block(pos - k);
     uint64_t ns = numSegments(sb.len, se), nr = numSegments(rb.len, se);
     for (uint64_t s = 0; s < std::max(ns, nr); ++s) {
       if (s < ns) {
@@ -73,9 +75,10 @@ void ringAllgatherSpan(ScheduleBuilder& b, const std::vector<int>& ring, int pos
 Schedule ringAllreduce(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
   const Ring ring(p);
-  const Range all{0, p.count};
-  ringReduceScatterSpan(b, ring.order, ring.pos, all, /*dataInInput=*/true, /*finalize=*/true);
-  ringAllgatherSpan(b, ring.order, ring.pos, all);
+  const auto blocks = uniformBlocks(Range{0, p.count}, static_cast<uint64_t>(ring.n));
+  ringReduceScatterBlocks(b, ring.order, ring.pos, blocks, /*dataInInput=*/true,
+                          /*finalize=*/true);
+  ringAllgatherBlocks(b, ring.order, ring.pos, blocks);
   return b.finish();
 }
 
@@ -166,8 +169,10 @@ Schedule ringReduce(const AlgoParams& p) {
   forEachSegment(Range{0, p.count}, b.segmentElements(), [&](Range g) {
     Region mine = b.input(g.begin, g.len);
     if (q == 0) {
-      if (n > 1) b.recvReduce(from, b.output(g.begin, g.len), mine);
-      else b.copy(b.output(g.begin, g.len), mine);
+      if (n > 1)
+        b.recvReduce(from, b.output(g.begin, g.len), mine);
+      else
+        b.copy(b.output(g.begin, g.len), mine);
       b.finalize(b.output(g.begin, g.len));
     } else if (q == n - 1) {
       b.send(to, mine);

@@ -7,6 +7,14 @@
 // segments flow back down. Both halves move at once, so each rank's links carry about the
 // vector's size in each direction, and latency grows with log2 n instead of n.
 //
+// Packed trees (plan.json `trees`, Blink's idea): any number of spanning trees over the ranks,
+// of any shape (the planner's are hierarchies of stars, with fast hosts as centres), each with a
+// weight. The vector is cut into one piece per tree in proportion to the weights (element
+// boundaries from integer units, as hier's blocks), and each piece is allreduced over its tree
+// exactly as a half is over a binary tree above: a host's link carries its tree degree times the
+// piece each way, so slow hosts (leaves) carry one piece and fast ones (centres) the fan-in. The
+// double binary tree and the packed trees share one pipelined generator.
+//
 // Broadcast and reduce: one pipelined binary tree rooted at the root.
 //
 // Steps are emitted in order of a "time" shared by all ranks (segment s moves up from a node of
@@ -14,39 +22,41 @@
 // executor's blocking policy deadlock-free; see collectives/schedule/schedule.h.
 #include <algorithm>
 #include <functional>
+#include <numeric>
 
 #include "collectives/algorithms/common.h"
 
 namespace rankmap::coll::algo {
 namespace {
 
-struct TreeShape {
-  std::vector<TreeNode> nodes;  // by position in the tree's numbering
-  std::vector<int> height;      // leaves 0
-  std::vector<int> depth;       // root 0
-  int root = 0;
-  int maxDepth = 0;
-};
+// Depths from the root down and heights from the leaves up, without recursion (trees over many
+// ranks may be deep chains).
+void measure(TreeShape& t) {
+  const size_t n = t.nodes.size();
+  t.height.assign(n, 0);
+  t.depth.assign(n, 0);
+  t.maxDepth = 0;
+  for (size_t x = 0; x < n; ++x)
+    if (t.nodes[x].parent < 0) t.root = static_cast<int>(x);
+  std::vector<int> order{t.root};  // breadth first: parents before children
+  for (size_t i = 0; i < order.size(); ++i)
+    for (int c : t.nodes[static_cast<size_t>(order[i])].children) {
+      t.depth[static_cast<size_t>(c)] = t.depth[static_cast<size_t>(order[i])] + 1;
+      t.maxDepth = std::max(t.maxDepth, t.depth[static_cast<size_t>(c)]);
+      order.push_back(c);
+    }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const int up = t.nodes[static_cast<size_t>(*it)].parent;
+    if (up >= 0)
+      t.height[static_cast<size_t>(up)] =
+          std::max(t.height[static_cast<size_t>(up)], t.height[static_cast<size_t>(*it)] + 1);
+  }
+}
 
 TreeShape shapeOf(int n, const std::function<TreeNode(int)>& nodeAt) {
   TreeShape t;
   for (int x = 0; x < n; ++x) t.nodes.push_back(nodeAt(x));
-  t.height.assign(static_cast<size_t>(n), 0);
-  t.depth.assign(static_cast<size_t>(n), 0);
-  for (int x = 0; x < n; ++x)
-    if (t.nodes[static_cast<size_t>(x)].parent < 0) t.root = x;
-  // Depth-first from the root: depths on the way down, heights on the way back.
-  std::function<void(int, int)> visit = [&](int x, int d) {
-    t.depth[static_cast<size_t>(x)] = d;
-    t.maxDepth = std::max(t.maxDepth, d);
-    int h = 0;
-    for (int c : t.nodes[static_cast<size_t>(x)].children) {
-      visit(c, d + 1);
-      h = std::max(h, t.height[static_cast<size_t>(c)] + 1);
-    }
-    t.height[static_cast<size_t>(x)] = h;
-  };
-  visit(t.root, 0);
+  measure(t);
   return t;
 }
 
@@ -63,33 +73,37 @@ int64_t at(const std::vector<int>& v, int x) { return v[static_cast<size_t>(x)];
 
 }  // namespace
 
-Schedule treeAllreduce(const AlgoParams& p) {
-  ScheduleBuilder b(builderOptionsFor(p));
-  const Ring ring(p);
-  const int n = ring.n, pos = ring.pos;
-  const uint64_t se = b.segmentElements();
-  if (n == 1) {
-    copyAndFinalize(b, p.count);
-    return b.finish();
+TreeShape treeFromParents(const std::vector<int>& parent) {
+  TreeShape t;
+  t.nodes.resize(parent.size());
+  for (size_t x = 0; x < parent.size(); ++x) {
+    t.nodes[x].parent = parent[x];
+    if (parent[x] >= 0)
+      t.nodes[static_cast<size_t>(parent[x])].children.push_back(static_cast<int>(x));
   }
-  const uint64_t firstHalf = (p.count + 1) / 2;
-  const Range halves[2] = {{0, firstHalf}, {firstHalf, p.count - firstHalf}};
-  TreeShape shapes[2] = {shapeOf(n, [&](int x) { return doubleTree(n, x, 0); }),
-                         shapeOf(n, [&](int x) { return doubleTree(n, x, 1); })};
+  measure(t);
+  return t;
+}
+
+void pipelinedTreeAllreduce(ScheduleBuilder& b, int me, const std::vector<TreeShape>& trees,
+                            const std::vector<Range>& ranges, const std::vector<int>& rankOf) {
+  const uint64_t se = b.segmentElements();
+  auto rank = [&](int x) { return rankOf[static_cast<size_t>(x)]; };
   int64_t tmax = 0;
-  for (int t = 0; t < 2; ++t)
-    tmax = std::max<int64_t>(tmax, static_cast<int64_t>(numSegments(halves[t].len, se)) +
-                                       at(shapes[t].height, shapes[t].root) +
-                                       shapes[t].maxDepth + 2);
-  std::vector<int> kids[2] = {childrenByHeight(shapes[0], pos), childrenByHeight(shapes[1], pos)};
+  std::vector<std::vector<int>> kids;
+  for (size_t t = 0; t < trees.size(); ++t) {
+    tmax = std::max<int64_t>(tmax, static_cast<int64_t>(numSegments(ranges[t].len, se)) +
+                                       at(trees[t].height, trees[t].root) + trees[t].maxDepth + 2);
+    kids.push_back(childrenByHeight(trees[t], me));
+  }
   for (int64_t time = 0; time < tmax; ++time) {
-    for (int t = 0; t < 2; ++t) {
-      const TreeShape& sh = shapes[t];
-      const int64_t nseg = static_cast<int64_t>(numSegments(halves[t].len, se));
-      const int parent = sh.nodes[static_cast<size_t>(pos)].parent;
-      const int64_t h = at(sh.height, pos), d = at(sh.depth, pos);
+    for (size_t t = 0; t < trees.size(); ++t) {
+      const TreeShape& sh = trees[t];
+      const int64_t nseg = static_cast<int64_t>(numSegments(ranges[t].len, se));
+      const int parent = sh.nodes[static_cast<size_t>(me)].parent;
+      const int64_t h = at(sh.height, me), d = at(sh.depth, me);
       const int64_t rootH = at(sh.height, sh.root);
-      auto seg = [&](int64_t s) { return segment(halves[t], static_cast<uint64_t>(s), se); };
+      auto seg = [&](int64_t s) { return segment(ranges[t], static_cast<uint64_t>(s), se); };
       auto inRange = [&](int64_t s) { return s >= 0 && s < nseg; };
       // Up: children's partial sums, then ours to the parent (or the root finalizes).
       for (size_t i = 0; i < kids[t].size(); ++i) {
@@ -97,13 +111,13 @@ Schedule treeAllreduce(const AlgoParams& p) {
         int64_t s = time - at(sh.height, c);
         if (!inRange(s)) continue;
         Range g = seg(s);
-        b.recvReduce(ring.rankAt(c), b.output(g.begin, g.len),
+        b.recvReduce(rank(c), b.output(g.begin, g.len),
                      i == 0 ? b.input(g.begin, g.len) : b.output(g.begin, g.len));
       }
       if (int64_t s = time - h; inRange(s)) {
         Range g = seg(s);
         if (parent >= 0)
-          b.send(ring.rankAt(parent),
+          b.send(rank(parent),
                  kids[t].empty() ? b.input(g.begin, g.len) : b.output(g.begin, g.len));
         else
           b.finalize(b.output(g.begin, g.len));
@@ -111,14 +125,48 @@ Schedule treeAllreduce(const AlgoParams& p) {
       // Down: the result from the parent, then on to the children.
       if (int64_t s = time - rootH - d; parent >= 0 && inRange(s)) {
         Range g = seg(s);
-        b.recv(ring.rankAt(parent), b.output(g.begin, g.len));
+        b.recv(rank(parent), b.output(g.begin, g.len));
       }
       if (int64_t s = time - rootH - d - 1; inRange(s)) {
         Range g = seg(s);
-        for (int c : kids[t]) b.send(ring.rankAt(c), b.output(g.begin, g.len));
+        for (int c : kids[t]) b.send(rank(c), b.output(g.begin, g.len));
       }
     }
   }
+}
+
+Schedule treeAllreduce(const AlgoParams& p) {
+  ScheduleBuilder b(builderOptionsFor(p));
+  const Ring ring(p);
+  const int n = ring.n;
+  if (n == 1) {
+    copyAndFinalize(b, p.count);
+    return b.finish();
+  }
+  const uint64_t firstHalf = (p.count + 1) / 2;
+  const std::vector<Range> halves = {{0, firstHalf}, {firstHalf, p.count - firstHalf}};
+  const std::vector<TreeShape> shapes = {shapeOf(n, [&](int x) { return doubleTree(n, x, 0); }),
+                                         shapeOf(n, [&](int x) { return doubleTree(n, x, 1); })};
+  pipelinedTreeAllreduce(b, ring.pos, shapes, halves, ring.order);
+  return b.finish();
+}
+
+Schedule packedTreesAllreduce(const AlgoParams& p) {
+  ScheduleBuilder b(builderOptionsFor(p));
+  if (p.worldSize == 1) {
+    copyAndFinalize(b, p.count);
+    return b.finish();
+  }
+  std::vector<double> weights;
+  std::vector<TreeShape> shapes;
+  for (const auto& t : p.trees) {
+    weights.push_back(t.weight);
+    shapes.push_back(treeFromParents(t.parent));
+  }
+  const auto pieces = weightedBlocks(Range{0, p.count}, weightUnits(weights));
+  std::vector<int> identity(static_cast<size_t>(p.worldSize));
+  std::iota(identity.begin(), identity.end(), 0);
+  pipelinedTreeAllreduce(b, p.rank, shapes, pieces, identity);
   return b.finish();
 }
 

@@ -51,6 +51,38 @@ class Cli : public ::testing::Test {
   std::string dir_;
 };
 
+// Unequal racks behind unequal uplinks as a link model: the plan carries chunk weights for hier
+// and says what every algorithm would take; --uniform-shares makes the same plan without them.
+TEST_F(Cli, PlanWithUnequalUplinksCarriesChunkWeightsUnlessUniformShares) {
+  {
+    std::ofstream t(path("unequal.json"));
+    t << R"({"schema_version":2,"hosts":[)";
+    for (int i = 0; i < 10; ++i)
+      t << (i ? "," : "") << R"({"name":"vm)" << i << R"(","address":""})";
+    t << R"(],"probe":{"latency_samples":0,"bandwidth_max_ms":0,"bandwidth_max_bytes":0,)"
+      << R"("contention":false},"time":"","version":0,"groups":[{"name":"rack","confidence":1,)"
+      << R"("groups":[["vm0","vm1","vm2","vm3"],["vm4","vm5","vm6"],["vm7","vm8","vm9"]]}],)"
+      << R"("links":{"hosts":[)";
+    for (int i = 0; i < 10; ++i) t << (i ? "," : "") << R"({"out_mbps":1000,"in_mbps":1000})";
+    t << R"(],"uplinks":[[{"out_mbps":500,"in_mbps":500},{"out_mbps":125,"in_mbps":125},)"
+      << R"({"out_mbps":250,"in_mbps":250}]],"host_latency_us":15,"uplink_latency_us":[15]},)"
+      << R"("measured":[]})";
+  }
+  Outcome r = rankmap("plan --topology " + path("unequal.json") + " --out " + path("w.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("allreduce 16 MiB predicted: ring "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("; hier "), std::string::npos) << r.out;
+  Plan w = Plan::load(path("w.json"));
+  EXPECT_EQ(w.chunkWeights.size(), 10u);
+  EXPECT_EQ(w.algorithmFor("allreduce", 16u << 20), Algorithm::kHier);
+  r = rankmap("plan --topology " + path("unequal.json") + " --uniform-shares --out " +
+              path("u.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  Plan u = Plan::load(path("u.json"));
+  EXPECT_TRUE(u.chunkWeights.empty());
+  EXPECT_EQ(u.order, w.order);
+}
+
 TEST_F(Cli, PlanWritesAValidPlanAndASummary) {
   Outcome r = rankmap("plan --topology " + test::fixture("testbed_8vm_2rack.json") + " --out " +
                       path("plan.json"));

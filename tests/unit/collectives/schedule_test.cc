@@ -3,6 +3,7 @@
 // out of place, identity and shuffled orders, simulated with rendezvous messages and the
 // executor's blocking policy (schedule_sim.h).
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <set>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "collectives/algorithms/algorithms.h"
+#include "collectives/algorithms/common.h"
 #include "collectives/schedule/schedule.h"
 #include "common/error.h"
 #include "tests/unit/collectives/schedule_sim.h"
@@ -57,11 +59,11 @@ std::string runOne(Algorithm algo, AlgoParams p, bool expectDecline = false) {
 }
 
 std::string describe(Algorithm algo, const AlgoParams& p) {
-  return fmt::format("{} {} n={} count={} es={} seg={}B slots={} root={} inPlace={} order={} groups={}",
-                     algorithmName(algo), collectiveName(p.collective), p.worldSize, p.count,
-                     p.elementSize, p.segmentBytes, p.numSlots, p.root, p.inPlace,
-                     p.order.empty() ? "identity" : fmt::format("{}", fmt::join(p.order, ",")),
-                     p.groups.size());
+  return fmt::format(
+      "{} {} n={} count={} es={} seg={}B slots={} root={} inPlace={} order={} groups={}",
+      algorithmName(algo), collectiveName(p.collective), p.worldSize, p.count, p.elementSize,
+      p.segmentBytes, p.numSlots, p.root, p.inPlace,
+      p.order.empty() ? "identity" : fmt::format("{}", fmt::join(p.order, ",")), p.groups.size());
 }
 
 // One point of the sweeps below: 4-byte elements, 2 slots for one-element segments, else 8.
@@ -122,43 +124,85 @@ TEST_P(ScheduleMatrix, EveryElementExactlyOnceNoDeadlock) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Generators, ScheduleMatrix,
-    ::testing::Values(Case{Collective::kAllreduce, Algorithm::kRing},
-                      Case{Collective::kAllreduce, Algorithm::kTree},
-                      Case{Collective::kAllreduce, Algorithm::kRhd},
-                      Case{Collective::kAllgather, Algorithm::kRing},
-                      Case{Collective::kAllgather, Algorithm::kRhd},
-                      Case{Collective::kReduceScatter, Algorithm::kRing},
-                      Case{Collective::kReduceScatter, Algorithm::kRhd},
-                      Case{Collective::kBroadcast, Algorithm::kRing},
-                      Case{Collective::kBroadcast, Algorithm::kTree},
-                      Case{Collective::kReduce, Algorithm::kRing},
-                      Case{Collective::kReduce, Algorithm::kTree},
-                      Case{Collective::kBarrier, Algorithm::kDissemination}),
-    caseName);
+INSTANTIATE_TEST_SUITE_P(Generators, ScheduleMatrix,
+                         ::testing::Values(Case{Collective::kAllreduce, Algorithm::kRing},
+                                           Case{Collective::kAllreduce, Algorithm::kTree},
+                                           Case{Collective::kAllreduce, Algorithm::kRhd},
+                                           Case{Collective::kAllgather, Algorithm::kRing},
+                                           Case{Collective::kAllgather, Algorithm::kRhd},
+                                           Case{Collective::kReduceScatter, Algorithm::kRing},
+                                           Case{Collective::kReduceScatter, Algorithm::kRhd},
+                                           Case{Collective::kBroadcast, Algorithm::kRing},
+                                           Case{Collective::kBroadcast, Algorithm::kTree},
+                                           Case{Collective::kReduce, Algorithm::kRing},
+                                           Case{Collective::kReduce, Algorithm::kTree},
+                                           Case{Collective::kBarrier, Algorithm::kDissemination}),
+                         caseName);
 
-// Groups of k ranks, m groups, members drawn from a shuffled order.
-std::vector<std::vector<int>> makeGroups(int m, int k, unsigned seed) {
-  auto o = shuffledOrder(m * k, seed);
-  std::vector<std::vector<int>> g(static_cast<size_t>(m));
-  for (int i = 0; i < m * k; ++i) g[static_cast<size_t>(i / k)].push_back(o[static_cast<size_t>(i)]);
+// Groups of the given sizes, members drawn from a shuffled order.
+std::vector<std::vector<int>> makeGroups(const std::vector<int>& sizes, unsigned seed) {
+  int n = std::accumulate(sizes.begin(), sizes.end(), 0);
+  auto o = shuffledOrder(n, seed);
+  std::vector<std::vector<int>> g;
+  size_t next = 0;
+  for (int k : sizes) {
+    g.emplace_back();
+    for (int i = 0; i < k; ++i) g.back().push_back(o[next++]);
+  }
   return g;
 }
 
-TEST(ScheduleHier, EveryGroupShape) {
+// Group layouts of n ranks: one group; equal groups where n factors; three groups as equal as
+// possible (4+3+3 at 10); singletons at both ends around two middle groups; all singletons.
+std::vector<std::pair<std::string, std::vector<int>>> layouts(int n) {
+  std::vector<std::pair<std::string, std::vector<int>>> out;
+  out.push_back({"one", {n}});
+  for (int k : {4, 3, 2})
+    if (n % k == 0 && n > k) {
+      out.push_back({"equal", std::vector<int>(static_cast<size_t>(n / k), k)});
+      break;
+    }
+  if (n >= 4) {
+    std::vector<int> three;
+    for (int i = 0; i < 3; ++i) three.push_back(n / 3 + (i < n % 3 ? 1 : 0));
+    out.push_back({"three", three});
+    out.push_back({"singletons", {1, (n - 2) / 2, n - 2 - (n - 2) / 2, 1}});
+    if (out.back().second[2] == 0) out.back().second.erase(out.back().second.begin() + 2);
+  }
+  if (n >= 2) out.push_back({"ones", std::vector<int>(static_cast<size_t>(n), 1)});
+  return out;
+}
+
+// Chunk weights per rank: uniform (none), skewed, or with zeros (a third of the ranks and every
+// member of the first group).
+std::vector<double> weightsOf(int kind, int n, const std::vector<std::vector<int>>& groups) {
+  std::vector<double> w;
+  if (kind == 0) return w;
+  for (int r = 0; r < n; ++r) w.push_back(kind == 1 ? 0.5 + (r * 7) % 5 : (r % 3 == 1 ? 0 : 1 + r));
+  if (kind == 2 && groups.size() > 1)
+    for (int r : groups.front()) w[static_cast<size_t>(r)] = 0;
+  return w;
+}
+
+TEST(ScheduleHier, EveryLayoutAndWeighting) {
   int failures = 0;
-  for (auto [m, k] : std::vector<std::pair<int, int>>{
-           {1, 1}, {1, 4}, {4, 1}, {2, 2}, {2, 3}, {3, 2}, {2, 4}, {4, 2}, {3, 3}, {3, 4}, {4, 4}, {5, 3}}) {
-    for (uint64_t count : {0, 1, 5, 13, 64}) {
-      for (uint64_t segBytes : {4, 12, 1 << 20}) {
-        for (bool inPlace : {false, true}) {
-          AlgoParams p = sweepPoint(Collective::kAllreduce, m * k, count, segBytes, inPlace);
-          p.groups = makeGroups(m, k, static_cast<unsigned>(m * 100 + k * 10 + count));
-          std::string err = runOne(Algorithm::kHier, p);
-          if (!err.empty()) {
-            ADD_FAILURE() << describe(Algorithm::kHier, p) << " (" << m << "x" << k << "): " << err;
-            if (++failures > 5) return;
+  for (int n : {1, 2, 3, 5, 7, 8, 10, 13, 16}) {
+    for (const auto& [name, sizes] : layouts(n)) {
+      for (int wk = 0; wk < 3; ++wk) {
+        for (uint64_t count : {0, 1, 13, 64}) {
+          for (uint64_t segBytes : {4, 12, 1 << 20}) {
+            if (n > 8 && segBytes == 4) continue;
+            for (bool inPlace : {false, true}) {
+              AlgoParams p = sweepPoint(Collective::kAllreduce, n, count, segBytes, inPlace);
+              p.groups = makeGroups(sizes, static_cast<unsigned>(n * 100 + sizes.size() + count));
+              p.weights = weightsOf(wk, n, p.groups);
+              std::string err = runOne(Algorithm::kHier, p);
+              if (!err.empty()) {
+                ADD_FAILURE() << describe(Algorithm::kHier, p) << " layout " << name << " weights "
+                              << wk << ": " << err;
+                if (++failures > 5) return;
+              }
+            }
           }
         }
       }
@@ -166,22 +210,233 @@ TEST(ScheduleHier, EveryGroupShape) {
   }
 }
 
-TEST(ScheduleHier, DeclinesUnequalOrMissingGroups) {
+// Bytes each rank sends across groups, and inside its group, for hier on `p`.
+struct HierBytes {
+  std::vector<uint64_t> across, inside;
+};
+HierBytes hierBytes(AlgoParams p) {
+  HierBytes out;
+  std::vector<int> groupOf(static_cast<size_t>(p.worldSize));
+  for (size_t g = 0; g < p.groups.size(); ++g)
+    for (int r : p.groups[g]) groupOf[static_cast<size_t>(r)] = static_cast<int>(g);
+  for (int r = 0; r < p.worldSize; ++r) {
+    p.rank = r;
+    uint64_t across = 0, inside = 0;
+    for (const auto& st : buildSchedule(Algorithm::kHier, p).steps)
+      if (st.kind == StepKind::kSend)
+        (groupOf[static_cast<size_t>(st.peer)] == groupOf[static_cast<size_t>(r)] ? inside
+                                                                                  : across) +=
+            st.src.bytes / p.elementSize;
+    out.across.push_back(across);
+    out.inside.push_back(inside);
+  }
+  return out;
+}
+
+// Across m groups without weights, each piece goes round a ring of its holders (groups in
+// order): group p of share x_p (its size over the job's) sends 2 - x_p - x_(p+1) of the vector
+// to the next group. With weights, direct exchange: group g of share x_g (its weight over the
+// total) sends 1 + (m-2) x_g whatever the others' shares, each member in proportion to its
+// block. Inside a group (ring order as listed) a member sends every block but its own in the
+// reduce-scatter and every block but its successor's in the allgather.
+TEST(ScheduleHier, CrossGroupLoadsFollowTheShares) {
+  const uint64_t count = 1 << 16;
+  AlgoParams p = sweepPoint(Collective::kAllreduce, 10, count, 1 << 12, false);
+  p.groups = {{0, 1, 2, 3}, {4, 5, 6}, {7, 8, 9}};  // 4 + 3 + 3
+  auto sentByGroup = [&](const HierBytes& b) {
+    std::vector<double> out;
+    for (const auto& g : p.groups) {
+      uint64_t sent = 0;
+      for (int r : g) sent += b.across[static_cast<size_t>(r)];
+      out.push_back(static_cast<double>(sent) / count);
+    }
+    return out;
+  };
+  // Without weights: rings, shares by size (0.4, 0.3, 0.3).
+  HierBytes b = hierBytes(p);
+  auto sent = sentByGroup(b);
+  const double bySize[3] = {0.4, 0.3, 0.3};
+  for (size_t g = 0; g < 3; ++g)
+    EXPECT_NEAR(sent[g], 2 - bySize[g] - bySize[(g + 1) % 3], 1e-3) << "group " << g;
+  // Weights: group shares 3/4, 0, 1/4; inside group 0 the members weigh 1:1:2:4.
+  p.weights = {0.75 / 8, 0.75 / 8, 0.75 * 2 / 8, 0.75 * 4 / 8, 0,
+               0,        0,        0.25 / 3,     0.25 / 3,     0.25 / 3};
+  b = hierBytes(p);
+  sent = sentByGroup(b);
+  const double shares[3] = {0.75, 0, 0.25};
+  for (size_t g = 0; g < 3; ++g) EXPECT_NEAR(sent[g], 1 + shares[g], 1e-3) << "group " << g;
+  // Group 0's members move 1.75 times their blocks across.
+  const double member[4] = {1.0 / 8, 1.0 / 8, 2.0 / 8, 4.0 / 8};
+  for (int j = 0; j < 4; ++j)
+    EXPECT_NEAR(static_cast<double>(b.across[static_cast<size_t>(j)]), 1.75 * member[j] * count, 16)
+        << "member " << j;
+  // Inside group 0 (ring order 0 1 2 3): reduce-scatter sends 1 - own block, the allgather
+  // 1 - the successor's block.
+  for (int j = 0; j < 4; ++j)
+    EXPECT_NEAR(static_cast<double>(b.inside[static_cast<size_t>(j)]),
+                (2 - member[j] - member[(j + 1) % 4]) * count, 4)
+        << "member " << j;
+  // Weights all 0: direct exchange with shares by size.
+  p.weights.assign(10, 0);
+  sent = sentByGroup(hierBytes(p));
+  for (size_t g = 0; g < 3; ++g) EXPECT_NEAR(sent[g], 1 + bySize[g], 1e-3) << "group " << g;
+}
+
+TEST(ScheduleHier, DeclinesMissingOrBrokenGroupsOnly) {
   AlgoParams p;
   p.worldSize = 5;
   EXPECT_TRUE(declineReason(Algorithm::kHier, p).has_value());  // no groups
   p.groups = {{0, 1, 2}, {3, 4}};
-  auto why = declineReason(Algorithm::kHier, p);
-  ASSERT_TRUE(why.has_value());
-  EXPECT_NE(why->find("equal-sized"), std::string::npos) << *why;
+  EXPECT_FALSE(declineReason(Algorithm::kHier, p).has_value());  // unequal groups run
+  p.groups = {{0, 1, 2}, {3}, {4}};
+  EXPECT_FALSE(declineReason(Algorithm::kHier, p).has_value());  // and singletons
+  p.groups = {{0, 1, 2, 3, 4}, {}};
+  EXPECT_TRUE(declineReason(Algorithm::kHier, p).has_value());  // an empty group
   p.groups = {{0, 1}, {1, 2}};
   p.worldSize = 4;
   EXPECT_TRUE(declineReason(Algorithm::kHier, p).has_value());  // overlapping, incomplete
   p.groups = {{0, 1}, {2, 3}};
   EXPECT_FALSE(declineReason(Algorithm::kHier, p).has_value());
+  p.weights = {1, 2, 3};  // one per rank expected
+  EXPECT_THROW(buildSchedule(Algorithm::kHier, p), InvalidInput);
+  p.weights = {1, -2, 3, 4};
+  EXPECT_THROW(buildSchedule(Algorithm::kHier, p), InvalidInput);
+  p.weights = {1, 2, std::nan(""), 4};
+  EXPECT_THROW(buildSchedule(Algorithm::kHier, p), InvalidInput);
+  p.weights.clear();
   p.collective = Collective::kAllgather;
   EXPECT_TRUE(declineReason(Algorithm::kHier, p).has_value());
   EXPECT_THROW(buildSchedule(Algorithm::kHier, p), NotSupported);
+}
+
+// Weighted blocks: every element in exactly one block, block i starting at floor(len * W_<i /
+// W), zero weights empty, all-zero weights equal.
+TEST(WeightedBlocks, CoverEveryElementOnce) {
+  using algo::Range;
+  for (uint64_t len : std::vector<uint64_t>{0, 1, 2, 7, 13, 1000, 1ull << 40}) {
+    for (const std::vector<double>& w : std::vector<std::vector<double>>{{1},
+                                                                         {1, 1, 1},
+                                                                         {0, 1, 0, 3},
+                                                                         {0, 0},
+                                                                         {1e-9, 1, 1e9},
+                                                                         {0.3, 0.3, 0.4},
+                                                                         {5, 0, 0, 0, 0, 1}}) {
+      auto units = algo::weightUnits(w);
+      auto blocks = algo::weightedBlocks(Range{5, len}, units);
+      ASSERT_EQ(blocks.size(), w.size());
+      uint64_t at = 5;
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        EXPECT_EQ(blocks[i].begin, at) << "len " << len << " block " << i;
+        at = blocks[i].end();
+        if (w[i] == 0 && std::accumulate(w.begin(), w.end(), 0.0) > 0) {
+          EXPECT_EQ(blocks[i].len, 0u) << "len " << len << " block " << i;
+        }
+      }
+      EXPECT_EQ(at, 5 + len);
+    }
+  }
+  // Proportional to within one element.
+  auto blocks = algo::weightedBlocks(algo::Range{0, 1000}, algo::weightUnits({1, 3, 6}));
+  EXPECT_EQ(blocks[0].len, 100u);
+  EXPECT_EQ(blocks[1].len, 300u);
+  EXPECT_EQ(blocks[2].len, 600u);
+  auto equal = algo::weightedBlocks(algo::Range{0, 10}, algo::weightUnits({0, 0, 0}));
+  EXPECT_EQ(equal[0].len + equal[1].len + equal[2].len, 10u);
+  for (const auto& b : equal) EXPECT_TRUE(b.len == 3 || b.len == 4) << b.len;
+}
+
+// Random spanning trees over n ranks: each rank after the first (in a shuffled order) hangs
+// below an earlier one; `shape` 1 makes stars (everything below one centre), 2 chains.
+std::vector<int> randomTree(int n, unsigned seed, int shape) {
+  auto o = shuffledOrder(n, seed);
+  std::mt19937 rng(seed + 1);
+  std::vector<int> parent(static_cast<size_t>(n), -1);
+  for (int i = 1; i < n; ++i) {
+    int up = shape == 1   ? 0
+             : shape == 2 ? i - 1
+                          : static_cast<int>(rng() % static_cast<unsigned>(i));
+    parent[static_cast<size_t>(o[static_cast<size_t>(i)])] = o[static_cast<size_t>(up)];
+  }
+  return parent;
+}
+
+TEST(ScheduleTrees, EveryTreeShapeAndWeighting) {
+  int failures = 0;
+  for (int n : {1, 2, 3, 5, 7, 8, 10, 13, 16}) {
+    for (int numTrees : {1, 3, 5}) {
+      for (int wk = 0; wk < 3; ++wk) {
+        for (uint64_t count : {0, 1, 13, 64}) {
+          for (uint64_t segBytes : {4, 12, 1 << 20}) {
+            if (n > 8 && segBytes == 4) continue;
+            for (bool inPlace : {false, true}) {
+              AlgoParams p = sweepPoint(Collective::kAllreduce, n, count, segBytes, inPlace);
+              for (int t = 0; t < numTrees; ++t) {
+                RankTree tree;
+                tree.parent = randomTree(n, static_cast<unsigned>(n * 31 + t * 7 + count), t % 3);
+                // Weights: equal, skewed, or every other tree 0 (the last one never).
+                tree.weight = wk == 0   ? 1.0
+                              : wk == 1 ? 1.0 + 3 * t
+                                        : (t % 2 == 0 && t + 1 < numTrees ? 0.0 : 0.5);
+                p.trees.push_back(std::move(tree));
+              }
+              std::string err = runOne(Algorithm::kTrees, p);
+              if (!err.empty()) {
+                ADD_FAILURE() << describe(Algorithm::kTrees, p) << " trees " << numTrees
+                              << " weights " << wk << ": " << err;
+                if (++failures > 5) return;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A tree edge carries its tree's piece once each way: a leaf sends its piece up and nothing
+// down, a centre sends its piece up (unless root) and down to each child.
+TEST(ScheduleTrees, EachEdgeCarriesItsPieceOnceEachWay) {
+  const int n = 6;
+  const uint64_t count = 6000;
+  AlgoParams p = sweepPoint(Collective::kAllreduce, n, count, 1 << 10, false);
+  // Tree 0 (weight 2): a star on rank 0; tree 1 (weight 1): a chain 5-4-3-2-1-0 rooted at 5.
+  p.trees = {{2.0, {-1, 0, 0, 0, 0, 0}}, {1.0, {1, 2, 3, 4, 5, -1}}};
+  for (int r = 0; r < n; ++r) {
+    p.rank = r;
+    uint64_t sent = 0;
+    for (const auto& st : buildSchedule(Algorithm::kTrees, p).steps)
+      if (st.kind == StepKind::kSend) sent += st.src.bytes / p.elementSize;
+    const uint64_t star = r == 0 ? 5 * 4000 : 4000;  // pieces: 4000 and 2000 elements
+    const uint64_t chain = r == 5 ? 2000 : r == 0 ? 2000 : 2 * 2000;
+    EXPECT_EQ(sent, star + chain) << "rank " << r;
+  }
+}
+
+TEST(ScheduleTrees, DeclinesWithoutValidTrees) {
+  AlgoParams p;
+  p.worldSize = 4;
+  auto why = declineReason(Algorithm::kTrees, p);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("packed trees"), std::string::npos) << *why;
+  p.trees = {{1.0, {-1, 0, 1, 2}}};
+  EXPECT_FALSE(declineReason(Algorithm::kTrees, p).has_value());
+  for (const std::vector<int>& bad :
+       std::vector<std::vector<int>>{{-1, 0, 1},        // too few
+                                     {-1, -1, 1, 2},    // two roots
+                                     {-1, 2, 3, 1},     // a loop below the root
+                                     {-1, 0, 9, 2},     // out of range
+                                     {-1, 1, 1, 2}}) {  // its own parent
+    p.trees = {{1.0, bad}};
+    why = declineReason(Algorithm::kTrees, p);
+    ASSERT_TRUE(why.has_value()) << fmt::format("{}", fmt::join(bad, ","));
+    EXPECT_NE(why->find("not a spanning tree"), std::string::npos) << *why;
+    EXPECT_THROW(buildSchedule(Algorithm::kTrees, p), NotSupported);
+  }
+  p.trees = {{0.0, {-1, 0, 1, 2}}};
+  EXPECT_TRUE(declineReason(Algorithm::kTrees, p).has_value());  // weighs nothing
+  p.trees = {{1.0, {-1, 0, 1, 2}}};
+  p.collective = Collective::kBroadcast;
+  EXPECT_TRUE(declineReason(Algorithm::kTrees, p).has_value());
 }
 
 TEST(ScheduleDeclines, RhdAndTreesAndBarrier) {
@@ -193,8 +448,8 @@ TEST(ScheduleDeclines, RhdAndTreesAndBarrier) {
   EXPECT_FALSE(declineReason(Algorithm::kRhd, p).has_value());
   p.collective = Collective::kAllreduce;
   p.worldSize = 6;
-  EXPECT_FALSE(declineReason(Algorithm::kRhd, p).has_value());  // non-powers of two handled
-  EXPECT_TRUE(declineReason(Algorithm::kTrees, p).has_value());
+  EXPECT_FALSE(declineReason(Algorithm::kRhd, p).has_value());   // non-powers of two handled
+  EXPECT_TRUE(declineReason(Algorithm::kTrees, p).has_value());  // no trees
   p.collective = Collective::kBarrier;
   EXPECT_TRUE(declineReason(Algorithm::kRing, p).has_value());
   EXPECT_FALSE(declineReason(Algorithm::kDissemination, p).has_value());
@@ -274,7 +529,8 @@ TEST(ScheduleRhd, BigExchangesStayLocal) {
     Schedule s = buildSchedule(Algorithm::kRhd, p);
     uint64_t cross = 0, local = 0;
     for (const auto& st : s.steps)
-      if (st.kind == StepKind::kSend) (rackOf(st.peer) == rackOf(r) ? local : cross) += st.src.bytes;
+      if (st.kind == StepKind::kSend)
+        (rackOf(st.peer) == rackOf(r) ? local : cross) += st.src.bytes;
     EXPECT_EQ(cross, 2 * count * 4 / 8) << "rank " << r;
     EXPECT_EQ(local + cross, 2 * (n - 1) * count * 4 / n) << "rank " << r;
   }
@@ -283,12 +539,12 @@ TEST(ScheduleRhd, BigExchangesStayLocal) {
 // Dependencies derived from regions: a receive into a region being sent waits for the send.
 TEST(SegmentFor, MessageOver64BetweenTheFloorAndTheLargest) {
   constexpr uint64_t K = 1024, M = 1024 * K;
-  EXPECT_EQ(segmentFor(8, M), 256 * K);        // small messages: one segment of the floor
-  EXPECT_EQ(segmentFor(16 * M, M), 256 * K);   // 16 MiB / 64
+  EXPECT_EQ(segmentFor(8, M), 256 * K);       // small messages: one segment of the floor
+  EXPECT_EQ(segmentFor(16 * M, M), 256 * K);  // 16 MiB / 64
   EXPECT_EQ(segmentFor(32 * M, M), 512 * K);
-  EXPECT_EQ(segmentFor(64 * M, M), M);         // capped by the largest
+  EXPECT_EQ(segmentFor(64 * M, M), M);  // capped by the largest
   EXPECT_EQ(segmentFor(1024 * M, M), M);
-  EXPECT_EQ(segmentFor(64 * M, 12), 12u);      // a largest below the floor wins
+  EXPECT_EQ(segmentFor(64 * M, 12), 12u);  // a largest below the floor wins
   EXPECT_EQ(segmentFor(64 * M, 4 * M), M);
 }
 
@@ -329,11 +585,11 @@ TEST(ScheduleBuilder, DerivesHazards) {
   o.inputBytes = o.outputBytes = 64;
   o.segmentBytes = 16;
   ScheduleBuilder b(o);
-  b.send(1, b.output(0, 4));         // 0: reads out[0,16)
-  b.recv(1, b.output(2, 4));         // 1: writes out[8,24): WAR on 0
+  b.send(1, b.output(0, 4));                       // 0: reads out[0,16)
+  b.recv(1, b.output(2, 4));                       // 1: writes out[8,24): WAR on 0
   b.recvReduce(1, b.output(8, 4), b.input(8, 4));  // 2: independent
-  b.send(1, b.output(8, 4));         // 3: RAW on 2
-  b.copy(b.output(0, 2), b.input(0, 2));  // 4: WAR on 0, WAW on 1? no: out[0,8) vs [8,24)
+  b.send(1, b.output(8, 4));                       // 3: RAW on 2
+  b.copy(b.output(0, 2), b.input(0, 2));           // 4: WAR on 0, WAW on 1? no: out[0,8) vs [8,24)
   Schedule s = b.finish();
   ASSERT_EQ(s.steps.size(), 5u);
   auto deps = [&](size_t i) {

@@ -126,6 +126,14 @@ TEST(Plan, MalformedPlansNameTheField) {
        "at /models/allreduce/algorithms/magic: expected a model of one of ring"},
       {[](Json& j) { j["models"]["allreduce"].erase("lower_bound_us_per_byte"); },
        "at /models/allreduce: missing field 'lower_bound_us_per_byte'"},
+      {[](Json& j) {
+         j["trees"] = Json::array({{{"weight", 1}, {"parent", {-1, 3, 1, 2}}}});
+       },
+       "at /trees/0/parent/1: expected a parent chain that reaches the root"},
+      {[](Json& j) {
+         j["chunk_weights"] = {0.5, -0.1, 0.3, 0.3};
+       },
+       "at /chunk_weights/1"},
   };
   for (size_t i = 0; i < std::size(cases); ++i) {
     Json j = base;

@@ -94,9 +94,8 @@ TEST(MaxMin, IncrementalSimulationEqualsResharingFromScratch) {
     };
     std::vector<double> hosts(64);
     for (auto& r : hosts) r = 500 + 100 * next(6);
-    NetworkModel net =
-        modelFromHierarchy(hierarchyOf({rack, pod}), hosts, {400 + 50.0 * next(4), 300}, 2,
-                           {5, 20});
+    NetworkModel net = modelFromHierarchy(hierarchyOf({rack, pod}), hosts,
+                                          {400 + 50.0 * next(4), 300}, 2, {5, 20});
     auto caps = std::make_shared<PairMatrix>(64);
     for (int i = 0; i < 8; ++i) caps->set(next(64), next(64), 50 + 10 * next(10));
     net.caps = caps;
@@ -359,6 +358,66 @@ TEST(PlanScore, APlanOnTheTrueNetworkAgainstThePlanFromTheTruth) {
   EXPECT_THROW(predictedAllreduceUs(syn.model, names, other, bytes), InvalidInput);
   EXPECT_THROW(predictedAllreduceUs(syn.model, {names.begin(), names.end() - 1}, truth.plan, bytes),
                InvalidInput);
+}
+
+// The emulated cloud of issue 14 as a link model: 10 hosts (host links 1000 Mbit/s) in racks of
+// 4, 3 and 3 behind uplinks of 500, 125 and 250 Mbit/s.
+Topology unequalRacks(std::vector<double> uplinks = {500, 125, 250}) {
+  Topology t;
+  for (int i = 0; i < 10; ++i) t.hosts.push_back({fmt::format("vm{}", i), ""});
+  HierarchyLevel rack;
+  rack.name = "rack";
+  rack.confidence = 1;
+  rack.groups = {{"vm0", "vm1", "vm2", "vm3"}, {"vm4", "vm5", "vm6"}, {"vm7", "vm8", "vm9"}};
+  t.groups = {rack};
+  TopologyLinks links;
+  links.hosts.assign(10, LinkCapacity{1000, 1000});
+  links.uplinks = {{}};
+  for (double u : uplinks) links.uplinks[0].push_back(LinkCapacity{u, u});
+  links.hostLatencyUs = 50;
+  links.uplinkLatencyUs = {100};
+  t.links = links;
+  return t;
+}
+
+// Unequal racks behind unequal uplinks: hier runs the racks as they are, and chunk weights that
+// give the 125 Mbit/s rack no share of the cross-rack exchange let it move the vector only once
+// each way over its uplink, where equal shares (by rack size, in rings) make it move 1.3-1.4
+// times;
+// the plan takes hier with those weights at 16 MiB, at least 1.2x faster than every uniform
+// algorithm (ring, tree, rhd, hier without weights).
+TEST(CostModel, HierWithWeightsBalancesUnequalUplinks) {
+  PlanOptions o;
+  o.source = "test";
+  PlanResult r = planTopology(unequalRacks(), o);
+  const uint64_t S = 16ull << 20;
+  ASSERT_EQ(r.plan.algorithmFor("allreduce", S), Algorithm::kHier);
+  ASSERT_EQ(r.plan.chunkWeights.size(), 10u);
+  // Weights per position of the order: the 125 Mbit/s rack's hosts get none.
+  for (size_t p = 0; p < r.order.size(); ++p) {
+    const int host = r.order[p];
+    if (host >= 4 && host <= 6)
+      EXPECT_EQ(r.plan.chunkWeights[p], 0) << "vm" << host;
+    else
+      EXPECT_GT(r.plan.chunkWeights[p], 0) << "vm" << host;
+  }
+  CostContext ctx;
+  ctx.net = &r.model;
+  ctx.order = r.order;
+  ctx.chunkWeights = r.plan.chunkWeights;
+  const double weighted = predictedUs(ctx, "allreduce", Algorithm::kHier, S);
+  ctx.chunkWeights.clear();
+  double bestUniform = std::numeric_limits<double>::infinity();
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kRhd, Algorithm::kHier})
+    bestUniform = std::min(bestUniform, predictedUs(ctx, "allreduce", a, S));
+  EXPECT_GE(bestUniform / weighted, 1.2) << weighted << " us vs " << bestUniform << " us";
+  // The slow rack's uplink carries S each way: hier cannot beat S / 125 Mbit/s, and is within
+  // the in-rack steps of it.
+  const double floor = static_cast<double>(S) / bytesPerUs(125);
+  EXPECT_GE(weighted, floor);
+  EXPECT_LT(weighted, 1.25 * floor);
+  // Uniform hier (rings): the slow rack moves 1.4 S out and 1.3 S in.
+  EXPECT_GE(predictedUs(ctx, "allreduce", Algorithm::kHier, S), 1.3 * floor);
 }
 
 }  // namespace
