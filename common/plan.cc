@@ -7,6 +7,7 @@
 #include "common/crypto.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/openmpi.h"
 
 namespace rankmap {
 
@@ -26,8 +27,7 @@ void Plan::derivePermutation() {
   permutation.assign(worldSize(), 0);
   for (size_t h = 0; h < hosts.size(); ++h) {
     int p = pos.at(hosts[h]);
-    for (int l = 0; l < ranksPerHost; ++l)
-      permutation[h * ranksPerHost + l] = p * ranksPerHost + l;
+    for (int l = 0; l < ranksPerHost; ++l) permutation[h * ranksPerHost + l] = p * ranksPerHost + l;
   }
 }
 
@@ -59,16 +59,37 @@ Json contentJson(const Plan& p) {
   for (const auto& [name, ranges] : p.collectives) {
     Json arr = Json::array();
     for (const auto& r : ranges)
-      arr.push_back({{"min_bytes", r.minBytes},
-                     {"max_bytes", r.maxBytes == AlgoRange::kUnbounded ? Json(nullptr)
-                                                                       : Json(r.maxBytes)},
-                     {"algorithm", algorithmName(r.algorithm)},
-                     {"predicted_us", r.predictedUs},
-                     {"predicted_busbw_gbps", r.predictedBusbwGBps},
-                     {"lower_bound_us", r.lowerBoundUs}});
+      arr.push_back(
+          {{"min_bytes", r.minBytes},
+           {"max_bytes", r.maxBytes == AlgoRange::kUnbounded ? Json(nullptr) : Json(r.maxBytes)},
+           {"algorithm", algorithmName(r.algorithm)},
+           {"predicted_us", r.predictedUs},
+           {"predicted_busbw_gbps", r.predictedBusbwGBps},
+           {"lower_bound_us", r.lowerBoundUs}});
     colls[name] = std::move(arr);
   }
   j["collectives"] = std::move(colls);
+  // Written only when present, so that plans without it keep their hash.
+  if (!p.openMpi.empty()) {
+    Json ompi = Json::object();
+    for (const auto& [name, ranges] : p.openMpi) {
+      const OmpiCollective* coll = findOmpiCollective(name);
+      Json arr = Json::array();
+      for (const auto& r : ranges) {
+        const OmpiAlgorithm* a = coll ? findOmpiAlgorithm(*coll, r.algorithm) : nullptr;
+        arr.push_back(
+            {{"min_bytes", r.minBytes},
+             {"max_bytes", r.maxBytes == AlgoRange::kUnbounded ? Json(nullptr) : Json(r.maxBytes)},
+             {"algorithm", a ? a->name : std::string_view("?")},
+             {"segsize", r.segsize},
+             {"faninout", r.faninout},
+             {"predicted_us", r.predictedUs},
+             {"engine_us", r.engineUs}});
+      }
+      ompi[name] = std::move(arr);
+    }
+    j["open_mpi"] = std::move(ompi);
+  }
   j["chunk_weights"] = p.chunkWeights;
   Json trees = Json::array();
   for (const auto& t : p.trees) trees.push_back({{"weight", t.weight}, {"parent", t.parent}});
@@ -114,7 +135,8 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
   JsonReader r(doc, source);
   r.expectObject();
   auto sv = r.at("schema_version", "an integer");
-  if (sv.integer() != kSchemaVersion) sv.fail(fmt::format("plan schema version {}", kSchemaVersion));
+  if (sv.integer() != kSchemaVersion)
+    sv.fail(fmt::format("plan schema version {}", kSchemaVersion));
 
   Plan p;
   auto readNames = [&](const JsonReader& a, std::vector<std::string>& out) {
@@ -145,7 +167,8 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
   size_t world = p.worldSize();
   pr.arraySize(world);
   for (size_t i = 0; i < world; ++i)
-    p.permutation.push_back(static_cast<int>(pr.at(i).integerIn(0, static_cast<int64_t>(world) - 1)));
+    p.permutation.push_back(
+        static_cast<int>(pr.at(i).integerIn(0, static_cast<int64_t>(world) - 1)));
   {
     Plan expect = p;
     expect.derivePermutation();
@@ -176,7 +199,8 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
         auto maxR = e.at("max_bytes", "an integer or null");
         a.maxBytes = maxR.isNull() ? AlgoRange::kUnbounded : maxR.unsignedInt();
         if (a.maxBytes <= a.minBytes) maxR.fail("a bound greater than min_bytes");
-        if (a.maxBytes == AlgoRange::kUnbounded && i + 1 != n) maxR.fail("a bound (only the last range is open)");
+        if (a.maxBytes == AlgoRange::kUnbounded && i + 1 != n)
+          maxR.fail("a bound (only the last range is open)");
         auto algR = e.at("algorithm", "an algorithm name");
         auto algo = parseAlgorithm(algR.str());
         if (!algo || !isPlanAlgorithm(*algo))
@@ -191,6 +215,43 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
       if (!out.empty() && out.back().maxBytes != AlgoRange::kUnbounded)
         ranges.fail("ranges whose last max_bytes is null (open)");
       p.collectives[name] = std::move(out);
+    }
+  }
+  if (auto om = r.find("open_mpi")) {
+    om->expectObject();
+    for (const auto& [name, val] : om->json().items()) {
+      JsonReader ranges(val, source, om->path() + "/" + name);
+      const OmpiCollective* coll = findOmpiCollective(name);
+      if (!coll) ranges.fail(fmt::format("a collective among {}", ompiCollectiveList()));
+      std::vector<OmpiRange> out;
+      uint64_t expectMin = 0;
+      for (size_t i = 0, n = ranges.arraySize(); i < n; ++i) {
+        auto e = ranges.at(i);
+        OmpiRange o;
+        auto minR = e.at("min_bytes", "an integer");
+        o.minBytes = minR.unsignedInt();
+        if (o.minBytes != expectMin)
+          minR.fail(fmt::format("{} (ranges contiguous from 0)", expectMin));
+        auto maxR = e.at("max_bytes", "an integer or null");
+        o.maxBytes = maxR.isNull() ? AlgoRange::kUnbounded : maxR.unsignedInt();
+        if (o.maxBytes <= o.minBytes) maxR.fail("a bound greater than min_bytes");
+        if (o.maxBytes == AlgoRange::kUnbounded && i + 1 != n)
+          maxR.fail("a bound (only the last range is open)");
+        auto algR = e.at("algorithm", "an Open MPI algorithm name");
+        const OmpiAlgorithm* a = findOmpiAlgorithm(*coll, algR.str());
+        if (!a) algR.fail(fmt::format("one of {}", ompiAlgorithmList(*coll)));
+        o.algorithm = a->id;
+        if (auto v = e.find("segsize"))
+          o.segsize = static_cast<uint32_t>(v->integerIn(0, INT32_MAX));
+        if (auto v = e.find("faninout")) o.faninout = static_cast<int>(v->integerIn(0, 32));
+        if (auto v = e.find("predicted_us")) o.predictedUs = v->nonNegative();
+        if (auto v = e.find("engine_us")) o.engineUs = v->nonNegative();
+        expectMin = o.maxBytes;
+        out.push_back(o);
+      }
+      if (out.empty() || out.back().maxBytes != AlgoRange::kUnbounded)
+        ranges.fail("at least one range, the last with max_bytes null (open)");
+      p.openMpi[name] = std::move(out);
     }
   }
   if (auto cw = r.find("chunk_weights")) {

@@ -25,18 +25,34 @@ namespace rankmap {
 struct AlgoRange {
   static constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
   uint64_t minBytes = 0;
-  uint64_t maxBytes = kUnbounded;  // "max_bytes": null in JSON
+  uint64_t maxBytes = kUnbounded;          // "max_bytes": null in JSON
   Algorithm algorithm = Algorithm::kRing;  // a plan algorithm (isPlanAlgorithm)
-  double predictedUs = 0;          // at the geometric middle of the range (or minBytes*2 if open)
-  double predictedBusbwGBps = 0;   // nccl-tests busbw, GB/s
-  double lowerBoundUs = 0;         // 2(n-1)/n * S / B_bottleneck for allreduce
+  double predictedUs = 0;         // at the geometric middle of the range (or minBytes*2 if open)
+  double predictedBusbwGBps = 0;  // nccl-tests busbw, GB/s
+  double lowerBoundUs = 0;        // 2(n-1)/n * S / B_bottleneck for allreduce
   bool operator==(const AlgoRange&) const = default;
+};
+
+// One message-size range of Open MPI's decision for a collective (coll_tuned rules for a
+// communicator of the plan's world size, in plan order): [minBytes, maxBytes) of the message size
+// as coll_tuned measures it (the whole buffer: count x type size for allreduce, bcast and
+// reduce; all ranks' blocks together for allgather and reduce_scatter), the algorithm to run
+// there and its parameters.
+struct OmpiRange {
+  uint64_t minBytes = 0;
+  uint64_t maxBytes = AlgoRange::kUnbounded;  // "max_bytes": null in JSON
+  int algorithm = 0;       // an id of common/openmpi.h; "algorithm" is its name in JSON
+  uint32_t segsize = 0;    // bytes per segment; 0 = unsegmented
+  int faninout = 0;        // chain or tree fan-out; 0 = Open MPI's default
+  double predictedUs = 0;  // at the range's representative size (as AlgoRange::predictedUs)
+  double engineUs = 0;     // the included engine under this plan at that size; 0 = not modelled
+  bool operator==(const OmpiRange&) const = default;
 };
 
 // A weighted spanning tree over host positions in `order` (Blink-style packing).
 struct PackedTree {
-  double weight = 0;         // fraction of the data carried by this tree
-  std::vector<int> parent;   // parent[i] = parent position of host position i; -1 for the root
+  double weight = 0;        // fraction of the data carried by this tree
+  std::vector<int> parent;  // parent[i] = parent position of host position i; -1 for the root
   bool operator==(const PackedTree&) const = default;
 };
 
@@ -53,21 +69,24 @@ struct Prediction {
 struct Plan {
   static constexpr int kSchemaVersion = 1;
 
-  std::vector<std::string> hosts;   // input order (rank order the launcher would use)
-  std::vector<std::string> order;   // host names in new rank order
-  std::vector<int> permutation;     // old rank -> new rank, size hosts.size() * ranksPerHost
+  std::vector<std::string> hosts;  // input order (rank order the launcher would use)
+  std::vector<std::string> order;  // host names in new rank order
+  std::vector<int> permutation;    // old rank -> new rank, size hosts.size() * ranksPerHost
   int ranksPerHost = 1;
   std::vector<HierarchyLevel> groups;
-  double confidence = 0;            // 0..1; 0 = identity fallback
+  double confidence = 0;                                      // 0..1; 0 = identity fallback
   std::map<std::string, std::vector<AlgoRange>> collectives;  // "allreduce" -> ranges
-  std::vector<double> chunkWeights; // per position in `order`; empty = uniform
-  std::vector<PackedTree> trees;    // optional
+  std::vector<double> chunkWeights;  // per position in `order`; empty = uniform
+  std::vector<PackedTree> trees;     // optional
+  // Open MPI's decision per collective ("allreduce", "bcast", ...: common/openmpi.h) for the
+  // world in plan order; empty when the planner did not model Open MPI.
+  std::map<std::string, std::vector<OmpiRange>> openMpi;
   Prediction predicted;
-  std::string topologyHash;         // contentHash() of the source topology; may be empty
-  int64_t epoch = 0;                // topology version the plan was made from
-  std::string topologyTime;         // the topology's measurement time (RFC 3339 UTC); may be
-                                    // empty; the plan's age (common/plan_agreement.h) counts from it
-  std::string hash;                 // "sha256:<hex>" over the canonical content without "hash"
+  std::string topologyHash;  // contentHash() of the source topology; may be empty
+  int64_t epoch = 0;         // topology version the plan was made from
+  std::string topologyTime;  // the topology's measurement time (RFC 3339 UTC); may be
+                             // empty; the plan's age (common/plan_agreement.h) counts from it
+  std::string hash;          // "sha256:<hex>" over the canonical content without "hash"
 
   size_t worldSize() const { return hosts.size() * static_cast<size_t>(ranksPerHost); }
   // Identity plan: order = hosts, permutation = identity, confidence 0.
@@ -86,7 +105,7 @@ struct Plan {
   static Plan fromJson(const Json& doc, std::string_view source);
   static Plan parse(std::string_view text, std::string_view source);
   static Plan load(const std::string& path);
-  Json toJson() const;   // includes "hash"
+  Json toJson() const;  // includes "hash"
   std::string dump() const;
   void save(const std::string& path) const;  // atomic
 

@@ -23,6 +23,16 @@ Plan sample() {
   return p;
 }
 
+// sample() with Open MPI's decision for two collectives.
+Plan sampleWithOpenMpi() {
+  Plan p = sample();
+  p.openMpi["allreduce"] = {{0, 65536, 3, 0, 0, 40, 35},
+                            {65536, AlgoRange::kUnbounded, 4, 0, 0, 5000, 4800}};
+  p.openMpi["bcast"] = {{0, AlgoRange::kUnbounded, 6, 131072, 0, 70, 0}};
+  p.seal();
+  return p;
+}
+
 std::string errorOf(const std::string& text) {
   try {
     Plan::parse(text, "plan.json");
@@ -71,6 +81,49 @@ TEST(Plan, TamperedContentFailsTheHash) {
   EXPECT_NE(m.find("at /hash: expected the content hash"), std::string::npos) << m;
 }
 
+TEST(Plan, OpenMpisDecisionRoundTripsAndIsInTheHash) {
+  Plan p = sampleWithOpenMpi();
+  Plan back = Plan::parse(p.dump(), "plan.json");
+  EXPECT_EQ(back, p);
+  EXPECT_EQ(back.toJson()["open_mpi"]["bcast"][0]["algorithm"], "binomial");
+  // A plan without it keeps its old document and hash: no "open_mpi" field at all.
+  EXPECT_FALSE(sample().toJson().contains("open_mpi"));
+  EXPECT_NE(sample().hash, p.hash);
+  Json j = p.toJson();
+  j["open_mpi"]["allreduce"][1]["algorithm"] = "recursive_doubling";
+  EXPECT_NE(errorOf(j.dump()).find("the content hash"), std::string::npos);
+}
+
+TEST(Plan, MalformedOpenMpiDecisionsNameTheField) {
+  auto base = sampleWithOpenMpi().toJson();
+  struct Case {
+    std::function<void(Json&)> mutate;
+    const char* expect;
+  } cases[] = {
+      {[](Json& j) { j["open_mpi"]["allreduce"][0]["algorithm"] = "magic"; },
+       "at /open_mpi/allreduce/0/algorithm: expected one of 1 basic_linear, 2 nonoverlapping"},
+      {[](Json& j) { j["open_mpi"]["bcast"][0]["algorithm"] = "ring"; },
+       "at /open_mpi/bcast/0/algorithm: expected one of 1 basic_linear"},
+      {[](Json& j) { j["open_mpi"]["alltoall"] = j["open_mpi"]["bcast"]; },
+       "at /open_mpi/alltoall: expected a collective among allreduce, bcast"},
+      {[](Json& j) { j["open_mpi"]["allreduce"][1]["min_bytes"] = 5; },
+       "at /open_mpi/allreduce/1/min_bytes: expected 65536"},
+      {[](Json& j) { j["open_mpi"]["allreduce"][1]["max_bytes"] = 1 << 20; },
+       "the last with max_bytes null"},
+      {[](Json& j) { j["open_mpi"]["bcast"] = Json::array(); }, "at least one range"},
+      {[](Json& j) { j["open_mpi"]["bcast"][0]["segsize"] = -1; },
+       "at /open_mpi/bcast/0/segsize: expected an integer in [0, 2147483647]"},
+      {[](Json& j) { j["open_mpi"]["bcast"][0]["faninout"] = 33; },
+       "at /open_mpi/bcast/0/faninout: expected an integer in [0, 32]"},
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    Json j = base;
+    cases[i].mutate(j);
+    auto m = errorOf(j.dump());
+    EXPECT_NE(m.find(cases[i].expect), std::string::npos) << i << ": " << m;
+  }
+}
+
 TEST(Plan, MalformedPlansNameTheField) {
   auto base = sample().toJson();
   struct Case {
@@ -79,18 +132,29 @@ TEST(Plan, MalformedPlansNameTheField) {
   } cases[] = {
       {[](Json& j) { j.erase("order"); }, "missing field 'order'"},
       {[](Json& j) { j["order"][1] = "vm9"; }, "at /order/1: expected a host listed in /hosts"},
-      {[](Json& j) { j["order"][1] = "vm0"; }, "at /order/1: expected a host name not listed twice"},
+      {[](Json& j) { j["order"][1] = "vm0"; },
+       "at /order/1: expected a host name not listed twice"},
       {[](Json& j) { j["order"].erase(3); }, "at /order: expected an array of 4 elements, got 3"},
       {[](Json& j) { j["permutation"][0] = 1; }, "at /permutation/0: expected 0"},
-      {[](Json& j) { j["permutation"][0] = -1; }, "at /permutation/0: expected an integer in [0, 7]"},
-      {[](Json& j) { j["ranks_per_host"] = 0; }, "at /ranks_per_host: expected an integer in [1, 65536]"},
-      {[](Json& j) { j["ranks_per_host"] = "two"; }, "at /ranks_per_host: expected an integer, got string"},
-      {[](Json& j) { j["collectives"]["allreduce"][0]["algorithm"] = "magic"; }, "at /collectives/allreduce/0/algorithm: expected one of ring"},
-      {[](Json& j) { j["collectives"]["allreduce"][1]["min_bytes"] = 5; }, "at /collectives/allreduce/1/min_bytes: expected 65536"},
-      {[](Json& j) { j["collectives"]["allreduce"][1]["max_bytes"] = 100000; }, "last max_bytes is null"},
-      {[](Json& j) { j["schema_version"] = 99; }, "at /schema_version: expected plan schema version 1"},
+      {[](Json& j) { j["permutation"][0] = -1; },
+       "at /permutation/0: expected an integer in [0, 7]"},
+      {[](Json& j) { j["ranks_per_host"] = 0; },
+       "at /ranks_per_host: expected an integer in [1, 65536]"},
+      {[](Json& j) { j["ranks_per_host"] = "two"; },
+       "at /ranks_per_host: expected an integer, got string"},
+      {[](Json& j) { j["collectives"]["allreduce"][0]["algorithm"] = "magic"; },
+       "at /collectives/allreduce/0/algorithm: expected one of ring"},
+      {[](Json& j) { j["collectives"]["allreduce"][1]["min_bytes"] = 5; },
+       "at /collectives/allreduce/1/min_bytes: expected 65536"},
+      {[](Json& j) { j["collectives"]["allreduce"][1]["max_bytes"] = 100000; },
+       "last max_bytes is null"},
+      {[](Json& j) { j["schema_version"] = 99; },
+       "at /schema_version: expected plan schema version 1"},
       {[](Json& j) { j["hash"] = 5; }, "at /hash: expected a string"},
-      {[](Json& j) { j["trees"] = Json::array({{{"weight", 1}, {"parent", {-1, -1, 0, 0}}}}); }, "exactly one root"},
+      {[](Json& j) {
+         j["trees"] = Json::array({{{"weight", 1}, {"parent", {-1, -1, 0, 0}}}});
+       },
+       "exactly one root"},
   };
   for (size_t i = 0; i < std::size(cases); ++i) {
     Json j = base;
@@ -103,7 +167,8 @@ TEST(Plan, MalformedPlansNameTheField) {
 
 TEST(Plan, EveryTruncationFailsCleanly) {
   std::string text = sample().toJson().dump();  // compact: any proper prefix is incomplete
-  for (size_t len = 0; len < text.size(); len += 5) EXPECT_FALSE(errorOf(text.substr(0, len)).empty()) << len;
+  for (size_t len = 0; len < text.size(); len += 5)
+    EXPECT_FALSE(errorOf(text.substr(0, len)).empty()) << len;
 }
 
 TEST(Plan, RandomByteFlipsNeverCrash) {
