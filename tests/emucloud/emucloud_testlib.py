@@ -77,6 +77,18 @@ def up_args(args, seed=None):
             str(args.seed if seed is None else seed)]
 
 
+# The emulated cloud's calibration of the planner's cost model (docs/planner.md, "Open MPI's
+# algorithms"): the VMs share two CPUs, which move at most kFabricMbit through all links
+# together, and every message step costs kStepOverheadUs of scheduling on top of the latency.
+kFabricMbit = 2000
+kStepOverheadUs = 1500
+
+
+def plan_calibration():
+    """`rankmap plan` arguments that model the emulated cloud (see kFabricMbit)."""
+    return ["--fabric-mbit", f"{kFabricMbit:g}", "--step-overhead-us", f"{kStepOverheadUs:g}"]
+
+
 def require_environment(tools=("ip", "tc", "ethtool", "unshare")):
     """Skips unless root, the tools exist, and a network namespace can be made."""
     if os.geteuid() != 0:
