@@ -2,6 +2,8 @@
 //
 // The plan goes to --out (atomically) or to stdout; the summary goes to stdout when the plan
 // went to a file, else to stderr, so `rankmap plan ... > plan.json` stays a clean document.
+// --predictions FILE also writes every modelled algorithm's predicted time at --sizes in the
+// plan's order (the engine's and Open MPI's), for calibration against measured runs.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -12,6 +14,8 @@
 #include "cli/command.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/json.h"
+#include "common/openmpi.h"
 #include "reorder/planner.h"
 #include "reorder/report.h"
 
@@ -27,6 +31,11 @@ struct PlanArgs {
   std::string ringSize = "16MiB";
   bool useGroups = false;
   bool uniformShares = false;
+  double stepOverheadUs = 0;
+  double fabricMbit = 0;  // 0 = unlimited
+  bool noOpenMpi = false;
+  std::string predictions;
+  std::string sizes = "64K,256K,1M,4M,16M,64M";
 };
 
 // A file the user named that cannot be read is bad input (exit 2), not a failure of ours.
@@ -38,12 +47,75 @@ Topology loadTopology(const std::string& path) {
   }
 }
 
+// "ring", "segmented_ring seg=131072", "chain seg=32768 fanout=4": a key per modelled line.
+std::string mpiKey(const OmpiCollective& coll, const reorder::MpiAlgoCost& c) {
+  const OmpiAlgorithm* a = findOmpiAlgorithm(coll, c.algorithm);
+  std::string key = a ? std::string(a->name) : std::to_string(c.algorithm);
+  // Nonoverlapping's lines are pairs of the collective's reduce and bcast: one key, the best.
+  if (c.algorithm == 2 && (coll.name == "allreduce")) return key;
+  if (c.algorithm == 1 && (coll.name == "reduce_scatter")) return key;
+  if (c.segsize) key += fmt::format(" seg={}", c.segsize);
+  if (c.faninout) key += fmt::format(" fanout={}", c.faninout);
+  return key;
+}
+
+// {"ranks", "order", "sizes", "engine": {collective: {algorithm: {size: us}}}, "open_mpi": ...}:
+// the lowest line per key at each size.
+void writePredictions(const std::string& path, const std::string& sizesText,
+                      const reorder::PlanResult& r) {
+  std::vector<uint64_t> sizes;
+  for (size_t pos = 0; pos <= sizesText.size();) {
+    size_t comma = sizesText.find(',', pos);
+    if (comma == std::string::npos) comma = sizesText.size();
+    std::string item = sizesText.substr(pos, comma - pos);
+    auto v = parseSize(item);
+    if (!v || *v == 0)
+      throw InvalidInput(fmt::format("--sizes '{}': expected sizes such as 64K,1M", sizesText));
+    sizes.push_back(*v);
+    pos = comma + 1;
+  }
+  Json doc;
+  doc["ranks"] = r.plan.worldSize();
+  doc["order"] = r.plan.order;
+  doc["sizes"] = sizes;
+  Json engine = Json::object(), mpi = Json::object();
+  for (const auto& [coll, costs] : r.algorithms) {
+    Json c = Json::object();
+    for (const auto& a : costs)
+      if (a.available)
+        for (uint64_t s : sizes)
+          c[std::string(algorithmName(a.algo))][std::to_string(s)] = a.timeUs(double(s));
+    engine[coll] = std::move(c);
+  }
+  for (const auto& [coll, costs] : r.mpiAlgorithms) {
+    const OmpiCollective* oc = findOmpiCollective(coll);
+    Json c = Json::object();
+    for (const auto& a : costs) {
+      if (!a.available) continue;
+      std::string key = mpiKey(*oc, a);
+      for (uint64_t s : sizes) {
+        std::string sk = std::to_string(s);
+        double t = a.timeUs(double(s));
+        if (!c.contains(key) || !c[key].contains(sk) || c[key][sk].get<double>() > t)
+          c[key][sk] = t;
+      }
+    }
+    mpi[coll] = std::move(c);
+  }
+  doc["engine"] = std::move(engine);
+  doc["open_mpi"] = std::move(mpi);
+  writeFileAtomic(path, doc.dump(1) + "\n");
+}
+
 int runPlan(const PlanArgs& a) {
   reorder::PlanOptions o;
   o.ranksPerHost = a.ranksPerHost;
   o.source = a.topology;
   o.useTopologyGroups = a.useGroups;
   o.chunkWeights = !a.uniformShares;
+  o.stepOverheadUs = a.stepOverheadUs;
+  if (a.fabricMbit > 0) o.fabricMbps = a.fabricMbit;
+  o.openMpi = !a.noOpenMpi;
   if (!a.collectives.empty()) {
     o.collectives.clear();
     for (const auto& c : a.collectives) {
@@ -70,6 +142,7 @@ int runPlan(const PlanArgs& a) {
     t = reorder::selectHosts(t, hosts, a.hosts, a.topology);
   }
   reorder::PlanResult r = reorder::planTopology(t, o);
+  if (!a.predictions.empty()) writePredictions(a.predictions, a.sizes, r);
   std::string summary = reorder::planSummary(r);
   if (a.out.empty()) {
     std::fputs(r.plan.dump().c_str(), stdout);
@@ -103,6 +176,21 @@ void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                 "Use the topology's \"groups\" instead of inferring them");
   cmd->add_flag("--uniform-shares", args->uniformShares,
                 "No chunk weights: hier with uniform shares (to compare with the weighted plan)");
+  cmd->add_option("--step-overhead-us", args->stepOverheadUs,
+                  "Software cost of each message step in microseconds, on top of the measured "
+                  "latency (default 0)")
+      ->check(CLI::Range(0.0, 1e7));
+  cmd->add_option("--fabric-mbit", args->fabricMbit,
+                  "Aggregate rate of all flows together, Mbit/s: the CPUs of an emulated cloud on "
+                  "one machine (default unlimited)")
+      ->check(CLI::Range(0.0, 1e9));
+  cmd->add_flag("--no-open-mpi", args->noOpenMpi,
+                "Do not model Open MPI's algorithms (no \"open_mpi\" decision in the plan)");
+  cmd->add_option("--predictions", args->predictions,
+                  "Also write every modelled algorithm's predicted time (us) at --sizes, in the "
+                  "plan's order, to this JSON file");
+  cmd->add_option("--sizes", args->sizes,
+                  "Message sizes for --predictions (default 64K,256K,1M,4M,16M,64M)");
   cmd->add_option("--out,-o", args->out, "Write the plan here (default: stdout)");
   cmd->callback([&run, args] { run = [args] { return runPlan(*args); }; });
 }

@@ -1,9 +1,11 @@
 // `rankmap run [--plan P | --topology T | --agent URL] [--mode launch|shim|auto] [--dry-run]
 //  -- mpirun ARGS...`: runs a job with its ranks in plan order (launch/launch.h).
 //
-// It prints one line on stderr saying what it did and why. Whatever goes wrong with the plan or
-// the command line (no plan, a plan for other hosts, options it does not understand), it runs the
-// original command unchanged and says so: it never blocks a job. Its exit status is the job's.
+// It prints one line on stderr saying what it did and why (and one more for each thing the user
+// should know: their coll_tuned settings win, the rules could not be handed over, the engine is
+// predicted faster). Whatever goes wrong with the plan or the command line (no plan, a plan for
+// other hosts, options it does not understand), it runs the original command unchanged and says
+// so: it never blocks a job. Its exit status is the job's.
 #include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -15,7 +17,9 @@
 
 #include "cli/command.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "launch/launch.h"
+#include "launch/ompi_rules.h"
 #include "launch/plan_source.h"
 #include "launch/process.h"
 #include "launch/run_dir.h"
@@ -37,15 +41,33 @@ struct RunArgs {
   std::string hostsFile;
   std::string rsh = "ssh";
   std::string trackerAddr;
+  std::string rulesOut;  // keep Open MPI's coll_tuned rules in this file
 };
+
+// coll_tuned settings of the user's outside the command line: OMPI_MCA_* variables of this
+// process (mpirun passes them to every rank) and the mca-params files Open MPI reads.
+std::optional<std::string> userCollTunedOutside() {
+  launch::CollTunedSources src;
+  src.env = launch::processEnv;
+  src.read = [](const std::string& path) -> std::optional<std::string> {
+    try {
+      return readFile(path, 1u << 20);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
+  for (char** e = environ; e && *e; ++e) src.environment.emplace_back(*e);
+  return launch::userCollTunedOutside(src);
+}
 
 // librankmap_mpi.so: RANKMAP_MPI_SHIM, else beside this binary (build tree or installed).
 std::string findShimLib(const Config& cfg) {
   const auto& set = cfg.get(settings::kMpiShimLib);
   if (!set.empty()) return set;
   std::string dir = launch::executableDir();
-  for (const char* rel : {"/../shim_mpi/librankmap_mpi.so", "/../lib/librankmap_mpi.so",
-                          "/../lib/x86_64-linux-gnu/librankmap_mpi.so", "/../lib64/librankmap_mpi.so"}) {
+  for (const char* rel :
+       {"/../shim_mpi/librankmap_mpi.so", "/../lib/librankmap_mpi.so",
+        "/../lib/x86_64-linux-gnu/librankmap_mpi.so", "/../lib64/librankmap_mpi.so"}) {
     std::string p = dir + rel;
     char buf[4096];
     if (::access(p.c_str(), R_OK) == 0 && ::realpath(p.c_str(), buf) != nullptr) return buf;
@@ -68,10 +90,9 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
     xo.trackerAddress = a.trackerAddr;
     xo.startTimeout = cfg.get(settings::kXgboostTimeout);
     xo.dryRun = a.dryRun;
-    return launch::runXgboostJob(xo, a.hostsFile, a.command,
-                                 a.plan.empty() ? cfg.get(settings::kPlan) : a.plan,
-                                 a.topology.empty() ? cfg.get(settings::kTopology) : a.topology,
-                                 checks);
+    return launch::runXgboostJob(
+        xo, a.hostsFile, a.command, a.plan.empty() ? cfg.get(settings::kPlan) : a.plan,
+        a.topology.empty() ? cfg.get(settings::kTopology) : a.topology, checks);
   }
 
   std::string why;
@@ -86,10 +107,11 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
     d = launch::unchanged(a.command, why);
   } else {
     launch::PlanResult pr;
-    std::string planPath = !a.plan.empty() ? a.plan : (a.topology.empty() && a.agent.empty()
-                                                           ? cfg.get(settings::kPlan) : "");
-    std::string topoPath = !a.topology.empty() ? a.topology : (a.agent.empty()
-                                                                   ? cfg.get(settings::kTopology) : "");
+    std::string planPath =
+        !a.plan.empty() ? a.plan
+                        : (a.topology.empty() && a.agent.empty() ? cfg.get(settings::kPlan) : "");
+    std::string topoPath =
+        !a.topology.empty() ? a.topology : (a.agent.empty() ? cfg.get(settings::kTopology) : "");
     if (!planPath.empty()) {
       pr = launch::planFromFile(planPath, topoPath);
     } else if (!topoPath.empty()) {
@@ -109,18 +131,52 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
       opts.dir = dir->path();
       opts.planPath = pr.planPath;
       if (mode == launch::Mode::kShim) opts.shimLib = findShimLib(cfg);
+      opts.rules = launch::parseRulesMode(cfg.get(settings::kMpiRules));
+      opts.rulesPath = a.rulesOut;
+      if (opts.rules != launch::RulesMode::kOff) opts.userCollTuned = userCollTunedOutside();
+      opts.engineRouting = cfg.get(settings::kMpiEngine);
       d = launch::prepareRun(*cmd, pr.plan, pr.error, pr.source, pr.known, opts);
-      if (!a.dryRun) dir->write(d.command.files);
+      if (!a.dryRun) {
+        dir->write(d.command.files);
+        if (d.rules && d.rules->kept) writeFileAtomic(d.rules->path, d.rules->content);
+        if (d.rules) dir->write(d.rules->check.files);
+      }
+    } catch (const InvalidInput&) {
+      throw;  // a bad RANKMAP_MPI_RULES: the user's to fix, before anything runs
     } catch (const std::exception& e) {
       d = launch::unchanged(a.command, fmt::format("cannot prepare the job's files: {}", e.what()));
     }
   }
   std::fprintf(stderr, "%s\n", d.message.c_str());
+  if (d.rules && !d.rules->check.argv.empty() && !a.dryRun) {
+    // Every rank reads the rules at MPI_Init: ranks that could not would run Open MPI's own
+    // algorithms against the others' and hang or fail. So all of them, or none.
+    auto limit = cfg.get(settings::kMpiRulesTimeout);
+    if (!launch::runQuietly(d.rules->check.argv, Deadline::after(limit))) {
+      d.command.argv = d.rules->withoutRules;
+      d.notes.insert(
+          d.notes.begin(),
+          fmt::format("rankmap run: Open MPI's coll_tuned rules not used: a host of the job "
+                      "cannot read {} (or the check did not end within {} ms); the job runs "
+                      "with Open MPI's own algorithms (put RANKMAP_RUN_DIR on a file system every "
+                      "host sees, or set RANKMAP_MPI_RULES=1 when it is)",
+                      d.rules->path, limit.count()));
+    }
+  }
+  for (const auto& note : d.notes) std::fprintf(stderr, "%s\n", note.c_str());
   std::fflush(stderr);
   if (a.dryRun) {
     fmt::print("{}\n", launch::shellJoin(d.command.argv));
     for (const auto& [path, content] : d.command.files)
       fmt::print("# {} (written for a real run):\n{}", path, content);
+    if (d.rules && d.rules->kept)
+      fmt::print("# {} (written for a real run, and kept):\n{}", d.rules->path, d.rules->content);
+    if (d.rules && !d.rules->check.argv.empty()) {
+      fmt::print("# before the job, the rules are used only if this exits 0 on every host:\n{}\n",
+                 launch::shellJoin(d.rules->check.argv));
+      for (const auto& [path, content] : d.rules->check.files)
+        fmt::print("# {} (written for a real run):\n{}", path, content);
+    }
     return 0;
   }
   return launch::runAndWait(d.command.argv);
@@ -136,19 +192,28 @@ void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->add_option("--topology", a->topology,
                   "topology.json: plan for the job's hosts from it; with --plan, only host "
                   "addresses are taken from it (default RANKMAP_TOPOLOGY)");
-  cmd->add_option("--agent", a->agent, "URL of the rankmapd to ask for a plan (default RANKMAP_AGENT)");
+  cmd->add_option("--agent", a->agent,
+                  "URL of the rankmapd to ask for a plan (default RANKMAP_AGENT)");
   cmd->add_option("--mode", a->mode,
                   "launch: rewrite the hostfile in plan order; shim: preload librankmap_mpi.so; "
                   "auto: launch (default)");
   cmd->add_flag("--dry-run", a->dryRun, "Print the command (and files) instead of running it");
-  cmd->add_option("--xgboost", a->xgboost,
-                  "Run an XGBoost job of N workers: rankmap run is its tracker, ranks in plan order");
-  cmd->add_option("--hosts", a->hostsFile, "--xgboost: hosts file, one host per line, launcher order "
+  cmd->add_option(
+      "--xgboost", a->xgboost,
+      "Run an XGBoost job of N workers: rankmap run is its tracker, ranks in plan order");
+  cmd->add_option("--hosts", a->hostsFile,
+                  "--xgboost: hosts file, one host per line, launcher order "
                   "(default the plan's hosts)");
-  cmd->add_option("--rsh", a->rsh, "--xgboost: remote start command, called as RSH HOST COMMAND "
+  cmd->add_option("--rsh", a->rsh,
+                  "--xgboost: remote start command, called as RSH HOST COMMAND "
                   "(default ssh)");
-  cmd->add_option("--tracker-addr", a->trackerAddr, "--xgboost: tracker address (default the "
+  cmd->add_option("--tracker-addr", a->trackerAddr,
+                  "--xgboost: tracker address (default the "
                   "local address that reaches the first host)");
+  cmd->add_option("--rules-out", a->rulesOut,
+                  "mpirun: write Open MPI's coll_tuned rules from the plan to this file and keep "
+                  "it (it must be readable at this path on every host); default: a private file "
+                  "removed after the job");
   cmd->add_option("command", a->command, "The launcher command line, after --")->required();
   cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return runCommand(ctx, *a); }; });
 }

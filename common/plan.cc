@@ -7,6 +7,7 @@
 #include "common/crypto.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/openmpi.h"
 
 namespace rankmap {
 
@@ -68,6 +69,27 @@ Json contentJson(const Plan& p) {
     colls[name] = std::move(arr);
   }
   j["collectives"] = std::move(colls);
+  // Written only when present, so that plans without it keep their hash.
+  if (!p.openMpi.empty()) {
+    Json ompi = Json::object();
+    for (const auto& [name, ranges] : p.openMpi) {
+      const OmpiCollective* coll = findOmpiCollective(name);
+      Json arr = Json::array();
+      for (const auto& r : ranges) {
+        const OmpiAlgorithm* a = coll ? findOmpiAlgorithm(*coll, r.algorithm) : nullptr;
+        arr.push_back(
+            {{"min_bytes", r.minBytes},
+             {"max_bytes", r.maxBytes == AlgoRange::kUnbounded ? Json(nullptr) : Json(r.maxBytes)},
+             {"algorithm", a ? a->name : std::string_view("?")},
+             {"segsize", r.segsize},
+             {"faninout", r.faninout},
+             {"predicted_us", r.predictedUs},
+             {"engine_us", r.engineUs}});
+      }
+      ompi[name] = std::move(arr);
+    }
+    j["open_mpi"] = std::move(ompi);
+  }
   j["chunk_weights"] = p.chunkWeights;
   Json trees = Json::array();
   for (const auto& t : p.trees) trees.push_back({{"weight", t.weight}, {"parent", t.parent}});
@@ -206,6 +228,43 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
       if (!out.empty() && out.back().maxBytes != AlgoRange::kUnbounded)
         ranges.fail("ranges whose last max_bytes is null (open)");
       p.collectives[name] = std::move(out);
+    }
+  }
+  if (auto om = r.find("open_mpi")) {
+    om->expectObject();
+    for (const auto& [name, val] : om->json().items()) {
+      JsonReader ranges(val, source, om->path() + "/" + name);
+      const OmpiCollective* coll = findOmpiCollective(name);
+      if (!coll) ranges.fail(fmt::format("a collective among {}", ompiCollectiveList()));
+      std::vector<OmpiRange> out;
+      uint64_t expectMin = 0;
+      for (size_t i = 0, n = ranges.arraySize(); i < n; ++i) {
+        auto e = ranges.at(i);
+        OmpiRange o;
+        auto minR = e.at("min_bytes", "an integer");
+        o.minBytes = minR.unsignedInt();
+        if (o.minBytes != expectMin)
+          minR.fail(fmt::format("{} (ranges contiguous from 0)", expectMin));
+        auto maxR = e.at("max_bytes", "an integer or null");
+        o.maxBytes = maxR.isNull() ? AlgoRange::kUnbounded : maxR.unsignedInt();
+        if (o.maxBytes <= o.minBytes) maxR.fail("a bound greater than min_bytes");
+        if (o.maxBytes == AlgoRange::kUnbounded && i + 1 != n)
+          maxR.fail("a bound (only the last range is open)");
+        auto algR = e.at("algorithm", "an Open MPI algorithm name");
+        const OmpiAlgorithm* a = findOmpiAlgorithm(*coll, algR.str());
+        if (!a) algR.fail(fmt::format("one of {}", ompiAlgorithmList(*coll)));
+        o.algorithm = a->id;
+        if (auto v = e.find("segsize"))
+          o.segsize = static_cast<uint32_t>(v->integerIn(0, INT32_MAX));
+        if (auto v = e.find("faninout")) o.faninout = static_cast<int>(v->integerIn(0, 32));
+        if (auto v = e.find("predicted_us")) o.predictedUs = v->nonNegative();
+        if (auto v = e.find("engine_us")) o.engineUs = v->nonNegative();
+        expectMin = o.maxBytes;
+        out.push_back(o);
+      }
+      if (out.empty() || out.back().maxBytes != AlgoRange::kUnbounded)
+        ranges.fail("at least one range, the last with max_bytes null (open)");
+      p.openMpi[name] = std::move(out);
     }
   }
   if (auto cw = r.find("chunk_weights")) {

@@ -33,6 +33,22 @@ struct AlgoRange {
   bool operator==(const AlgoRange&) const = default;
 };
 
+// One message-size range of Open MPI's decision for a collective (coll_tuned rules for a
+// communicator of the plan's world size, in plan order): [minBytes, maxBytes) of the message size
+// as coll_tuned measures it (the whole buffer: count x type size for allreduce, bcast and
+// reduce; all ranks' blocks together for allgather and reduce_scatter), the algorithm to run
+// there and its parameters.
+struct OmpiRange {
+  uint64_t minBytes = 0;
+  uint64_t maxBytes = AlgoRange::kUnbounded;  // "max_bytes": null in JSON
+  int algorithm = 0;       // an id of common/openmpi.h; "algorithm" is its name in JSON
+  uint32_t segsize = 0;    // bytes per segment; 0 = unsegmented
+  int faninout = 0;        // chain or tree fan-out; 0 = Open MPI's default
+  double predictedUs = 0;  // at the range's representative size (as AlgoRange::predictedUs)
+  double engineUs = 0;     // the included engine under this plan at that size; 0 = not modelled
+  bool operator==(const OmpiRange&) const = default;
+};
+
 // A weighted spanning tree over host positions in `order` (Blink-style packing).
 struct PackedTree {
   double weight = 0;        // fraction of the data carried by this tree
@@ -81,6 +97,9 @@ struct Plan {
   std::map<std::string, std::vector<AlgoRange>> collectives;  // "allreduce" -> ranges
   std::vector<double> chunkWeights;  // per position in `order`; empty = uniform
   std::vector<PackedTree> trees;     // optional
+  // Open MPI's decision per collective ("allreduce", "bcast", ...: common/openmpi.h) for the
+  // world in plan order; empty when the planner did not model Open MPI.
+  std::map<std::string, std::vector<OmpiRange>> openMpi;
   Prediction predicted;
   // Per collective of `collectives`: the cost model the ranges were chosen from. Empty in
   // identity plans and in plans written before it existed ("models" absent in JSON).

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/plan_agreement.h"
 #include "launch/mpirun.h"
+#include "launch/ompi_rules.h"
 #include "launch/slurm.h"
 
 namespace rankmap::launch {
@@ -38,7 +39,56 @@ std::string stripUser(const std::string& spelling) {
   return at == std::string::npos ? spelling : spelling.substr(at + 1);
 }
 
+// Hands Open MPI the plan's coll_tuned rules in `d` (whose command starts the job in plan order,
+// or keeps the launcher's order when the plan does): when the setting allows, the launcher runs
+// Open MPI, the plan holds rules for the job's world and no setting of the user's decides
+// coll_tuned (then one line in d.notes says which). Returns the words for the main message:
+// the rules file, or that the plan has no decision for the job; "" when there is nothing to say.
+std::string addCollRules(const LaunchCommand& cmd, const Plan& p, const RunOptions& opts,
+                         RunDecision& d) {
+  if (opts.rules == RulesMode::kOff) return "";
+  auto onCommandLine = cmd.collTunedOnCommandLine();
+  if (!onCommandLine) return "";  // not an Open MPI launcher
+  std::string user = !onCommandLine->empty() ? *onCommandLine : opts.userCollTuned.value_or("");
+  if (!user.empty()) {
+    d.notes.push_back(
+        fmt::format("rankmap run: Open MPI's coll_tuned rules from the plan not "
+                    "added: your setting decides ({})",
+                    user));
+    return "";
+  }
+  std::string content = collTunedRules(p);
+  if (content.empty())
+    return fmt::format(
+        ", Open MPI's own algorithms (the plan has no Open MPI decision for {} ranks)",
+        p.worldSize());
+  RulesDecision r;
+  r.kept = !opts.rulesPath.empty();
+  r.path = r.kept ? opts.rulesPath : opts.dir + "/coll_tuned_rules.conf";
+  r.content = std::move(content);
+  r.withoutRules = d.command.argv;
+  if (opts.rules == RulesMode::kAuto) r.check = cmd.everyHostReads(r.path, opts.dir);
+  d.command.argv = cmd.withCollRules(d.command.argv, r.path);
+  if (!r.kept) d.command.files.emplace_back(r.path, r.content);
+  std::string text = fmt::format(", Open MPI's algorithms from the plan (coll_tuned rules {}{})",
+                                 r.path, r.check.argv.empty() ? "" : ", if every host reads them");
+  d.rules = std::move(r);
+  return text;
+}
+
+void addEngineAdvice(const Plan& p, const RunOptions& opts, RunDecision& d) {
+  if (opts.engineRouting) return;
+  if (auto advice = engineAdvice(p)) d.notes.push_back(*advice);
+}
+
 }  // namespace
+
+RulesMode parseRulesMode(const std::string& text) {
+  if (text == "0" || text == "off") return RulesMode::kOff;
+  if (text == "auto") return RulesMode::kAuto;
+  if (text == "1" || text == "on") return RulesMode::kOn;
+  RANKMAP_THROW(InvalidInput, "RANKMAP_MPI_RULES={:?}: expected auto, 1 (on) or 0 (off)", text);
+}
 
 int Job::worldSize() const {
   int n = 0;
@@ -68,7 +118,8 @@ std::unique_ptr<LaunchCommand> parseLaunchCommand(const std::vector<std::string>
     }
   }
   if (!isMpirun(argv[0])) {
-    why = fmt::format("{} is not a launcher rankmap run knows (mpirun, mpiexec, orterun, srun)", argv[0]);
+    why = fmt::format("{} is not a launcher rankmap run knows (mpirun, mpiexec, orterun, srun)",
+                      argv[0]);
     return nullptr;
   }
   try {
@@ -88,9 +139,12 @@ Mode parseMode(const std::string& text) {
 
 const char* modeName(Mode m) {
   switch (m) {
-    case Mode::kLaunch: return "launch";
-    case Mode::kShim: return "shim";
-    case Mode::kAuto: return "auto";
+    case Mode::kLaunch:
+      return "launch";
+    case Mode::kShim:
+      return "shim";
+    case Mode::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -113,8 +167,9 @@ std::vector<std::string> matchHosts(const std::vector<JobHost>& hosts,
       name = it->second;
     } else {
       RANKMAP_THROW(InvalidInput, "job host {} is not in the plan ({} host(s): {}{})", h.spelling,
-                    planHosts.size(), fmt::join(planHosts.begin(),
-                                                planHosts.begin() + std::min<size_t>(4, planHosts.size()), ","),
+                    planHosts.size(),
+                    fmt::join(planHosts.begin(),
+                              planHosts.begin() + std::min<size_t>(4, planHosts.size()), ","),
                     planHosts.size() > 4 ? ",..." : "");
     }
     auto [it, fresh] = seen.emplace(name, h.spelling);
@@ -125,14 +180,19 @@ std::vector<std::string> matchHosts(const std::vector<JobHost>& hosts,
   }
   for (const auto& p : planHosts)
     if (!seen.count(p))
-      RANKMAP_THROW(InvalidInput, "plan host {} is not a host of the job (plan for {} hosts, job "
-                    "on {})", p, planHosts.size(), hosts.size());
+      RANKMAP_THROW(InvalidInput,
+                    "plan host {} is not a host of the job (plan for {} hosts, job "
+                    "on {})",
+                    p, planHosts.size(), hosts.size());
   return names;
 }
 
-Plan adaptPlan(const Plan& plan, const std::vector<std::string>& hostsInJobOrder, int ranksPerHost) {
+Plan adaptPlan(const Plan& plan, const std::vector<std::string>& hostsInJobOrder,
+               int ranksPerHost) {
   Plan p = plan;
   p.hosts = hostsInJobOrder;
+  // Open MPI's decision was modelled for the plan's world size: not for another one.
+  if (ranksPerHost != p.ranksPerHost) p.openMpi.clear();
   p.ranksPerHost = ranksPerHost;
   p.derivePermutation();
   p.seal();
@@ -150,7 +210,8 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
                        const std::string& planError, const PlanSource& source,
                        const std::vector<Host>& known, const RunOptions& opts) {
   const auto& argv = cmd.argv();
-  if (!plan) return unchanged(argv, fmt::format("no plan from {}: {}", source.description, planError));
+  if (!plan)
+    return unchanged(argv, fmt::format("no plan from {}: {}", source.description, planError));
   const Job& job = cmd.job();
   std::vector<std::string> names;
   try {
@@ -177,9 +238,11 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
   if (mode == Mode::kShim) {
     if (!k)
       return unchanged(argv, fmt::format("shim mode needs the same number of ranks on every "
-                                         "host; the job runs {}", describeCounts(job)));
+                                         "host; the job runs {}",
+                                         describeCounts(job)));
     if (!job.contiguous)
-      return unchanged(argv, "shim mode needs each host's ranks contiguous in the launcher's order");
+      return unchanged(argv,
+                       "shim mode needs each host's ranks contiguous in the launcher's order");
     if (opts.shimLib.empty())
       return unchanged(argv, "shim mode: librankmap_mpi.so not found (set RANKMAP_MPI_SHIM)");
     std::string planPath = opts.planPath;
@@ -197,10 +260,13 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
     d.command.argv = std::move(c.argv);
     d.command.files.insert(d.command.files.end(), c.files.begin(), c.files.end());
     d.applied = true;
-    d.message = fmt::format("rankmap run: shim mode: plan {} from {}{}: every rank preloads {} "
-                            "and reorders MPI_COMM_WORLD ({}); {}",
-                            shortPlanHash(p.hash), source.description, notes, opts.shimLib,
-                            describeCounts(job), prediction(p, true));
+    std::string rules = addCollRules(cmd, p, opts, d);
+    d.message = fmt::format(
+        "rankmap run: shim mode: plan {} from {}{}: every rank preloads {} "
+        "and reorders MPI_COMM_WORLD ({}){}; {}",
+        shortPlanHash(p.hash), source.description, notes, opts.shimLib, describeCounts(job), rules,
+        prediction(p, true));
+    addEngineAdvice(p, opts, d);
     d.plan = std::move(p);
     return d;
   }
@@ -219,20 +285,38 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
     same = same && idx[i] == i;
   }
   if (same) {
-    RunDecision d = unchanged(argv, fmt::format("plan {} from {} keeps the launcher's host order",
-                                                shortPlanHash(p.hash), source.description));
+    // The launcher's order is the plan's: only Open MPI's algorithms can change.
+    RunDecision d;
+    d.command.argv = argv;
+    std::string rules = addCollRules(cmd, p, opts, d);
+    if (d.rules) {
+      d.applied = true;
+      d.message = fmt::format(
+          "rankmap run: launch mode: plan {} from {}{} keeps the launcher's "
+          "host order{}",
+          shortPlanHash(p.hash), source.description, notes, rules);
+    } else {
+      std::vector<std::string> kept = std::move(d.notes);
+      d = unchanged(argv, fmt::format("plan {} from {} keeps the launcher's host order{}",
+                                      shortPlanHash(p.hash), source.description, rules));
+      d.notes = std::move(kept);
+    }
+    addEngineAdvice(p, opts, d);
     d.plan = std::move(p);
     return d;
   }
   RunDecision d;
   d.command = cmd.launchInOrder(ordered, opts.dir);
   d.applied = true;
-  d.message = fmt::format("rankmap run: launch mode: plan {} from {}{}: {} in plan order ({} "
-                          "with --mca rmaps seq); {}",
-                          shortPlanHash(p.hash), source.description, notes, describeCounts(job),
-                          d.command.files.empty() ? std::string("hostfile")
-                                                  : d.command.files[0].first,
-                          prediction(p, inputIsJobOrder));
+  std::string hostfile =
+      d.command.files.empty() ? std::string("hostfile") : d.command.files[0].first;
+  std::string rules = addCollRules(cmd, p, opts, d);
+  d.message = fmt::format(
+      "rankmap run: launch mode: plan {} from {}{}: {} in plan order ({} "
+      "with --mca rmaps seq){}; {}",
+      shortPlanHash(p.hash), source.description, notes, describeCounts(job), hostfile, rules,
+      prediction(p, inputIsJobOrder));
+  addEngineAdvice(p, opts, d);
   d.plan = std::move(p);
   return d;
 }
@@ -242,15 +326,18 @@ std::string shellJoin(const std::vector<std::string>& argv) {
   for (const auto& w : argv) {
     if (!out.empty()) out += ' ';
     bool plain = !w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
-      return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("-_./=:,+@%").find(c) != std::string_view::npos;
+      return std::isalnum(static_cast<unsigned char>(c)) ||
+             std::string_view("-_./=:,+@%").find(c) != std::string_view::npos;
     });
     if (plain) {
       out += w;
     } else {
       out += '\'';
       for (char c : w) {
-        if (c == '\'') out += "'\\''";
-        else out += c;
+        if (c == '\'')
+          out += "'\\''";
+        else
+          out += c;
       }
       out += '\'';
     }

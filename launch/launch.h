@@ -62,9 +62,28 @@ class LaunchCommand {
   virtual const Job& job() const = 0;
   // Launch mode: a command that starts the same ranks with the hosts in `ordered` order (the same
   // hosts and counts as job(), permuted). Files go into `dir`.
-  virtual Command launchInOrder(const std::vector<JobHost>& ordered, const std::string& dir) const = 0;
+  virtual Command launchInOrder(const std::vector<JobHost>& ordered,
+                                const std::string& dir) const = 0;
   // Shim mode: the original placement, every rank preloading `shimLib` with RANKMAP_PLAN=planPath.
   virtual Command withShim(const std::string& shimLib, const std::string& planPath) const = 0;
+
+  // Open MPI's coll_tuned rules (launch/ompi_rules.h). Launchers of Open MPI jobs return the
+  // user's own setting on the command line that decides coll_tuned's choice ("--mca
+  // coll_tuned_allreduce_algorithm 4"), or "" when there is none; others return nullopt, and
+  // rankmap run never adds rules to them.
+  virtual std::optional<std::string> collTunedOnCommandLine() const { return std::nullopt; }
+  // `argv` (this command, rewritten) with the options that hand Open MPI the rules in `path`.
+  virtual std::vector<std::string> withCollRules(std::vector<std::string> argv,
+                                                 const std::string& path) const {
+    (void)path;
+    return argv;
+  }
+  // A command that exits 0 only when every host of the job can read `path` (files in `dir`).
+  virtual Command everyHostReads(const std::string& path, const std::string& dir) const {
+    (void)path;
+    (void)dir;
+    return {};
+  }
 };
 
 // Reads argv with the launcher that recognises argv[0]. Returns nullptr with `why` set when no
@@ -86,19 +105,43 @@ struct PlanSource {
   bool madeForJob = false;
 };
 
+// RANKMAP_MPI_RULES: whether Open MPI gets the plan's coll_tuned rules. kAuto adds them when
+// every host of the job can read the file (checked before the job starts); kOn without the check.
+enum class RulesMode { kOff, kAuto, kOn };
+RulesMode parseRulesMode(const std::string& text);  // 0/off, auto, 1/on; throws InvalidInput
+
 struct RunOptions {
   Mode mode = Mode::kAuto;
-  std::string dir;            // where files go (hostfile, adapted plan)
-  std::string shimLib;        // shim mode: librankmap_mpi.so
-  std::string planPath;       // the plan's file when it is one and usable as is; may be empty
+  std::string dir;       // where files go (hostfile, adapted plan, rules)
+  std::string shimLib;   // shim mode: librankmap_mpi.so
+  std::string planPath;  // the plan's file when it is one and usable as is; may be empty
+  RulesMode rules = RulesMode::kOff;
+  std::string rulesPath;  // where the rules go when they are to be kept; empty = dir
+  // The user's coll_tuned settings outside the command line (ompi_rules.h userCollTunedOutside).
+  std::optional<std::string> userCollTuned;
+  bool engineRouting = false;  // RANKMAP_MPI_ENGINE is on: the engine's advice is moot
+};
+
+// Open MPI's coll_tuned rules in a decision: `path` holds `content` (among command.files unless
+// `kept`, which rankmap run writes itself and leaves in place). When `check` has a command, it
+// must exit 0 before the job starts; otherwise `withoutRules` runs instead.
+struct RulesDecision {
+  std::string path;
+  std::string content;
+  bool kept = false;
+  Command check;
+  std::vector<std::string> withoutRules;
 };
 
 // The decision: `command` is what to run; `applied` says whether a plan changed it; `message` is
-// the one line for stderr; `plan` is the plan as applied (possibly adapted to the job).
+// the one line for stderr (and `notes`, one line each, for what else the user should know);
+// `plan` is the plan as applied (possibly adapted to the job).
 struct RunDecision {
   bool applied = false;
   Command command;
   std::string message;
+  std::vector<std::string> notes;
+  std::optional<RulesDecision> rules;
   std::optional<Plan> plan;
 };
 
@@ -110,7 +153,8 @@ std::vector<std::string> matchHosts(const std::vector<JobHost>& hosts,
                                     const std::vector<Host>& known);
 
 // `plan` re-expressed for a job whose launcher order is `hostsInJobOrder` with `ranksPerHost`
-// ranks each: same ring order, new permutation, resealed (so a new hash).
+// ranks each: same ring order, new permutation, resealed (so a new hash). Open MPI's decision
+// (Plan::openMpi) is dropped when the ranks per host change: it was modelled for another world.
 Plan adaptPlan(const Plan& plan, const std::vector<std::string>& hostsInJobOrder, int ranksPerHost);
 
 // Decides what to run. Never throws for a bad plan or job: those give the original command with

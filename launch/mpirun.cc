@@ -6,19 +6,22 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "launch/ompi_rules.h"
 
 namespace rankmap::launch {
 namespace {
 
 // How rankmap run treats an option.
 enum class OptKind {
-  kPlain,        // no effect on placement; kept as is
-  kNp,           // -np N
-  kHostfile,     // --hostfile F
-  kHosts,        // --host LIST
-  kMca,          // --mca KEY VALUE: looked at (rmaps*, hostfile keys)
-  kExport,       // -x VAR[=VALUE]
-  kPlacement,    // places ranks in a way rankmap run does not model: refuse
+  kPlain,      // no effect on placement; kept as is
+  kLaunch,     // no effect on placement, needed to start processes on the hosts: kept as is,
+               // also in the check that every host reads the rules file
+  kNp,         // -np N
+  kHostfile,   // --hostfile F
+  kHosts,      // --host LIST
+  kMca,        // --mca KEY VALUE: looked at (rmaps*, hostfile keys)
+  kExport,     // -x VAR[=VALUE]
+  kPlacement,  // places ranks in a way rankmap run does not model: refuse
 };
 
 struct OptSpec {
@@ -30,58 +33,106 @@ struct OptSpec {
 // Open MPI 4.1 mpirun options (orte/orted/orted_submit.c and schizo/ompi). An option not listed
 // here is unknown: its word count is unknown, so the program cannot be found reliably.
 constexpr OptSpec kOptions[] = {
-    {"np", 1, OptKind::kNp}, {"n", 1, OptKind::kNp}, {"c", 1, OptKind::kNp},
-    {"hostfile", 1, OptKind::kHostfile}, {"machinefile", 1, OptKind::kHostfile},
-    {"host", 1, OptKind::kHosts}, {"H", 1, OptKind::kHosts},
-    {"mca", 2, OptKind::kMca}, {"gmca", 2, OptKind::kMca}, {"omca", 2, OptKind::kMca},
+    {"np", 1, OptKind::kNp},
+    {"n", 1, OptKind::kNp},
+    {"c", 1, OptKind::kNp},
+    {"hostfile", 1, OptKind::kHostfile},
+    {"machinefile", 1, OptKind::kHostfile},
+    {"host", 1, OptKind::kHosts},
+    {"H", 1, OptKind::kHosts},
+    {"mca", 2, OptKind::kMca},
+    {"gmca", 2, OptKind::kMca},
+    {"omca", 2, OptKind::kMca},
     {"x", 1, OptKind::kExport},
     // Placement we do not model.
-    {"default-hostfile", 1, OptKind::kPlacement}, {"map-by", 1, OptKind::kPlacement},
-    {"rank-by", 1, OptKind::kPlacement}, {"npernode", 1, OptKind::kPlacement},
-    {"N", 1, OptKind::kPlacement}, {"pernode", 0, OptKind::kPlacement},
-    {"npersocket", 1, OptKind::kPlacement}, {"ppr", 1, OptKind::kPlacement},
-    {"rankfile", 1, OptKind::kPlacement}, {"rf", 1, OptKind::kPlacement},
-    {"nolocal", 0, OptKind::kPlacement}, {"bynode", 0, OptKind::kPlacement},
-    {"byslot", 0, OptKind::kPlacement}, {"bysocket", 0, OptKind::kPlacement},
-    {"cpus-per-proc", 1, OptKind::kPlacement}, {"cpus-per-rank", 1, OptKind::kPlacement},
-    {"app", 1, OptKind::kPlacement}, {"am", 1, OptKind::kPlacement},
-    {"tune", 1, OptKind::kPlacement}, {"max-vm-size", 1, OptKind::kPlacement},
-    {"novm", 0, OptKind::kPlacement}, {"dvm", 0, OptKind::kPlacement},
-    {"hnp", 1, OptKind::kPlacement}, {"h", 0, OptKind::kPlacement},
-    {"help", 0, OptKind::kPlacement}, {"V", 0, OptKind::kPlacement},
+    {"default-hostfile", 1, OptKind::kPlacement},
+    {"map-by", 1, OptKind::kPlacement},
+    {"rank-by", 1, OptKind::kPlacement},
+    {"npernode", 1, OptKind::kPlacement},
+    {"N", 1, OptKind::kPlacement},
+    {"pernode", 0, OptKind::kPlacement},
+    {"npersocket", 1, OptKind::kPlacement},
+    {"ppr", 1, OptKind::kPlacement},
+    {"rankfile", 1, OptKind::kPlacement},
+    {"rf", 1, OptKind::kPlacement},
+    {"nolocal", 0, OptKind::kPlacement},
+    {"bynode", 0, OptKind::kPlacement},
+    {"byslot", 0, OptKind::kPlacement},
+    {"bysocket", 0, OptKind::kPlacement},
+    {"cpus-per-proc", 1, OptKind::kPlacement},
+    {"cpus-per-rank", 1, OptKind::kPlacement},
+    {"app", 1, OptKind::kPlacement},
+    {"am", 1, OptKind::kPlacement},
+    {"tune", 1, OptKind::kPlacement},
+    {"max-vm-size", 1, OptKind::kPlacement},
+    {"novm", 0, OptKind::kPlacement},
+    {"dvm", 0, OptKind::kPlacement},
+    {"hnp", 1, OptKind::kPlacement},
+    {"h", 0, OptKind::kPlacement},
+    {"help", 0, OptKind::kPlacement},
+    {"V", 0, OptKind::kPlacement},
     {"version", 0, OptKind::kPlacement},
     // No effect on placement, with a value.
-    {"bind-to", 1, OptKind::kPlain}, {"prefix", 1, OptKind::kPlain},
-    {"wdir", 1, OptKind::kPlain}, {"wd", 1, OptKind::kPlain}, {"path", 1, OptKind::kPlain},
-    {"preload-files", 1, OptKind::kPlain}, {"output-filename", 1, OptKind::kPlain},
-    {"stdin", 1, OptKind::kPlain}, {"timeout", 1, OptKind::kPlain},
-    {"report-uri", 1, OptKind::kPlain}, {"report-pid", 1, OptKind::kPlain},
-    {"launch-agent", 1, OptKind::kPlain}, {"ompi-server", 1, OptKind::kPlain},
-    {"server-wait-time", 1, OptKind::kPlain}, {"max-restarts", 1, OptKind::kPlain},
-    {"xterm", 1, OptKind::kPlain}, {"personality", 1, OptKind::kPlain},
+    {"bind-to", 1, OptKind::kLaunch},
+    {"prefix", 1, OptKind::kLaunch},
+    {"wdir", 1, OptKind::kLaunch},
+    {"wd", 1, OptKind::kLaunch},
+    {"path", 1, OptKind::kLaunch},
+    {"preload-files", 1, OptKind::kPlain},
+    {"output-filename", 1, OptKind::kPlain},
+    {"stdin", 1, OptKind::kPlain},
+    {"timeout", 1, OptKind::kPlain},
+    {"report-uri", 1, OptKind::kPlain},
+    {"report-pid", 1, OptKind::kPlain},
+    {"launch-agent", 1, OptKind::kLaunch},
+    {"ompi-server", 1, OptKind::kPlain},
+    {"server-wait-time", 1, OptKind::kPlain},
+    {"max-restarts", 1, OptKind::kPlain},
+    {"xterm", 1, OptKind::kPlain},
+    {"personality", 1, OptKind::kPlain},
     {"debugger", 1, OptKind::kPlain},
     // No effect on placement, no value.
-    {"oversubscribe", 0, OptKind::kPlain}, {"nooversubscribe", 0, OptKind::kPlain},
-    {"use-hwthread-cpus", 0, OptKind::kPlain}, {"allow-run-as-root", 0, OptKind::kPlain},
-    {"tag-output", 0, OptKind::kPlain}, {"timestamp-output", 0, OptKind::kPlain},
-    {"merge-stderr-to-stdout", 0, OptKind::kPlain}, {"xml", 0, OptKind::kPlain},
-    {"q", 0, OptKind::kPlain}, {"quiet", 0, OptKind::kPlain},
-    {"v", 0, OptKind::kPlain}, {"verbose", 0, OptKind::kPlain},
-    {"report-bindings", 0, OptKind::kPlain}, {"display-map", 0, OptKind::kPlain},
-    {"display-devel-map", 0, OptKind::kPlain}, {"display-allocation", 0, OptKind::kPlain},
+    {"oversubscribe", 0, OptKind::kLaunch},
+    {"nooversubscribe", 0, OptKind::kLaunch},
+    {"use-hwthread-cpus", 0, OptKind::kLaunch},
+    {"allow-run-as-root", 0, OptKind::kLaunch},
+    {"tag-output", 0, OptKind::kPlain},
+    {"timestamp-output", 0, OptKind::kPlain},
+    {"merge-stderr-to-stdout", 0, OptKind::kPlain},
+    {"xml", 0, OptKind::kPlain},
+    {"q", 0, OptKind::kPlain},
+    {"quiet", 0, OptKind::kPlain},
+    {"v", 0, OptKind::kPlain},
+    {"verbose", 0, OptKind::kPlain},
+    {"report-bindings", 0, OptKind::kPlain},
+    {"display-map", 0, OptKind::kPlain},
+    {"display-devel-map", 0, OptKind::kPlain},
+    {"display-allocation", 0, OptKind::kPlain},
     {"display-devel-allocation", 0, OptKind::kPlain},
-    {"report-state-on-timeout", 0, OptKind::kPlain}, {"get-stack-traces", 0, OptKind::kPlain},
-    {"leave-session-attached", 0, OptKind::kPlain}, {"show-progress", 0, OptKind::kPlain},
-    {"d", 0, OptKind::kPlain}, {"debug-devel", 0, OptKind::kPlain},
-    {"debug", 0, OptKind::kPlain}, {"debug-daemons", 0, OptKind::kPlain},
-    {"debug-daemons-file", 0, OptKind::kPlain}, {"do-not-resolve", 0, OptKind::kPlain},
-    {"enable-recovery", 0, OptKind::kPlain}, {"disable-recovery", 0, OptKind::kPlain},
-    {"continuous", 0, OptKind::kPlain}, {"hetero-nodes", 0, OptKind::kPlain},
-    {"noprefix", 0, OptKind::kPlain}, {"wait-for-server", 0, OptKind::kPlain},
-    {"preload-binary", 0, OptKind::kPlain}, {"s", 0, OptKind::kPlain},
-    {"set-cwd-to-session-dir", 0, OptKind::kPlain}, {"index-argv-by-rank", 0, OptKind::kPlain},
-    {"output-proctable", 0, OptKind::kPlain}, {"tv", 0, OptKind::kPlain},
-    {"report-child-jobs-separately", 0, OptKind::kPlain}, {"use-regexp", 0, OptKind::kPlain},
+    {"report-state-on-timeout", 0, OptKind::kPlain},
+    {"get-stack-traces", 0, OptKind::kPlain},
+    {"leave-session-attached", 0, OptKind::kPlain},
+    {"show-progress", 0, OptKind::kPlain},
+    {"d", 0, OptKind::kPlain},
+    {"debug-devel", 0, OptKind::kPlain},
+    {"debug", 0, OptKind::kPlain},
+    {"debug-daemons", 0, OptKind::kPlain},
+    {"debug-daemons-file", 0, OptKind::kPlain},
+    {"do-not-resolve", 0, OptKind::kPlain},
+    {"enable-recovery", 0, OptKind::kPlain},
+    {"disable-recovery", 0, OptKind::kPlain},
+    {"continuous", 0, OptKind::kPlain},
+    {"hetero-nodes", 0, OptKind::kLaunch},
+    {"noprefix", 0, OptKind::kLaunch},
+    {"wait-for-server", 0, OptKind::kPlain},
+    {"preload-binary", 0, OptKind::kPlain},
+    {"s", 0, OptKind::kPlain},
+    {"set-cwd-to-session-dir", 0, OptKind::kPlain},
+    {"index-argv-by-rank", 0, OptKind::kPlain},
+    {"output-proctable", 0, OptKind::kPlain},
+    {"tv", 0, OptKind::kPlain},
+    {"report-child-jobs-separately", 0, OptKind::kPlain},
+    {"use-regexp", 0, OptKind::kPlain},
     {"fwd-mpirun-port", 0, OptKind::kPlain},
 };
 
@@ -96,14 +147,19 @@ constexpr std::string_view kSlotKeys[] = {"slots", "slot", "cpu", "cpus", "count
 constexpr std::string_view kMaxSlotKeys[] = {"max_slots", "max-slots", "max_slot", "max-slot"};
 
 int parsePositive(std::string_view text, std::string_view what) {
-  if (text.empty() || text.size() > 9) RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what, std::string(text));
+  if (text.empty() || text.size() > 9)
+    RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
+                  std::string(text));
   int v = 0;
   for (char c : text) {
     if (c < '0' || c > '9')
-      RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what, std::string(text));
+      RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
+                    std::string(text));
     v = v * 10 + (c - '0');
   }
-  if (v < 1) RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what, std::string(text));
+  if (v < 1)
+    RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
+                  std::string(text));
   return v;
 }
 
@@ -136,13 +192,16 @@ std::vector<HostEntry> parseOmpiHostfile(std::string_view text, std::string_view
       auto word = words[w];
       auto eq = word.find('=');
       std::string_view key = word.substr(0, eq);
-      std::string_view val = eq == std::string_view::npos ? std::string_view{} : word.substr(eq + 1);
+      std::string_view val =
+          eq == std::string_view::npos ? std::string_view{} : word.substr(eq + 1);
       bool isSlots = false, isMax = false;
       for (auto k : kSlotKeys) isSlots |= key == k;
       for (auto k : kMaxSlotKeys) isMax |= key == k;
       if (eq == std::string_view::npos || (!isSlots && !isMax))
-        RANKMAP_THROW(NotSupported, "{}:{}: hostfile token {:?} not understood (rankmap run "
-                      "knows slots= and max_slots=)", source, lineNo, std::string(word));
+        RANKMAP_THROW(NotSupported,
+                      "{}:{}: hostfile token {:?} not understood (rankmap run "
+                      "knows slots= and max_slots=)",
+                      source, lineNo, std::string(word));
       int v = parsePositive(val, fmt::format("{}:{}: {}", source, lineNo, key));
       if (isSlots) e.slots = e.slots.value_or(0) + v;
     }
@@ -156,18 +215,19 @@ std::vector<HostEntry> parseOmpiHostList(std::string_view list) {
   while (true) {
     auto comma = list.find(',');
     std::string_view item = list.substr(0, comma);
-    if (item.empty())
-      RANKMAP_THROW(NotSupported, "--host: empty host in {:?}", std::string(list));
+    if (item.empty()) RANKMAP_THROW(NotSupported, "--host: empty host in {:?}", std::string(list));
     HostEntry e;
     auto colon = item.rfind(':');
     if (colon != std::string_view::npos) {
       auto count = item.substr(colon + 1);
       if (count == "*" || count.empty())
-        RANKMAP_THROW(NotSupported, "--host: {:?}: only host or host:N is understood", std::string(item));
+        RANKMAP_THROW(NotSupported, "--host: {:?}: only host or host:N is understood",
+                      std::string(item));
       e.slots = parsePositive(count, fmt::format("--host {}", std::string(item)));
       item = item.substr(0, colon);
       if (item.find(':') != std::string_view::npos)
-        RANKMAP_THROW(NotSupported, "--host: {:?}: IPv6 addresses are not understood", std::string(item));
+        RANKMAP_THROW(NotSupported, "--host: {:?}: IPv6 addresses are not understood",
+                      std::string(item));
     }
     e.spelling = std::string(item);
     out.push_back(std::move(e));
@@ -194,8 +254,7 @@ std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::strin
   if (!read) read = [](const std::string& p) { return readFile(p, 64u << 20); };
   // Open MPI's own variables (OMPI_MCA_*), read to learn the job's placement.
   if (!env) env = processEnv;
-  if (argv.empty() || !isMpirun(argv[0]))
-    RANKMAP_THROW(NotSupported, "not an mpirun command");
+  if (argv.empty() || !isMpirun(argv[0])) RANKMAP_THROW(NotSupported, "not an mpirun command");
   std::unique_ptr<MpirunCommand> c(new MpirunCommand);
   c->argv_ = argv;
 
@@ -240,6 +299,9 @@ std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::strin
       case OptKind::kMca: {
         const std::string& key = argv[i + 1];
         const std::string& val = argv[i + 2];
+        if (key != "rmaps") c->launchItems_.push_back(idx);  // the check places its own ranks
+        if (c->collTunedBy_.empty() && decidesCollTuned(key, val))
+          c->collTunedBy_ = fmt::format("{} {} {}", w, key, val);
         if (key == "rmaps") {
           rmaps = val;
           c->rmapsItems_.push_back(idx);
@@ -253,6 +315,12 @@ std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::strin
         const std::string& v = argv[i + 1];
         auto eq = v.find('=');
         std::string var = v.substr(0, eq);
+        if (var != "LD_PRELOAD") c->launchItems_.push_back(idx);
+        if (c->collTunedBy_.empty() && var.rfind("OMPI_MCA_", 0) == 0) {
+          std::string value = eq != std::string::npos ? v.substr(eq + 1) : env(var).value_or("");
+          if (decidesCollTuned(var.substr(9), value))
+            c->collTunedBy_ = fmt::format("{} {}={}", w, var, value);
+        }
         if (var == "LD_PRELOAD") {
           if (eq != std::string::npos) {
             c->ldPreload_ = v.substr(eq + 1);
@@ -265,6 +333,9 @@ std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::strin
         }
         break;
       }
+      case OptKind::kLaunch:
+        c->launchItems_.push_back(idx);
+        break;
       case OptKind::kPlain:
       case OptKind::kPlacement:
         break;
@@ -278,20 +349,22 @@ std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::strin
     if (argv[k] == ":") RANKMAP_THROW(NotSupported, "MPMD form (':' between programs)");
 
   if (rmaps && *rmaps != "seq")
-    RANKMAP_THROW(NotSupported, "--mca rmaps {} (rankmap run models the default mapper and seq)", *rmaps);
+    RANKMAP_THROW(NotSupported, "--mca rmaps {} (rankmap run models the default mapper and seq)",
+                  *rmaps);
   c->sequential_ = rmaps.has_value();
   if (hostfiles.size() > 1) RANKMAP_THROW(NotSupported, "more than one --hostfile");
   if (!hostfiles.empty() && !hostList.empty())
-    RANKMAP_THROW(NotSupported, "both --hostfile and --host (Open MPI then filters one by the other)");
+    RANKMAP_THROW(NotSupported,
+                  "both --hostfile and --host (Open MPI then filters one by the other)");
   if (hostfiles.empty() && hostList.empty())
-    RANKMAP_THROW(NotSupported, "no --hostfile or --host: the hosts come from the resource "
+    RANKMAP_THROW(NotSupported,
+                  "no --hostfile or --host: the hosts come from the resource "
                   "manager or a default hostfile, which rankmap run does not read");
 
   std::vector<HostEntry> entries;
   if (!hostfiles.empty()) {
     entries = parseOmpiHostfile(read(hostfiles[0]), hostfiles[0]);
-    if (entries.empty())
-      RANKMAP_THROW(InvalidInput, "hostfile {} lists no host", hostfiles[0]);
+    if (entries.empty()) RANKMAP_THROW(InvalidInput, "hostfile {} lists no host", hostfiles[0]);
   } else {
     entries = hostList;
   }
@@ -301,7 +374,8 @@ std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::strin
     // Rank i on entry i; the first np entries.
     size_t n = c->np_ ? static_cast<size_t>(*c->np_) : entries.size();
     if (n > entries.size())
-      RANKMAP_THROW(NotSupported, "-np {} with rmaps seq and only {} hostfile lines", n, entries.size());
+      RANKMAP_THROW(NotSupported, "-np {} with rmaps seq and only {} hostfile lines", n,
+                    entries.size());
     std::map<std::string, size_t> where;
     for (size_t r = 0; r < n; ++r) {
       const std::string& host = entries[r].spelling;
@@ -321,7 +395,8 @@ std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::strin
     std::map<std::string, size_t> where;
     for (const auto& e : entries) {
       if (!hostfiles.empty() && !e.slots)
-        RANKMAP_THROW(NotSupported, "hostfile {}: host {} has no slots= (Open MPI would count its "
+        RANKMAP_THROW(NotSupported,
+                      "hostfile {}: host {} has no slots= (Open MPI would count its "
                       "cores, which rankmap run cannot see); add slots= or use --mca rmaps seq",
                       hostfiles[0], e.spelling);
       int slots = e.slots.value_or(1);
@@ -373,9 +448,44 @@ Command MpirunCommand::launchInOrder(const std::vector<JobHost>& ordered,
   drop.insert(drop.end(), rmapsItems_.begin(), rmapsItems_.end());
   drop.insert(drop.end(), npItems_.begin(), npItems_.end());
   Command cmd;
-  cmd.argv = rebuild(drop, {"--hostfile", path, "--mca", "rmaps", "seq", "-np",
-                            std::to_string(world)});
+  cmd.argv =
+      rebuild(drop, {"--hostfile", path, "--mca", "rmaps", "seq", "-np", std::to_string(world)});
   cmd.files.emplace_back(path, std::move(hostfile));
+  return cmd;
+}
+
+std::vector<std::string> MpirunCommand::withCollRules(std::vector<std::string> argv,
+                                                      const std::string& path) const {
+  // Right after mpirun's name: options may come in any order before the program.
+  auto opts = collTunedOptions(path);
+  argv.insert(argv.begin() + std::min<size_t>(1, argv.size()), opts.begin(), opts.end());
+  return argv;
+}
+
+Command MpirunCommand::everyHostReads(const std::string& path, const std::string& dir) const {
+  Command cmd;
+  std::string hosts;
+  for (const auto& h : job_.hosts) hosts += h.spelling + "\n";
+  std::string hostfile = dir + "/hostfile-check";
+  cmd.files.emplace_back(hostfile, hosts);
+  cmd.argv = {argv_[0]};
+  for (size_t idx : launchItems_) {
+    const Item& it = items_[idx];
+    cmd.argv.insert(cmd.argv.end(), argv_.begin() + static_cast<long>(it.index),
+                    argv_.begin() + static_cast<long>(it.index + it.words));
+  }
+  std::vector<std::string> tail = {"--hostfile",
+                                   hostfile,
+                                   "--mca",
+                                   "rmaps",
+                                   "seq",
+                                   "-np",
+                                   std::to_string(job_.hosts.size()),
+                                   "/bin/sh",
+                                   "-c",
+                                   "test -r \"$0\"",
+                                   path};
+  cmd.argv.insert(cmd.argv.end(), tail.begin(), tail.end());
   return cmd;
 }
 

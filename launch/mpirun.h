@@ -13,7 +13,10 @@
 //     -np above the slots (oversubscription) is refused.
 // Rewrites: launch mode writes a hostfile in plan order (a host's line repeated once per rank)
 // and runs with `--hostfile F --mca rmaps seq -np N` in place of the job's host and rmaps options;
-// shim mode adds `-x LD_PRELOAD=<shim> -x RANKMAP_PLAN=<plan>` and changes nothing else.
+// shim mode adds `-x LD_PRELOAD=<shim> -x RANKMAP_PLAN=<plan>` and changes nothing else. Either
+// may add `--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_dynamic_rules_filename F`
+// (launch/ompi_rules.h) unless the command line sets coll_tuned itself (--mca coll_tuned_*, -x
+// OMPI_MCA_coll_tuned_*, or a `coll` list without tuned).
 #pragma once
 
 #include <functional>
@@ -59,6 +62,12 @@ class MpirunCommand final : public LaunchCommand {
   const Job& job() const override { return job_; }
   Command launchInOrder(const std::vector<JobHost>& ordered, const std::string& dir) const override;
   Command withShim(const std::string& shimLib, const std::string& planPath) const override;
+  std::optional<std::string> collTunedOnCommandLine() const override { return collTunedBy_; }
+  std::vector<std::string> withCollRules(std::vector<std::string> argv,
+                                         const std::string& path) const override;
+  // mpirun with the job's launch options (MCA parameters, exports, prefix, agent) on each of the
+  // job's hosts once, running `/bin/sh -c 'test -r PATH'`; output options are left out.
+  Command everyHostReads(const std::string& path, const std::string& dir) const override;
 
   // For tests and messages.
   bool sequential() const { return sequential_; }
@@ -87,8 +96,10 @@ class MpirunCommand final : public LaunchCommand {
   std::vector<size_t> rmapsItems_;  // --mca rmaps X
   std::vector<size_t> npItems_;
   Job job_;
-  std::string ldPreload_;           // value of an -x LD_PRELOAD[=...] to keep in shim mode
-  std::vector<size_t> shimItems_;   // -x LD_PRELOAD / -x RANKMAP_PLAN items replaced in shim mode
+  std::string ldPreload_;            // value of an -x LD_PRELOAD[=...] to keep in shim mode
+  std::vector<size_t> shimItems_;    // -x LD_PRELOAD / -x RANKMAP_PLAN items replaced in shim mode
+  std::vector<size_t> launchItems_;  // options a check on every host keeps (see everyHostReads)
+  std::string collTunedBy_;          // the first option deciding coll_tuned; empty = none
 };
 
 }  // namespace rankmap::launch

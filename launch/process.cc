@@ -268,6 +268,22 @@ std::optional<std::string> captureStdout(const std::vector<std::string>& argv, D
   return out;
 }
 
+bool runQuietly(const std::vector<std::string>& argv, Deadline deadline) {
+  SpawnOptions opts;
+  opts.in = Stdio::kNull;
+  opts.out = Stdio::kNull;
+  opts.err = Stdio::kNull;
+  opts.newProcessGroup = true;
+  std::optional<Child> child;
+  try {
+    child = spawn(argv, opts);
+  } catch (const SystemError&) {
+    return false;
+  }
+  auto st = child->wait(deadline);
+  return st && st->raw == 0;
+}
+
 int runAndWait(const std::vector<std::string>& argv) {
   struct sigaction sa {};
   sa.sa_handler = forwardSignal;

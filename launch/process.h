@@ -104,6 +104,11 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts = {})
 std::optional<std::string> captureStdout(const std::vector<std::string>& argv, Deadline deadline,
                                          size_t maxBytes = 1u << 20);
 
+// Runs argv with its standard streams on /dev/null, leading its own process group, and waits
+// for it: true when it exits 0 by `deadline`. When it cannot be started, fails, or outlives the
+// deadline (its whole group is then killed: mpirun and the ssh it started), false.
+bool runQuietly(const std::vector<std::string>& argv, Deadline deadline);
+
 // Runs argv (standard streams inherited) and waits for it, as `rankmap run` runs a job. SIGINT,
 // SIGTERM, SIGHUP and SIGQUIT that reach this process meanwhile are forwarded to the child, which
 // decides (mpirun tears the job down); the child starts with their default dispositions. Returns

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <tuple>
 
 #include "common/error.h"
+#include "common/openmpi.h"
 
 namespace rankmap::reorder {
 namespace {
@@ -54,6 +56,15 @@ class Model {
     }
     return std::max(intra, completionUs(net_, flows));
   }
+  // perByte of one transfer alone, without building a flow set: the narrowest of its links, its
+  // pair cap and the fabric.
+  double perByteAlone(int src, int dst) const {
+    int a = hostOfRank(src), b = hostOfRank(dst);
+    if (a == b) return intraPerByte();
+    double rate = std::min(net_.capMbps(a, b), net_.fabricMbps);
+    net_.forEachLink(a, b, [&](size_t link, bool) { rate = std::min(rate, net_.linkMbps(link)); });
+    return 1.0 / bytesPerUs(rate);
+  }
   const NetworkModel& net() const { return net_; }
   const CostContext& ctx() const { return ctx_; }
 
@@ -78,7 +89,10 @@ AlgoCost ringCost(const Model& m, std::string_view coll) {
   c.algo = Algorithm::kRing;
   RingCost rc = evaluateRing(m.net(), m.ctx().order, m.ctx().ring);
   double w = static_cast<double>(m.world());
-  double perByte = std::isfinite(rc.bottleneckMbps) ? 1.0 / bytesPerUs(rc.bottleneckMbps) : 0;
+  // Every host sends one ring flow to the next host: the fabric shares out among the hosts.
+  double bottleneck = rc.bottleneckMbps;
+  if (m.hosts() > 1) bottleneck = std::min(bottleneck, m.net().fabricMbps / m.hosts());
+  double perByte = std::isfinite(bottleneck) ? 1.0 / bytesPerUs(bottleneck) : 0;
   if (coll == "allreduce") {
     c.alphaUs = 2 * (w - 1) / w * rc.latencyUs;
     c.betaUsPerByte = 2 * (w - 1) / w * perByte;
@@ -334,6 +348,610 @@ AlgoCost packedTreesCost(const Model& m) {
   return c;
 }
 
+// ---- Open MPI 4.1's coll_tuned algorithms (ompi/mca/coll/base), communicator ranks in the
+// context's order, root 0. Each is built as Open MPI runs it: the same partners, the same
+// fractions of the buffer, the same phases. ----
+
+// Phases run one after the other; a phase is a set of concurrent messages, as long as its slowest
+// hop plus its bytes over the links they share (Model::perByte, max-min and the fabric).
+// A phase whose largest message passes kOmpiEagerLimit pays one more round trip of its slowest
+// hop from that size on (a jump).
+struct Phases {
+  double alphaUs = 0;
+  double betaUsPerByte = 0;
+  std::vector<std::pair<double, double>> jumps;
+  void add(const Model& m, const std::vector<Xfer>& xs) {
+    double lat = 0, largest = 0;
+    for (const auto& x : xs)
+      if (x.fraction > 0) {
+        lat = std::max(lat, m.hopUs(x.src, x.dst));
+        largest = std::max(largest, x.fraction);
+      }
+    alphaUs += lat;
+    betaUsPerByte += m.perByte(xs);
+    if (largest > 0) jumps.emplace_back(kOmpiEagerLimit / largest, 2 * lat);
+  }
+  // `times` identical phases one after the other (the steps of a ring), priced once.
+  void add(const Model& m, const std::vector<Xfer>& xs, int times) {
+    if (times <= 0) return;
+    Phases one;
+    one.add(m, xs);
+    alphaUs += times * one.alphaUs;
+    betaUsPerByte += times * one.betaUsPerByte;
+    for (const auto& [from, extra] : one.jumps) jumps.emplace_back(from, times * extra);
+  }
+  void add(const Model& m, int src, int dst, double fraction) { add(m, {{src, dst, fraction}}); }
+  void add(const Phases& other) {
+    alphaUs += other.alphaUs;
+    betaUsPerByte += other.betaUsPerByte;
+    jumps.insert(jumps.end(), other.jumps.begin(), other.jumps.end());
+  }
+};
+
+// Jumps sorted, those from one size summed (a linear root receives from w - 1 ranks in turn: one
+// threshold, not w - 1).
+void compactJumps(std::vector<std::pair<double, double>>& jumps) {
+  std::sort(jumps.begin(), jumps.end());
+  std::vector<std::pair<double, double>> out;
+  for (const auto& j : jumps) {
+    if (!out.empty() && out.back().first == j.first)
+      out.back().second += j.second;
+    else
+      out.push_back(j);
+  }
+  jumps = std::move(out);
+}
+
+MpiAlgoCost mpiLine(int algorithm, const Phases& p, uint32_t segsize = 0, int faninout = 0) {
+  MpiAlgoCost c;
+  c.algorithm = algorithm;
+  c.segsize = segsize;
+  c.faninout = faninout;
+  c.alphaUs = p.alphaUs;
+  c.betaUsPerByte = p.betaUsPerByte;
+  c.jumps = p.jumps;
+  compactJumps(c.jumps);
+  return c;
+}
+
+MpiAlgoCost mpiUnavailable(int algorithm, std::string why) {
+  MpiAlgoCost c;
+  c.algorithm = algorithm;
+  c.available = false;
+  c.note = std::move(why);
+  return c;
+}
+
+int floorPow2(int w) {
+  int p = 1;
+  while (p * 2 <= w) p *= 2;
+  return p;
+}
+
+// Trees over ranks 0..w-1 rooted at 0, as parent arrays (-1 for the root), built as
+// ompi/mca/coll/base/coll_base_topo.c builds them.
+
+// ompi_coll_base_topo_build_tree: rank r at level l (levels of fanout^l ranks) has children
+// r + fanout^l * i, i = 1..fanout.
+std::vector<int> fanoutTree(int w, int fanout) {
+  std::vector<int> parent(w, -1);
+  int first = 0, width = 1;  // the level's first rank and its fanout^level
+  for (int r = 0; r < w; ++r) {
+    while (r >= first + width) {
+      first += width;
+      width *= fanout;
+    }
+    for (int i = 1; i <= fanout; ++i) {
+      long child = r + static_cast<long>(width) * i;
+      if (child >= w) break;
+      parent[child] = r;
+    }
+  }
+  return parent;
+}
+
+// ompi_coll_base_topo_build_bmtree: the parent clears the highest set bit.
+std::vector<int> binomialTree(int w) {
+  std::vector<int> parent(w, -1);
+  for (int r = 1; r < w; ++r) {
+    int high = 1;
+    while (high * 2 <= r) high *= 2;
+    parent[r] = r ^ high;
+  }
+  return parent;
+}
+
+// ompi_coll_base_topo_build_in_order_bmtree: the parent clears the lowest set bit.
+std::vector<int> inOrderBinomialTree(int w) {
+  std::vector<int> parent(w, -1);
+  for (int r = 1; r < w; ++r) parent[r] = r & (r - 1);
+  return parent;
+}
+
+// ompi_coll_base_topo_build_kmtree: radix-ary, parent = r rounded down to its lowest non-zero
+// radix digit's place.
+std::vector<int> knomialTree(int w, int radix) {
+  std::vector<int> parent(w, -1);
+  for (int r = 1; r < w; ++r)
+    for (long mask = 1; mask < w; mask *= radix)
+      if (r % (radix * mask)) {
+        parent[r] = static_cast<int>(r / (radix * mask) * (radix * mask));
+        break;
+      }
+  return parent;
+}
+
+// ompi_coll_base_topo_build_chain: `fanout` chains of consecutive ranks hang off the root, the
+// first (w - 1) % fanout of them one rank longer.
+std::vector<int> chainTree(int w, int fanout) {
+  std::vector<int> parent(w, -1);
+  if (w < 2) return parent;
+  fanout = std::clamp(fanout, 1, w - 1);
+  int len = (w - 1) / fanout, extra = (w - 1) % fanout;
+  int r = 1;
+  for (int c = 0; c < fanout; ++c) {
+    int n = len + (c < extra ? 1 : 0);
+    for (int i = 0; i < n; ++i, ++r) parent[r] = i == 0 ? 0 : r - 1;
+  }
+  return parent;
+}
+
+// ompi_coll_base_topo_build_in_order_bintree: root w - 1; the left subtree is the lower half of
+// the remaining ranks, the right the upper.
+std::vector<int> inOrderBinaryTree(int w) {
+  std::vector<int> parent(w, -1);
+  for (int rank = 0; rank < w; ++rank) {
+    int size = w, my = rank, delta = 0, par = w - 1;
+    while (my != par) {
+      int rightsize = size >> 1;
+      int lchild = size - 1 > 0 ? par - 1 : -1;
+      int rchild = lchild > 0 ? rightsize - 1 : -1;
+      if (my > rchild) {
+        if (my == lchild) parent[rank] = par + delta;
+        size = size - rightsize - 1;
+        delta += rightsize;
+        my -= rightsize;
+        par = size - 1;
+      } else {
+        if (my == rchild) parent[rank] = par + delta;
+        size = rightsize;
+        par = rchild;
+      }
+    }
+  }
+  return parent;
+}
+
+// The root's rank in a parent array.
+int treeRoot(const std::vector<int>& parent) {
+  for (size_t r = 0; r < parent.size(); ++r)
+    if (parent[r] < 0) return static_cast<int>(r);
+  return 0;
+}
+
+// What a pipelined tree (coll_base_bcast_intra_generic, coll_base_reduce_generic) costs, whatever
+// its segment size: every edge carries every segment (down for bcast, up for reduce), all edges
+// busy at once; `fraction` is the share of the buffer the tree carries.
+struct TreeShape {
+  double betaUsPerByte = 0;  // all edges as concurrent flows
+  double hopUs = 0;          // the slowest edge
+  double pathUs = 0;         // the slowest path from a rank to the root
+  int depth = 0;             // edges on the deepest path
+  bool empty = true;
+};
+
+TreeShape treeShape(const Model& m, const std::vector<int>& parent, bool up,
+                    double fraction = 1.0) {
+  int w = static_cast<int>(parent.size());
+  TreeShape t;
+  std::vector<Xfer> edges;
+  // Path latency and depth to the root, each rank's from its parent's (chains are w deep).
+  std::vector<double> lat(w, -1);
+  std::vector<int> depth(w, 0), walk;
+  for (int r = 0; r < w; ++r) {
+    for (int x = r; x >= 0 && lat[x] < 0; x = parent[x]) walk.push_back(x);
+    while (!walk.empty()) {
+      int x = walk.back();
+      walk.pop_back();
+      int up1 = parent[x];
+      lat[x] = up1 < 0 ? 0 : lat[up1] + m.hopUs(x, up1);
+      depth[x] = up1 < 0 ? 0 : depth[up1] + 1;
+    }
+    if (parent[r] < 0) continue;
+    edges.push_back(up ? Xfer{r, parent[r], fraction} : Xfer{parent[r], r, fraction});
+    t.hopUs = std::max(t.hopUs, m.hopUs(r, parent[r]));
+    t.pathUs = std::max(t.pathUs, lat[r]);
+    t.depth = std::max(t.depth, depth[r]);
+  }
+  if (edges.empty()) return t;
+  t.empty = false;
+  t.betaUsPerByte = m.perByte(edges);
+  return t;
+}
+
+// The tree pipelined in segments of `seg` bytes: each segment costs a hop of software and latency
+// (three above the eager limit: a rendezvous round trip more), and the last one crosses the
+// depth of the tree.
+Phases pipelinedTree(const TreeShape& t, uint32_t seg) {
+  Phases p;
+  if (t.empty) return p;
+  double s = static_cast<double>(seg);
+  double rendezvous = s >= kOmpiEagerLimit ? 3 : 1;
+  double hop = t.hopUs * rendezvous, path = t.pathUs * rendezvous;
+  p.alphaUs = std::max(0.0, path + (t.depth - 1) * s * t.betaUsPerByte - hop);
+  p.betaUsPerByte = t.betaUsPerByte + hop / s;
+  return p;
+}
+
+// coll_base_reduce_intra_basic_linear: the root receives the whole buffer from one rank after
+// the other.
+Phases reduceLinear(const Model& m) {
+  Phases p;
+  double rendezvous = 0;
+  for (int r = static_cast<int>(m.world()) - 1; r > 0; --r) {
+    double hop = m.hopUs(r, 0);
+    p.alphaUs += hop;
+    p.betaUsPerByte += m.perByteAlone(r, 0);
+    rendezvous += 2 * hop;
+  }
+  p.jumps.emplace_back(kOmpiEagerLimit, rendezvous);
+  return p;
+}
+
+// coll_base_bcast_intra_basic_linear: the root sends the whole buffer to every rank at once.
+Phases bcastLinear(const Model& m, double fraction = 1.0) {
+  std::vector<Xfer> xs;
+  for (int r = 1; r < static_cast<int>(m.world()); ++r) xs.push_back({0, r, fraction});
+  Phases p;
+  p.add(m, xs);
+  return p;
+}
+
+// One ring step: every rank sends `fraction` of the buffer to the next.
+std::vector<Xfer> ringStep(int w, double fraction) {
+  std::vector<Xfer> xs;
+  for (int r = 0; r < w; ++r) xs.push_back({r, (r + 1) % w, fraction});
+  return xs;
+}
+
+// Rabenseifner's reduce-scatter (recursive halving, distance doubling) over the power-of-two
+// ranks left after the fold, `real` mapping them back; and its allgather (the reverse).
+void halvingDoubling(const Model& m, int P, const std::function<int(int)>& real, bool scatter,
+                     bool gather, Phases& p) {
+  if (scatter)
+    for (int mask = 1; mask < P; mask <<= 1) {
+      std::vector<Xfer> xs;
+      for (int v = 0; v < P; ++v) xs.push_back({real(v), real(v ^ mask), 0.5 / mask});
+      p.add(m, xs);
+    }
+  if (gather)
+    for (int mask = P / 2; mask > 0; mask >>= 1) {
+      std::vector<Xfer> xs;
+      for (int v = 0; v < P; ++v) xs.push_back({real(v), real(v ^ mask), 0.5 / mask});
+      p.add(m, xs);
+    }
+}
+
+std::vector<MpiAlgoCost> reduceCosts(const Model& m) {
+  int w = static_cast<int>(m.world());
+  std::vector<MpiAlgoCost> out;
+  out.push_back(mpiLine(1, reduceLinear(m)));
+  TreeShape chain = treeShape(m, chainTree(w, 4), true);
+  TreeShape pipeline = treeShape(m, chainTree(w, 1), true);
+  TreeShape binary = treeShape(m, fanoutTree(w, 2), true);
+  TreeShape binomial = treeShape(m, inOrderBinomialTree(w), true);
+  // The in-order binary tree reduces to rank w - 1, which sends the result to the root.
+  auto ioTree = inOrderBinaryTree(w);
+  TreeShape inOrder = treeShape(m, ioTree, true);
+  Phases handOver;
+  if (treeRoot(ioTree) != 0) handOver.add(m, treeRoot(ioTree), 0, 1.0);
+  for (uint32_t seg : kMpiSegments) {
+    out.push_back(mpiLine(2, pipelinedTree(chain, seg), seg, 4));
+    out.push_back(mpiLine(3, pipelinedTree(pipeline, seg), seg));
+    out.push_back(mpiLine(4, pipelinedTree(binary, seg), seg));
+    out.push_back(mpiLine(5, pipelinedTree(binomial, seg), seg));
+    Phases io = pipelinedTree(inOrder, seg);
+    io.add(handOver);
+    out.push_back(mpiLine(6, io, seg));
+  }
+  // Rabenseifner: the fold (the first 2r ranks exchange halves, odd ones hand theirs to the even
+  // ones), the reduce-scatter, then a binomial gather of the shards to the root.
+  int P = floorPow2(w), rem = w - P;
+  auto real = [rem](int v) { return v < rem ? 2 * v : v + rem; };
+  Phases rab;
+  if (rem > 0) {
+    std::vector<Xfer> swap, hand;
+    for (int i = 0; i < rem; ++i) {
+      swap.push_back({2 * i, 2 * i + 1, 0.5});
+      swap.push_back({2 * i + 1, 2 * i, 0.5});
+      hand.push_back({2 * i + 1, 2 * i, 0.5});
+    }
+    rab.add(m, swap);
+    rab.add(m, hand);
+  }
+  halvingDoubling(m, P, real, true, false, rab);
+  for (int mask = 1; mask < P; mask <<= 1) {
+    std::vector<Xfer> xs;
+    for (int v = 0; v < P; ++v)
+      if ((v & (2 * mask - 1)) == mask) xs.push_back({real(v), real(v - mask), double(mask) / P});
+    rab.add(m, xs);
+  }
+  out.push_back(mpiLine(7, rab));
+  return out;
+}
+
+std::vector<MpiAlgoCost> bcastCosts(const Model& m) {
+  int w = static_cast<int>(m.world());
+  std::vector<MpiAlgoCost> out;
+  out.push_back(mpiLine(1, bcastLinear(m)));
+  TreeShape chain = treeShape(m, chainTree(w, 4), false);
+  TreeShape pipeline = treeShape(m, chainTree(w, 1), false);
+  auto bin = fanoutTree(w, 2);
+  TreeShape binary = treeShape(m, bin, false);
+  TreeShape binomial = treeShape(m, binomialTree(w), false);
+  // coll_tuned_bcast_knomial_radix: 4 unless the user sets it (then rankmap writes no rules).
+  TreeShape knomial = treeShape(m, knomialTree(w, 4), false);
+  // Split binary tree: each half of the buffer down one subtree of the binary tree, then every
+  // rank swaps halves with its partner in the other subtree.
+  TreeShape halves = treeShape(m, bin, false, 0.5);
+  Phases swapPhase;
+  if (w > 2) {
+    std::vector<int> left, right;
+    for (int r = 1; r < w; ++r) {
+      int x = r;
+      while (bin[x] != 0) x = bin[x];
+      (x == 1 ? left : right).push_back(r);
+    }
+    std::vector<Xfer> swap;
+    for (size_t i = 0; i < std::min(left.size(), right.size()); ++i) {
+      swap.push_back({left[i], right[i], 0.5});
+      swap.push_back({right[i], left[i], 0.5});
+    }
+    swapPhase.add(m, swap);
+  }
+  for (uint32_t seg : kMpiSegments) {
+    out.push_back(mpiLine(2, pipelinedTree(chain, seg), seg, 4));
+    out.push_back(mpiLine(3, pipelinedTree(pipeline, seg), seg));
+    if (w > 2) {
+      Phases split = pipelinedTree(halves, seg);
+      split.add(swapPhase);
+      out.push_back(mpiLine(4, split, seg));
+    } else {
+      out.push_back(mpiUnavailable(4, "split binary tree needs more than 2 ranks"));
+    }
+    out.push_back(mpiLine(5, pipelinedTree(binary, seg), seg));
+    out.push_back(mpiLine(6, pipelinedTree(binomial, seg), seg));
+    out.push_back(mpiLine(7, pipelinedTree(knomial, seg), seg));
+  }
+  // Scatter down a binomial tree (the largest blocks to the farthest ranks first), then an
+  // allgather by recursive doubling (8) or around the ring (9).
+  Phases scatter;
+  int high = floorPow2(std::max(1, w - 1));
+  for (int mask = high; mask > 0; mask >>= 1) {
+    std::vector<Xfer> xs;
+    for (int v = 0; v + mask < w; v += 2 * mask)
+      xs.push_back({v, v + mask, double(std::min(2 * mask, w - v) - mask) / w});
+    scatter.add(m, xs);
+  }
+  Phases sag = scatter;
+  for (int mask = 1; mask < w; mask <<= 1) {
+    std::vector<Xfer> xs;
+    for (int v = 0; v < w; ++v)
+      if ((v ^ mask) < w) xs.push_back({v, v ^ mask, double(mask) / w});
+    sag.add(m, xs);
+  }
+  out.push_back(mpiLine(8, sag));
+  Phases sagRing = scatter;
+  sagRing.add(m, ringStep(w, 1.0 / w), w - 1);
+  out.push_back(mpiLine(9, sagRing));
+  return out;
+}
+
+std::vector<MpiAlgoCost> allreduceCosts(const Model& m, const std::vector<MpiAlgoCost>& reduces,
+                                        const std::vector<MpiAlgoCost>& bcasts) {
+  int w = static_cast<int>(m.world());
+  int P = floorPow2(w), extra = w - P;
+  std::vector<MpiAlgoCost> out;
+  Phases linear = reduceLinear(m);
+  linear.add(bcastLinear(m));
+  out.push_back(mpiLine(1, linear));
+  // Nonoverlapping: coll_tuned's own reduce then its own bcast, as the rules choose them: every
+  // pair of lines (their lower envelope is the sum of the two envelopes).
+  for (const auto& r : reduces)
+    for (const auto& b : bcasts)
+      if (r.available && b.available) {
+        MpiAlgoCost c =
+            mpiLine(2, Phases{r.alphaUs + b.alphaUs, r.betaUsPerByte + b.betaUsPerByte, r.jumps});
+        c.jumps.insert(c.jumps.end(), b.jumps.begin(), b.jumps.end());
+        compactJumps(c.jumps);
+        out.push_back(c);
+      }
+  // Recursive doubling: the first 2 * extra ranks fold in pairs (even to odd, the whole buffer),
+  // the power of two left exchange the whole buffer at distance 1, 2, 4, ..., then unfold.
+  {
+    auto real = [extra](int v) { return v < extra ? 2 * v + 1 : v + extra; };
+    Phases p;
+    std::vector<Xfer> fold, unfold;
+    for (int i = 0; i < extra; ++i) {
+      fold.push_back({2 * i, 2 * i + 1, 1.0});
+      unfold.push_back({2 * i + 1, 2 * i, 1.0});
+    }
+    if (extra) p.add(m, fold);
+    for (int d = 1; d < P; d <<= 1) {
+      std::vector<Xfer> xs;
+      for (int v = 0; v < P; ++v) xs.push_back({real(v), real(v ^ d), 1.0});
+      p.add(m, xs);
+    }
+    if (extra) p.add(m, unfold);
+    out.push_back(mpiLine(3, p));
+  }
+  // Ring: 2(w - 1) steps of 1/w of the buffer to the next rank; the segmented ring runs the
+  // reduce-scatter in phases of `seg`-byte pieces (more steps, same bytes), then the allgather.
+  {
+    std::vector<Xfer> step = ringStep(w, 1.0);
+    double hop = 0;
+    for (const auto& x : step) hop = std::max(hop, m.hopUs(x.src, x.dst));
+    double stepBeta = m.perByte(step);  // per byte each rank sends in a step
+    MpiAlgoCost ring;
+    ring.algorithm = 4;
+    ring.alphaUs = 2 * (w - 1) * hop;
+    ring.betaUsPerByte = 2.0 * (w - 1) / w * stepBeta;
+    ring.jumps = {{w * kOmpiEagerLimit, 2 * (w - 1) * 2 * hop}};
+    out.push_back(ring);
+    // Segmented: below w x seg Open MPI runs the ring itself; above, the ring's bytes in
+    // (w - 1)(S / (w seg) + 1) steps instead of 2(w - 1), never fewer. The line keeps the ring's
+    // alpha (an overestimate of (w - 1) hops above w x seg), so it is never below the ring.
+    for (uint32_t seg : kMpiSegments) {
+      MpiAlgoCost c = ring;
+      c.algorithm = 5;
+      c.segsize = seg;
+      c.betaUsPerByte += (w - 1) * hop / (static_cast<double>(w) * seg);
+      out.push_back(c);
+    }
+  }
+  // Rabenseifner: the fold as reduce's, reduce-scatter and allgather by halving and doubling, the
+  // whole result back to the folded ranks.
+  {
+    auto real = [extra](int v) { return v < extra ? 2 * v : v + extra; };
+    Phases p;
+    if (extra) {
+      std::vector<Xfer> swap, hand, unfold;
+      for (int i = 0; i < extra; ++i) {
+        swap.push_back({2 * i, 2 * i + 1, 0.5});
+        swap.push_back({2 * i + 1, 2 * i, 0.5});
+        hand.push_back({2 * i + 1, 2 * i, 0.5});
+        unfold.push_back({2 * i, 2 * i + 1, 1.0});
+      }
+      p.add(m, swap);
+      p.add(m, hand);
+      halvingDoubling(m, P, real, true, true, p);
+      p.add(m, unfold);
+    } else {
+      halvingDoubling(m, P, real, true, true, p);
+    }
+    out.push_back(mpiLine(6, p));
+  }
+  return out;
+}
+
+std::vector<MpiAlgoCost> allgatherCosts(const Model& m) {
+  int w = static_cast<int>(m.world());
+  std::vector<MpiAlgoCost> out;
+  // Linear: a gather of every block to the root, then a linear bcast of the whole buffer.
+  {
+    std::vector<Xfer> gather;
+    for (int r = 1; r < w; ++r) gather.push_back({r, 0, 1.0 / w});
+    Phases p;
+    p.add(m, gather);
+    p.add(bcastLinear(m));
+    out.push_back(mpiLine(1, p));
+  }
+  // Bruck: at distance 1, 2, 4, ... every rank sends what it holds (up to half) to rank - d.
+  {
+    Phases p;
+    for (int d = 1; d < w; d <<= 1) {
+      std::vector<Xfer> xs;
+      for (int r = 0; r < w; ++r)
+        xs.push_back({r, (r - d + w) % w, double(std::min(d, w - d)) / w});
+      p.add(m, xs);
+    }
+    out.push_back(mpiLine(2, p));
+  }
+  if ((w & (w - 1)) == 0) {
+    Phases p;
+    for (int d = 1; d < w; d <<= 1) {
+      std::vector<Xfer> xs;
+      for (int r = 0; r < w; ++r) xs.push_back({r, r ^ d, double(d) / w});
+      p.add(m, xs);
+    }
+    out.push_back(mpiLine(3, p));
+  } else {
+    out.push_back(mpiUnavailable(3, "recursive doubling needs a power-of-two rank count"));
+  }
+  {
+    Phases p;
+    p.add(m, ringStep(w, 1.0 / w), w - 1);
+    out.push_back(mpiLine(4, p));
+  }
+  // Neighbor exchange: even rank counts; one block with one neighbour, then w/2 - 1 steps of two
+  // blocks, alternating between the two neighbours.
+  if (w % 2 == 0 && w > 2) {
+    // Steps alternate between two patterns: each priced once.
+    auto pattern = [&](int parity, double blocks) {
+      std::vector<Xfer> xs;
+      for (int r = 0; r < w; ++r) {
+        bool towardsNext = (r % 2 == 0) == (parity == 0);
+        xs.push_back({r, (r + (towardsNext ? 1 : w - 1)) % w, blocks / w});
+      }
+      return xs;
+    };
+    Phases p;
+    int steps = w / 2;  // step 0 (one block), then steps 1 .. steps - 1 (two blocks)
+    p.add(m, pattern(0, 1.0));
+    p.add(m, pattern(1, 2.0), steps / 2);        // odd steps
+    p.add(m, pattern(0, 2.0), (steps - 1) / 2);  // even steps from 2
+    out.push_back(mpiLine(5, p));
+  } else {
+    out.push_back(mpiUnavailable(5, "neighbor exchange needs an even rank count above 2"));
+  }
+  if (w == 2) {
+    Phases p;
+    p.add(m, {{0, 1, 0.5}, {1, 0, 0.5}});
+    out.push_back(mpiLine(6, p));
+  } else {
+    out.push_back(mpiUnavailable(6, "two_proc needs exactly 2 ranks"));
+  }
+  return out;
+}
+
+std::vector<MpiAlgoCost> reduceScatterCosts(const Model& m,
+                                            const std::vector<MpiAlgoCost>& reduces) {
+  int w = static_cast<int>(m.world());
+  int P = floorPow2(w), rem = w - P;
+  auto real = [rem](int v) { return v < rem ? 2 * v + 1 : v + rem; };
+  std::vector<MpiAlgoCost> out;
+  // Non-overlapping: coll_tuned's reduce to rank 0, then a linear scatter of the blocks.
+  {
+    Phases scatter = bcastLinear(m, 1.0 / w);
+    for (const auto& r : reduces)
+      if (r.available) {
+        MpiAlgoCost c = mpiLine(1, Phases{r.alphaUs + scatter.alphaUs,
+                                          r.betaUsPerByte + scatter.betaUsPerByte, r.jumps});
+        c.jumps.insert(c.jumps.end(), scatter.jumps.begin(), scatter.jumps.end());
+        compactJumps(c.jumps);
+        out.push_back(c);
+      }
+  }
+  // Recursive halving (the largest halves to the farthest ranks first) and butterfly (to the
+  // nearest first): the first 2 * rem ranks fold even to odd (the whole buffer), the power of
+  // two left exchange halves, then each folded rank gets its block back.
+  auto halving = [&](bool farFirst) {
+    Phases p;
+    std::vector<Xfer> fold, back;
+    for (int i = 0; i < rem; ++i) {
+      fold.push_back({2 * i, 2 * i + 1, 1.0});
+      back.push_back({2 * i + 1, 2 * i, 1.0 / w});
+    }
+    if (rem) p.add(m, fold);
+    for (int k = 0, mask = farFirst ? P / 2 : 1; k < 31 && mask > 0 && mask < P;
+         ++k, mask = farFirst ? mask / 2 : mask * 2) {
+      std::vector<Xfer> xs;
+      for (int v = 0; v < P; ++v) xs.push_back({real(v), real(v ^ mask), 0.5 / (1 << k)});
+      p.add(m, xs);
+    }
+    if (rem) p.add(m, back);
+    return p;
+  };
+  out.push_back(mpiLine(2, halving(true)));
+  {
+    Phases p;
+    p.add(m, ringStep(w, 1.0 / w), w - 1);
+    out.push_back(mpiLine(3, p));
+  }
+  out.push_back(mpiLine(4, halving(false)));
+  return out;
+}
+
 }  // namespace
 
 bool isKnownCollective(std::string_view name) {
@@ -391,80 +1009,252 @@ double lowerBoundUsPerByte(const CostContext& ctx, std::string_view collective) 
   return busFactor(collective, world) / bytesPerUs(bound);
 }
 
-std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs, std::string_view collective,
-                                    size_t world, double lowerBoundPerByte) {
-  std::vector<const AlgoCost*> avail;
-  for (const auto& c : costs)
-    if (c.available) avail.push_back(&c);
-  std::vector<AlgoRange> out;
-  if (avail.empty()) return out;
-  // Lower envelope of the lines alpha + beta * S over S >= 0. Ties: smaller beta, then the
-  // order of `costs`.
-  auto better = [](const AlgoCost* a, const AlgoCost* b, double s) {
-    double ta = a->timeUs(s), tb = b->timeUs(s);
+std::vector<EnvelopePiece> lowerEnvelope(const std::vector<std::pair<double, double>>& lines) {
+  std::vector<EnvelopePiece> out;
+  if (lines.empty()) return out;
+  auto timeAt = [&](size_t i, double s) { return lines[i].first + lines[i].second * s; };
+  // Ties: smaller beta, then the earlier line.
+  auto better = [&](size_t a, size_t b, double s) {
+    double ta = timeAt(a, s), tb = timeAt(b, s);
     if (ta != tb) return ta < tb;
-    return a->betaUsPerByte < b->betaUsPerByte;
+    return lines[a].second < lines[b].second;
   };
-  const AlgoCost* cur = avail.front();
-  for (const auto* c : avail)
-    if (better(c, cur, 0)) cur = c;
+  size_t cur = 0;
+  for (size_t i = 0; i < lines.size(); ++i)
+    if (better(i, cur, 0)) cur = i;
   double start = 0;
   // Crossovers beyond 1 TiB are of no practical use (and tiny slope differences put them at
-  // exabytes); the algorithm best below that keeps the open range.
+  // exabytes); the line best below that keeps the open range.
   constexpr double kMaxBoundary = 1099511627776.0;
   while (true) {
-    const AlgoCost* next = nullptr;
+    size_t next = lines.size();
     double cross = kInf;
-    for (const auto* c : avail) {
-      if (c == cur || c->betaUsPerByte >= cur->betaUsPerByte) continue;
-      double s = (c->alphaUs - cur->alphaUs) / (cur->betaUsPerByte - c->betaUsPerByte);
+    for (size_t c = 0; c < lines.size(); ++c) {
+      if (c == cur || lines[c].second >= lines[cur].second) continue;
+      double s = (lines[c].first - lines[cur].first) / (lines[cur].second - lines[c].second);
       if (s <= start) s = start;
-      if (s < cross || (s == cross && next && c->betaUsPerByte < next->betaUsPerByte)) {
+      if (s < cross ||
+          (s == cross && next < lines.size() && lines[c].second < lines[next].second)) {
         cross = s;
         next = c;
       }
     }
-    uint64_t lo = out.empty() ? 0 : out.back().maxBytes;
-    if (!next || cross >= kMaxBoundary) {
-      AlgoRange r;
-      r.minBytes = lo;
-      r.algorithm = cur->algo;
-      out.push_back(r);
+    if (next == lines.size() || cross >= kMaxBoundary) {
+      out.push_back({start, kInf, cur});
       break;
     }
-    uint64_t hi = static_cast<uint64_t>(std::ceil(cross));
-    if (hi > lo) {
-      AlgoRange r;
-      r.minBytes = lo;
-      r.maxBytes = hi;
-      r.algorithm = cur->algo;
-      out.push_back(r);
-    }
+    out.push_back({start, cross, cur});
     start = cross;
     cur = next;
   }
-  // Merge neighbours that ended up with the same algorithm.
-  std::vector<AlgoRange> merged;
-  for (const auto& r : out) {
-    if (!merged.empty() && merged.back().algorithm == r.algorithm)
-      merged.back().maxBytes = r.maxBytes;
+  return out;
+}
+
+namespace {
+
+// Integer ranges [lo, hi) from envelope pieces: boundaries rounded up, empty pieces dropped, the
+// last open. `key` says which pieces are one choice; neighbours with equal keys merge.
+template <typename Key>
+std::vector<std::pair<std::pair<uint64_t, uint64_t>, size_t>> integerRanges(
+    const std::vector<EnvelopePiece>& pieces, Key key) {
+  std::vector<std::pair<std::pair<uint64_t, uint64_t>, size_t>> out;  // ([lo, hi), line)
+  for (const auto& p : pieces) {
+    uint64_t lo = out.empty() ? 0 : out.back().first.second;
+    uint64_t hi =
+        std::isfinite(p.hi) ? static_cast<uint64_t>(std::ceil(p.hi)) : AlgoRange::kUnbounded;
+    if (hi <= lo) continue;
+    if (!out.empty() && key(out.back().second) == key(p.line))
+      out.back().first.second = hi;
     else
-      merged.push_back(r);
+      out.push_back({{lo, hi}, p.line});
   }
-  for (auto& r : merged) {
-    double lo = std::max<double>(1.0, static_cast<double>(r.minBytes));
-    double s = r.maxBytes == AlgoRange::kUnbounded
-                   ? 2 * lo
-                   : std::sqrt(lo * static_cast<double>(r.maxBytes));
-    const AlgoCost* c = nullptr;
-    for (const auto* a : avail)
-      if (a->algo == r.algorithm) c = a;
-    double t = c->timeUs(s);
+  return out;
+}
+
+// The size a range's prediction is given at: its geometric middle, or twice its start when open.
+double representativeBytes(uint64_t minBytes, uint64_t maxBytes) {
+  double lo = std::max<double>(1.0, static_cast<double>(minBytes));
+  return maxBytes == AlgoRange::kUnbounded ? 2 * lo : std::sqrt(lo * static_cast<double>(maxBytes));
+}
+
+}  // namespace
+
+std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs, std::string_view collective,
+                                    size_t world, double lowerBoundPerByte) {
+  std::vector<const AlgoCost*> avail;
+  std::vector<std::pair<double, double>> lines;
+  for (const auto& c : costs)
+    if (c.available) {
+      avail.push_back(&c);
+      lines.emplace_back(c.alphaUs, c.betaUsPerByte);
+    }
+  std::vector<AlgoRange> merged;
+  auto pieces = integerRanges(lowerEnvelope(lines), [&](size_t i) { return avail[i]->algo; });
+  for (const auto& [range, line] : pieces) {
+    AlgoRange r;
+    r.minBytes = range.first;
+    r.maxBytes = range.second;
+    r.algorithm = avail[line]->algo;
+    double s = representativeBytes(r.minBytes, r.maxBytes);
+    double t = avail[line]->timeUs(s);
     r.predictedUs = t;
     r.predictedBusbwGBps = t > 0 ? busFactor(collective, world) * s / t / 1000.0 : 0;
     r.lowerBoundUs = lowerBoundPerByte * s;
+    merged.push_back(r);
   }
   return merged;
+}
+
+std::vector<MpiAlgoCost> mpiAlgorithmCosts(const CostContext& ctx, std::string_view collective) {
+  const OmpiCollective* coll = findOmpiCollective(collective);
+  if (!coll)
+    throw InvalidInput(fmt::format("Open MPI collective '{}': expected one of {}", collective,
+                                   ompiCollectiveList()));
+  Model m(ctx);
+  if (m.world() < 2) return {};
+  if (collective == "allreduce") return allreduceCosts(m, reduceCosts(m), bcastCosts(m));
+  if (collective == "bcast") return bcastCosts(m);
+  if (collective == "reduce") return reduceCosts(m);
+  if (collective == "allgather") return allgatherCosts(m);
+  return reduceScatterCosts(m, reduceCosts(m));
+}
+
+std::vector<std::pair<std::string, std::vector<MpiAlgoCost>>> allMpiAlgorithmCosts(
+    const CostContext& ctx) {
+  std::vector<std::pair<std::string, std::vector<MpiAlgoCost>>> out;
+  Model m(ctx);
+  if (m.world() < 2) return out;
+  auto reduces = reduceCosts(m);
+  auto bcasts = bcastCosts(m);
+  out.emplace_back("allreduce", allreduceCosts(m, reduces, bcasts));
+  out.emplace_back("allgather", allgatherCosts(m));
+  out.emplace_back("reduce_scatter", reduceScatterCosts(m, reduces));
+  out.emplace_back("bcast", std::move(bcasts));
+  out.emplace_back("reduce", std::move(reduces));
+  return out;
+}
+
+std::vector<int> mpiTree(MpiTree kind, int ranks, int fanout) {
+  if (ranks < 1) return {};
+  switch (kind) {
+    case MpiTree::kFanout:
+      return fanoutTree(ranks, std::max(1, fanout));
+    case MpiTree::kBinomial:
+      return binomialTree(ranks);
+    case MpiTree::kInOrderBinomial:
+      return inOrderBinomialTree(ranks);
+    case MpiTree::kKnomial:
+      return knomialTree(ranks, std::max(2, fanout));
+    case MpiTree::kChain:
+      return chainTree(ranks, fanout);
+    case MpiTree::kInOrderBinary:
+      return inOrderBinaryTree(ranks);
+  }
+  return {};
+}
+
+std::string_view engineCollective(std::string_view collective) {
+  if (collective == "allreduce" || collective == "allgather") return collective;
+  if (collective == "bcast") return "broadcast";
+  if (collective == "reduce_scatter") return "reducescatter";
+  return {};
+}
+
+std::vector<OmpiRange> chooseMpiRanges(const std::vector<MpiAlgoCost>& costs,
+                                       const std::vector<AlgoCost>* engine) {
+  std::vector<const MpiAlgoCost*> avail;
+  for (const auto& c : costs)
+    if (c.available) avail.push_back(&c);
+  std::vector<OmpiRange> out;
+  if (avail.empty()) return out;
+  std::vector<std::pair<double, double>> engLines;
+  if (engine)
+    for (const auto& c : *engine)
+      if (c.available) engLines.emplace_back(c.alphaUs, c.betaUsPerByte);
+  auto engEnv = lowerEnvelope(engLines);
+  auto engineAt = [&](double s) {
+    for (const auto& p : engEnv)
+      if (s < p.hi) return engLines[p.line];
+    return engLines[engEnv.back().line];
+  };
+  // Elementary intervals: between two of them every Open MPI candidate is one line (its jumps
+  // fixed) and so is the engine's best.
+  std::vector<double> cuts{0};
+  for (const auto* c : avail)
+    for (const auto& [from, extra] : c->jumps)
+      if (from > 0 && std::isfinite(from)) cuts.push_back(from);
+  for (const auto& p : engEnv) cuts.push_back(p.lo);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  struct Piece {
+    double lo, hi;
+    size_t cand;
+    bool faster;
+  };
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    double lo = cuts[i], hi = i + 1 < cuts.size() ? cuts[i + 1] : kInf;
+    std::vector<std::pair<double, double>> lines;
+    for (const auto* c : avail) {
+      double a = c->alphaUs;
+      for (const auto& [from, extra] : c->jumps)
+        if (lo >= from) a += extra;
+      lines.emplace_back(a, c->betaUsPerByte);
+    }
+    for (const auto& e : lowerEnvelope(lines)) {
+      double plo = std::max(lo, e.lo), phi = std::min(hi, e.hi);
+      if (!(phi > plo)) continue;
+      const auto& ml = lines[e.line];
+      // Split where the engine's best, kEngineAdviceRatio faster, crosses Open MPI's best:
+      // ratio * (a_e + b_e s) = a_m + b_m s.
+      std::vector<double> at{plo};
+      if (!engEnv.empty()) {
+        double mid = std::isfinite(phi) ? (plo + phi) / 2 : 2 * std::max(plo, 1.0);
+        auto el = engineAt(mid);
+        double db = kEngineAdviceRatio * el.second - ml.second;
+        double x = db != 0 ? (ml.first - kEngineAdviceRatio * el.first) / db : kInf;
+        if (x > plo && x < phi && x < 1099511627776.0) at.push_back(x);
+      }
+      at.push_back(phi);
+      for (size_t k = 0; k + 1 < at.size(); ++k) {
+        double s = std::isfinite(at[k + 1]) ? (at[k] + at[k + 1]) / 2 : 2 * std::max(at[k], 1.0);
+        bool faster = false;
+        if (!engEnv.empty()) {
+          auto el = engineAt(s);
+          faster = kEngineAdviceRatio * (el.first + el.second * s) < ml.first + ml.second * s;
+        }
+        pieces.push_back({at[k], at[k + 1], e.line, faster});
+      }
+    }
+  }
+  auto key = [&](size_t i) {
+    const MpiAlgoCost* c = avail[pieces[i].cand];
+    return std::make_tuple(c->algorithm, c->segsize, c->faninout, pieces[i].faster);
+  };
+  std::vector<EnvelopePiece> indexed;  // line = index into pieces
+  for (size_t i = 0; i < pieces.size(); ++i) indexed.push_back({pieces[i].lo, pieces[i].hi, i});
+  for (const auto& [range, i] : integerRanges(indexed, key)) {
+    const MpiAlgoCost* c = avail[pieces[i].cand];
+    OmpiRange r;
+    r.minBytes = range.first;
+    r.maxBytes = range.second;
+    r.algorithm = c->algorithm;
+    r.segsize = c->segsize;
+    r.faninout = c->faninout;
+    double s = representativeBytes(r.minBytes, r.maxBytes);
+    // The best line of this choice at the representative size (a merged range may span lines of
+    // one algorithm with other parameters' jumps: the candidate's own function decides).
+    r.predictedUs = c->timeUs(s);
+    for (const auto* o : avail)
+      if (o->algorithm == c->algorithm && o->segsize == c->segsize && o->faninout == c->faninout)
+        r.predictedUs = std::min(r.predictedUs, o->timeUs(s));
+    if (!engEnv.empty()) {
+      auto el = engineAt(s);
+      r.engineUs = el.first + el.second * s;
+    }
+    out.push_back(r);
+  }
+  return out;
 }
 
 double predictedUs(const CostContext& ctx, std::string_view collective, Algorithm algorithm,

@@ -24,6 +24,13 @@
 //   trees  packed spanning trees (packed_trees.h), heterogeneous host rates only.
 // Collectives: allreduce (all five), allgather and reducescatter (ring, rhd; S is the total
 // buffer, as in nccl-tests), broadcast (ring as a pipelined chain, tree).
+//
+// The same model prices Open MPI 4.1's coll_tuned algorithms (common/openmpi.h) as Open MPI's
+// ompi/mca/coll/base runs them over the communicator in the context's order (rank r at position
+// r / ranksPerHost), rooted at rank 0; docs/planner.md gives each one. Phases of point-to-point
+// messages as above; pipelined trees (bcast and reduce chains, binary, binomial and k-nomial
+// trees) as S / seg segments flowing down every tree edge at once, plus the depth of the tree
+// for the last segment; basic linear reduce receives one rank after the other.
 #pragma once
 
 #include <cstdint>
@@ -95,6 +102,76 @@ double predictedUs(const CostContext& ctx, std::string_view collective, Algorith
 // collectives/selection.h). Throws InvalidInput when the plan's hosts are not exactly `hosts`.
 double predictedAllreduceUs(const NetworkModel& net, const std::vector<std::string>& hosts,
                             const Plan& plan, uint64_t bytes, RingParams params = {});
+
+// Open MPI's TCP transport sends a message above this size (btl_tcp_eager_limit, 64 KiB by
+// default) by rendezvous: the receiver must match it and answer before the bulk moves, one more
+// round trip of the hop (and of its step overhead: on a busy host, the receiver's scheduling).
+inline constexpr double kOmpiEagerLimit = 65536;
+
+// The time of an (algorithm, parameters) of an Open MPI collective: a line alpha + beta * S, plus
+// a jump at each size from which a step's messages go by rendezvous.
+struct MpiAlgoCost {
+  int algorithm = 0;     // id of common/openmpi.h
+  uint32_t segsize = 0;  // bytes per segment; 0 = unsegmented
+  int faninout = 0;      // chain fan-out; 0 = Open MPI's default
+  bool available = true;
+  std::string note;  // why it is unavailable
+  double alphaUs = 0;
+  double betaUsPerByte = 0;
+  std::vector<std::pair<double, double>> jumps;  // (from bytes, extra us), any order
+  double timeUs(double bytes) const {
+    double t = alphaUs + betaUsPerByte * bytes;
+    for (const auto& [from, extra] : jumps)
+      if (bytes >= from) t += extra;
+    return t;
+  }
+};
+
+// Segment sizes offered to Open MPI's segmented algorithms (the rules file sets them).
+inline constexpr uint32_t kMpiSegments[] = {32u << 10, 128u << 10, 512u << 10};
+// The engine is named in the advice of `rankmap run` where it is predicted at least this much
+// faster than Open MPI's best algorithm.
+inline constexpr double kEngineAdviceRatio = 1.1;
+
+// Every modelled algorithm of Open MPI collective `collective` ("allreduce", "bcast", "reduce",
+// "allgather", "reduce_scatter"; S as coll_tuned measures it: common/plan.h OmpiRange) in the
+// context's order, with the reason where one does not apply (recursive doubling allgather on a
+// rank count that is not a power of two, ...). Throws InvalidInput for another collective.
+std::vector<MpiAlgoCost> mpiAlgorithmCosts(const CostContext& ctx, std::string_view collective);
+// All five at once (each model built once; allreduce and reduce_scatter reuse reduce's and
+// bcast's): what the planner calls. Empty for a single rank.
+std::vector<std::pair<std::string, std::vector<MpiAlgoCost>>> allMpiAlgorithmCosts(
+    const CostContext& ctx);
+
+// Open MPI's fastest algorithm per size range, contiguous from 0 (the last open), each filled
+// with its prediction at its representative size (as chooseRanges). With `engine` (the engine's
+// models of the same collective, algorithmCosts()), ranges are also split where the engine's
+// best becomes kEngineAdviceRatio faster than Open MPI's best, and engineUs holds the engine's
+// best at the representative size.
+std::vector<OmpiRange> chooseMpiRanges(const std::vector<MpiAlgoCost>& costs,
+                                       const std::vector<AlgoCost>* engine = nullptr);
+
+// The engine's collective (algorithmCosts) that serves Open MPI collective `collective`:
+// allreduce, allgather, reducescatter for reduce_scatter, broadcast for bcast; empty for reduce.
+std::string_view engineCollective(std::string_view collective);
+
+// Open MPI's trees (ompi/mca/coll/base/coll_base_topo.c) over ranks 0..ranks-1, as parent arrays
+// (-1 for the root): kFanout (build_tree: rank r on level l has children r + fanout^l * i),
+// kBinomial (build_bmtree: the parent clears the highest set bit), kInOrderBinomial (the lowest
+// set bit), kKnomial (radix `fanout`), kChain (`fanout` chains of consecutive ranks off the root),
+// kInOrderBinary (rooted at ranks - 1, the lower half of the rest on the left). Rooted at 0 but
+// for kInOrderBinary.
+enum class MpiTree { kFanout, kBinomial, kInOrderBinomial, kKnomial, kChain, kInOrderBinary };
+std::vector<int> mpiTree(MpiTree kind, int ranks, int fanout = 2);
+
+// The lower envelope of lines alpha + beta * S over S >= 0: the index of the lowest line per
+// range [lo, hi) (hi = +inf for the last), ties to the smaller beta, then the earlier line.
+// Crossovers beyond 1 TiB are ignored (the line best below keeps the open range).
+struct EnvelopePiece {
+  double lo = 0, hi = 0;
+  size_t line = 0;
+};
+std::vector<EnvelopePiece> lowerEnvelope(const std::vector<std::pair<double, double>>& lines);
 
 // The double binary tree over m positions: two parent arrays (-1 for a root).
 std::pair<std::vector<int>, std::vector<int>> doubleBinaryTree(int m);

@@ -753,11 +753,26 @@ class FluidSim {
 
 }  // namespace
 
+namespace {
+double linksCompletionUs(const NetworkModel& net, const std::vector<Flow>& work);
+}  // namespace
+
 double completionUs(const NetworkModel& net, const std::vector<Flow>& flows) {
   std::vector<Flow> work;
+  double total = 0;
   for (const auto& f : flows)
-    if (f.src != f.dst && f.bytes > 0) work.push_back(f);
+    if (f.src != f.dst && f.bytes > 0) {
+      work.push_back(f);
+      total += f.bytes;
+    }
   if (work.empty()) return 0;
+  double t = linksCompletionUs(net, work);
+  if (std::isfinite(net.fabricMbps)) t = std::max(t, total / bytesPerUs(net.fabricMbps));
+  return t;
+}
+
+namespace {
+double linksCompletionUs(const NetworkModel& net, const std::vector<Flow>& work) {
   bool equal = std::all_of(work.begin(), work.end(),
                            [&](const Flow& f) { return f.bytes == work.front().bytes; });
   if (equal) {
@@ -788,5 +803,6 @@ double completionUs(const NetworkModel& net, const std::vector<Flow>& flows) {
   }
   return FluidSim(net, work).run();
 }
+}  // namespace
 
 }  // namespace rankmap::reorder

@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,10 @@ struct NetworkModel {
   std::vector<double> linkLatencyUs;  // per link (host links, then uplinks)
   // Measured single-flow rates capping flows between a pair; null or NaN = no cap.
   std::shared_ptr<const PairMatrix> caps;
+  // The rate all inter-host flows together can reach, Mbit/s: +inf for a real network, whose
+  // links are the limits; a few Gbit/s for an emulated cloud whose VMs share one machine's CPUs
+  // (tests/emucloud). completionUs() never finishes flows faster than their bytes at this rate.
+  double fabricMbps = std::numeric_limits<double>::infinity();
 
   size_t switches() const { return switchLevel.size(); }
   // Link ids: host links 0..n-1, then uplink of switch s = n + s.
@@ -142,8 +147,9 @@ struct Flow {
 std::vector<double> maxMinRates(const NetworkModel& model, const std::vector<Flow>& flows);
 
 // Time in microseconds until every flow has finished, flows sharing links max-min fairly and
-// re-sharing when one finishes. Equal sizes use the closed form; above kMaxSimulatedFlows
-// unequal flows use the per-link load bound (max over links of bytes / capacity).
+// re-sharing when one finishes, and never before their bytes together at fabricMbps. Equal
+// sizes use the closed form; above kMaxSimulatedFlows unequal flows use the per-link load bound
+// (max over links of bytes / capacity).
 inline constexpr size_t kMaxSimulatedFlows = 4096;
 double completionUs(const NetworkModel& model, const std::vector<Flow>& flows);
 

@@ -33,6 +33,11 @@ void validate(const PlanOptions& o) {
                       c));
   if (!(o.intraHostMbps > 0) || !(o.intraHostLatencyUs >= 0) || !(o.stepOverheadUs >= 0))
     throw InvalidInput("intra-host rate must be positive, latencies non-negative");
+  if (!(o.fabricMbps > 0))
+    throw InvalidInput(
+        fmt::format("fabric rate {}: expected a positive rate in Mbit/s (or "
+                    "unlimited)",
+                    o.fabricMbps));
   if (o.ringBytes == 0) throw InvalidInput("ring design size: expected at least 1 byte");
 }
 
@@ -267,6 +272,23 @@ void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
   if (treesUsed) p.trees = ctx.trees;
 }
 
+// Open MPI's decision per collective and size range in the plan's order, for `rankmap run` to
+// hand to coll_tuned; ranges also split where the engine (its table for the same collective,
+// when planned) is kEngineAdviceRatio faster than Open MPI's best.
+void chooseOpenMpi(const PlanOptions& o, PlanResult& r) {
+  if (!o.openMpi) return;
+  CostContext ctx;
+  ctx.net = &r.model;
+  ctx.order = r.order;
+  ctx.ring = ringParams(o);
+  for (auto& [name, costs] : allMpiAlgorithmCosts(ctx)) {
+    auto engine = r.algorithms.find(std::string(engineCollective(name)));
+    r.plan.openMpi[name] =
+        chooseMpiRanges(costs, engine == r.algorithms.end() ? nullptr : &engine->second);
+    r.mpiAlgorithms[name] = std::move(costs);
+  }
+}
+
 // Prediction: the ring in the plan's order against the ring in the input order, which is what
 // an unmodified MPI job sees when only the rank order changes.
 void predict(const PlanOptions& o, PlanResult& r) {
@@ -318,8 +340,10 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
     return fallbackPlan(std::move(r), names, o, std::move(*why));
   }
   r.designBytes = o.ringBytes;
+  r.model.fabricMbps = o.fabricMbps;
   orderRing(o, r);
   chooseAlgorithms(o, r);
+  chooseOpenMpi(o, r);
   predict(o, r);
   finishPlan(names, o, r);
   RANKMAP_INFO(Reorder, "plan: {} hosts, {} level(s), predicted {:.2f}x for {}{}", n,

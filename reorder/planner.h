@@ -4,8 +4,9 @@
 //
 // Steps: clean the measurements (measurements.h), infer the hierarchy (hierarchy.h), infer the
 // network model (network_model.h), order the ring (ring.h), model every algorithm and choose one
-// per size range (cost_model.h), predict the gain over the input order. Deterministic: the same
-// topology and options give the same plan, byte for byte.
+// per size range (cost_model.h), model Open MPI's algorithms in the plan's order and choose its
+// decision per size range (Plan::openMpi), predict the gain over the input order. Deterministic:
+// the same topology and options give the same plan, byte for byte.
 //
 // A topology with a link model (topology.json "links", schema 2) skips the first three: the
 // hierarchy is its groups, the network model its links (networkFromLinks); the matrices, when
@@ -20,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -41,7 +43,11 @@ struct PlanOptions {
   std::vector<std::string> collectives = {"allreduce"};
   uint64_t ringBytes = 16ull << 20;  // design size of the ring order and of Plan::predicted
   double stepOverheadUs = 0;         // per hop on top of the measured latency
-  double intraHostMbps = 100000;     // rank to rank on one host
+  // The rate all flows together can reach (NetworkModel::fabricMbps): +inf for a real network;
+  // an emulated cloud on one machine is bounded by its CPUs.
+  double fabricMbps = std::numeric_limits<double>::infinity();
+  bool openMpi = true;            // model Open MPI's algorithms: Plan::openMpi
+  double intraHostMbps = 100000;  // rank to rank on one host
   double intraHostLatencyUs = 1;
   size_t exactMaxHosts = kExactMaxHosts;  // exact ring search up to this many hosts
   double minGain = 0.01;            // keep the input order unless the plan is this much faster
@@ -61,6 +67,7 @@ struct PlanResult {
   RingCost planRing, inputRing;
   std::map<std::string, std::vector<AlgoCost>> algorithms;  // with the plan's weights and trees
   uint64_t designBytes = 0;                                 // PlanOptions::ringBytes
+  std::map<std::string, std::vector<MpiAlgoCost>> mpiAlgorithms;  // per Open MPI collective
   std::vector<std::string> warnings;
   bool fallback = false;
   double coverage = 0;       // of pairs measured; 1 with a link model (complete by the model)

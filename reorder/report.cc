@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "common/openmpi.h"
+
 namespace rankmap::reorder {
 namespace {
 
@@ -19,6 +21,20 @@ double medianOf(std::vector<double> v) {
 std::string rangeText(const AlgoRange& r) {
   if (r.maxBytes == AlgoRange::kUnbounded) return fmt::format(">= {}", sizeText(r.minBytes));
   return fmt::format("{} .. {}", sizeText(r.minBytes), sizeText(r.maxBytes));
+}
+
+std::string rangeText(uint64_t minBytes, uint64_t maxBytes) {
+  return rangeText(AlgoRange{minBytes, maxBytes});
+}
+
+// "ring", "binomial seg 128 KiB", "chain seg 32 KiB fan-out 4".
+std::string ompiChoiceText(std::string_view collective, const OmpiRange& r) {
+  const OmpiCollective* c = findOmpiCollective(collective);
+  const OmpiAlgorithm* a = c ? findOmpiAlgorithm(*c, r.algorithm) : nullptr;
+  std::string out = a ? std::string(a->name) : fmt::format("#{}", r.algorithm);
+  if (r.segsize) out += " seg " + sizeText(r.segsize);
+  if (r.faninout) out += fmt::format(" fan-out {}", r.faninout);
+  return out;
 }
 
 std::string sizesText(const std::vector<std::vector<std::string>>& groups) {
@@ -93,6 +109,13 @@ std::string planSummary(const PlanResult& r) {
                            : fmt::format(" {} n/a;", c.algo);
       out.back() = '\n';
     }
+    for (const auto& [coll, ranges] : p.openMpi) {
+      out += fmt::format("  Open MPI {}:", coll);
+      for (const auto& range : ranges)
+        out += fmt::format(" {} {};", ompiChoiceText(coll, range),
+                           rangeText(range.minBytes, range.maxBytes));
+      out.back() = '\n';
+    }
   }
   for (const auto& w : r.warnings) out += "  warning: " + w + "\n";
   return out;
@@ -149,6 +172,15 @@ std::string describePlan(const Plan& p) {
     for (const auto& r : ranges)
       out += fmt::format("  {:<24} {:<9} {:>12} {:>12.4g} {:>12}\n", rangeText(r), r.algorithm,
                          timeText(r.predictedUs), r.predictedBusbwGBps, timeText(r.lowerBoundUs));
+  }
+  for (const auto& [coll, ranges] : p.openMpi) {
+    out += fmt::format(
+        "\nOpen MPI {} (coll_tuned rules for {} ranks):\n  {:<24} {:<30} {:>12} {:>12}\n", coll,
+        p.worldSize(), "message size", "algorithm", "predicted", "engine");
+    for (const auto& r : ranges)
+      out += fmt::format("  {:<24} {:<30} {:>12} {:>12}\n", rangeText(r.minBytes, r.maxBytes),
+                         ompiChoiceText(coll, r), timeText(r.predictedUs),
+                         r.engineUs > 0 ? timeText(r.engineUs) : std::string("-"));
   }
   if (!p.chunkWeights.empty()) {
     auto [lo, hi] = std::minmax_element(p.chunkWeights.begin(), p.chunkWeights.end());

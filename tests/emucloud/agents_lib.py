@@ -145,12 +145,25 @@ def add_source_args(p, rankmapd_required=False):
                    help="probe (needs --rankmapd) or truth (probe-free topology from truth.json)")
 
 
+def host_rate(truth, vm):
+    """A VM's host link rate (Mbit/s, each direction) from truth.json."""
+    return float(vm.get("host_mbit", truth["host_mbit"]))
+
+
+def uplink_rate(truth, rack):
+    """A rack's uplink rate (Mbit/s, each direction) from truth.json."""
+    by_rack = truth.get("uplink_mbit_by_rack")
+    return float(by_rack[rack] if by_rack else truth["uplink_mbit"])
+
+
 def topology_from_truth(truth):
-    """A probe-free topology.json (schema 1) from truth.json: the configured rates (host link
-    within a rack, uplink across), fixed latencies, and the truth's racks as its groups, to be
-    planned with `rankmap plan --use-groups`. Proves what follows the probe without the
-    inference."""
+    """A probe-free topology.json (schema 2) from truth.json: the truth's racks as its groups and
+    its link rates as the link model (each VM's host link, each rack's uplink), the pair matrix
+    those links give (the narrowest link on each path), and fixed latencies; planned with
+    `rankmap plan --use-groups`. Proves what follows the probe without the inference. No pair is
+    listed as measured: every rate is the configured one."""
     vms = truth["vms"]
+    by_name = {vm["name"]: vm for vm in vms}
     bw, lat = [], []
     for a in vms:
         brow, lrow = [], []
@@ -159,15 +172,16 @@ def topology_from_truth(truth):
                 brow.append(None)
                 lrow.append(None)
                 continue
-            same = a["rack"] == b["rack"]
-            brow.append(float(truth["host_mbit"] if same else truth["uplink_mbit"]))
-            base = 60.0 if same else 120.0
+            brow.append(expected_mbps(truth, a["name"], b["name"]))
+            base = 60.0 if a["rack"] == b["rack"] else 120.0
             lrow.append({"min": base, "median": base + 10, "p90": base + 20, "p99": base + 40})
         bw.append(brow)
         lat.append(lrow)
-    racks = [[vm["name"] for vm in vms if vm["rack"] == r] for r in range(truth["racks"])]
+    racks = [r for r in ([vm["name"] for vm in vms if vm["rack"] == k]
+                         for k in range(truth["racks"])) if r]
+    link = lambda mbit: {"out_mbps": mbit, "in_mbps": mbit}  # noqa: E731
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "hosts": [{"name": vm["name"], "address": vm["address"]} for vm in vms],
         "bandwidth_mbps": bw,
         "latency_us": lat,
@@ -175,7 +189,11 @@ def topology_from_truth(truth):
                   "contention": False},
         "time": "",
         "version": 0,
-        "groups": [{"name": "rack", "confidence": 1.0, "groups": [r for r in racks if r]}],
+        "groups": [{"name": "rack", "confidence": 1.0, "groups": racks}],
+        "links": {"hosts": [link(host_rate(truth, vm)) for vm in vms],
+                  "uplinks": [[link(uplink_rate(truth, by_name[r[0]]["rack"])) for r in racks]],
+                  "host_latency_us": 15.0, "uplink_latency_us": [15.0]},
+        "measured": [],
     }
 
 
@@ -205,9 +223,13 @@ def plan_testbed(tb, args, workdir, plan_args=(), keep_running=False):
 
 
 def expected_mbps(truth, a, b):
-    rack = {v["name"]: v["rack"] for v in truth["vms"]}
-    h, u = truth["host_mbit"], truth["uplink_mbit"]
-    return h if rack[a] == rack[b] else min(h, u)
+    """The single-flow rate a -> b the testbed's shaping allows: the narrowest link on the path
+    (both host links; both racks' uplinks when the racks differ)."""
+    vm = {v["name"]: v for v in truth["vms"]}
+    rate = min(host_rate(truth, vm[a]), host_rate(truth, vm[b]))
+    if vm[a]["rack"] != vm[b]["rack"]:
+        rate = min(rate, uplink_rate(truth, vm[a]["rack"]), uplink_rate(truth, vm[b]["rack"]))
+    return rate
 
 
 def bandwidth_errors(topo, truth):

@@ -62,8 +62,9 @@ def main():
                      (rack[a] == rack[b]) == (t == "in")] for t in ("in", "cross")}
         def worst_of(t):
             return f"{max(tiers[t], key=abs):+.1%}" if tiers[t] else "-"
-        al.report(f"measured: {args.vms} VMs/{args.racks} racks host {args.host_mbit:g} uplink "
-                  f"{args.uplink_mbit:g}: wall {dt:.2f} s (round {summary['seconds']:.2f} s), "
+        al.report(f"measured: {args.vms} VMs/{args.racks} racks host "
+                  f"{tl.fmt_rates(args.host_mbit)} uplink {tl.fmt_rates(args.uplink_mbit)}: "
+                  f"wall {dt:.2f} s (round {summary['seconds']:.2f} s), "
                   f"{len(rel)} flows, within 10%: {within:.1%}, median |err| "
                   f"{statistics.median(rel):.3f}, max |err| {max(rel):.3f}; worst in-rack "
                   f"{worst_of('in')}, cross-rack {worst_of('cross')}; worst "

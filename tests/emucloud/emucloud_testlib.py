@@ -46,20 +46,47 @@ def parse_args(extra=None):
     return p.parse_args()
 
 
-def add_testbed_args(p, vms=8, racks=2, seed=1, host_mbit=1000, uplink_mbit=250):
-    """--vms --racks --seed --host-mbit --uplink-mbit, for scripts that bring up a testbed."""
+def rates(text):
+    """`R` or `R1,R2,...` (Mbit/s) as a list of floats, as `emucloud up` takes them: host rates
+    cycled over the VMs, uplink rates over the racks."""
+    try:
+        return [float(x) for x in str(text).split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected rates in Mbit/s such as 250 or 500,125,250, "
+                                         f"got {text!r}")
+
+
+def fmt_rates(rs):
+    return ",".join(f"{r:g}" for r in rs)
+
+
+def add_testbed_args(p, vms=8, racks=2, seed=1, host_mbit="1000", uplink_mbit="250"):
+    """--vms --racks --seed --host-mbit --uplink-mbit, for scripts that bring up a testbed. The
+    rates are lists (rates(): one value, or one per VM / per rack, cycled)."""
     p.add_argument("--vms", type=int, default=vms)
     p.add_argument("--racks", type=int, default=racks)
     p.add_argument("--seed", type=int, default=seed)
-    p.add_argument("--host-mbit", type=float, default=host_mbit)
-    p.add_argument("--uplink-mbit", type=float, default=uplink_mbit)
+    p.add_argument("--host-mbit", type=rates, default=rates(host_mbit))
+    p.add_argument("--uplink-mbit", type=rates, default=rates(uplink_mbit))
 
 
 def up_args(args, seed=None):
     """`emucloud up` arguments from add_testbed_args's options (seed overrides --seed)."""
     return ["--vms", str(args.vms), "--racks", str(args.racks), "--host-mbit",
-            str(args.host_mbit), "--uplink-mbit", str(args.uplink_mbit), "--seed",
+            fmt_rates(args.host_mbit), "--uplink-mbit", fmt_rates(args.uplink_mbit), "--seed",
             str(args.seed if seed is None else seed)]
+
+
+# The emulated cloud's calibration of the planner's cost model (docs/planner.md, "Open MPI's
+# algorithms"): the VMs share two CPUs, which move at most kFabricMbit through all links
+# together, and every message step costs kStepOverheadUs of scheduling on top of the latency.
+kFabricMbit = 2000
+kStepOverheadUs = 1500
+
+
+def plan_calibration():
+    """`rankmap plan` arguments that model the emulated cloud (see kFabricMbit)."""
+    return ["--fabric-mbit", f"{kFabricMbit:g}", "--step-overhead-us", f"{kStepOverheadUs:g}"]
 
 
 def require_environment(tools=("ip", "tc", "ethtool", "unshare")):

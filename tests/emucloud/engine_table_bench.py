@@ -241,13 +241,13 @@ def report(args, plan, sizes, results, out_dir):
                 return rg
         return None
 
-    def bound(b):  # a ring crossing each uplink once per direction
-        return 2 * (n - 1) / n * b * 8 / (args.uplink_mbit * 1e6)
+    def bound(b):  # a ring crossing each uplink once per direction: the slowest one bounds it
+        return 2 * (n - 1) / n * b * 8 / (min(args.uplink_mbit) * 1e6)
 
     cols = list(results)
-    print(f"\n{n} VMs / {args.racks} racks, seed {args.seed}, host {args.host_mbit:g}, uplink "
-          f"{args.uplink_mbit:g} Mbit/s, topology from {args.source}; medians of {args.runs} runs "
-          f"(ms); plan order {' '.join(plan['order'])}")
+    print(f"\n{n} VMs / {args.racks} racks, seed {args.seed}, host "
+          f"{lib.fmt_rates(args.host_mbit)}, uplink {lib.fmt_rates(args.uplink_mbit)} Mbit/s, "
+          f"topology from {args.source}; medians of {args.runs} runs (ms); plan order {' '.join(plan['order'])}")
     print("| size | " + " | ".join(cols) + " | plan's choice | ring bound (ms) |")
     print("|---" * (len(cols) + 3) + "|")
     for b in sizes:

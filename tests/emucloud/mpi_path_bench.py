@@ -119,8 +119,9 @@ def bench(tb, args):
                       + " ".join(f"{b >> 10}K:{t * 1e3:.1f}ms" for b, t in sorted(d.items())),
                       flush=True)
         pm, rm = statistics.median(ring["plain"]), statistics.median(ring["rankmap"])
-        print(f"\n{args.vms} VMs / {args.racks} racks, seed {args.seed}, host {args.host_mbit:g}, "
-              f"uplink {args.uplink_mbit:g} Mbit/s, plan from {args.source}")
+        print(f"\n{args.vms} VMs / {args.racks} racks, seed {args.seed}, host "
+              f"{lib.fmt_rates(args.host_mbit)}, uplink {lib.fmt_rates(args.uplink_mbit)} Mbit/s, "
+              f"plan from {args.source}")
         print(f"ring allreduce {args.ring_bytes >> 20} MiB: plain {pm:.3f} s, rankmap {rm:.3f} s, "
               f"speedup {pm / rm:.2f}x (medians of {args.runs} runs x {args.ring_iters} calls; "
               f"runs plain {ring['plain']} rankmap {ring['rankmap']})")

@@ -20,3 +20,7 @@ emucloud_add_test(emucloud_mpi_path mpi_path_test.py 1200
                   --proof-c $<TARGET_FILE:emucloud_mpi_proof_c>
                   --proof-f "${RANKMAP_MPI_PROOF_F}"
                   --proof-py ${CMAKE_CURRENT_SOURCE_DIR}/mpi_proof.py)
+# Open MPI's decision from the plan (coll_tuned rules) under `rankmap run -- mpirun`.
+emucloud_add_test(emucloud_mpi_rules mpi_rules_test.py 600
+                  --rankmap $<TARGET_FILE:rankmap>
+                  --proof $<TARGET_FILE:emucloud_mpi_proof_c>)

@@ -98,7 +98,7 @@ def simulate(args, truth, max_flows, order):
     """The simulator's side: probe_scale_bench --emucloud-shape ... --json, parsed."""
     index = {vm["name"]: i for i, vm in enumerate(truth["vms"])}
     argv = [args.sim, "--emucloud-shape",
-            f"{args.vms},{args.racks},{args.host_mbit:g},{args.uplink_mbit:g}",
+            f"{args.vms},{args.racks},{args.host_mbit[0]:g},{args.uplink_mbit[0]:g}",
             "--rack-of", ",".join(str(vm["rack"]) for vm in truth["vms"]),
             "--max-flows", str(max_flows), "--order", ",".join(str(index[h]) for h in order),
             "--seed", str(args.seed), "--agent-cores", str(os.cpu_count() or 1), "--json"]
@@ -110,6 +110,9 @@ def simulate(args, truth, max_flows, order):
 
 def main():
     args = lib.parse_args(add_args)
+    if len(args.host_mbit) > 1 or len(args.uplink_mbit) > 1:
+        lib.fail("--host-mbit, --uplink-mbit: expected one rate each (the simulator's "
+                 "--emucloud-shape takes uniform links)")
     lib.require_environment(("ip", "tc", "ethtool", "unshare", "mpirun"))
     args.source = "probe"
     with lib.Testbed(args.emucloud, args.prefix, lib.up_args(args)) as tb, \
@@ -138,7 +141,7 @@ def main():
                   ", ".join(f"{k} {after[k] - before[k]}" for k in after), flush=True)
         sim = simulate(args, tb.truth, max_flows, plan["order"])
     emu_ring_ms = statistics.median(rings) * 1e3
-    bound_ms = 2 * (args.vms - 1) / args.vms * kRingBytes * 8 / (args.uplink_mbit * 1e6) * 1e3
+    bound_ms = 2 * (args.vms - 1) / args.vms * kRingBytes * 8 / (args.uplink_mbit[0] * 1e6) * 1e3
     rows = [
         ("probe, bandwidth trials", trials, sim["trials"]),
         ("probe, bandwidth flows", flows, sim["bandwidth_flows"]),
@@ -150,8 +153,8 @@ def main():
         ("16 MiB ring, testbed's plan order (ms)", emu_ring_ms, sim["ring_order_ms"]),
         ("16 MiB ring, simulator's own plan (ms)", emu_ring_ms, sim["ring_plan_ms"]),
     ]
-    print(f"\n{args.vms} VMs / {args.racks} racks, host {args.host_mbit:g} / uplink "
-          f"{args.uplink_mbit:g} Mbit/s, seed {args.seed}, max_parallel_flows {max_flows}; "
+    print(f"\n{args.vms} VMs / {args.racks} racks, host {args.host_mbit[0]:g} / uplink "
+          f"{args.uplink_mbit[0]:g} Mbit/s, seed {args.seed}, max_parallel_flows {max_flows}; "
           f"engine: median of {args.runs} run(s) of {args.iters} iteration(s); ring bound "
           f"2(n-1)/n S / uplink = {bound_ms:.1f} ms; simulator: {sim['trials']} trials, "
           f"{sim['bandwidth_flows']} flows, structure {sim['structure']}, rack ARI "
@@ -164,8 +167,8 @@ def main():
               f"{'yes' if abs(ratio - 1) <= kAgreement else 'no'} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"vms": args.vms, "racks": args.racks, "host_mbit": args.host_mbit,
-                       "uplink_mbit": args.uplink_mbit, "seed": args.seed,
+            json.dump({"vms": args.vms, "racks": args.racks, "host_mbit": args.host_mbit[0],
+                       "uplink_mbit": args.uplink_mbit[0], "seed": args.seed,
                        "probe_wall_s": wall, "probe_round_s": round_s,
                        "probe_trials": trials, "probe_flows": flows,
                        "host_mbps_median": host_rate, "uplink_mbps_median": uplink_rate, "ring_ms":

@@ -53,7 +53,8 @@ def main():
         subnet = ipaddress.ip_network(t["subnet"])
         lib.check(len(vms) == kVms and t["racks"] == kRacks and t["seed"] == 3 and
                   t["prefix"] == kPrefix and t["host_mbit"] == 1000 and
-                  t["uplink_mbit"] == 250, "truth.json records the arguments")
+                  t["uplink_mbit"] == 250 and t["uplink_mbit_by_rack"] == [250] * kRacks and
+                  all(v["host_mbit"] == 1000 for v in vms), "truth.json records the arguments")
         lib.check([v["name"] for v in vms] == [f"{kPrefix}vm{i}" for i in range(kVms)],
                   "VM names are PREFIXvm0..")
         addrs = [v["address"] for v in vms]

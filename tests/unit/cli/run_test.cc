@@ -26,9 +26,12 @@ class RunCli : public ::testing::Test {
     fakeMpirun_ = dir_.file("bin/mpirun");
     writeFileAtomic(fakeMpirun_,
                     "#!/bin/sh\n"
+                    "case \"$*\" in *'test -r'*) exit ${CHECK_STATUS:-0};; esac\n"
                     "echo \"argv: $*\"\n"
                     "while [ $# -gt 0 ]; do\n"
                     "  if [ \"$1\" = --hostfile ]; then echo hostfile:; cat \"$2\"; fi\n"
+                    "  if [ \"$1\" = coll_tuned_dynamic_rules_filename ]; then\n"
+                    "    echo rules:; grep -c . \"$2\"; fi\n"
                     "  shift\n"
                     "done\n"
                     "exit 7\n",
@@ -42,10 +45,14 @@ class RunCli : public ::testing::Test {
     p.seal();
     p.save(dir_.file("plan.json"));
     hash_ = p.hash;
+    // The same plan with Open MPI's decision for its 4 ranks.
+    p.openMpi["allreduce"] = {{0, 65536, 3, 0, 0, 100, 0},
+                              {65536, AlgoRange::kUnbounded, 4, 0, 0, 9000, 0}};
+    p.seal();
+    p.save(dir_.file("rules-plan.json"));
   }
 
-  Completed rankmap(std::vector<std::string> args,
-                    std::map<std::string, std::string> env = {}) {
+  Completed rankmap(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
     std::vector<std::string> argv{RANKMAP_CLI, "run"};
     argv.insert(argv.end(), args.begin(), args.end());
     env["RANKMAP_RUN_DIR"] = dir_.file("run");
@@ -57,8 +64,8 @@ class RunCli : public ::testing::Test {
   }
 
   std::vector<std::string> seqJob() {
-    return {"--", fakeMpirun_, "--hostfile", dir_.file("hf"), "--mca", "rmaps", "seq", "--np", "4",
-            "./prog", "--size", "8"};
+    return {"--",  fakeMpirun_, "--hostfile", dir_.file("hf"), "--mca",  "rmaps",
+            "seq", "--np",      "4",          "./prog",        "--size", "8"};
   }
 
   bool runDirEmpty() { return std::filesystem::is_empty(dir_.file("run")); }
@@ -75,8 +82,11 @@ TEST_F(RunCli, LaunchModeRunsTheRewrittenCommandAndCleansUp) {
   EXPECT_EQ(c.status, 7) << c.out << c.err;  // the job's exit status
   auto out = testing::lines(c.out);
   ASSERT_GE(out.size(), 6u) << c.out;
-  EXPECT_NE(out[0].find("argv: --hostfile " + dir_.file("run") + "/rankmap-run-"), std::string::npos) << out[0];
-  EXPECT_NE(out[0].find("/hostfile --mca rmaps seq -np 4 ./prog --size 8"), std::string::npos) << out[0];
+  EXPECT_NE(out[0].find("argv: --hostfile " + dir_.file("run") + "/rankmap-run-"),
+            std::string::npos)
+      << out[0];
+  EXPECT_NE(out[0].find("/hostfile --mca rmaps seq -np 4 ./prog --size 8"), std::string::npos)
+      << out[0];
   EXPECT_EQ(std::vector<std::string>(out.begin() + 2, out.begin() + 6),
             (std::vector<std::string>{"vm2", "vm0", "vm3", "vm1"}));
   auto err = testing::lines(c.err);
@@ -100,13 +110,15 @@ TEST_F(RunCli, DryRunPrintsTheCommandAndRunsNothing) {
 }
 
 TEST_F(RunCli, ShimModeAddsThePreload) {
-  auto args = std::vector<std::string>{"--dry-run", "--mode", "shim", "--plan", dir_.file("plan.json")};
+  auto args =
+      std::vector<std::string>{"--dry-run", "--mode", "shim", "--plan", dir_.file("plan.json")};
   for (auto& w : seqJob()) args.push_back(w);
   Completed c = rankmap(args);
   EXPECT_EQ(c.status, 0) << c.err;
-  EXPECT_NE(c.out.find(fakeMpirun_ + " -x LD_PRELOAD=/opt/rankmap/librankmap_mpi.so -x RANKMAP_PLAN=" +
-                       dir_.file("plan.json") + " --hostfile"),
-            std::string::npos)
+  EXPECT_NE(
+      c.out.find(fakeMpirun_ + " -x LD_PRELOAD=/opt/rankmap/librankmap_mpi.so -x RANKMAP_PLAN=" +
+                 dir_.file("plan.json") + " --hostfile"),
+      std::string::npos)
       << c.out;
   EXPECT_NE(c.err.find("shim mode"), std::string::npos) << c.err;
 }
@@ -115,7 +127,8 @@ TEST_F(RunCli, UnknownOptionsRunTheOriginalCommand) {
   Completed c = rankmap({"--plan", dir_.file("plan.json"), "--", fakeMpirun_, "--frobnicate",
                          "--hostfile", dir_.file("hf"), "./prog"});
   EXPECT_EQ(c.status, 7);
-  EXPECT_EQ(testing::lines(c.out)[0], "argv: --frobnicate --hostfile " + dir_.file("hf") + " ./prog");
+  EXPECT_EQ(testing::lines(c.out)[0],
+            "argv: --frobnicate --hostfile " + dir_.file("hf") + " ./prog");
   EXPECT_NE(c.err.find("running the original command unchanged"), std::string::npos) << c.err;
   EXPECT_NE(c.err.find("--frobnicate"), std::string::npos) << c.err;
 }
@@ -136,7 +149,8 @@ TEST_F(RunCli, StalePlanRunsTheOriginalCommand) {
   EXPECT_EQ(c.status, 7) << c.out << c.err;
   auto out = testing::lines(c.out);
   ASSERT_GE(out.size(), 1u) << c.out;
-  EXPECT_EQ(out[0], "argv: --hostfile " + dir_.file("hf") + " --mca rmaps seq --np 4 ./prog --size 8");
+  EXPECT_EQ(out[0],
+            "argv: --hostfile " + dir_.file("hf") + " --mca rmaps seq --np 4 ./prog --size 8");
   EXPECT_NE(c.err.find("is stale"), std::string::npos) << c.err;
   EXPECT_NE(c.err.find("running the original command unchanged"), std::string::npos) << c.err;
   EXPECT_TRUE(runDirEmpty());
@@ -180,14 +194,104 @@ TEST_F(RunCli, DownAgentRunsTheOriginalCommandQuickly) {
 TEST_F(RunCli, UnwritableRunDirRunsTheOriginalCommand) {
   std::vector<std::string> argv{RANKMAP_CLI, "run", "--plan", dir_.file("plan.json")};
   for (auto& w : seqJob()) argv.push_back(w);
-  Completed c = testing::runCommand(argv,
-                                    {{"RANKMAP_RUN_DIR", dir_.file("absent/dir")},
-                                     {"RANKMAP_CONF_FILE", dir_.file("none.conf")}},
-                                    Deadline::afterMs(kTimeoutMs), {"RANKMAP_PLAN", "RANKMAP_LOG"});
+  Completed c = testing::runCommand(
+      argv,
+      {{"RANKMAP_RUN_DIR", dir_.file("absent/dir")}, {"RANKMAP_CONF_FILE", dir_.file("none.conf")}},
+      Deadline::afterMs(kTimeoutMs), {"RANKMAP_PLAN", "RANKMAP_LOG"});
   EXPECT_EQ(c.status, 7) << c.err;
   EXPECT_EQ(testing::lines(c.out)[0],
             "argv: --hostfile " + dir_.file("hf") + " --mca rmaps seq --np 4 ./prog --size 8");
   EXPECT_NE(c.err.find("unchanged: cannot prepare the job's files"), std::string::npos) << c.err;
+}
+
+TEST_F(RunCli, OpenMpiGetsThePlansRulesOnceEveryHostReadsThem) {
+  auto args = std::vector<std::string>{"--plan", dir_.file("rules-plan.json")};
+  for (auto& w : seqJob()) args.push_back(w);
+  // The check (the stand-in exits CHECK_STATUS, 0 by default, for `test -r`) passes.
+  Completed c = rankmap(args);
+  EXPECT_EQ(c.status, 7) << c.out << c.err;
+  auto out = testing::lines(c.out);
+  ASSERT_GE(out.size(), 1u) << c.out;
+  EXPECT_NE(out[0].find("argv: --mca coll_tuned_use_dynamic_rules 1 --mca "
+                        "coll_tuned_dynamic_rules_filename " +
+                        dir_.file("run") + "/rankmap-run-"),
+            std::string::npos)
+      << out[0];
+  EXPECT_NE(c.out.find("rules:\n"), std::string::npos) << "the file existed during the job";
+  auto err = testing::lines(c.err);
+  ASSERT_EQ(err.size(), 1u) << c.err;
+  EXPECT_NE(err[0].find("coll_tuned rules " + dir_.file("run")), std::string::npos) << err[0];
+  EXPECT_TRUE(runDirEmpty());
+  // A host that cannot read the file: the job runs in plan order without the rules.
+  c = rankmap(args, {{"CHECK_STATUS", "1"}});
+  EXPECT_EQ(c.status, 7) << c.out << c.err;
+  out = testing::lines(c.out);
+  ASSERT_GE(out.size(), 1u) << c.out;
+  EXPECT_EQ(out[0].find("coll_tuned"), std::string::npos) << out[0];
+  EXPECT_NE(out[0].find("/hostfile --mca rmaps seq -np 4 ./prog"), std::string::npos) << out[0];
+  EXPECT_NE(c.err.find("Open MPI's coll_tuned rules not used: a host of the job cannot read"),
+            std::string::npos)
+      << c.err;
+  EXPECT_TRUE(runDirEmpty());
+  // RANKMAP_MPI_RULES=1: no check (CHECK_STATUS would fail it); 0: no rules.
+  c = rankmap(args, {{"CHECK_STATUS", "1"}, {"RANKMAP_MPI_RULES", "1"}});
+  EXPECT_NE(c.out.find("coll_tuned_dynamic_rules_filename"), std::string::npos) << c.out;
+  c = rankmap(args, {{"RANKMAP_MPI_RULES", "0"}});
+  EXPECT_EQ(c.out.find("coll_tuned"), std::string::npos) << c.out;
+  EXPECT_EQ(testing::lines(c.err).size(), 1u) << c.err;
+  c = rankmap(args, {{"RANKMAP_MPI_RULES", "sometimes"}});
+  EXPECT_EQ(c.status, 2) << c.err;
+  EXPECT_NE(c.err.find("RANKMAP_MPI_RULES"), std::string::npos) << c.err;
+  EXPECT_EQ(c.out.find("argv:"), std::string::npos) << "nothing ran";
+}
+
+TEST_F(RunCli, TheUsersCollTunedSettingsWin) {
+  std::vector<std::string> job{
+      "--",    fakeMpirun_,  "--mca",         "coll_tuned_allreduce_algorithm",
+      "4",     "--hostfile", dir_.file("hf"), "--mca",
+      "rmaps", "seq",        "./prog"};
+  auto args = std::vector<std::string>{"--plan", dir_.file("rules-plan.json")};
+  args.insert(args.end(), job.begin(), job.end());
+  Completed c = rankmap(args);
+  EXPECT_EQ(c.status, 7);
+  EXPECT_EQ(c.out.find("coll_tuned_dynamic_rules_filename"), std::string::npos) << c.out;
+  EXPECT_NE(c.err.find("your setting decides (--mca coll_tuned_allreduce_algorithm 4)"),
+            std::string::npos)
+      << c.err;
+  // In the environment, which mpirun passes to every rank.
+  args = {"--plan", dir_.file("rules-plan.json")};
+  for (auto& w : seqJob()) args.push_back(w);
+  c = rankmap(args, {{"OMPI_MCA_coll_tuned_bcast_algorithm", "6"}});
+  EXPECT_EQ(c.out.find("coll_tuned_dynamic_rules_filename"), std::string::npos) << c.out;
+  EXPECT_NE(c.err.find("OMPI_MCA_coll_tuned_bcast_algorithm=6 in the environment"),
+            std::string::npos)
+      << c.err;
+}
+
+TEST_F(RunCli, DryRunShowsTheRulesAndTheCheck) {
+  auto args = std::vector<std::string>{"--dry-run", "--plan", dir_.file("rules-plan.json")};
+  for (auto& w : seqJob()) args.push_back(w);
+  Completed c = rankmap(args);
+  EXPECT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.out.find("/coll_tuned_rules.conf (written for a real run):\n# Open MPI coll_tuned"),
+            std::string::npos)
+      << c.out;
+  EXPECT_NE(c.out.find("4 0 0 # >= 64 KiB: ring"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("the rules are used only if this exits 0 on every host:\n" + fakeMpirun_ +
+                       " --hostfile "),
+            std::string::npos)
+      << c.out;
+  EXPECT_NE(c.out.find("/bin/sh -c 'test -r \"$0\"' "), std::string::npos) << c.out;
+  EXPECT_EQ(c.out.find("argv:"), std::string::npos) << "nothing ran";
+  EXPECT_TRUE(runDirEmpty());
+  // --rules-out: written there, kept.
+  std::string kept = dir_.file("kept-rules.conf");
+  args = {"--plan", dir_.file("rules-plan.json"), "--rules-out", kept};
+  for (auto& w : seqJob()) args.push_back(w);
+  c = rankmap(args);
+  EXPECT_NE(c.out.find("coll_tuned_dynamic_rules_filename " + kept), std::string::npos) << c.out;
+  EXPECT_TRUE(std::filesystem::exists(kept));
+  EXPECT_TRUE(runDirEmpty());
 }
 
 TEST_F(RunCli, UsageErrors) {

@@ -24,6 +24,16 @@ Plan sample() {
   return p;
 }
 
+// sample() with Open MPI's decision for two collectives.
+Plan sampleWithOpenMpi() {
+  Plan p = sample();
+  p.openMpi["allreduce"] = {{0, 65536, 3, 0, 0, 40, 35},
+                            {65536, AlgoRange::kUnbounded, 4, 0, 0, 5000, 4800}};
+  p.openMpi["bcast"] = {{0, AlgoRange::kUnbounded, 6, 131072, 0, 70, 0}};
+  p.seal();
+  return p;
+}
+
 std::string errorOf(const std::string& text) {
   try {
     Plan::parse(text, "plan.json");
@@ -84,6 +94,49 @@ TEST(Plan, TamperedContentFailsTheHash) {
   j["epoch"] = 8;
   auto m = errorOf(j.dump());
   EXPECT_NE(m.find("at /hash: expected the content hash"), std::string::npos) << m;
+}
+
+TEST(Plan, OpenMpisDecisionRoundTripsAndIsInTheHash) {
+  Plan p = sampleWithOpenMpi();
+  Plan back = Plan::parse(p.dump(), "plan.json");
+  EXPECT_EQ(back, p);
+  EXPECT_EQ(back.toJson()["open_mpi"]["bcast"][0]["algorithm"], "binomial");
+  // A plan without it keeps its old document and hash: no "open_mpi" field at all.
+  EXPECT_FALSE(sample().toJson().contains("open_mpi"));
+  EXPECT_NE(sample().hash, p.hash);
+  Json j = p.toJson();
+  j["open_mpi"]["allreduce"][1]["algorithm"] = "recursive_doubling";
+  EXPECT_NE(errorOf(j.dump()).find("the content hash"), std::string::npos);
+}
+
+TEST(Plan, MalformedOpenMpiDecisionsNameTheField) {
+  auto base = sampleWithOpenMpi().toJson();
+  struct Case {
+    std::function<void(Json&)> mutate;
+    const char* expect;
+  } cases[] = {
+      {[](Json& j) { j["open_mpi"]["allreduce"][0]["algorithm"] = "magic"; },
+       "at /open_mpi/allreduce/0/algorithm: expected one of 1 basic_linear, 2 nonoverlapping"},
+      {[](Json& j) { j["open_mpi"]["bcast"][0]["algorithm"] = "ring"; },
+       "at /open_mpi/bcast/0/algorithm: expected one of 1 basic_linear"},
+      {[](Json& j) { j["open_mpi"]["alltoall"] = j["open_mpi"]["bcast"]; },
+       "at /open_mpi/alltoall: expected a collective among allreduce, bcast"},
+      {[](Json& j) { j["open_mpi"]["allreduce"][1]["min_bytes"] = 5; },
+       "at /open_mpi/allreduce/1/min_bytes: expected 65536"},
+      {[](Json& j) { j["open_mpi"]["allreduce"][1]["max_bytes"] = 1 << 20; },
+       "the last with max_bytes null"},
+      {[](Json& j) { j["open_mpi"]["bcast"] = Json::array(); }, "at least one range"},
+      {[](Json& j) { j["open_mpi"]["bcast"][0]["segsize"] = -1; },
+       "at /open_mpi/bcast/0/segsize: expected an integer in [0, 2147483647]"},
+      {[](Json& j) { j["open_mpi"]["bcast"][0]["faninout"] = 33; },
+       "at /open_mpi/bcast/0/faninout: expected an integer in [0, 32]"},
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    Json j = base;
+    cases[i].mutate(j);
+    auto m = errorOf(j.dump());
+    EXPECT_NE(m.find(cases[i].expect), std::string::npos) << i << ": " << m;
+  }
 }
 
 TEST(Plan, MalformedPlansNameTheField) {
