@@ -1,10 +1,13 @@
 // `rankmap show FILE`: a plan.json or topology.json for people; `--svg OUT` draws the
 // bandwidth and latency heatmaps sorted by group with the rings over them.
 //
-// A plan alone has no measurements, so drawing one needs --topology; a topology is planned on
+// A plan alone has no measurements, so drawing one needs --topology; with it, the text also
+// gives the host link rates behind the chunk weights and packed trees. A topology is planned on
 // the fly (same options as `rankmap plan`'s defaults) to sort and draw it.
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -36,6 +39,18 @@ Json readUserJson(const std::string& path) {
   }
 }
 
+// The host link rates of the planner's network model of `t` (Mbit/s by host name).
+std::map<std::string, double> hostRates(const Topology& t, const ShowArgs& a) {
+  reorder::PlanOptions o;
+  o.source = a.topology;
+  o.hashTopology = false;
+  reorder::PlanResult r = reorder::planTopology(t, o);
+  std::map<std::string, double> rates;
+  for (size_t h = 0; h < r.model.hostMbps.size() && h < t.size(); ++h)
+    rates[t.hosts[h].name] = r.model.hostMbps[h];
+  return rates;
+}
+
 int runShow(const ShowArgs& a) {
   Json doc = readUserJson(a.file);
   bool isPlan = doc.is_object() && doc.contains("order") && doc.contains("permutation");
@@ -48,15 +63,21 @@ int runShow(const ShowArgs& a) {
                     a.file));
   if (isPlan) {
     Plan plan = Plan::fromJson(doc, a.file);
-    std::fputs(reorder::describePlan(plan).c_str(), stdout);
+    if (!a.svg.empty() && a.topology.empty())
+      throw InvalidInput(
+          fmt::format("--svg {}: a plan holds no measurements; pass the "
+                      "topology.json it was made from with --topology",
+                      a.svg));
+    // With its topology, the host link rates that made the chunk weights and the trees.
+    std::optional<Topology> t;
+    std::map<std::string, double> hostMbps;
+    if (!a.topology.empty()) {
+      t = Topology::fromJson(readUserJson(a.topology), a.topology);
+      if (!plan.chunkWeights.empty() || !plan.trees.empty()) hostMbps = hostRates(*t, a);
+    }
+    std::fputs(reorder::describePlan(plan, hostMbps).c_str(), stdout);
     if (!a.svg.empty()) {
-      if (a.topology.empty())
-        throw InvalidInput(
-            fmt::format("--svg {}: a plan holds no measurements; pass the "
-                        "topology.json it was made from with --topology",
-                        a.svg));
-      Topology t = Topology::fromJson(readUserJson(a.topology), a.topology);
-      writeFileAtomic(a.svg, reorder::renderSvg(t, plan));
+      writeFileAtomic(a.svg, reorder::renderSvg(*t, plan));
       fmt::print("\nsvg written to {}\n", a.svg);
     }
     return 0;
@@ -85,7 +106,8 @@ void registerShowCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
       "matrix summary); --svg draws the heatmaps");
   cmd->add_option("file", args->file, "plan.json or topology.json")->required();
   cmd->add_option("--topology,-t", args->topology,
-                  "The topology.json a plan was made from (needed for --svg with a plan)");
+                  "The topology.json a plan was made from (needed for --svg with a plan; gives "
+                  "the host rates behind its chunk weights and trees)");
   cmd->add_option("--svg", args->svg, "Draw bandwidth and latency heatmaps to this SVG file");
   cmd->add_option("--ranks-per-host,-k", args->ranksPerHost,
                   "Ranks per host when planning a topology")

@@ -25,6 +25,13 @@
 
 namespace rankmap {
 
+// The relative noise of one probe reading (a single flow's rate, a ping's floor) that the probe
+// and the planner both assume, so that they agree on what counts as a difference: the probe
+// takes a host link's readings within this fraction of its best as one (probe::kHostBand), and
+// the planner treats rings whose predicted times differ by less than the noise of what differs
+// between them as equal (reorder::RingParams::noise).
+inline constexpr double kProbeNoise = 0.1;
+
 struct Host {
   std::string name;
   std::string address;  // "ip" or "ip:port"; may be empty for fixtures

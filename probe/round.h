@@ -76,8 +76,9 @@ inline constexpr double kVeryFarFraction = 0.15;
 // A flow measured alone below this fraction of what both its hosts reached elsewhere is
 // measured again (once).
 inline constexpr double kConfirmFraction = 0.95;
-// A host link's capacity is the mean of its readings within this fraction of its best one.
-inline constexpr double kHostBand = 0.9;
+// A host link's capacity is the mean of its readings within this fraction of its best one: the
+// readings that differ from it by no more than the probe's noise.
+inline constexpr double kHostBand = 1 - kProbeNoise;
 // A single flow alone on an uplink below this fraction of its hosts' rate was held by the
 // uplink: its reading is the uplink's capacity (well below 1: readings carry noise).
 inline constexpr double kUplinkBoundFraction = 0.8;

@@ -162,6 +162,119 @@ FeatureFit analyseFeature(const Features& fx, int f, const std::vector<int>& sam
   return fit;
 }
 
+// What shows a switch at level `l` over the kept level `k` below it (see hierarchy.h), from
+// the sampled hosts' pairs (bandwidth: means per pair of groups below; latency: medians) and
+// the shared links (all hosts).
+struct SwitchEvidence {
+  double unexplained = std::numeric_limits<double>::quiet_NaN();  // bandwidth, log units
+  double latency = std::numeric_limits<double>::quiet_NaN();      // log units
+  bool shared = false;
+};
+
+SwitchEvidence switchEvidence(const Hierarchy& h, size_t k, size_t l, const Features& fx,
+                              const std::vector<int>& sample,
+                              const std::vector<std::vector<int>>& sharedSets) {
+  const auto& below = h.levels[k].groupOf;
+  const auto& above = h.levels[l].groupOf;
+  SwitchEvidence e;
+  // The groups below with sampled members, numbered 0..g-1; per pair of them the mean
+  // bandwidth dissimilarity of their sampled pairs (flat g x g sums: g <= kAnalysisHosts).
+  std::vector<int> index(static_cast<size_t>(h.levels[k].groups), -1);
+  std::vector<int> up;
+  for (int x : sample)
+    if (index[below[x]] < 0) {
+      index[below[x]] = static_cast<int>(up.size());
+      up.push_back(above[x]);
+    }
+  const size_t g = up.size();
+  std::vector<double> sum(g * g, 0);
+  std::vector<int> count(g * g, 0);
+  std::vector<float> latWithin, latAcross;
+  for (size_t a = 0; a < sample.size(); ++a)
+    for (size_t b = a + 1; b < sample.size(); ++b) {
+      int i = sample[a], j = sample[b];
+      if (below[i] == below[j]) continue;
+      size_t x = static_cast<size_t>(index[below[i]]), y = static_cast<size_t>(index[below[j]]);
+      size_t cell = std::min(x, y) * g + std::max(x, y);
+      float v = fx.bandwidth(i, j);
+      if (!std::isnan(v)) {
+        sum[cell] += v;
+        ++count[cell];
+      }
+      float t = fx.latency(i, j);
+      if (!std::isnan(t)) (above[i] == above[j] ? latWithin : latAcross).push_back(t);
+    }
+  // Each group's uplink deficit: its least dissimilarity to any other group. A flow between two
+  // groups shows the narrower of their uplinks, so under uplinks of their own the
+  // dissimilarity of a pair is the larger of the two deficits; what exceeds it is shared.
+  std::vector<double> deficit(g, std::numeric_limits<double>::infinity());
+  for (size_t x = 0; x < g; ++x)
+    for (size_t y = x + 1; y < g; ++y)
+      if (count[x * g + y] > 0) {
+        double m = sum[x * g + y] / count[x * g + y];
+        deficit[x] = std::min(deficit[x], m);
+        deficit[y] = std::min(deficit[y], m);
+      }
+  std::vector<double> excess;
+  for (size_t x = 0; x < g; ++x)
+    for (size_t y = x + 1; y < g; ++y)
+      if (count[x * g + y] > 0 && up[x] != up[y])
+        excess.push_back(sum[x * g + y] / count[x * g + y] - std::max(deficit[x], deficit[y]));
+  if (!excess.empty()) e.unexplained = median(std::move(excess));
+  auto medianF = [](std::vector<float>& v) {
+    auto mid = v.begin() + static_cast<long>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    return static_cast<double>(*mid);
+  };
+  if (!latWithin.empty() && !latAcross.empty()) e.latency = medianF(latAcross) - medianF(latWithin);
+  // A shared link over hosts of several groups below, inside one group of this level: the
+  // contention probe saw their flows contend on a link above the groups below.
+  for (const auto& set : sharedSets) {
+    if (set.size() < 2 || set.size() >= h.n) continue;
+    bool one = true, several = false;
+    for (int x : set) {
+      one = one && above[x] == above[set.front()];
+      several = several || below[x] != below[set.front()];
+    }
+    e.shared = e.shared || (one && several);
+  }
+  return e;
+}
+
+// Drops the levels above the innermost that no signal shows to be a switch (hierarchy.h), and
+// names the levels left by their place.
+void keepSwitchLevels(Hierarchy& h, const Features& fx, const FeatureFit (&fits)[2],
+                      const std::vector<int>& sample,
+                      const std::vector<std::vector<int>>& sharedSets) {
+  size_t k = 0;  // the kept level below the one judged
+  for (size_t l = 1; l < h.levels.size();) {
+    SwitchEvidence e = switchEvidence(h, k, l, fx, sample, sharedSets);
+    auto shows = [&](int f, double x) {
+      return fits[f].report.informative && !std::isnan(x) &&
+             x >= kSwitchSigmas * fits[f].report.sigma;
+    };
+    if (shows(0, e.unexplained) || shows(1, e.latency) || e.shared) {
+      k = l++;
+      continue;
+    }
+    Hierarchy::RateClass rc;
+    rc.groups = h.levels[l].groups;
+    rc.groupOf = h.levels[l].groupOf;
+    rc.below = h.levels[k].name;
+    rc.unexplainedLog = std::isnan(e.unexplained) ? 0 : e.unexplained;
+    rc.latencyLog = std::isnan(e.latency) ? 0 : e.latency;
+    RANKMAP_INFO(Reorder,
+                 "hierarchy: {} groups above the {}s are a rate class, not a switch (flows across "
+                 "them {:+.0f}% slower than the {}s' own uplinks explain, latency {:+.0f}%, no "
+                 "shared link): not a level",
+                 rc.groups, rc.below, 100 * (std::exp(rc.unexplainedLog) - 1), rc.below,
+                 100 * (std::exp(rc.latencyLog) - 1));
+    h.rateClasses.push_back(std::move(rc));
+    h.levels.erase(h.levels.begin() + static_cast<long>(l));
+  }
+  for (size_t l = 0; l < h.levels.size(); ++l) h.levels[l].name = levelName(l);
+}
+
 }  // namespace
 
 int Hierarchy::lcaLevel(int a, int b) const {
@@ -303,6 +416,7 @@ Hierarchy inferHierarchy(const Measurements& m, const std::vector<std::vector<in
                   h.levels[l].name, h.levels[l].groups, cuts[l].gap(), wa, aa,
                   h.levels[l].confidence);
   }
+  keepSwitchLevels(h, fx, fits, sample, sharedSets);
   return h;
 }
 

@@ -50,7 +50,10 @@ struct PlanOptions {
   double intraHostMbps = 100000;  // rank to rank on one host
   double intraHostLatencyUs = 1;
   size_t exactMaxHosts = kExactMaxHosts;  // exact ring search up to this many hosts
-  double minGain = 0.01;            // keep the input order unless the plan is this much faster
+  double noise = kProbeNoise;       // relative noise of measured values: ring times closer than the
+                                    // noise of what differs are equal (RingParams::noise)
+  double minGain = 0.01;            // keep the input order unless the plan is this much
+                                    // faster (or no slower and loading the links less)
   bool useTopologyGroups = false;   // take topology.json "groups" instead of inferring (always
                                     // with a link model: its links belong to those groups)
   bool hashTopology = true;         // set Plan::topologyHash (serialises the topology)

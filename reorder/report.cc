@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include <fmt/format.h>
@@ -43,6 +44,25 @@ std::string sizesText(const std::vector<std::vector<std::string>>& groups) {
   std::string out;
   for (auto it = bySize.rbegin(); it != bySize.rend(); ++it)
     out += fmt::format("{}{} of {}", out.empty() ? "" : ", ", it->second, it->first);
+  return out;
+}
+
+// The levels the clustering found that are rate classes, not switches (Hierarchy::rateClasses).
+std::string rateClassesText(const Hierarchy& h, const std::string& indent) {
+  std::string out;
+  for (const auto& rc : h.rateClasses) {
+    std::vector<size_t> hosts(static_cast<size_t>(rc.groups), 0);
+    for (int g : rc.groupOf) ++hosts[static_cast<size_t>(g)];
+    std::string sizes;
+    for (size_t g = 0; g < hosts.size(); ++g)
+      sizes += fmt::format("{}{}", g == 0 ? "" : g + 1 == hosts.size() ? " and " : ", ", hosts[g]);
+    out += fmt::format(
+        "{}not a level: {} classes of {}s ({} hosts) by uplink rate: flows across them are as "
+        "fast as the {}s' own uplinks allow ({:+.0f}% unexplained), no farther (latency "
+        "{:+.0f}%), and no shared link spans them: a rate class, not a switch\n",
+        indent, rc.groups, rc.below, sizes, rc.below, 100 * (std::exp(rc.unexplainedLog) - 1),
+        100 * (std::exp(rc.latencyLog) - 1));
+  }
   return out;
 }
 
@@ -93,6 +113,7 @@ std::string planSummary(const PlanResult& r) {
     for (const auto& g : p.groups)
       out += fmt::format("  {}: {} groups ({}), confidence {:.3g}\n", g.name, g.groups.size(),
                          sizesText(g.groups), g.confidence);
+    out += rateClassesText(r.hierarchy, "  ");
     out += "  predicted: " + gainText(p.predicted) + "\n";
     for (const auto& [coll, ranges] : p.collectives) {
       out += fmt::format("  {}:", coll);
@@ -121,7 +142,162 @@ std::string planSummary(const PlanResult& r) {
   return out;
 }
 
-std::string describePlan(const Plan& p) {
+namespace {
+
+// "h1, h4, h9 and 3 more".
+std::string namesText(const std::vector<std::string>& names, size_t show = 8) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < show; ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  if (names.size() > show) out += fmt::format(" and {} more", names.size() - show);
+  return out;
+}
+
+// The rate measured for `host`, or NaN.
+double rateOf(const std::map<std::string, double>& hostMbps, const std::string& host) {
+  auto it = hostMbps.find(host);
+  return it == hostMbps.end() ? std::nan("") : it->second;
+}
+
+// The message sizes for which a plan runs `algo`: "allreduce 64 KiB .. 1 MiB; ..." or "".
+std::string sizesUsing(const Plan& p, Algorithm algo) {
+  std::string out;
+  for (const auto& [coll, ranges] : p.collectives)
+    for (const auto& r : ranges)
+      if (r.algorithm == algo)
+        out += fmt::format("{}{} {}", out.empty() ? "" : "; ", coll, rangeText(r));
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> treeLoads(const Plan& p) {
+  std::vector<double> load(p.order.size(), 0);
+  for (const auto& t : p.trees)
+    for (size_t i = 0; i < t.parent.size() && i < load.size(); ++i) {
+      int up = t.parent[i];
+      if (up < 0 || static_cast<size_t>(up) >= load.size()) continue;
+      load[i] += t.weight;
+      load[static_cast<size_t>(up)] += t.weight;
+    }
+  return load;
+}
+
+std::string chunkWeightsText(const Plan& p, const std::map<std::string, double>& hostMbps) {
+  const auto& w = p.chunkWeights;
+  if (w.empty() || w.size() != p.order.size()) return "";
+  double top = *std::max_element(w.begin(), w.end());
+  if (!(top > 0)) return "";
+  std::string out = fmt::format(
+      "\nchunk weights (hier's shards, used for {}):\n"
+      "  hier gives each rank a share of its group's buffer in proportion to its weight, the\n"
+      "  link rate measured for its host: a shard's owner carries the whole shard across\n"
+      "  groups, so an equal share would let the slowest host link hold up its group.\n",
+      sizesUsing(p, Algorithm::kHier).empty() ? "no size: hier was not chosen"
+                                              : sizesUsing(p, Algorithm::kHier));
+  // Classes of hosts by share relative to the largest (two digits), largest first.
+  std::map<long, std::vector<size_t>, std::greater<>> classes;
+  for (size_t i = 0; i < w.size(); ++i) classes[std::lround(100 * w[i] / top)].push_back(i);
+  double fastest = 0;
+  for (const auto& h : p.order) fastest = std::max(fastest, rateOf(hostMbps, h));
+  for (const auto& [key, positions] : classes) {
+    std::vector<std::string> names;
+    std::vector<double> rates;
+    for (size_t i : positions) {
+      names.push_back(p.order[i]);
+      double r = rateOf(hostMbps, p.order[i]);
+      if (!std::isnan(r)) rates.push_back(r);
+    }
+    double rel = key / 100.0;
+    out += fmt::format("  {} host(s) at {:.2g}x the largest share ({:.4g} each): {}\n",
+                       positions.size(), rel, w[positions.front()], namesText(names));
+    if (key >= 100) continue;
+    if (!rates.empty() && fastest > 0)
+      out += fmt::format(
+          "    smaller because their host links measured {:.4g} Mbit/s against {:.4g} for the "
+          "fastest\n",
+          medianOf(rates), fastest);
+    else
+      out += fmt::format(
+          "    smaller because their host links measured {:.2g}x the fastest's (show the "
+          "plan with --topology for the rates)\n",
+          rel);
+  }
+  return out;
+}
+
+std::string packedTreesText(const Plan& p, const std::map<std::string, double>& hostMbps) {
+  if (p.trees.empty()) return "";
+  const size_t n = p.order.size();
+  std::string used = sizesUsing(p, Algorithm::kTrees);
+  std::string out = fmt::format(
+      "\npacked trees ({} tree(s), used for {}):\n"
+      "  the buffer is split by tree weight; each piece is reduced up its tree to the root and\n"
+      "  broadcast back down, pipelined. A host's link carries its tree's piece once per tree\n"
+      "  edge at the host, each way: a leaf carries one piece, a centre one more per child.\n",
+      p.trees.size(), used.empty() ? "no size" : used);
+  const size_t shown = 8;
+  for (size_t t = 0; t < p.trees.size() && t < shown; ++t) {
+    const PackedTree& tree = p.trees[t];
+    std::vector<int> children(n, 0);
+    std::string root = "?";
+    for (size_t i = 0; i < tree.parent.size() && i < n; ++i) {
+      if (tree.parent[i] < 0)
+        root = p.order[i];
+      else if (static_cast<size_t>(tree.parent[i]) < n)
+        ++children[static_cast<size_t>(tree.parent[i])];
+    }
+    std::vector<size_t> inner;
+    size_t leaves = 0;
+    for (size_t i = 0; i < n; ++i) (children[i] > 0 ? inner.push_back(i) : void(++leaves));
+    std::stable_sort(inner.begin(), inner.end(),
+                     [&](size_t a, size_t b) { return children[a] > children[b]; });
+    std::string centres;
+    for (size_t k = 0; k < inner.size() && k < 6; ++k)
+      centres += fmt::format("{}{} ({})", k ? ", " : "", p.order[inner[k]], children[inner[k]]);
+    if (inner.size() > 6) centres += fmt::format(" and {} more", inner.size() - 6);
+    out += fmt::format(
+        "  tree {}: weight {:.4g} ({:.3g}% of the buffer), root {}; centres (children): {}; {} "
+        "leaves\n",
+        t + 1, tree.weight, 100 * tree.weight, root, centres.empty() ? "none" : centres, leaves);
+  }
+  if (p.trees.size() > shown) out += fmt::format("  ... ({} more trees)\n", p.trees.size() - shown);
+  // What each host's link carries over all trees, against a ring's 2(n-1)/n on every host.
+  std::vector<double> load = treeLoads(p);
+  auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+  std::vector<std::string> most, least;
+  for (size_t i = 0; i < n; ++i) {
+    if (load[i] >= *hi - 1e-9) most.push_back(p.order[i]);
+    if (load[i] <= *lo + 1e-9) least.push_back(p.order[i]);
+  }
+  double ring = n > 0 ? 2.0 * (n - 1) / n : 0;
+  out += fmt::format(
+      "  per host link, each way: at most {:.3g}x the buffer ({}), at least {:.3g}x ({}); a "
+      "ring carries {:.3g}x on every host\n",
+      *hi, namesText(most, 6), *lo, namesText(least, 6), ring);
+  // The slowest hosts (by measured rate, else by chunk weight) and what they carry.
+  std::vector<double> key(n, std::nan(""));
+  for (size_t i = 0; i < n; ++i) key[i] = rateOf(hostMbps, p.order[i]);
+  bool byRate = std::none_of(key.begin(), key.end(), [](double x) { return std::isnan(x); });
+  if (!byRate && p.chunkWeights.size() == n) key = p.chunkWeights;
+  if (byRate || p.chunkWeights.size() == n) {
+    auto [slow, fast] = std::minmax_element(key.begin(), key.end());
+    if (*fast > kHeterogeneousRatio * *slow) {
+      std::vector<std::string> names;
+      double carried = 0;
+      for (size_t i = 0; i < n; ++i)
+        if (key[i] < kHeterogeneousRatio * *slow) {
+          names.push_back(p.order[i]);
+          carried = std::max(carried, load[i]);
+        }
+      out += fmt::format("  the slowest hosts ({}{}) carry at most {:.3g}x\n", namesText(names, 6),
+                         byRate ? fmt::format(", {:.4g} Mbit/s", *slow) : "", carried);
+    }
+  }
+  return out;
+}
+
+std::string describePlan(const Plan& p, const std::map<std::string, double>& hostMbps) {
   std::string out = fmt::format(
       "plan: {} hosts x {} rank(s) = {} ranks, confidence {:.3g}, "
       "epoch {}\n",
@@ -182,11 +358,8 @@ std::string describePlan(const Plan& p) {
                          ompiChoiceText(coll, r), timeText(r.predictedUs),
                          r.engineUs > 0 ? timeText(r.engineUs) : std::string("-"));
   }
-  if (!p.chunkWeights.empty()) {
-    auto [lo, hi] = std::minmax_element(p.chunkWeights.begin(), p.chunkWeights.end());
-    out += fmt::format("\nchunk weights (hier shards, by host rate): {:.4g} .. {:.4g}\n", *lo, *hi);
-  }
-  if (!p.trees.empty()) out += fmt::format("packed trees: {}\n", p.trees.size());
+  out += chunkWeightsText(p, hostMbps);
+  out += packedTreesText(p, hostMbps);
   out += "\npredicted: " + gainText(p.predicted) + "\n";
   return out;
 }
@@ -239,6 +412,7 @@ std::string signalsText(const PlanResult& r) {
   for (const auto& level : r.plan.groups)
     out += fmt::format("  {}: {} groups ({}), confidence {:.3g}\n", level.name, level.groups.size(),
                        sizesText(level.groups), level.confidence);
+  out += rateClassesText(r.hierarchy, "  ");
   return out;
 }
 

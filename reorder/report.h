@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "common/plan.h"
 #include "common/topology.h"
@@ -21,8 +23,20 @@ std::string linkModelText(size_t hosts, size_t measured);
 // A few lines about a planning run: groups, gain, algorithm per size, warnings.
 std::string planSummary(const PlanResult& result);
 
-// A plan.json for people: groups, ring, algorithm table, predicted gain.
-std::string describePlan(const Plan& plan);
+// A plan.json for people: groups, ring, algorithm table, chunk weights and packed trees
+// explained, predicted gain. `hostMbps` (host name -> measured host link rate), when the
+// topology is at hand, lets it say which rates made a share small.
+std::string describePlan(const Plan& plan, const std::map<std::string, double>& hostMbps = {});
+
+// The chunk weights of a plan in words: who gets a smaller share of hier's shards and why.
+std::string chunkWeightsText(const Plan& plan, const std::map<std::string, double>& hostMbps);
+// The packed trees of a plan in words: which trees, their roots and weights, what each carries,
+// and what each host's link carries over all of them.
+std::string packedTreesText(const Plan& plan, const std::map<std::string, double>& hostMbps);
+
+// What the links of one host carry in a plan's packed trees: per position in `order`, the sum
+// over trees of weight x degree (the fraction of the buffer its link carries each way).
+std::vector<double> treeLoads(const Plan& plan);
 
 // A topology.json for people: coverage, what each signal shows, the inferred groups, the
 // matrices summarised per level, the network model.

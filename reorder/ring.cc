@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -76,8 +77,12 @@ class RingState {
     if (n >= 2) lowerRho_ = std::max(lowerRho_, 1.0 / net.ringBoundMbps());
   }
 
+  // While `to` is set, edge() appends (link, load before the change) for each link it changes
+  // (a link may appear more than once; its first entry has its load before all of them).
+  void record(std::vector<std::pair<size_t, double>>* to) { record_ = to; }
   void edge(int a, int b, int sign) {
     net_.forEachLink(a, b, [&](size_t link, bool) {
+      if (record_) record_->emplace_back(link, load(link));
       int now = cross_[link] + sign;
       cross_[link] = now;
       links_.set(link, ratio(link, now));
@@ -101,6 +106,15 @@ class RingState {
     return scale_ * (networkLatency + constLatency_ + bits_ * rho);
   }
   double constLatency() const { return constLatency_; }
+  // A link's load: flows per direction over capacity.
+  double load(size_t link) const { return ratio(link, cross_[link]); }
+  // The noise of a difference in objective (see ringNoiseUs): `tol` of the ring time resting on
+  // `latencyUs` of hops that differ, and on the bottleneck term when the bottleneck links differ.
+  double noiseUs(double latencyUs, double rhoA, double rhoB, bool sameBottleneck,
+                 double tol) const {
+    double bw = sameBottleneck ? std::abs(rhoA - rhoB) : rhoA + rhoB;
+    return scale_ * tol * (latencyUs + bits_ * bw);
+  }
 
  private:
   double ratio(size_t link, int crossings) const { return 0.5 * crossings / net_.linkMbps(link); }
@@ -108,11 +122,46 @@ class RingState {
   std::vector<int> cross_;
   MaxTracker links_;
   std::multiset<double> caps_;
+  std::vector<std::pair<size_t, double>>* record_ = nullptr;
   size_t world_ = 0;
   double scale_ = 0, bits_ = 0, constLatency_ = 0, floorRho_ = 0, lowerRho_ = 0;
 };
 
 double lat(const NetworkModel& net, int a, int b) { return net.latencyUs(a, b); }
+
+// A hop's own load: its one flow per direction over the measured cap of the pair, 0 uncapped.
+double capLoad(const NetworkModel& net, int a, int b) {
+  double cap = net.capMbps(a, b);
+  return std::isfinite(cap) ? 1.0 / cap : 0.0;
+}
+
+// Leximin order of two multisets of loads of equal size: -1 when `a` is lower (its largest
+// value where the two differ is smaller), 0 equal, 1 higher. Sorts both.
+int leximin(std::vector<double>& a, std::vector<double>& b) {
+  RANKMAP_ASSERT(a.size() == b.size());
+  std::sort(a.begin(), a.end(), std::greater<>());
+  std::sort(b.begin(), b.end(), std::greater<>());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
+  return 0;
+}
+
+// `ring` loaded into `st`: every link's load and every hop's cap load, and the bottleneck.
+struct Loaded {
+  std::vector<double> loads;
+  double rho = 0;
+};
+Loaded loadRing(const NetworkModel& net, const std::vector<int>& ring, RingState& st) {
+  Loaded out;
+  size_t n = ring.size();
+  if (n >= 2)
+    for (size_t i = 0; i < n; ++i) st.edge(ring[i], ring[(i + 1) % n], +1);
+  for (size_t k = 0; k < net.links(); ++k) out.loads.push_back(st.load(k));
+  for (size_t i = 0; i < n && n >= 2; ++i)
+    out.loads.push_back(capLoad(net, ring[i], ring[(i + 1) % n]));
+  out.rho = st.rho();
+  return out;
+}
 
 // Each host's nearest candidates: same innermost group first, then by latency, then by index.
 std::vector<std::vector<int>> neighbourLists(const NetworkModel& net, size_t k) {
@@ -172,6 +221,44 @@ RingCost evaluateRing(const NetworkModel& net, const std::vector<int>& ring,
   return c;
 }
 
+int compareLinkLoads(const NetworkModel& net, const std::vector<int>& a,
+                     const std::vector<int>& b) {
+  RANKMAP_ASSERT(a.size() == net.n && b.size() == net.n);
+  RingParams p;
+  RingState sa(net, p), sb(net, p);
+  Loaded la = loadRing(net, a, sa), lb = loadRing(net, b, sb);
+  return leximin(la.loads, lb.loads);
+}
+
+double ringNoiseUs(const NetworkModel& net, const std::vector<int>& a, const std::vector<int>& b,
+                   const RingParams& params) {
+  RANKMAP_ASSERT(a.size() == net.n && b.size() == net.n);
+  size_t n = net.n;
+  if (n < 2) return 0;
+  RingState sa(net, params), sb(net, params);
+  Loaded la = loadRing(net, a, sa), lb = loadRing(net, b, sb);
+  // The same bottleneck: one link at the top of both rings (or equal bottlenecks); then the
+  // difference of the bandwidth terms rests on one capacity, and only its own size is
+  // uncertain. A capped hop on top counts as a different bottleneck (the larger noise).
+  bool same = la.rho == lb.rho;
+  for (size_t k = 0; k < net.links() && !same; ++k)
+    same = sa.load(k) == la.rho && sb.load(k) == lb.rho;
+  // Hops in one ring only.
+  auto hops = [n](const std::vector<int>& r) {
+    std::vector<std::pair<int, int>> e;
+    for (size_t i = 0; i < n; ++i)
+      e.emplace_back(std::min(r[i], r[(i + 1) % n]), std::max(r[i], r[(i + 1) % n]));
+    std::sort(e.begin(), e.end());
+    return e;
+  };
+  std::vector<std::pair<int, int>> ea = hops(a), eb = hops(b), diff;
+  std::set_symmetric_difference(ea.begin(), ea.end(), eb.begin(), eb.end(),
+                                std::back_inserter(diff));
+  double latencyUs = 0;
+  for (auto [x, y] : diff) latencyUs += lat(net, x, y);
+  return sa.noiseUs(latencyUs, la.rho, lb.rho, same, params.noise);
+}
+
 std::vector<int> hierarchicalRing(const NetworkModel& net) {
   size_t n = net.n;
   std::vector<int> ring;
@@ -224,6 +311,8 @@ std::vector<int> improveRing(const NetworkModel& net, std::vector<int> ring,
   }
   double rho = st.rho();
   double obj = st.objective(l, rho);
+  double best = obj;  // the fastest ring seen: tidying moves stay within the noise of it
+  const double tol = params.noise;
   auto nb = neighbourLists(net, std::min(kNeighbours, n - 1));
   // Position i modulo n (i may be negative); the common cases without a division.
   auto wrap = [n](long i) -> size_t {
@@ -242,23 +331,102 @@ std::vector<int> improveRing(const NetworkModel& net, std::vector<int> ring,
   };
   auto at = [&](long i) { return ring[wrap(i)]; };
 
-  // Tries replacing `out` edges by `in` edges; keeps the change in `st` if it improves.
+  // Tries replacing `out` edges by `in` edges; keeps the change in `st` if it is faster beyond
+  // its noise, or within its noise and leximin-better (see ring.h). Scratch space is reused.
+  const bool hasCaps = net.caps != nullptr;
+  std::vector<std::pair<size_t, int>> delta;       // (link, crossings added), per path crossed
+  std::vector<std::pair<size_t, double>> changes;  // (link, load before), as st records them
+  std::vector<double> before, after;
   auto attempt = [&](std::initializer_list<std::pair<int, int>> out,
                      std::initializer_list<std::pair<int, int>> in) {
-    double dl = 0;
-    for (auto [a, b] : out) dl -= lat(net, a, b);
-    for (auto [a, b] : in) dl += lat(net, a, b);
-    double limit = obj * (1 - kRelImprove);
-    // Even the best bottleneck any ring can have would not make this move pay.
-    if (st.objective(l + dl, st.lowerRho()) >= limit) return false;
+    double dl = 0, changed = 0;
+    for (auto [a, b] : out) {
+      double x = lat(net, a, b);
+      dl -= x;
+      changed += x;
+    }
+    for (auto [a, b] : in) {
+      double x = lat(net, a, b);
+      dl += x;
+      changed += x;
+    }
+    const double eps = obj * kRelImprove;
+    // Even the best bottleneck any ring can have bounds what the move can reach: a gain beyond
+    // the noise of the hops alone (the least noise it can have), or a tidier ring within the
+    // noise of the fastest seen; only a hop crossing an uplink or capped can make it tidier
+    // (the others load host links only, which every ring loads alike).
+    double floor = st.objective(l + dl, st.lowerRho());
+    bool mayGain = floor < obj - st.noiseUs(changed, 0, 0, true, tol) - eps;
+    if (!mayGain) {
+      if (floor > best * (1 + tol) + eps) return false;
+      bool mayTidy = false;
+      for (auto [a, b] : out)
+        mayTidy = mayTidy || (net.levels > 0 && net.switchAt(a, 0) != net.switchAt(b, 0)) ||
+                  (hasCaps && capLoad(net, a, b) > 0);
+      if (!mayTidy) return false;
+      // The links whose crossings change, and by how much: a tidier ring needs one to lose
+      // some (or a capped hop to leave).
+      delta.clear();
+      for (auto [a, b] : out)
+        net.forEachLink(a, b, [&](size_t k, bool) { delta.push_back({k, -1}); });
+      for (auto [a, b] : in)
+        net.forEachLink(a, b, [&](size_t k, bool) { delta.push_back({k, +1}); });
+      std::sort(delta.begin(), delta.end());
+      bool loses = false;
+      for (size_t i = 0; i < delta.size() && !loses;) {
+        size_t k = delta[i].first;
+        int sum = 0;
+        for (; i < delta.size() && delta[i].first == k; ++i) sum += delta[i].second;
+        loses = sum < 0;
+      }
+      for (auto [a, b] : out) loses = loses || (hasCaps && capLoad(net, a, b) > 0);
+      if (!loses) return false;
+    }
+    changes.clear();
+    st.record(&changes);
     for (auto [a, b] : out) st.edge(a, b, -1);
     for (auto [a, b] : in) st.edge(a, b, +1);
+    st.record(nullptr);
+    // Each changed link once, with its load before the move (its first record); sorted only
+    // when needed.
+    bool unique = false;
+    auto uniqueChanges = [&] {
+      if (unique) return;
+      std::stable_sort(changes.begin(), changes.end(),
+                       [](const auto& x, const auto& y) { return x.first < y.first; });
+      changes.erase(std::unique(changes.begin(), changes.end(),
+                                [](const auto& x, const auto& y) { return x.first == y.first; }),
+                    changes.end());
+      unique = true;
+    };
     double r = st.rho();
     double o = st.objective(l + dl, r);
-    if (o < limit) {
+    bool same = r == rho;
+    if (!same) uniqueChanges();
+    for (size_t i = 0; i < changes.size() && !same; ++i)
+      same = changes[i].second == rho && st.load(changes[i].first) == r;
+    double noise = st.noiseUs(changed, rho, r, same, tol);
+    double gain = obj - o;
+    bool take = gain > noise + eps;
+    if (!take && gain >= -noise - eps && o <= best * (1 + tol) + eps) {
+      // Leximin over what changed: the changed links' loads before and after, and the caps of
+      // the hops that leave and come.
+      uniqueChanges();
+      before.clear();
+      after.clear();
+      for (auto [link, was] : changes) {
+        before.push_back(was);
+        after.push_back(st.load(link));
+      }
+      for (auto [a, b] : out) before.push_back(capLoad(net, a, b));
+      for (auto [a, b] : in) after.push_back(capLoad(net, a, b));
+      take = leximin(after, before) < 0;
+    }
+    if (take) {
       l += dl;
       rho = r;
       obj = o;
+      best = std::min(best, o);
       return true;
     }
     for (auto [a, b] : in) st.edge(a, b, -1);
@@ -371,7 +539,8 @@ std::vector<int> exactRing(const NetworkModel& net, const std::vector<int>& incu
         fmt::format("exact ring search: {} hosts, at most {} supported", n, kExactMaxHosts));
   RANKMAP_ASSERT(incumbent.size() == n);
   if (n <= 3) return incumbent;
-  double best = evaluateRing(net, incumbent, params).objectiveUs;
+  const double incumbentUs = evaluateRing(net, incumbent, params).objectiveUs;
+  double best = incumbentUs;
   std::vector<int> bestRing = incumbent;
   // Candidates nearest first, so good rings are found early and prune the rest.
   std::vector<std::vector<int>> cand(n);
@@ -420,6 +589,8 @@ std::vector<int> exactRing(const NetworkModel& net, const std::vector<int>& incu
     }
   };
   dfs(0);
+  // The minimum replaces the incumbent only when it is faster beyond the noise of what differs.
+  if (incumbentUs - best <= ringNoiseUs(net, incumbent, bestRing, params)) return incumbent;
   return bestRing;
 }
 

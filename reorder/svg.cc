@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <map>
+#include <numbers>
 #include <optional>
 
 #include <fmt/format.h>
@@ -17,6 +18,9 @@ namespace {
 constexpr double kLeft = 150, kTop = 175, kPanel = 520, kGap = 90;
 constexpr double kWidth = kLeft + 2 * kPanel + kGap + 60;
 constexpr double kHeight = kTop + kPanel + 250;
+// Below the heatmaps, when the plan has them: the shares strip and the packed trees.
+constexpr double kSharesHeight = 120, kTreesHeight = 370, kTreeBox = 280;
+constexpr size_t kTreesDrawn = 4;
 
 std::string esc(std::string_view s) {
   std::string out;
@@ -180,12 +184,12 @@ std::array<Heatmap, 2> heatmaps(const Topology& t, const Layout& L) {
 }
 
 // The <svg> element, patterns, the arrow marker, the colour-bar gradients and the background.
-void appendPreamble(std::string& s) {
+void appendPreamble(std::string& s, double height) {
   s += fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
       "viewBox=\"0 0 {0} {1}\" font-family=\"DejaVu Sans, Helvetica, Arial, "
       "sans-serif\">\n",
-      kWidth, kHeight);
+      kWidth, height);
   s += "<defs>\n"
        "<pattern id=\"missing\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\">"
        "<rect width=\"6\" height=\"6\" fill=\"#d9d9d9\"/>"
@@ -467,8 +471,9 @@ double appendLegend(std::string& s, const Topology& t, const Plan& plan, const L
   return ly + 30;
 }
 
-// The plan's algorithm per collective and message size, one line each, from y = `ly`.
-void appendAlgorithms(std::string& s, const Plan& plan, double ly) {
+// The plan's algorithm per collective and message size, one line each, from y = `ly`; returns
+// the y of the line after them.
+double appendAlgorithms(std::string& s, const Plan& plan, double ly) {
   for (const auto& [coll, ranges] : plan.collectives) {
     std::string line = coll + ":";
     for (const auto& r : ranges)
@@ -481,6 +486,116 @@ void appendAlgorithms(std::string& s, const Plan& plan, double ly) {
     s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"14\">{}</text>\n", kLeft, ly, esc(line));
     ly += 22;
   }
+  return ly;
+}
+
+// The chunk weights as a strip of bars, hosts in ring order, each as wide as its share of the
+// total (a slow host's bar is narrow, and orange); innermost groups in alternating shades.
+// From y = `y0` down kSharesHeight.
+void appendShares(std::string& s, const Plan& plan, const Layout& L, double y0) {
+  const auto& w = plan.chunkWeights;
+  const double width = 2 * kPanel + kGap;
+  double total = 0, top = 0;
+  for (double x : w) {
+    total += x;
+    top = std::max(top, x);
+  }
+  if (!(total > 0)) return;
+  s += fmt::format(
+      "<g id=\"shares\"><text x=\"{}\" y=\"{}\" font-size=\"15\" font-weight=\"bold\">hier "
+      "shares (chunk weights), hosts in ring order: bar width = the host's share of its group's "
+      "buffer</text>\n<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#444\">shares follow "
+      "the host link rates measured: orange hosts are slower and own less</text>\n",
+      kLeft, y0 + 16, kLeft, y0 + 34);
+  double x = kLeft, by = y0 + 46;
+  for (size_t p = 0; p < w.size() && p < L.n; ++p) {
+    double bw = width * w[p] / total;
+    bool small = w[p] < 0.99 * top;
+    int group = L.groupAt.empty() ? 0 : L.groupAt[0][p];
+    std::string fill = small ? "#ff8c1a" : (group % 2 ? "#3b528b" : "#21918c");
+    s += fmt::format(
+        "<rect class=\"share\" data-host=\"{0}\" data-weight=\"{1:.6g}\" x=\"{2:.2f}\" "
+        "y=\"{3:.1f}\" width=\"{4:.2f}\" height=\"28\" fill=\"{5}\" stroke=\"#fff\" "
+        "stroke-width=\"{6}\"><title>{0}: share {1:.4g} ({7:.2g}x the largest)</title></rect>\n",
+        esc(plan.order[p]), w[p], x, by, bw, fill, L.n <= 128 ? 1 : 0, w[p] / top);
+    if (L.n <= 48)
+      s += fmt::format(
+          "<text x=\"{0:.1f}\" y=\"{1:.1f}\" font-size=\"10\" "
+          "transform=\"rotate(45 {0:.1f} {1:.1f})\">{2}</text>\n",
+          x + bw / 2, by + 38, esc(plan.order[p]));
+    x += bw;
+  }
+  s += "</g>\n";
+}
+
+// Each packed tree (up to kTreesDrawn) as a diagram: hosts on a circle in ring order, a line
+// from each host to its parent, the root a large dot, its weight and root in the title. From
+// y = `y0` down kTreesHeight.
+void appendTrees(std::string& s, const Plan& plan, const Layout& L, double y0) {
+  const size_t n = L.n;
+  std::vector<double> load = treeLoads(plan);
+  double most = load.empty() ? 0 : *std::max_element(load.begin(), load.end());
+  s += fmt::format(
+      "<g id=\"trees\"><text x=\"{}\" y=\"{}\" font-size=\"15\" font-weight=\"bold\">packed "
+      "trees: {} tree(s); the buffer is split by weight, each piece reduced to its root and "
+      "broadcast back</text>\n<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#444\">hosts on "
+      "a circle in ring order (position 0 at the top, clockwise); a line joins each host to its "
+      "parent; the large dot is the root</text>\n<text x=\"{}\" y=\"{}\" font-size=\"13\" "
+      "fill=\"#444\">a host's link carries its tree's piece once per line at it, each way: at "
+      "most {:.3g}x the buffer over all trees (a ring: {:.3g}x on every host)</text>\n",
+      kLeft, y0 + 16, plan.trees.size(), kLeft, y0 + 34, kLeft, y0 + 52, most,
+      n > 0 ? 2.0 * (n - 1) / n : 0.0);
+  const double radius = kTreeBox / 2 - 30, dot = std::clamp(240.0 / n, 1.2, 4.0);
+  for (size_t t = 0; t < plan.trees.size() && t < kTreesDrawn; ++t) {
+    const PackedTree& tree = plan.trees[t];
+    double cx = kLeft + kTreeBox / 2 + t * (kTreeBox + 10), cy = y0 + 68 + kTreeBox / 2;
+    auto at = [&](size_t p) {
+      double a = 2 * std::numbers::pi * static_cast<double>(p) / n - std::numbers::pi / 2;
+      return std::pair{cx + radius * std::cos(a), cy + radius * std::sin(a)};
+    };
+    size_t root = 0;
+    for (size_t p = 0; p < tree.parent.size() && p < n; ++p)
+      if (tree.parent[p] < 0) root = p;
+    s += fmt::format("<g class=\"tree\" data-weight=\"{:.6g}\" data-root=\"{}\">\n", tree.weight,
+                     esc(plan.order[root]));
+    s += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"13\" text-anchor=\"middle\">tree {}: "
+        "{:.3g}% of the buffer, root {}</text>\n",
+        cx, y0 + 76, t + 1, 100 * tree.weight, esc(plan.order[root]));
+    for (size_t p = 0; p < tree.parent.size() && p < n; ++p) {
+      if (tree.parent[p] < 0 || static_cast<size_t>(tree.parent[p]) >= n) continue;
+      auto [x1, y1] = at(p);
+      auto [x2, y2] = at(static_cast<size_t>(tree.parent[p]));
+      s += fmt::format(
+          "<line class=\"tree-edge\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" "
+          "stroke=\"#3b528b\" stroke-opacity=\"0.6\" stroke-width=\"1\"/>\n",
+          x1, y1, x2, y2);
+    }
+    for (size_t p = 0; p < n; ++p) {
+      auto [x, y] = at(p);
+      bool isRoot = p == root;
+      s += fmt::format(
+          "<circle class=\"{}\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{:.1f}\" fill=\"{}\"><title>{}"
+          "</title></circle>\n",
+          isRoot ? "tree-root" : "tree-host", x, y, isRoot ? 7.0 : dot, isRoot ? "#ff4d00" : "#333",
+          esc(plan.order[p]));
+      if (n <= 24) {  // names fit around the circle
+        auto [lx, ly] = at(p);
+        double dx = lx - cx, dy = ly - cy, len = std::max(1e-9, std::hypot(dx, dy));
+        s += fmt::format(
+            "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\" text-anchor=\"middle\" "
+            "dominant-baseline=\"middle\">{}</text>\n",
+            lx + 14 * dx / len, ly + 14 * dy / len, esc(plan.order[p]));
+      }
+    }
+    s += "</g>\n";
+  }
+  if (plan.trees.size() > kTreesDrawn)
+    s += fmt::format(
+        "<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#444\">... and {} more trees (rankmap "
+        "show lists them)</text>\n",
+        kLeft, y0 + kTreesHeight - 6, plan.trees.size() - kTreesDrawn);
+  s += "</g>\n";
 }
 
 }  // namespace
@@ -489,7 +604,6 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
   const Layout L = layoutHosts(t, plan);
   const std::array<Heatmap, 2> maps = heatmaps(t, L);
   std::string s;
-  appendPreamble(s);
   appendTitle(s, plan, L.n);
   for (int k = 0; k < 2; ++k) {
     const Panel P{k, kLeft + k * (kPanel + kGap), kTop, &maps[k]};
@@ -500,9 +614,18 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
     appendAxisLabels(s, plan, L, P);
     appendColourBar(s, P);
   }
-  appendAlgorithms(s, plan, appendLegend(s, t, plan, L));
-  s += "</svg>\n";
-  return s;
+  double y = std::max(kHeight, appendAlgorithms(s, plan, appendLegend(s, t, plan, L)) + 10);
+  if (!plan.chunkWeights.empty() && plan.chunkWeights.size() == L.n) {
+    appendShares(s, plan, L, y);
+    y += kSharesHeight;
+  }
+  if (!plan.trees.empty()) {
+    appendTrees(s, plan, L, y);
+    y += kTreesHeight;
+  }
+  std::string out;
+  appendPreamble(out, y);
+  return out + s + "</svg>\n";
 }
 
 }  // namespace rankmap::reorder

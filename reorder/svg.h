@@ -3,6 +3,10 @@
 // the pairs it uses, hugging the diagonal blocks) and the input order's ring (markers on the
 // pairs it uses, scattered across blocks), a legend, and the predicted gain in the title.
 // Above kMaxCells hosts, cells are blocks of hosts (median of the block's measured pairs).
+// Below them, when the plan has them: its chunk weights as a strip of bars in ring order, each
+// host's bar as wide as its share (<g id="shares">, one <rect class="share"> per host), and its
+// packed trees as diagrams over the hosts in ring order (<g id="trees">, one <g class="tree">
+// per tree drawn, with <line class="tree-edge"> per edge and a <circle class="tree-root">).
 #pragma once
 
 #include <string>

@@ -6,6 +6,10 @@
 //                                         model (BM_MakePlanFromLinks, 1024 and 4096 hosts)
 //   reorder_bench --rss 512 1024 2048     peak resident memory of planning (one child per size)
 //   reorder_bench --dump 64 4096          the plans (all four collectives), one after another
+//   reorder_bench --crossings [SEEDS]     how often the plan's ring crosses each inferred
+//                                         level's group boundaries (the minimum is the number
+//                                         of groups), on 3-level topologies measured with one
+//                                         or both signals, over SEEDS seeds (default 10)
 //
 // Targets (docs/performance.md, ## Planner): 64 hosts <= 50 ms, 4096 hosts <= 1 s, memory
 // linear in the matrix size (N^2).
@@ -21,6 +25,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "reorder/hierarchy.h"
 #include "reorder/measurements.h"
@@ -262,9 +268,83 @@ int dumpMode(int argc, char** argv) {
   return 0;
 }
 
+// Crossings of the plan's ring, per inferred level, against the minimum (one per group: every
+// group contiguous), and the plan's ring time on the true network against the depth-first walk
+// of the true groups (optimal on a tree). Rows: 3 pods x 5 racks x 6 hosts measured with
+// bandwidth only, latency only and both (+-10% noise); then the benchmark's 64-1024 host
+// topologies (+-10%, 5% missing pairs) with both signals and with bandwidth only.
+int crossingsMode(int argc, char** argv) {
+  int seeds = argc > 2 ? std::atoi(argv[2]) : 10;
+  struct Case {
+    std::string name;
+    SyntheticSpec spec;
+  };
+  std::vector<Case> cases;
+  for (auto [name, bw, lat] : {std::tuple{"3x5x6 bandwidth only", Signal::kModel, Signal::kFlat},
+                               std::tuple{"3x5x6 latency only", Signal::kFlat, Signal::kModel},
+                               std::tuple{"3x5x6 both", Signal::kModel, Signal::kModel}}) {
+    SyntheticSpec s;
+    s.levels = {{6, 400, 5}, {5, 200, 20}};
+    s.topGroups = 3;
+    s.noise = 0.10;
+    s.bandwidth = bw;
+    s.latency = lat;
+    cases.push_back({name, s});
+  }
+  for (int hosts : {64, 256, 512, 1024}) {
+    cases.push_back({std::to_string(hosts) + " both", specFor(hosts)});
+    SyntheticSpec s = specFor(hosts);
+    s.latency = Signal::kFlat;
+    cases.push_back({std::to_string(hosts) + " bandwidth only", s});
+  }
+  std::printf("%-22s %6s %5s  %-36s %10s %12s\n", "topology", "hosts", "seeds",
+              "crossings per level: mean (max) / min", "contiguous", "time / walk");
+  for (const auto& c : cases) {
+    size_t n = c.spec.totalHosts();
+    int runs = n >= 1024 ? std::max(1, seeds / 5) : n >= 512 ? std::max(1, seeds / 2) : seeds;
+    std::vector<double> sum(4, 0), worst(4, 0), least(4, 0);
+    int contiguous = 0;
+    double ratio = 0;
+    size_t levels = 0;
+    for (int seed = 1; seed <= runs; ++seed) {
+      SyntheticSpec s = c.spec;
+      s.seed = static_cast<uint64_t>(seed);
+      SyntheticTopology syn = makeSynthetic(s);
+      PlanResult r = planTopology(syn.topology, benchOptions());
+      bool all = true;
+      levels = std::max(levels, r.hierarchy.levels.size());
+      for (size_t l = 0; l < r.hierarchy.levels.size() && l < 4; ++l) {
+        const auto& g = r.hierarchy.levels[l].groupOf;
+        size_t cross = 0;
+        for (size_t i = 0; i < n; ++i) cross += g[r.order[i]] != g[r.order[(i + 1) % n]];
+        sum[l] += cross;
+        worst[l] = std::max(worst[l], double(cross));
+        least[l] = r.hierarchy.levels[l].groups;
+        all = all && cross == static_cast<size_t>(r.hierarchy.levels[l].groups);
+      }
+      contiguous += all;
+      RingParams p;
+      ratio += evaluateRing(syn.model, r.order, p).objectiveUs /
+               evaluateRing(syn.model, hierarchicalRing(syn.model), p).objectiveUs;
+    }
+    std::string per;
+    for (size_t l = 0; l < levels && l < 4; ++l) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s%.1f (%.0f) / %.0f", l ? ", " : "", sum[l] / runs, worst[l],
+                    least[l]);
+      per += buf;
+    }
+    std::printf("%-22s %6zu %5d  %-36s %4d of %-3d %12.4f\n", c.name.c_str(), n, runs, per.c_str(),
+                contiguous, runs, ratio / runs);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--crossings") == 0) return crossingsMode(argc, argv);
   if (argc > 1 && std::strcmp(argv[1], "--rss") == 0) return rssMode(argc, argv);
   if (argc > 1 && std::strcmp(argv[1], "--dump") == 0) return dumpMode(argc, argv);
   benchmark::Initialize(&argc, argv);

@@ -27,7 +27,8 @@ def latency_stats(v):
 def make(name, racks, host_mbps, uplink_mbps, in_us, cross_us, noise=0.05, lat_noise=None,
          missing=0.0, bandwidth=True, latency=True, shared=False, seed=1, host_prefix="h",
          addresses=False, flat_bandwidth=None, flat_latency=None):
-    """racks: list of rack sizes. host_mbps: a rate or a per-true-host list."""
+    """racks: list of rack sizes. host_mbps: a rate or a per-true-host list. uplink_mbps: a rate
+    or a per-rack list."""
     rng = random.Random(seed)
     n = sum(racks)
     rack_of_true = []
@@ -41,6 +42,7 @@ def make(name, racks, host_mbps, uplink_mbps, in_us, cross_us, noise=0.05, lat_n
     for t in range(n):
         rack[perm[t]] = rack_of_true[t]
         rate[perm[t]] = rates[t]
+    up = uplink_mbps if isinstance(uplink_mbps, list) else [uplink_mbps] * len(racks)
     lat_noise = noise if lat_noise is None else lat_noise
     names = [f"{host_prefix}{i}" for i in range(n)]
     hosts = [{"name": names[i], "address": f"10.213.0.{i + 10}" if addresses else ""}
@@ -52,7 +54,8 @@ def make(name, racks, host_mbps, uplink_mbps, in_us, cross_us, noise=0.05, lat_n
             if missing and rng.random() < missing:
                 continue
             same = rack[i] == rack[j]
-            flow = min(rate[i], rate[j]) if same else min(rate[i], rate[j], uplink_mbps)
+            flow = min(rate[i], rate[j]) if same else min(rate[i], rate[j], up[rack[i]],
+                                                          up[rack[j]])
             if flat_bandwidth is not None:
                 flow = flat_bandwidth
             one_way = in_us if same else cross_us
@@ -75,7 +78,7 @@ def make(name, racks, host_mbps, uplink_mbps, in_us, cross_us, noise=0.05, lat_n
     }
     if shared:
         doc["shared_links"] = [
-            {"hosts": [names[h] for h in range(n) if rack[h] == r], "capacity_mbps": uplink_mbps}
+            {"hosts": [names[h] for h in range(n) if rack[h] == r], "capacity_mbps": up[r]}
             for r in range(len(racks))]
     truth = {"rack": rack, "host_mbps": rate,
              "uplink_mbps": uplink_mbps}
@@ -171,6 +174,11 @@ def main():
         # Heterogeneous host rates: four slow hosts (200) among fast ones (1000), racks of 6.
         "heterogeneous": make("heterogeneous", [6, 6], [1000] * 4 + [200] * 2 + [1000] * 4 +
                               [200] * 2, 600, 6, 25, noise=0.05, seed=16),
+        # Rate classes, not pods: 3 racks of 4/3/3 behind uplinks of 500, 125 and 250 Mbit/s,
+        # latency flat (the emulated cloud). Racks 0 and 2 measure 250 between them, 125 to rack
+        # 1: two "pods" to a clustering, yet each rate is the narrower of the racks' own uplinks.
+        "rate_classes": make("rate_classes", [4, 3, 3], 1000, [500, 125, 250], 60, 60,
+                             noise=0.08, lat_noise=0.2, seed=22),
         # The emucloud calibration setting: 8 VMs, 2 racks, host 1000, uplink 250.
         "testbed_8vm_2rack": make("testbed", [4, 4], 1000, 250, 55, 58, noise=0.06,
                                   lat_noise=0.1, seed=3, host_prefix="vm", addresses=True),

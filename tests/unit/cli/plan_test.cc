@@ -2,12 +2,14 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include "common/json.h"
 #include "common/plan.h"
 #include "tests/unit/reorder/test_util.h"
 
@@ -202,6 +204,66 @@ TEST_F(Cli, PlanAndShowATopologyWithoutMatrices) {
   std::string svg = slurp(path("t.svg"));
   EXPECT_NE(svg.find("link model: "), std::string::npos);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+TEST_F(Cli, ShowExplainsChunkWeightsAndTreesAndDrawsThem) {
+  // The heterogeneous fixture (four hosts at 200 Mbit/s among 1000): its plan runs packed trees.
+  std::string topo = test::fixture("heterogeneous.json");
+  Outcome r = rankmap("plan -t " + topo + " -o " + path("trees.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  Plan p = Plan::load(path("trees.json"));
+  ASSERT_FALSE(p.trees.empty());
+  r = rankmap("show " + path("trees.json") + " --topology " + topo + " --svg " + path("trees.svg"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("packed trees ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tree 1: weight "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", root "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("a ring carries"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the slowest hosts ("), std::string::npos) << r.out;
+
+  // Chunk weights by rate on the same hosts (the slow ones a fifth of the fast ones' share).
+  Plan w = p;
+  w.trees.clear();
+  w.chunkWeights.clear();
+  Json truth = readJsonFile(test::fixture("fixtures_truth.json")).at("heterogeneous");
+  std::vector<double> rate = truth.at("host_mbps").get<std::vector<double>>();
+  for (const auto& h : w.order) w.chunkWeights.push_back(rate.at(std::stoul(h.substr(1))) / 8000);
+  for (auto& range : w.collectives.at("allreduce")) range.algorithm = Algorithm::kHier;
+  w.seal();
+  w.save(path("weights.json"));
+  r = rankmap("show " + path("weights.json") + " --topology " + topo + " --svg " +
+              path("weights.svg"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("chunk weights (hier's shards, used for allreduce"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("4 host(s) at 0.2x the largest share"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("smaller because their host links measured"), std::string::npos) << r.out;
+  // Without the topology the reason is relative.
+  r = rankmap("show " + path("weights.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("measured 0.2x the fastest's"), std::string::npos) << r.out;
+
+  // Both SVGs are well-formed XML (a real parser reads them) with the new elements: one bar
+  // per host, and the trees drawn with one edge per non-root host.
+  auto countXml = [&](const std::string& file, const std::string& xpath) {
+    std::string cmd =
+        "python3 -c 'import sys, xml.etree.ElementTree as E; "
+        "r = E.parse(sys.argv[1]).getroot(); "
+        "print(len(r.findall(sys.argv[2], {\"s\": \"http://www.w3.org/2000/svg\"})))' '" +
+        file + "' '" + xpath + "' >'" + path("count") + "' 2>&1";
+    int status = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(path("count"));
+    return std::atoi(slurp(path("count")).c_str());
+  };
+  EXPECT_EQ(countXml(path("weights.svg"), ".//s:g[@id=\"shares\"]/s:rect[@class=\"share\"]"), 12);
+  EXPECT_EQ(countXml(path("weights.svg"), ".//s:g[@id=\"trees\"]"), 0);
+  size_t drawn = std::min<size_t>(p.trees.size(), 4);
+  EXPECT_EQ(countXml(path("trees.svg"), ".//s:g[@id=\"trees\"]/s:g[@class=\"tree\"]"),
+            static_cast<int>(drawn));
+  EXPECT_EQ(countXml(path("trees.svg"), ".//s:g[@class=\"tree\"]/s:line[@class=\"tree-edge\"]"),
+            static_cast<int>(drawn * 11));
+  EXPECT_EQ(countXml(path("trees.svg"), ".//s:g[@class=\"tree\"]/s:circle[@class=\"tree-root\"]"),
+            static_cast<int>(drawn));
 }
 
 TEST_F(Cli, FallbackIsAWarningNotAnError) {

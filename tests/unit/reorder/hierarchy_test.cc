@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
+#include <string>
 
 #include "common/error.h"
 #include "common/json.h"
@@ -175,6 +177,91 @@ TEST(Hierarchy, HeterogeneousHostsDoNotFormTheirOwnLevel) {
   expectRecovered(syn, infer(syn.topology));
 }
 
+// Racks (sizes `racks`, uplinks `rackMbps`) in pods (`podOf` per rack, uplinks `podMbps`; one pod
+// of everything when empty) of 1000 Mbit/s hosts, measured with +-8% noise on bandwidth and a
+// flat latency (60 us +-20%): the single-flow rate of a pair is the narrowest link on its path.
+Topology rateTree(const std::vector<int>& racks, const std::vector<double>& rackMbps,
+                  const std::vector<int>& podOf, const std::vector<double>& podMbps,
+                  uint64_t seed) {
+  std::vector<Host> hosts;
+  std::vector<int> rack;
+  for (size_t r = 0; r < racks.size(); ++r)
+    for (int k = 0; k < racks[r]; ++k) {
+      rack.push_back(static_cast<int>(r));
+      hosts.push_back({"h" + std::to_string(hosts.size()), ""});
+    }
+  Topology t = Topology::empty(hosts);
+  std::mt19937_64 g(seed);
+  auto noise = [&](double x) { return 1 + x * (2 * double(g() % 10000) / 10000 - 1); };
+  for (size_t i = 0; i < hosts.size(); ++i)
+    for (size_t j = i + 1; j < hosts.size(); ++j) {
+      int a = rack[i], b = rack[j];
+      double bw = 1000;
+      if (a != b) bw = std::min({bw, rackMbps[a], rackMbps[b]});
+      if (!podOf.empty() && podOf[a] != podOf[b])
+        bw = std::min({bw, podMbps[podOf[a]], podMbps[podOf[b]]});
+      for (auto [x, y] : {std::pair{i, j}, std::pair{j, i}}) {
+        t.bandwidthMbps.at(x, y) = bw * noise(0.08);
+        double l = 60 * noise(0.2);
+        t.latencyUs.at(x, y) = LatencyStats{l, l, l, l};
+      }
+    }
+  return t;
+}
+
+TEST(Hierarchy, UplinkRateClassesAreNotALevel) {
+  // 3 racks behind 500, 125 and 250 Mbit/s: racks 0 and 2 measure 250 between them and 125 to
+  // rack 1, which clusters as two "pods"; but each rate is the narrower of the two racks' own
+  // uplinks, and nothing shared shows. 3 racks, no pods.
+  Topology fixture = Topology::load(test::fixture("rate_classes.json"));
+  Json truth = readJsonFile(test::fixture("fixtures_truth.json"));
+  Hierarchy h = infer(fixture);
+  ASSERT_EQ(h.levels.size(), 1u);
+  EXPECT_EQ(h.levels[0].name, "rack");
+  EXPECT_EQ(h.levels[0].groups, 3);
+  EXPECT_DOUBLE_EQ(adjustedRandIndex(truth.at("rate_classes").at("rack").get<std::vector<int>>(),
+                                     h.levels[0].groupOf),
+                   1.0);
+  // The clustering did find the two classes (else this test would show nothing): reported as
+  // a rate class of the racks, with nothing unexplained by the racks' uplinks.
+  ASSERT_EQ(h.rateClasses.size(), 1u);
+  EXPECT_EQ(h.rateClasses[0].groups, 2);
+  EXPECT_EQ(h.rateClasses[0].below, "rack");
+  EXPECT_LT(std::abs(h.rateClasses[0].unexplainedLog), 0.1);
+
+  // The same on 8 racks of 5 with three uplink classes, over seeds.
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    Topology t =
+        rateTree({5, 5, 5, 5, 5, 5, 5, 5}, {500, 125, 250, 500, 125, 250, 500, 250}, {}, {}, seed);
+    Hierarchy classes = infer(t);
+    ASSERT_EQ(classes.levels.size(), 1u) << seed;
+    EXPECT_EQ(classes.levels[0].groups, 8) << seed;
+  }
+
+  // A switch with the same rates is kept: 2 pods of 3 racks, racks behind 500, pods behind a
+  // shared 200 (flows across pods are slower than either rack's uplink).
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    Topology t = rateTree({4, 4, 4, 4, 4, 4}, {500, 500, 500, 500, 500, 500}, {0, 0, 0, 1, 1, 1},
+                          {200, 200}, seed);
+    Hierarchy pods = infer(t);
+    ASSERT_EQ(pods.levels.size(), 2u) << seed;
+    EXPECT_EQ(pods.levels[0].groups, 6) << seed;
+    EXPECT_EQ(pods.levels[1].groups, 2) << seed;
+    EXPECT_TRUE(pods.rateClasses.empty()) << seed;
+  }
+  // One level up: 3 pods of 2 racks behind pod uplinks of 250, 100 and 200 Mbit/s (racks 500)
+  // are 3 pods, and their rate classes no "zone".
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    Topology t = rateTree({4, 4, 4, 4, 4, 4}, {500, 500, 500, 500, 500, 500}, {0, 0, 1, 1, 2, 2},
+                          {250, 100, 200}, seed);
+    Hierarchy pods = infer(t);
+    ASSERT_EQ(pods.levels.size(), 2u) << seed;
+    EXPECT_EQ(pods.levels[0].groups, 6) << seed;
+    EXPECT_EQ(pods.levels[1].groups, 3) << seed;
+    EXPECT_EQ(pods.levels[1].name, "pod") << seed;
+  }
+}
+
 TEST(Hierarchy, FromLevelsChecksNesting) {
   std::vector<std::string> names = {"a", "b", "c", "d"};
   std::vector<HierarchyLevel> good = {{"rack", 1, {{"a", "b"}, {"c"}, {"d"}}},
@@ -209,7 +296,7 @@ TEST_P(FixtureTest, RecoversTheRacks) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest,
                          ::testing::Values("latency_only", "bandwidth_only", "shared_links_only",
                                            "noisy", "missing_pairs", "heterogeneous",
-                                           "testbed_8vm_2rack"));
+                                           "testbed_8vm_2rack", "rate_classes"));
 
 TEST(Measurements, AsymmetryBeyondToleranceIsAnErrorNamingTheEntry) {
   Topology t = Topology::load(test::fixture("bad_asymmetric.json"));
