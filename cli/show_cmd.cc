@@ -39,15 +39,24 @@ Json readUserJson(const std::string& path) {
   }
 }
 
-// The host link rates of the planner's network model of `t` (Mbit/s by host name).
-std::map<std::string, double> hostRates(const Topology& t, const ShowArgs& a) {
+// The planner's network model of `t`: host link rates, and the uplink rate of each host's
+// innermost group (Mbit/s by host name).
+struct Rates {
+  std::map<std::string, double> host, uplink;
+};
+Rates linkRates(const Topology& t, const ShowArgs& a) {
   reorder::PlanOptions o;
   o.source = a.topology;
   o.hashTopology = false;
   reorder::PlanResult r = reorder::planTopology(t, o);
-  std::map<std::string, double> rates;
-  for (size_t h = 0; h < r.model.hostMbps.size() && h < t.size(); ++h)
-    rates[t.hosts[h].name] = r.model.hostMbps[h];
+  Rates rates;
+  const reorder::NetworkModel& m = r.model;
+  for (size_t h = 0; h < m.hostMbps.size() && h < t.size(); ++h) {
+    rates.host[t.hosts[h].name] = m.hostMbps[h];
+    if (m.levels > 0)
+      rates.uplink[t.hosts[h].name] =
+          m.uplinkMbps[static_cast<size_t>(m.switchAt(static_cast<int>(h), 0))];
+  }
   return rates;
 }
 
@@ -70,12 +79,12 @@ int runShow(const ShowArgs& a) {
                       a.svg));
     // With its topology, the host link rates that made the chunk weights and the trees.
     std::optional<Topology> t;
-    std::map<std::string, double> hostMbps;
+    Rates rates;
     if (!a.topology.empty()) {
       t = Topology::fromJson(readUserJson(a.topology), a.topology);
-      if (!plan.chunkWeights.empty() || !plan.trees.empty()) hostMbps = hostRates(*t, a);
+      if (!plan.chunkWeights.empty() || !plan.trees.empty()) rates = linkRates(*t, a);
     }
-    std::fputs(reorder::describePlan(plan, hostMbps).c_str(), stdout);
+    std::fputs(reorder::describePlan(plan, rates.host, rates.uplink).c_str(), stdout);
     if (!a.svg.empty()) {
       writeFileAtomic(a.svg, reorder::renderSvg(*t, plan));
       fmt::print("\nsvg written to {}\n", a.svg);

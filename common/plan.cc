@@ -91,6 +91,8 @@ Json contentJson(const Plan& p) {
     j["open_mpi"] = std::move(ompi);
   }
   j["chunk_weights"] = p.chunkWeights;
+  // Written only when present, so that plans without it keep their hash.
+  if (!p.chunkWeightsBasis.empty()) j["chunk_weights_basis"] = p.chunkWeightsBasis;
   Json trees = Json::array();
   for (const auto& t : p.trees) trees.push_back({{"weight", t.weight}, {"parent", t.parent}});
   j["trees"] = std::move(trees);
@@ -271,6 +273,14 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
     size_t n = cw->arraySize();
     if (n != 0) cw->arraySize(p.hosts.size());
     for (size_t i = 0; i < n; ++i) p.chunkWeights.push_back(cw->at(i).nonNegative());
+  }
+  if (auto basis = r.find("chunk_weights_basis")) {
+    p.chunkWeightsBasis = basis->str();
+    if (p.chunkWeightsBasis != Plan::kWeightsByHostRates &&
+        p.chunkWeightsBasis != Plan::kWeightsByUplinks)
+      basis->fail(fmt::format("\"{}\" or \"{}\"", Plan::kWeightsByHostRates,
+                              Plan::kWeightsByUplinks));
+    if (p.chunkWeights.empty()) basis->fail("no basis: chunk_weights is empty");
   }
   if (auto tr = r.find("trees")) {
     for (size_t i = 0, n = tr->arraySize(); i < n; ++i) {

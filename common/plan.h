@@ -96,6 +96,11 @@ struct Plan {
   double confidence = 0;                                      // 0..1; 0 = identity fallback
   std::map<std::string, std::vector<AlgoRange>> collectives;  // "allreduce" -> ranges
   std::vector<double> chunkWeights;  // per position in `order`; empty = uniform
+  // Why the weights are uneven: kWeightsByHostRates or kWeightsByUplinks; empty when there are
+  // none (and in plans written before it existed).
+  std::string chunkWeightsBasis;
+  static constexpr std::string_view kWeightsByHostRates = "host_rates";
+  static constexpr std::string_view kWeightsByUplinks = "uplinks";
   std::vector<PackedTree> trees;     // optional
   // Open MPI's decision per collective ("allreduce", "bcast", ...: common/openmpi.h) for the
   // world in plan order; empty when the planner did not model Open MPI.

@@ -244,13 +244,14 @@ void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
   ctx.net = &net;
   ctx.order = r.order;
   ctx.ring = ringParams(o);
-  std::vector<std::vector<double>> candidates;
+  std::vector<std::pair<std::string_view, std::vector<double>>> candidates;  // basis, weights
   if (net.heterogeneousHosts()) {
-    if (o.chunkWeights) candidates.push_back(hostRateWeights(net, r.order));
+    if (o.chunkWeights)
+      candidates.emplace_back(Plan::kWeightsByHostRates, hostRateWeights(net, r.order));
     ctx.trees = packTrees(net, r.order);
   }
   if (auto w = uplinkBalancedWeights(net, r.order); o.chunkWeights && !w.empty())
-    candidates.push_back(std::move(w));
+    candidates.emplace_back(Plan::kWeightsByUplinks, std::move(w));
   // Uneven shares only where they make hier faster at the design size, the fastest of them.
   auto hierAt = [&](const std::vector<AlgoCost>& cs) {
     for (const auto& c : cs)
@@ -260,12 +261,14 @@ void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
   };
   double best = hierAt(algorithmCosts(ctx, "allreduce"));
   std::vector<double> chosen;
-  for (auto& w : candidates) {
+  std::string_view chosenBasis;
+  for (auto& [basis, w] : candidates) {
     ctx.chunkWeights = w;
     double t = hierAt(algorithmCosts(ctx, "allreduce"));
     if (t < best) {
       best = t;
       chosen = w;
+      chosenBasis = basis;
     }
   }
   ctx.chunkWeights = chosen;
@@ -283,6 +286,7 @@ void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
     r.algorithms[coll] = std::move(costs);
   }
   p.chunkWeights = ctx.chunkWeights;
+  p.chunkWeightsBasis = chosen.empty() ? "" : std::string(chosenBasis);
   bool treesUsed = false;
   for (const auto& [coll, ranges] : p.collectives)
     for (const auto& range : ranges) treesUsed = treesUsed || range.algorithm == Algorithm::kTrees;

@@ -130,6 +130,10 @@ std::string planSummary(const PlanResult& r) {
                            : fmt::format(" {} n/a;", c.algo);
       out.back() = '\n';
     }
+    if (!p.chunkWeights.empty())
+      out += p.chunkWeightsBasis == Plan::kWeightsByUplinks
+                 ? "  chunk weights: hier's shares balance the groups' uplinks (rankmap show)\n"
+                 : "  chunk weights: hier's shares follow the host link rates (rankmap show)\n";
     for (const auto& [coll, ranges] : p.openMpi) {
       out += fmt::format("  Open MPI {}:", coll);
       for (const auto& range : ranges)
@@ -183,11 +187,52 @@ std::vector<double> treeLoads(const Plan& p) {
   return load;
 }
 
-std::string chunkWeightsText(const Plan& p, const std::map<std::string, double>& hostMbps) {
+namespace {
+
+// Weights that balance the uplinks (Plan::kWeightsByUplinks): each innermost group's share of
+// the cross-group phase, with its uplink's rate when known.
+std::string uplinkSharesText(const Plan& p, const std::map<std::string, double>& uplinkMbps,
+                             const std::string& used) {
+  std::string out = fmt::format(
+      "\nchunk weights (hier's shards, used for {}):\n"
+      "  balanced by the groups' uplinks: in hier's cross-group phase every group owns its share\n"
+      "  of each piece and exchanges it directly with the other m-1 groups, a group of share x\n"
+      "  moving 1 + (m-2)x of the buffer each way through its uplink; a group behind a slower\n"
+      "  uplink owns less (share 0: its uplink is too slow to help; it still sends and receives\n"
+      "  the buffer once each way). Inside a group, shares follow the host links' rates.\n",
+      used);
+  if (p.groups.empty()) return out;
+  std::map<std::string, double> weightOf;
+  for (size_t i = 0; i < p.order.size(); ++i) weightOf[p.order[i]] = p.chunkWeights[i];
+  double total = 0;
+  for (double x : p.chunkWeights) total += x;
+  const HierarchyLevel& level = p.groups.front();
+  for (size_t g = 0; g < level.groups.size(); ++g) {
+    double share = 0;
+    for (const auto& h : level.groups[g]) share += weightOf.count(h) ? weightOf[h] : 0;
+    out += fmt::format("  {} {} ({}): {:.3g} of each piece", level.name, g + 1,
+                       namesText(level.groups[g], 4), total > 0 ? share / total : 0);
+    if (!level.groups[g].empty())
+      if (auto it = uplinkMbps.find(level.groups[g].front()); it != uplinkMbps.end())
+        out += fmt::format(", uplink {:.4g} Mbit/s", it->second);
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string chunkWeightsText(const Plan& p, const std::map<std::string, double>& hostMbps,
+                             const std::map<std::string, double>& uplinkMbps) {
   const auto& w = p.chunkWeights;
   if (w.empty() || w.size() != p.order.size()) return "";
   double top = *std::max_element(w.begin(), w.end());
   if (!(top > 0)) return "";
+  if (p.chunkWeightsBasis == Plan::kWeightsByUplinks)
+    return uplinkSharesText(p, uplinkMbps,
+                            sizesUsing(p, Algorithm::kHier).empty()
+                                ? "no size: hier was not chosen"
+                                : sizesUsing(p, Algorithm::kHier));
   std::string out = fmt::format(
       "\nchunk weights (hier's shards, used for {}):\n"
       "  hier gives each rank a share of its group's buffer in proportion to its weight, the\n"
@@ -297,7 +342,8 @@ std::string packedTreesText(const Plan& p, const std::map<std::string, double>& 
   return out;
 }
 
-std::string describePlan(const Plan& p, const std::map<std::string, double>& hostMbps) {
+std::string describePlan(const Plan& p, const std::map<std::string, double>& hostMbps,
+                         const std::map<std::string, double>& uplinkMbps) {
   std::string out = fmt::format(
       "plan: {} hosts x {} rank(s) = {} ranks, confidence {:.3g}, "
       "epoch {}\n",
@@ -358,7 +404,7 @@ std::string describePlan(const Plan& p, const std::map<std::string, double>& hos
                          ompiChoiceText(coll, r), timeText(r.predictedUs),
                          r.engineUs > 0 ? timeText(r.engineUs) : std::string("-"));
   }
-  out += chunkWeightsText(p, hostMbps);
+  out += chunkWeightsText(p, hostMbps, uplinkMbps);
   out += packedTreesText(p, hostMbps);
   out += "\npredicted: " + gainText(p.predicted) + "\n";
   return out;

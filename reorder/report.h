@@ -25,11 +25,15 @@ std::string planSummary(const PlanResult& result);
 
 // A plan.json for people: groups, ring, algorithm table, chunk weights and packed trees
 // explained, predicted gain. `hostMbps` (host name -> measured host link rate), when the
-// topology is at hand, lets it say which rates made a share small.
-std::string describePlan(const Plan& plan, const std::map<std::string, double>& hostMbps = {});
+// topology is at hand, lets it say which rates made a share small; `uplinkMbps` (host name ->
+// the uplink rate of its innermost group) the same for weights that balance uplinks.
+std::string describePlan(const Plan& plan, const std::map<std::string, double>& hostMbps = {},
+                         const std::map<std::string, double>& uplinkMbps = {});
 
-// The chunk weights of a plan in words: who gets a smaller share of hier's shards and why.
-std::string chunkWeightsText(const Plan& plan, const std::map<std::string, double>& hostMbps);
+// The chunk weights of a plan in words: who gets a smaller share of hier's shards and why (the
+// plan's chunk_weights_basis: host link rates, or the groups' uplinks).
+std::string chunkWeightsText(const Plan& plan, const std::map<std::string, double>& hostMbps,
+                             const std::map<std::string, double>& uplinkMbps = {});
 // The packed trees of a plan in words: which trees, their roots and weights, what each carries,
 // and what each host's link carries over all of them.
 std::string packedTreesText(const Plan& plan, const std::map<std::string, double>& hostMbps);

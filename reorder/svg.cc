@@ -504,9 +504,13 @@ void appendShares(std::string& s, const Plan& plan, const Layout& L, double y0) 
   s += fmt::format(
       "<g id=\"shares\"><text x=\"{}\" y=\"{}\" font-size=\"15\" font-weight=\"bold\">hier "
       "shares (chunk weights), hosts in ring order: bar width = the host's share of its group's "
-      "buffer</text>\n<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#444\">shares follow "
-      "the host link rates measured: orange hosts are slower and own less</text>\n",
-      kLeft, y0 + 16, kLeft, y0 + 34);
+      "buffer</text>\n<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#444\">{}</text>\n",
+      kLeft, y0 + 16, kLeft, y0 + 34,
+      plan.chunkWeightsBasis == Plan::kWeightsByUplinks
+          ? "shares balance the racks' uplinks in the cross-group exchange: orange hosts own "
+            "less, their group being behind a slower uplink (width 0: the uplink is too slow to "
+            "help)"
+          : "shares follow the host link rates measured: orange hosts are slower and own less");
   double x = kLeft, by = y0 + 46;
   for (size_t p = 0; p < w.size() && p < L.n; ++p) {
     double bw = width * w[p] / total;

@@ -77,11 +77,27 @@ TEST_F(Cli, PlanWithUnequalUplinksCarriesChunkWeightsUnlessUniformShares) {
   Plan w = Plan::load(path("w.json"));
   EXPECT_EQ(w.chunkWeights.size(), 10u);
   EXPECT_EQ(w.algorithmFor("allreduce", 16u << 20), Algorithm::kHier);
+  // The plan says why: the uplinks (every host link is 1000), and show explains it per rack.
+  EXPECT_EQ(w.chunkWeightsBasis, Plan::kWeightsByUplinks);
+  EXPECT_NE(r.out.find("chunk weights: hier's shares balance the groups' uplinks"),
+            std::string::npos)
+      << r.out;
+  r = rankmap("show " + path("w.json") + " --topology " + path("unequal.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("balanced by the groups' uplinks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(vm4, vm5 and vm6): 0 of each piece, uplink 125 Mbit/s"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("(vm0, vm1, vm2 and vm3): 0.75 of each piece, uplink 500 Mbit/s"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("host links measured"), std::string::npos) << r.out;
   r = rankmap("plan --topology " + path("unequal.json") + " --uniform-shares --out " +
               path("u.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   Plan u = Plan::load(path("u.json"));
   EXPECT_TRUE(u.chunkWeights.empty());
+  EXPECT_TRUE(u.chunkWeightsBasis.empty());
   EXPECT_EQ(u.order, w.order);
 }
 

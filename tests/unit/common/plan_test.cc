@@ -187,6 +187,13 @@ TEST(Plan, MalformedPlansNameTheField) {
          j["chunk_weights"] = {0.5, -0.1, 0.3, 0.3};
        },
        "at /chunk_weights/1"},
+      {[](Json& j) {
+         j["chunk_weights"] = {0.4, 0.1, 0.4, 0.1};
+         j["chunk_weights_basis"] = "luck";
+       },
+       "at /chunk_weights_basis: expected \"host_rates\" or \"uplinks\""},
+      {[](Json& j) { j["chunk_weights_basis"] = "uplinks"; },
+       "at /chunk_weights_basis: expected no basis: chunk_weights is empty"},
   };
   for (size_t i = 0; i < std::size(cases); ++i) {
     Json j = base;
