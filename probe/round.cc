@@ -801,15 +801,25 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
   // One flow per uplink: the single-flow rate across it. A single flow alone on an uplink
   // fills it: when it stays below its hosts' rate, that reading is the uplink's capacity, and
   // the load trials below (whose flows' windows never line up exactly, so their sum runs
-  // high) do not raise it.
+  // high) do not raise it. A flow from group a to group b reads the narrower of a's uplink out
+  // and b's in, so it is only a lower bound on each: when the bound readings of the first shift
+  // differ beyond the noise (uplinks of unequal rates), further shifts pair every group with
+  // other partners (up to kUplinkShifts in all), and each direction keeps its best reading.
   std::vector<std::pair<bool, bool>> bound(static_cast<size_t>(ng), {false, false});  // out, in
-  {
+  std::vector<std::pair<double, double>> hostRate(static_cast<size_t>(ng), {0, 0});   // out, in
+  std::vector<double> boundReadings;
+  for (size_t shift = 1; shift <= kUplinkShifts; ++shift) {
+    if (shift > 1) {
+      if (boundReadings.size() < 2) break;
+      auto [lo, hi] = std::minmax_element(boundReadings.begin(), boundReadings.end());
+      if (*hi <= *lo * (1 + 2 * kProbeNoise)) break;  // equal uplinks: one shift tells all
+    }
     std::vector<HostPair> flows;
     std::vector<std::pair<int, int>> across;
     for (const auto& [parent, kids] : children) {
-      if (kids.size() < 2) continue;
+      if (kids.size() <= shift) continue;
       for (size_t i = 0; i < kids.size(); ++i) {
-        int a = kids[i], b = kids[(i + 1) % kids.size()];
+        int a = kids[i], b = kids[(i + shift) % kids.size()];
         if (!only.empty() && !only[static_cast<size_t>(a)] && !only[static_cast<size_t>(b)])
           continue;
         int src = best(a, true), dst = best(b, false);
@@ -818,6 +828,7 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
         across.emplace_back(a, b);
       }
     }
+    if (flows.empty()) continue;
     // A longer window than the other trials: one trial per level, and a slow uplink needs
     // time for its reading to settle (a 25 Mbit/s link reads ~15% low in 150 ms).
     BandwidthOptions longer = s.opts().bandwidth;
@@ -830,11 +841,17 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
       cap[b].inMbps = std::max(cap[b].inMbps, *got[k]);
       double hosts = std::min(hostLinks[static_cast<size_t>(flows[k].first)].outMbps,
                               hostLinks[static_cast<size_t>(flows[k].second)].inMbps);
-      if (*got[k] < kUplinkBoundFraction * hosts) {
-        bound[a].first = true;
-        bound[b].second = true;
-      }
+      hostRate[a].first = std::max(hostRate[a].first, hosts);
+      hostRate[b].second = std::max(hostRate[b].second, hosts);
+      if (*got[k] < kUplinkBoundFraction * hosts) boundReadings.push_back(*got[k]);
     }
+  }
+  // Held by the uplink: its best reading stayed below its hosts' rate.
+  for (size_t g = 0; g < static_cast<size_t>(ng); ++g) {
+    bound[g].first =
+        cap[g].outMbps > 0 && cap[g].outMbps < kUplinkBoundFraction * hostRate[g].first;
+    bound[g].second =
+        cap[g].inMbps > 0 && cap[g].inMbps < kUplinkBoundFraction * hostRate[g].second;
   }
   // Every host of a group to the next group at once (shift 1 and 2): what the uplink carries.
   for (size_t shift : {size_t{1}, size_t{2}}) {

@@ -84,6 +84,9 @@ inline constexpr double kHostBand = 1 - kProbeNoise;
 inline constexpr double kUplinkBoundFraction = 0.8;
 // The single-flow uplink trial runs this many times the usual window.
 inline constexpr int64_t kUplinkWindowFactor = 3;
+// At most this many single-flow shifts across the uplinks of a level (group i to group i + s),
+// the later ones only when the first shift's uplink-bound readings differ beyond the noise.
+inline constexpr size_t kUplinkShifts = 3;
 // The contention fit's partition is taken only when it explains at least this share of the
 // slow-down (probe::Inference::confidence); less is noise on a flat network.
 inline constexpr double kMinContentionConfidence = 0.5;

@@ -128,6 +128,31 @@ TEST(ProbeScale, RacksFromBandwidthWhenRoundTripsAreFlat) {
               static_cast<unsigned long long>(s.out.cost.trials));
 }
 
+// Racks of 4, 3 and 3 behind 500, 125 and 250 Mbit/s uplinks (the emulated cloud of issue 14): a
+// single flow between two racks reads the narrower uplink, so one shift of flows bounds each
+// uplink only from below (the 250 Mbit/s rack's inbound read 125 from the 125 Mbit/s rack, and
+// every pair into it was inferred at half its rate); further shifts take each direction's best.
+TEST(ProbeScale, UnequalUplinksAreEachMeasured) {
+  DatacenterSpec spec = emucloudShape(3, 4, 1000, 250);
+  spec.hostsPerRack = {4, 3, 3};
+  Datacenter dc(spec);
+  dc.setRackUplinkMbps(0, 500);
+  dc.setRackUplinkMbps(1, 125);
+  dc.setRackUplinkMbps(2, 250);
+  SimFleet fleet(dc);
+  auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+  const auto& t = out.topology;
+  ASSERT_TRUE(t.links.has_value());
+  for (size_t a = 0; a < t.size(); ++a)
+    for (size_t b = 0; b < t.size(); ++b) {
+      if (a == b) continue;
+      const double want = dc.aloneMbps(static_cast<int>(a), static_cast<int>(b));
+      auto got = t.bandwidthMbps.at(a, b);
+      ASSERT_TRUE(got.has_value());
+      EXPECT_NEAR(*got, want, 0.1 * want) << a << " -> " << b;
+    }
+}
+
 // A host alone in its rack has no rack-mate to measure its host link with: it is measured
 // across (a flow out and one in), not stated as 0.
 TEST(ProbeScale, HostsAloneInTheirRackHaveTheirLinksMeasured) {
