@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "common/crypto.h"
 #include "common/error.h"
@@ -121,6 +122,20 @@ Json contentJson(const Plan& p) {
   if (!p.topologyTime.empty()) j["topology_time"] = p.topologyTime;
   return j;
 }
+// The bounds of range i of a table of n ranges contiguous from 0, the last open (max_bytes
+// null): min_bytes must be `expectMin`, max_bytes above it.
+std::pair<uint64_t, uint64_t> rangeBounds(const JsonReader& e, size_t i, size_t n,
+                                          uint64_t expectMin) {
+  auto minR = e.at("min_bytes", "an integer");
+  const uint64_t lo = minR.unsignedInt();
+  if (lo != expectMin) minR.fail(fmt::format("{} (ranges contiguous from 0)", expectMin));
+  auto maxR = e.at("max_bytes", "an integer or null");
+  const uint64_t hi = maxR.isNull() ? AlgoRange::kUnbounded : maxR.unsignedInt();
+  if (hi <= lo) maxR.fail("a bound greater than min_bytes");
+  if (hi == AlgoRange::kUnbounded && i + 1 != n) maxR.fail("a bound (only the last range is open)");
+  return {lo, hi};
+}
+
 }  // namespace
 
 std::string Plan::computeHash() const {
@@ -207,15 +222,7 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
       for (size_t i = 0, n = ranges.arraySize(); i < n; ++i) {
         auto e = ranges.at(i);
         AlgoRange a;
-        auto minR = e.at("min_bytes", "an integer");
-        a.minBytes = minR.unsignedInt();
-        if (a.minBytes != expectMin)
-          minR.fail(fmt::format("{} (ranges contiguous from 0)", expectMin));
-        auto maxR = e.at("max_bytes", "an integer or null");
-        a.maxBytes = maxR.isNull() ? AlgoRange::kUnbounded : maxR.unsignedInt();
-        if (a.maxBytes <= a.minBytes) maxR.fail("a bound greater than min_bytes");
-        if (a.maxBytes == AlgoRange::kUnbounded && i + 1 != n)
-          maxR.fail("a bound (only the last range is open)");
+        std::tie(a.minBytes, a.maxBytes) = rangeBounds(e, i, n, expectMin);
         auto algR = e.at("algorithm", "an algorithm name");
         auto algo = parseAlgorithm(algR.str());
         if (!algo || !isPlanAlgorithm(*algo))
@@ -243,15 +250,7 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
       for (size_t i = 0, n = ranges.arraySize(); i < n; ++i) {
         auto e = ranges.at(i);
         OmpiRange o;
-        auto minR = e.at("min_bytes", "an integer");
-        o.minBytes = minR.unsignedInt();
-        if (o.minBytes != expectMin)
-          minR.fail(fmt::format("{} (ranges contiguous from 0)", expectMin));
-        auto maxR = e.at("max_bytes", "an integer or null");
-        o.maxBytes = maxR.isNull() ? AlgoRange::kUnbounded : maxR.unsignedInt();
-        if (o.maxBytes <= o.minBytes) maxR.fail("a bound greater than min_bytes");
-        if (o.maxBytes == AlgoRange::kUnbounded && i + 1 != n)
-          maxR.fail("a bound (only the last range is open)");
+        std::tie(o.minBytes, o.maxBytes) = rangeBounds(e, i, n, expectMin);
         auto algR = e.at("algorithm", "an Open MPI algorithm name");
         const OmpiAlgorithm* a = findOmpiAlgorithm(*coll, algR.str());
         if (!a) algR.fail(fmt::format("one of {}", ompiAlgorithmList(*coll)));
@@ -278,8 +277,8 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
     p.chunkWeightsBasis = basis->str();
     if (p.chunkWeightsBasis != Plan::kWeightsByHostRates &&
         p.chunkWeightsBasis != Plan::kWeightsByUplinks)
-      basis->fail(fmt::format("\"{}\" or \"{}\"", Plan::kWeightsByHostRates,
-                              Plan::kWeightsByUplinks));
+      basis->fail(
+          fmt::format("\"{}\" or \"{}\"", Plan::kWeightsByHostRates, Plan::kWeightsByUplinks));
     if (p.chunkWeights.empty()) basis->fail("no basis: chunk_weights is empty");
   }
   if (auto tr = r.find("trees")) {
