@@ -60,7 +60,14 @@ def check_agent_plan(tb, args, order):
                        capture_output=True, text=True, timeout=120)
     lib.check(p.returncode == 0 and "launch mode" in p.stderr,
               f"rankmap run --agent: {p.stderr.strip()}")
-    got = [line for line in p.stdout.splitlines()[1:] if line in hosts]
+    # The dry run prints the command, then each file it would write under a "# PATH" line: the
+    # hostfile first (then the coll_tuned rules and the rules check's own hostfile).
+    got = []
+    for line in p.stdout.splitlines()[2:]:
+        if line.startswith("#"):
+            break
+        if line in hosts:
+            got.append(line)
     lib.check(got == order, f"rankmap run --agent puts the hosts in the plan's order ({' '.join(got)})")
     tb.run("agents", "stop", "--prefix", tb.prefix, timeout=60, check=False)
 
