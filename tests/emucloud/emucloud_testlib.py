@@ -11,6 +11,7 @@ Every test:
 import argparse
 import json
 import os
+import shlex
 import selectors
 import shutil
 import signal
@@ -82,6 +83,20 @@ def up_args(args, seed=None):
 # together, and every message step costs kStepOverheadUs of scheduling on top of the latency.
 kFabricMbit = 2000
 kStepOverheadUs = 1500
+
+
+def stand_in_mpirun(tmp, rankmap, plan_path, options=""):
+    """Writes TMP/bin/mpirun, which runs `rankmap run --plan PLAN OPTIONS -- /usr/bin/mpirun ...`
+    (OPTIONS: shell words, quoted by the caller), so that a command run with TMP/bin first on
+    PATH goes through rankmap run unchanged. Returns TMP/bin."""
+    bindir = os.path.join(tmp, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    wrapper = os.path.join(bindir, "mpirun")
+    with open(wrapper, "w") as f:
+        f.write(f"#!/bin/sh\nexec {shlex.quote(rankmap)} run --plan {shlex.quote(plan_path)} "
+                f"{options + ' ' if options else ''}-- /usr/bin/mpirun \"$@\"\n")
+    os.chmod(wrapper, 0o755)
+    return bindir
 
 
 def plan_calibration():

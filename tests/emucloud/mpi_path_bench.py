@@ -17,7 +17,6 @@ Usage: mpi_path_bench.py --emucloud E --rankmap R --rankmapd D --proof MPI_PROOF
 
 import os
 import re
-import shlex
 import statistics
 import subprocess
 import sys
@@ -77,12 +76,7 @@ def bench(tb, args):
               f"leaving each rack {crossings(plan['order'])}; predicted "
               f"{plan['predicted']['speedup']:.2f}x ({plan['predicted']['basis']})", flush=True)
 
-        bindir = os.path.join(tmp, "bin")
-        os.makedirs(bindir)
-        with open(os.path.join(bindir, "mpirun"), "w") as f:
-            f.write(f"#!/bin/sh\nexec {shlex.quote(args.rankmap)} run --plan "
-                    f"{shlex.quote(plan_path)} -- /usr/bin/mpirun \"$@\"\n")
-        os.chmod(os.path.join(bindir, "mpirun"), 0o755)
+        bindir = lib.stand_in_mpirun(tmp, args.rankmap, plan_path)
 
         def run(order, mca, sizes, iters):
             env = dict(os.environ)

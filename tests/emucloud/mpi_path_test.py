@@ -19,7 +19,6 @@ rankmap run sees exactly the command emucloud builds. Checks, for every program 
 
 import os
 import re
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -122,14 +121,7 @@ def run_proof(tb, args, programs):
             check_agent_plan(tb, args, plan["order"])
 
         # A stand-in mpirun, first on PATH in the head namespace: rankmap run wraps the real one.
-        bindir = os.path.join(tmp, "bin")
-        os.makedirs(bindir)
-        wrapper = os.path.join(bindir, "mpirun")
-        with open(wrapper, "w") as f:
-            f.write("#!/bin/sh\n"
-                    f"exec {shlex.quote(args.rankmap)} run --plan {shlex.quote(plan_path)} "
-                    f"--mode \"$RANKMAP_TEST_MODE\" -- /usr/bin/mpirun \"$@\"\n")
-        os.chmod(wrapper, 0o755)
+        bindir = lib.stand_in_mpirun(tmp, args.rankmap, plan_path, '--mode "$RANKMAP_TEST_MODE"')
         rundir = os.path.join(tmp, "run")
         os.makedirs(rundir)
         os.chmod(rundir, 0o755)

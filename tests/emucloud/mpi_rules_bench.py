@@ -89,12 +89,7 @@ def bench(tb, args):
             f"{r['algorithm']}{' seg ' + str(r['segsize']) if r['segsize'] else ''} from "
             f"{r['min_bytes']}" for r in plan["open_mpi"]["allreduce"]), flush=True)
 
-        bindir = os.path.join(tmp, "bin")
-        os.makedirs(bindir)
-        with open(os.path.join(bindir, "mpirun"), "w") as f:
-            f.write(f"#!/bin/sh\nexec {shlex.quote(args.rankmap)} run --plan "
-                    f"{shlex.quote(plan_path)} -- /usr/bin/mpirun \"$@\"\n")
-        os.chmod(os.path.join(bindir, "mpirun"), 0o755)
+        bindir = lib.stand_in_mpirun(tmp, args.rankmap, plan_path)
         hostfile = os.path.join(tmp, "hosts-plan")
         with open(hostfile, "w") as f:
             f.write("".join(h + "\n" for h in plan["order"]))

@@ -98,13 +98,8 @@ def main():
             f"{r['algorithm']} from {r['min_bytes']}" for r in plan["open_mpi"]["allreduce"]),
             flush=True)
         rules = os.path.join(tmp, "coll_tuned_rules.conf")
-        bindir = os.path.join(tmp, "bin")
-        os.makedirs(bindir)
-        with open(os.path.join(bindir, "mpirun"), "w") as f:
-            f.write("#!/bin/sh\n"
-                    f"exec {shlex.quote(args.rankmap)} run --plan {shlex.quote(plan_path)} "
-                    f"--rules-out {shlex.quote(rules)} -- /usr/bin/mpirun \"$@\"\n")
-        os.chmod(os.path.join(bindir, "mpirun"), 0o755)
+        bindir = lib.stand_in_mpirun(tmp, args.rankmap, plan_path,
+                                     f"--rules-out {shlex.quote(rules)}")
         hostfile = os.path.join(tmp, "hosts-plan")
         with open(hostfile, "w") as f:
             f.write("".join(h + "\n" for h in plan["order"]))
