@@ -356,6 +356,10 @@ std::string priorText(const PlanPrior& p, size_t planHosts) {
   std::string out = fmt::format(
       "prior: {} ({}), levels {}: {} host(s) declared, {} of the plan's {} covered\n", p.source,
       p.format, fmt::join(p.levels, " > "), p.declared, p.hosts.size(), planHosts);
+  if (p.hosts.empty())
+    return out +
+           "  not compared: it names none of the plan's hosts (hosts match by name, by "
+           "address or through host_names)\n";
   if (p.measuredLevel.empty())
     return out + "  not compared: the plan fell back to identity order (no measured groups)\n";
   const bool flat = p.measuredLevel == "network";

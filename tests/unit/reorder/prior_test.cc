@@ -353,6 +353,32 @@ TEST(PriorCompare, CoverageByNameAliasOrAddress) {
   EXPECT_HAS(priorText(p, 9), "4 host(s) declared, 3 of the plan's 9 covered");
 }
 
+TEST(PriorCompare, APriorOfOtherHostsSaysSo) {
+  Racks r;
+  auto p = comparePrior(declare({{"vm0", "A"}, {"vm1", "B"}}), r.t, r.rackOf, "rack");
+  EXPECT_TRUE(p.hosts.empty());
+  EXPECT_TRUE(p.disagreements.empty());
+  EXPECT_HAS(priorText(p, 9),
+             "2 host(s) declared, 0 of the plan's 9 covered\n  not compared: "
+             "it names none of the plan's hosts");
+}
+
+// When the measurements show no level, every host is one group: declared switches that no
+// measurement sees are the second kind.
+TEST(PriorCompare, FlatNetworkShowsDeclaredSwitchesNoMeasurementSees) {
+  Racks r;
+  std::vector<int> one(9, 0);
+  auto p = comparePrior(declare({{"h0", "A"}, {"h1", "A"}, {"h4", "B"}}), r.t, one, "network");
+  ASSERT_EQ(p.disagreements.size(), 1u);
+  EXPECT_EQ(p.disagreements[0].kind, PriorDisagreement::kDeclaredApart);
+  EXPECT_DOUBLE_EQ(p.crossGroupMbps, 0);
+  EXPECT_HAS(priorText(p, 9),
+             "1 disagreement(s) with the measurements, which show no level (one group)");
+  EXPECT_HAS(priorText(p, 9),
+             "declared apart, measured together: the network holds hosts declared behind switch "
+             "A (h0 and h1) and switch B (h4); 200 Mbit/s between them");
+}
+
 TEST(PriorCompare, NotComparedWithoutMeasuredGroups) {
   Racks r;
   auto p = comparePrior(declare({{"h0", "A"}, {"h1", "B"}}), r.t, {}, "");
