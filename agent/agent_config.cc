@@ -95,7 +95,7 @@ Json probeOptionsToJson(const ProbeOptions& p) {
 AgentConfig AgentConfig::fromJson(const Json& doc, std::string_view source) {
   JsonReader r(doc, source);
   checkKeys(r, {"name", "listen", "probe_listen", "hosts_file", "state_dir", "token_file",
-                "key_file", "coordinator", "probe", "reprobe", "http"});
+                "key_file", "coordinator", "prior", "prior_labels", "probe", "reprobe", "http"});
   AgentConfig c;
   if (auto v = r.find("name")) c.name = v->str();
   if (auto v = r.find("listen"))
@@ -108,6 +108,8 @@ AgentConfig AgentConfig::fromJson(const Json& doc, std::string_view source) {
   if (auto v = r.find("token_file")) c.tokenFile = v->str();
   if (auto v = r.find("key_file")) c.keyFile = v->str();
   if (auto v = r.find("coordinator")) c.coordinator = v->str();
+  if (auto v = r.find("prior")) c.priorFile = v->str();
+  if (auto v = r.find("prior_labels")) c.priorLabels = v->str();
   if (auto p = r.find("probe")) applyProbeOptions(*p, c.probe);
   if (auto p = r.find("reprobe")) {
     checkKeys(*p, {"interval", "jitter", "sample_rounds", "change_threshold", "publish_threshold"});
@@ -151,6 +153,8 @@ Json AgentConfig::toJson() const {
           {"token_file", tokenFile},
           {"key_file", keyFile},
           {"coordinator", coordinator},
+          {"prior", priorFile},
+          {"prior_labels", priorLabels},
           {"probe", probeOptionsToJson(probe)},
           {"reprobe",
            {{"interval", durationText(reprobe.interval)},

@@ -55,6 +55,11 @@ struct AgentConfig {
   std::string tokenFile;
   std::string keyFile;
   std::string coordinator;  // empty = the first live host of the hosts file
+  // A declared placement (reorder/prior.h) that GET /v1/plan compares with the measured groups
+  // and records in its plans; empty = none. Label keys, comma-separated, top first, for node
+  // labels (empty = the known families).
+  std::string priorFile;
+  std::string priorLabels;
   ProbeOptions probe;
   ReprobeOptions reprobe;
   size_t maxBodyBytes = 1 << 20;

@@ -10,6 +10,8 @@
 #include "agent/topology_push.h"
 #include "common/build_config.h"
 #include "common/crypto.h"
+#include "common/files.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "probe/fanout.h"
 #include "probe/hosts.h"
@@ -43,6 +45,13 @@ Daemon::Daemon(AgentConfig cfg) : cfg_(std::move(cfg)) {
   if (!cfg_.tokenFile.empty())
     token_ = readSecretFile(cfg_.tokenFile, kMinTokenBytes, "token file");
   if (!cfg_.hostsFile.empty()) hosts_ = probe::loadHostsFile(cfg_.hostsFile);
+  if (!cfg_.priorFile.empty()) {
+    std::string text = readFile(cfg_.priorFile, kMaxJsonBytes);
+    prior_ = reorder::parseDeclaredPlacement(
+        parseJson(text, cfg_.priorFile), cfg_.priorFile,
+        reorder::parseLabelKeys(cfg_.priorLabels, fmt::format("{}: prior_labels", cfg_.priorFile)));
+    priorKey_ = "/prior:" + sha256Hex(text).substr(0, 16);
+  }
   if (!hosts_.empty() && !namesOf(hosts_).count(name_))
     RANKMAP_WARN(Agent,
                  "agent {}: not in hosts file {}; it serves probes but never coordinates "

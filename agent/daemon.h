@@ -37,6 +37,7 @@
 #include "agent/probe_service.h"
 #include "agent/store.h"
 #include "probe/server.h"
+#include "reorder/prior.h"
 
 namespace httplib {
 class Server;
@@ -64,6 +65,10 @@ class Daemon {
   uint16_t probePort() const;
   const std::string& name() const { return name_; }
   const AgentConfig& config() const { return cfg_; }
+  // The declared placement of the configuration ("prior"), read once at start; and a key part
+  // naming its content, so that plans cached with another prior are not served.
+  const std::optional<reorder::DeclaredPlacement>& prior() const { return prior_; }
+  const std::string& priorKey() const { return priorKey_; }
   Store& store() { return *store_; }
   Metrics& metrics() { return metrics_; }
 
@@ -111,6 +116,8 @@ class Daemon {
   probe::ProbeKey key_;
   std::string token_;
   std::vector<Host> hosts_;
+  std::optional<reorder::DeclaredPlacement> prior_;
+  std::string priorKey_;
   std::unique_ptr<Store> store_;
   Metrics metrics_;
   std::unique_ptr<ProbeService> service_;

@@ -71,7 +71,8 @@ std::string addressOnly(const std::string& address) {
 
 // GET /v1/plan?hosts=a,b,c[&ranks_per_host=K]: the planner (reorder::makePlan) over the
 // latest topology restricted to the job's hosts, in the job's order. Hosts may be spelled as
-// topology names or addresses (with or without the probe port). Plans are stored by host set.
+// topology names or addresses (with or without the probe port). Plans are stored by host set
+// (and by the configured prior's content: with one, each plan records how it compares).
 void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
   std::string list = req.has_param("hosts") ? req.get_param_value("hosts") : "";
   if (list.empty())
@@ -104,7 +105,7 @@ void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
     entries.push_back({name, "", static_cast<int>(entries.size() + 1)});
     key += (key.empty() ? "" : ",") + name;
   }
-  key += fmt::format("/{}", *rph);
+  key += fmt::format("/{}", *rph) + d.priorKey();
   if (auto cached = d.store().latestPlan(key); cached && cached->epoch == topo->version) {
     res.status = 200;
     return res.set_content(cached->dump(), kJson);
@@ -114,6 +115,7 @@ void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
     sub.version = topo->version;
     reorder::PlanOptions po;
     po.ranksPerHost = static_cast<int>(*rph);
+    po.prior = d.prior();
     Plan plan = reorder::makePlan(sub, po);
     d.store().addPlan(plan, key);
     res.status = 200;

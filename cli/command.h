@@ -7,11 +7,14 @@
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "common/config.h"
 #include "common/json.h"
+#include "reorder/prior.h"
 
 namespace rankmap::cli {
 
@@ -23,6 +26,12 @@ struct CliContext {
 // Adds a subcommand to `app`; `run` is set to the function that executes it when selected.
 using CommandRunner = std::function<int()>;
 using CommandRegistrar = void (*)(CLI::App& app, CliContext& ctx, CommandRunner& run);
+
+// The declared placement `rankmap plan` and `rankmap show` compare with the measurements: FILE
+// (nullopt when empty) with its label keys ("k1,k2", top first; empty = the known families).
+// A file that cannot be read or parsed is bad input (InvalidInput). In plan_cmd.cc.
+std::optional<reorder::DeclaredPlacement> readPrior(const std::string& file,
+                                                    const std::string& labelKeys);
 
 void registerConfigCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);

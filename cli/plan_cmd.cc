@@ -36,6 +36,8 @@ struct PlanArgs {
   bool noOpenMpi = false;
   std::string predictions;
   std::string sizes = "64K,256K,1M,4M,16M,64M";
+  std::string prior;        // empty = RANKMAP_PRIOR
+  std::string priorLabels;  // empty = RANKMAP_PRIOR_LABELS
 };
 
 // A file the user named that cannot be read is bad input (exit 2), not a failure of ours.
@@ -46,6 +48,21 @@ Topology loadTopology(const std::string& path) {
     throw InvalidInput(e.what());
   }
 }
+
+}  // namespace
+
+std::optional<reorder::DeclaredPlacement> readPrior(const std::string& file,
+                                                    const std::string& labelKeys) {
+  if (file.empty()) return std::nullopt;
+  auto keys = reorder::parseLabelKeys(labelKeys, "prior label keys");
+  try {
+    return reorder::loadDeclaredPlacement(file, keys);
+  } catch (const IoError& e) {
+    throw InvalidInput(e.what());
+  }
+}
+
+namespace {
 
 // "ring", "segmented_ring seg=131072", "chain seg=32768 fanout=4": a key per modelled line.
 std::string mpiKey(const OmpiCollective& coll, const reorder::MpiAlgoCost& c) {
@@ -107,8 +124,10 @@ void writePredictions(const std::string& path, const std::string& sizesText,
   writeFileAtomic(path, doc.dump(1) + "\n");
 }
 
-int runPlan(const PlanArgs& a) {
+int runPlan(const PlanArgs& a, const Config& config) {
   reorder::PlanOptions o;
+  o.prior = readPrior(a.prior.empty() ? config.get(settings::kPrior) : a.prior,
+                      a.priorLabels.empty() ? config.get(settings::kPriorLabels) : a.priorLabels);
   o.ranksPerHost = a.ranksPerHost;
   o.source = a.topology;
   o.useTopologyGroups = a.useGroups;
@@ -158,7 +177,6 @@ int runPlan(const PlanArgs& a) {
 }  // namespace
 
 void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
-  (void)ctx;
   auto args = std::make_shared<PlanArgs>();
   auto* cmd = app.add_subcommand(
       "plan", "Infer the rack hierarchy from a topology.json and write a plan.json");
@@ -192,7 +210,15 @@ void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->add_option("--sizes", args->sizes,
                   "Message sizes for --predictions (default 64K,256K,1M,4M,16M,64M)");
   cmd->add_option("--out,-o", args->out, "Write the plan here (default: stdout)");
-  cmd->callback([&run, args] { run = [args] { return runPlan(*args); }; });
+  cmd->add_option("--prior", args->prior,
+                  "Declared placement to compare with the measured groups and record in the plan: "
+                  "AWS DescribeInstanceTopology output, GCP instances, `kubectl get nodes -o json` "
+                  "or native JSON (docs/formats.md); default RANKMAP_PRIOR");
+  cmd->add_option("--prior-labels", args->priorLabels,
+                  "Node label keys holding the declared placement, top level first, comma-"
+                  "separated (for `kubectl get nodes -o json`); default RANKMAP_PRIOR_LABELS, "
+                  "else the known AWS, GCP and Topograph labels");
+  cmd->callback([&run, &ctx, args] { run = [args, &ctx] { return runPlan(*args, ctx.config); }; });
 }
 
 }  // namespace rankmap::cli

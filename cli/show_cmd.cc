@@ -1,6 +1,9 @@
 // `rankmap show FILE`: a plan.json or topology.json for people; `--svg OUT` draws the
 // bandwidth and latency heatmaps sorted by group with the rings over them.
 //
+// A plan made with a declared placement (`rankmap plan --prior`) also lists where the
+// declaration and the measurements disagree; a topology shown with --prior is compared on the fly.
+//
 // A plan alone has no measurements, so drawing one needs --topology; with it, the text also
 // gives the host link rates behind the chunk weights and packed trees. A topology is planned on
 // the fly (same options as `rankmap plan`'s defaults) to sort and draw it.
@@ -29,6 +32,8 @@ struct ShowArgs {
   std::string topology;
   std::string svg;
   int ranksPerHost = 1;
+  std::string prior;  // with a topology: compare this declared placement
+  std::string priorLabels;
 };
 
 Json readUserJson(const std::string& path) {
@@ -71,6 +76,13 @@ int runShow(const ShowArgs& a) {
                     "(with /bandwidth_mbps or /links)",
                     a.file));
   if (isPlan) {
+    // The plan's own prior (Plan::prior) is what it was made with; another needs the groups
+    // measured anew.
+    if (!a.prior.empty())
+      throw InvalidInput(fmt::format(
+          "--prior {}: a plan shows the prior it was made with; to compare another, show the "
+          "topology.json with --prior (or make the plan with rankmap plan --prior)",
+          a.prior));
     Plan plan = Plan::fromJson(doc, a.file);
     if (!a.svg.empty() && a.topology.empty())
       throw InvalidInput(
@@ -95,6 +107,7 @@ int runShow(const ShowArgs& a) {
   reorder::PlanOptions o;
   o.source = a.file;
   o.ranksPerHost = a.ranksPerHost;
+  o.prior = readPrior(a.prior, a.priorLabels);
   reorder::PlanResult r = reorder::planTopology(t, o);
   std::fputs(reorder::describeTopology(t, r).c_str(), stdout);
   if (!a.svg.empty()) {
@@ -121,6 +134,11 @@ void registerShowCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->add_option("--ranks-per-host,-k", args->ranksPerHost,
                   "Ranks per host when planning a topology")
       ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--prior", args->prior,
+                  "With a topology.json: a declared placement to compare with its measured groups "
+                  "(as rankmap plan --prior); a plan shows the prior it was made with");
+  cmd->add_option("--prior-labels", args->priorLabels,
+                  "Node label keys of --prior, top level first, comma-separated");
   cmd->callback([&run, args] { run = [args] { return runShow(*args); }; });
 }
 

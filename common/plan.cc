@@ -47,6 +47,101 @@ std::optional<Algorithm> Plan::algorithmFor(std::string_view collective, uint64_
 }
 
 namespace {
+Json priorToJson(const PlanPrior& p) {
+  Json hosts = Json::object();
+  for (const auto& [name, ids] : p.hosts) hosts[name] = ids;
+  Json dis = Json::array();
+  for (const auto& d : p.disagreements)
+    dis.push_back({{"kind", d.kind},
+                   {"declared", d.declared},
+                   {"measured", d.measured},
+                   {"hosts", d.parts},
+                   {"between_mbps", d.betweenMbps}});
+  return {{"source", p.source},
+          {"format", p.format},
+          {"levels", p.levels},
+          {"declared", p.declared},
+          {"hosts", std::move(hosts)},
+          {"measured_level", p.measuredLevel},
+          {"same_group_mbps", p.sameGroupMbps},
+          {"cross_group_mbps", p.crossGroupMbps},
+          {"disagreements", std::move(dis)}};
+}
+
+// "prior": the hosts it names must be the plan's, each with one ID per declared level; each
+// disagreement names parts of plan hosts, with one declared switch and a measured group per part
+// (declared_together) or one measured group and a declared switch per part (declared_apart).
+PlanPrior priorFromJson(const JsonReader& r, const Plan& plan) {
+  r.expectObject();
+  PlanPrior p;
+  p.source = r.at("source", "a string").str();
+  auto fr = r.at("format", "a string");
+  p.format = fr.str();
+  if (p.format != "native" && p.format != "aws" && p.format != "gcp" && p.format != "k8s_labels")
+    fr.fail("one of native, aws, gcp, k8s_labels");
+  auto lr = r.at("levels", "an array of level names");
+  for (size_t i = 0, n = lr.arraySize(); i < n; ++i) p.levels.push_back(lr.at(i).nonEmptyStr());
+  if (p.levels.empty()) lr.fail("at least one level");
+  p.declared = r.at("declared", "an integer").unsignedInt();
+  std::set<std::string> planHosts(plan.hosts.begin(), plan.hosts.end());
+  auto hr = r.at("hosts", "an object host -> group IDs");
+  hr.expectObject();
+  for (const auto& [name, val] : hr.json().items()) {
+    JsonReader h(val, r.source(), hr.path() + "/" + name);
+    if (!planHosts.count(name)) h.fail("a host of the plan's /hosts");
+    auto& ids = p.hosts[name];
+    for (size_t i = 0, n = h.arraySize(p.levels.size()); i < n; ++i)
+      ids.push_back(h.at(i).nonEmptyStr());
+  }
+  if (p.hosts.size() > p.declared) hr.fail("no more hosts than /prior/declared");
+  p.measuredLevel = r.at("measured_level", "a string").str();
+  p.sameGroupMbps = r.at("same_group_mbps", "a number").nonNegative();
+  p.crossGroupMbps = r.at("cross_group_mbps", "a number").nonNegative();
+  auto dr = r.at("disagreements", "an array");
+  if (p.measuredLevel.empty() && dr.arraySize() != 0)
+    dr.fail("no disagreements when nothing was compared (measured_level \"\")");
+  int measuredGroups = 1;  // "network": one group
+  if (p.measuredLevel != "network" && !p.measuredLevel.empty()) {
+    auto it = std::find_if(plan.groups.begin(), plan.groups.end(),
+                           [&](const HierarchyLevel& l) { return l.name == p.measuredLevel; });
+    if (it == plan.groups.end())
+      r.at("measured_level").fail("a level of /groups, \"network\" or \"\"");
+    measuredGroups = static_cast<int>(it->groups.size());
+  }
+  for (size_t i = 0, n = dr.arraySize(); i < n; ++i) {
+    auto e = dr.at(i);
+    e.expectObject();
+    PriorDisagreement d;
+    auto kr = e.at("kind", "a string");
+    d.kind = kr.str();
+    bool together = d.kind == PriorDisagreement::kDeclaredTogether;
+    if (!together && d.kind != PriorDisagreement::kDeclaredApart)
+      kr.fail(fmt::format("\"{}\" or \"{}\"", PriorDisagreement::kDeclaredTogether,
+                          PriorDisagreement::kDeclaredApart));
+    auto pr = e.at("hosts", "an array of host lists");
+    size_t parts = pr.arraySize();
+    if (parts < 2) pr.fail("at least two parts");
+    for (size_t k = 0; k < parts; ++k) {
+      auto part = pr.at(k);
+      auto& names = d.parts.emplace_back();
+      for (size_t m = 0, pn = part.arraySize(); m < pn; ++m) {
+        names.push_back(part.at(m).nonEmptyStr());
+        if (!p.hosts.count(names.back())) part.at(m).fail("a host of /prior/hosts");
+      }
+      if (names.empty()) part.fail("at least one host");
+    }
+    auto decl = e.at("declared", "an array of switch IDs");
+    for (size_t k = 0, dn = decl.arraySize(together ? 1 : parts); k < dn; ++k)
+      d.declared.push_back(decl.at(k).nonEmptyStr());
+    auto meas = e.at("measured", "an array of measured group indices");
+    for (size_t k = 0, mn = meas.arraySize(together ? parts : 1); k < mn; ++k)
+      d.measured.push_back(static_cast<int>(meas.at(k).integerIn(0, measuredGroups - 1)));
+    d.betweenMbps = e.at("between_mbps", "a number").nonNegative();
+    p.disagreements.push_back(std::move(d));
+  }
+  return p;
+}
+
 Json contentJson(const Plan& p) {
   Json j;
   j["schema_version"] = Plan::kSchemaVersion;
@@ -120,6 +215,8 @@ Json contentJson(const Plan& p) {
   j["epoch"] = p.epoch;
   // Written only when known, so that plans without it keep their hash.
   if (!p.topologyTime.empty()) j["topology_time"] = p.topologyTime;
+  // Written only when present, so that plans without a prior keep their hash.
+  if (p.prior) j["prior"] = priorToJson(*p.prior);
   return j;
 }
 // The bounds of range i of a table of n ranges contiguous from 0, the last open (max_bytes
@@ -346,6 +443,7 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
     p.topologyTime = v->str();
     if (!parseUtcTime(p.topologyTime)) v->fail("an RFC 3339 UTC time (\"2026-11-21T12:00:00Z\")");
   }
+  if (auto v = r.find("prior")) p.prior = priorFromJson(*v, p);
   auto hashR = r.at("hash", "a string \"sha256:<hex>\"");
   p.hash = hashR.str();
   std::string expect = p.computeHash();

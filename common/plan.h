@@ -85,6 +85,42 @@ struct Prediction {
   bool operator==(const Prediction&) const = default;
 };
 
+// Where a declared placement (a prior: AWS network nodes, GCP physical hosts, Kubernetes node
+// labels; reorder/prior.h) and the measured groups disagree, at the lowest declared level and
+// the planner's innermost measured level. Hosts are split into parts: kDeclaredTogether, hosts
+// declared behind one switch (`declared[0]`) that the measurements put in different groups (one
+// part per measured group, `measured`); kDeclaredApart, hosts the measurements put in one group
+// (`measured[0]`) declared behind different switches (one part per switch, `declared`).
+struct PriorDisagreement {
+  static constexpr std::string_view kDeclaredTogether = "declared_together";
+  static constexpr std::string_view kDeclaredApart = "declared_apart";
+  std::string kind;
+  std::vector<std::string> declared;  // lowest-level switch IDs (the last ID of each host)
+  std::vector<int> measured;          // group indices of the measured level (Plan::groups[0])
+  std::vector<std::vector<std::string>> parts;  // host names of each part
+  double betweenMbps = 0;  // median measured rate between hosts of different parts; 0 = none
+  bool operator==(const PriorDisagreement&) const = default;
+};
+
+// The declared placement a plan was made with and how it compares with the measurements.
+// Recorded only; the plan's groups are the measured ones whatever the prior says.
+struct PlanPrior {
+  std::string source;               // the file it was read from, as given
+  std::string format;               // "native", "aws", "gcp", "k8s_labels"
+  std::vector<std::string> levels;  // declared level names, top first
+  size_t declared = 0;              // hosts the prior declares (some may not be in the plan)
+  // Plan hosts the prior covers -> their group IDs, top first (levels.size() each).
+  std::map<std::string, std::vector<std::string>> hosts;
+  // The measured level compared with: a level of Plan::groups (its first, "rack"), "network"
+  // when the measurements show no level (every host one group), "" when not compared (the plan
+  // fell back to identity: too little was measured to have groups).
+  std::string measuredLevel;
+  double sameGroupMbps = 0;   // median measured rate between hosts of one measured group
+  double crossGroupMbps = 0;  // ... of different measured groups; 0 = no such pair
+  std::vector<PriorDisagreement> disagreements;
+  bool operator==(const PlanPrior&) const = default;
+};
+
 struct Plan {
   static constexpr int kSchemaVersion = 1;
 
@@ -114,6 +150,9 @@ struct Plan {
   std::string topologyTime;  // the topology's measurement time (RFC 3339 UTC); may be
                              // empty; the plan's age (common/plan_agreement.h) counts from it
   std::string hash;          // "sha256:<hex>" over the canonical content without "hash"
+  // The declared placement compared with the measurements (`rankmap plan --prior`); absent in
+  // plans made without one ("prior" absent in JSON).
+  std::optional<PlanPrior> prior;
 
   size_t worldSize() const { return hosts.size() * static_cast<size_t>(ranksPerHost); }
   // Identity plan: order = hosts, permutation = identity, confidence 0.

@@ -325,6 +325,27 @@ void predict(const PlanOptions& o, PlanResult& r) {
   p.predicted.inputBottleneckMbps = finite(r.inputRing.bottleneckMbps);
 }
 
+// The declared placement compared with the measured groups (reorder/prior.h), recorded in the
+// plan; the plan's groups stay the measured ones. The innermost measured level is what the
+// declaration's lowest switch is compared with; with no level every host is one group
+// ("network"), and an identity fallback has no groups to compare ("").
+void attachPrior(const Topology& t, const PlanOptions& o, PlanResult& r) {
+  if (!o.prior) return;
+  std::vector<int> groupOf;
+  std::string level;
+  if (!r.fallback) {
+    if (r.hierarchy.levels.empty()) {
+      groupOf.assign(t.size(), 0);
+      level = "network";
+    } else {
+      groupOf = r.hierarchy.levels.front().groupOf;
+      level = r.hierarchy.levels.front().name;
+    }
+  }
+  r.plan.prior = comparePrior(*o.prior, t, groupOf, level);
+  r.plan.seal();
+}
+
 // Hosts, order, groups, confidence and permutation; then the hash.
 void finishPlan(const std::vector<std::string>& names, const PlanOptions& o, PlanResult& r) {
   Plan& p = r.plan;
@@ -354,11 +375,17 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   r.plan.epoch = t.version;
   r.plan.topologyTime = t.time;
   if (n == 0) throw InvalidInput(fmt::format("{}: no hosts to plan", o.source));
-  if (n == 1) return fallbackPlan(std::move(r), names, o, "a single host: nothing to reorder");
+  if (n == 1) {
+    r = fallbackPlan(std::move(r), names, o, "a single host: nothing to reorder");
+    attachPrior(t, o, r);
+    return r;
+  }
   if (t.links) {
     modelFromLinks(t, o, names, r);
   } else if (auto why = modelFromMeasurements(t, o, names, r)) {
-    return fallbackPlan(std::move(r), names, o, std::move(*why));
+    r = fallbackPlan(std::move(r), names, o, std::move(*why));
+    attachPrior(t, o, r);
+    return r;
   }
   r.designBytes = o.ringBytes;
   r.model.fabricMbps = o.fabricMbps;
@@ -367,6 +394,7 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   chooseOpenMpi(o, r);
   predict(o, r);
   finishPlan(names, o, r);
+  attachPrior(t, o, r);
   RANKMAP_INFO(Reorder, "plan: {} hosts, {} level(s), predicted {:.2f}x for {}{}", n,
                r.hierarchy.levels.size(), r.plan.predicted.speedup, r.plan.predicted.basis,
                r.linkModel ? fmt::format(" (link model, {} of {} pairs measured)", r.measuredPairs,

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "reorder/cost_model.h"
 #include "reorder/hierarchy.h"
 #include "reorder/network_model.h"
+#include "reorder/prior.h"
 #include "reorder/ring.h"
 
 namespace rankmap::reorder {
@@ -60,6 +62,9 @@ struct PlanOptions {
   bool chunkWeights = true;         // consider uneven hier shares (false: uniform, for
                                     // comparisons: `rankmap plan --uniform-shares`)
   std::string source = "topology";  // names the input in messages
+  // A declared placement to compare with the measured groups and record in Plan::prior
+  // (`rankmap plan --prior`); it changes nothing else in the plan (measured groups win).
+  std::optional<DeclaredPlacement> prior;
 };
 
 struct PlanResult {

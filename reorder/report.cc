@@ -6,6 +6,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/openmpi.h"
 
@@ -140,6 +141,15 @@ std::string planSummary(const PlanResult& r) {
         out += fmt::format(" {} {};", ompiChoiceText(coll, range),
                            rangeText(range.minBytes, range.maxBytes));
       out.back() = '\n';
+    }
+  }
+  if (p.prior) {
+    std::string text = priorText(*p.prior, p.hosts.size());
+    // Indented under the summary's first line.
+    for (size_t pos = 0; pos < text.size();) {
+      size_t nl = text.find('\n', pos);
+      out += "  " + text.substr(pos, nl + 1 - pos);
+      pos = nl + 1;
     }
   }
   for (const auto& w : r.warnings) out += "  warning: " + w + "\n";
@@ -342,6 +352,54 @@ std::string packedTreesText(const Plan& p, const std::map<std::string, double>& 
   return out;
 }
 
+std::string priorText(const PlanPrior& p, size_t planHosts) {
+  std::string out = fmt::format(
+      "prior: {} ({}), levels {}: {} host(s) declared, {} of the plan's {} covered\n", p.source,
+      p.format, fmt::join(p.levels, " > "), p.declared, p.hosts.size(), planHosts);
+  if (p.hosts.empty())
+    return out +
+           "  not compared: it names none of the plan's hosts (hosts match by name, by "
+           "address or through host_names)\n";
+  if (p.measuredLevel.empty())
+    return out + "  not compared: the plan fell back to identity order (no measured groups)\n";
+  const bool flat = p.measuredLevel == "network";
+  auto group = [&](int g) {
+    return flat ? std::string("the network") : fmt::format("{} {}", p.measuredLevel, g);
+  };
+  auto mbps = [](double x) { return x > 0 ? fmt::format("{:.4g} Mbit/s", x) : "not measured"; };
+  std::string where = flat ? "the measurements, which show no level (one group)"
+                           : fmt::format("the measured {}s", p.measuredLevel);
+  std::string rates = fmt::format("measured within one group {}, across groups {}",
+                                  mbps(p.sameGroupMbps), mbps(p.crossGroupMbps));
+  if (p.disagreements.empty())
+    return out + fmt::format("  agrees with {} at its lowest level ({}; {})\n", where,
+                             p.levels.back(), rates);
+  out += fmt::format("  {} disagreement(s) with {} at its lowest level ({}; {}):\n",
+                     p.disagreements.size(), where, p.levels.back(), rates);
+  for (const auto& d : p.disagreements) {
+    std::string parts;
+    bool together = d.kind == PriorDisagreement::kDeclaredTogether;
+    for (size_t k = 0; k < d.parts.size(); ++k) {
+      std::string label = together ? group(d.measured[k]) : "switch " + d.declared[k];
+      parts += fmt::format("{}{} ({})",
+                           k == 0                    ? ""
+                           : k + 1 == d.parts.size() ? " and "
+                                                     : ", ",
+                           label, namesText(d.parts[k]));
+    }
+    if (together)
+      out += fmt::format(
+          "  declared together, measured apart: switch {} holds hosts of {}; {} between them\n",
+          d.declared[0], parts, mbps(d.betweenMbps));
+    else
+      out += fmt::format(
+          "  declared apart, measured together: {} holds hosts declared behind {}; {} between "
+          "them\n",
+          group(d.measured[0]), parts, mbps(d.betweenMbps));
+  }
+  return out;
+}
+
 std::string describePlan(const Plan& p, const std::map<std::string, double>& hostMbps,
                          const std::map<std::string, double>& uplinkMbps) {
   std::string out = fmt::format(
@@ -406,6 +464,7 @@ std::string describePlan(const Plan& p, const std::map<std::string, double>& hos
   }
   out += chunkWeightsText(p, hostMbps, uplinkMbps);
   out += packedTreesText(p, hostMbps);
+  if (p.prior) out += "\n" + priorText(*p.prior, p.hosts.size());
   out += "\npredicted: " + gainText(p.predicted) + "\n";
   return out;
 }
@@ -506,7 +565,11 @@ std::string mediansByLevelText(const Topology& t, const PlanResult& r) {
 std::string describeTopology(const Topology& t, const PlanResult& r) {
   std::string out = topologyHeader(t);
   for (const auto& w : r.warnings) out += "warning: " + w + "\n";
-  if (r.fallback) return out + "not enough data to infer groups\n";
+  if (r.fallback) {
+    out += "not enough data to infer groups\n";
+    if (r.plan.prior) out += "\n" + priorText(*r.plan.prior, r.plan.hosts.size());
+    return out;
+  }
   out += r.linkModel ? linkModelGroupsText(t, r) : signalsText(r);
   if (t.hasMatrices()) out += mediansByLevelText(t, r);
   const NetworkModel& net = r.model;
@@ -527,6 +590,7 @@ std::string describeTopology(const Topology& t, const PlanResult& r) {
   }
   out += "\n";
   out += "\npredicted for the best order: " + gainText(r.plan.predicted) + "\n";
+  if (r.plan.prior) out += "\n" + priorText(*r.plan.prior, r.plan.hosts.size());
   return out;
 }
 

@@ -42,6 +42,12 @@ std::string packedTreesText(const Plan& plan, const std::map<std::string, double
 // over trees of weight x degree (the fraction of the buffer its link carries each way).
 std::vector<double> treeLoads(const Plan& plan);
 
+// A plan's declared placement for people (`rankmap plan`, `rankmap show`): what it declares and
+// covers of the plan's `planHosts` hosts, then one line per disagreement with the measured groups
+// (the hosts of each part, the declared switch and measured group, the measured rate between
+// them), or that it agrees.
+std::string priorText(const PlanPrior& prior, size_t planHosts);
+
 // A topology.json for people: coverage, what each signal shows, the inferred groups, the
 // matrices summarised per level, the network model.
 std::string describeTopology(const Topology& topology, const PlanResult& result);

@@ -41,7 +41,8 @@ struct Agents {
   std::string token = dir.write("token", std::string(kToken) + "\n");
   std::vector<std::unique_ptr<Daemon>> d;
 
-  Daemon& add(const std::string& name, size_t maxBody = 1 << 20, std::string keyFile = "") {
+  Daemon& add(const std::string& name, size_t maxBody = 1 << 20, std::string keyFile = "",
+              std::string priorFile = "") {
     AgentConfig c;
     c.name = name;
     c.listen = {"127.0.0.1", 0};
@@ -51,6 +52,7 @@ struct Agents {
     c.tokenFile = token;
     c.probe = fastProbe();
     c.maxBodyBytes = maxBody;
+    c.priorFile = priorFile;
     d.push_back(std::make_unique<Daemon>(c));
     d.back()->start();
     return *d.back();
@@ -265,6 +267,43 @@ TEST(Daemon, PlansForTheJobsHostsFromTheLatestTopology) {
   EXPECT_EQ(get(x, "/v1/plan?hosts=x,y&ranks_per_host=0").status, 400);
 }
 
+// With "prior" in its configuration, the agent's plans record the declared placement and how
+// it compares; a prior that does not parse stops the agent at start, naming the file.
+TEST(Daemon, PlansRecordTheConfiguredPrior) {
+  Agents a;
+  std::string prior = a.dir.write("prior.json", R"({"levels": ["spine", "leaf"],
+      "hosts": {"x": ["s1", "l1"], "y": ["s1", "l1"], "z": ["s1", "l2"]}})");
+  Daemon& x = a.add("x", 1 << 20, "", prior);
+  Daemon& y = a.add("y");
+  Json body = {{"hosts", {Agents::hostJson(x), Agents::hostJson(y)}}, {"wait", true}};
+  ASSERT_EQ(post(x, body.dump()).status, 200);
+  auto p = get(x, "/v1/plan?hosts=x,y");
+  ASSERT_EQ(p.status, 200) << p.body;
+  Plan plan = Plan::parse(p.body, "plan");
+  ASSERT_TRUE(plan.prior);
+  EXPECT_EQ(plan.prior->format, "native");
+  EXPECT_EQ(plan.prior->declared, 3u);
+  EXPECT_EQ(plan.prior->hosts.size(), 2u);
+  EXPECT_EQ(plan.prior->hosts.at("y"), (std::vector<std::string>{"s1", "l1"}));
+  // Declared on one switch, and two hosts on loopback are measured as one group.
+  EXPECT_TRUE(plan.prior->disagreements.empty());
+  // An agent without a prior makes plans without one.
+  auto q = get(y, "/v1/plan?hosts=x,y");
+  ASSERT_EQ(q.status, 200) << q.body;
+  EXPECT_FALSE(Plan::parse(q.body, "plan").prior);
+
+  std::string bad = a.dir.write("bad_prior.json", R"({"hosts": {"x": []}})");
+  try {
+    a.add("w", 1 << 20, "", bad);
+    FAIL() << "an agent started with a prior that does not parse";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("bad_prior.json: at /hosts/x: host 'x': expected at "
+                                         "least one group ID"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Coordinator, DeadAndSilentAgentsBecomeMissingPairsWithinTheDeadline) {
   Agents a;
   Daemon& x = a.add("x");
@@ -332,12 +371,17 @@ TEST(AgentConfig, ParsesCommentedJsonAndRejectsUnknownKeys) {
   std::string path = dir.write("rankmapd.json", R"({
     // comments are allowed
     "listen": "127.0.0.1:9000",
+    "prior": "/etc/rankmap/prior.json",
+    "prior_labels": "topology.k8s.aws/network-node-layer-3",
     "probe": {"bandwidth_max_ms": 100, "bandwidth_max_bytes": "8M", "round_timeout": "2m"},
     "reprobe": {"interval": "30s", "change_threshold": 0.3, "sample_rounds": 2},
     "http": {"max_body_bytes": "64K"}
   })");
   AgentConfig c = AgentConfig::load(path);
   EXPECT_EQ(c.listen, (probe::Endpoint{"127.0.0.1", 9000}));
+  EXPECT_EQ(c.priorFile, "/etc/rankmap/prior.json");
+  EXPECT_EQ(c.priorLabels, "topology.k8s.aws/network-node-layer-3");
+  EXPECT_EQ(c.toJson()["prior"], "/etc/rankmap/prior.json");
   EXPECT_EQ(c.probe.bandwidth.maxMs, 100);
   EXPECT_EQ(c.probe.bandwidth.maxBytes, 8u << 20);
   EXPECT_EQ(c.probe.roundTimeout, std::chrono::minutes(2));

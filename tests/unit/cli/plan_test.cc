@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/json.h"
 #include "common/plan.h"
@@ -292,6 +293,113 @@ TEST_F(Cli, FallbackIsAWarningNotAnError) {
     EXPECT_EQ(p.confidence, 0) << name;
     EXPECT_EQ(p.order, p.hosts) << name;
   }
+}
+
+// The lines of `text` that start with `prefix`.
+std::vector<std::string> linesStarting(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) out.push_back(line);
+  return out;
+}
+
+std::string prior(const std::string& name) {
+  return std::string(RANKMAP_TEST_DATA_DIR) + "/priors/" + name;
+}
+
+// A declared placement with two deliberate mistakes (tests/data/priors/README.md) for the noisy
+// fixture's four racks of four: `rankmap show` flags exactly those two, naming the hosts, the
+// declared switch and the measured rack, and the measured rates; from the plan and from the
+// topology with --prior alike.
+TEST_F(Cli, ShowFlagsExactlyTheTwoMistakesOfAPrior) {
+  std::string topo = test::fixture("noisy.json");
+  std::string wrong = prior("noisy_two_mistakes_aws.json");
+  Outcome p = rankmap("plan -t " + topo + " --prior " + wrong + " -o " + path("p.json"));
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_NE(p.out.find("2 disagreement(s) with the measured racks"), std::string::npos) << p.out;
+  Plan plan = Plan::load(path("p.json"));
+  ASSERT_TRUE(plan.prior);
+  EXPECT_EQ(plan.prior->format, "aws");
+  // Measured groups win: the plan's racks are the measured ones.
+  ASSERT_FALSE(plan.groups.empty());
+  EXPECT_EQ(plan.groups[0].groups,
+            (std::vector<std::vector<std::string>>{{"h0", "h2", "h5", "h13"},
+                                                   {"h1", "h6", "h7", "h14"},
+                                                   {"h3", "h9", "h11", "h12"},
+                                                   {"h4", "h8", "h10", "h15"}}));
+  ASSERT_EQ(plan.prior->disagreements.size(), 2u);
+  // The rates say why: across racks between the hosts declared together, inside a rack between
+  // those declared apart.
+  const PlanPrior& pr = *plan.prior;
+  EXPECT_LT(pr.disagreements[0].betweenMbps, 0.5 * pr.sameGroupMbps);
+  EXPECT_GT(pr.disagreements[1].betweenMbps, 0.8 * pr.sameGroupMbps);
+
+  const std::string together =
+      "  declared together, measured apart: switch nn-leaf-01 holds hosts of rack 0 (h0, h2, h5 "
+      "and h13) and rack 1 (h1, h6, h7 and h14); ";
+  const std::string apart =
+      "  declared apart, measured together: rack 2 holds hosts declared behind switch "
+      "nn-leaf-03a (h3 and h9) and switch nn-leaf-03b (h11 and h12); ";
+  for (const std::string& args : {"show " + path("p.json"), "show " + topo + " --prior " + wrong}) {
+    Outcome s = rankmap(args);
+    ASSERT_EQ(s.code, 0) << args << "\n" << s.err;
+    EXPECT_NE(s.out.find("16 host(s) declared, 16 of the plan's 16 covered"), std::string::npos)
+        << s.out;
+    auto lines = linesStarting(s.out, "  declared ");
+    ASSERT_EQ(lines.size(), 2u) << s.out;
+    EXPECT_EQ(lines[0].rfind(together, 0), 0u) << lines[0];
+    EXPECT_EQ(lines[1].rfind(apart, 0), 0u) << lines[1];
+    for (const auto& l : lines) EXPECT_NE(l.find(" Mbit/s between them"), std::string::npos) << l;
+  }
+}
+
+// The same racks declared correctly (Topograph's node labels): no disagreement; and the prior
+// can come from RANKMAP_PRIOR.
+TEST_F(Cli, ShowSaysACorrectPriorAgrees) {
+  std::string topo = test::fixture("noisy.json");
+  ::setenv("RANKMAP_PRIOR", prior("noisy_correct_k8s.json").c_str(), 1);
+  Outcome p = rankmap("plan -t " + topo + " -o " + path("p.json"));
+  ::unsetenv("RANKMAP_PRIOR");
+  ASSERT_EQ(p.code, 0) << p.err;
+  Outcome s = rankmap("show " + path("p.json"));
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_NE(s.out.find("prior: "), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("(k8s_labels), levels fabric.topograph.run/tier-2 > "
+                       "fabric.topograph.run/tier-1 > fabric.topograph.run/tier-0"),
+            std::string::npos)
+      << s.out;
+  EXPECT_NE(s.out.find("agrees with the measured racks at its lowest level"), std::string::npos)
+      << s.out;
+  EXPECT_TRUE(linesStarting(s.out, "  declared ").empty()) << s.out;
+  // A plan made without a prior says nothing about one.
+  ASSERT_EQ(rankmap("plan -t " + topo + " -o " + path("q.json")).code, 0);
+  EXPECT_EQ(rankmap("show " + path("q.json")).out.find("prior"), std::string::npos);
+}
+
+TEST_F(Cli, BadPriorExitsTwoNamingTheFileAndField) {
+  std::string topo = test::fixture("noisy.json");
+  {
+    std::ofstream f(path("bad.json"));
+    f << R"({"Instances": [{"InstanceId": "i-1", "NetworkNodes": ["a"]}, {"InstanceId": "i-2"}]})";
+  }
+  Outcome r = rankmap("plan -t " + topo + " --prior " + path("bad.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(path("bad.json") + ": at /Instances/1: missing field 'NetworkNodes'"),
+            std::string::npos)
+      << r.err;
+  r = rankmap("plan -t " + topo + " --prior " + path("missing.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("missing.json"), std::string::npos) << r.err;
+  r = rankmap("plan -t " + topo + " --prior " + prior("noisy_correct_k8s.json") +
+              " --prior-labels a,,b");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("expected label keys"), std::string::npos) << r.err;
+  // A plan shows the prior it was made with; comparing another needs the topology.
+  ASSERT_EQ(rankmap("plan -t " + topo + " -o " + path("p.json")).code, 0);
+  r = rankmap("show " + path("p.json") + " --prior " + prior("noisy_correct_k8s.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("a plan shows the prior it was made with"), std::string::npos) << r.err;
 }
 
 }  // namespace
