@@ -114,6 +114,8 @@ void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
         else
           topologyPath = ctx.config.get(settings::kTopology);
       }
+      if (o->format != "conf" && !o->slurmTopology)
+        RANKMAP_THROW(InvalidInput, "--format {}: expected only with --slurm-topology", o->format);
       std::string text;
       if (o->slurmTopology) {
         Hierarchy h = loadHierarchy(topologyPath, planPath, "--slurm-topology");
