@@ -1,9 +1,18 @@
 // `rankmap export`: writes files other systems read, from a topology or a plan.
 //   --slurm-topology: Slurm's topology.conf (tree plugin) from the inferred hierarchy, taken from
-//                     --topology T (its "groups") or --plan P (the plan's "groups").
+//                     --topology T (its "groups") or --plan P (the plan's "groups"); with
+//                     --format yaml Slurm 25.05's topology.yaml (tree and block) instead; with
+//                     -o DIR (an existing directory) both, as DIR/topology.conf and
+//                     DIR/topology.yaml.
 //   --slurm-hostfile: a SLURM_HOSTFILE for `srun --distribution=arbitrary` in plan order.
+//   --k8s-labels:     `kubectl label nodes` lines (one label per level, rankmap's and Topograph's
+//                     keys) and `kubectl annotate nodes` lines (measured rates, from a topology
+//                     with a link model); node names are the host names.
+//   --kueue-topology: Kueue's Topology object for those label keys.
 // Output goes to stdout, or atomically to -o FILE.
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -12,16 +21,57 @@
 #include "common/files.h"
 #include "common/plan.h"
 #include "common/topology.h"
+#include "launch/kubernetes.h"
 #include "launch/slurm.h"
 
 namespace rankmap::cli {
+namespace {
+
+// What the schedulers' files are made from: a topology's or a plan's hosts and hierarchy.
+struct Hierarchy {
+  std::vector<std::string> hosts;
+  std::vector<HierarchyLevel> levels;
+  std::optional<TopologyLinks> links;  // a topology's link model, if it has one
+  std::string time;                    // the measurement's time, if known
+  std::string source;                  // "topology T" or "plan P"
+};
+
+Hierarchy loadHierarchy(const std::string& topologyPath, const std::string& planPath,
+                        std::string_view flag) {
+  Hierarchy h;
+  if (!topologyPath.empty()) {
+    Topology t = Topology::load(topologyPath);
+    for (const auto& host : t.hosts) h.hosts.push_back(host.name);
+    h.levels = t.groups;
+    h.links = t.links;
+    h.time = t.time;
+    h.source = "topology " + topologyPath;
+  } else if (!planPath.empty()) {
+    Plan p = Plan::load(planPath);
+    h.hosts = p.hosts;
+    h.levels = p.groups;
+    h.source = "plan " + planPath;
+  } else {
+    RANKMAP_THROW(InvalidInput,
+                  "{}: expected --topology T or --plan P (or RANKMAP_TOPOLOGY / RANKMAP_PLAN)",
+                  flag);
+  }
+  return h;
+}
+
+}  // namespace
 
 void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
-  auto* cmd =
-      app.add_subcommand("export", "Write files for other systems (Slurm) from a topology or plan");
+  auto* cmd = app.add_subcommand(
+      "export", "Write files for other systems (Slurm, Kubernetes, Kueue) from a topology or plan");
   struct Opts {
     bool slurmTopology = false;
     bool slurmHostfile = false;
+    bool k8sLabels = false;
+    bool kueueTopology = false;
+    std::string format = "conf";
+    std::string kueueName = "rankmap";
+    std::string kueueApi = std::string(launch::kKueueApiVersion);
     std::string topology;
     std::string plan;
     std::string output;
@@ -33,12 +83,25 @@ void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                  "Slurm topology.conf (topology/tree) from the inferred hierarchy");
   what->add_flag("--slurm-hostfile", o->slurmHostfile,
                  "SLURM_HOSTFILE for srun --distribution=arbitrary, in plan order");
+  what->add_flag("--k8s-labels", o->k8sLabels,
+                 "kubectl label/annotate lines: one label per inferred level (rankmap.io/level-N, "
+                 "fabric.topograph.run/tier-N) and the measured rates");
+  what->add_flag("--kueue-topology", o->kueueTopology,
+                 "Kueue Topology object (YAML) for the --k8s-labels levels");
   what->require_option(1);
   cmd->add_option("--topology", o->topology, "topology.json (default RANKMAP_TOPOLOGY)");
   cmd->add_option("--plan", o->plan, "plan.json (default RANKMAP_PLAN)");
   cmd->add_option("--tasks-per-node", o->tasksPerNode,
                   "--slurm-hostfile: tasks per host (default the plan's ranks_per_host)");
-  cmd->add_option("-o,--output", o->output, "Write here (atomically) instead of stdout");
+  cmd->add_option("--format", o->format,
+                  "--slurm-topology: conf (topology.conf) or yaml (topology.yaml, Slurm 25.05)")
+      ->check(CLI::IsMember({"conf", "yaml"}));
+  cmd->add_option("--kueue-name", o->kueueName, "--kueue-topology: the object's name");
+  cmd->add_option("--kueue-api", o->kueueApi,
+                  "--kueue-topology: apiVersion (kueue.x-k8s.io/v1beta2, v1beta1 or v1alpha1)");
+  cmd->add_option("-o,--output", o->output,
+                  "Write here (atomically) instead of stdout; for --slurm-topology an existing "
+                  "directory gets both topology.conf and topology.yaml");
   cmd->callback([&ctx, &run, o] {
     run = [&ctx, o] {
       std::string topologyPath = o->topology, planPath = o->plan;
@@ -51,21 +114,30 @@ void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
         else
           topologyPath = ctx.config.get(settings::kTopology);
       }
+      if (o->format != "conf" && !o->slurmTopology)
+        RANKMAP_THROW(InvalidInput, "--format {}: expected only with --slurm-topology", o->format);
       std::string text;
       if (o->slurmTopology) {
-        if (!topologyPath.empty()) {
-          Topology t = Topology::load(topologyPath);
-          std::vector<std::string> hosts;
-          for (const auto& h : t.hosts) hosts.push_back(h.name);
-          text = launch::slurmTopologyConf(hosts, t.groups, "topology " + topologyPath);
-        } else if (!planPath.empty()) {
-          Plan p = Plan::load(planPath);
-          text = launch::slurmTopologyConf(p.hosts, p.groups, "plan " + planPath);
-        } else {
-          RANKMAP_THROW(InvalidInput,
-                        "--slurm-topology: expected --topology T or --plan P "
-                        "(or RANKMAP_TOPOLOGY / RANKMAP_PLAN)");
+        Hierarchy h = loadHierarchy(topologyPath, planPath, "--slurm-topology");
+        if (!o->output.empty() && std::filesystem::is_directory(o->output)) {
+          // Render both before writing either: a hierarchy that does not nest writes nothing.
+          std::string conf = launch::slurmTopologyConf(h.hosts, h.levels, h.source);
+          std::string yaml = launch::slurmTopologyYaml(h.hosts, h.levels, h.source);
+          writeFileAtomic(o->output + "/topology.conf", conf);
+          writeFileAtomic(o->output + "/topology.yaml", yaml);
+          return 0;
         }
+        text = o->format == "yaml" ? launch::slurmTopologyYaml(h.hosts, h.levels, h.source)
+                                   : launch::slurmTopologyConf(h.hosts, h.levels, h.source);
+      } else if (o->k8sLabels) {
+        Hierarchy h = loadHierarchy(topologyPath, planPath, "--k8s-labels");
+        text = launch::k8sLabelCommands(
+            launch::k8sNodeMarks(h.hosts, h.levels, h.links ? &*h.links : nullptr, h.time,
+                                 h.source),
+            h.source);
+      } else if (o->kueueTopology) {
+        Hierarchy h = loadHierarchy(topologyPath, planPath, "--kueue-topology");
+        text = launch::kueueTopologyYaml(h.levels, o->kueueName, o->kueueApi, h.source);
       } else {
         if (planPath.empty())
           RANKMAP_THROW(InvalidInput, "--slurm-hostfile: expected --plan P (or RANKMAP_PLAN)");

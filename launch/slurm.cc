@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "common/json.h"
 
 namespace rankmap::launch {
 namespace {
@@ -293,16 +294,23 @@ std::string slurmHostfile(const Plan& plan, int tasksPerHost) {
   return out;
 }
 
-std::string slurmTopologyConf(const std::vector<std::string>& hosts,
-                              const std::vector<HierarchyLevel>& levels, std::string_view source) {
-  std::string out = fmt::format(
-      "# Slurm topology.conf (topology/tree plugin) written by `rankmap export --slurm-topology`\n"
-      "# from {}: {} host(s), {} inferred level(s){}.\n",
-      source, hosts.size(), levels.size(), levels.empty() ? " (none: one switch)" : "");
-  if (levels.empty()) {
-    out += fmt::format("SwitchName=root Nodes={}\n", compressHostlist(hosts));
-    return out;
-  }
+namespace {
+
+// One switch of Slurm's tree: either hosts (innermost level) or inner switches.
+struct SlurmSwitch {
+  std::string name;
+  std::vector<std::string> nodes;
+  std::vector<std::string> switches;
+};
+
+// The switches of the tree topology for `levels` (innermost first), innermost switches first and
+// the root (named "root", over the outermost level's switches, or over every host without levels)
+// last when the outermost level has more than one group.
+std::vector<SlurmSwitch> slurmSwitches(const std::vector<std::string>& hosts,
+                                       const std::vector<HierarchyLevel>& levels,
+                                       std::string_view source) {
+  if (levels.empty()) return {{"root", hosts, {}}};
+  std::vector<SlurmSwitch> out;
   std::set<std::string> used;
   std::vector<std::vector<std::string>> switchNames(levels.size());
   for (size_t j = 0; j < levels.size(); ++j) {
@@ -314,8 +322,7 @@ std::string slurmTopologyConf(const std::vector<std::string>& hosts,
   }
   // Innermost level: nodes.
   for (size_t g = 0; g < levels[0].groups.size(); ++g)
-    out += fmt::format("SwitchName={} Nodes={}\n", switchNames[0][g],
-                       compressHostlist(levels[0].groups[g]));
+    out.push_back({switchNames[0][g], levels[0].groups[g], {}});
   // Outer levels: the inner switches whose hosts they hold.
   for (size_t j = 1; j < levels.size(); ++j) {
     std::map<std::string, size_t> outerOf;
@@ -339,11 +346,66 @@ std::string slurmTopologyConf(const std::vector<std::string>& hosts,
       children[*outer.begin()].push_back(switchNames[j - 1][g]);
     }
     for (size_t g = 0; g < levels[j].groups.size(); ++g)
-      out += fmt::format("SwitchName={} Switches={}\n", switchNames[j][g],
-                         compressHostlist(children[g]));
+      out.push_back({switchNames[j][g], {}, children[g]});
   }
-  if (levels.back().groups.size() > 1)
-    out += fmt::format("SwitchName=root Switches={}\n", compressHostlist(switchNames.back()));
+  if (levels.back().groups.size() > 1) out.push_back({"root", {}, switchNames.back()});
+  return out;
+}
+
+// A YAML double-quoted scalar (JSON's escapes are valid YAML).
+std::string yamlQuote(const std::string& s) { return Json(s).dump(); }
+
+}  // namespace
+
+std::string slurmTopologyConf(const std::vector<std::string>& hosts,
+                              const std::vector<HierarchyLevel>& levels, std::string_view source) {
+  std::string out = fmt::format(
+      "# Slurm topology.conf (topology/tree plugin) written by `rankmap export --slurm-topology`\n"
+      "# from {}: {} host(s), {} inferred level(s){}.\n",
+      source, hosts.size(), levels.size(), levels.empty() ? " (none: one switch)" : "");
+  for (const auto& sw : slurmSwitches(hosts, levels, source)) {
+    if (!sw.nodes.empty())
+      out += fmt::format("SwitchName={} Nodes={}\n", sw.name, compressHostlist(sw.nodes));
+    else
+      out += fmt::format("SwitchName={} Switches={}\n", sw.name, compressHostlist(sw.switches));
+  }
+  return out;
+}
+
+std::string slurmTopologyYaml(const std::vector<std::string>& hosts,
+                              const std::vector<HierarchyLevel>& levels, std::string_view source) {
+  auto switches = slurmSwitches(hosts, levels, source);  // checks that the levels nest
+  std::string out = fmt::format(
+      "# Slurm topology.yaml (Slurm 25.05+) written by `rankmap export --slurm-topology`\n"
+      "# from {}: {} host(s), {} inferred level(s).\n"
+      "# Two topologies: {} (topology/tree, the cluster default) and {} (topology/block,\n"
+      "# one block per innermost group).\n",
+      source, hosts.size(), levels.size(), kSlurmTreeTopology, kSlurmBlockTopology);
+  out += fmt::format("- topology: {}\n  cluster_default: true\n  tree:\n    switches:\n",
+                     kSlurmTreeTopology);
+  for (const auto& sw : switches) {
+    out += fmt::format("      - switch: {}\n", yamlQuote(sw.name));
+    if (!sw.nodes.empty())
+      out += fmt::format("        nodes: {}\n", yamlQuote(compressHostlist(sw.nodes)));
+    else
+      out += fmt::format("        children: {}\n", yamlQuote(compressHostlist(sw.switches)));
+  }
+  // Blocks: the innermost groups (or one block of every host). The base block size is the
+  // smallest block, so that every block holds at least one base block.
+  std::vector<std::pair<std::string, std::vector<std::string>>> blocks;
+  if (levels.empty()) {
+    blocks.push_back({"block0", hosts});
+  } else {
+    for (size_t g = 0; g < levels[0].groups.size(); ++g)
+      blocks.push_back({switches[g].name, levels[0].groups[g]});
+  }
+  size_t base = hosts.size();
+  for (const auto& b : blocks) base = std::min(base, b.second.size());
+  out += fmt::format("- topology: {}\n  cluster_default: false\n  block:\n", kSlurmBlockTopology);
+  out += fmt::format("    block_sizes:\n      - {}\n    blocks:\n", std::max<size_t>(base, 1));
+  for (const auto& [name, nodes] : blocks)
+    out += fmt::format("      - block: {}\n        nodes: {}\n", yamlQuote(name),
+                       yamlQuote(compressHostlist(nodes)));
   return out;
 }
 

@@ -11,7 +11,8 @@
 // - `rankmap export --slurm-topology`: topology.conf for Slurm's topology/tree plugin, one
 //   switch per group of each hierarchy level (innermost first: SwitchName=<level><i> Nodes=...,
 //   then Switches=... for outer levels) and one root switch over the outermost level, so that
-//   Slurm's scheduler packs jobs into racks.
+//   Slurm's scheduler packs jobs into racks; with -o DIR also topology.yaml (Slurm 25.05: the same
+//   tree, and a block topology of the innermost groups).
 // - `rankmap export --slurm-hostfile`: the SLURM_HOSTFILE for a plan.
 // Slurm is not needed to build or test any of this: the files are plain text.
 #pragma once
@@ -43,6 +44,18 @@ std::string slurmHostfile(const Plan& plan, int tasksPerHost);
 // every host). Throws InvalidInput when a level's group is not a union of the inner level's
 // groups (the levels do not nest).
 std::string slurmTopologyConf(const std::vector<std::string>& hosts,
+                              const std::vector<HierarchyLevel>& levels, std::string_view source);
+
+// Names of the two topologies in topology.yaml; a partition picks one with Topology=NAME.
+inline constexpr std::string_view kSlurmTreeTopology = "rankmap-tree";
+inline constexpr std::string_view kSlurmBlockTopology = "rankmap-block";
+
+// topology.yaml text (Slurm 25.05+, which reads it instead of topology.conf when both exist) with
+// two topologies: kSlurmTreeTopology (topology/tree, the same switches as slurmTopologyConf,
+// cluster_default) and kSlurmBlockTopology (topology/block: one block per innermost group, or
+// one block of every host without levels; block_sizes = the smallest block's size). Hostlists are
+// compressed as in topology.conf. Throws as slurmTopologyConf.
+std::string slurmTopologyYaml(const std::vector<std::string>& hosts,
                               const std::vector<HierarchyLevel>& levels, std::string_view source);
 
 // True for srun (any directory).

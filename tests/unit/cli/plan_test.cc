@@ -1,4 +1,5 @@
-// `rankmap plan` and `rankmap show` as a user runs them: the built binary on the fixtures.
+// `rankmap plan`, `rankmap show` and `rankmap export` as a user runs them: the built binary on the
+// fixtures.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -86,8 +87,7 @@ TEST_F(Cli, PlanWithUnequalUplinksCarriesChunkWeightsUnlessUniformShares) {
   r = rankmap("show " + path("w.json") + " --topology " + path("unequal.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("balanced by the groups' uplinks"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("(vm4, vm5 and vm6): 0 of each piece, uplink 125 Mbit/s"),
-            std::string::npos)
+  EXPECT_NE(r.out.find("(vm4, vm5 and vm6): 0 of each piece, uplink 125 Mbit/s"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("(vm0, vm1, vm2 and vm3): 0.75 of each piece, uplink 500 Mbit/s"),
             std::string::npos)
@@ -120,6 +120,46 @@ TEST_F(Cli, PlanWritesAValidPlanAndASummary) {
   EXPECT_EQ(q.ranksPerHost, 2);
   EXPECT_EQ(q.collectives.count("allgather"), 1u);
   EXPECT_NE(s.err.find("rankmap plan:"), std::string::npos);
+}
+
+TEST_F(Cli, ExportWritesTheSchedulersFiles) {
+  const std::string topo = test::fixture("links_sparse.json");
+  // -o DIR: topology.conf and topology.yaml, the same as each format on stdout.
+  Outcome both = rankmap("export --slurm-topology --topology " + topo + " -o " + dir_);
+  ASSERT_EQ(both.code, 0) << both.err;
+  Outcome conf = rankmap("export --slurm-topology --topology " + topo);
+  Outcome yaml = rankmap("export --slurm-topology --format yaml --topology " + topo);
+  ASSERT_EQ(conf.code, 0) << conf.err;
+  ASSERT_EQ(yaml.code, 0) << yaml.err;
+  EXPECT_EQ(slurp(path("topology.conf")), conf.out);
+  EXPECT_EQ(slurp(path("topology.yaml")), yaml.out);
+  EXPECT_NE(conf.out.find("SwitchName=root Switches=pod[0-1]\n"), std::string::npos) << conf.out;
+  EXPECT_NE(yaml.out.find("- topology: rankmap-block\n"), std::string::npos) << yaml.out;
+
+  // Labels from a topology with a link model carry annotations; from a plan (no rates) not.
+  Outcome labels = rankmap("export --k8s-labels --topology " + topo);
+  ASSERT_EQ(labels.code, 0) << labels.err;
+  EXPECT_NE(labels.out.find("kubectl label nodes l0 rankmap.io/level-1=rack0 "), std::string::npos)
+      << labels.out;
+  EXPECT_NE(labels.out.find("kubectl annotate nodes l0 rankmap.io/host-out-mbps="),
+            std::string::npos);
+  ASSERT_EQ(rankmap("plan -t " + topo + " -o " + path("p.json")).code, 0);
+  Outcome fromPlan = rankmap("export --k8s-labels --plan " + path("p.json"));
+  ASSERT_EQ(fromPlan.code, 0) << fromPlan.err;
+  EXPECT_NE(fromPlan.out.find("kubectl label nodes l0 rankmap.io/level-1="), std::string::npos);
+  EXPECT_EQ(fromPlan.out.find("kubectl annotate"), std::string::npos) << fromPlan.out;
+
+  Outcome kueue = rankmap("export --kueue-topology --kueue-name tas --topology " + topo);
+  ASSERT_EQ(kueue.code, 0) << kueue.err;
+  EXPECT_NE(kueue.out.find("  name: tas\n"), std::string::npos) << kueue.out;
+
+  // Bad input: exit 2 naming what was expected.
+  Outcome badName = rankmap("export --kueue-topology --kueue-name Bad_Name --topology " + topo);
+  EXPECT_EQ(badName.code, 2);
+  EXPECT_NE(badName.err.find("DNS-1123"), std::string::npos) << badName.err;
+  Outcome badFormat = rankmap("export --k8s-labels --format yaml --topology " + topo);
+  EXPECT_EQ(badFormat.code, 2);
+  EXPECT_NE(badFormat.err.find("--slurm-topology"), std::string::npos) << badFormat.err;
 }
 
 TEST_F(Cli, PlanWithAHostsFileKeepsItsOrder) {

@@ -88,6 +88,58 @@ TEST(SlurmTest, TopologyConfWithoutHierarchyIsOneSwitch) {
   EXPECT_NE(conf.find("SwitchName=root Nodes=n[1-3]\n"), std::string::npos) << conf;
 }
 
+TEST(SlurmTest, TopologyYamlHasTheTreeAndTheBlocks) {
+  std::vector<HierarchyLevel> levels = {
+      {"rack", 1, {{"a1", "a2"}, {"b1", "b2", "b3"}, {"c1", "c2"}}},
+      {"pod", 1, {{"a1", "a2", "b1", "b2", "b3"}, {"c1", "c2"}}},
+  };
+  Names hosts = {"a1", "a2", "b1", "b2", "b3", "c1", "c2"};
+  auto yaml = slurmTopologyYaml(hosts, levels, "t.json");
+  const char* tree =
+      "- topology: rankmap-tree\n"
+      "  cluster_default: true\n"
+      "  tree:\n"
+      "    switches:\n"
+      "      - switch: \"rack0\"\n"
+      "        nodes: \"a[1-2]\"\n"
+      "      - switch: \"rack1\"\n"
+      "        nodes: \"b[1-3]\"\n"
+      "      - switch: \"rack2\"\n"
+      "        nodes: \"c[1-2]\"\n"
+      "      - switch: \"pod0\"\n"
+      "        children: \"rack[0-1]\"\n"
+      "      - switch: \"pod1\"\n"
+      "        children: \"rack2\"\n"
+      "      - switch: \"root\"\n"
+      "        children: \"pod[0-1]\"\n";
+  EXPECT_NE(yaml.find(tree), std::string::npos) << yaml;
+  const char* block =
+      "- topology: rankmap-block\n"
+      "  cluster_default: false\n"
+      "  block:\n"
+      "    block_sizes:\n"
+      "      - 2\n"
+      "    blocks:\n"
+      "      - block: \"rack0\"\n"
+      "        nodes: \"a[1-2]\"\n"
+      "      - block: \"rack1\"\n"
+      "        nodes: \"b[1-3]\"\n"
+      "      - block: \"rack2\"\n"
+      "        nodes: \"c[1-2]\"\n";
+  EXPECT_NE(yaml.find(block), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.rfind("#", 0), 0u);
+
+  // The same nesting check as topology.conf.
+  levels[1].groups = {{"a1", "b1"}, {"a2", "b2", "b3", "c1", "c2"}};
+  EXPECT_THROW(slurmTopologyYaml(hosts, levels, "t.json"), InvalidInput);
+
+  // No levels: one switch and one block of every host.
+  auto flat = slurmTopologyYaml({"n1", "n2", "n3"}, {}, "t.json");
+  EXPECT_NE(flat.find("      - switch: \"root\"\n        nodes: \"n[1-3]\"\n"), std::string::npos)
+      << flat;
+  EXPECT_NE(flat.find("block_sizes:\n      - 3\n"), std::string::npos) << flat;
+}
+
 TEST(SrunTest, ReadsThePlacementFromTheAllocation) {
   auto env = envOf({{"SLURM_JOB_NODELIST", "vm[0-3]"}});
   auto c = SrunCommand::parse({"srun", "-n", "8", "--mpi=pmix", "./app", "-n", "3"}, env);

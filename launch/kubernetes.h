@@ -1,0 +1,71 @@
+// Kubernetes: node labels and annotations from the inferred hierarchy, and Kueue's Topology.
+//
+// - `rankmap export --k8s-labels`: one `kubectl label nodes NODE k=v ... --overwrite` line per
+//   host with, for each level j of the hierarchy (0 = innermost), two labels naming the host's
+//   group at that level: kLevelLabelPrefix + (j+1) (rankmap's own keys, one per level, as Kueue's
+//   topology-aware scheduling wants them) and kTopographTierPrefix + j (NVIDIA Topograph's
+//   convention: tier 0 is the switch nearest the node); then, where the topology has a link model,
+//   one `kubectl annotate nodes NODE ... --overwrite` line with the measured rates of the host's
+//   link and of its groups' uplinks, in Mbit/s each direction, and the measurement's time.
+// - `rankmap export --kueue-topology`: a Kueue Topology object whose levels are those label keys,
+//   outermost first, and kubernetes.io/hostname last (as Kueue recommends).
+// The node name is the topology's host name: hosts must be named as their Kubernetes nodes.
+// Kubernetes is not needed to build or test any of this: the output is plain text.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/topology.h"
+
+namespace rankmap::launch {
+
+inline constexpr std::string_view kLevelLabelPrefix = "rankmap.io/level-";
+inline constexpr std::string_view kTopographTierPrefix = "fabric.topograph.run/tier-";
+inline constexpr std::string_view kHostnameLabel = "kubernetes.io/hostname";
+inline constexpr std::string_view kRateAnnotationPrefix = "rankmap.io/";
+inline constexpr std::string_view kKueueApiVersion = "kueue.x-k8s.io/v1beta2";
+
+// Kubernetes' syntax rules (apimachinery's validation): a DNS-1123 subdomain (node and object
+// names: at most 253 characters, lower-case alphanumeric labels joined by dots, '-' inside), a
+// label value (at most 63 characters, alphanumeric at both ends, '-', '_', '.' inside; may be
+// empty) and a qualified name (label and annotation keys: optional DNS subdomain prefix and '/',
+// then a name of at most 63 characters with the label value's characters, not empty).
+bool isDnsSubdomain(std::string_view s);
+bool isLabelValue(std::string_view s);
+bool isQualifiedName(std::string_view s);
+
+// A valid label value derived from `name`: lower-cased, characters outside [a-z0-9-_.] replaced
+// by '-', non-alphanumerics trimmed from both ends, cut to 63 characters; "x" if nothing is left.
+std::string labelValueFrom(std::string_view name);
+
+struct NodeMarks {
+  std::string node;
+  std::vector<std::pair<std::string, std::string>> labels;
+  std::vector<std::pair<std::string, std::string>> annotations;
+};
+
+// The labels (and, with `links`, the rate annotations) of every host. The group at level j is
+// named labelValueFrom(level name) + its index in that level, as in topology.conf. `links` may be
+// null (a plan, or a topology without a link model): no annotations then. `time` (RFC 3339) is
+// annotated as rankmap.io/measured-at when not empty. Throws InvalidInput naming `source` when a
+// host name is not a valid node name or a host is in no group of a level.
+std::vector<NodeMarks> k8sNodeMarks(const std::vector<std::string>& hosts,
+                                    const std::vector<HierarchyLevel>& levels,
+                                    const TopologyLinks* links, std::string_view time,
+                                    std::string_view source);
+
+// The kubectl lines for `marks` (label lines first, then annotate lines), after a comment naming
+// the source.
+std::string k8sLabelCommands(const std::vector<NodeMarks>& marks, std::string_view source);
+
+// Kueue's Topology object (YAML) named `name` for `levels` (only their count matters).
+// `apiVersion` is kKueueApiVersion or an older one (kueue.x-k8s.io/v1beta1, /v1alpha1): the
+// object is the same in each. Throws InvalidInput for a name that is not a DNS subdomain, more
+// than 15 levels (Kueue allows 16 with the host level), or an unknown apiVersion.
+std::string kueueTopologyYaml(const std::vector<HierarchyLevel>& levels, std::string_view name,
+                              std::string_view apiVersion, std::string_view source);
+
+}  // namespace rankmap::launch

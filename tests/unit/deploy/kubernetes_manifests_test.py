@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""deploy/kubernetes: the shipped manifests pass the offline schema check, the checker rejects
+broken ones (each mutation names the field), the DaemonSet keeps its hardening, and what
+`rankmap export --k8s-labels / --kueue-topology` renders from a fixture is valid.
+
+Usage: kubernetes_manifests_test.py RANKMAP_BINARY
+"""
+import copy
+import os
+import re
+import subprocess
+import sys
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))))
+DEPLOY = os.path.join(ROOT, "deploy", "kubernetes")
+sys.path.insert(0, DEPLOY)
+import check_manifests  # noqa: E402
+
+FIXTURE = os.path.join(ROOT, "tests", "data", "topologies", "links_sparse.json")
+failures = []
+
+
+def expect(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def load(name):
+    with open(os.path.join(DEPLOY, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def problems(doc):
+    return check_manifests.check_text(yaml.safe_dump(doc), "mutated")
+
+
+def main():
+    rankmap = sys.argv[1]
+    # 1. The shipped manifests pass.
+    manifests = {n: load(n) for n in ("namespace.yaml", "configmap.yaml", "daemonset.yaml")}
+    for name, text in manifests.items():
+        errs = check_manifests.check_text(text, name)
+        expect(not errs, f"{name} passes: {errs}")
+    ds = yaml.safe_load(manifests["daemonset.yaml"])
+    ns, sa = list(yaml.safe_load_all(manifests["namespace.yaml"]))
+    cm = yaml.safe_load(manifests["configmap.yaml"])
+
+    # 2. Broken manifests fail, each naming where.
+    def mutate(doc, fn):
+        d = copy.deepcopy(doc)
+        fn(d)
+        return d
+    pod = lambda d: d["spec"]["template"]["spec"]  # noqa: E731
+    ctr = lambda d: pod(d)["containers"][0]  # noqa: E731
+    cases = [
+        ("unknown field", ds, lambda d: ctr(d).update(imagePullPolicyy="Always"),
+         "unknown field 'imagePullPolicyy'"),
+        ("bad enum", ds, lambda d: ctr(d).update(imagePullPolicy="Sometimes"),
+         "containers[0].imagePullPolicy"),
+        ("restartPolicy of a DaemonSet", ds, lambda d: pod(d).update(restartPolicy="Never"),
+         "restartPolicy: expected Always"),
+        ("capability name", ds,
+         lambda d: ctr(d)["securityContext"]["capabilities"].update(add=["CAP_NET_RAW"]),
+         "capabilities.add[0]"),
+        ("name not DNS-1123", ds, lambda d: d["metadata"].update(name="RankMapD"),
+         "metadata.name"),
+        ("container name", ds, lambda d: ctr(d).update(name="rank_mapd"), "containers[0].name"),
+        ("label key", ds, lambda d: d["metadata"]["labels"].update({"bad key/x/y": "v"}),
+         "metadata.labels.bad key/x/y"),
+        ("label value", ds, lambda d: d["metadata"]["labels"].update(
+            {"app.kubernetes.io/name": "-rankmap"}), "app.kubernetes.io/name"),
+        ("label value too long", ds, lambda d: d["metadata"]["labels"].update(
+            {"x": "a" * 64}), "metadata.labels.x"),
+        ("missing required", ds, lambda d: d["spec"].pop("selector"),
+         "required field 'selector'"),
+        ("selector vs template", ds, lambda d: d["spec"]["selector"]["matchLabels"].update(
+            {"app.kubernetes.io/component": "other"}), "spec.selector"),
+        ("type", ds, lambda d: ctr(d)["readinessProbe"]["httpGet"].update(port=[7410]),
+         "httpGet.port: expected intstr"),
+        ("port range", ds, lambda d: ctr(d)["ports"][0].update(containerPort=70000),
+         "containerPort"),
+        ("two probe handlers", ds, lambda d: ctr(d)["readinessProbe"].update(
+            tcpSocket={"port": 7410}), "exactly one handler"),
+        ("mount of no volume", ds, lambda d: ctr(d)["volumeMounts"][0].update(name="nope"),
+         "volumeMounts[0].name"),
+        ("volume with two sources", ds, lambda d: pod(d)["volumes"][0].update(emptyDir={}),
+         "exactly one volume source"),
+        ("hostPath type", ds, lambda d: pod(d)["volumes"][4]["hostPath"].update(type="Dir"),
+         "hostPath.type"),
+        ("secret mode", ds, lambda d: pod(d)["volumes"][2]["secret"].update(defaultMode=0o1777),
+         "defaultMode"),
+        ("quantity", ds, lambda d: ctr(d)["resources"]["limits"].update(memory="1 GiB"),
+         "limits.memory"),
+        ("root with runAsNonRoot", ds, lambda d: ctr(d)["securityContext"].update(runAsUser=0),
+         "runAsUser other than 0"),
+        ("apiVersion", ds, lambda d: d.update(apiVersion="extensions/v1beta1"), "apiVersion"),
+        ("namespace name", ns, lambda d: d["metadata"].update(name="rank.map"), "metadata.name"),
+        ("service account field", sa, lambda d: d.update(automountToken=False),
+         "unknown field 'automountToken'"),
+        ("config key", cm, lambda d: d["data"].update({"bad key": "x"}), "data.bad key"),
+        ("config value type", cm, lambda d: d["data"].update({"n": 3}), "data.n"),
+        ("unknown kind", cm, lambda d: d.update(kind="Deployment"), "kind"),
+    ]
+    for what, doc, fn, needle in cases:
+        errs = problems(mutate(doc, fn))
+        expect(any(needle in e for e in errs), f"{what}: expected a problem naming {needle!r}, "
+                                               f"got {errs}")
+    expect(check_manifests.check_text("a: [b", "x")[0].startswith("x: not valid YAML"),
+           "broken YAML is reported")
+
+    # 3. The DaemonSet's hardening and wiring.
+    p = ds["spec"]["template"]["spec"]
+    c = p["containers"][0]
+    sc = c["securityContext"]
+    expect(p["hostNetwork"] is True, "host network")
+    expect(p["securityContext"]["runAsNonRoot"] is True and sc["runAsNonRoot"] is True,
+           "runAsNonRoot")
+    expect(sc["runAsUser"] != 0 and sc["readOnlyRootFilesystem"] is True and
+           sc["allowPrivilegeEscalation"] is False, "non-root, read-only root, no escalation")
+    expect(sc["capabilities"] == {"drop": ["ALL"]}, "the agent drops every capability")
+    init_caps = p["initContainers"][0]["securityContext"]["capabilities"]
+    expect(init_caps == {"drop": ["ALL"], "add": ["CHOWN"]}, "the init container keeps CHOWN only")
+    rp = c["readinessProbe"]["httpGet"]
+    expect((rp["host"], rp["path"], rp["port"]) == ("127.0.0.1", "/v1/health", 7410),
+           "readiness on the loopback API's /v1/health")
+    expect(all(k in c["resources"].get(x, {}) for x in ("requests", "limits")
+               for k in ("cpu", "memory")), "requests and limits")
+    secrets = {v["name"]: v["secret"] for v in p["volumes"] if "secret" in v}
+    expect(set(secrets) == {"probe-key", "token"} and
+           all(s["defaultMode"] & 0o037 == 0 for s in secrets.values()),
+           "secrets mounted without write or world bits")
+    expect(any("hostPath" in v and v["hostPath"]["path"] == "/var/lib/rankmapd"
+               for v in p["volumes"]), "state on a hostPath")
+    config = cm["data"]["rankmapd.json"]
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    for key, path in re.findall(r'"(hosts_file|token_file|key_file|state_dir)": "([^"]+)"',
+                                config):
+        expect(any(path == m or path.startswith(m + "/") for m in mounts),
+               f"config {key} {path} lies in a mount")
+    expect('"listen": "127.0.0.1:7410"' in config, "the API listens on loopback")
+
+    # 4. What `rankmap export` renders from a topology is valid.
+    kueue = subprocess.run([rankmap, "export", "--kueue-topology", "--topology", FIXTURE],
+                           capture_output=True, text=True, check=True).stdout
+    errs = check_manifests.check_text(kueue, "kueue")
+    expect(not errs, f"the exported Kueue Topology passes: {errs}")
+    levels = [x["nodeLabel"] for x in yaml.safe_load(kueue)["spec"]["levels"]]
+    expect(levels == ["rankmap.io/level-2", "rankmap.io/level-1", "kubernetes.io/hostname"],
+           f"Kueue levels outermost first, the host last: {levels}")
+    lines = subprocess.run([rankmap, "export", "--k8s-labels", "--topology", FIXTURE],
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    label_lines = [x for x in lines if x.startswith("kubectl label nodes ")]
+    expect(len(label_lines) == 24, f"one label line per host: {len(label_lines)}")
+    for line in label_lines + [x for x in lines if x.startswith("kubectl annotate nodes ")]:
+        words = line.split()
+        expect(words[-1] == "--overwrite" and check_manifests.is_dns_subdomain(words[3]),
+               f"node name and --overwrite: {line}")
+        for kv in words[4:-1]:
+            k, _, v = kv.partition("=")
+            expect(check_manifests.is_qualified_name(k), f"key {k!r}")
+            if words[1] == "label":
+                expect(len(v) <= 63 and check_manifests.LABEL_VALUE.match(v), f"value {v!r}")
+    # A broken Topology fails the same check.
+    broken = kueue.replace("kubernetes.io/hostname", "rankmap.io/level-1")
+    expect(any("each nodeLabel once" in e for e in check_manifests.check_text(broken, "k")),
+           "repeated Kueue level is rejected")
+    broken = re.sub(r"(    - nodeLabel: kubernetes.io/hostname\n)", "",
+                    kueue).replace("  levels:\n", "  levels:\n    - nodeLabel: "
+                                                  "kubernetes.io/hostname\n")
+    expect(any("only as the last level" in e for e in check_manifests.check_text(broken, "k")),
+           "hostname not last is rejected")
+
+    print(f"{len(cases)} broken manifests rejected; {len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+// Kubernetes: node label and annotation lines, Kueue's Topology, and the syntax rules they obey.
+#include "launch/kubernetes.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+
+namespace rankmap::launch {
+namespace {
+
+std::vector<HierarchyLevel> twoLevels() {
+  return {
+      {"rack", 1, {{"a1", "a2"}, {"b1"}, {"c1", "c2"}}},
+      {"pod", 1, {{"a1", "a2", "b1"}, {"c1", "c2"}}},
+  };
+}
+const std::vector<std::string> kHosts = {"a1", "a2", "b1", "c1", "c2"};
+
+TEST(KubernetesTest, SyntaxRules) {
+  for (const char* ok : {"node-1", "a.b.c", "ip-10-0-0-1.ec2.internal", "0"})
+    EXPECT_TRUE(isDnsSubdomain(ok)) << ok;
+  for (const char* bad : {"", "Node1", "-a", "a-", "a..b", "a_b", ".a"})
+    EXPECT_FALSE(isDnsSubdomain(bad)) << bad;
+  EXPECT_FALSE(isDnsSubdomain(std::string(64, 'a')));  // one DNS label is at most 63
+  for (const char* ok : {"", "rack0", "A_b.c-D", "0"}) EXPECT_TRUE(isLabelValue(ok)) << ok;
+  for (const char* bad : {"-a", "a.", "a b", "a/b", "ä"}) EXPECT_FALSE(isLabelValue(bad)) << bad;
+  EXPECT_FALSE(isLabelValue(std::string(64, 'a')));
+  for (const char* ok : {"rankmap.io/level-1", "kubernetes.io/hostname", "simple", "a/B_c"})
+    EXPECT_TRUE(isQualifiedName(ok)) << ok;
+  for (const char* bad : {"", "rankmap.io/", "/x", "Rankmap.io/x", "a/b/c", "x-"})
+    EXPECT_FALSE(isQualifiedName(bad)) << bad;
+  EXPECT_EQ(labelValueFrom("Rack A/1"), "rack-a-1");
+  EXPECT_EQ(labelValueFrom("--_x_--"), "x");
+  EXPECT_EQ(labelValueFrom("###"), "x");
+  EXPECT_EQ(labelValueFrom(std::string(80, 'z')).size(), 63u);
+  EXPECT_TRUE(isLabelValue(labelValueFrom(std::string(62, 'z') + "-y")));
+}
+
+TEST(KubernetesTest, LabelsEveryLevelOnEveryNode) {
+  auto marks = k8sNodeMarks(kHosts, twoLevels(), nullptr, "", "t.json");
+  auto text = k8sLabelCommands(marks, "topology t.json");
+  EXPECT_NE(text.find("kubectl label nodes a2 rankmap.io/level-1=rack0 "
+                      "fabric.topograph.run/tier-0=rack0 rankmap.io/level-2=pod0 "
+                      "fabric.topograph.run/tier-1=pod0 --overwrite\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kubectl label nodes b1 rankmap.io/level-1=rack1 "
+                      "fabric.topograph.run/tier-0=rack1 rankmap.io/level-2=pod0 "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kubectl label nodes c2 rankmap.io/level-1=rack2 "), std::string::npos);
+  // One line per node, no annotations without a link model.
+  size_t lines = 0;
+  for (size_t p = text.find("kubectl label"); p != std::string::npos;
+       p = text.find("kubectl label", p + 1))
+    ++lines;
+  EXPECT_EQ(lines, kHosts.size());
+  EXPECT_EQ(text.find("kubectl annotate"), std::string::npos);
+  for (const auto& m : marks)
+    for (const auto& [k, v] : m.labels) {
+      EXPECT_TRUE(isQualifiedName(k)) << k;
+      EXPECT_TRUE(isLabelValue(v)) << v;
+    }
+}
+
+TEST(KubernetesTest, AnnotatesMeasuredRates) {
+  TopologyLinks links;
+  links.hosts = {{1000, 990}, {1000, 1000}, {500, 500}, {1000, 1000}, {1000, 0}};
+  links.uplinks = {{{400, 410}, {250, 250}, {300, 300}}, {{100, 100}, {120, 0}}};
+  auto marks = k8sNodeMarks(kHosts, twoLevels(), &links, "2026-11-26T10:00:00Z", "t.json");
+  auto text = k8sLabelCommands(marks, "topology t.json");
+  EXPECT_NE(text.find("kubectl annotate nodes a1 rankmap.io/host-out-mbps=1000 "
+                      "rankmap.io/host-in-mbps=990 rankmap.io/level-1-uplink-out-mbps=400 "
+                      "rankmap.io/level-1-uplink-in-mbps=410 "
+                      "rankmap.io/level-2-uplink-out-mbps=100 "
+                      "rankmap.io/level-2-uplink-in-mbps=100 "
+                      "rankmap.io/measured-at=2026-11-26T10:00:00Z --overwrite\n"),
+            std::string::npos)
+      << text;
+  // Unknown (0) rates are left out.
+  EXPECT_NE(text.find("kubectl annotate nodes c2 rankmap.io/host-out-mbps=1000 "
+                      "rankmap.io/level-1-uplink-out-mbps=300 "
+                      "rankmap.io/level-1-uplink-in-mbps=300 "
+                      "rankmap.io/level-2-uplink-out-mbps=120 rankmap.io/measured-at="),
+            std::string::npos)
+      << text;
+  links.hosts.pop_back();
+  EXPECT_THROW(k8sNodeMarks(kHosts, twoLevels(), &links, "", "t.json"), InvalidInput);
+}
+
+TEST(KubernetesTest, RefusesWhatIsNoNodeOrNoHierarchy) {
+  EXPECT_THROW(k8sNodeMarks({"A1", "a2"}, {}, nullptr, "", "t.json"), InvalidInput);
+  EXPECT_THROW(k8sNodeMarks({"a1", "a1"}, {}, nullptr, "", "t.json"), InvalidInput);
+  auto levels = twoLevels();
+  levels[0].groups[1] = {};  // b1 in no rack
+  EXPECT_THROW(k8sNodeMarks(kHosts, levels, nullptr, "", "t.json"), InvalidInput);
+  levels[0].groups[1] = {"b1", "zz"};  // a host that is not one
+  EXPECT_THROW(k8sNodeMarks(kHosts, levels, nullptr, "", "t.json"), InvalidInput);
+  // Odd level names still give valid, distinct values.
+  levels = twoLevels();
+  levels[0].name = "Rack #1";
+  levels[1].name = "rack #1";
+  auto marks = k8sNodeMarks(kHosts, levels, nullptr, "", "t.json");
+  EXPECT_EQ(marks[0].labels[0].second, "rack--10");
+  EXPECT_EQ(marks[0].labels[2].second, "rack--1-l20");
+}
+
+TEST(KubernetesTest, KueueTopologyListsLevelsOutermostFirstThenTheHost) {
+  auto yaml = kueueTopologyYaml(twoLevels(), "rankmap", kKueueApiVersion, "t.json");
+  EXPECT_NE(yaml.find("apiVersion: kueue.x-k8s.io/v1beta2\n"
+                      "kind: Topology\n"
+                      "metadata:\n"
+                      "  name: rankmap\n"
+                      "spec:\n"
+                      "  levels:\n"
+                      "    - nodeLabel: rankmap.io/level-2\n"
+                      "    - nodeLabel: rankmap.io/level-1\n"
+                      "    - nodeLabel: kubernetes.io/hostname\n"),
+            std::string::npos)
+      << yaml;
+  auto flat = kueueTopologyYaml({}, "flat", "kueue.x-k8s.io/v1alpha1", "t.json");
+  EXPECT_NE(flat.find("  levels:\n    - nodeLabel: kubernetes.io/hostname\n"), std::string::npos);
+  EXPECT_THROW(kueueTopologyYaml({}, "Bad_Name", kKueueApiVersion, "t.json"), InvalidInput);
+  EXPECT_THROW(kueueTopologyYaml({}, "x", "kueue.x-k8s.io/v9", "t.json"), InvalidInput);
+  EXPECT_THROW(kueueTopologyYaml(std::vector<HierarchyLevel>(16), "x", kKueueApiVersion, "t.json"),
+               InvalidInput);
+}
+
+}  // namespace
+}  // namespace rankmap::launch
