@@ -7,9 +7,9 @@ here independently: readelf, ldd, dpkg -S). `dpkg --root R --force-script-chroot
 installs it (the empty database has none of the dependencies, hence --force-depends; the
 maintainer scripts run on the host with DPKG_ROOT=R, the mode dpkg provides for this), twice, so
 postinst must create the rankmapd system user exactly once; the config must be a registered
-conffile. Then, from R: `rankmap --version`, `rankmapd --help`, `systemd-analyze verify --root R`
-on the installed unit (its ExecStart must resolve in R), librankmap exporting only rankmap*
-symbols, and tests/package/consumer built with find_package(rankmap) and with pkg-config against
+conffile. Then, from R: `rankmap --version`, `rankmapd --help`, `rankmap run --mode shim` finding
+the installed MPI shim, `systemd-analyze verify --root R` on the installed unit (its ExecStart
+must resolve in R), librankmap exporting only rankmap* symbols, and tests/package/consumer built with find_package(rankmap) and with pkg-config against
 R/usr, each running one allreduce of 3 processes over loopback, checked exactly.
 
 Needs root (dpkg installs root-owned files and useradd writes R/etc/passwd) and the Debian tools;
@@ -204,6 +204,22 @@ def checkInstalled(args, root):
     if "--config" not in helptext:
         raise Failure(f"R/usr/sbin/rankmapd --help does not mention --config:\n{helptext}")
     print(f"binaries: rankmap --version: {version.strip()}; rankmapd --help ok")
+
+    if args.mpi:
+        # The installed rankmap finds the installed MPI shim beside it (no RANKMAP_MPI_SHIM).
+        shim = os.path.join(root, "usr", args.libdir, "librankmap_mpi.so")
+        topology = os.path.join(args.source_dir, "tests/data/topologies/noisy.json")
+        hostfile = os.path.join(os.path.dirname(root), "hostfile")
+        with open(hostfile, "w") as f:
+            f.writelines(f"h{i} slots=1\n" for i in range(8))  # the topology's hosts
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RANKMAP_")}
+        dry = run([os.path.join(root, "usr/bin/rankmap"), "run", "--topology", topology,
+                   "--mode", "shim", "--dry-run", "--", "mpirun", "-np", "8", "--hostfile",
+                   hostfile, "./job"], env=env)
+        if f"LD_PRELOAD={shim} " not in dry.stdout:
+            raise Failure(f"rankmap run --mode shim --dry-run does not preload {shim}:\n"
+                          f"{dry.stdout}{dry.stderr}")
+        print("rankmap run --mode shim: preloads the installed librankmap_mpi.so")
 
     unit = os.path.join(root, "usr/lib/systemd/system/rankmapd.service")
     with open(unit) as f:
