@@ -3,9 +3,11 @@
 #  - the systemd unit, PREFIX/lib/systemd/system/rankmapd.service: configs/rankmapd.service with
 #    ExecStart, the config path and Documentation= pointing into this prefix;
 #  - the default config, SYSCONFDIR/rankmap/rankmapd.json, where SYSCONFDIR is /etc for the /usr
-#    prefix and PREFIX/etc otherwise (GNUInstallDirs' rule).
+#    prefix and PREFIX/etc otherwise (GNUInstallDirs' rule for /usr; its /etc/opt rule for /opt
+#    prefixes is not followed).
 # Inputs: RANKMAP_SOURCE_DIR, RANKMAP_BINARY_DIR (where the unit is written first), and
-# RANKMAP_SBINDIR, RANKMAP_SYSCONFDIR, RANKMAP_DOCDIR (relative to the prefix or absolute). file(INSTALL) adds DESTDIR, as the generated install rules do.
+# RANKMAP_SBINDIR, RANKMAP_SYSCONFDIR, RANKMAP_DOCDIR (relative to the prefix or absolute).
+# file(INSTALL) adds DESTDIR, as the generated install rules do.
 function(rankmapFullDir out dir)
   if(IS_ABSOLUTE "${dir}")
     set(${out} "${dir}" PARENT_SCOPE)
