@@ -9,21 +9,27 @@ maintainer scripts run on the host with DPKG_ROOT=R, the mode dpkg provides for 
 postinst must create the rankmapd system user exactly once; the config must be a registered
 conffile. Then, from R: `rankmap --version`, `rankmapd --help`, `rankmap run --mode shim` finding
 the installed MPI shim, `systemd-analyze verify --root R` on the installed unit (its ExecStart
-must resolve in R), librankmap exporting only rankmap* symbols, and tests/package/consumer built with find_package(rankmap) and with pkg-config against
-R/usr, each running one allreduce of 3 processes over loopback, checked exactly.
+must resolve in R), rankmapd serving /v1/health with the installed config, librankmap exporting
+only rankmap* symbols, and tests/package/consumer built with find_package(rankmap) and with
+pkg-config against R/usr, each running one allreduce of 3 processes over loopback, checked
+exactly.
 
 Needs root (dpkg installs root-owned files and useradd writes R/etc/passwd) and the Debian tools;
 without them it prints the reason and exits 77 (skipped)."""
 
 import argparse
 import glob
+import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 
 kRanks = 3
 kStepTimeoutS = 60
@@ -273,6 +279,54 @@ def runRanks(binary, what, env):
     print(f"{what}: {kRanks} ranks, allreduce exact")
 
 
+def checkAgent(root, tmp):
+    """The installed rankmapd with the installed config and the files README's systemd steps make
+    (hosts, probe key, token; here in tmp, on loopback ports): GET /v1/health answers ok, SIGTERM
+    stops it with exit 0."""
+    agent = os.path.join(tmp, "agent")
+    os.makedirs(os.path.join(agent, "state"), mode=0o700)
+    http_port, probe_port = freePort(), freePort()
+    files = {"hosts": f"a 127.0.0.1:{probe_port}\n", "probe.key": secrets.token_hex(32) + "\n",
+             "token": secrets.token_hex(16) + "\n"}
+    for name, text in files.items():
+        with open(os.open(os.path.join(agent, name), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKMAP_")}
+    cmd = [os.path.join(root, "usr/sbin/rankmapd"),
+           "--config", os.path.join(root, "etc/rankmap/rankmapd.json"),
+           "--hosts", os.path.join(agent, "hosts"), "--key-file", os.path.join(agent, "probe.key"),
+           "--token-file", os.path.join(agent, "token"),
+           "--state-dir", os.path.join(agent, "state"),
+           "--listen", f"127.0.0.1:{http_port}", "--probe-listen", f"127.0.0.1:{probe_port}",
+           "--name", "a"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, no proxy
+    try:
+        deadline = time.monotonic() + 20
+        health = None
+        while health is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with opener.open(f"http://127.0.0.1:{http_port}/v1/health", timeout=2) as r:
+                    health = json.load(r)
+            except OSError:
+                time.sleep(0.2)
+        if not health or health.get("status") != "ok" or health.get("name") != "a":
+            proc.kill()
+            raise Failure(f"rankmapd with the installed config: /v1/health gave {health}\n"
+                          f"{proc.communicate(timeout=kStepTimeoutS)[0]}")
+        proc.terminate()
+        out = proc.communicate(timeout=kStepTimeoutS)[0]
+        if proc.returncode != 0:
+            raise Failure(f"rankmapd: exit {proc.returncode} after SIGTERM\n{out}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    print("agent: the installed rankmapd with the installed config serves /v1/health, stops on "
+          "SIGTERM")
+
+
 def checkConsumer(args, root, tmp):
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "consumer")
     usr = os.path.join(root, "usr")
@@ -330,6 +384,7 @@ def main():
         install(deb, root)  # again: postinst must not add a second user
         checkDepends(deb, root)
         checkInstalled(args, root)
+        checkAgent(root, tmp)
         checkConsumer(args, root, tmp)
     except (Failure, subprocess.TimeoutExpired) as e:
         print(f"FAIL: {e}")
