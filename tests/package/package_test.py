@@ -1,0 +1,399 @@
+#!/usr/bin/python3
+"""The Debian package, built from the current build tree and installed into a scratch root.
+
+cpack builds rankmap_<version>.deb; its file list must be tests/package/expected_files.txt plus
+the docs; its Depends must name the Debian package of every library its ELF files link (found
+here independently: readelf, ldd, dpkg -S). `dpkg --root R --force-script-chrootless`
+installs it (the empty database has none of the dependencies, hence --force-depends; the
+maintainer scripts run on the host with DPKG_ROOT=R, the mode dpkg provides for this), twice, so
+postinst must create the rankmapd system user exactly once; the config must be a registered
+conffile. Then, from R: `rankmap --version`, `rankmapd --help`, `rankmap run --mode shim` finding
+the installed MPI shim, `systemd-analyze verify --root R` on the installed unit (its ExecStart
+must resolve in R), rankmapd serving /v1/health with the installed config, librankmap exporting
+only rankmap* symbols, and tests/package/consumer built with find_package(rankmap) and with
+pkg-config against R/usr, each running one allreduce of 3 processes over loopback, checked
+exactly.
+
+Needs root (dpkg installs root-owned files and useradd writes R/etc/passwd) and the Debian tools;
+without them it prints the reason and exits 77 (skipped)."""
+
+import argparse
+import glob
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+kRanks = 3
+kStepTimeoutS = 60
+
+
+class Failure(Exception):
+    pass
+
+
+def run(cmd, env=None, check=True, timeout=kStepTimeoutS):
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise Failure(f"{' '.join(cmd)}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+    return proc
+
+
+def skip(reason):
+    print(f"SKIP: {reason}")
+    sys.exit(77)
+
+
+def checkTools(args):
+    if os.geteuid() != 0:
+        skip("needs root: dpkg --root installs root-owned files and useradd writes R/etc/passwd")
+    for tool in ["dpkg", "dpkg-deb", "dpkg-query", "dpkg-shlibdeps", "useradd", "readelf", "nm",
+                 "ldd", "systemd-analyze", "pkg-config", args.cc]:
+        if shutil.which(tool) is None:
+            skip(f"{tool} is not installed")
+    if "--prefix" not in run(["useradd", "--help"], check=False).stdout:
+        skip("this useradd has no --prefix (shadow < 4.6): postinst cannot write into a root")
+
+
+def buildDeb(args, tmp):
+    out = os.path.join(tmp, "out")
+    run([args.cpack, "--config", os.path.join(args.build_dir, "CPackConfig.cmake"), "-B", out],
+        timeout=120)
+    debs = glob.glob(os.path.join(out, "rankmap_*.deb"))
+    if len(debs) != 1:
+        raise Failure(f"cpack made {debs}, expected one rankmap_*.deb")
+    return debs[0]
+
+
+def expectedFiles(args):
+    version = args.version
+    fields = {"libdir": args.libdir, "version": version,
+              "soversion": ".".join(version.split(".")[:2]), "config": args.config.lower()}
+    expected = set()
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected_files.txt")) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("mpi:"):
+                if not args.mpi:
+                    continue
+                line = line[len("mpi:"):]
+            expected.add(line.format(**fields))
+    docs = ["README.md"] + [os.path.basename(p)
+                            for p in glob.glob(os.path.join(args.source_dir, "docs", "*.md"))]
+    expected.update(f"usr/share/doc/rankmap/{d}" for d in docs)
+    return expected
+
+
+def checkFileList(args, deb):
+    listing = run(["dpkg-deb", "-c", deb]).stdout
+    files = set()
+    for line in listing.splitlines():
+        mode, path = line.split()[0], line.split()[5]
+        if mode.startswith("d"):
+            continue
+        files.add(path[2:] if path.startswith("./") else path)
+    expected = expectedFiles(args)
+    missing, extra = sorted(expected - files), sorted(files - expected)
+    if missing or extra:
+        raise Failure(f"{deb}: file list differs; missing {missing}, unexpected {extra}")
+    print(f"file list: {len(files)} files as expected")
+
+
+def ownerPackage(path):
+    """The host's Debian package that owns a library path (merged /usr: try both spellings)."""
+    real = os.path.realpath(path)
+    candidates = [path, real]
+    for p in list(candidates):
+        if p.startswith("/usr/lib/"):
+            candidates.append(p[len("/usr"):])
+        elif p.startswith("/lib/"):
+            candidates.append("/usr" + p)
+    for p in candidates:
+        proc = run(["dpkg", "-S", p], check=False)
+        if proc.returncode == 0:
+            return proc.stdout.split(":")[0].strip()
+    raise Failure(f"no Debian package owns {path} (tried {candidates})")
+
+
+def checkDepends(deb, root):
+    depends = run(["dpkg-deb", "-f", deb, "Depends"]).stdout
+    declared = {re.split(r"[\s(]", d.strip())[0] for d in depends.split(",") if d.strip()}
+    needed = {}  # soname -> (the host library ldd resolves it to, the first file needing it)
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            with open(path, "rb") as f:
+                if f.read(4) != b"\x7fELF":
+                    continue
+            ldd = run(["ldd", path]).stdout
+            resolved = dict(re.findall(r"^\s*(\S+) => (/\S+)", ldd, re.M))
+            # The dynamic loader is listed by its path alone.
+            resolved.update((os.path.basename(p), p)
+                            for p in re.findall(r"^\s*(/\S+) \(0x", ldd, re.M))
+            for soname in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]",
+                                     run(["readelf", "-d", path]).stdout):
+                if soname.startswith("librankmap"):
+                    continue
+                if soname not in resolved:
+                    raise Failure(f"{path} needs {soname}, which ldd does not resolve")
+                needed.setdefault(soname, (resolved[soname], path))
+    missing = []
+    for soname, (library, user) in sorted(needed.items()):
+        package = ownerPackage(library)
+        # A shlibs file may name a virtual package the owner provides (libspdlog1.10 provides
+        # libspdlog1.10-fmt9: the fmt ABI it was built with).
+        provides = run(["dpkg-query", "-W", "-f=${Provides}", package]).stdout
+        names = {package} | {re.split(r"[\s(]", p.strip())[0]
+                             for p in provides.split(",") if p.strip()}
+        if not names & declared:
+            missing.append(f"{package} (for {soname} of {os.path.relpath(user, root)})")
+    if missing:
+        raise Failure(f"Depends: {depends.strip()}\nlacks {missing}")
+    print(f"Depends: {depends.strip()}")
+
+
+def prepareRoot(root):
+    """A root with an empty dpkg database and the account files useradd edits."""
+    for d in ["var/lib/dpkg/info", "var/lib/dpkg/updates", "etc"]:
+        os.makedirs(os.path.join(root, d))
+    for name, text in [("var/lib/dpkg/status", ""), ("var/lib/dpkg/available", ""),
+                       ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"),
+                       ("etc/group", "root:x:0:\n"),
+                       ("etc/shadow", "root:*:19000:0:99999:7:::\n"),
+                       ("etc/gshadow", "root:*::\n")]:
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
+    os.chmod(os.path.join(root, "etc/shadow"), 0o640)
+    os.chmod(os.path.join(root, "etc/gshadow"), 0o640)
+
+
+def install(deb, root):
+    run(["dpkg", f"--root={root}", "--force-script-chrootless", "--force-depends", "-i", deb])
+
+
+def checkInstalled(args, root):
+    with open(os.path.join(root, "etc/passwd")) as f:
+        users = [line.split(":") for line in f if line.startswith("rankmapd:")]
+    if len(users) != 1:
+        raise Failure(f"R/etc/passwd has {len(users)} rankmapd entries, expected 1")
+    uid, shell = int(users[0][2]), users[0][6].strip()
+    if uid >= 1000 or not shell.endswith("nologin"):
+        raise Failure(f"rankmapd user {users[0]}: expected a system uid < 1000 and nologin")
+    with open(os.path.join(root, "etc/group")) as f:
+        if sum(line.startswith("rankmapd:") for line in f) != 1:
+            raise Failure("R/etc/group lacks exactly one rankmapd group")
+    print(f"user: rankmapd uid {uid}, created once over two installs")
+
+    query = run(["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W",
+                 "-f=${Status}\n${Conffiles}\n", "rankmap"]).stdout
+    if "install ok installed" not in query or not re.search(
+            r"^ /etc/rankmap/rankmapd\.json [0-9a-f]{32}$", query, re.M):
+        raise Failure(f"dpkg-query: expected installed with conffile /etc/rankmap/rankmapd.json, "
+                      f"got\n{query}")
+    print("conffile: /etc/rankmap/rankmapd.json registered")
+
+    version = run([os.path.join(root, "usr/bin/rankmap"), "--version"]).stdout
+    if args.version not in version:
+        raise Failure(f"R/usr/bin/rankmap --version printed {version!r}, expected {args.version}")
+    helptext = run([os.path.join(root, "usr/sbin/rankmapd"), "--help"]).stdout
+    if "--config" not in helptext:
+        raise Failure(f"R/usr/sbin/rankmapd --help does not mention --config:\n{helptext}")
+    print(f"binaries: rankmap --version: {version.strip()}; rankmapd --help ok")
+
+    if args.mpi:
+        # The installed rankmap finds the installed MPI shim beside it (no RANKMAP_MPI_SHIM).
+        shim = os.path.join(root, "usr", args.libdir, "librankmap_mpi.so")
+        topology = os.path.join(args.source_dir, "tests/data/topologies/noisy.json")
+        hostfile = os.path.join(os.path.dirname(root), "hostfile")
+        with open(hostfile, "w") as f:
+            f.writelines(f"h{i} slots=1\n" for i in range(8))  # the topology's hosts
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RANKMAP_")}
+        dry = run([os.path.join(root, "usr/bin/rankmap"), "run", "--topology", topology,
+                   "--mode", "shim", "--dry-run", "--", "mpirun", "-np", "8", "--hostfile",
+                   hostfile, "./job"], env=env)
+        if f"LD_PRELOAD={shim} " not in dry.stdout:
+            raise Failure(f"rankmap run --mode shim --dry-run does not preload {shim}:\n"
+                          f"{dry.stdout}{dry.stderr}")
+        print("rankmap run --mode shim: preloads the installed librankmap_mpi.so")
+
+    unit = os.path.join(root, "usr/lib/systemd/system/rankmapd.service")
+    with open(unit) as f:
+        text = f.read()
+    if "ExecStart=/usr/sbin/rankmapd --config /etc/rankmap/rankmapd.json\n" not in text:
+        raise Failure(f"{unit}: ExecStart does not run /usr/sbin/rankmapd with /etc's config")
+    # --recursive-errors=no: R has no systemd of its own (sysinit.target and the like); the unit
+    # itself is parsed and its ExecStart resolved inside R.
+    proc = run(["systemd-analyze", "verify", f"--root={root}", "--recursive-errors=no",
+                "rankmapd.service"], check=False)
+    if proc.returncode != 0 or proc.stderr.strip():
+        raise Failure(f"systemd-analyze verify: exit {proc.returncode}\n{proc.stderr}")
+    print("unit: systemd-analyze verify --root clean")
+
+    lib = os.path.join(root, "usr", args.libdir, f"librankmap.so.{args.version}")
+    symbols = run(["nm", "-D", "--defined-only", lib]).stdout.split("\n")
+    names = [line.split()[-1] for line in symbols if line.strip()]
+    foreign = [n for n in names if not n.startswith("rankmap")]
+    if foreign or "rankmapAllReduce" not in names:
+        raise Failure(f"{lib} exports {foreign[:10]} besides rankmap* (or lacks rankmapAllReduce)")
+    print(f"librankmap: exports {len(names)} rankmap* symbols only")
+
+
+def freePort():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def runRanks(binary, what, env):
+    """One allreduce of kRanks processes over loopback; every rank must report exact results."""
+    port = freePort()
+    env = {k: v for k, v in env.items() if not k.startswith("RANKMAP_")}
+    env["RANKMAP_TIMEOUT"] = "30s"
+    procs = [subprocess.Popen([binary, str(r), str(kRanks), f"127.0.0.1:{port}"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(kRanks)]
+    failures = []
+    try:
+        for r, p in enumerate(procs):
+            out, err = p.communicate(timeout=kStepTimeoutS)
+            if p.returncode != 0 or "exact" not in out:
+                failures.append(f"rank {r}: exit {p.returncode}\n{out}{err}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if failures:
+        raise Failure(f"{what}: " + "\n".join(failures))
+    print(f"{what}: {kRanks} ranks, allreduce exact")
+
+
+def checkAgent(root, tmp):
+    """The installed rankmapd with the installed config and the files README's systemd steps make
+    (hosts, probe key, token; here in tmp, on loopback ports): GET /v1/health answers ok, SIGTERM
+    stops it with exit 0."""
+    agent = os.path.join(tmp, "agent")
+    os.makedirs(os.path.join(agent, "state"), mode=0o700)
+    http_port, probe_port = freePort(), freePort()
+    files = {"hosts": f"a 127.0.0.1:{probe_port}\n", "probe.key": secrets.token_hex(32) + "\n",
+             "token": secrets.token_hex(16) + "\n"}
+    for name, text in files.items():
+        with open(os.open(os.path.join(agent, name), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKMAP_")}
+    cmd = [os.path.join(root, "usr/sbin/rankmapd"),
+           "--config", os.path.join(root, "etc/rankmap/rankmapd.json"),
+           "--hosts", os.path.join(agent, "hosts"), "--key-file", os.path.join(agent, "probe.key"),
+           "--token-file", os.path.join(agent, "token"),
+           "--state-dir", os.path.join(agent, "state"),
+           "--listen", f"127.0.0.1:{http_port}", "--probe-listen", f"127.0.0.1:{probe_port}",
+           "--name", "a"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, no proxy
+    try:
+        deadline = time.monotonic() + 20
+        health = None
+        while health is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with opener.open(f"http://127.0.0.1:{http_port}/v1/health", timeout=2) as r:
+                    health = json.load(r)
+            except OSError:
+                time.sleep(0.2)
+        if not health or health.get("status") != "ok" or health.get("name") != "a":
+            proc.kill()
+            raise Failure(f"rankmapd with the installed config: /v1/health gave {health}\n"
+                          f"{proc.communicate(timeout=kStepTimeoutS)[0]}")
+        proc.terminate()
+        out = proc.communicate(timeout=kStepTimeoutS)[0]
+        if proc.returncode != 0:
+            raise Failure(f"rankmapd: exit {proc.returncode} after SIGTERM\n{out}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    print("agent: the installed rankmapd with the installed config serves /v1/health, stops on "
+          "SIGTERM")
+
+
+def checkConsumer(args, root, tmp):
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "consumer")
+    usr = os.path.join(root, "usr")
+    env = dict(os.environ)
+
+    # find_package(rankmap) from R/usr only.
+    build = os.path.join(tmp, "consumer-cmake")
+    run([args.cmake, "-S", source, "-B", build, f"-DCMAKE_PREFIX_PATH={usr}",
+         f"-DCMAKE_C_COMPILER={args.cc}", "-DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF"], env=env,
+        timeout=120)
+    with open(os.path.join(build, "CMakeCache.txt")) as f:
+        found = re.search(r"^rankmap_DIR:PATH=(.*)$", f.read(), re.M)
+    expected_dir = os.path.join(usr, args.libdir, "cmake", "rankmap")
+    if not found or os.path.realpath(found.group(1)) != os.path.realpath(expected_dir):
+        raise Failure(f"find_package(rankmap) found {found and found.group(1)}, "
+                      f"expected {expected_dir}")
+    run([args.cmake, "--build", build], env=env, timeout=120)
+    runRanks(os.path.join(build, "allreduce_consumer"), "consumer (find_package)", env)
+
+    # pkg-config: only R's rankmap.pc; paths come from ${pcfiledir}, so no sysroot is needed.
+    pc_env = dict(env, PKG_CONFIG_LIBDIR=os.path.join(usr, args.libdir, "pkgconfig"))
+    pc_env.pop("PKG_CONFIG_PATH", None)
+    cflags = run(["pkg-config", "--cflags", "rankmap"], env=pc_env).stdout.split()
+    libs = run(["pkg-config", "--libs", "rankmap"], env=pc_env).stdout.split()
+    libdir = run(["pkg-config", "--variable=libdir", "rankmap"], env=pc_env).stdout.strip()
+    if os.path.realpath(libdir) != os.path.realpath(os.path.join(usr, args.libdir)):
+        raise Failure(f"rankmap.pc: libdir {libdir}, expected {os.path.join(usr, args.libdir)}")
+    binary = os.path.join(tmp, "allreduce_pkgconfig")
+    run([args.cc, "-std=c11", *cflags, os.path.join(source, "allreduce.c"), "-o", binary, *libs,
+         f"-Wl,-rpath,{libdir}"], env=env)
+    runRanks(binary, "consumer (pkg-config)", env)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--source-dir", required=True)
+    parser.add_argument("--cpack", required=True)
+    parser.add_argument("--cmake", required=True)
+    parser.add_argument("--cc", required=True)
+    parser.add_argument("--version", required=True)
+    parser.add_argument("--libdir", required=True, help="CMAKE_INSTALL_LIBDIR (relative)")
+    parser.add_argument("--config", required=True, help="the build type")
+    parser.add_argument("--mpi", type=int, required=True, help="1 when the MPI shim is built")
+    args = parser.parse_args()
+    checkTools(args)
+
+    tmp = tempfile.mkdtemp(prefix="rankmap-package-")
+    try:
+        deb = buildDeb(args, tmp)
+        checkFileList(args, deb)
+        root = os.path.join(tmp, "root")
+        prepareRoot(root)
+        install(deb, root)
+        install(deb, root)  # again: postinst must not add a second user
+        checkDepends(deb, root)
+        checkInstalled(args, root)
+        checkAgent(root, tmp)
+        checkConsumer(args, root, tmp)
+    except (Failure, subprocess.TimeoutExpired) as e:
+        print(f"FAIL: {e}")
+        return 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
