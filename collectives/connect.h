@@ -22,6 +22,9 @@
 //    0 listens on MASTER_ADDR:MASTER_PORT+1. MASTER_PORT itself belongs to PyTorch's store:
 //    torchrun's agent binds it (TORCHELASTIC_USE_AGENT_STORE=True) and init_process_group
 //    ("env://") binds it in a plain launch, so the next port is the rule that works in both.
+//    Under torchrun --standalone (or any c10d rendezvous) MASTER_PORT is an ephemeral port the
+//    agent found free, so MASTER_PORT+1 may be in use (rank 0 then fails to bind, naming it):
+//    give such launches RANKMAP_ROOT.
 // The launcher variables are not rankmap settings and are read here only (launcherEnvironment).
 // Each rank logs the rendezvous it used (rank 0 at info, the others at debug); nothing goes to
 // stdout. The root bootstrap then connects the ranks, the ranks agree on the plan through it

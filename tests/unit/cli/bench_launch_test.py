@@ -5,8 +5,9 @@
 
 - Open MPI: `mpirun -np 3 rankmap bench --check`: the rendezvous goes through Open MPI's library
   (loaded at run time); 0 wrong elements, exit 0, rank 0 logs the rendezvous on stderr.
-- The same with RANKMAP_MPI_LIBRARY naming a missing library: every rank exits with an error
-  naming it (no rank waits for a peer), and mpirun exits non-zero.
+- The same with RANKMAP_MPI_LIBRARY naming a missing library, and with rank 0 unable to listen
+  (RANKMAP_SOCKET_IFNAME naming no interface): every rank exits with an error naming the cause
+  (no rank waits for a peer), and mpirun exits non-zero.
 - torchrun (python3-torch): `torchrun --nproc_per_node 3 --no_python rankmap bench --check`:
   rank 0 listens on MASTER_PORT+1 while torchrun's agent store holds MASTER_PORT.
 Skips (77) without mpirun; the torchrun part is skipped without torch. Exit 0 = pass.
@@ -83,6 +84,15 @@ with tempfile.TemporaryDirectory() as home:
     check(p.returncode != 0, f"a missing MPI library: mpirun exits {p.returncode}")
     check(p.stderr.count("the MPI library libmpi-missing.so.40 could not be loaded") >= 1 and
           "set RANKMAP_ROOT" in p.stderr, "the error names the library and RANKMAP_ROOT")
+
+    # Rank 0 cannot listen (an interface that does not exist): it broadcasts why, so every
+    # rank fails at once instead of waiting in MPI_Bcast, and each finalizes MPI.
+    bad = dict(env, RANKMAP_SOCKET_IFNAME="nosuchif0")
+    p = subprocess.run(ompi + ["-x", "RANKMAP_SOCKET_IFNAME"] + bench, capture_output=True,
+                       text=True, timeout=60, env=bad)
+    check(p.returncode != 0, f"rank 0 cannot listen: mpirun exits {p.returncode}")
+    check("rank 0 cannot listen" in p.stderr and "nosuchif0" in p.stderr,
+          "the error says rank 0 cannot listen and names the interface")
 
     if importlib.util.find_spec("torch") is None:
         print("skip: torchrun part (no torch for /usr/bin/python3)", flush=True)
