@@ -1,9 +1,11 @@
 // `rankmap bench`: an nccl-tests style benchmark of the collective engine.
 //
-// One process per rank: under mpirun (OMPI_COMM_WORLD_RANK/SIZE or PMI_RANK/SIZE) or with
-// RANKMAP_RANK / RANKMAP_WORLD_SIZE, always with RANKMAP_ROOT=host:port where rank 0 listens
-// (collectives/connect.h). `--loopback N` instead runs N ranks as threads of this process over
-// the loopback transport (no network; for the engine's own CPU cost).
+// One process per rank, launched like nccl-tests: `mpirun -np N rankmap bench` (Open MPI's
+// library, loaded at run time, carries rank 0's address), `torchrun --no_python rankmap bench`
+// (MASTER_ADDR:MASTER_PORT+1), or RANKMAP_RANK / RANKMAP_WORLD_SIZE / RANKMAP_ROOT, which
+// override both (collectives/connect.h has the precedence). `--loopback N` instead runs N ranks
+// as threads of this process over the loopback transport (no network; for the engine's own CPU
+// cost).
 //
 // Output (rank 0 only, on stdout) follows nccl-tests: a header, one line per size with size,
 // count, type, redop, root, time (us, the slowest rank's mean per iteration), algbw and busbw
@@ -360,13 +362,18 @@ int runBench(const BenchArgs& a, const Config& cfg) {
       if (e) std::rethrow_exception(e);
     return wrong.load() == 0 ? 0 : 1;
   }
-  auto info = coll::launchInfoFromEnvironment(cfg);
-  coll::LocalPlan local = res.plan ? coll::localPlanFrom(res.plan, info.rank, info.size, cfg)
-                                   : coll::loadLocalPlan(res.planPath, info.rank, info.size, cfg);
-  auto comm = coll::connectCommunicator(info.rank, info.size, info.root, cfg, res.options,
-                                        std::move(local), Deadline::after(res.options.timeout));
-  int64_t wrong = benchRank(*comm, a, res, /*cpuShared=*/false,
-                            fmt::format("rank from {}, root {}", info.source, info.root));
+  coll::Rendezvous how = coll::rendezvousFromEnvironment(cfg);
+  coll::LocalPlan local = res.plan ? coll::localPlanFrom(res.plan, how.rank, how.size, cfg)
+                                   : coll::loadLocalPlan(res.planPath, how.rank, how.size, cfg);
+  // Holds MPI (when the rendezvous loaded it) until the communicator is closed, also on errors.
+  coll::Connection conn = coll::connectByRendezvous(how, cfg, res.options, std::move(local),
+                                                    Deadline::after(res.options.timeout));
+  const coll::Rendezvous& used = conn.rendezvous;
+  int64_t wrong = benchRank(
+      *conn.comm, a, res, /*cpuShared=*/false,
+      used.kind == coll::RendezvousKind::kMpi
+          ? fmt::format("rank from Open MPI, root {} by MPI_Bcast", used.root)
+          : fmt::format("rank from {}, root {} from {}", used.source, used.root, used.rootSource));
   // Every rank learns the total through the check's allreduce: all exit alike.
   return wrong == 0 ? 0 : 1;
 }

@@ -14,6 +14,9 @@
 #include "common/log.h"
 
 struct rankmapComm {
+  // Set when the rendezvous loaded MPI (rankmapCommInitFromEnv under mpirun): finalized after
+  // the communicator, which is declared after it, is closed.
+  std::unique_ptr<rankmap::coll::bootstrap::MpiLibrary> mpi;
   std::unique_ptr<rankmap::coll::Communicator> comm;
 };
 
@@ -92,7 +95,9 @@ rankmapResult_t rankmapCommInitFromEnv(rankmapComm_t* comm) {
     if (comm == nullptr) RANKMAP_THROW(rankmap::InvalidInput, "null communicator pointer");
     *comm = nullptr;
     auto c = std::make_unique<rankmapComm>();
-    c->comm = rankmap::coll::connectFromEnvironment(loadConfig());
+    rankmap::coll::Connection connection = rankmap::coll::connectFromEnvironment(loadConfig());
+    c->mpi = std::move(connection.mpi);
+    c->comm = std::move(connection.comm);
     *comm = c.release();
   });
 }

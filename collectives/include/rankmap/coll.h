@@ -62,10 +62,12 @@ typedef enum {
 
 typedef struct rankmapComm* rankmapComm_t;
 
-/* Creates this process's communicator from the environment: RANKMAP_RANK, RANKMAP_WORLD_SIZE
- * and RANKMAP_ROOT (host:port where rank 0 listens), or under mpirun OMPI_COMM_WORLD_RANK/SIZE
- * (or PMI_RANK/SIZE) with RANKMAP_ROOT; RANKMAP_PLAN, RANKMAP_ALGO, RANKMAP_TIMEOUT. Blocks until
- * every rank has joined; an unreachable root is rankmapTimeout naming it. */
+/* Creates this process's communicator from the environment. The rendezvous, first match wins:
+ * RANKMAP_ROOT (host:port where rank 0 listens) with RANKMAP_RANK/RANKMAP_WORLD_SIZE or the
+ * launcher's rank; under Open MPI's mpirun, Open MPI's library loaded at run time (MPI_Init
+ * unless the program initialized MPI, MPI_Finalize in rankmapCommDestroy if it was called here);
+ * under torchrun, MASTER_ADDR:MASTER_PORT+1. Then RANKMAP_PLAN, RANKMAP_ALGO, RANKMAP_TIMEOUT.
+ * Blocks until every rank has joined; an unreachable root is rankmapTimeout naming it. */
 rankmapResult_t rankmapCommInitFromEnv(rankmapComm_t* comm);
 
 /* Same with explicit rank, size and root ("host:port"; rank 0 binds it, port 0 is not allowed
