@@ -176,9 +176,13 @@ BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d, Cloc
   }
   // Only count from the warm mark when data arrived after it (not when the mark and the end of
   // the window fell on the same read): else the interval would be a few microseconds.
-  const bool fromWarm = warm && last > warmRecv;
+  const bool readAfterMark = warm && last > warmRecv;
   auto lastStamp = stamp(&kernelLast, 5);
   if (kernel) last = lastStamp;
+  // Nor when the kernel's count did not move after the mark: every byte read since had arrived
+  // before it (a path fast enough to fill the receive buffer by then, loopback), and the
+  // interval would read 0; count from the first byte instead.
+  const bool fromWarm = readAfterMark && !(kernel && kernelLast == kernelWarm);
   const Clock::time_point from = fromWarm ? warmAt : first;
   if (fromWarm) {
     r.bytes = kernel ? kernelLast - kernelWarm : total - warmBytes;
@@ -192,7 +196,8 @@ BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d, Cloc
   for (const auto& x : samples)
     if (x.at >= from) fit.push_back({secondsBetween(from, x.at), static_cast<double>(x.bytes)});
   auto rate = fittedRate(fit);
-  r.mbps = (rate ? *rate : static_cast<double>(r.bytes) / r.seconds) * 8.0 / 1e6;
+  // A flat fit (0) with bytes counted is no rate: the count over the interval is.
+  r.mbps = (rate && *rate > 0 ? *rate : static_cast<double>(r.bytes) / r.seconds) * 8.0 / 1e6;
   return r;
 }
 
