@@ -9,7 +9,7 @@ the VMs' TCP retransmission timeouts and retransmitted segments (`nstat`). A dia
 docs/performance.md, not a test.
 
 Usage: uplink_trace_bench.py --emucloud E --rankmap R [--source truth] [--reps 2]
-       [--algos hier-w,hier-u,ring] [--prefix diag]"""
+       [--algos hier-w,hier-u,ring] [--prefix diag] [--rto-min-ms MS]"""
 import json
 import os
 import re
@@ -58,6 +58,16 @@ def tcp_stats(vms):
     return tot
 
 
+def set_rto_min(vms, ms):
+    """`ip route change ROUTE rto_min MS` for every route of every VM."""
+    for vm in vms:
+        routes = subprocess.run(["ip", "netns", "exec", vm, "ip", "route", "show"],
+                                capture_output=True, text=True, check=True).stdout
+        for route in routes.splitlines():
+            subprocess.run(["ip", "netns", "exec", vm, "ip", "route", "change", *route.split(),
+                            "rto_min", f"{ms}ms"], check=True)
+
+
 def add_args(p):
     p.add_argument("--rankmap", required=True)
     lib.add_testbed_args(p, vms=10, racks=3, seed=3, host_mbit="1000", uplink_mbit="500,125,250")
@@ -65,6 +75,9 @@ def add_args(p):
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--prefix", default="diag")
     p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--rto-min-ms", type=int, default=0,
+                   help="diagnostic: set rto_min on every VM's routes (0: the kernel's 200 ms), "
+                        "to see what the retransmission timeouts cost")
     al.add_source_args(p)
 
 
@@ -116,6 +129,8 @@ def main():
     with tb, tempfile.TemporaryDirectory(prefix="rankmap-uplink-trace-") as tmp:
         os.chmod(tmp, 0o755)
         tpath, _, _, _ = al.plan_testbed(tb, args, tmp)
+        if args.rto_min_ms:
+            set_rto_min([v["name"] for v in tb.truth["vms"]], args.rto_min_ms)
         plans = {"w": os.path.join(tmp, "weighted.json"), "u": os.path.join(tmp, "uniform.json")}
         for key, extra in (("w", []), ("u", ["--uniform-shares"])):
             p = subprocess.run([args.rankmap, "plan", "--topology", tpath, "--out", plans[key],
