@@ -808,6 +808,37 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
   std::vector<std::pair<bool, bool>> bound(static_cast<size_t>(ng), {false, false});  // out, in
   std::vector<std::pair<double, double>> hostRate(static_cast<size_t>(ng), {0, 0});   // out, in
   std::vector<double> boundReadings;
+  struct Tried {
+    HostPair flow;
+    std::pair<int, int> across;  // groups: out of first, into second
+    double mbps;
+  };
+  std::vector<Tried> tried;
+  BandwidthOptions longer = s.opts().bandwidth;
+  // A longer window than the other trials: one trial per level, and a slow uplink needs
+  // time for its reading to settle (a 25 Mbit/s link reads ~15% low in 150 ms).
+  longer.maxMs *= kUplinkWindowFactor;
+  auto runFlows = [&](const std::vector<HostPair>& flows,
+                      const std::vector<std::pair<int, int>>& across, const char* what) {
+    auto got = s.run(flows, "uplinks", true, {}, false, &longer);
+    for (size_t k = 0; k < flows.size(); ++k) {
+      RANKMAP_DEBUG(Probe, "uplinks level {} {}: group {} -> {} (host {} -> {}): {}", l, what,
+                    across[k].first, across[k].second, flows[k].first, flows[k].second,
+                    got[k] ? fmt::format("{:.1f} Mbit/s", *got[k]) : std::string("no reading"));
+      if (!got[k]) continue;
+      auto a = static_cast<size_t>(across[k].first), b = static_cast<size_t>(across[k].second);
+      cap[a].outMbps = std::max(cap[a].outMbps, *got[k]);
+      cap[b].inMbps = std::max(cap[b].inMbps, *got[k]);
+      double hosts = std::min(hostLinks[static_cast<size_t>(flows[k].first)].outMbps,
+                              hostLinks[static_cast<size_t>(flows[k].second)].inMbps);
+      hostRate[a].first = std::max(hostRate[a].first, hosts);
+      hostRate[b].second = std::max(hostRate[b].second, hosts);
+      if (*got[k] < kUplinkBoundFraction * hosts) {
+        boundReadings.push_back(*got[k]);
+        tried.push_back({flows[k], across[k], *got[k]});
+      }
+    }
+  };
   for (size_t shift = 1; shift <= kUplinkShifts; ++shift) {
     if (shift > 1) {
       if (boundReadings.size() < 2) break;
@@ -829,22 +860,30 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
       }
     }
     if (flows.empty()) continue;
-    // A longer window than the other trials: one trial per level, and a slow uplink needs
-    // time for its reading to settle (a 25 Mbit/s link reads ~15% low in 150 ms).
-    BandwidthOptions longer = s.opts().bandwidth;
-    longer.maxMs *= kUplinkWindowFactor;
-    auto got = s.run(flows, "uplinks", true, {}, false, &longer);
-    for (size_t k = 0; k < flows.size(); ++k) {
-      if (!got[k]) continue;
-      auto a = static_cast<size_t>(across[k].first), b = static_cast<size_t>(across[k].second);
-      cap[a].outMbps = std::max(cap[a].outMbps, *got[k]);
-      cap[b].inMbps = std::max(cap[b].inMbps, *got[k]);
-      double hosts = std::min(hostLinks[static_cast<size_t>(flows[k].first)].outMbps,
-                              hostLinks[static_cast<size_t>(flows[k].second)].inMbps);
-      hostRate[a].first = std::max(hostRate[a].first, hosts);
-      hostRate[b].second = std::max(hostRate[b].second, hosts);
-      if (*got[k] < kUplinkBoundFraction * hosts) boundReadings.push_back(*got[k]);
+    runFlows(flows, across, fmt::format("shift {}", shift).c_str());
+  }
+  // Confirmation: a single flow reads its uplink low now and then (a sender or receiver
+  // descheduled on a busy machine: one of eight flows 8-15% low in about one trial in three on
+  // the emulated cloud), and one shift of equal uplinks is all the round takes. A flow below
+  // kConfirmFraction of the level's best uplink-bound reading runs once more, alone on its two
+  // uplinks (one flow per uplink direction), and the best reading stands: for the pair
+  // (`measured`) and for both uplinks. Uplinks that really are slower cost one more trial.
+  if (!tried.empty()) {
+    double top = *std::max_element(boundReadings.begin(), boundReadings.end());
+    std::vector<HostPair> flows;
+    std::vector<std::pair<int, int>> across;
+    std::set<int> outUsed, inUsed;
+    std::set<HostPair> done;
+    for (const auto& t : tried) {
+      if (t.mbps >= kConfirmFraction * top || done.count(t.flow)) continue;
+      if (outUsed.count(t.across.first) || inUsed.count(t.across.second)) continue;
+      outUsed.insert(t.across.first);
+      inUsed.insert(t.across.second);
+      done.insert(t.flow);
+      flows.push_back(t.flow);
+      across.push_back(t.across);
     }
+    if (!flows.empty()) runFlows(flows, across, "confirm");
   }
   // Held by the uplink: its best reading stayed below its hosts' rate.
   for (size_t g = 0; g < static_cast<size_t>(ng); ++g) {

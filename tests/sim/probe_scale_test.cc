@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
 
 #include "probe/round.h"
 #include "reorder/cost_model.h"
@@ -151,6 +152,64 @@ TEST(ProbeScale, UnequalUplinksAreEachMeasured) {
       ASSERT_TRUE(got.has_value());
       EXPECT_NEAR(*got, want, 0.1 * want) << a << " -> " << b;
     }
+}
+
+// A fleet that holds back one reading of the single-flow uplink trial (the flows with its
+// longer window, probe::kUplinkWindowFactor): the first such flow reads 15% low, once, as a
+// descheduled sender does on the emulated cloud (one of eight flows 8-15% low in about one
+// trial in three). Everything else is the simulated datacenter's.
+class OneSlowUplinkReading : public probe::Fleet {
+ public:
+  explicit OneSlowUplinkReading(SimFleet& inner) : inner_(inner) {}
+  size_t size() const override { return inner_.size(); }
+  const Host& host(int h) const override { return inner_.host(h); }
+  std::vector<bool> alive(Deadline d) override { return inner_.alive(d); }
+  std::vector<probe::Outcome<LatencyStats>> latency(const std::vector<probe::HostPair>& pairs,
+                                                    const probe::LatencyOptions& opts,
+                                                    Deadline d) override {
+    return inner_.latency(pairs, opts, d);
+  }
+  std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
+                                                const probe::BandwidthOptions& opts,
+                                                Deadline d) override {
+    auto out = inner_.bandwidth(flows, opts, d);
+    if (!held_ && opts.maxMs == probe::kUplinkWindowFactor * probe::BandwidthOptions{}.maxMs &&
+        !out.empty() && out.front().value) {
+      *out.front().value *= 0.85;
+      held_ = flows.front();
+    }
+    return out;
+  }
+  probe::FleetCost cost() const override { return inner_.cost(); }
+  std::optional<probe::HostPair> held() const { return held_; }
+
+ private:
+  SimFleet& inner_;
+  std::optional<probe::HostPair> held_;
+};
+
+// One low reading in the single-flow uplink trial is measured again: its rack's uplink and the
+// pair itself (`measured`) are stated at what they carry, not 15% below (every pair of that
+// rack's direction was inferred low before: 22% of 4032 pairs outside ±10% on the emulated
+// cloud, emucloud_agents_probe_64).
+TEST(ProbeScale, ALowUplinkReadingIsMeasuredAgain) {
+  DatacenterSpec spec = emucloudShape(8, 8, 100, 25);
+  spec.noise = 0;
+  Datacenter dc(spec);
+  SimFleet sim(dc);
+  OneSlowUplinkReading fleet(sim);
+  auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+  ASSERT_TRUE(fleet.held().has_value());
+  const auto& t = out.topology;
+  ASSERT_TRUE(t.links.has_value());
+  for (const auto& up : t.links->uplinks.at(0)) {
+    EXPECT_NEAR(up.outMbps, 25, 0.5);
+    EXPECT_NEAR(up.inMbps, 25, 0.5);
+  }
+  auto [a, b] = *fleet.held();
+  auto got = t.bandwidthMbps.at(static_cast<size_t>(a), static_cast<size_t>(b));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_NEAR(*got, 25, 0.5) << a << " -> " << b;
 }
 
 // A host alone in its rack has no rack-mate to measure its host link with: it is measured
