@@ -29,9 +29,11 @@ using CommandRegistrar = void (*)(CLI::App& app, CliContext& ctx, CommandRunner&
 
 // The declared placement `rankmap plan` and `rankmap show` compare with the measurements: FILE
 // (nullopt when empty) with its label keys ("k1,k2", top first; empty = the known families).
-// A file that cannot be read or parsed is bad input (InvalidInput). In plan_cmd.cc.
+// A file that cannot be read or parsed is bad input (InvalidInput) naming `source`, where FILE
+// came from (e.g. "--prior", "RANKMAP_PRIOR (environment)"). In plan_cmd.cc.
 std::optional<reorder::DeclaredPlacement> readPrior(const std::string& file,
-                                                    const std::string& labelKeys);
+                                                    const std::string& labelKeys,
+                                                    const std::string& source = "--prior");
 
 void registerConfigCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);

@@ -52,13 +52,15 @@ Topology loadTopology(const std::string& path) {
 }  // namespace
 
 std::optional<reorder::DeclaredPlacement> readPrior(const std::string& file,
-                                                    const std::string& labelKeys) {
+                                                    const std::string& labelKeys,
+                                                    const std::string& source) {
   if (file.empty()) return std::nullopt;
   auto keys = reorder::parseLabelKeys(labelKeys, "prior label keys");
   try {
     return reorder::loadDeclaredPlacement(file, keys);
   } catch (const IoError& e) {
-    throw InvalidInput(e.what());
+    throw InvalidInput(fmt::format("{}: {} (expected a readable declared-placement file)", source,
+                                   e.what()));
   }
 }
 
@@ -126,8 +128,12 @@ void writePredictions(const std::string& path, const std::string& sizesText,
 
 int runPlan(const PlanArgs& a, const Config& config) {
   reorder::PlanOptions o;
+  const SettingInfo& prior = settingInfo(settings::kPrior.id);
   o.prior = readPrior(a.prior.empty() ? config.get(settings::kPrior) : a.prior,
-                      a.priorLabels.empty() ? config.get(settings::kPriorLabels) : a.priorLabels);
+                      a.priorLabels.empty() ? config.get(settings::kPriorLabels) : a.priorLabels,
+                      a.prior.empty() ? fmt::format("{} ({})", prior.name,
+                                                    config.originText(settings::kPrior.id))
+                                      : std::string("--prior"));
   o.ranksPerHost = a.ranksPerHost;
   o.source = a.topology;
   o.useTopologyGroups = a.useGroups;

@@ -430,7 +430,14 @@ TEST_F(Cli, BadPriorExitsTwoNamingTheFileAndField) {
       << r.err;
   r = rankmap("plan -t " + topo + " --prior " + path("missing.json"));
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("missing.json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--prior: " + path("missing.json")), std::string::npos) << r.err;
+  // From the environment, the error names the setting that gave the file.
+  ::setenv("RANKMAP_PRIOR", path("missing.json").c_str(), 1);
+  r = rankmap("plan -t " + topo);
+  ::unsetenv("RANKMAP_PRIOR");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("RANKMAP_PRIOR (environment): " + path("missing.json")), std::string::npos)
+      << r.err;
   r = rankmap("plan -t " + topo + " --prior " + prior("noisy_correct_k8s.json") +
               " --prior-labels a,,b");
   EXPECT_EQ(r.code, 2);
