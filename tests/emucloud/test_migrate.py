@@ -6,6 +6,7 @@
   - afterwards its new rack-mates reach it at the host rate both ways and its old ones only
     through the uplinks;
   - both racks' uplink shapers hold one class per member; truth.json says the new rack;
+  - `noise --to tenant` (another tenant's machine in the VM's rack) loads that host link alone;
   - bad requests (same rack, no such rack, a rack's last VM) exit 2 naming what was expected."""
 
 import json
@@ -90,6 +91,21 @@ def main():
         classes = (uplink_leaf_classes(tb, m["rack"]), uplink_leaf_classes(tb, far["rack"]))
         lib.check(classes == (len(a) - 1, len(b) + 1),
                   f"uplink classes per rack {classes} = members ({len(a) - 1}, {len(b) + 1})")
+
+        # Another tenant's flow out of m (`noise --to tenant`) loads m's host link alone: m's
+        # flow to a rack-mate slows, two other rack-mates keep the host rate.
+        tb.run("noise", "start", "--prefix", kPrefix, "--from", m["name"], "--to", "tenant",
+               "--mbit", str(0.75 * kHost))
+        try:
+            time.sleep(1)
+            loaded = lib.iperf_clients(tb, [(m, far2)], seconds=2)[0]
+            others = lib.iperf_clients(tb, [(far, far2)], seconds=2)[0]
+        finally:
+            tb.run("noise", "stop", "--prefix", kPrefix, "--to", "tenant")
+        print(f"tenant noise out of {m['name']}: its flow {loaded:.1f}, other rack-mates "
+              f"{others:.1f} Mbit/s", flush=True)
+        lib.check(loaded < 0.8 * kHost, f"the loaded host link slows its flow ({loaded:.1f})")
+        lib.check(others >= 0.8 * kHost, f"other host links keep their rate ({others:.1f})")
 
         # Bad requests: exit 2, naming what was expected.
         for words, want in ((["migrate", m["name"], str(far["rack"])], "already in rack"),
