@@ -165,6 +165,7 @@ Json AgentConfig::toJson() const {
 }
 
 std::string readSecretFile(const std::string& path, size_t minBytes, std::string_view what) {
+  checkPrivateFile(path, what);
   std::string text = readFile(path, 4096);
   size_t b = 0, e = text.size();
   while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;

@@ -77,7 +77,8 @@ struct AgentConfig {
 void applyProbeOptions(const JsonReader& r, ProbeOptions& p);
 Json probeOptionsToJson(const ProbeOptions& p);
 
-// Reads a secret file (token or key): trimmed, at least `minBytes`. InvalidInput otherwise.
+// Reads a secret file (token or key): private to its owner (checkPrivateFile), trimmed, at least
+// `minBytes`. InvalidInput otherwise.
 std::string readSecretFile(const std::string& path, size_t minBytes, std::string_view what);
 
 // This machine's host name (gethostname).
