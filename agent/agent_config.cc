@@ -123,12 +123,19 @@ AgentConfig AgentConfig::fromJson(const Json& doc, std::string_view source) {
     if (auto v = p->find("publish_threshold")) c.reprobe.publishThreshold = fraction(*v, 10);
   }
   if (auto p = r.find("http")) {
-    checkKeys(*p, {"max_body_bytes", "timeout"});
+    checkKeys(*p, {"max_body_bytes", "timeout", "max_connections"});
     if (auto v = p->find("max_body_bytes")) {
       c.maxBodyBytes = sizeOf(*v);
       if (c.maxBodyBytes < 1024 || c.maxBodyBytes > (64u << 20)) v->fail("a size in 1K..64M");
     }
-    if (auto v = p->find("timeout")) c.httpTimeout = durationOf(*v);
+    if (auto v = p->find("timeout")) {
+      c.httpTimeout = durationOf(*v);
+      if (c.httpTimeout < std::chrono::milliseconds(100) ||
+          c.httpTimeout > std::chrono::minutes(10))
+        v->fail("a duration in 100ms..10m");
+    }
+    if (auto v = p->find("max_connections"))
+      c.maxConnections = static_cast<size_t>(v->integerIn(1, 65536));
   }
   return c;
 }
@@ -161,10 +168,14 @@ Json AgentConfig::toJson() const {
             {"jitter", reprobe.jitter},
             {"change_threshold", reprobe.changeThreshold},
             {"publish_threshold", reprobe.publishThreshold}}},
-          {"http", {{"max_body_bytes", maxBodyBytes}, {"timeout", durationText(httpTimeout)}}}};
+          {"http",
+           {{"max_body_bytes", maxBodyBytes},
+            {"timeout", durationText(httpTimeout)},
+            {"max_connections", maxConnections}}}};
 }
 
 std::string readSecretFile(const std::string& path, size_t minBytes, std::string_view what) {
+  checkPrivateFile(path, what);
   std::string text = readFile(path, 4096);
   size_t b = 0, e = text.size();
   while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;

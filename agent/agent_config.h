@@ -63,7 +63,10 @@ struct AgentConfig {
   ProbeOptions probe;
   ReprobeOptions reprobe;
   size_t maxBodyBytes = 1 << 20;
+  // A request must arrive whole within httpTimeout, and each write of an answer complete within
+  // it; at most maxConnections HTTP connections at once (agent/api_server.h).
   std::chrono::milliseconds httpTimeout{10000};
+  size_t maxConnections = 256;
 
   // Parses a configuration document; throws InvalidInput naming `source`, the key and what was
   // expected (unknown keys are errors: they are usually typos).
@@ -77,7 +80,8 @@ struct AgentConfig {
 void applyProbeOptions(const JsonReader& r, ProbeOptions& p);
 Json probeOptionsToJson(const ProbeOptions& p);
 
-// Reads a secret file (token or key): trimmed, at least `minBytes`. InvalidInput otherwise.
+// Reads a secret file (token or key): private to its owner (checkPrivateFile), trimmed, at least
+// `minBytes`. InvalidInput otherwise.
 std::string readSecretFile(const std::string& path, size_t minBytes, std::string_view what);
 
 // This machine's host name (gethostname).

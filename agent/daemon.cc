@@ -1,11 +1,10 @@
 #include "agent/daemon.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <random>
 #include <set>
 
+#include "agent/api_server.h"
 #include "agent/http_api.h"
 #include "agent/topology_push.h"
 #include "common/build_config.h"
@@ -91,6 +90,11 @@ void Daemon::describeMetrics() {
   metrics_.describe("rankmap_topology_changes_total", "counter", "New topology versions published");
   metrics_.describe("rankmap_light_checks_total", "counter", "Periodic light checks by result");
   metrics_.describe("rankmap_http_requests_total", "counter", "HTTP requests by status code");
+  metrics_.describe("rankmap_http_rejected_connections_total", "counter",
+                    "HTTP connections answered before any handler ran (busy, request timeout, "
+                    "head limits), by reason");
+  metrics_.describe("rankmap_http_open_connections", "gauge",
+                    "HTTP connections open now (at most http.max_connections)");
 }
 
 uint16_t Daemon::probePort() const { return probeServer_ ? probeServer_->port() : 0; }
@@ -122,12 +126,14 @@ void Daemon::start() {
       });
   probeServer_->start();
 
-  http_ = std::make_unique<httplib::Server>();
+  ApiServer::Limits limits;
+  limits.maxConnections = cfg_.maxConnections;
+  limits.requestTimeout = cfg_.httpTimeout;
+  limits.writeTimeout = cfg_.httpTimeout;
+  http_ = std::make_unique<ApiServer>(limits);
   installApi(*http_, *this);
-  int port = cfg_.listen.port;
-  bool ok = port == 0 ? (port = http_->bind_to_any_port(cfg_.listen.host)) > 0
-                      : http_->bind_to_port(cfg_.listen.host, port);
-  if (!ok) {
+  int port = http_->bindTo(cfg_.listen.host, cfg_.listen.port);
+  if (port == 0) {
     probeServer_->stop();
     throw SystemError(fmt::format("HTTP API: cannot listen on {}", cfg_.listen.text()), EADDRINUSE);
   }
@@ -161,7 +167,7 @@ void Daemon::stop() {
   if (reprobeThread_.joinable()) reprobeThread_.join();
   if (roundThread_.joinable()) roundThread_.join();
   if (http_) {
-    http_->stop();
+    http_->stopServing();
     if (httpThread_.joinable()) httpThread_.join();
   }
   if (probeServer_) probeServer_->stop();
@@ -418,6 +424,14 @@ Json Daemon::health() {
 }
 
 std::string Daemon::renderMetrics() {
+  if (http_) {
+    for (auto r : ApiServer::kAllRejects)
+      metrics_.set("rankmap_http_rejected_connections_total",
+                   fmt::format("reason=\"{}\"", ApiServer::rejectName(r)),
+                   static_cast<double>(http_->rejected(r)));
+    metrics_.set("rankmap_http_open_connections", "",
+                 static_cast<double>(http_->openConnections()));
+  }
   if (probeServer_)
     for (auto f : probe::kAllAuthFailures)
       metrics_.set("rankmap_probe_auth_rejections_total",

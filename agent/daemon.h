@@ -39,11 +39,9 @@
 #include "probe/server.h"
 #include "reorder/prior.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace rankmap::agent {
+
+class ApiServer;
 
 class Daemon {
  public:
@@ -122,7 +120,7 @@ class Daemon {
   Metrics metrics_;
   std::unique_ptr<ProbeService> service_;
   std::unique_ptr<probe::ProbeServer> probeServer_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<ApiServer> http_;
   std::thread httpThread_;
   uint16_t httpPort_ = 0;
 

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <charconv>
+#include <unordered_map>
 
 #include "agent/daemon.h"
 #include "common/error.h"
@@ -13,7 +14,6 @@
 namespace rankmap::agent {
 namespace {
 
-constexpr int kThreads = 8;
 constexpr size_t kMaxListLimit = 1000;
 constexpr const char* kJson = "application/json";
 
@@ -69,6 +69,29 @@ std::string addressOnly(const std::string& address) {
   }
 }
 
+// Whether the request carries the configured bearer token; if not, sends 403 (no token
+// configured: `what` is refused to everyone) or 401 and returns false.
+bool authorized(Daemon& d, const httplib::Request& req, httplib::Response& res,
+                std::string_view what) {
+  if (!d.hasToken()) {
+    sendError(res, 403,
+              fmt::format("{} refused: no token configured (start rankmapd with "
+                          "--token-file)",
+                          what));
+    return false;
+  }
+  std::string auth = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0 ||
+      !d.checkToken(std::string_view(auth).substr(kBearer.size()))) {
+    res.set_header("WWW-Authenticate", "Bearer realm=\"rankmapd\"");
+    sendError(res, 401,
+              fmt::format("{} refused: {} bearer token", what, auth.empty() ? "missing" : "wrong"));
+    return false;
+  }
+  return true;
+}
+
 // GET /v1/plan?hosts=a,b,c[&ranks_per_host=K]: the planner (reorder::makePlan) over the
 // latest topology restricted to the job's hosts, in the job's order. Hosts may be spelled as
 // topology names or addresses (with or without the probe port). Plans are stored by host set
@@ -83,6 +106,15 @@ void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
   auto topo = d.store().latestTopology();
   if (!topo)
     return sendError(res, 404, "no topology yet: POST /v1/probe or wait for the coordinator");
+  // Every spelling of each topology host, built once: the lookup below costs O(1) per job host
+  // whatever the sizes (a name wins over another host's equal address).
+  std::unordered_map<std::string, std::string> spelled;
+  for (auto it = topo->hosts.rbegin(); it != topo->hosts.rend(); ++it) {
+    spelled[addressOnly(it->address)] = it->name;
+    spelled[it->address] = it->name;
+  }
+  for (auto it = topo->hosts.rbegin(); it != topo->hosts.rend(); ++it) spelled[it->name] = it->name;
+  spelled.erase("");
   std::vector<reorder::HostEntry> entries;
   std::string key;
   size_t pos = 0;
@@ -91,14 +123,14 @@ void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
     std::string h = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     pos = comma == std::string::npos ? list.size() + 1 : comma + 1;
     if (h.empty()) return sendError(res, 400, "query parameter hosts: empty host name");
+    if (entries.size() >= topo->hosts.size())
+      return sendError(res, 400,
+                       fmt::format("query parameter hosts: more than the {} hosts of topology "
+                                   "version {}",
+                                   topo->hosts.size(), topo->version));
     // By name, else by address (the topology's may carry the probe port).
-    std::string name;
-    for (const auto& th : topo->hosts) {
-      if (th.name == h || th.address == h || addressOnly(th.address) == h) {
-        name = th.name;
-        break;
-      }
-    }
+    auto found = spelled.find(h);
+    std::string name = found == spelled.end() ? "" : found->second;
     if (name.empty())
       return sendError(
           res, 400, fmt::format("host '{:.100}' is not in topology version {}", h, topo->version));
@@ -110,6 +142,8 @@ void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
     res.status = 200;
     return res.set_content(cached->dump(), kJson);
   }
+  // Planning is work (the planner over up to the whole topology): only for token holders.
+  if (!authorized(d, req, res, "planning (a plan not made yet for these hosts)")) return;
   try {
     Topology sub = reorder::selectHosts(*topo, entries, "hosts parameter", "agent topology");
     sub.version = topo->version;
@@ -125,26 +159,8 @@ void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
   }
 }
 
-bool authorized(Daemon& d, const httplib::Request& req, httplib::Response& res) {
-  if (!d.hasToken()) {
-    sendError(res, 403,
-              "writes are disabled: no token configured (start rankmapd with "
-              "--token-file)");
-    return false;
-  }
-  std::string auth = req.get_header_value("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0 ||
-      !d.checkToken(std::string_view(auth).substr(kBearer.size()))) {
-    res.set_header("WWW-Authenticate", "Bearer realm=\"rankmapd\"");
-    sendError(res, 401, auth.empty() ? "missing bearer token" : "wrong bearer token");
-    return false;
-  }
-  return true;
-}
-
 void postProbe(Daemon& d, const httplib::Request& req, httplib::Response& res) {
-  if (!authorized(d, req, res)) return;
+  if (!authorized(d, req, res, "writes")) return;
   std::optional<std::vector<Host>> hosts;
   std::optional<ProbeOptions> opts;
   bool wait = false;
@@ -206,7 +222,8 @@ void postProbe(Daemon& d, const httplib::Request& req, httplib::Response& res) {
 
 void installApi(httplib::Server& s, Daemon& d) {
   const AgentConfig& cfg = d.config();
-  s.new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+  // Threads and connection limits are the server's (ApiServer gives each connection a thread);
+  // the timeouts below bound each read and write of a plain httplib::Server.
   s.set_payload_max_length(cfg.maxBodyBytes);
   auto secs = std::chrono::duration_cast<std::chrono::seconds>(cfg.httpTimeout).count();
   s.set_read_timeout(std::max<int64_t>(1, secs), 0);

@@ -4,7 +4,8 @@
 //                                        store, store_recovered_from}
 //   GET  /v1/topology[?version=V]   200 topology.json (docs/formats.md) | 404
 //   GET  /v1/topologies[?limit=N]   200 {"versions": [{version, created_at, round_id, hash,
-//   hosts}]} POST /v1/probe                  bearer token; body (optional, <= http.max_body_bytes):
+//                                                     hosts}]}
+//   POST /v1/probe                  bearer token; body (optional, <= http.max_body_bytes):
 //                                   {"hosts": [{"name", "address"}] | ["name address", ...],
 //                                    "contention": bool, "probe": {probe options}, "wait": bool}
 //                                   202 {"round_id", "status_url"} | 200 {"round": status} (wait)
@@ -16,11 +17,15 @@
 //                                   200 plan.json for exactly these hosts in this order (names
 //                                   or addresses), planned by reorder::makePlan from the latest
 //                                   topology | 400 unknown host/bad query | 404 no topology
+//                                   A plan already made for these hosts, options and topology
+//                                   version is served to anyone (a store read); making a new one
+//                                   needs the bearer token (401/403 as POST /v1/probe).
 //   GET  /metrics                   200 Prometheus text format 0.0.4
 //
-// Reads are bounded (body size, header size, read timeout); no endpoint runs commands. Write
-// calls compare the bearer token in constant time. The server listens on loopback unless
-// configured otherwise.
+// Whatever changes state or makes the agent work needs the bearer token, compared in constant
+// time; no endpoint runs commands. Connection limits (request deadline, head size, header count,
+// target length, open connections) are agent/api_server.h's; the body limit is set here. The
+// server listens on loopback unless configured otherwise.
 #pragma once
 
 namespace httplib {
@@ -31,7 +36,8 @@ namespace rankmap::agent {
 
 class Daemon;
 
-// Installs the routes, limits and handlers on `s`; `d` must outlive the server.
+// Installs the routes, the body limit and the handlers on `s` (rankmapd's is an ApiServer, any
+// httplib::Server works, e.g. a fuzz target's); `d` must outlive the server.
 void installApi(httplib::Server& s, Daemon& d);
 
 }  // namespace rankmap::agent

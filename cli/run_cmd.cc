@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/agent_config.h"
 #include "cli/command.h"
 #include "common/error.h"
 #include "common/files.h"
@@ -118,8 +119,20 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
       pr = launch::planFromTopology(topoPath, cmd->job());
     } else {
       std::string url = !a.agent.empty() ? a.agent : cfg.get(settings::kAgent);
-      pr = launch::planFromAgent(url, cmd->job(),
-                                 Deadline::after(cfg.get(settings::kRunAgentTimeout)));
+      // The agent plans only for token holders (a plan it already made is served to anyone);
+      // without a readable token file the request goes without one.
+      std::string token;
+      if (std::string tf = cfg.get(settings::kTokenFile); !tf.empty()) {
+        try {
+          token = agent::readSecretFile(tf, 1, "token file");
+        } catch (const Error& e) {
+          pr.error = e.what();
+          pr.source.description = "agent " + url;
+        }
+      }
+      if (pr.error.empty())
+        pr = launch::planFromAgent(url, cmd->job(),
+                                   Deadline::after(cfg.get(settings::kRunAgentTimeout)), token);
     }
     launch::dropStalePlan(pr, checks);
     // A run directory that cannot be made or written is rankmap's problem, not the job's: the

@@ -1,12 +1,14 @@
 #include "common/files.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "common/error.h"
 
@@ -18,7 +20,45 @@ std::string dirName(const std::string& path) {
   if (pos == 0) return "/";
   return path.substr(0, pos);
 }
+// Whether `path` is a file the kubelet projected into a Secret or ConfigMap volume: a symlink
+// `name -> ..data/name` beside a symlink `..data` (the atomic writer's layout).
+bool isKubeletProjection(const std::string& path) {
+  char target[PATH_MAX];
+  ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
+  if (n <= 0) return false;
+  std::string_view t(target, static_cast<size_t>(n));
+  if (t.substr(0, 7) != "..data/") return false;
+  struct stat st {};
+  return ::lstat((dirName(path) + "/..data").c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+bool inMyGroups(gid_t gid) {
+  if (gid == ::getegid()) return true;
+  int n = ::getgroups(0, nullptr);
+  if (n <= 0) return false;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  n = ::getgroups(n, groups.data());
+  for (int i = 0; i < n; ++i)
+    if (groups[static_cast<size_t>(i)] == gid) return true;
+  return false;
+}
+
 }  // namespace
+
+void checkPrivateFile(const std::string& path, std::string_view what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw IoError(fmt::format("{} {}: cannot stat: {}", what, path, std::strerror(errno)));
+  unsigned mode = st.st_mode & 07777;
+  if ((mode & 0077) == 0) return;
+  bool groupReadOnly = (mode & 0070) == 0040 && (mode & 0007) == 0;
+  if (groupReadOnly && isKubeletProjection(path) && inMyGroups(st.st_gid)) return;
+  throw InvalidInput(fmt::format(
+      "{} {}: mode {:04o} lets other users read it; expected no group or other permissions "
+      "(0600 or 0400, owner only; 0440 only for a Kubernetes Secret of this pod's group). "
+      "Fix: chmod 600 {}",
+      what, path, mode, path));
+}
 
 void writeFileAtomic(const std::string& path, std::string_view content, int mode) {
   std::random_device rd;

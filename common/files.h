@@ -14,4 +14,14 @@ void writeFileAtomic(const std::string& path, std::string_view content, int mode
 // Reads a whole file; throws IoError naming the path. Refuses files larger than maxBytes.
 std::string readFile(const std::string& path, size_t maxBytes = 1ull << 30);
 
+// Refuses a secret file (probe key, API token) that users other than its owner may read:
+// InvalidInput naming `what`, the path, its mode, what is expected and the fix (chmod 600).
+// Accepted: no group or other permission bits (0600, 0400). One exception, for Kubernetes
+// Secret volumes: a file projected by the kubelet (the path is a symlink into the volume's
+// `..data` directory) may also be group-readable (0440, 0640) when its group is one of this
+// process's groups, because the kubelet adds group read for the pod's fsGroup and that group is
+// the pod's own. Write or execute bits for the group, and any bit for others, are always refused.
+// Throws IoError if the file cannot be examined.
+void checkPrivateFile(const std::string& path, std::string_view what);
+
 }  // namespace rankmap

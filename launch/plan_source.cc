@@ -113,7 +113,8 @@ PlanResult planForFramework(const std::string& planPath, const std::string& topo
   return r;
 }
 
-PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadline) {
+PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadline,
+                         const std::string& token) {
   PlanResult r;
   r.source.description = "agent " + url;
   r.source.madeForJob = true;
@@ -123,7 +124,7 @@ PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadli
   if (auto k = job.uniformRanksPerHost()) query += fmt::format("&ranks_per_host={}", *k);
   std::optional<HttpClient> agent;
   try {
-    agent.emplace(url);
+    agent.emplace(url, token);
     r.plan = Plan::parse(getOk(*agent, query, deadline), "agent plan");
   } catch (const std::exception& e) {
     r.plan.reset();

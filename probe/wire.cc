@@ -91,6 +91,7 @@ ProbeKey ProbeKey::fromBytes(std::string bytes) {
 }
 
 ProbeKey ProbeKey::load(const std::string& path) {
+  checkPrivateFile(path, "probe key");
   std::string text = readFile(path, 4096);
   size_t b = 0, e = text.size();
   while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;

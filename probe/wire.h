@@ -66,6 +66,7 @@ class ProbeKey {
  public:
   ProbeKey() = default;
   static ProbeKey fromBytes(std::string bytes);
+  // Refuses a file other users may read (checkPrivateFile: mode 0600/0400).
   static ProbeKey load(const std::string& path);
   bool empty() const { return bytes_.empty(); }
   const std::string& bytes() const { return bytes_; }

@@ -3,8 +3,15 @@
 #include "collectives/transport/transport.h"
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
 #include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
 
+#include "collectives/bootstrap/callback_bootstrap.h"
 #include "collectives/transport/loopback/device.h"
 #include "collectives/transport/rdma/device.h"
 #include "collectives/transport/request.h"
@@ -12,8 +19,104 @@
 #include "common/build_config.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/log.h"
 
 namespace rankmap::coll::transport {
+namespace {
+
+std::atomic<uint64_t> gAutoFallbacks{0};
+
+// An allgather between the two ranks of the self-test (threads of this process), bounded by a
+// deadline: a rank that never arrives is a TimeoutError, not a hang.
+class ThreadAllgather {
+ public:
+  explicit ThreadAllgather(Deadline d) : deadline_(d) {}
+  void run(int rank, const void* send, void* recv, size_t bytes) {
+    std::unique_lock<std::mutex> lock(mu_);
+    uint64_t generation = generation_;
+    in_[rank].assign(static_cast<const char*>(send), bytes);
+    if (++arrived_ == 2) {
+      out_ = in_[0] + in_[1];
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else if (!cv_.wait_until(lock, deadline_.when(), [&] { return generation_ != generation; })) {
+      throw TimeoutError("RDMA self-test: the other rank did not reach the bootstrap");
+    }
+    std::memcpy(recv, out_.data(), 2 * bytes);
+  }
+
+ private:
+  Deadline deadline_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t generation_ = 0;
+  int arrived_ = 0;
+  std::string in_[2];
+  std::string out_;
+};
+
+}  // namespace
+
+RdmaSelfTestResult rdmaSelfTest(const RdmaOptions& options, std::chrono::milliseconds timeout) {
+  using Outcome = RdmaSelfTestResult::Outcome;
+  if (!rdmaAvailable())
+    return {Outcome::kNoDevice,
+            RANKMAP_HAVE_RDMA ? "no verbs device on this host" : "this build has no RDMA support"};
+  const Deadline deadline = Deadline::after(timeout);
+  constexpr size_t kBytes = 256u << 10;
+  try {
+    std::shared_ptr<Device> device = makeDevice(DeviceOptions{Backend::Rdma, {}, options});
+    ThreadAllgather gather(deadline);
+    std::string errors[2];
+    auto rank = [&](int r) {
+      try {
+        auto boot = bootstrap::makeCallbackBootstrap(
+            r, 2, [&](const void* s, void* v, size_t n) { gather.run(r, s, v, n); });
+        auto ctx = device->connect(*boot, deadline);
+        std::vector<uint8_t> out(kBytes), in(kBytes, 0);
+        for (size_t i = 0; i < kBytes; ++i) out[i] = static_cast<uint8_t>(i * 31 + 7 * r);
+        std::vector<RequestPtr> reqs = {ctx->irecv(1 - r, 1, in.data(), kBytes),
+                                        ctx->isend(1 - r, 1, out.data(), kBytes)};
+        waitAll(reqs, deadline);
+        for (size_t i = 0; i < kBytes; ++i)
+          if (in[i] != static_cast<uint8_t>(i * 31 + 7 * (1 - r)))
+            RANKMAP_THROW(InternalError, "byte {} of {} received wrong", i, kBytes);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    };
+    std::thread other(rank, 1);
+    rank(0);
+    other.join();
+    for (const auto& e : errors)
+      if (!e.empty()) return {Outcome::kFailed, e};
+    return {Outcome::kPassed,
+            fmt::format("loopback self-test passed ({} KiB both ways)", kBytes >> 10)};
+  } catch (const std::exception& e) {
+    return {Outcome::kFailed, e.what()};
+  }
+}
+
+AutoTransport chooseAutoTransport(const RdmaOptions& options, const RdmaSelfTest& selfTest) {
+  RdmaSelfTestResult r = selfTest(options);
+  switch (r.outcome) {
+    case RdmaSelfTestResult::Outcome::kPassed:
+      return {Backend::Rdma, "RDMA " + r.detail};
+    case RdmaSelfTestResult::Outcome::kNoDevice:
+      return {Backend::Tcp, r.detail};
+    case RdmaSelfTestResult::Outcome::kFailed:
+      break;
+  }
+  ++gAutoFallbacks;
+  RANKMAP_WARN(Net,
+               "RANKMAP_TRANSPORT=auto: using tcp: the RDMA self-test on device '{}' "
+               "failed: {}",
+               options.device.empty() ? "(first)" : options.device, r.detail);
+  return {Backend::Tcp, "RDMA self-test failed: " + r.detail};
+}
+
+uint64_t autoTransportFallbacks() { return gAutoFallbacks.load(); }
 
 void waitAll(std::vector<RequestPtr>& reqs, Deadline deadline) {
   // Wait for every request even after a failure, so that no request still writes into memory
@@ -116,16 +219,11 @@ Backend parseBackend(std::string_view name) {
   RANKMAP_THROW(InvalidInput, "unknown transport '{}': expected loopback, tcp or rdma", name);
 }
 
-DeviceOptions deviceOptionsFromConfig(const Config& config) {
+DeviceOptions deviceOptionsFromConfig(const Config& config, const RdmaSelfTest& selfTest) {
   DeviceOptions o;
   const std::string& t = config.get(settings::kTransport);
-  if (t == "auto") {
-    o.backend = rdmaAvailable() ? Backend::Rdma : Backend::Tcp;
-  } else if (t == "tcp" || t == "rdma") {
-    o.backend = parseBackend(t);
-  } else {
+  if (t != "auto" && t != "tcp" && t != "rdma")
     RANKMAP_THROW(InvalidInput, "RANKMAP_TRANSPORT='{}': expected auto, tcp or rdma", t);
-  }
   o.tcp.ifname = config.get(settings::kSocketIfname);
   int64_t streams = config.get(settings::kTcpStreams);
   if (streams < 1 || streams > 64) {
@@ -138,6 +236,24 @@ DeviceOptions deviceOptionsFromConfig(const Config& config) {
   }
   o.rdma.device = config.get(settings::kIbDevice);
   o.rdma.gidIndex = static_cast<int>(config.get(settings::kIbGidIndex));
+  if (t != "auto") {
+    o.backend = parseBackend(t);
+  } else if (selfTest) {
+    o.backend = chooseAutoTransport(o.rdma, selfTest).backend;
+  } else {
+    // The real self-test once per process and device settings: communicators made later reuse
+    // the answer (and its one warning).
+    static std::mutex mu;
+    static std::map<std::string, Backend> chosen;
+    std::lock_guard<std::mutex> lock(mu);
+    std::string key = fmt::format("{}/{}/{}", o.rdma.device, o.rdma.port, o.rdma.gidIndex);
+    auto it = chosen.find(key);
+    if (it == chosen.end()) {
+      auto real = [](const RdmaOptions& r) { return rdmaSelfTest(r); };
+      it = chosen.emplace(key, chooseAutoTransport(o.rdma, real).backend).first;
+    }
+    o.backend = it->second;
+  }
   return o;
 }
 

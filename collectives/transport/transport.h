@@ -16,8 +16,10 @@
 //   internal.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -117,10 +119,37 @@ struct DeviceOptions {
   RdmaOptions rdma;
 };
 
-// Reads RANKMAP_TRANSPORT (auto: rdma when rdmaAvailable(), else tcp), RANKMAP_SOCKET_IFNAME,
+// The outcome of a self-test of the RDMA transport on this host.
+struct RdmaSelfTestResult {
+  enum class Outcome { kNoDevice, kPassed, kFailed };
+  Outcome outcome = Outcome::kNoDevice;
+  std::string detail;  // what failed, or why there is no device
+};
+using RdmaSelfTest = std::function<RdmaSelfTestResult(const RdmaOptions&)>;
+
+// The loopback self-test: without a verbs device (or without verbs in this build) kNoDevice;
+// otherwise two ranks on threads of this process connect through the device and exchange a
+// 256 KiB pattern both ways, every byte checked, within `timeout` (kFailed with the error).
+RdmaSelfTestResult rdmaSelfTest(const RdmaOptions& options,
+                                std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+// What RANKMAP_TRANSPORT=auto runs on: rdma only if `selfTest` passed on this host, never an
+// RDMA path that was not exercised here. A failed self-test falls back to tcp with a warning
+// naming the failure and counts it (autoTransportFallbacks()); no device at all is tcp as usual.
+struct AutoTransport {
+  Backend backend = Backend::Tcp;
+  std::string reason;  // why this backend
+};
+AutoTransport chooseAutoTransport(const RdmaOptions& options, const RdmaSelfTest& selfTest);
+// Times RANKMAP_TRANSPORT=auto fell back to tcp because the RDMA self-test failed, in this
+// process.
+uint64_t autoTransportFallbacks();
+
+// Reads RANKMAP_TRANSPORT (auto: chooseAutoTransport()), RANKMAP_SOCKET_IFNAME,
 // RANKMAP_TCP_STREAMS, RANKMAP_SOCKET_BUFFER, RANKMAP_IB_DEVICE and RANKMAP_IB_GID_INDEX.
-// Throws InvalidInput naming the setting on a bad value.
-DeviceOptions deviceOptionsFromConfig(const Config& config);
+// Throws InvalidInput naming the setting on a bad value. `selfTest` replaces the real self-test
+// (tests); the real one runs once per process and device settings, and its result is kept.
+DeviceOptions deviceOptionsFromConfig(const Config& config, const RdmaSelfTest& selfTest = {});
 
 // True when rankmap was built with verbs and ibv_get_device_list() returns at least one device.
 bool rdmaAvailable();

@@ -113,7 +113,8 @@ def main():
         status, _ = agents.http(vm0, "POST", "/v1/probe", "{}", "wrong-token-0123456789")
         tl.check(status == 401, f"wrong token -> {status}")
         wrong = os.path.join(sd, "wrong-token")
-        with open(wrong, "w") as f:
+        # Secret files are private to their owner (rankmap refuses group/other bits).
+        with open(os.open(wrong, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write("wrong-token-0123456789\n")
         p = probe_cli(tb, agents, vm0, "--hosts", agents.file("hosts"), "--agent",
                       "http://127.0.0.1:7410", "--token-file", wrong, "--out", os.path.join(sd, "x.json"))
@@ -135,7 +136,7 @@ def main():
 
         # Wrong probe key: rejected and counted by the agents.
         wrong_key = os.path.join(sd, "wrong.key")
-        with open(wrong_key, "w") as f:
+        with open(os.open(wrong_key, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write("0" * 64 + "\n")
         p = probe_cli(tb, agents, vm0, "--hosts", agents.file("hosts"),
                       "--key-file", wrong_key, "--out", os.path.join(sd, "y.json"), "--timeout", "60s")

@@ -48,11 +48,14 @@ def add_args(p):
 
 
 def check_agent_plan(tb, args, order):
-    """rankmap run --agent against vm0's rankmapd (GET /v1/plan): a dry run must put the hosts
-    in the plan's order. (mpirun itself runs in the head namespace, where no agent listens.)"""
+    """rankmap run --agent against vm0's rankmapd (GET /v1/plan, with the agents' token): a dry
+    run must put the hosts in the plan's order. (mpirun itself runs in the head namespace, where no agent listens.)"""
     vm0 = tb.truth["vms"][0]["name"]
     hosts = [vm["name"] for vm in tb.truth["vms"]]
-    p = subprocess.run(tb.exec_argv(vm0, "env", "RANKMAP_RUN_DIR=/tmp", args.rankmap, "run",
+    # The agent makes a plan it has not made yet only for a token holder (docs/reliability.md).
+    token = os.path.join(tb.state_dir(), "agents", "token")
+    p = subprocess.run(tb.exec_argv(vm0, "env", "RANKMAP_RUN_DIR=/tmp",
+                                    f"RANKMAP_TOKEN_FILE={token}", args.rankmap, "run",
                                     "--dry-run", "--agent", "http://127.0.0.1:7410", "--",
                                     "mpirun", "-H", ",".join(hosts), "--mca", "rmaps", "seq",
                                     args.proof_c),

@@ -68,8 +68,8 @@ struct Agents {
 HttpResponse post(const Daemon& d, const std::string& body, const std::string& token = kToken) {
   return HttpClient(Agents::url(d), token).post("/v1/probe", body, Deadline::after(60s));
 }
-HttpResponse get(const Daemon& d, const std::string& path) {
-  return HttpClient(Agents::url(d)).get(path, Deadline::after(10s));
+HttpResponse get(const Daemon& d, const std::string& path, const std::string& token = "") {
+  return HttpClient(Agents::url(d), token).get(path, Deadline::after(10s));
 }
 
 TEST(Daemon, HealthAndNoTopologyYet) {
@@ -253,14 +253,14 @@ TEST(Daemon, PlansForTheJobsHostsFromTheLatestTopology) {
   EXPECT_NE(none.errorText().find("no topology"), std::string::npos);
   Json body = {{"hosts", {Agents::hostJson(x), Agents::hostJson(y)}}, {"wait", true}};
   ASSERT_EQ(post(x, body.dump()).status, 200);
-  auto p = get(x, "/v1/plan?hosts=y,x&ranks_per_host=2");
+  auto p = get(x, "/v1/plan?hosts=y,x&ranks_per_host=2", kToken);
   ASSERT_EQ(p.status, 200) << p.body;
   Plan plan = Plan::parse(p.body, "plan");
   EXPECT_EQ(plan.hosts, (std::vector<std::string>{"y", "x"}));
   EXPECT_EQ(plan.ranksPerHost, 2);
   EXPECT_EQ(plan.epoch, 1);
   // By address, as a launcher may spell hosts.
-  auto byAddr = get(x, fmt::format("/v1/plan?hosts=x,127.0.0.1:{}", y.probePort()));
+  auto byAddr = get(x, fmt::format("/v1/plan?hosts=x,127.0.0.1:{}", y.probePort()), kToken);
   EXPECT_EQ(byAddr.status, 200) << byAddr.body;
   EXPECT_EQ(get(x, "/v1/plan?hosts=x,nobody").status, 400);
   EXPECT_EQ(get(x, "/v1/plan").status, 400);
@@ -277,7 +277,7 @@ TEST(Daemon, PlansRecordTheConfiguredPrior) {
   Daemon& y = a.add("y");
   Json body = {{"hosts", {Agents::hostJson(x), Agents::hostJson(y)}}, {"wait", true}};
   ASSERT_EQ(post(x, body.dump()).status, 200);
-  auto p = get(x, "/v1/plan?hosts=x,y");
+  auto p = get(x, "/v1/plan?hosts=x,y", kToken);
   ASSERT_EQ(p.status, 200) << p.body;
   Plan plan = Plan::parse(p.body, "plan");
   ASSERT_TRUE(plan.prior);
@@ -288,7 +288,7 @@ TEST(Daemon, PlansRecordTheConfiguredPrior) {
   // Declared on one switch, and two hosts on loopback are measured as one group.
   EXPECT_TRUE(plan.prior->disagreements.empty());
   // An agent without a prior makes plans without one.
-  auto q = get(y, "/v1/plan?hosts=x,y");
+  auto q = get(y, "/v1/plan?hosts=x,y", kToken);
   ASSERT_EQ(q.status, 200) << q.body;
   EXPECT_FALSE(Plan::parse(q.body, "plan").prior);
 

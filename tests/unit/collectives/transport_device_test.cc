@@ -35,12 +35,65 @@ TEST(TransportFactory, OptionsFromConfig) {
   EXPECT_EQ(o.tcp.streams, 4);
   EXPECT_EQ(o.tcp.socketBuffer, 8u << 20);
   EXPECT_EQ(o.tcp.ifname, "lo");
-  // auto picks rdma exactly when a verbs device exists.
-  EXPECT_EQ(deviceOptionsFromConfig(configFrom({})).backend,
-            rdmaAvailable() ? Backend::Rdma : Backend::Tcp);
+  // auto picks rdma only after its self-test passed here (TransportAuto below); no device: tcp.
+  if (!rdmaAvailable()) {
+    EXPECT_EQ(deviceOptionsFromConfig(configFrom({})).backend, Backend::Tcp);
+  }
   EXPECT_THROW(deviceOptionsFromConfig(configFrom({{"RANKMAP_TRANSPORT", "carrier-pigeon"}})),
                InvalidInput);
   EXPECT_THROW(deviceOptionsFromConfig(configFrom({{"RANKMAP_TCP_STREAMS", "0"}})), InvalidInput);
+}
+
+// RANKMAP_TRANSPORT=auto never picks an RDMA path that has not passed its self-test on this
+// host: a failing self-test (injected: this machine has no verbs device) gives tcp, counted,
+// with the failure as the reason; a passing one gives rdma; no device is tcp, not counted.
+TEST(TransportAuto, AFailingSelfTestFallsBackToTcp) {
+  using Outcome = RdmaSelfTestResult::Outcome;
+  uint64_t before = autoTransportFallbacks();
+  RdmaOptions ro;
+  ro.device = "mlx5_0";
+  std::vector<std::string> tested;
+  auto failing = [&](const RdmaOptions& r) {
+    tested.push_back(r.device);
+    return RdmaSelfTestResult{Outcome::kFailed, "ibv_create_qp: Cannot allocate memory"};
+  };
+  AutoTransport a = chooseAutoTransport(ro, failing);
+  EXPECT_EQ(a.backend, Backend::Tcp);
+  EXPECT_NE(a.reason.find("self-test failed: ibv_create_qp"), std::string::npos) << a.reason;
+  EXPECT_EQ(tested, std::vector<std::string>{"mlx5_0"});
+  EXPECT_EQ(autoTransportFallbacks(), before + 1);
+  // Through the configuration, as a communicator gets its device options.
+  auto cfg = configFrom({{"RANKMAP_TRANSPORT", "auto"}, {"RANKMAP_IB_DEVICE", "mlx5_0"}});
+  EXPECT_EQ(deviceOptionsFromConfig(cfg, failing).backend, Backend::Tcp);
+  EXPECT_EQ(autoTransportFallbacks(), before + 2);
+  // An explicit choice is not second-guessed (and runs no self-test).
+  tested.clear();
+  EXPECT_EQ(deviceOptionsFromConfig(configFrom({{"RANKMAP_TRANSPORT", "rdma"}}), failing).backend,
+            Backend::Rdma);
+  EXPECT_TRUE(tested.empty());
+
+  auto passing = [](const RdmaOptions&) { return RdmaSelfTestResult{Outcome::kPassed, "ok"}; };
+  EXPECT_EQ(deviceOptionsFromConfig(cfg, passing).backend, Backend::Rdma);
+  auto absent = [](const RdmaOptions&) {
+    return RdmaSelfTestResult{Outcome::kNoDevice, "no verbs device on this host"};
+  };
+  EXPECT_EQ(deviceOptionsFromConfig(cfg, absent).backend, Backend::Tcp);
+  EXPECT_EQ(autoTransportFallbacks(), before + 2);
+}
+
+// The real self-test answers within its timeout: here (no verbs device) at once with kNoDevice;
+// on a host with a device it passes, or fails with the error, within the timeout.
+TEST(TransportAuto, TheRealSelfTestAnswersWithinItsTimeout) {
+  auto t0 = std::chrono::steady_clock::now();
+  RdmaSelfTestResult r = rdmaSelfTest(RdmaOptions{}, std::chrono::seconds(3));
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, std::chrono::seconds(5));
+  if (!rdmaAvailable()) {
+    EXPECT_EQ(r.outcome, RdmaSelfTestResult::Outcome::kNoDevice);
+    EXPECT_FALSE(r.detail.empty());
+  } else {
+    EXPECT_NE(r.outcome, RdmaSelfTestResult::Outcome::kNoDevice) << r.detail;
+  }
 }
 
 TEST(TransportFactory, TcpRejectsBadOptions) {

@@ -130,9 +130,15 @@ def main():
     expect(all(k in c["resources"].get(x, {}) for x in ("requests", "limits")
                for k in ("cpu", "memory")), "requests and limits")
     secrets = {v["name"]: v["secret"] for v in p["volumes"] if "secret" in v}
+    # rankmapd's secret-file check (common/files.h checkPrivateFile) accepts group read on a
+    # kubelet-projected Secret only when the file's group is one of the agent's groups: the
+    # kubelet gives the files the pod's fsGroup, which must then be the agent's group.
     expect(set(secrets) == {"probe-key", "token"} and
-           all(s["defaultMode"] & 0o037 == 0 for s in secrets.values()),
-           "secrets mounted without write or world bits")
+           all(s["defaultMode"] & 0o077 in (0, 0o040) for s in secrets.values()),
+           "secrets mounted with no bits for others and at most group read")
+    expect(p["securityContext"].get("fsGroup") in (sc.get("runAsGroup"),
+                                                   p["securityContext"].get("runAsGroup")),
+           "fsGroup (the group of the Secret files) is the agent's own group")
     expect(any("hostPath" in v and v["hostPath"]["path"] == "/var/lib/rankmapd"
                for v in p["volumes"]), "state on a hostPath")
     config = cm["data"]["rankmapd.json"]

@@ -1,0 +1,365 @@
+// rankmapd's security findings of issue 15, each with its regression test, on loopback:
+// idle and trickling HTTP clients do not starve the API, connections beyond the cap are
+// refused at once, request heads are bounded, planning needs the token, secret files readable
+// by others stop the agent, and the probe port refuses (and counts) unauthenticated, replayed,
+// tampered and oversized frames while the agent keeps answering.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "agent/daemon.h"
+#include "common/files.h"
+#include "launch/http_client.h"
+#include "probe/wire.h"
+#include "tests/unit/common/temp_dir.h"
+
+namespace rankmap::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using launch::HttpClient;
+using launch::HttpResponse;
+using rankmap::testing::TempDir;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kToken = "test-token-0123456789";
+
+struct Agent {
+  TempDir dir;
+  std::string key = dir.write("key", std::string(64, 'k') + "\n");
+  std::string token = dir.write("token", std::string(kToken) + "\n");
+  std::unique_ptr<Daemon> d;
+
+  explicit Agent(std::chrono::milliseconds httpTimeout = 10s, size_t maxConnections = 256) {
+    d = std::make_unique<Daemon>(config(httpTimeout, maxConnections));
+    d->start();
+  }
+  AgentConfig config(std::chrono::milliseconds httpTimeout, size_t maxConnections) const {
+    AgentConfig c;
+    c.name = "x";
+    c.listen = {"127.0.0.1", 0};
+    c.probeListen = {"127.0.0.1", 0};
+    c.stateDir = dir.file("state");
+    c.keyFile = key;
+    c.tokenFile = token;
+    c.httpTimeout = httpTimeout;
+    c.maxConnections = maxConnections;
+    c.probe.latency = {2, 20};
+    c.probe.bandwidth.maxMs = 40;
+    c.probe.connectTimeout = 500ms;
+    c.probe.taskSlack = 1500ms;
+    c.probe.roundTimeout = 30s;
+    return c;
+  }
+  std::string url() const { return fmt::format("http://127.0.0.1:{}", d->httpPort()); }
+  HttpResponse get(const std::string& path, const std::string& token = "",
+                   Deadline dl = Deadline::after(10s)) const {
+    return HttpClient(url(), token).get(path, dl);
+  }
+  // The value of one series of GET /metrics (-1 if absent).
+  double metric(const std::string& series) const {
+    std::string text = get("/metrics").body;
+    size_t at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 2));
+  }
+};
+
+// A raw TCP connection to 127.0.0.1:port (blocking connect, then non-blocking I/O).
+int rawConnect(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << strerror(errno);
+  return fd;
+}
+void sendText(int fd, std::string_view s) {
+  (void)::send(fd, s.data(), s.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+// True once the server has ended the connection (its answer, if any, is read and dropped).
+bool closedByServer(int fd) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
+  }
+}
+// Reads what the server answers until it closes (or `d`).
+std::string answerOf(int fd, Deadline d) {
+  std::string out;
+  char buf[4096];
+  while (!d.expired()) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, d.pollTimeoutMs()) <= 0) break;
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// The finding: eight connections that sent a request line and one header and then nothing made
+// GET /v1/health time out for as long as they stayed open (cpp-httplib's pool of 8 threads).
+// Now 64 such idle connections and 64 that trickle a byte every 100 ms (so that no single read
+// ever times out) are open at once, and /v1/health answers within 500 ms every time. Each of
+// the 128 is closed by the agent within its request deadline (1.5 s here) plus slack, the
+// trickling ones included: a deadline per request that their bytes cannot extend.
+TEST(HttpSecurity, HealthAnswersWhileManyClientsAreIdleOrTrickling) {
+  Agent a(1500ms);
+  const uint16_t port = a.d->httpPort();
+  std::vector<int> idle, trickle;
+  auto opened = Clock::now();
+  for (int i = 0; i < 64; ++i) {
+    idle.push_back(rawConnect(port));
+    sendText(idle.back(), "GET /v1/health HTTP/1.1\r\nHost: x\r\n");
+    trickle.push_back(rawConnect(port));
+    sendText(trickle.back(), "GET /v1/health HTTP/1.1\r\nX-Slow: ");
+  }
+  std::atomic<bool> stop{false};
+  std::vector<Clock::duration> closedAfter(trickle.size(), Clock::duration::max());
+  std::thread trickler([&] {
+    while (!stop) {
+      for (size_t i = 0; i < trickle.size(); ++i) {
+        if (closedAfter[i] != Clock::duration::max()) continue;
+        if (closedByServer(trickle[i]))
+          closedAfter[i] = Clock::now() - opened;
+        else
+          sendText(trickle[i], "a");
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+
+  // While all 128 are open (the first deadline is 1.5 s after they opened).
+  std::vector<double> ms;
+  for (int i = 0; i < 8; ++i) {
+    auto t0 = Clock::now();
+    try {  // a timeout must fail the test, not unwind past the trickler thread
+      auto h = a.get("/v1/health", "", Deadline::after(2s));
+      EXPECT_EQ(h.status, 200) << h.body;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "GET /v1/health: " << e.what();
+    }
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_GE(a.metric("rankmap_http_open_connections"), 128) << "the attackers were not open";
+  for (double m : ms) EXPECT_LT(m, 500) << "GET /v1/health took " << m << " ms";
+  std::printf("GET /v1/health with 64 idle + 64 trickling clients open: slowest of %zu %.1f ms\n",
+              ms.size(), *std::max_element(ms.begin(), ms.end()));
+
+  // The agent closes all of them by their deadline (+1 s slack for a loaded machine).
+  auto until = opened + 2500ms;
+  while (Clock::now() < until) std::this_thread::sleep_for(100ms);
+  stop = true;
+  trickler.join();
+  size_t trickleOpen = 0, idleOpen = 0;
+  for (auto c : closedAfter) trickleOpen += c == Clock::duration::max();
+  for (int fd : idle) idleOpen += !closedByServer(fd);
+  EXPECT_EQ(trickleOpen, 0u) << "trickling clients still connected after 2.5 s";
+  EXPECT_EQ(idleOpen, 0u) << "idle clients still connected after 2.5 s";
+  EXPECT_GE(a.metric("rankmap_http_rejected_connections_total{reason=\"timeout\"}"), 128);
+  for (int fd : idle) ::close(fd);
+  for (int fd : trickle) ::close(fd);
+  EXPECT_EQ(a.get("/v1/health").status, 200);
+}
+
+// Beyond http.max_connections a connection is answered 503 at once and closed (it never waits
+// for a thread behind idle ones); the cap frees as connections end.
+TEST(HttpSecurity, ConnectionsBeyondTheCapAreRefusedAtOnce) {
+  Agent a(1000ms, 16);
+  std::vector<int> idle;
+  for (int i = 0; i < 16; ++i) idle.push_back(rawConnect(a.d->httpPort()));
+  // Accepted and admitted within moments (each has its own thread); then the 17th:
+  std::this_thread::sleep_for(300ms);
+  int extra = rawConnect(a.d->httpPort());
+  auto t0 = Clock::now();
+  std::string answer = answerOf(extra, Deadline::after(2s));
+  auto took = Clock::now() - t0;
+  EXPECT_EQ(answer.rfind("HTTP/1.1 503", 0), 0u) << answer;
+  EXPECT_LT(took, 500ms);
+  ::close(extra);
+  for (int fd : idle) ::close(fd);
+  // Closed by us: the cap frees at once, /v1/health answers.
+  auto deadline = Clock::now() + 3s;
+  HttpResponse h;
+  while (Clock::now() < deadline && (h = a.get("/v1/health")).status != 200)
+    std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(h.status, 200);
+  EXPECT_GE(a.metric("rankmap_http_rejected_connections_total{reason=\"busy\"}"), 1);
+}
+
+// Heads are bounded before httplib parses them: header lines (431), head bytes (431), request
+// target (414); bodies by http.max_body_bytes (413).
+TEST(HttpSecurity, RequestHeadsAndBodiesAreBounded) {
+  Agent a;
+  auto ask = [&](const std::string& request) {
+    int fd = rawConnect(a.d->httpPort());
+    sendText(fd, request);
+    std::string out = answerOf(fd, Deadline::after(5s));
+    ::close(fd);
+    return out.substr(0, out.find("\r\n"));
+  };
+  std::string many = "GET /v1/health HTTP/1.1\r\n";
+  for (int i = 0; i < 65; ++i) many += fmt::format("X-H{}: v\r\n", i);
+  EXPECT_EQ(ask(many + "\r\n"), "HTTP/1.1 431 Request Header Fields Too Large");
+  std::string sixtyFour = "GET /v1/health HTTP/1.1\r\n";
+  for (int i = 0; i < 63; ++i) sixtyFour += fmt::format("X-H{}: v\r\n", i);
+  EXPECT_EQ(ask(sixtyFour + "Connection: close\r\n\r\n"), "HTTP/1.1 200 OK");
+  EXPECT_EQ(ask("GET /v1/health HTTP/1.1\r\nX-Big: " + std::string(17 << 10, 'a') + "\r\n\r\n"),
+            "HTTP/1.1 431 Request Header Fields Too Large");
+  EXPECT_EQ(ask("GET /v1/plan?hosts=" + std::string(8200, 'h') + " HTTP/1.1\r\n\r\n"),
+            "HTTP/1.1 414 URI Too Long");
+  {
+    // httplib reads an oversized body to its end before answering 413 (bounded by the request
+    // deadline): send all of it.
+    int fd = rawConnect(a.d->httpPort());
+    std::string req = "POST /v1/probe HTTP/1.1\r\nAuthorization: Bearer " + std::string(kToken) +
+                      "\r\nContent-Length: 2000000\r\nConnection: close\r\n\r\n" +
+                      std::string(2000000, ' ');
+    std::thread sender([&] {
+      for (size_t off = 0; off < req.size();) {
+        ssize_t n = ::send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        off += static_cast<size_t>(n);
+      }
+    });
+    std::string out = answerOf(fd, Deadline::after(5s));
+    sender.join();
+    ::close(fd);
+    EXPECT_EQ(out.substr(0, out.find("\r\n")), "HTTP/1.1 413 Payload Too Large");
+  }
+  EXPECT_GE(a.metric("rankmap_http_rejected_connections_total{reason=\"too_many_headers\"}"), 1);
+  EXPECT_GE(a.metric("rankmap_http_rejected_connections_total{reason=\"head_too_large\"}"), 1);
+  EXPECT_GE(a.metric("rankmap_http_rejected_connections_total{reason=\"target_too_long\"}"), 1);
+}
+
+// GET /v1/plan ran the planner for anyone who could reach the port. Now making a plan needs the
+// bearer token; a plan already made for the same hosts, options and topology version is served
+// to anyone (a store read, no planning).
+TEST(HttpSecurity, PlanningNeedsTheTokenAndMadePlansDoNot) {
+  Agent a;
+  AgentConfig yc = a.config(10s, 256);
+  yc.name = "y";
+  yc.stateDir = a.dir.file("state-y");
+  Daemon y(yc);
+  y.start();
+  Json body = {{"hosts",
+                {{{"name", "x"}, {"address", fmt::format("127.0.0.1:{}", a.d->probePort())}},
+                 {{"name", "y"}, {"address", fmt::format("127.0.0.1:{}", y.probePort())}}}},
+               {"wait", true}};
+  ASSERT_EQ(HttpClient(a.url(), kToken).post("/v1/probe", body.dump(), Deadline::after(60s)).status,
+            200);
+  auto none = a.get("/v1/plan?hosts=y,x");
+  EXPECT_EQ(none.status, 401) << none.body;
+  EXPECT_NE(none.errorText().find("planning"), std::string::npos) << none.body;
+  EXPECT_EQ(a.get("/v1/plan?hosts=y,x", "wrong-token-0123456789").status, 401);
+  auto made = a.get("/v1/plan?hosts=y,x", kToken);
+  ASSERT_EQ(made.status, 200) << made.body;
+  auto again = a.get("/v1/plan?hosts=y,x");
+  EXPECT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(again.body, made.body);
+  // Other options are another plan: the token again.
+  EXPECT_EQ(a.get("/v1/plan?hosts=y,x&ranks_per_host=2").status, 401);
+  // More hosts than the topology has: refused before any lookup.
+  EXPECT_EQ(a.get("/v1/plan?hosts=x,y,x").status, 400);
+  y.stop();
+}
+
+// rankmapd started with a token file and a probe key that every local user could read (0644).
+// Now it refuses to start, naming the file, its mode, what is expected and the fix.
+TEST(HttpSecurity, SecretFilesOthersCanReadStopTheAgent) {
+  TempDir dir;
+  AgentConfig c;
+  c.name = "x";
+  c.listen = {"127.0.0.1", 0};
+  c.probeListen = {"127.0.0.1", 0};
+  c.stateDir = dir.file("state");
+  c.keyFile = dir.write("key", std::string(64, 'k'));
+  c.tokenFile = dir.write("token", kToken);
+  for (const std::string* f : {&c.keyFile, &c.tokenFile}) {
+    ASSERT_EQ(::chmod(f->c_str(), 0644), 0);
+    try {
+      Daemon d(c);
+      ADD_FAILURE() << "rankmapd started with " << *f << " at mode 0644";
+    } catch (const InvalidInput& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find(*f + ": mode 0644"), std::string::npos) << m;
+      EXPECT_NE(m.find("chmod 600 " + *f), std::string::npos) << m;
+    }
+    ASSERT_EQ(::chmod(f->c_str(), 0600), 0);
+  }
+  EXPECT_NO_THROW(Daemon{c});
+}
+
+// The probe port (0.0.0.0 in production) accepts nothing without the shared key. Each kind of
+// bad frame is refused, counted by reason in /metrics, and the agent keeps answering.
+TEST(ProbeSecurity, BadFramesAreRefusedCountedAndTheAgentStaysUp) {
+  Agent a;
+  const probe::Endpoint ep{"127.0.0.1", a.d->probePort()};
+  probe::ProbeKey key = probe::ProbeKey::fromBytes(std::string(64, 'k'));
+  probe::ProbeKey wrong = probe::ProbeKey::fromBytes(std::string(64, 'w'));
+  auto refusedSilently = [&](const std::string& bytes) {
+    int fd = rawConnect(ep.port);
+    sendText(fd, bytes);
+    std::string answer = answerOf(fd, Deadline::after(5s));
+    ::close(fd);
+    return answer.empty();  // a rejected Hello is closed without a word
+  };
+  auto count = [&](const char* reason) {
+    return a.metric(fmt::format("rankmap_probe_auth_rejections_total{{reason=\"{}\"}}", reason));
+  };
+  // Unauthenticated: a Hello under another key; bytes that are no frame at all.
+  auto c1 = probe::ChannelState::client(wrong, ep.text());
+  EXPECT_TRUE(refusedSilently(c1.hello("intruder")));
+  EXPECT_TRUE(refusedSilently(std::string(64, 'G')));
+  // Tampered: a Hello under the right key with one payload byte flipped.
+  auto c2 = probe::ChannelState::client(key, ep.text());
+  std::string tampered = c2.hello("tamperer");
+  tampered[probe::kHeaderBytes + 5] ^= 0x01;
+  EXPECT_TRUE(refusedSilently(tampered));
+  // Replayed: a valid Hello is answered once; the same bytes again are refused.
+  auto c3 = probe::ChannelState::client(key, ep.text());
+  std::string hello = c3.hello("recorded");
+  {
+    int fd = rawConnect(ep.port);
+    sendText(fd, hello);
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 5000), 1) << "the genuine Hello was not answered";
+    ::close(fd);
+  }
+  EXPECT_TRUE(refusedSilently(hello));
+  // Oversized: a header announcing a 4 GiB payload, refused before anything is allocated.
+  std::string huge = hello.substr(0, probe::kHeaderBytes);
+  for (size_t i = 16; i < 20; ++i) huge[i] = '\xff';
+  EXPECT_TRUE(refusedSilently(huge));
+
+  auto deadline = Clock::now() + 5s;
+  while (Clock::now() < deadline &&
+         (count("bad_mac") < 2 || count("malformed") < 2 || count("replay") < 1))
+    std::this_thread::sleep_for(20ms);
+  EXPECT_GE(count("bad_mac"), 2);    // wrong key, tampered
+  EXPECT_GE(count("malformed"), 2);  // no frame, oversized
+  EXPECT_GE(count("replay"), 1);
+  // Still serving: HTTP and an authenticated probe.
+  EXPECT_EQ(a.get("/v1/health").status, 200);
+  auto ch = probe::Channel::connect(ep, key, "friend", Deadline::after(5s));
+  ch.send(probe::MsgType::kPing, std::string(8, '\1'), Deadline::after(5s));
+  EXPECT_EQ(ch.expect(probe::MsgType::kPong, Deadline::after(5s)), std::string(8, '\1'));
+}
+
+}  // namespace
+}  // namespace rankmap::agent
