@@ -1025,10 +1025,12 @@ Topology assembleTopology(RoundState& s, const Structure& st, const TopologyLink
     lk.uplinks[l].resize(t.groups[l].groups.size(), LinkCapacity{});
   t.links = std::move(lk);
   t.sharedLinks = oversubscribedGroups(t);
-  // Pairs measured alone: the best such reading of each directed pair.
+  // Pairs measured alone: the best such reading of each directed pair. A host that left the
+  // round after some of its pairs were measured has none: its matrix entries are null, and a
+  // measured pair must have a value (the parser refuses it, as the agent's store did on restart).
   std::map<std::pair<int, int>, double> alone;
   for (const auto& r : s.readings)
-    if (r.kind == "bandwidth" && r.alone) {
+    if (r.kind == "bandwidth" && r.alone && s.live(r.src) && s.live(r.dst)) {
       auto& v = alone[{r.src, r.dst}];
       v = std::max(v, r.value);
     }
