@@ -274,6 +274,28 @@ TEST(ProbeScale, AHostDeadMidRoundHasNoMeasuredPairs) {
   EXPECT_GT(measuredBeforeDeath, 0) << "no case where the victim died after a pair measured alone";
 }
 
+// A brown-out: one host's link at 1% of its rate during the round. The round ends and names that
+// host as degraded (the bandwidth structure may give it a group of its own whose uplink is its
+// host link's rate: the name is how the round says so); a healthy round names none.
+TEST(ProbeScale, AHostLinkAtOnePercentIsNamedDegraded) {
+  DatacenterSpec spec = emucloudShape(2, 2, 400, 100);
+  spec.noise = 0.05;
+  {
+    Datacenter dc(spec);
+    SimFleet fleet(dc);
+    auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+    EXPECT_TRUE(out.degradedHosts.empty()) << fmt::format("{}", fmt::join(out.degradedHosts, "; "));
+  }
+  spec.slowHosts = {{3, 0.01}};
+  Datacenter dc(spec);
+  SimFleet fleet(dc);
+  auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+  EXPECT_TRUE(out.deadHosts.empty());
+  ASSERT_EQ(out.degradedHosts.size(), 1u) << fmt::format("{}", fmt::join(out.degradedHosts, "; "));
+  EXPECT_EQ(out.degradedHosts[0].rfind(fleet.host(3).name + " ", 0), 0u) << out.degradedHosts[0];
+  EXPECT_EQ(probe::degradedHosts(out.topology), out.degradedHosts);
+}
+
 // A host alone in its rack has no rack-mate to measure its host link with: it is measured
 // across (a flow out and one in), not stated as 0.
 TEST(ProbeScale, HostsAloneInTheirRackHaveTheirLinksMeasured) {
