@@ -775,7 +775,8 @@ def brownout(ctx):
         ups = [u["out_mbps"] for u in (links.get("uplinks") or [[]])[0]]
         # The brown-out is named: the host, at its measured rate. (The bandwidth structure may
         # also give it a group of its own whose uplink is that rate; the name says why.)
-        flagged = [d for d in summary.get("degraded_hosts", []) if d.startswith(ctx.vms[vi] + " ")]
+        flagged = [d for d in summary.get("degraded_hosts", [])
+                   if d.startswith(ctx.vms[vi] + " ")]
         ok = victim_out is not None and victim_out < host * 0.05 and len(flagged) == 1 and \
             len(summary["degraded_hosts"]) == 1 and "degraded host links" in err
         return ok, (f"round in {dt:.1f} s ({summary.get('status')}); degraded_hosts "
@@ -1000,7 +1001,7 @@ def body(ctx, m, only):
                   "round ends partial naming it; next round complete", rb, probe_link(ctx),
                   agents_only)
             m.run("brown-out: a VM's host link at 1% during a round",
-                  "round ends; that host's link reported at ~1%, no uplink claims it",
+                  "round ends; the host named degraded at its measured rate (~1%)",
                   "rankmap probe --timeout 180 s", brownout(ctx), agents_only)
         if want("store"):
             m.run("state dir full (tmpfs) during a round",
