@@ -64,7 +64,13 @@ Daemon::Daemon(AgentConfig cfg) : cfg_(std::move(cfg)) {
                  "failed",
                  name_, n);
   describeMetrics();
-  if (auto t = store_->latestTopology()) metrics_.setTopologySummary(*t);
+  // A stored document this build cannot load must not keep the agent down: it still probes,
+  // stores newer versions and serves the others; the summary metrics start empty.
+  try {
+    if (auto t = store_->latestTopology()) metrics_.setTopologySummary(*t);
+  } catch (const InvalidInput& e) {
+    RANKMAP_WARN(Agent, "agent {}: newest stored topology does not load: {}", name_, e.what());
+  }
 }
 
 Daemon::~Daemon() { stop(); }
