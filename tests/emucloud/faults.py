@@ -183,6 +183,12 @@ def make_plans(ctx):
     s = json.loads(json.dumps(topo))
     s["time"] = "2020-01-01T00:00:00Z"
     variants["plan-stale"] = s
+    o = json.loads(json.dumps(topo))  # the same network under other names: another job's plan
+    o["hosts"] = [{"name": f"other{k}", "address": f"192.0.2.{k + 1}"}
+                  for k in range(len(o["hosts"]))]
+    o["groups"][0]["groups"] = [[f"other{ctx.vms.index(n)}" for n in g]
+                                for g in o["groups"][0]["groups"]]
+    variants["plan-other"] = o
     plans = {}
     for name, t in variants.items():
         tpath = ctx.path(f"{name}.topology.json")
@@ -542,22 +548,32 @@ def run_agent(ctx, kind):
     return fn
 
 
-def run_stale(ctx):
+def run_plan(ctx, which):
+    """rankmap run --plan P -- mpirun ...: P stale (RANKMAP_PLAN_MAX_AGE=1h), or another job's plan
+    (its hosts are not the job's): the job runs unchanged, identical results, a line saying why."""
     def fn():
-        bindir = tl.stand_in_mpirun(os.path.join(ctx.work, "stale"), ctx.args.rankmap,
-                                    ctx.path("plan-stale.json"))
+        plan = ctx.path(f"plan-{which}.json")
+        bindir = tl.stand_in_mpirun(os.path.join(ctx.work, which), ctx.args.rankmap, plan)
         env = {"PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
-               "RANKMAP_RUN_DIR": ctx.rundir, "RANKMAP_PLAN_MAX_AGE": "1h"}
+               "RANKMAP_RUN_DIR": ctx.rundir}
+        if which == "stale":
+            env["RANKMAP_PLAN_MAX_AGE"] = "1h"
         t0 = time.monotonic()
         p = mpirun(ctx, proof_words(ctx, 1 << 16, 1), env=env)
-        out, err = p.communicate(timeout=60 + kSlackS)
+        try:
+            out, err = p.communicate(timeout=60 + kSlackS)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            return False, "the job did not end", 0
         dt = time.monotonic() - t0
         checks = checks_of(out)
         wrong = 0 if (p.returncode != 0 or checks == ctx.plain_checks) else 1
         said = [l for l in err.splitlines() if "rankmap run" in l]
         hosts = hosts_of(out)
+        word = "stale" if which == "stale" else "other0"
         ok = p.returncode == 0 and wrong == 0 and hosts == ctx.vms and \
-            any("stale" in l or "old" in l for l in said)
+            any(word in l for l in said)
         return ok, (f"exit {p.returncode} in {dt:.1f} s, provider order "
                     f"{'kept' if hosts == ctx.vms else hosts}; "
                     f"{(said or ['no line'])[0][-170:]}"), wrong
@@ -984,7 +1000,10 @@ def body(ctx, m, only):
               shim_plans(ctx, "stale"), none)
         m.run("rankmap run (launch): stale plan (RANKMAP_PLAN_MAX_AGE=1h)",
               "job runs in provider order, identical results, warning", f"60 s + {kSlackS} s",
-              run_stale(ctx), none)
+              run_plan(ctx, "stale"), none)
+        m.run("rankmap run (launch): another job's plan (hosts other0..3)",
+              "job runs in provider order, identical results, a line naming the mismatch",
+              f"60 s + {kSlackS} s", run_plan(ctx, "other"), none)
     if want("run"):
         for kind in ("unreachable", "slow", "garbage"):
             m.run(f"rankmap run --agent: agent {kind}",
