@@ -309,6 +309,7 @@ RoundResult Coordinator::resultOf(probe::RoundOutcome&& out, Clock::time_point t
       res.pairsMissing += gone;
     }
   res.deadHosts = out.deadHosts;
+  res.degradedHosts = out.degradedHosts;
   res.failures = out.failures;
   res.phaseSeconds = out.phaseSeconds;
   res.structure = std::move(out.structure);

@@ -51,6 +51,7 @@ struct RoundResult {
   size_t pairsMissing = 0;  // pairs with no latency and no bandwidth in either direction
   size_t flowsMissing = 0;  // directed bandwidth values missing
   std::vector<std::string> deadHosts;
+  std::vector<std::string> degradedHosts;    // probe::degradedHosts: flagged, not failed
   std::map<std::string, uint64_t> failures;  // reason -> count
   double seconds = 0;
   std::map<std::string, double> phaseSeconds;

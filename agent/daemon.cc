@@ -63,7 +63,13 @@ Daemon::Daemon(AgentConfig cfg) : cfg_(std::move(cfg)) {
                  "failed",
                  name_, n);
   describeMetrics();
-  if (auto t = store_->latestTopology()) metrics_.setTopologySummary(*t);
+  // A stored document this build cannot load must not keep the agent down: it still probes,
+  // stores newer versions and serves the others; the summary metrics start empty.
+  try {
+    if (auto t = store_->latestTopology()) metrics_.setTopologySummary(*t);
+  } catch (const InvalidInput& e) {
+    RANKMAP_WARN(Agent, "agent {}: newest stored topology does not load: {}", name_, e.what());
+  }
 }
 
 Daemon::~Daemon() { stop(); }
@@ -80,6 +86,8 @@ void Daemon::describeMetrics() {
                     "Measurements this agent ran for a coordinator, by op and result");
   metrics_.describe("rankmap_probe_missing_pairs", "gauge", "Host pairs missing in the last round");
   metrics_.describe("rankmap_probe_dead_hosts", "gauge", "Agents that failed in the last round");
+  metrics_.describe("rankmap_probe_degraded_hosts", "gauge",
+                    "Hosts whose host link was under a tenth of the median in the last round");
   metrics_.describe("rankmap_topology_version", "gauge", "Latest topology version");
   metrics_.describe("rankmap_topology_hosts", "gauge", "Hosts in the latest topology");
   metrics_.describe("rankmap_topology_shared_links", "gauge", "Shared uplinks found");
@@ -316,6 +324,9 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
   rec.seconds = r.seconds;
   if (!r.deadHosts.empty())
     rec.error = fmt::format("no answer from: {}", fmt::join(r.deadHosts, ", "));
+  if (!r.degradedHosts.empty())
+    rec.error += fmt::format("{}degraded host links: {}", rec.error.empty() ? "" : "; ",
+                             fmt::join(r.degradedHosts, ", "));
   bool publish = rec.status != "failed";
   if (publish && baseline && namesOf(baseline->hosts) == namesOf(r.topology.hosts)) {
     size_t changed = changedPairs(*baseline, r.topology, cfg_.reprobe.publishThreshold);
@@ -343,6 +354,7 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
                  static_cast<double>(k));
   metrics_.set("rankmap_probe_missing_pairs", "", static_cast<double>(r.pairsMissing));
   metrics_.set("rankmap_probe_dead_hosts", "", static_cast<double>(r.deadHosts.size()));
+  metrics_.set("rankmap_probe_degraded_hosts", "", static_cast<double>(r.degradedHosts.size()));
   if (publish) pushTopology(r.topology, hosts, r.deadHosts);
   return rec.topologyVersion;
 }

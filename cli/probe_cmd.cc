@@ -25,6 +25,7 @@
 #include "common/files.h"
 #include "launch/http_client.h"
 #include "probe/hosts.h"
+#include "probe/round.h"
 
 namespace rankmap::cli {
 namespace {
@@ -99,6 +100,7 @@ struct Outcome {
   int64_t version = 0;
   std::string via;
   std::vector<std::string> dead;
+  std::vector<std::string> degraded;  // probe::degradedHosts of the topology written
 };
 
 Outcome viaAgent(const ProbeArgs& a, const std::string& url, const std::string& token,
@@ -152,6 +154,7 @@ Outcome viaAgent(const ProbeArgs& a, const std::string& url, const std::string& 
     throw PeerError(
         fmt::format("agent {}: topology {}: HTTP {}: {}", url, o.version, t.status, t.errorText()));
   Topology topo = Topology::parse(t.body, fmt::format("agent {} topology", url));
+  o.degraded = probe::degradedHosts(topo);
   topo.save(a.out);
   return o;
 }
@@ -185,6 +188,7 @@ Outcome coordinateHere(const ProbeArgs& a, const CliContext& ctx, const std::vec
         fmt::format("probe round failed: no pair measured ({} of {} agents did not "
                     "answer: {})",
                     r.deadHosts.size(), hosts.size(), fmt::join(r.deadHosts, ", ")));
+  o.degraded = probe::degradedHosts(r.topology);
   r.topology.save(a.out);
   return o;
 }
@@ -227,13 +231,16 @@ int runProbe(const CliContext& ctx, const ProbeArgs& a) {
   if (a.json) {
     Json j = {{"out", a.out},     {"status", o.status},         {"hosts", o.hosts},
               {"pairs", o.pairs}, {"missing_pairs", o.missing}, {"seconds", o.seconds},
-              {"via", o.via},     {"dead_hosts", o.dead}};
+              {"via", o.via},     {"dead_hosts", o.dead},       {"degraded_hosts", o.degraded}};
     j["version"] = o.version ? Json(o.version) : Json(nullptr);
     fmt::print("{}\n", j.dump());
   } else {
     fmt::print("rankmap probe: wrote {}: {} hosts, {} pairs, {} missing, {:.1f} s, {} ({})\n",
                a.out, o.hosts, o.pairs, o.missing, o.seconds, o.status, o.via);
   }
+  if (!o.degraded.empty())
+    fmt::print(stderr, "rankmap probe: warning: degraded host links (under {:.0f}% of the median): {}\n",
+               probe::kDegradedHostRatio * 100, fmt::join(o.degraded, ", "));
   if (o.missing > 0 || !o.dead.empty())
     fmt::print(stderr, "rankmap probe: warning: {} pairs missing{}{}\n", o.missing,
                o.dead.empty() ? "" : "; no answer from ", fmt::join(o.dead, ", "));

@@ -1025,10 +1025,12 @@ Topology assembleTopology(RoundState& s, const Structure& st, const TopologyLink
     lk.uplinks[l].resize(t.groups[l].groups.size(), LinkCapacity{});
   t.links = std::move(lk);
   t.sharedLinks = oversubscribedGroups(t);
-  // Pairs measured alone: the best such reading of each directed pair.
+  // Pairs measured alone: the best such reading of each directed pair. A host that left the
+  // round after some of its pairs were measured has none: its matrix entries are null, and a
+  // measured pair must have a value (the parser refuses it, as the agent's store did on restart).
   std::map<std::pair<int, int>, double> alone;
   for (const auto& r : s.readings)
-    if (r.kind == "bandwidth" && r.alone) {
+    if (r.kind == "bandwidth" && r.alone && s.live(r.src) && s.live(r.dst)) {
       auto& v = alone[{r.src, r.dst}];
       v = std::max(v, r.value);
     }
@@ -1061,6 +1063,23 @@ Topology assembleTopology(RoundState& s, const Structure& st, const TopologyLink
   return t;
 }
 
+std::vector<std::string> degradedHosts(const Topology& t) {
+  std::vector<std::string> out;
+  if (!t.links) return out;
+  const auto& hl = t.links->hosts;
+  std::vector<double> rates;
+  for (const auto& l : hl)
+    if (l.outMbps > 0 && l.inMbps > 0) rates.push_back(std::min(l.outMbps, l.inMbps));
+  if (rates.size() < 3) return out;
+  const double mid = median(rates);
+  for (size_t h = 0; h < hl.size() && h < t.hosts.size(); ++h) {
+    double r = std::min(hl[h].outMbps, hl[h].inMbps);
+    if (hl[h].outMbps > 0 && hl[h].inMbps > 0 && r < kDegradedHostRatio * mid)
+      out.push_back(fmt::format("{} {:.1f} Mbit/s (hosts' median {:.0f})", t.hosts[h].name, r, mid));
+  }
+  return out;
+}
+
 // ---- the round ------------------------------------------------------------------------------
 
 RoundOutcome runRound(Fleet& fleet, const RoundOptions& opts, Deadline d,
@@ -1082,6 +1101,9 @@ RoundOutcome runRound(Fleet& fleet, const RoundOptions& opts, Deadline d,
   if (opts.bandwidthEnabled && !s.stopped()) links = measureLinks(s, res.structure);
   endPhase("links");
   res.topology = assembleTopology(s, res.structure, links);
+  res.degradedHosts = degradedHosts(res.topology);
+  if (!res.degradedHosts.empty())
+    RANKMAP_WARN(Probe, "probe round: degraded host links: {}", fmt::join(res.degradedHosts, ", "));
   res.failures = s.failures;
   res.deadHosts = s.dropped;
   res.readings = std::move(s.readings);

@@ -33,6 +33,10 @@
 //                    kDenseMaxHosts, full matrices whose other
 //                    entries come from the link model (the narrowest link on the path) and the
 //                    per-tier latencies.
+//   5. degraded      hosts whose host link carries under kDegradedHostRatio of the round's median
+//                    host link (a brown-out: a VM's NIC throttled) are named in the outcome. The
+//                    bandwidth structure may then also put such a host in a group of its own whose
+//                    uplink is its host link's rate: the name is how the round says so.
 // A host that does not answer (after the fleet's connection retries) or answers too late twice is
 // dropped for the round and named in the result; the round never throws for a peer's failure.
 // Deterministic for a deterministic fleet and seed.
@@ -140,6 +144,7 @@ struct RoundOutcome {
   Structure structure;
   std::vector<Reading> readings;
   std::vector<std::string> deadHosts;          // by name
+  std::vector<std::string> degradedHosts;      // "name X Mbit/s" (degradedHosts())
   std::map<std::string, uint64_t> failures;    // reason -> count
   std::map<std::string, double> phaseSeconds;  // by the fleet's clock
   FleetCost cost;
@@ -211,6 +216,14 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
 // Groups whose uplink carries less than 90% of their hosts' total, as shared links (what the
 // contention probe reported before links existed; older readers and the planner use them).
 std::vector<SharedLink> oversubscribedGroups(const Topology& t);
+
+// A host whose measured host link (the slower direction) is below this fraction of the median
+// host link of the hosts measured is degraded (docs/reliability.md, "Fault matrix": a VM's link
+// shaped to 1% of its rate is named, not published silently as a rack of its own).
+inline constexpr double kDegradedHostRatio = 0.1;
+// Degraded hosts of `t` (its link model; none without one or with fewer than 3 hosts measured),
+// each as "name X Mbit/s (hosts' median Y)".
+std::vector<std::string> degradedHosts(const Topology& t);
 
 // The whole round.
 RoundOutcome runRound(Fleet& fleet, const RoundOptions& opts, Deadline d,

@@ -212,6 +212,90 @@ TEST(ProbeScale, ALowUplinkReadingIsMeasuredAgain) {
   EXPECT_NEAR(*got, 25, 0.5) << a << " -> " << b;
 }
 
+// A host that dies after some of its pairs were measured alone (an agent killed mid-round, the
+// fault matrix's first agent row) is out of the round: the topology lists none of its pairs as
+// measured, since its matrix entries are null, and it loads again from its own JSON (a store
+// holding it was refused when the coordinating agent restarted).
+class DiesAfterItsFirstFlows : public probe::Fleet {
+ public:
+  // The victim dies after `flows` of its flows were measured.
+  DiesAfterItsFirstFlows(SimFleet& inner, Datacenter& dc, int victim, int flows)
+      : inner_(inner), dc_(dc), victim_(victim), left_(flows) {}
+  size_t size() const override { return inner_.size(); }
+  const Host& host(int h) const override { return inner_.host(h); }
+  std::vector<bool> alive(Deadline d) override { return inner_.alive(d); }
+  std::vector<probe::Outcome<LatencyStats>> latency(const std::vector<probe::HostPair>& pairs,
+                                                    const probe::LatencyOptions& opts,
+                                                    Deadline d) override {
+    return inner_.latency(pairs, opts, d);
+  }
+  std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
+                                                const probe::BandwidthOptions& opts,
+                                                Deadline d) override {
+    auto out = inner_.bandwidth(flows, opts, d);
+    for (size_t k = 0; k < flows.size(); ++k)
+      if ((flows[k].first == victim_ || flows[k].second == victim_) && out[k].value) --left_;
+    if (left_ <= 0 && dc_.alive(victim_)) dc_.setAlive(victim_, false);
+    return out;
+  }
+  probe::FleetCost cost() const override { return inner_.cost(); }
+
+ private:
+  SimFleet& inner_;
+  Datacenter& dc_;
+  int victim_;
+  int left_;
+};
+
+TEST(ProbeScale, AHostDeadMidRoundHasNoMeasuredPairs) {
+  const int victim = 2;
+  int measuredBeforeDeath = 0;  // rounds in which the victim had a pair measured alone
+  for (int flows = 1; flows <= 12; ++flows) {
+    DatacenterSpec spec = emucloudShape(2, 2, 400, 100);
+    spec.noise = 0;
+    Datacenter dc(spec);
+    SimFleet sim(dc);
+    DiesAfterItsFirstFlows fleet(sim, dc, victim, flows);
+    auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+    if (out.deadHosts.empty()) continue;  // it outlived the round
+    ASSERT_EQ(out.deadHosts, std::vector<std::string>{fleet.host(victim).name});
+    for (const auto& r : out.readings)
+      if (r.kind == "bandwidth" && r.alone && (r.src == victim || r.dst == victim)) {
+        ++measuredBeforeDeath;
+        break;
+      }
+    for (auto [a, b] : out.topology.measured) {
+      EXPECT_NE(a, victim) << "after " << flows << " flows: " << a << " -> " << b;
+      EXPECT_NE(b, victim) << "after " << flows << " flows: " << a << " -> " << b;
+    }
+    Topology again = Topology::fromJson(out.topology.toJson(), "the round's topology");
+    EXPECT_EQ(again.measured, out.topology.measured);
+  }
+  EXPECT_GT(measuredBeforeDeath, 0) << "no case where the victim died after a pair measured alone";
+}
+
+// A brown-out: one host's link at 1% of its rate during the round. The round ends and names that
+// host as degraded (the bandwidth structure may give it a group of its own whose uplink is its
+// host link's rate: the name is how the round says so); a healthy round names none.
+TEST(ProbeScale, AHostLinkAtOnePercentIsNamedDegraded) {
+  DatacenterSpec spec = emucloudShape(2, 2, 400, 100);
+  spec.noise = 0.05;
+  {
+    Datacenter dc(spec);
+    SimFleet fleet(dc);
+    auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+    EXPECT_TRUE(out.degradedHosts.empty()) << fmt::format("{}", fmt::join(out.degradedHosts, "; "));
+  }
+  spec.slowHosts = {{3, 0.01}};
+  Datacenter dc(spec);
+  SimFleet fleet(dc);
+  auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+  EXPECT_TRUE(out.deadHosts.empty());
+  ASSERT_EQ(out.degradedHosts.size(), 1u) << fmt::format("{}", fmt::join(out.degradedHosts, "; "));
+  EXPECT_EQ(out.degradedHosts[0].rfind(fleet.host(3).name + " ", 0), 0u) << out.degradedHosts[0];
+  EXPECT_EQ(probe::degradedHosts(out.topology), out.degradedHosts);
+}
+
 // A host alone in its rack has no rack-mate to measure its host link with: it is measured
 // across (a flow out and one in), not stated as 0.
 TEST(ProbeScale, HostsAloneInTheirRackHaveTheirLinksMeasured) {

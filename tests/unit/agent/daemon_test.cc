@@ -8,6 +8,7 @@
 
 #include "agent/coordinator.h"
 #include "agent/daemon.h"
+#include "agent/store.h"
 #include "agent/topology_push.h"
 #include "launch/http_client.h"
 #include "probe/hosts.h"
@@ -242,6 +243,35 @@ TEST(Daemon, TopologySurvivesARestart) {
   auto after = get(x2, "/v1/topology");
   ASSERT_EQ(after.status, 200);
   EXPECT_EQ(after.body, before);
+}
+
+// A stored topology this build cannot load (a partial round wrote one before probe/round listed
+// only live hosts' pairs as measured) must not keep the agent down: it starts, names the version,
+// and still serves its health and older versions.
+TEST(Daemon, StartsWhenItsNewestStoredTopologyDoesNotLoad) {
+  Agents a;
+  {
+    Store s(a.dir.file("state-x"));
+    Topology ok = Topology::empty({{"a", "10.0.0.1"}, {"b", "10.0.0.2"}});
+    ok.bandwidthMbps.at(0, 1) = ok.bandwidthMbps.at(1, 0) = 100;
+    ok.latencyUs.at(0, 1) = ok.latencyUs.at(1, 0) = LatencyStats{10, 10, 10, 10};
+    s.addTopology(ok, std::nullopt);
+    Topology bad = ok;  // a measured pair whose matrix entry is null: the parser refuses it
+    bad.groups = {{"rack", 1, {{"a"}, {"b"}}}};
+    bad.links = TopologyLinks{{{100, 100}, {100, 100}}, {{{100, 100}, {100, 100}}}, 5, {10}};
+    bad.bandwidthMbps.at(0, 1) = std::nullopt;
+    bad.measured = {{0, 1}};
+    s.addTopology(bad, std::nullopt);
+    ASSERT_THROW(s.latestTopology(), InvalidInput);
+  }
+  Daemon& x = a.add("x");
+  auto h = get(x, "/v1/health");
+  ASSERT_EQ(h.status, 200);
+  EXPECT_EQ(parseJson(h.body, "health").at("topology_version"), 2);
+  EXPECT_EQ(get(x, "/v1/topology?version=1").status, 200);
+  auto newest = get(x, "/v1/topology");  // an error naming the version, not a crash
+  EXPECT_GE(newest.status, 500) << newest.body;
+  EXPECT_NE(newest.body.find("topology version 2"), std::string::npos) << newest.body;
 }
 
 TEST(Daemon, PlansForTheJobsHostsFromTheLatestTopology) {
