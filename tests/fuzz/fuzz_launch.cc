@@ -1,6 +1,7 @@
 // Fuzz target for `rankmap run`'s launcher command lines and the hostfiles they name: the parsers
 // and rewrites of launch/ (mpirun, srun, torchrun), Open MPI hostfiles and --host lists, Slurm
-// hostlists, and rankmapd's hosts file (probe/hosts.h).
+// hostlists, the --xgboost hosts file (read from a memfd), and rankmapd's hosts file
+// (probe/hosts.h).
 //
 // Input: text in up to three sections separated by a line "%%":
 //   1. the command line, one word per line (argv[0] picks the launcher: mpirun, srun, torchrun,
@@ -12,6 +13,9 @@
 // decideTorchrun), and rewritten for launch and shim mode. Findings: a crash, another exception,
 // or a rewrite that changes the user's program or its arguments (the words from the program on
 // must end every rewritten command unchanged).
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +32,7 @@
 #include "launch/mpirun.h"
 #include "launch/slurm.h"
 #include "launch/torchrun.h"
+#include "launch/xgboost.h"
 #include "probe/hosts.h"
 
 namespace {
@@ -161,6 +166,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     probe::validateHosts(probe::parseHosts(file, "hosts file"), "hosts file");
   } catch (const InvalidInput&) {
+  }
+  if (int fd = ::memfd_create("hosts", MFD_CLOEXEC); fd >= 0) {
+    if (::write(fd, file.data(), file.size()) == static_cast<ssize_t>(file.size())) {
+      try {
+        for (const auto& h : readHostsFile("/proc/self/fd/" + std::to_string(fd)))
+          if (h.empty() || h.find_first_of(" \t\n#") != std::string::npos)
+            finding("xgboost hosts file gave the host '" + h + "'", argv);
+      } catch (const InvalidInput&) {
+      }
+    }
+    ::close(fd);
   }
   for (const auto& [name, value] : envMap) {
     try {

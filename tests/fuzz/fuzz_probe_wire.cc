@@ -13,9 +13,10 @@
 //      [type u8][flags u8][length u16 LE][payload] are sealed by the client (flags bit 0 clear)
 //      or the server (bit 0 set), then optionally corrupted in one byte (bit 1; position from
 //      the payload's first byte and flags) or dropped (bit 7), and delivered to the other side
-//      as Channel::recv does, whose payload parser then runs (BandwidthOptions, BulkResult,
-//      request JSON). An intact frame must open to what was sealed; a corrupted or out-of-order
-//      one must never open.
+//      as Channel::recv does, whose payload parser then runs (BandwidthOptions, BulkResult, and
+//      for a Request the agent's ProbeService::handle, except the ops that would measure against
+//      the named peer or relay to other agents: those make network traffic). An intact frame
+//      must open to what was sealed; a corrupted or out-of-order one must never open.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "agent/probe_service.h"
 #include "common/log.h"
 #include "probe/measure.h"
 #include "probe/wire.h"
@@ -68,9 +70,20 @@ void serverParses(const Frame& f) {
       case MsgType::kBulkSource:
         BandwidthOptions::fromJson(parseJson(f.payload, "bulk request"), "bulk request");
         break;
-      case MsgType::kRequest:
-        parseJson(f.payload, "request");
+      case MsgType::kRequest: {
+        Json req = parseJson(f.payload, "request");
+        if (req.is_object()) {
+          auto op = req.find("op");
+          if (req.contains("relay") ||
+              (op != req.end() && (*op == "latency" || *op == "bandwidth")))
+            break;
+        }
+        static agent::ProbeService service(
+            key(), "fuzz-agent", {[] { return std::optional<int64_t>(7); }, [](const Topology&) { return true; }},
+            nullptr);
+        service.handle(req, "fuzz-peer", Deadline::after(std::chrono::seconds(1)));
         break;
+      }
       default:
         break;
     }

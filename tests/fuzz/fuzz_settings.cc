@@ -51,23 +51,24 @@ class MemFile {
   int fd_;
 };
 
+// Every value's text, given back on the command line, reads as the same text.
 void roundTrips(const Config& c) {
-  for (const auto& info : settingRegistry()) {
-    std::string text = c.valueText(info.id);
-    Config::LoadOptions again;
-    again.env = std::map<std::string, std::string>{};
-    again.systemFile = "";
-    again.userFile = "";
-    again.overrides = {{std::string(info.name), text}};
-    Config c2;
-    try {
-      c2 = Config::load(again);
-    } catch (const InvalidInput& e) {
-      finding(std::string("valueText does not parse back: ") + e.what());
-    }
-    if (c2.valueText(info.id) != text)
-      finding(std::string(info.name) + ": " + text + " reads back as " + c2.valueText(info.id));
+  Config::LoadOptions again;
+  again.env = std::map<std::string, std::string>{};
+  again.systemFile = "";
+  again.userFile = "";
+  for (const auto& info : settingRegistry())
+    again.overrides.emplace_back(std::string(info.name), c.valueText(info.id));
+  Config c2;
+  try {
+    c2 = Config::load(again);
+  } catch (const InvalidInput& e) {
+    finding(std::string("valueText does not parse back: ") + e.what());
   }
+  for (const auto& info : settingRegistry())
+    if (c2.valueText(info.id) != c.valueText(info.id))
+      finding(std::string(info.name) + ": " + c.valueText(info.id) + " reads back as " +
+              c2.valueText(info.id));
 }
 
 }  // namespace
