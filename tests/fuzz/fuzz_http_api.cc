@@ -13,8 +13,10 @@
 // every bad input must be a 4xx naming what is wrong), or a body that is not the JSON the API
 // promises.
 #include <httplib.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -91,10 +93,20 @@ struct World {
 
   World() {
     log::setLevel(log::Level::Off);
-    std::string base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
-    std::string tmpl = base + "/rankmap-fuzz-http-XXXXXX";
-    if (!::mkdtemp(tmpl.data())) std::abort();
-    dir = tmpl;
+    // One directory per process, named by its pid: a run that crashed (no destructors) leaves
+    // its directory behind, and the next run removes those of processes that are gone.
+    std::filesystem::path base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
+    const std::string prefix = "rankmap-fuzz-http-";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
+      std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) != 0) continue;
+      pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + prefix.size()));
+      if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove_all(e.path(), ec);
+    }
+    dir = (base / (prefix + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir, ec);
+    std::filesystem::create_directories(dir);
     writeFileAtomic(dir + "/key", std::string(64, 'k') + "\n", 0600);
     writeFileAtomic(dir + "/token", "fuzz-token-0123456789abcdef\n", 0600);
     agent::AgentConfig c;
