@@ -102,7 +102,8 @@ struct World {
       std::string name = e.path().filename().string();
       if (name.rfind(prefix, 0) != 0) continue;
       pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + prefix.size()));
-      if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove_all(e.path(), ec);
+      if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH)
+        std::filesystem::remove_all(e.path(), ec);
     }
     dir = (base / (prefix + std::to_string(::getpid()))).string();
     std::filesystem::remove_all(dir, ec);

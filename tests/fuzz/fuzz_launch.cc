@@ -59,9 +59,8 @@ std::vector<std::string> splitLines(std::string_view s) {
 void keepsProgram(const std::vector<std::string>& argv, size_t program,
                   const std::vector<std::string>& rewritten, const char* what) {
   size_t tail = argv.size() - std::min(program, argv.size());
-  if (rewritten.size() < tail ||
-      !std::equal(argv.end() - static_cast<ptrdiff_t>(tail), argv.end(),
-                  rewritten.end() - static_cast<ptrdiff_t>(tail)))
+  if (rewritten.size() < tail || !std::equal(argv.end() - static_cast<ptrdiff_t>(tail), argv.end(),
+                                             rewritten.end() - static_cast<ptrdiff_t>(tail)))
     finding(std::string(what) + " changed the program words: " + shellJoin(rewritten), argv);
 }
 
@@ -186,7 +185,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     try {
       auto hosts = expandHostlist(value);
-      if (!hosts.empty() && compressHostlist(hosts).empty()) finding("empty compressed hostlist", argv);
+      if (!hosts.empty() && compressHostlist(hosts).empty())
+        finding("empty compressed hostlist", argv);
     } catch (const InvalidInput&) {
     }
   }
@@ -194,7 +194,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (argv.empty()) return 0;
   try {
     if (isMpirun(argv[0])) {
-      auto cmd = MpirunCommand::parse(argv, [&file](const std::string&) { return file; }, env);
+      auto cmd = MpirunCommand::parse(
+          argv, [&file](const std::string&) { return file; }, env);
       launcherCommand(*cmd, cmd->programIndex());
     } else if (isSrun(argv[0])) {
       auto cmd = SrunCommand::parse(argv, env);

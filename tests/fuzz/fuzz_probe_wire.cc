@@ -24,9 +24,9 @@
 #include <string>
 #include <string_view>
 
+#include "agent/probe_service.h"
 #include "common/error.h"
 #include "common/json.h"
-#include "agent/probe_service.h"
 #include "common/log.h"
 #include "probe/measure.h"
 #include "probe/wire.h"
@@ -79,7 +79,8 @@ void serverParses(const Frame& f) {
             break;
         }
         static agent::ProbeService service(
-            key(), "fuzz-agent", {[] { return std::optional<int64_t>(7); }, [](const Topology&) { return true; }},
+            key(), "fuzz-agent",
+            {[] { return std::optional<int64_t>(7); }, [](const Topology&) { return true; }},
             nullptr);
         service.handle(req, "fuzz-peer", Deadline::after(std::chrono::seconds(1)));
         break;
@@ -114,8 +115,9 @@ void stranger(std::string_view in) {
   ChannelState server = ChannelState::server(key(), "10.0.0.9:40000");
   try {
     std::string_view s = in;
-    while (auto f = readFrame(server, s, server.established() ? kMaxDocumentPayload
-                                                              : ChannelState::kMaxHelloPayload)) {
+    while (auto f = readFrame(
+               server, s,
+               server.established() ? kMaxDocumentPayload : ChannelState::kMaxHelloPayload)) {
       server.acceptHello(*f, guard);
       finding("a frame without the key opened on the server");
     }
@@ -133,7 +135,8 @@ void stranger(std::string_view in) {
 void helloWithKey(std::string_view in) {
   std::string p(in);
   if (p.size() >= 26) {
-    int16_t rel = static_cast<int16_t>((static_cast<uint8_t>(p[18]) << 8) | static_cast<uint8_t>(p[19]));
+    int16_t rel =
+        static_cast<int16_t>((static_cast<uint8_t>(p[18]) << 8) | static_cast<uint8_t>(p[19]));
     uint64_t ts = static_cast<uint64_t>(wallClockMs() + int64_t{rel} * 10);
     for (int i = 0; i < 8; ++i) p[18 + i] = static_cast<char>(ts >> (56 - 8 * i));
   }
@@ -158,7 +161,8 @@ void session(std::string_view in) {
   ChannelState server = ChannelState::server(key(), "10.0.0.9:40000");
   std::string hello = client.hello("fuzz-client");
   std::string_view hs = hello;
-  std::string ack = server.acceptHello(*readFrame(server, hs, ChannelState::kMaxHelloPayload), guard);
+  std::string ack =
+      server.acceptHello(*readFrame(server, hs, ChannelState::kMaxHelloPayload), guard);
   std::string_view as = ack;
   readFrame(client, as, kNonceBytes + 8);
   if (!client.established() || !server.established()) finding("honest handshake failed");
@@ -184,8 +188,9 @@ void session(std::string_view in) {
     }
     bool corrupted = false;
     if (flags & 2) {
-      size_t pos = ((flags >> 2) * 131u + (payload.empty() ? 0u : static_cast<uint8_t>(payload[0]))) %
-                   frame.size();
+      size_t pos =
+          ((flags >> 2) * 131u + (payload.empty() ? 0u : static_cast<uint8_t>(payload[0]))) %
+          frame.size();
       char x = static_cast<char>(frame[pos] ^ (1 + ((flags >> 2) & 0x1f)));
       corrupted = x != frame[pos];
       frame[pos] = x;

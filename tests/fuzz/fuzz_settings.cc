@@ -116,7 +116,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const InvalidInput& e) {
       finding(std::string("toJson does not load back: ") + e.what() + "\n" + j.dump());
     }
-    if (b.toJson() != j) finding("toJson round trip differs:\n" + j.dump() + "\n" + b.toJson().dump());
+    if (b.toJson() != j)
+      finding("toJson round trip differs:\n" + j.dump() + "\n" + b.toJson().dump());
   } catch (const InvalidInput&) {
   }
   return 0;
