@@ -145,7 +145,7 @@ AgentConfig AgentConfig::load(const std::string& path) {
   Json doc;
   try {
     doc = Json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     throw InvalidInput(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }
   return fromJson(doc, path);

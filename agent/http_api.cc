@@ -17,9 +17,12 @@ namespace {
 constexpr size_t kMaxListLimit = 1000;
 constexpr const char* kJson = "application/json";
 
+// Strings that are not UTF-8 (a request's path or query echoed in an error) are dumped with
+// U+FFFD in place of the bad bytes: dump() would throw instead, and out of the error handler that
+// ended rankmapd (found by tests/fuzz/fuzz_http_api.cc).
 void sendJson(httplib::Response& res, int status, const Json& body) {
   res.status = status;
-  res.set_content(body.dump(1) + "\n", kJson);
+  res.set_content(body.dump(1, ' ', false, Json::error_handler_t::replace) + "\n", kJson);
 }
 
 void sendError(httplib::Response& res, int status, const std::string& msg) {

@@ -484,7 +484,12 @@ std::optional<std::chrono::system_clock::time_point> parseUtcTime(std::string_vi
     }
   }
   if (i + 1 != s.size() || s[i] != 'Z') return std::nullopt;
-  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return std::nullopt;
+  // %d also reads signs: fields are bounded on both sides. Years stay inside what
+  // system_clock's nanoseconds hold (1677..2262): 9999 overflowed from_time_t (UBSan, found by
+  // tests/fuzz).
+  if (y < 1970 || y > 2200 || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 ||
+      mi > 59 || sec < 0 || sec > 60)
+    return std::nullopt;
   tm.tm_year = y - 1900;
   tm.tm_mon = mo - 1;
   tm.tm_mday = d;

@@ -191,8 +191,8 @@ struct Topology {
 };
 
 // Shared by topology and plan parsers.
-// "YYYY-MM-DDTHH:MM:SS[.fraction]Z" (RFC 3339 in UTC, as rankmapd writes it) as a time point;
-// nullopt for anything else.
+// "YYYY-MM-DDTHH:MM:SS[.fraction]Z" (RFC 3339 in UTC, as rankmapd writes it, years 1970..2200)
+// as a time point; nullopt for anything else.
 std::optional<std::chrono::system_clock::time_point> parseUtcTime(std::string_view text);
 
 std::vector<HierarchyLevel> parseHierarchy(const JsonReader& r,

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <unordered_set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -211,17 +212,21 @@ std::vector<std::string> expandHostlist(std::string_view expr) {
           bad(fmt::format("expected a number or a range, got {:?}", range));
         long a = std::stol(lo), b = std::stol(hi);
         if (b < a) bad(fmt::format("expected an increasing range, got {:?}", range));
-        if (b - a > 100000) bad("expected a range of at most 100000 hosts");
+        if (b - a >= static_cast<long>(kMaxHostlistHosts))
+          bad(fmt::format("expected a range of at most {} hosts", kMaxHostlistHosts));
         for (long v = a; v <= b; ++v) values.push_back(fmt::format("{:0{}}", v, lo.size()));
       }
       std::vector<std::string> next;
       for (const auto& p : partial)
         for (const auto& v : values) next.push_back(p + v);
       partial = std::move(next);
-      if (partial.size() > 1000000) bad("expected at most a million hosts");
+      if (partial.size() > kMaxHostlistHosts)
+        bad(fmt::format("expected at most {} hosts", kMaxHostlistHosts));
       i = close + 1;
     }
     out.insert(out.end(), partial.begin(), partial.end());
+    if (out.size() > kMaxHostlistHosts)
+      bad(fmt::format("expected at most {} hosts", kMaxHostlistHosts));
   }
   return out;
 }
@@ -235,12 +240,16 @@ std::string compressHostlist(const std::vector<std::string>& hosts) {
   std::vector<Group> groups;
   std::vector<std::pair<bool, size_t>> order;  // (is group, index) in first-appearance order
   std::vector<std::string> literals;
+  // Indexes, so that a million names take linear time (tests/fuzz found the linear searches
+  // quadratic: minutes for a hostlist like "gpu[1-1000]-[1-1000]").
+  std::unordered_set<std::string> literalSet;
+  std::map<std::pair<std::string, size_t>, size_t> groupIndex;  // (prefix, width) -> groups
   for (const auto& h : hosts) {
     size_t k = h.size();
     while (k > 0 && std::isdigit(static_cast<unsigned char>(h[k - 1]))) --k;
     std::string digits = h.substr(k);
     if (digits.empty() || digits.size() > 9) {
-      if (std::find(literals.begin(), literals.end(), h) == literals.end()) {
+      if (literalSet.insert(h).second) {
         literals.push_back(h);
         order.push_back({false, literals.size() - 1});
       }
@@ -248,16 +257,19 @@ std::string compressHostlist(const std::vector<std::string>& hosts) {
     }
     size_t width = digits.size() > 1 && digits[0] == '0' ? digits.size() : 0;
     std::string prefix = h.substr(0, k);
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
-      // An unpadded number joins a padded group of its own width ("10" with "01").
-      return g.prefix == prefix && (g.width == width || (width == 0 && g.width == digits.size()));
-    });
-    if (it == groups.end()) {
+    // The first group made with this prefix and width, or (an unpadded number joins a padded
+    // group of its own width: "10" with "01") with the number's width.
+    size_t idx = groups.size();
+    if (auto g = groupIndex.find({prefix, width}); g != groupIndex.end()) idx = g->second;
+    if (width == 0)
+      if (auto g = groupIndex.find({prefix, digits.size()}); g != groupIndex.end())
+        idx = std::min(idx, g->second);
+    if (idx == groups.size()) {
+      groupIndex.emplace(std::make_pair(prefix, width), idx);
       groups.push_back({prefix, width, {}});
-      order.push_back({true, groups.size() - 1});
-      it = groups.end() - 1;
+      order.push_back({true, idx});
     }
-    it->numbers.insert(std::stol(digits));
+    groups[idx].numbers.insert(std::stol(digits));
   }
   std::string out;
   for (auto [isGroup, idx] : order) {

@@ -31,7 +31,10 @@
 namespace rankmap::launch {
 
 // Expands a Slurm hostlist ("node[01-03,7],gpu[1-2]-ib,login") in order, zero padding kept.
-// Throws InvalidInput naming the expression for a malformed one.
+// Throws InvalidInput naming the expression for a malformed one, or one of more than
+// kMaxHostlistHosts hosts (the work for any hostlist stays bounded: tests/fuzz found a few bytes
+// that made a million names and minutes of work).
+inline constexpr size_t kMaxHostlistHosts = 100000;
 std::vector<std::string> expandHostlist(std::string_view expr);
 // Compresses host names into a hostlist ("node[01-03,07],login"): names sharing a prefix and a
 // numeric suffix width are grouped (in order of first appearance) with sorted ranges.

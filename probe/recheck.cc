@@ -419,9 +419,11 @@ RecheckResult checkTopology(RoundState& s, const Topology& t, const RecheckOptio
         if (chosen.count(x)) covered[i] = 1;
   }
   for (const auto& [level, group, uplink] : chosen) {
-    auto it = std::find_if(res.groups.begin(), res.groups.end(), [&](const GroupChange& g) {
-      return g.level == level && g.group == group;
-    });
+    // Init-captures: clang before 16 cannot capture structured bindings (scripts/fuzz uses clang).
+    auto it = std::find_if(res.groups.begin(), res.groups.end(),
+                           [level = level, group = group](const GroupChange& g) {
+                             return g.level == level && g.group == group;
+                           });
     if (it == res.groups.end()) it = res.groups.insert(res.groups.end(), GroupChange{level, group});
     (uplink ? it->uplink : it->hostLinks) = true;
   }

@@ -225,7 +225,7 @@ void applyHostNames(const JsonReader& r, DeclaredPlacement& d) {
   for (const auto& [id, val] : m->json().items()) {
     JsonReader e(val, r.source(), m->path() + "/" + id);
     auto it = std::find_if(d.hosts.begin(), d.hosts.end(),
-                           [&](const DeclaredHost& h) { return h.id == id; });
+                           [&key = id](const DeclaredHost& h) { return h.id == key; });
     if (it == d.hosts.end()) bad(e, fmt::format("'{}' is not a declared host", id));
     it->aliases.push_back(e.nonEmptyStr());
   }

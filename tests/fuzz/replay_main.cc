@@ -1,6 +1,12 @@
 // Runs LLVMFuzzerTestOneInput over every file in the corpus directories given on the command line,
 // then over deterministic mutations of them (byte flips, truncations, splices). Exit 0 = no crash.
+// On a crash (a signal, or a sanitizer's report where one is linked) the input that caused it is
+// written to ./replay-crash-input and named on stderr, for adding to the corpus once fixed.
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <csignal>
 
 #include <cstdint>
 #include <cstdio>
@@ -10,10 +16,44 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+// Present when a sanitizer runtime is linked.
+extern "C" void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
 
-static void run(const std::string& s) {
-  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+namespace {
+
+const std::string* current = nullptr;  // the input being run, for the crash handler
+constexpr char kCrashFile[] = "replay-crash-input";
+
+// Async-signal-safe: open, write, close only.
+void saveCurrent() {
+  static volatile sig_atomic_t saved = 0;
+  if (!current || saved) return;
+  saved = 1;
+  int fd = ::open(kCrashFile, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return;
+  for (size_t done = 0; done < current->size();) {
+    ssize_t n = ::write(fd, current->data() + done, current->size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  constexpr char kMsg[] = "replay: the crashing input is in ./replay-crash-input\n";
+  [[maybe_unused]] ssize_t w = ::write(2, kMsg, sizeof kMsg - 1);
 }
+
+void onSignal(int sig) {
+  saveCurrent();
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void run(const std::string& s) {
+  current = &s;
+  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  current = nullptr;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> inputs;
@@ -38,6 +78,8 @@ int main(int argc, char** argv) {
     }
     closedir(d);
   }
+  for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) std::signal(sig, onSignal);
+  if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(saveCurrent);
   if (inputs.empty()) {
     std::fprintf(stderr, "replay: empty corpus\n");
     return 2;

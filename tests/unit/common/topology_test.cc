@@ -285,5 +285,20 @@ TEST(TopologyHost, IpDropsThePort) {
   EXPECT_EQ((Host{"vm0", ""}).ip(), "");
 }
 
+// Time fields are bounded on both sides, and years stay inside system_clock's range (a year 4052
+// overflowed its nanoseconds: UBSan through tests/fuzz).
+TEST(ParseUtcTime, AcceptsRfc3339UtcInRangeOnly) {
+  auto t = parseUtcTime("2026-11-26T22:30:00.5Z");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::milliseconds>(t->time_since_epoch()).count(),
+            1795732200500);
+  EXPECT_TRUE(parseUtcTime("1970-01-01T00:00:00Z"));
+  EXPECT_TRUE(parseUtcTime("2200-12-31T23:59:60Z"));
+  for (const char* bad : {"4052-11-21T12:00:00Z", "9999-12-31T23:59:59Z", "1969-12-31T23:59:59Z",
+                          "-999-01-01T00:00:00Z", "2026-01-01T-1:00:00Z", "2026-01-01T00:-1:00Z",
+                          "2026-01-01T00:00:-1Z", "2026-13-01T00:00:00Z", "2026-01-01T00:00:00"})
+    EXPECT_FALSE(parseUtcTime(bad)) << bad;
+}
+
 }  // namespace
 }  // namespace rankmap

@@ -52,6 +52,19 @@ Plan rackPlan() {
   return p;
 }
 
+// Bounded work for any hostlist (tests/fuzz: a few bytes made a million names, and compressing
+// them took minutes).
+TEST(SlurmTest, HostlistsHoldAtMostMaxHosts) {
+  EXPECT_EQ(expandHostlist("n[1-100000]").size(), kMaxHostlistHosts);
+  EXPECT_THROW(expandHostlist("n[0-100000]"), InvalidInput);
+  EXPECT_THROW(expandHostlist("n[1-100000],login"), InvalidInput);
+  EXPECT_THROW(expandHostlist("a[1-400]b[1-400]"), InvalidInput);
+  // Many groups and many literals: the same result as one at a time.
+  auto hosts = expandHostlist("x[1-300]y[1-300],gpu[1-300]-ib");
+  ASSERT_EQ(hosts.size(), 90300u);
+  EXPECT_EQ(expandHostlist(compressHostlist(hosts)), hosts);
+}
+
 TEST(SlurmTest, HostfileListsEachTaskInPlanOrder) {
   EXPECT_EQ(slurmHostfile(rackPlan(), 2), "vm1\nvm1\nvm3\nvm3\nvm0\nvm0\nvm2\nvm2\n");
   EXPECT_EQ(slurmHostfile(rackPlan(), 1), "vm1\nvm3\nvm0\nvm2\n");
