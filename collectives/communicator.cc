@@ -243,10 +243,14 @@ void Communicator::applyPlan(std::optional<Plan> plan) {
   warnedDeclines_.clear();
 }
 
-void Communicator::maybeVote(Collective coll, uint64_t bytes) {
+void Communicator::maybeVote() {
   if (!planSource_) return;
   const uint64_t call = stats_.collectives;  // the same on every rank
   if (call == 0 || call % options_.live.voteEvery != 0) return;
+  // The plans are compared on the largest call since the last vote (this one included), the
+  // same on every rank: the job's bulk transfer, not whichever small call the vote lands on.
+  const auto [coll, bytes] = *heaviest_;
+  heaviest_.reset();
   const auto t0 = std::chrono::steady_clock::now();
   const Plan* current = plan_ ? &*plan_ : nullptr;
   const Plan* offered = planSource_->poll(t0);
@@ -410,7 +414,10 @@ void Communicator::run(Collective coll, const void* in, void* out, uint64_t coun
   req.op = op;
   req.root = root;
   req.worldSize = n;
-  if (!internal) maybeVote(coll, req.bytes());
+  if (!internal) {
+    if (!heaviest_ || req.bytes() > heaviest_->second) heaviest_.emplace(coll, req.bytes());
+    maybeVote();
+  }
   Selection selection =
       choose(req, caps_, plan_ ? &*plan_ : nullptr, Overrides{options_.algorithm});
   const Algorithm algo = selection.algorithm;

@@ -140,8 +140,8 @@ class Communicator {
   void init(std::optional<Plan> plan);
   // Sets order, groups, trees and weights from `plan` (null = identity) and drops the schedules.
   void applyPlan(std::optional<Plan> plan);
-  // Before the user's call `call` of (coll, bytes): the vote when one is due, and the switch.
-  void maybeVote(Collective coll, uint64_t bytes);
+  // Before a user's call: the vote when one is due, and the switch.
+  void maybeVote();
   void run(Collective coll, const void* in, void* out, uint64_t count, DataType type, ReduceOp op,
            int root, bool internal = false);
   const Schedule& scheduleFor(Algorithm algo, Collective coll, uint64_t count, size_t es, int root,
@@ -173,6 +173,8 @@ class Communicator {
   std::set<std::pair<int, int>> warnedDeclines_;
   std::unique_ptr<PlanSource> planSource_;  // null = no live re-planning (no vote)
   std::string lastDeclined_;                // the candidate judgeSwitch last kept out (logged once)
+  // The largest user call (collective, bytes) since the last vote: what judgeSwitch prices.
+  std::optional<std::pair<Collective, uint64_t>> heaviest_;
   using CacheKey = std::tuple<int, int, uint64_t, size_t, int, bool>;
   std::map<CacheKey, Schedule> cache_;
 };

@@ -7,8 +7,8 @@
 // 32-byte allreduce (max of each value and of its complement, so min and max in one call) run
 // through the same communicator. The ranks switch only when min == max for both (every rank
 // offers the same plan) and it differs from the plan in use, and then only when judgeSwitch()
-// (a pure function of the two plans, the collective about to run and its size, and the margin)
-// says so. All its inputs are identical on every rank, so every rank decides alike, at the same
+// (a pure function of the two plans, a collective and its size, and the margin)
+// says so, for the largest call since the previous vote. All its inputs are identical on every rank, so every rank decides alike, at the same
 // call index, between two collectives: order, groups, trees, weights and the algorithm table
 // change together and the schedule cache is dropped; the transport is not touched (it connects
 // ranks by their real rank). Ranks that offer different candidates keep the plan in use and
@@ -97,7 +97,8 @@ struct SwitchVerdict {
 };
 
 // The hysteresis: whether the ranks, all offering `candidate`, leave `current` (null = identity
-// order, default algorithms) for it before a `collective` call of `bytes`. Pure.
+// order, default algorithms) for it, judged on a `collective` call of `bytes` (the communicator
+// passes the largest call since the previous vote). Pure.
 // 1. Same plan (hash): keep.
 // 2. Same order, groups, trees and chunk weights (only the algorithm table differs) and the
 //    candidate's model (Plan::models) prices both plans' algorithms for (collective, bytes):
