@@ -64,7 +64,8 @@ struct RankLog {
 // A job of kCalls allreduces; before call i on rank 0, replace(i) may rewrite plan files.
 // files[r] is rank r's plan file; every rank starts with `start`.
 std::vector<RankLog> runJob(const std::vector<std::string>& files, const Plan& start,
-                            const std::function<void(uint64_t)>& replace, bool live = true) {
+                            const std::function<void(uint64_t)>& replace, bool live = true,
+                            bool withBarriers = false) {
   std::vector<RankLog> logs(kRanks);
   const auto t0 = std::chrono::steady_clock::now();
   spawn(kRanks, Backend::Loopback, [&](transport::Context& ctx) {
@@ -82,6 +83,7 @@ std::vector<RankLog> runJob(const std::vector<std::string>& files, const Plan& s
     RankLog& log = logs[static_cast<size_t>(r)];
     for (uint64_t i = 0; i < kCalls; ++i) {
       if (r == 0) replace(i);
+      if (withBarriers) comm.barrier();  // a 0-byte call before each allreduce
       std::memset(out.data(), 0xA5, out.size());
       comm.allreduce(in.data(), out.data(), kCount, DataType::kInt32, ReduceOp::kSum);
       ASSERT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0)
@@ -197,6 +199,22 @@ TEST_F(LivePlan, APlanThatIsNotBetterByTheMarginIsKept) {
     EXPECT_EQ(l.stats.planSwitches, 0u) << "rank " << r;
     EXPECT_EQ(l.stats.planSwitchesDeclined, (kCalls - 1) / kVoteEvery) << "rank " << r;
     EXPECT_EQ(l.planPerCall.back(), a.hash) << "rank " << r;
+  }
+}
+
+TEST_F(LivePlan, APlanIsJudgedOnTheLargestCallNotOnTheCallTheVoteLandsOn) {
+  // Votes land on barriers (every other call); B is priced on the allreduces beside them.
+  const std::vector<std::string> order = {"h3", "h0", "h4", "h1", "h2"};
+  Plan a = pricedPlan(order, 1, Algorithm::kRing, 100, 95);
+  Plan b = pricedPlan(order, 2, Algorithm::kTree, 100, 95);
+  a.save(dir_.file("plan.json"));
+  auto logs = runJob(
+      oneFile(), a, [&](uint64_t i) { if (i == 1) b.save(dir_.file("plan.json")); },
+      /*live=*/true, /*withBarriers=*/true);
+  for (int r = 0; r < kRanks; ++r) {
+    const RankLog& l = logs[static_cast<size_t>(r)];
+    EXPECT_EQ(l.stats.planSwitches, 0u) << "rank " << r;
+    EXPECT_EQ(l.stats.planSwitchesDeclined, (2 * kCalls - 1) / kVoteEvery) << "rank " << r;
   }
 }
 
