@@ -113,6 +113,7 @@ rankmapResult_t rankmapCommInitRoot(rankmapComm_t* comm, int rank, int nranks, c
       RANKMAP_THROW(InvalidInput, "rank {} of {} ranks", rank, nranks);
     Config cfg = loadConfig();
     auto options = coll::CommOptions::fromConfig(cfg);
+    if (planPath != nullptr) options.live.planFile = planPath;  // watched instead of RANKMAP_PLAN
     auto plan = coll::loadLocalPlan(planPath ? std::string(planPath) : cfg.get(settings::kPlan),
                                     rank, nranks, cfg);
     auto c = std::make_unique<rankmapComm>();
