@@ -18,8 +18,7 @@ PlanFileSource::PlanFileSource(std::string path, int rank, int worldSize,
       rank_(rank),
       worldSize_(worldSize),
       pollInterval_(pollInterval),
-      maxAge_(maxAge),
-      seen_(stat()) {}
+      maxAge_(maxAge) {}
 
 PlanFileSource::Identity PlanFileSource::stat() const {
   struct stat st {};
@@ -36,7 +35,7 @@ const Plan* PlanFileSource::poll(std::chrono::steady_clock::time_point now) {
   if (lastPoll_ && now - *lastPoll_ < pollInterval_) return candidate_ ? &*candidate_ : nullptr;
   lastPoll_ = now;
   Identity id = stat();
-  if (id == seen_) return candidate_ ? &*candidate_ : nullptr;
+  if (seen_ && id == *seen_) return candidate_ ? &*candidate_ : nullptr;
   seen_ = id;
   candidate_.reset();
   if (!id.exists) {

@@ -53,13 +53,15 @@ class PlanSource {
   virtual uint64_t rejected() const = 0;
 };
 
-// The plan file (RANKMAP_PLAN / --plan), replaced atomically (rename) by whoever re-plans. Its
-// identity (inode, size, mtime in ns) is taken at construction: the plan the job started with
-// came from that file, so only a later replacement is read. poll() stat()s the file at most once
-// per poll interval and reads it only when the identity changed, with the loader and checks of
-// the creation-time agreement (common/plan_agreement.h localPlanVote: world size, age). A file
+// The plan file (RANKMAP_PLAN / --plan), replaced atomically (rename) by whoever re-plans.
+// poll() stat()s the file at most once per poll interval and reads it at the first poll and
+// whenever its identity (inode, size, mtime in ns) changed, with the loader and checks of the
+// creation-time agreement (common/plan_agreement.h localPlanVote: world size, age). A file
 // that fails them is a warning and a rejected() count and leaves no candidate; a vanished file
-// leaves no candidate either (the plan in use stays).
+// leaves no candidate either (the plan in use stays). Reading at the first poll, rather than
+// taking the identity at construction, means a file replaced while the ranks were still being
+// created is seen by every rank alike (a rank that took the new file as its start would offer
+// the old plan forever against the others).
 class PlanFileSource : public PlanSource {
  public:
   PlanFileSource(std::string path, int rank, int worldSize, std::chrono::milliseconds pollInterval,
@@ -82,7 +84,7 @@ class PlanFileSource : public PlanSource {
   int worldSize_;
   std::chrono::milliseconds pollInterval_;
   std::chrono::milliseconds maxAge_;
-  Identity seen_;
+  std::optional<Identity> seen_;  // none before the first poll
   std::optional<std::chrono::steady_clock::time_point> lastPoll_;
   std::optional<Plan> candidate_;
   uint64_t rejected_ = 0;

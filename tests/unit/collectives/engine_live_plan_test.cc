@@ -135,6 +135,15 @@ TEST_F(LivePlan, AReplacedFileIsAdoptedByEveryRankAtTheSameCall) {
   }
 }
 
+TEST_F(LivePlan, AFileReplacedBeforeTheCommunicatorsExistIsAdoptedAtTheFirstVote) {
+  b_.save(dir_.file("plan.json"));  // the ranks were given A, then the file changed under them
+  auto logs = runJob(oneFile(), a_, [](uint64_t) {});
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(firstCallWith(logs[static_cast<size_t>(r)], b_.hash), kVoteEvery) << "rank " << r;
+    EXPECT_EQ(logs[static_cast<size_t>(r)].stats.planSwitches, 1u) << "rank " << r;
+  }
+}
+
 TEST_F(LivePlan, RanksOfferedDifferentPlansKeepTheirPlanAndSayWhy) {
   std::vector<std::string> files;
   for (int r = 0; r < kRanks; ++r) {
