@@ -148,6 +148,13 @@ rankmapResult_t rankmapCommFallbacks(rankmapComm_t comm, uint64_t* fallbacks) {
   });
 }
 
+rankmapResult_t rankmapCommPlanSwitches(rankmapComm_t comm, uint64_t* switches) {
+  return guard([&] {
+    if (switches == nullptr) RANKMAP_THROW(rankmap::InvalidInput, "null pointer");
+    *switches = get(comm).stats().planSwitches;
+  });
+}
+
 rankmapResult_t rankmapAllReduce(const void* sendbuf, void* recvbuf, size_t count,
                                  rankmapDataType_t type, rankmapRedOp_t op, rankmapComm_t comm) {
   return guard([&] { get(comm).allreduce(sendbuf, recvbuf, count, typeOf(type), opOf(op)); });
