@@ -14,9 +14,13 @@
 // (n-1)/n for allgather and reducescatter (whose size is the whole gathered buffer), 1 for
 // broadcast and reduce. The summary adds the CPU seconds all ranks spent per GB of payload.
 // --json prints one JSON object per line instead. Exit status 1 when --check found wrong elements.
+// --duration SECONDS repeats one size (-b) and prints a row per second with the plan in use, so
+// a person or a script sees the engine adopt a replaced plan (benchDuration below). --plan's file
+// is watched like RANKMAP_PLAN's (collectives/live_plan.h).
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -34,6 +38,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/plan.h"
+#include "common/plan_agreement.h"
 
 namespace rankmap::cli {
 namespace {
@@ -58,6 +63,8 @@ struct BenchArgs {
   bool json = false;
   bool inPlace = false;
   int loopback = 0;
+  double duration = 0;  // seconds; > 0 = repeat one size, a row per second
+  bool maxBytesGiven = false;
 };
 
 struct Resolved {
@@ -97,6 +104,123 @@ double cpuSeconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
+// "7@sha256:0123456789ab": the plan in use as the epoch it was made from and its hash; "identity".
+std::string planLabel(const coll::Communicator& comm) {
+  if (!comm.plan()) return "identity";
+  return fmt::format("{}@{}", comm.plan()->epoch, shortPlanHash(comm.plan()->hash));
+}
+
+// --duration: repeats the one size (-b) and prints a row about once per second: elapsed
+// seconds, iterations and time per iteration in the row, algbw, busbw, #wrong (with --check: one
+// checked call at the end of each row), the algorithm and the plan in use (epoch@hash, which
+// changes when the engine adopts a replaced plan: collectives/live_plan.h). The ranks stay in
+// step without comparing clocks: after every chunk of iterations rank 0 broadcasts whether the
+// row and the run are over and how many iterations the next chunk has (about 50 ms of work), so
+// a row's time includes those 24-byte broadcasts. Rank 0's clock decides.
+template <typename RunOnce, typename CheckOnce>
+int64_t benchDuration(coll::Communicator& comm, const BenchArgs& a, const Resolved& res,
+                      RunOnce& runOnce, CheckOnce& checkOnce) {
+  using Clock = std::chrono::steady_clock;
+  const int n = comm.size(), me = comm.rank();
+  const size_t es = coll::elementSize(res.type);
+  const Collective c = res.collective;
+  const uint64_t count = countFor(c, res.sizes.front(), es, n);
+  const uint64_t perRank = (c == Collective::kAllgather || c == Collective::kReduceScatter)
+                               ? static_cast<uint64_t>(n)
+                               : 1;
+  const uint64_t size = count * es * perRank;
+  const bool print = me == 0;
+  if (print && !a.json) {
+    fmt::print("# {} B ({} elements of {}) for {} s, a row per second\n", size, count * perRank,
+               coll::dataTypeName(res.type), a.duration);
+    fmt::print("# {:>8} {:>8} {:>10} {:>8} {:>8} {:>7}  {:<6} {}\n", "time", "iters", "time",
+               "algbw", "busbw", "#wrong", "algo", "plan");
+    fmt::print("# {:>8} {:>8} {:>10} {:>8} {:>8} {:>7}  {:<6} {}\n", "(s)", "", "(us)", "(GB/s)",
+               "(GB/s)", "", "", "(epoch@hash)");
+    std::fflush(stdout);
+  }
+  for (int i = 0; i < a.warmup; ++i) runOnce(count);
+  comm.barrier();
+  constexpr double kChunkSeconds = 0.05;
+  const auto start = Clock::now();
+  auto rowStart = start;
+  int64_t totalWrong = 0;
+  int64_t chunk = 1, rowIters = 0;
+  for (bool stop = false; !stop;) {
+    for (int64_t i = 0; i < chunk; ++i) runOnce(count);
+    rowIters += chunk;
+    // Rank 0 decides: {row over, run over, next chunk}.
+    int64_t control[3] = {0, 0, 1};
+    const auto now = Clock::now();
+    const double rowSecs = std::chrono::duration<double>(now - rowStart).count();
+    if (me == 0) {
+      const double perIter = rowSecs / static_cast<double>(rowIters);
+      const double elapsed = std::chrono::duration<double>(now - start).count();
+      control[0] = rowSecs >= 1.0 || elapsed >= a.duration;
+      control[1] = elapsed >= a.duration;
+      control[2] = std::clamp<int64_t>(
+          static_cast<int64_t>(kChunkSeconds / std::max(perIter, 1e-9)), 1, 1 << 20);
+    }
+    comm.broadcast(control, control, 3, DataType::kInt64, 0);
+    chunk = control[2];
+    stop = control[1] != 0;
+    if (control[0] == 0) continue;
+    const double elapsed = std::chrono::duration<double>(now - start).count();
+    const std::string algo(coll::algorithmName(comm.lastSelection().algorithm));
+    int64_t wrong = -1;
+    if (a.check) {
+      wrong = checkOnce(count);
+      totalWrong += wrong;
+    }
+    const double us = rowSecs / static_cast<double>(rowIters) * 1e6;
+    const double algbw = us > 0 ? static_cast<double>(size) / (us * 1e-6) / 1e9 : 0;
+    const double busbw = algbw * busFactor(c, n);
+    if (print) {
+      if (a.json)
+        fmt::print(
+            "{{\"elapsed_s\":{:.3f},\"collective\":\"{}\",\"ranks\":{},\"size\":{},"
+            "\"iters\":{},\"time_us\":{:.3f},\"algbw_gbps\":{:.6f},\"busbw_gbps\":{:.6f},"
+            "\"wrong\":{},\"algo\":\"{}\",\"plan_hash\":\"{}\",\"plan_epoch\":{},"
+            "\"plan_switches\":{}}}\n",
+            elapsed, coll::collectiveName(c), n, size, rowIters, us, algbw, busbw, wrong, algo,
+            comm.plan() ? comm.plan()->hash : std::string(),
+            comm.plan() ? comm.plan()->epoch : -1, comm.stats().planSwitches);
+      else
+        fmt::print("  {:>8.1f} {:>8} {:>10.2f} {:>8.3f} {:>8.3f} {:>7}  {:<6} {}\n", elapsed,
+                   rowIters, us, algbw, busbw,
+                   wrong < 0 ? std::string("N/A") : std::to_string(wrong), algo, planLabel(comm));
+      std::fflush(stdout);
+    }
+    rowIters = 0;
+    rowStart = Clock::now();
+  }
+  if (print) {
+    const auto& st = comm.stats();
+    if (a.json)
+      fmt::print(
+          "{{\"summary\":true,\"wrong\":{},\"plan_switches\":{},\"plan_votes\":{},"
+          "\"plan_votes_disagreed\":{},\"plan_switches_declined\":{},"
+          "\"plan_files_rejected\":{},\"plan_vote_s\":{:.6f},\"fallbacks\":{}}}\n",
+          a.check ? totalWrong : -1, st.planSwitches, st.planVotes, st.planVotesDisagreed,
+          st.planSwitchesDeclined, st.planFilesRejected, static_cast<double>(st.planVoteNs) * 1e-9,
+          comm.fallbacks());
+    else {
+      fmt::print("# Out of bounds values : {} {}\n", a.check ? totalWrong : 0,
+                 !a.check          ? "(not checked)"
+                 : totalWrong == 0 ? "OK"
+                                   : "FAILED");
+      fmt::print(
+          "# Plan switches        : {} (votes {}: {} disagreed, {} declined by the margin; "
+          "{} plan files rejected; {:.3f} ms in votes)\n",
+          st.planSwitches, st.planVotes, st.planVotesDisagreed, st.planSwitchesDeclined,
+          st.planFilesRejected, static_cast<double>(st.planVoteNs) * 1e-6);
+      fmt::print("# Fallbacks            : {}\n#\n", comm.fallbacks());
+    }
+    std::fflush(stdout);
+  }
+  return totalWrong;
+}
+
 struct SizeResult {
   uint64_t bytes = 0, count = 0;
   double us = 0, algbw = 0, busbw = 0;
@@ -125,6 +249,8 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
                            : std::string(comm.stats().planRejected ? "refused (identity order)"
                                                                    : "none (identity order)"));
     fmt::print("# rank order: {}\n#\n", fmt::join(comm.order(), " "));
+  }
+  if (print && !a.json && a.duration <= 0) {
     fmt::print("# {:>12} {:>12} {:>9} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7}  {}\n", "size", "count",
                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "algo");
     fmt::print("# {:>12} {:>12} {:>9} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7}\n", "(B)", "(elements)",
@@ -158,6 +284,67 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
         break;
     }
   };
+  // Fills the inputs with the pattern, runs once, compares with the closed form: the wrong
+  // elements of all ranks (collective: every rank learns the total).
+  auto checkOnce = [&](uint64_t count) -> int64_t {
+    // Fill with the pattern, run once, compare with the closed form; count wrong elements.
+    const uint64_t inCount =
+        c == Collective::kReduceScatter ? count * static_cast<uint64_t>(n) : count;
+    const int src = c == Collective::kBroadcast ? a.root : me;
+    for (uint64_t i = 0; i < inCount; ++i)
+      coll::referenceInput(res.type, res.op, src, i, in.data() + i * es);
+    if (a.inPlace && c == Collective::kAllgather)
+      std::memcpy(out.data() + count * es * static_cast<uint64_t>(me), in.data(), count * es);
+    runOnce(count);
+    int64_t wrong = 0;
+    std::vector<std::byte> want(es);
+    auto cmp = [&](const std::byte* got) {
+      if (std::memcmp(got, want.data(), es) != 0) ++wrong;
+    };
+    switch (c) {
+      case Collective::kAllreduce:
+      case Collective::kReduce: {
+        if (c == Collective::kReduce && me != a.root) break;
+        const std::byte* res0 = a.inPlace ? in.data() : out.data();
+        for (uint64_t i = 0; i < count; ++i) {
+          coll::referenceResult(res.type, res.op, n, i, want.data());
+          cmp(res0 + i * es);
+        }
+        break;
+      }
+      case Collective::kReduceScatter: {
+        const std::byte* res0 =
+            a.inPlace ? in.data() + count * es * static_cast<uint64_t>(me) : out.data();
+        for (uint64_t i = 0; i < count; ++i) {
+          coll::referenceResult(res.type, res.op, n, static_cast<uint64_t>(me) * count + i,
+                                want.data());
+          cmp(res0 + i * es);
+        }
+        break;
+      }
+      case Collective::kAllgather:
+        for (int rr = 0; rr < n; ++rr)
+          for (uint64_t i = 0; i < count; ++i) {
+            coll::referenceInput(res.type, res.op, rr, i, want.data());
+            cmp(out.data() + (static_cast<uint64_t>(rr) * count + i) * es);
+          }
+        break;
+      case Collective::kBroadcast: {
+        const std::byte* res0 = a.inPlace ? in.data() : out.data();
+        for (uint64_t i = 0; i < count; ++i) {
+          coll::referenceInput(res.type, res.op, a.root, i, want.data());
+          cmp(res0 + i * es);
+        }
+        break;
+      }
+      case Collective::kBarrier:
+        break;
+    }
+    int64_t all = 0;
+    comm.allreduce(&wrong, &all, 1, DataType::kInt64, ReduceOp::kSum);
+    return all;
+  };
+  if (a.duration > 0) return benchDuration(comm, a, res, runOnce, checkOnce);
   double sumBusbw = 0, totalCpu = 0, totalGB = 0;
   int lines = 0;
   int64_t totalWrong = 0;
@@ -187,63 +374,8 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
     totalCpu += sumCpu;
     totalGB += static_cast<double>(size) * a.iters / 1e9;
     if (a.check) {
-      // Fill with the pattern, run once, compare with the closed form; count wrong elements.
-      const uint64_t inCount =
-          c == Collective::kReduceScatter ? count * static_cast<uint64_t>(n) : count;
-      const int src = c == Collective::kBroadcast ? a.root : me;
-      for (uint64_t i = 0; i < inCount; ++i)
-        coll::referenceInput(res.type, res.op, src, i, in.data() + i * es);
-      if (a.inPlace && c == Collective::kAllgather)
-        std::memcpy(out.data() + count * es * static_cast<uint64_t>(me), in.data(), count * es);
-      runOnce(count);
-      int64_t wrong = 0;
-      std::vector<std::byte> want(es);
-      auto cmp = [&](const std::byte* got) {
-        if (std::memcmp(got, want.data(), es) != 0) ++wrong;
-      };
-      switch (c) {
-        case Collective::kAllreduce:
-        case Collective::kReduce: {
-          if (c == Collective::kReduce && me != a.root) break;
-          const std::byte* res0 = a.inPlace ? in.data() : out.data();
-          for (uint64_t i = 0; i < count; ++i) {
-            coll::referenceResult(res.type, res.op, n, i, want.data());
-            cmp(res0 + i * es);
-          }
-          break;
-        }
-        case Collective::kReduceScatter: {
-          const std::byte* res0 =
-              a.inPlace ? in.data() + count * es * static_cast<uint64_t>(me) : out.data();
-          for (uint64_t i = 0; i < count; ++i) {
-            coll::referenceResult(res.type, res.op, n, static_cast<uint64_t>(me) * count + i,
-                                  want.data());
-            cmp(res0 + i * es);
-          }
-          break;
-        }
-        case Collective::kAllgather:
-          for (int rr = 0; rr < n; ++rr)
-            for (uint64_t i = 0; i < count; ++i) {
-              coll::referenceInput(res.type, res.op, rr, i, want.data());
-              cmp(out.data() + (static_cast<uint64_t>(rr) * count + i) * es);
-            }
-          break;
-        case Collective::kBroadcast: {
-          const std::byte* res0 = a.inPlace ? in.data() : out.data();
-          for (uint64_t i = 0; i < count; ++i) {
-            coll::referenceInput(res.type, res.op, a.root, i, want.data());
-            cmp(res0 + i * es);
-          }
-          break;
-        }
-        case Collective::kBarrier:
-          break;
-      }
-      int64_t all = 0;
-      comm.allreduce(&wrong, &all, 1, DataType::kInt64, ReduceOp::kSum);
-      r.wrong = all;
-      totalWrong += all;
+      r.wrong = checkOnce(count);
+      totalWrong += r.wrong;
     }
     sumBusbw += r.busbw;
     ++lines;
@@ -323,12 +455,24 @@ Resolved resolve(const BenchArgs& a, const Config& cfg) {
     if (s > UINT64_MAX / static_cast<uint64_t>(a.factor)) break;
   }
   if (*lo == 0) r.sizes.insert(r.sizes.begin(), 0);
+  if (a.duration < 0 || !std::isfinite(a.duration))
+    RANKMAP_THROW(InvalidInput, "--duration {}: expected seconds > 0", a.duration);
+  if (a.duration > 0) {
+    if (a.maxBytesGiven && *hi != *lo)
+      RANKMAP_THROW(InvalidInput,
+                    "--duration repeats one size: -b {} and -e {} differ (give -b only, or the "
+                    "same size to both)",
+                    a.minBytes, a.maxBytes);
+    r.sizes = {std::max<uint64_t>(*lo, 1)};
+  }
   r.options = coll::CommOptions::fromConfig(cfg);
   if (a.algo != "auto" || r.options.algorithm)
     r.options.algorithm = coll::parseAlgorithmOverride(
         a.algo == "auto" ? cfg.get(settings::kAlgo) : a.algo, "--algo");
-  if (!a.plan.empty())
+  if (!a.plan.empty()) {
     r.plan = Plan::load(a.plan);  // an explicit --plan must be readable
+    r.options.live.planFile = a.plan;  // and is watched like RANKMAP_PLAN (live re-planning)
+  }
   else if (const std::string& path = cfg.get(settings::kPlan); !path.empty())
     r.planPath = path;  // RANKMAP_PLAN: a broken one means identity order, agreed by all ranks
   return r;
@@ -387,7 +531,8 @@ void registerBenchCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   auto a = std::make_shared<BenchArgs>();
   cmd->add_option("-b,--minbytes", a->minBytes, "Smallest size (bytes; K/M/G suffixes)")
       ->capture_default_str();
-  cmd->add_option("-e,--maxbytes", a->maxBytes, "Largest size")->capture_default_str();
+  auto* maxOpt =
+      cmd->add_option("-e,--maxbytes", a->maxBytes, "Largest size")->capture_default_str();
   cmd->add_option("-f,--stepfactor", a->factor, "Multiply the size by this between steps")
       ->capture_default_str();
   cmd->add_option("-o,--op", a->op, "Reduction: sum, prod, min, max, avg")->capture_default_str();
@@ -410,7 +555,13 @@ void registerBenchCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->add_flag("--json", a->json, "One JSON object per line instead of the table");
   cmd->add_option("--loopback", a->loopback, "Run N ranks as threads of this process over loopback")
       ->check(CLI::Range(1, 1024));
-  cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return runBench(*a, ctx.config); }; });
+  cmd->add_option("--duration", a->duration,
+                  "Repeat the one size -b for this many seconds, a row per second with the plan "
+                  "in use (shows live re-planning)");
+  cmd->callback([&ctx, &run, a, maxOpt] {
+    a->maxBytesGiven = maxOpt->count() > 0;
+    run = [&ctx, a] { return runBench(*a, ctx.config); };
+  });
 }
 
 }  // namespace rankmap::cli

@@ -113,6 +113,7 @@ rankmapResult_t rankmapCommInitRoot(rankmapComm_t* comm, int rank, int nranks, c
       RANKMAP_THROW(InvalidInput, "rank {} of {} ranks", rank, nranks);
     Config cfg = loadConfig();
     auto options = coll::CommOptions::fromConfig(cfg);
+    if (planPath != nullptr) options.live.planFile = planPath;  // watched instead of RANKMAP_PLAN
     auto plan = coll::loadLocalPlan(planPath ? std::string(planPath) : cfg.get(settings::kPlan),
                                     rank, nranks, cfg);
     auto c = std::make_unique<rankmapComm>();
@@ -144,6 +145,13 @@ rankmapResult_t rankmapCommFallbacks(rankmapComm_t comm, uint64_t* fallbacks) {
   return guard([&] {
     if (fallbacks == nullptr) RANKMAP_THROW(rankmap::InvalidInput, "null pointer");
     *fallbacks = get(comm).fallbacks();
+  });
+}
+
+rankmapResult_t rankmapCommPlanSwitches(rankmapComm_t comm, uint64_t* switches) {
+  return guard([&] {
+    if (switches == nullptr) RANKMAP_THROW(rankmap::InvalidInput, "null pointer");
+    *switches = get(comm).stats().planSwitches;
   });
 }
 

@@ -10,6 +10,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/plan_agreement.h"
 
 namespace rankmap::coll {
 namespace {
@@ -78,6 +79,18 @@ CommOptions CommOptions::fromConfig(const Config& config) {
   o.segmentBytes = config.get(settings::kSegmentSize);
   if (o.segmentBytes == 0) RANKMAP_THROW(InvalidInput, "RANKMAP_SEGMENT_SIZE must be positive");
   o.algorithm = parseAlgorithmOverride(config.get(settings::kAlgo), "RANKMAP_ALGO");
+  o.live.enabled = config.get(settings::kLivePlan);
+  const int64_t every = config.get(settings::kPlanVoteEvery);
+  if (every < 1)
+    RANKMAP_THROW(InvalidInput, "RANKMAP_PLAN_VOTE_EVERY={}: expected a number of calls >= 1",
+                  every);
+  o.live.voteEvery = static_cast<uint64_t>(every);
+  o.live.margin = config.get(settings::kPlanSwitchMargin);
+  if (!(o.live.margin >= 0 && o.live.margin < 1))
+    RANKMAP_THROW(InvalidInput, "RANKMAP_PLAN_SWITCH_MARGIN={}: expected a fraction in [0, 1)",
+                  o.live.margin);
+  o.live.maxAge = config.get(settings::kPlanMaxAge);
+  o.live.planFile = config.get(settings::kPlan);
   return o;
 }
 
@@ -182,8 +195,14 @@ void Communicator::init(std::optional<Plan> plan) {
     RANKMAP_THROW(InvalidInput, "{} scratch slots (at least 2)", options_.numSlots);
   const int n = size();
   caps_.worldSize = n;
-  order_.resize(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) order_[static_cast<size_t>(i)] = i;
+  if (options_.live.enabled && !options_.live.planFile.empty()) {
+    if (options_.live.voteEvery < 1)
+      RANKMAP_THROW(InvalidInput, "vote every {} calls (at least 1)", options_.live.voteEvery);
+    planSource_ = std::make_unique<PlanFileSource>(options_.live.planFile, rank(), n,
+                                                   options_.live.pollInterval,
+                                                   options_.live.maxAge);
+  }
+  applyPlan(std::nullopt);
   if (plan) {
     if (plan->worldSize() != static_cast<size_t>(n)) {
       RANKMAP_WARN(Coll,
@@ -194,11 +213,7 @@ void Communicator::init(std::optional<Plan> plan) {
       stats_.planRejected = true;
       ++stats_.fallbacks;
     } else {
-      order_ = plan->inversePermutation();
-      caps_.groups = rankGroupsFromPlan(*plan);
-      caps_.trees = rankTreesFromPlan(*plan);
-      weights_ = rankWeightsFromPlan(*plan);
-      plan_ = std::move(plan);
+      applyPlan(std::move(plan));
       RANKMAP_DEBUG(Coll,
                     "rank {}: plan {} applied: position {}, {} groups, {} chunk weights, {} "
                     "packed trees",
@@ -206,6 +221,86 @@ void Communicator::init(std::optional<Plan> plan) {
                     weights_.size(), caps_.trees.size());
     }
   }
+}
+
+void Communicator::applyPlan(std::optional<Plan> plan) {
+  const int n = size();
+  order_.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) order_[static_cast<size_t>(i)] = i;
+  caps_.groups.clear();
+  caps_.trees.clear();
+  weights_.clear();
+  plan_.reset();
+  if (plan) {
+    order_ = plan->inversePermutation();
+    caps_.groups = rankGroupsFromPlan(*plan);
+    caps_.trees = rankTreesFromPlan(*plan);
+    weights_ = rankWeightsFromPlan(*plan);
+    plan_ = std::move(plan);
+  }
+  // Schedules hold the old order; declines are logged again under the new plan.
+  cache_.clear();
+  warnedDeclines_.clear();
+}
+
+void Communicator::maybeVote() {
+  if (!planSource_) return;
+  const uint64_t call = stats_.collectives;  // the same on every rank
+  if (call == 0 || call % options_.live.voteEvery != 0) return;
+  // The plans are compared on the largest call since the last vote (this one included), the
+  // same on every rank: the job's bulk transfer, not whichever small call the vote lands on.
+  const auto [coll, bytes] = *heaviest_;
+  heaviest_.reset();
+  const auto t0 = std::chrono::steady_clock::now();
+  const Plan* current = plan_ ? &*plan_ : nullptr;
+  const Plan* offered = planSource_->poll(t0);
+  stats_.planFilesRejected = planSource_->rejected();
+  if (offered == nullptr) offered = current;
+  const uint64_t key = planKey(offered);
+  const uint64_t epoch = offered ? static_cast<uint64_t>(offered->epoch) : 0;
+  // Max of each value and of its complement: max and min over the ranks in one allreduce.
+  uint64_t v[4] = {key, ~key, epoch, ~epoch};
+  run(Collective::kAllreduce, v, v, 4, DataType::kUint64, ReduceOp::kMax, 0, /*internal=*/true);
+  ++stats_.planVotes;
+  const auto voteEnd = [&] {
+    stats_.planVoteNs += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
+  };
+  if (v[0] != ~v[1] || v[2] != ~v[3]) {
+    ++stats_.planVotesDisagreed;
+    RANKMAP_DEBUG(Coll, "rank {}: plan vote before call #{}: ranks offer different plans, keeping {}",
+                  rank(), call, current ? shortPlanHash(current->hash) : "identity order");
+    voteEnd();
+    return;
+  }
+  if (key == planKey(current)) {
+    voteEnd();
+    return;
+  }
+  // Every rank offers `offered`, which is not the plan in use, and judges it alike.
+  SwitchVerdict verdict =
+      judgeSwitch(current, *offered, collectiveName(coll), bytes, options_.live.margin);
+  if (!verdict.adopt) {
+    ++stats_.planSwitchesDeclined;
+    if (lastDeclined_ != offered->hash) {
+      lastDeclined_ = offered->hash;
+      if (rank() == 0)
+        RANKMAP_INFO(Coll, "plan vote before call #{}: keeping {}, not adopting {}: {}", call,
+                     current ? shortPlanHash(current->hash) : "identity order",
+                     shortPlanHash(offered->hash), verdict.reason);
+    }
+    voteEnd();
+    return;
+  }
+  if (rank() == 0)
+    RANKMAP_INFO(Coll, "plan switch before call #{}: {} -> {} (epoch {}): {}", call,
+                 current ? shortPlanHash(current->hash) : "identity order",
+                 shortPlanHash(offered->hash), offered->epoch, verdict.reason);
+  applyPlan(*offered);
+  ++stats_.planSwitches;
+  stats_.lastSwitchCall = call;
+  voteEnd();
 }
 
 void Communicator::abortContext() noexcept {
@@ -253,11 +348,12 @@ const Schedule& Communicator::scheduleFor(Algorithm algo, Collective coll, uint6
 }
 
 void Communicator::run(Collective coll, const void* in, void* out, uint64_t count, DataType type,
-                       ReduceOp op, int root) {
+                       ReduceOp op, int root, bool internal) {
   const int n = size();
   const int me = rank();
   const uint64_t seq = seq_;
-  std::string what = fmt::format("rank {}: {} #{}", me, collectiveName(coll), seq);
+  std::string what =
+      fmt::format("rank {}: {} #{}", me, internal ? "plan vote" : collectiveName(coll), seq);
   if (!failure_.empty())
     RANKMAP_THROW(PeerError, "{}: communicator broken by an earlier failure: {}", what, failure_);
   // Argument checks, identical on every rank so they never desynchronise the sequence.
@@ -318,19 +414,25 @@ void Communicator::run(Collective coll, const void* in, void* out, uint64_t coun
   req.op = op;
   req.root = root;
   req.worldSize = n;
-  lastSelection_ = choose(req, caps_, plan_ ? &*plan_ : nullptr, Overrides{options_.algorithm});
-  const Algorithm algo = lastSelection_.algorithm;
-  if (lastSelection_.fellBack) {
+  if (!internal) {
+    if (!heaviest_ || req.bytes() > heaviest_->second) heaviest_.emplace(coll, req.bytes());
+    maybeVote();
+  }
+  Selection selection =
+      choose(req, caps_, plan_ ? &*plan_ : nullptr, Overrides{options_.algorithm});
+  const Algorithm algo = selection.algorithm;
+  if (!internal) lastSelection_ = selection;
+  if (selection.fellBack && !internal) {
     ++stats_.fallbacks;
     if (warnedDeclines_.insert({static_cast<int>(coll), static_cast<int>(algo)}).second)
       RANKMAP_WARN(Coll, "{}: falling back to {} ({})", what, algorithmName(algo),
-                   fmt::join(lastSelection_.declined, "; "));
+                   fmt::join(selection.declined, "; "));
   }
   const Schedule& sched = scheduleFor(algo, coll, count, es, root, inPlace);
   ++seq_;
-  ++stats_.collectives;
+  if (!internal) ++stats_.collectives;
   RANKMAP_DEBUG(Coll, "{}: {} x {} {} root {}: {} ({}), {} steps", what, count, dataTypeName(type),
-                reducing ? reduceOpName(op) : "-", root, algorithmName(algo), lastSelection_.source,
+                reducing ? reduceOpName(op) : "-", root, algorithmName(algo), selection.source,
                 sched.steps.size());
 
   std::optional<Reduction> reduction;

@@ -19,6 +19,10 @@
 // - A plan for another world size is ignored (identity order, a warning, counted in
 //   stats().fallbacks), and so is a plan the ranks did not agree on (connect.h agreePlan); so is
 //   each call whose preferred algorithm declines (logged once per collective and algorithm).
+// - With options.live.enabled and a plan file, the communicator adopts a replaced plan between
+//   two collectives when every rank sees the same one (collectives/live_plan.h): a vote before
+//   every options.live.voteEvery-th call; order(), groups(), trees(), weights() and plan()
+//   then change together on every rank at the same call.
 #pragma once
 
 #include <chrono>
@@ -31,6 +35,7 @@
 #include <tuple>
 #include <vector>
 
+#include "collectives/live_plan.h"
 #include "collectives/reduce/reduction.h"
 #include "collectives/schedule/schedule.h"
 #include "collectives/selection.h"
@@ -50,9 +55,11 @@ struct CommOptions {
   int numSlots = 8;                              // scratch slots for receives to reduce (>= 2)
   std::optional<Algorithm> algorithm;            // override; nullopt = auto
   KernelIsa isa = KernelIsa::kAuto;
+  LivePlanOptions live;  // adopting replaced plans while the job runs (live.planFile set)
 
-  // RANKMAP_TIMEOUT, RANKMAP_SEGMENT_SIZE and RANKMAP_ALGO (auto, ring, tree, hier, rhd, trees);
-  // throws InvalidInput naming the setting on a bad value.
+  // RANKMAP_TIMEOUT, RANKMAP_SEGMENT_SIZE, RANKMAP_ALGO (auto, ring, tree, hier, rhd, trees),
+  // RANKMAP_LIVE_PLAN, RANKMAP_PLAN_VOTE_EVERY, RANKMAP_PLAN_SWITCH_MARGIN, RANKMAP_PLAN_MAX_AGE
+  // and RANKMAP_PLAN (live.planFile); throws InvalidInput naming the setting on a bad value.
   static CommOptions fromConfig(const Config& config);
 };
 
@@ -74,6 +81,14 @@ class Communicator {
     uint64_t collectives = 0;   // calls started
     uint64_t fallbacks = 0;     // plan rejections + calls whose preferred algorithm declined
     bool planRejected = false;  // the plan was refused: wrong size, or the ranks' agreement
+    // Live re-planning (collectives/live_plan.h); all zero when it is off or has no plan file.
+    uint64_t planVotes = 0;           // votes run (each one 32-byte allreduce)
+    uint64_t planVoteNs = 0;          // time spent in them, ns: the feature's overhead
+    uint64_t planVotesDisagreed = 0;  // votes where ranks offered different plans: none adopted
+    uint64_t planSwitchesDeclined = 0;  // agreed votes on a new plan that judgeSwitch kept out
+    uint64_t planSwitches = 0;          // plans adopted
+    uint64_t planFilesRejected = 0;     // replaced plan files not offered (corrupt, size, age)
+    uint64_t lastSwitchCall = 0;        // the call index before which the last switch happened
   };
 
   // Non-owning: `ctx` must outlive the communicator.
@@ -123,8 +138,12 @@ class Communicator {
 
  private:
   void init(std::optional<Plan> plan);
+  // Sets order, groups, trees and weights from `plan` (null = identity) and drops the schedules.
+  void applyPlan(std::optional<Plan> plan);
+  // Before a user's call: the vote when one is due, and the switch.
+  void maybeVote();
   void run(Collective coll, const void* in, void* out, uint64_t count, DataType type, ReduceOp op,
-           int root);
+           int root, bool internal = false);
   const Schedule& scheduleFor(Algorithm algo, Collective coll, uint64_t count, size_t es, int root,
                               bool inPlace);
   void* scratch(uint64_t bytes);
@@ -152,6 +171,10 @@ class Communicator {
   uint64_t seq_ = 0;
   std::string failure_;
   std::set<std::pair<int, int>> warnedDeclines_;
+  std::unique_ptr<PlanSource> planSource_;  // null = no live re-planning (no vote)
+  std::string lastDeclined_;                // the candidate judgeSwitch last kept out (logged once)
+  // The largest user call (collective, bytes) since the last vote: what judgeSwitch prices.
+  std::optional<std::pair<Collective, uint64_t>> heaviest_;
   using CacheKey = std::tuple<int, int, uint64_t, size_t, int, bool>;
   std::map<CacheKey, Schedule> cache_;
 };

@@ -101,6 +101,9 @@ bool startEngine(MPI_Comm world, const Plan& plan, const Config& config, int ran
   int ok = 1, all = 0;
   try {
     options = coll::CommOptions::fromConfig(config);
+    // No live re-planning here: the shim reordered MPI's world once, at MPI_Init, and the engine
+    // runs a plan re-derived for that world; a replaced plan file cannot reorder it again.
+    options.live.planFile.clear();
     device = coll::transport::makeDevice(coll::transport::deviceOptionsFromConfig(config));
   } catch (const std::exception& e) {
     ok = 0;

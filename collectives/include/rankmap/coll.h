@@ -83,6 +83,9 @@ rankmapResult_t rankmapCommRank(rankmapComm_t comm, int* rank);
 rankmapResult_t rankmapCommSize(rankmapComm_t comm, int* size);
 /* Number of times the plan or the chosen algorithm could not be used and a fallback ran. */
 rankmapResult_t rankmapCommFallbacks(rankmapComm_t comm, uint64_t* fallbacks);
+/* Number of newer plans adopted while the job ran (live re-planning: the plan file replaced,
+   every rank agreeing; RANKMAP_LIVE_PLAN). */
+rankmapResult_t rankmapCommPlanSwitches(rankmapComm_t comm, uint64_t* switches);
 
 /* recvbuf = reduction of every rank's sendbuf (count elements). sendbuf == recvbuf: in place. */
 rankmapResult_t rankmapAllReduce(const void* sendbuf, void* recvbuf, size_t count,

@@ -89,6 +89,10 @@ TEST(CApi, GroupOverTcp) {
         uint64_t fb = 99;
         check(rankmapCommFallbacks(comm, &fb));
         EXPECT_EQ(fb, 0u);
+        uint64_t switches = 99;
+        check(rankmapCommPlanSwitches(comm, &switches));
+        EXPECT_EQ(switches, 0u) << "no plan file: nothing to adopt";
+        EXPECT_EQ(rankmapCommPlanSwitches(comm, nullptr), rankmapInvalidInput);
         check(rankmapCommDestroy(comm));
       }
       results[r] = res;

@@ -1,0 +1,269 @@
+// Live re-planning (collectives/live_plan.h): ranks as threads over the loopback transport start
+// with plan A from a plan file; rank 0 replaces the file between two calls. Rank 0 writes after
+// its call kReplaceAt returns and before call kReplaceAt + 1 starts, and no rank finishes call
+// kReplaceAt + 1 before rank 0 starts it, so every rank's poll at the next vote sees the new
+// file: the call index of a switch is known in advance. Every call is an int32 sum checked
+// element by element.
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "collectives/communicator.h"
+#include "collectives/live_plan.h"
+#include "common/files.h"
+#include "tests/unit/collectives/engine_values.h"
+#include "tests/unit/collectives/harness.h"
+#include "tests/unit/common/plan_util.h"
+#include "tests/unit/common/temp_dir.h"
+
+namespace rankmap::coll {
+namespace {
+
+using testing::Backend;
+using testing::spawn;
+
+constexpr int kRanks = 5;
+constexpr uint64_t kVoteEvery = 4;
+constexpr uint64_t kCalls = 24;
+constexpr uint64_t kCount = 1001;
+const std::vector<std::string> kHosts = {"h0", "h1", "h2", "h3", "h4"};
+
+Plan planWithEpoch(std::vector<std::string> order, int64_t epoch) {
+  Plan p = rankmap::testing::orderedPlan(kHosts, std::move(order));
+  p.epoch = epoch;
+  p.seal();
+  return p;
+}
+
+// A plan in `order` whose allreduce runs `algo` at every size, priced by a model in which ring
+// takes ringUs and tree treeUs (alpha only).
+Plan pricedPlan(std::vector<std::string> order, int64_t epoch, Algorithm algo, double ringUs,
+                double treeUs) {
+  Plan p = rankmap::testing::orderedPlan(kHosts, std::move(order));
+  p.epoch = epoch;
+  AlgoRange r;
+  r.algorithm = algo;
+  p.collectives["allreduce"] = {r};
+  p.models["allreduce"].algorithms[Algorithm::kRing] = AlgoModel{ringUs, 0};
+  p.models["allreduce"].algorithms[Algorithm::kTree] = AlgoModel{treeUs, 0};
+  p.seal();
+  return p;
+}
+
+struct RankLog {
+  std::vector<std::string> planPerCall;  // hash in use after each call ("" = identity)
+  Communicator::Stats stats;
+  std::vector<int> order;
+};
+
+// A job of kCalls allreduces; before call i on rank 0, replace(i) may rewrite plan files.
+// files[r] is rank r's plan file; every rank starts with `start`.
+std::vector<RankLog> runJob(const std::vector<std::string>& files, const Plan& start,
+                            const std::function<void(uint64_t)>& replace, bool live = true,
+                            bool withBarriers = false) {
+  std::vector<RankLog> logs(kRanks);
+  const auto t0 = std::chrono::steady_clock::now();
+  spawn(kRanks, Backend::Loopback, [&](transport::Context& ctx) {
+    const int r = ctx.rank();
+    CommOptions o;
+    o.timeout = std::chrono::seconds(20);
+    o.live.enabled = live;
+    o.live.voteEvery = kVoteEvery;
+    o.live.pollInterval = std::chrono::milliseconds(0);
+    o.live.planFile = files[static_cast<size_t>(r)];
+    Communicator comm(ctx, o, start);
+    const auto in = testing::inputBuffer(DataType::kInt32, ReduceOp::kSum, r, kCount);
+    const auto want = testing::expectedBuffer(DataType::kInt32, ReduceOp::kSum, kRanks, kCount);
+    std::vector<std::byte> out(want.size());
+    RankLog& log = logs[static_cast<size_t>(r)];
+    for (uint64_t i = 0; i < kCalls; ++i) {
+      if (r == 0) replace(i);
+      if (withBarriers) comm.barrier();  // a 0-byte call before each allreduce
+      std::memset(out.data(), 0xA5, out.size());
+      comm.allreduce(in.data(), out.data(), kCount, DataType::kInt32, ReduceOp::kSum);
+      ASSERT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0)
+          << "rank " << r << ", call " << i << ": wrong sum";
+      log.planPerCall.push_back(comm.plan() ? comm.plan()->hash : std::string());
+    }
+    log.stats = comm.stats();
+    log.order = comm.order();
+  });
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 5.0) << "the job waited instead of deciding";
+  return logs;
+}
+
+// The first call that ran under `hash` on rank r, or kCalls.
+uint64_t firstCallWith(const RankLog& log, const std::string& hash) {
+  for (uint64_t i = 0; i < log.planPerCall.size(); ++i)
+    if (log.planPerCall[i] == hash) return i;
+  return kCalls;
+}
+
+class LivePlan : public ::testing::Test {
+ protected:
+  std::vector<std::string> oneFile() {
+    return std::vector<std::string>(kRanks, dir_.file("plan.json"));
+  }
+  rankmap::testing::TempDir dir_;
+  Plan a_ = planWithEpoch({"h3", "h0", "h4", "h1", "h2"}, 1);
+  Plan b_ = planWithEpoch({"h1", "h4", "h2", "h0", "h3"}, 2);
+  Plan c_ = planWithEpoch({"h2", "h3", "h0", "h4", "h1"}, 2);
+};
+
+TEST_F(LivePlan, AReplacedFileIsAdoptedByEveryRankAtTheSameCall) {
+  a_.save(dir_.file("plan.json"));
+  auto logs = runJob(oneFile(), a_, [&](uint64_t i) {
+    if (i == 11) b_.save(dir_.file("plan.json"));  // votes before calls 4, 8, 12, ...
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    const RankLog& l = logs[static_cast<size_t>(r)];
+    EXPECT_EQ(firstCallWith(l, b_.hash), 12u) << "rank " << r;
+    EXPECT_EQ(l.planPerCall[11], a_.hash) << "rank " << r;
+    EXPECT_EQ(l.stats.planSwitches, 1u) << "rank " << r;
+    EXPECT_EQ(l.stats.lastSwitchCall, 12u) << "rank " << r;
+    EXPECT_EQ(l.stats.planVotes, (kCalls - 1) / kVoteEvery) << "rank " << r;
+    EXPECT_EQ(l.stats.planVotesDisagreed, 0u) << "rank " << r;
+    EXPECT_EQ(l.order, b_.inversePermutation()) << "rank " << r;
+    EXPECT_EQ(l.stats.collectives, kCalls) << "votes are not counted as the user's calls";
+  }
+}
+
+TEST_F(LivePlan, AFileReplacedBeforeTheCommunicatorsExistIsAdoptedAtTheFirstVote) {
+  b_.save(dir_.file("plan.json"));  // the ranks were given A, then the file changed under them
+  auto logs = runJob(oneFile(), a_, [](uint64_t) {});
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(firstCallWith(logs[static_cast<size_t>(r)], b_.hash), kVoteEvery) << "rank " << r;
+    EXPECT_EQ(logs[static_cast<size_t>(r)].stats.planSwitches, 1u) << "rank " << r;
+  }
+}
+
+TEST_F(LivePlan, RanksOfferedDifferentPlansKeepTheirPlanAndSayWhy) {
+  std::vector<std::string> files;
+  for (int r = 0; r < kRanks; ++r) {
+    files.push_back(dir_.file("plan" + std::to_string(r) + ".json"));
+    a_.save(files.back());
+  }
+  auto logs = runJob(files, a_, [&](uint64_t i) {
+    if (i != 11) return;
+    for (int r = 0; r < kRanks; ++r) (r < 2 ? b_ : c_).save(files[static_cast<size_t>(r)]);
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    const RankLog& l = logs[static_cast<size_t>(r)];
+    EXPECT_EQ(firstCallWith(l, a_.hash), 0u);
+    EXPECT_EQ(l.planPerCall.back(), a_.hash) << "rank " << r;
+    EXPECT_EQ(l.stats.planSwitches, 0u) << "rank " << r;
+    EXPECT_EQ(l.stats.planVotesDisagreed, 3u) << "rank " << r << ": votes before 12, 16, 20";
+    EXPECT_EQ(l.order, a_.inversePermutation()) << "rank " << r;
+  }
+}
+
+TEST_F(LivePlan, ACorruptReplacementIsIgnoredAndALaterGoodOneAdopted) {
+  a_.save(dir_.file("plan.json"));
+  const std::string good = b_.dump();
+  auto logs = runJob(oneFile(), a_, [&](uint64_t i) {
+    if (i == 7) dir_.write("plan.json", good.substr(0, good.size() / 2));
+    if (i == 15) dir_.write("plan.json", good);
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    const RankLog& l = logs[static_cast<size_t>(r)];
+    EXPECT_EQ(l.stats.planFilesRejected, 1u) << "rank " << r;
+    EXPECT_EQ(firstCallWith(l, b_.hash), 16u) << "rank " << r;
+    EXPECT_EQ(l.planPerCall[15], a_.hash) << "rank " << r << ": the corrupt file was adopted";
+    EXPECT_EQ(l.stats.planSwitches, 1u) << "rank " << r;
+  }
+}
+
+TEST_F(LivePlan, OffMeansNoVoteAndNoSwitch) {
+  a_.save(dir_.file("plan.json"));
+  auto logs = runJob(
+      oneFile(), a_, [&](uint64_t i) { if (i == 3) b_.save(dir_.file("plan.json")); },
+      /*live=*/false);
+  for (int r = 0; r < kRanks; ++r) {
+    const RankLog& l = logs[static_cast<size_t>(r)];
+    EXPECT_EQ(l.stats.planVotes, 0u) << "rank " << r;
+    EXPECT_EQ(l.stats.planVoteNs, 0u) << "rank " << r;
+    EXPECT_EQ(l.stats.planSwitches, 0u) << "rank " << r;
+    EXPECT_EQ(l.planPerCall.back(), a_.hash) << "rank " << r;
+  }
+}
+
+TEST_F(LivePlan, APlanThatIsNotBetterByTheMarginIsKept) {
+  // Same order; B runs tree, which B's own model puts only 5% below ring (the margin is 10%).
+  const std::vector<std::string> order = {"h3", "h0", "h4", "h1", "h2"};
+  Plan a = pricedPlan(order, 1, Algorithm::kRing, 100, 95);
+  Plan b = pricedPlan(order, 2, Algorithm::kTree, 100, 95);
+  a.save(dir_.file("plan.json"));
+  auto logs = runJob(oneFile(), a, [&](uint64_t i) {
+    if (i == 3) b.save(dir_.file("plan.json"));
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    const RankLog& l = logs[static_cast<size_t>(r)];
+    EXPECT_EQ(l.stats.planSwitches, 0u) << "rank " << r;
+    EXPECT_EQ(l.stats.planSwitchesDeclined, (kCalls - 1) / kVoteEvery) << "rank " << r;
+    EXPECT_EQ(l.planPerCall.back(), a.hash) << "rank " << r;
+  }
+}
+
+TEST_F(LivePlan, APlanIsJudgedOnTheLargestCallNotOnTheCallTheVoteLandsOn) {
+  // Votes land on barriers (every other call); B is priced on the allreduces beside them.
+  const std::vector<std::string> order = {"h3", "h0", "h4", "h1", "h2"};
+  Plan a = pricedPlan(order, 1, Algorithm::kRing, 100, 95);
+  Plan b = pricedPlan(order, 2, Algorithm::kTree, 100, 95);
+  a.save(dir_.file("plan.json"));
+  auto logs = runJob(
+      oneFile(), a, [&](uint64_t i) { if (i == 1) b.save(dir_.file("plan.json")); },
+      /*live=*/true, /*withBarriers=*/true);
+  for (int r = 0; r < kRanks; ++r) {
+    const RankLog& l = logs[static_cast<size_t>(r)];
+    EXPECT_EQ(l.stats.planSwitches, 0u) << "rank " << r;
+    EXPECT_EQ(l.stats.planSwitchesDeclined, (2 * kCalls - 1) / kVoteEvery) << "rank " << r;
+  }
+}
+
+// judgeSwitch, rule by rule (the header's numbering).
+TEST(JudgeSwitch, Rules) {
+  const std::vector<std::string> order = {"h3", "h0", "h4", "h1", "h2"};
+  Plan ring = pricedPlan(order, 1, Algorithm::kRing, 100, 95);
+  Plan tree95 = pricedPlan(order, 1, Algorithm::kTree, 100, 95);
+  Plan tree80 = pricedPlan(order, 1, Algorithm::kTree, 100, 80);
+  // 1.
+  EXPECT_FALSE(judgeSwitch(&ring, ring, "allreduce", 1 << 20, 0.1).adopt);
+  // 2: priced under the candidate's model, whatever the epochs say.
+  EXPECT_FALSE(judgeSwitch(&ring, tree95, "allreduce", 1 << 20, 0.1).adopt);
+  EXPECT_TRUE(judgeSwitch(&ring, tree95, "allreduce", 1 << 20, 0.01).adopt);
+  EXPECT_TRUE(judgeSwitch(&ring, tree80, "allreduce", 1 << 20, 0.1).adopt);
+  // 3: from identity order, the candidate's prediction against the input order.
+  Plan predicted = planWithEpoch(order, 1);
+  predicted.predicted.planUs = 95;
+  predicted.predicted.inputOrderUs = 100;
+  predicted.seal();
+  EXPECT_FALSE(judgeSwitch(nullptr, predicted, "allreduce", 1 << 20, 0.1).adopt);
+  predicted.predicted.planUs = 50;
+  predicted.seal();
+  EXPECT_TRUE(judgeSwitch(nullptr, predicted, "allreduce", 1 << 20, 0.1).adopt);
+  // 4: other orders are compared by epoch only.
+  Plan older = planWithEpoch({"h1", "h4", "h2", "h0", "h3"}, 1);
+  Plan newer = planWithEpoch({"h1", "h4", "h2", "h0", "h3"}, 2);
+  EXPECT_FALSE(judgeSwitch(&ring, older, "allreduce", 1 << 20, 0.1).adopt);
+  EXPECT_TRUE(judgeSwitch(&ring, newer, "allreduce", 1 << 20, 0.1).adopt);
+  EXPECT_TRUE(judgeSwitch(nullptr, older, "allreduce", 1 << 20, 0.1).adopt);
+}
+
+TEST(PlanKey, DistinguishesPlansAndIdentity) {
+  Plan a = planWithEpoch({"h3", "h0", "h4", "h1", "h2"}, 1);
+  Plan b = planWithEpoch({"h1", "h4", "h2", "h0", "h3"}, 1);
+  EXPECT_EQ(planKey(nullptr), 0u);
+  EXPECT_NE(planKey(&a), 0u);
+  EXPECT_NE(planKey(&a), planKey(&b));
+  EXPECT_EQ(planKey(&a), planKey(&a));
+}
+
+}  // namespace
+}  // namespace rankmap::coll
