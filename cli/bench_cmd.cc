@@ -89,12 +89,15 @@ double busFactor(Collective c, int n) {
   }
 }
 
+// Blocks of `count` elements in a call's whole buffer: n for allgather/reducescatter, else 1.
+uint64_t blocksPerCall(Collective c, int n) {
+  return c == Collective::kAllgather || c == Collective::kReduceScatter ? static_cast<uint64_t>(n)
+                                                                        : 1;
+}
+
 // Elements per rank for a size: the whole vector, or per-rank block for allgather/reducescatter.
 uint64_t countFor(Collective c, uint64_t bytes, size_t es, int n) {
-  uint64_t count = bytes / es;
-  if (c == Collective::kAllgather || c == Collective::kReduceScatter)
-    count /= static_cast<uint64_t>(n);
-  return count;
+  return bytes / es / blocksPerCall(c, n);
 }
 
 double cpuSeconds() {
@@ -125,9 +128,7 @@ int64_t benchDuration(coll::Communicator& comm, const BenchArgs& a, const Resolv
   const size_t es = coll::elementSize(res.type);
   const Collective c = res.collective;
   const uint64_t count = countFor(c, res.sizes.front(), es, n);
-  const uint64_t perRank = (c == Collective::kAllgather || c == Collective::kReduceScatter)
-                               ? static_cast<uint64_t>(n)
-                               : 1;
+  const uint64_t perRank = blocksPerCall(c, n);
   const uint64_t size = count * es * perRank;
   const bool print = me == 0;
   if (print && !a.json) {
@@ -237,9 +238,7 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
   const size_t es = coll::elementSize(res.type);
   const Collective c = res.collective;
   const uint64_t maxCount = countFor(c, res.sizes.back(), es, n);
-  const uint64_t perRank = (c == Collective::kAllgather || c == Collective::kReduceScatter)
-                               ? static_cast<uint64_t>(n)
-                               : 1;
+  const uint64_t perRank = blocksPerCall(c, n);
   std::vector<std::byte> in(maxCount * perRank * es + es), out(maxCount * perRank * es + es);
   const bool print = me == 0;
   if (print && !a.json) {

@@ -154,13 +154,11 @@ TEST(ProbeScale, UnequalUplinksAreEachMeasured) {
     }
 }
 
-// A fleet that holds back one reading of the single-flow uplink trial (the flows with its
-// longer window, probe::kUplinkWindowFactor): the first such flow reads 15% low, once, as a
-// descheduled sender does on the emulated cloud (one of eight flows 8-15% low in about one
-// trial in three). Everything else is the simulated datacenter's.
-class OneSlowUplinkReading : public probe::Fleet {
+// A fleet that passes every call to the simulated one; the fault-injecting fleets below change
+// what its bandwidth trials return.
+class ForwardingFleet : public probe::Fleet {
  public:
-  explicit OneSlowUplinkReading(SimFleet& inner) : inner_(inner) {}
+  explicit ForwardingFleet(SimFleet& inner) : inner_(inner) {}
   size_t size() const override { return inner_.size(); }
   const Host& host(int h) const override { return inner_.host(h); }
   std::vector<bool> alive(Deadline d) override { return inner_.alive(d); }
@@ -172,6 +170,24 @@ class OneSlowUplinkReading : public probe::Fleet {
   std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
                                                 const probe::BandwidthOptions& opts,
                                                 Deadline d) override {
+    return inner_.bandwidth(flows, opts, d);
+  }
+  probe::FleetCost cost() const override { return inner_.cost(); }
+
+ protected:
+  SimFleet& inner_;
+};
+
+// A fleet that holds back one reading of the single-flow uplink trial (the flows with its
+// longer window, probe::kUplinkWindowFactor): the first such flow reads 15% low, once, as a
+// descheduled sender does on the emulated cloud (one of eight flows 8-15% low in about one
+// trial in three). Everything else is the simulated datacenter's.
+class OneSlowUplinkReading : public ForwardingFleet {
+ public:
+  using ForwardingFleet::ForwardingFleet;
+  std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
+                                                const probe::BandwidthOptions& opts,
+                                                Deadline d) override {
     auto out = inner_.bandwidth(flows, opts, d);
     if (!held_ && opts.maxMs == probe::kUplinkWindowFactor * probe::BandwidthOptions{}.maxMs &&
         !out.empty() && out.front().value) {
@@ -180,11 +196,9 @@ class OneSlowUplinkReading : public probe::Fleet {
     }
     return out;
   }
-  probe::FleetCost cost() const override { return inner_.cost(); }
   std::optional<probe::HostPair> held() const { return held_; }
 
  private:
-  SimFleet& inner_;
   std::optional<probe::HostPair> held_;
 };
 
@@ -216,19 +230,11 @@ TEST(ProbeScale, ALowUplinkReadingIsMeasuredAgain) {
 // fault matrix's first agent row) is out of the round: the topology lists none of its pairs as
 // measured, since its matrix entries are null, and it loads again from its own JSON (a store
 // holding it was refused when the coordinating agent restarted).
-class DiesAfterItsFirstFlows : public probe::Fleet {
+class DiesAfterItsFirstFlows : public ForwardingFleet {
  public:
   // The victim dies after `flows` of its flows were measured.
   DiesAfterItsFirstFlows(SimFleet& inner, Datacenter& dc, int victim, int flows)
-      : inner_(inner), dc_(dc), victim_(victim), left_(flows) {}
-  size_t size() const override { return inner_.size(); }
-  const Host& host(int h) const override { return inner_.host(h); }
-  std::vector<bool> alive(Deadline d) override { return inner_.alive(d); }
-  std::vector<probe::Outcome<LatencyStats>> latency(const std::vector<probe::HostPair>& pairs,
-                                                    const probe::LatencyOptions& opts,
-                                                    Deadline d) override {
-    return inner_.latency(pairs, opts, d);
-  }
+      : ForwardingFleet(inner), dc_(dc), victim_(victim), left_(flows) {}
   std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
                                                 const probe::BandwidthOptions& opts,
                                                 Deadline d) override {
@@ -238,10 +244,8 @@ class DiesAfterItsFirstFlows : public probe::Fleet {
     if (left_ <= 0 && dc_.alive(victim_)) dc_.setAlive(victim_, false);
     return out;
   }
-  probe::FleetCost cost() const override { return inner_.cost(); }
 
  private:
-  SimFleet& inner_;
   Datacenter& dc_;
   int victim_;
   int left_;
