@@ -387,34 +387,131 @@ abi::Result Shim::runDeferredInits(std::vector<InitCall>& calls) {
 
 // --- communicators ------------------------------------------------------------------------------
 
+abi::Result Shim::gatherInts(abi::Comm comm, const CommState& st, const std::vector<int32_t>& mine,
+                             std::vector<int32_t>& out) {
+  const size_t n = static_cast<size_t>(st.table.size());
+  const size_t k = mine.size();
+  const size_t block = k * sizeof(int32_t);
+  const abi::Stream stream = nullptr;
+  std::vector<int32_t> byReal(n * k);
+  char* scratch = static_cast<char*>(driver().allocAsync((n + 1) * block, stream));
+  abi::Result r = abi::kSuccess;
+  try {
+    driver().copyAsync(scratch, mine.data(), block, stream);
+    r = real().allGather(scratch, scratch + block, k, abi::kInt32, comm, stream);
+    if (r == abi::kInProgress) r = waitNotInProgress(comm);
+    if (r == abi::kSuccess) {
+      driver().copyAsync(byReal.data(), scratch + block, n * block, stream);
+      driver().synchronize(stream);
+    }
+  } catch (...) {
+    driver().freeAsync(scratch, stream);
+    throw;
+  }
+  driver().freeAsync(scratch, stream);
+  if (r != abi::kSuccess) return r;
+  out.assign(n * k, 0);
+  for (size_t real = 0; real < n; ++real) {
+    const size_t app = static_cast<size_t>(st.table.toApp(static_cast<int>(real)));
+    std::copy_n(byReal.begin() + static_cast<long>(real * k), k,
+                out.begin() + static_cast<long>(app * k));
+  }
+  return abi::kSuccess;
+}
+
+void Shim::warnNotInPlanOrder(abi::Comm comm, const char* what, std::atomic<uint64_t>& counter) {
+  if (!options_.enabled) return;
+  std::shared_ptr<const Plan> plan = planWatch_.snapshot().plan;
+  if (!plan || RankTable::fromPermutation(plan->permutation).isIdentity()) return;
+  counter.fetch_add(1, std::memory_order_relaxed);
+  RANKMAP_WARN(Shim, "NCCL comm {}: {}'s child keeps NCCL's order, not plan {}'s",
+               static_cast<void*>(comm), what, shortPlanHash(plan->hash));
+}
+
 abi::Result Shim::commSplit(abi::Comm comm, int color, int key, abi::Comm* newcomm, void* config) {
   auto st = find(comm);
-  int realKey = key;
-  if (st && color != abi::kSplitNoColor && key >= 0) {
-    // Ties in `key` are broken by parent rank in NCCL: make that the app rank.
-    int64_t wide = static_cast<int64_t>(key) * st->table.size() + st->appRank;
-    if (wide <= INT_MAX) realKey = static_cast<int>(wide);
+  if (!st) return real().commSplit(comm, color, key, newcomm, config);
+  const int n = st->table.size();
+  // NCCL's order, with ties in `key` broken by app rank (NCCL breaks them by parent rank, which
+  // is the permuted one): the child needs no table.
+  auto inNcclOrder = [&](const char* why) {
+    int realKey = key;
+    if (color != abi::kSplitNoColor && key >= 0) {
+      int64_t wide = static_cast<int64_t>(key) * n + st->appRank;
+      if (wide <= INT_MAX) realKey = static_cast<int>(wide);
+    }
+    warnNotInPlanOrder(comm, why, counters_.unorderedSplits);
+    return real().commSplit(comm, color, realKey, newcomm, config);
+  };
+  // The gather cannot run before ncclGroupEnd.
+  if (groupState().depth > 0) return inNcclOrder("ncclCommSplit inside a group");
+  const auto* prefix = static_cast<const abi::ConfigPrefix*>(config);
+  const bool nonBlocking =
+      prefix != nullptr && prefix->magic == abi::kConfigMagic && prefix->blocking == 0;
+  // Every parent rank calls ncclCommSplit (NoColor ones too), so every one joins the gather.
+  std::vector<int32_t> all;
+  if (abi::Result r = gatherInts(comm, *st, {color, key, nonBlocking ? 1 : 0}, all);
+      r != abi::kSuccess) {
+    RANKMAP_ERROR(Shim, "NCCL comm {}: gathering the colours and keys of ncclCommSplit: {}",
+                  static_cast<void*>(comm), abi::resultName(r));
+    return r;
   }
-  return real().commSplit(comm, color, realKey, newcomm, config);
+  std::vector<int32_t> pairs(2 * static_cast<size_t>(n));
+  bool anyNonBlocking = false;
+  for (size_t a = 0; a < static_cast<size_t>(n); ++a) {
+    pairs[2 * a] = all[3 * a];
+    pairs[2 * a + 1] = all[3 * a + 1];
+    anyNonBlocking = anyNonBlocking || all[3 * a + 2] != 0;
+  }
+  if (anyNonBlocking) return inNcclOrder("ncclCommSplit to a non-blocking communicator");
+  // Key 0 for all: NCCL orders the child by parent rank, which is the plan's order.
+  abi::Result r = real().commSplit(comm, color, 0, newcomm, config);
+  if (!ok(r) || color == abi::kSplitNoColor || newcomm == nullptr) return r;
+  if (*newcomm == nullptr) {
+    // Only a non-blocking child inherited from the parent (config NULL) can get here.
+    RANKMAP_ERROR(Shim,
+                  "NCCL comm {}: ncclCommSplit returned {} without the child's handle: its ranks "
+                  "are in plan order and cannot be translated (pass a config with blocking = 0 "
+                  "to keep NCCL's order)",
+                  static_cast<void*>(comm), abi::resultName(r));
+    return r;
+  }
+  std::vector<int> members;  // app ranks of this colour
+  for (int a = 0; a < n; ++a)
+    if (pairs[2 * static_cast<size_t>(a)] == color) members.push_back(a);
+  std::vector<int> appOrder = members, realOrder = members;
+  std::sort(appOrder.begin(), appOrder.end(), [&](int x, int y) {
+    const int32_t kx = pairs[2 * static_cast<size_t>(x) + 1];
+    const int32_t ky = pairs[2 * static_cast<size_t>(y) + 1];
+    return kx != ky ? kx < ky : x < y;
+  });
+  std::sort(realOrder.begin(), realOrder.end(),
+            [&](int x, int y) { return st->table.toReal(x) < st->table.toReal(y); });
+  std::vector<int> childAppToReal;
+  int myChildApp = -1;
+  for (int a : appOrder) {
+    if (a == st->appRank) myChildApp = static_cast<int>(childAppToReal.size());
+    childAppToReal.push_back(
+        static_cast<int>(std::find(realOrder.begin(), realOrder.end(), a) - realOrder.begin()));
+  }
+  auto child = std::make_shared<CommState>();
+  child->table = RankTable::fromPermutation(std::move(childAppToReal));
+  child->appRank = myChildApp;
+  child->plan = st->plan;
+  if (!child->table.isIdentity()) registerComm(*newcomm, std::move(child));
+  return r;
 }
 
 abi::Result Shim::commShrink(abi::Comm comm, int* exclude, int excludeCount, abi::Comm* newcomm,
                              void* config, int flags) {
   if (real().commShrink == nullptr) return missingEntry("ncclCommShrink");
   auto st = find(comm);
-  if (!st && options_.enabled) {
-    // A parent in NCCL's order (made without a plan agreement, or one that ended in identity):
-    // NCCL's shrink keeps that order and offers no lever, so the child keeps it too. Said when
-    // this rank holds a plan that would have reordered, so that it is not silent.
-    std::shared_ptr<const Plan> plan = planWatch_.snapshot().plan;
-    if (plan && !RankTable::fromPermutation(plan->permutation).isIdentity()) {
-      counters_.unorderedShrinks.fetch_add(1, std::memory_order_relaxed);
-      RANKMAP_WARN(Shim,
-                   "NCCL comm {}: not in plan order (no plan agreement, or it ended in identity "
-                   "order): ncclCommShrink's child keeps NCCL's order, not plan {}'s",
-                   static_cast<void*>(comm), shortPlanHash(plan->hash));
-    }
-  }
+  // A parent in NCCL's order (made without a plan agreement, or one that ended in identity):
+  // NCCL's shrink keeps that order and offers no lever, so the child keeps it too. Said when
+  // this rank holds a plan that would have reordered, so that it is not silent.
+  if (!st)
+    warnNotInPlanOrder(comm, "ncclCommShrink (of a communicator not in plan order)",
+                       counters_.unorderedShrinks);
   if (!st || excludeCount <= 0 || exclude == nullptr)
     return real().commShrink(comm, exclude, excludeCount, newcomm, config, flags);
   // The parent's NCCL ranks are in its plan's order, and NCCL numbers the survivors

@@ -19,9 +19,14 @@
 // - non-blocking communicators: when a real call (or ncclGroupEnd) returns ncclInProgress, the
 //   operation is not on the stream yet; the shim polls ncclCommGetAsyncError until it stops
 //   reporting ncclInProgress before enqueuing the copies that read its output.
-// - ncclCommSplit children pass through with an identity table (PyTorch uses the group rank as
-//   the key, which fixes the child order); the key is widened to key*n + app rank so that ties
-//   are broken by app rank, as the application expects, rather than by the permuted rank.
+// - ncclCommSplit of a permuted communicator: every parent rank's (color, key) is gathered first
+//   (one 8-byte AllGather over the parent, all parent ranks call the split); NCCL gets key 0 for
+//   all, so that it orders each child by parent rank, i.e. in the parent's plan order restricted
+//   to the child, and the child's table maps that to the application's order (key, then app
+//   rank). Inside a group, where the gather cannot run before ncclGroupEnd, or when a rank asks
+//   for a non-blocking child (whose handle NCCL may give only later, so that no table could be
+//   attached), the child keeps NCCL's order by (key*n + app rank) (identity table; warned and
+//   counted); the gathered flags make that choice the same on every rank.
 // Communicators without an accepted plan are not registered at all: every call on them goes
 // straight to NCCL after one atomic load.
 //
@@ -80,6 +85,8 @@ struct ShimCounters {
   // ncclCommShrink on a communicator not in plan order while this rank holds a plan: the child
   // keeps NCCL's order (warned).
   std::atomic<uint64_t> unorderedShrinks{0};
+  // ncclCommSplit children not in plan order: split inside a group (warned).
+  std::atomic<uint64_t> unorderedSplits{0};
 };
 
 class Shim {
@@ -200,6 +207,15 @@ class Shim {
   abi::Result waitNotInProgress(abi::Comm comm);
   void preCopies(const std::vector<BlockCopy>& copies, char* dst, const char* src,
                  abi::Stream stream);
+  // Every rank's `mine` (the same number of int32 on every rank) on `st`'s communicator, in app
+  // rank order (rank a's values at [a*k, a*k+k)): one AllGather over `comm` through
+  // stream-ordered scratch on the legacy stream, then a synchronisation. Returns NCCL's result;
+  // `out` is filled on success.
+  abi::Result gatherInts(abi::Comm comm, const CommState& st, const std::vector<int32_t>& mine,
+                         std::vector<int32_t>& out);
+  // Warns (and counts in `counter`) that a child of `comm` keeps NCCL's order, when this rank
+  // holds a plan that would have reordered it.
+  void warnNotInPlanOrder(abi::Comm comm, const char* what, std::atomic<uint64_t>& counter);
   // The rank NCCL knows as `appRank` on `comm` (itself on an unregistered communicator).
   int realRank(abi::Comm comm, int appRank) const;
 

@@ -526,12 +526,16 @@ TEST_F(ShimTest, SplitChildrenFollowKeyThenAppRank) {
       int key = tiedKeys ? 0 : 10 - a;
       EXPECT_EQ(g.shim(a).commSplit(g.comm(a), a % 2, key, &child[static_cast<size_t>(a)], nullptr),
                 abi::kSuccess);
-      int user = -1;
+      int user = -1, real = -1;
       EXPECT_EQ(g.shim(a).commUserRank(child[static_cast<size_t>(a)], &user), abi::kSuccess);
       // Colour 0 holds app ranks {0, 2}; colour 1 holds {1, 3}.
       int expect = tiedKeys ? a / 2 : 1 - a / 2;
       EXPECT_EQ(user, expect) << "app rank " << a << (tiedKeys ? " (tied keys)" : "");
-      // The child is not reordered: its AllGather is in child-rank order.
+      // NCCL orders the child in plan order: app 2 (NCCL 0) before app 0 (NCCL 2).
+      EXPECT_EQ(g.shim(a).real().commUserRank(child[static_cast<size_t>(a)], &real),
+                abi::kSuccess);
+      EXPECT_EQ(real, a < 2 ? 1 : 0) << "app rank " << a;
+      // The child's AllGather is in the application's child order.
       std::vector<int32_t> mine{pattern(a, 0)}, out(2, -1);
       EXPECT_EQ(g.shim(a).allGather(mine.data(), out.data(), 1, kI32, child[static_cast<size_t>(a)],
                                     streamOf(a)),
@@ -542,6 +546,101 @@ TEST_F(ShimTest, SplitChildrenFollowKeyThenAppRank) {
     for (int a = 0; a < 4; ++a) g.shim(a).commDestroy(child[static_cast<size_t>(a)]);
   }
 }
+
+// Inside a group the colours and keys cannot be gathered before ncclGroupEnd: the child keeps
+// NCCL's order by (key, app rank), with no table, and that is counted and warned.
+TEST_F(ShimTest, SplitInsideAGroupKeepsNcclsOrderVisibly) {
+  Plan p = makePlan(2, 2, {1, 0});
+  Group g(4, [&](int) { return p; });
+  g.init();
+  std::vector<abi::Comm> child(4, nullptr);
+  runRanks(4, [&](int a) {
+    EXPECT_EQ(g.shim(a).groupStart(), abi::kSuccess);
+    EXPECT_EQ(g.shim(a).commSplit(g.comm(a), a % 2, 0, &child[static_cast<size_t>(a)], nullptr),
+              abi::kSuccess);
+    EXPECT_EQ(g.shim(a).groupEnd(), abi::kSuccess);
+    int user = -1, real = -1;
+    EXPECT_EQ(g.shim(a).commUserRank(child[static_cast<size_t>(a)], &user), abi::kSuccess);
+    EXPECT_EQ(g.shim(a).real().commUserRank(child[static_cast<size_t>(a)], &real), abi::kSuccess);
+    EXPECT_EQ(user, a / 2);
+    EXPECT_EQ(real, user) << "NCCL's order, no table";
+    EXPECT_EQ(g.shim(a).counters().unorderedSplits.load(), 1u);
+  });
+  for (int a = 0; a < 4; ++a) g.shim(a).commDestroy(child[static_cast<size_t>(a)]);
+}
+
+struct SplitCase {
+  PlanCase plan;
+  int colors;      // colour = app rank % colors; -1 (NoColor) for app ranks listed in noColor
+  bool tiedKeys;   // key 0 for all, else n - app rank (the reverse of app order)
+  std::vector<int> noColor;
+};
+
+class ShimSplit : public ShimTest, public ::testing::WithParamInterface<SplitCase> {};
+
+// Each child's NCCL order is the plan's order restricted to its members; the application sees
+// NCCL's semantics without the shim: members ordered by (key, parent rank).
+TEST_P(ShimSplit, ChildrenAreInPlanOrderAppSeesKeyOrder) {
+  const SplitCase& sc = GetParam();
+  Plan p = makePlan(sc.plan.hosts, sc.plan.ranksPerHost, sc.plan.order);
+  const int n = static_cast<int>(p.worldSize());
+  Group g(n, [&](int) { return p; });
+  g.init();
+  std::set<int> none(sc.noColor.begin(), sc.noColor.end());
+  auto colorOf = [&](int a) { return none.count(a) ? abi::kSplitNoColor : a % sc.colors; };
+  auto keyOf = [&](int a) { return sc.tiedKeys ? 0 : n - a; };
+  std::vector<abi::Comm> child(static_cast<size_t>(n), nullptr);
+  runRanks(n, [&](int a) {
+    ASSERT_EQ(g.shim(a).commSplit(g.comm(a), colorOf(a), keyOf(a), &child[static_cast<size_t>(a)],
+                                  nullptr),
+              abi::kSuccess);
+    abi::Comm c = child[static_cast<size_t>(a)];
+    if (none.count(a)) {
+      EXPECT_EQ(c, nullptr);
+      return;
+    }
+    std::vector<int> members;
+    for (int b = 0; b < n; ++b)
+      if (colorOf(b) == colorOf(a)) members.push_back(b);
+    std::vector<int> appOrder = members, planOrder = members;
+    std::sort(appOrder.begin(), appOrder.end(),
+              [&](int x, int y) { return std::make_pair(keyOf(x), x) < std::make_pair(keyOf(y), y); });
+    std::sort(planOrder.begin(), planOrder.end(), [&](int x, int y) {
+      return p.permutation[static_cast<size_t>(x)] < p.permutation[static_cast<size_t>(y)];
+    });
+    auto indexIn = [](const std::vector<int>& v, int x) {
+      return static_cast<int>(std::find(v.begin(), v.end(), x) - v.begin());
+    };
+    int real = -1, user = -1;
+    EXPECT_EQ(g.shim(a).real().commUserRank(c, &real), abi::kSuccess);
+    EXPECT_EQ(real, indexIn(planOrder, a)) << "app rank " << a << ": NCCL rank in plan order";
+    EXPECT_EQ(g.shim(a).commUserRank(c, &user), abi::kSuccess);
+    EXPECT_EQ(user, indexIn(appOrder, a)) << "app rank " << a << ": child rank by (key, rank)";
+    const size_t m = members.size();
+    std::vector<int32_t> mine{pattern(a, 0)}, out(m, -1);
+    EXPECT_EQ(g.shim(a).allGather(mine.data(), out.data(), 1, kI32, c, streamOf(a)),
+              abi::kSuccess);
+    for (size_t k = 0; k < m; ++k) EXPECT_EQ(out[k], pattern(appOrder[k], 0));
+    for (size_t root = 0; root < m; ++root) {
+      int32_t got = -1;
+      EXPECT_EQ(g.shim(a).broadcast(mine.data(), &got, 1, kI32, static_cast<int>(root), c,
+                                    streamOf(a)),
+                abi::kSuccess);
+      EXPECT_EQ(got, pattern(appOrder[root], 0));
+    }
+  });
+  for (int a = 0; a < n; ++a)
+    if (child[static_cast<size_t>(a)] != nullptr) g.shim(a).commDestroy(child[static_cast<size_t>(a)]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Plans, ShimSplit,
+    ::testing::Values(SplitCase{{3, 2, {2, 0, 1}}, 1, true, {}},   // one colour: the plan's order
+                      SplitCase{{3, 2, {2, 0, 1}}, 2, false, {}},
+                      SplitCase{{5, 1, {3, 1, 4, 0, 2}}, 2, true, {4}},
+                      SplitCase{{7, 1, {6, 5, 4, 3, 2, 1, 0}}, 3, false, {0, 5}},
+                      SplitCase{{4, 2, {1, 3, 0, 2}}, 3, true, {}},
+                      SplitCase{{8, 1, {0, 2, 4, 6, 1, 3, 5, 7}}, 2, false, {3}}));
 
 TEST_F(ShimTest, ShrinkTranslatesExcludedRanksAndKeepsAppOrder) {
   Plan p = makePlan(2, 2, {1, 0});
