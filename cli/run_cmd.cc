@@ -191,13 +191,6 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
       if (opts.rules != launch::RulesMode::kOff) opts.userCollTuned = userCollTunedOutside();
       opts.engineRouting = cfg.get(settings::kMpiEngine);
       d = launch::prepareRun(*cmd, pr.plan, pr.error, pr.source, pr.known, opts);
-      if (d.plan && !pr.planPath.empty()) {
-        staleSource = launch::fileStaleSource(pr.planPath, planId, *d.plan);
-        staleName = "plan file " + pr.planPath;
-      } else if (d.plan && !url.empty()) {
-        staleSource = launch::agentStaleSource(url, token, *d.plan);
-        staleName = "agent " + url;
-      }
       if (!a.dryRun) {
         dir->write(d.command.files);
         if (d.rules && d.rules->kept) writeFileAtomic(d.rules->path, d.rules->content);
@@ -207,6 +200,19 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
       throw;  // a bad RANKMAP_MPI_RULES: the user's to fix, before anything runs
     } catch (const std::exception& e) {
       d = launch::unchanged(a.command, fmt::format("cannot prepare the job's files: {}", e.what()));
+    }
+    // Where to ask, while the job runs, whether its plan went stale (advice: never in the way).
+    try {
+      if (d.plan && !pr.planPath.empty()) {
+        staleSource = launch::fileStaleSource(pr.planPath, planId, *d.plan);
+        staleName = "plan file " + pr.planPath;
+      } else if (d.plan && !url.empty()) {
+        staleSource = launch::agentStaleSource(url, token, *d.plan);
+        staleName = "agent " + url;
+      }
+    } catch (const std::exception& e) {
+      d.notes.push_back(
+          fmt::format("rankmap run: not watching the plan for staleness: {}", e.what()));
     }
   }
   std::fprintf(stderr, "%s\n", d.message.c_str());
