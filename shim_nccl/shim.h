@@ -85,7 +85,8 @@ struct ShimCounters {
   // ncclCommShrink on a communicator not in plan order while this rank holds a plan: the child
   // keeps NCCL's order (warned).
   std::atomic<uint64_t> unorderedShrinks{0};
-  // ncclCommSplit children not in plan order: split inside a group (warned).
+  // ncclCommSplit children not in plan order: a split inside a group or to a non-blocking child
+  // (warned).
   std::atomic<uint64_t> unorderedSplits{0};
 };
 
