@@ -24,6 +24,7 @@
 #include "launch/plan_source.h"
 #include "launch/process.h"
 #include "launch/run_dir.h"
+#include "launch/stale_plan.h"
 #include "launch/torchrun.h"
 #include "launch/xgboost.h"
 
@@ -76,6 +77,37 @@ std::string findShimLib(const Config& cfg) {
   return "";
 }
 
+// Runs the job, with a StalePlanWatch beside it when its order was fixed at launch from a plan
+// whose source can be asked again (an agent, a plan file).
+int runWatched(const Config& cfg, const launch::RunDecision& d, launch::StalePlanSource source,
+               const std::string& sourceName) {
+  std::unique_ptr<launch::StalePlanWatch> watch;
+  if (d.applied && d.plan && source) {
+    launch::StalePlanOptions o;
+    o.every = cfg.get(settings::kRunStaleCheck);
+    o.requestTimeout = cfg.get(settings::kRunAgentTimeout);
+    o.margin = cfg.get(settings::kRunStaleMargin);
+    o.metricsDir = cfg.get(settings::kRunMetricsDir);
+    o.sourceName = sourceName;
+    if (o.every.count() > 0) {
+      try {
+        watch = std::make_unique<launch::StalePlanWatch>(*d.plan, std::move(source), o,
+                                                         [](const std::string& line) {
+                                                           std::fprintf(stderr, "%s\n",
+                                                                        line.c_str());
+                                                           std::fflush(stderr);
+                                                         });
+      } catch (const std::exception& e) {
+        // The watch is advice: the job runs without it.
+        std::fprintf(stderr, "rankmap run: not watching the plan for staleness: %s\n", e.what());
+      }
+    }
+  }
+  int code = launch::runAndWait(d.command.argv);
+  if (watch) watch->stop();
+  return code;
+}
+
 int runCommand(const CliContext& ctx, const RunArgs& a) {
   const Config& cfg = ctx.config;
   if (a.command.empty()) RANKMAP_THROW(InvalidInput, "expected a command after `--`");
@@ -100,10 +132,18 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
   auto cmd = launch::parseLaunchCommand(a.command, why);
   std::unique_ptr<launch::RunDir> dir;
   launch::RunDecision d;
+  launch::StalePlanSource staleSource;  // where to ask whether the job's plan went stale
+  std::string staleName;
   if (launch::isTorchrun(a.command)) {  // frameworks: launch/torchrun.h
-    d = launch::prepareTorchrun(a.command, a.plan.empty() ? cfg.get(settings::kPlan) : a.plan,
+    const std::string planFile = a.plan.empty() ? cfg.get(settings::kPlan) : a.plan;
+    const FileIdentity planId = fileIdentity(planFile);
+    d = launch::prepareTorchrun(a.command, planFile,
                                 a.topology.empty() ? cfg.get(settings::kTopology) : a.topology,
                                 checks);
+    if (!planFile.empty() && d.plan) {
+      staleSource = launch::fileStaleSource(planFile, planId, *d.plan);
+      staleName = "plan file " + planFile;
+    }
   } else if (!cmd) {
     d = launch::unchanged(a.command, why);
   } else {
@@ -113,15 +153,17 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
                         : (a.topology.empty() && a.agent.empty() ? cfg.get(settings::kPlan) : "");
     std::string topoPath =
         !a.topology.empty() ? a.topology : (a.agent.empty() ? cfg.get(settings::kTopology) : "");
+    FileIdentity planId;
+    std::string url, token;
     if (!planPath.empty()) {
+      planId = fileIdentity(planPath);
       pr = launch::planFromFile(planPath, topoPath);
     } else if (!topoPath.empty()) {
       pr = launch::planFromTopology(topoPath, cmd->job());
     } else {
-      std::string url = !a.agent.empty() ? a.agent : cfg.get(settings::kAgent);
+      url = !a.agent.empty() ? a.agent : cfg.get(settings::kAgent);
       // The agent plans only for token holders (a plan it already made is served to anyone);
       // without a readable token file the request goes without one.
-      std::string token;
       if (std::string tf = cfg.get(settings::kTokenFile); !tf.empty()) {
         try {
           token = agent::readSecretFile(tf, 1, "token file");
@@ -159,6 +201,19 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
     } catch (const std::exception& e) {
       d = launch::unchanged(a.command, fmt::format("cannot prepare the job's files: {}", e.what()));
     }
+    // Where to ask, while the job runs, whether its plan went stale (advice: never in the way).
+    try {
+      if (d.plan && !pr.planPath.empty()) {
+        staleSource = launch::fileStaleSource(pr.planPath, planId, *d.plan);
+        staleName = "plan file " + pr.planPath;
+      } else if (d.plan && !url.empty()) {
+        staleSource = launch::agentStaleSource(url, token, *d.plan);
+        staleName = "agent " + url;
+      }
+    } catch (const std::exception& e) {
+      d.notes.push_back(
+          fmt::format("rankmap run: not watching the plan for staleness: {}", e.what()));
+    }
   }
   std::fprintf(stderr, "%s\n", d.message.c_str());
   if (d.rules && !d.rules->check.argv.empty() && !a.dryRun) {
@@ -192,7 +247,7 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
     }
     return 0;
   }
-  return launch::runAndWait(d.command.argv);
+  return runWatched(cfg, d, std::move(staleSource), staleName);
 }
 
 }  // namespace

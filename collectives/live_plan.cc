@@ -1,7 +1,5 @@
 #include "collectives/live_plan.h"
 
-#include <sys/stat.h>
-
 #include <cerrno>
 #include <charconv>
 #include <utility>
@@ -20,21 +18,10 @@ PlanFileSource::PlanFileSource(std::string path, int rank, int worldSize,
       pollInterval_(pollInterval),
       maxAge_(maxAge) {}
 
-PlanFileSource::Identity PlanFileSource::stat() const {
-  struct stat st {};
-  Identity id;
-  if (::stat(path_.c_str(), &st) != 0) return id;  // absent (or unreadable): no candidate
-  id.exists = true;
-  id.inode = st.st_ino;
-  id.size = st.st_size;
-  id.mtimeNs = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  return id;
-}
-
 const Plan* PlanFileSource::poll(std::chrono::steady_clock::time_point now) {
   if (lastPoll_ && now - *lastPoll_ < pollInterval_) return candidate_ ? &*candidate_ : nullptr;
   lastPoll_ = now;
-  Identity id = stat();
+  Identity id = fileIdentity(path_);
   if (seen_ && id == *seen_) return candidate_ ? &*candidate_ : nullptr;
   seen_ = id;
   candidate_.reset();

@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/files.h"
 #include "common/plan.h"
 
 namespace rankmap::coll {
@@ -70,14 +71,7 @@ class PlanFileSource : public PlanSource {
   uint64_t rejected() const override { return rejected_; }
 
  private:
-  struct Identity {
-    bool exists = false;
-    ino_t inode = 0;
-    off_t size = 0;
-    int64_t mtimeNs = 0;
-    bool operator==(const Identity&) const = default;
-  };
-  Identity stat() const;
+  using Identity = FileIdentity;  // common/files.h, shared with the NCCL shim's plan watch
 
   std::string path_;
   int rank_;

@@ -118,4 +118,15 @@ std::string readFile(const std::string& path, size_t maxBytes) {
   return out;
 }
 
+FileIdentity fileIdentity(const std::string& path) {
+  struct stat st {};
+  FileIdentity id;
+  if (::stat(path.c_str(), &st) != 0) return id;
+  id.exists = true;
+  id.inode = st.st_ino;
+  id.size = st.st_size;
+  id.mtimeNs = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return id;
+}
+
 }  // namespace rankmap

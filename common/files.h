@@ -1,6 +1,9 @@
 // File helpers shared by modules that persist state.
 #pragma once
 
+#include <sys/types.h>
+
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -23,5 +26,20 @@ std::string readFile(const std::string& path, size_t maxBytes = 1ull << 30);
 // the pod's own. Write or execute bits for the group, and any bit for others, are always refused.
 // Throws IoError if the file cannot be examined.
 void checkPrivateFile(const std::string& path, std::string_view what);
+
+// What a watcher of a file that is replaced atomically (writeFileAtomic, Plan::save) compares to
+// know that it changed: whether it exists, its inode, size and modification time in ns. A
+// rename gives a new inode, so a replacement is seen even within one mtime tick.
+struct FileIdentity {
+  bool exists = false;
+  ino_t inode = 0;
+  off_t size = 0;
+  int64_t mtimeNs = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
+// The identity of `path` now: one stat(2), never throws; `exists` is false when it cannot be
+// stat()ed (absent or unreadable).
+FileIdentity fileIdentity(const std::string& path);
 
 }  // namespace rankmap

@@ -30,6 +30,7 @@ std::shared_ptr<const CudaDriver> CudaDriver::load() {
   need(h, "cuMemcpyAsync", d->memcpyAsync_);
   need(h, "cuMemAllocAsync", d->memAllocAsync_);
   need(h, "cuMemFreeAsync", d->memFreeAsync_);
+  need(h, "cuStreamSynchronize", d->streamSynchronize_);
   need(h, "cuCtxGetCurrent", d->ctxGetCurrent_);
   need(h, "cuCtxSetCurrent", d->ctxSetCurrent_);
   need(h, "cuGetErrorName", d->getErrorName_);
@@ -64,6 +65,10 @@ void* CudaDriver::allocAsync(size_t bytes, abi::Stream stream) const {
 void CudaDriver::freeAsync(void* ptr, abi::Stream stream) const {
   if (ptr == nullptr) return;
   check(memFreeAsync_(reinterpret_cast<CUdeviceptr>(ptr), stream), "cuMemFreeAsync");
+}
+
+void CudaDriver::synchronize(abi::Stream stream) const {
+  check(streamSynchronize_(stream), "cuStreamSynchronize");
 }
 
 void* CudaDriver::currentContext() const {

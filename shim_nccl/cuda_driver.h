@@ -39,6 +39,8 @@ class CudaDriver {
   void copyAsync(void* dst, const void* src, size_t bytes, abi::Stream stream) const;
   void* allocAsync(size_t bytes, abi::Stream stream) const;
   void freeAsync(void* ptr, abi::Stream stream) const;
+  // Blocks until the work on `stream` is done (cuStreamSynchronize; null = the legacy stream).
+  void synchronize(abi::Stream stream) const;
   // The calling thread's current CUDA context (an opaque CUcontext; null if none).
   void* currentContext() const;
   void setCurrentContext(void* ctx) const;
@@ -54,6 +56,7 @@ class CudaDriver {
   CUresult (*memcpyAsync_)(CUdeviceptr, CUdeviceptr, size_t, abi::Stream) = nullptr;
   CUresult (*memAllocAsync_)(CUdeviceptr*, size_t, abi::Stream) = nullptr;
   CUresult (*memFreeAsync_)(CUdeviceptr, abi::Stream) = nullptr;
+  CUresult (*streamSynchronize_)(abi::Stream) = nullptr;
   CUresult (*ctxGetCurrent_)(void**) = nullptr;
   CUresult (*ctxSetCurrent_)(void*) = nullptr;
   CUresult (*getErrorName_)(CUresult, const char**) = nullptr;

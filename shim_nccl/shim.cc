@@ -84,6 +84,7 @@ ShimOptions shimOptionsFromConfig(const Config& config) {
   o.planSource = config.get(settings::kPlan);
   o.planMaxAge = config.get(settings::kPlanMaxAge);
   if (o.enabled && !o.planSource.empty()) {
+    o.planIdentity = fileIdentity(o.planSource);
     try {
       o.plan = Plan::load(o.planSource);
     } catch (const std::exception& e) {
@@ -117,7 +118,10 @@ abi::Result resultFor(const std::exception& e) noexcept {
 Shim::Shim(RealResolver resolveReal, DriverLoader loadDriver, ShimOptions options)
     : resolveReal_(std::move(resolveReal)),
       loadDriver_(std::move(loadDriver)),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      planWatch_(options_.enabled ? options_.planSource : std::string(),
+                 options_.enabled ? options_.plan : std::nullopt,
+                 options_.enabled ? options_.planError : std::string(), options_.planIdentity) {}
 
 const RealNccl& Shim::real() {
   if (const RealNccl* r = real_.load(std::memory_order_acquire)) return *r;
@@ -165,7 +169,10 @@ void Shim::unregisterComm(abi::Comm comm) {
 
 abi::Result Shim::getUniqueId(abi::UniqueId* id) {
   abi::Result r = real().getUniqueId(id);
-  if (r != abi::kSuccess || id == nullptr || !options_.enabled || !options_.plan) return r;
+  if (r != abi::kSuccess || id == nullptr || !options_.enabled) return r;
+  // The creator's plan now: every rank must vote for this one (see plan_watch.h).
+  const std::shared_ptr<const Plan> plan = planWatch_.snapshot().plan;
+  if (!plan) return r;
   // Only an id whose tail is free can carry the agreement (encodeTail checks again).
   abi::UniqueId probe = *id;
   if (!encodeTail(probe, IdTail{0, 0, "127.0.0.1", 0})) {
@@ -182,10 +189,10 @@ abi::Result Shim::getUniqueId(abi::UniqueId* id) {
     return r;
   }
   try {
-    IdTail tail = startAgreementServer(*host, options_.plan->hash, options_.timeout);
+    IdTail tail = startAgreementServer(*host, plan->hash, options_.timeout);
     encodeTail(*id, tail);
     RANKMAP_DEBUG(Shim, "NCCL shim: unique id carries plan agreement at {}:{} for plan {}",
-                  tail.host, tail.port, options_.plan->hash);
+                  tail.host, tail.port, plan->hash);
   } catch (const std::exception& e) {
     RANKMAP_WARN(Shim, "NCCL shim: no plan agreement server on {}: {}; identity order", *host,
                  e.what());
@@ -193,13 +200,15 @@ abi::Result Shim::getUniqueId(abi::UniqueId* id) {
   return r;
 }
 
-PlanVote Shim::voteFor(int nranks, int appRank) const {
+PlanVote Shim::voteFor(const InitCall& call) const {
   PlanChecks checks;
   checks.maxAge = options_.planMaxAge;
-  PlanVote v = planVote(options_.plan, appRank, nranks, checks);
-  if (!options_.plan && !options_.planError.empty()) {
+  const PlanSnapshot& snap = call.plan;
+  PlanVote v = planVote(snap.plan ? std::optional<Plan>(*snap.plan) : std::nullopt, call.appRank,
+                        call.nranks, checks);
+  if (!snap.plan && !snap.error.empty()) {
     v.status = PlanStatus::kInvalid;
-    v.reason = options_.planError;
+    v.reason = snap.error;
   }
   return v;
 }
@@ -248,9 +257,11 @@ abi::Result Shim::callRealInit(InitCall& c, int rank) {
 abi::Result Shim::init(InitCall call) {
   // Even when disabled (RANKMAP_NCCL_SHIM=0, no plan loaded) a rank answers an agreement it
   // finds: its vote for identity settles the matter at once instead of at the server's deadline.
+  // This call's plan, fixed now: a file replaced later is for later calls (plan_watch.h).
+  if (options_.enabled) call.plan = planWatch_.snapshot();
   std::optional<IdTail> tail = decodeTail(call.ids[0]);
   if (!tail) {
-    if (options_.plan)
+    if (call.plan.plan)
       RANKMAP_DEBUG(Shim,
                     "NCCL shim: unique id carries no plan agreement (its creator has no "
                     "plan or no shim); identity order");
@@ -274,15 +285,16 @@ abi::Result Shim::init(InitCall call) {
     g.inits.push_back(std::move(call));
     return abi::kSuccess;
   }
-  PlanVerdict v = agree(call.tail, voteFor(call.nranks, call.appRank));
+  PlanVerdict v = agree(call.tail, voteFor(call));
   return finishInit(call, v);
 }
 
-void Shim::recordAgreement(int nranks, const PlanVerdict& verdict) {
+void Shim::recordAgreement(const InitCall& call, const PlanVerdict& verdict) {
   std::lock_guard<std::mutex> lock(agreementsMu_);
-  AgreementTally& t = agreements_[nranks];
-  if (verdict.apply && options_.plan) {
+  AgreementTally& t = agreements_[call.nranks];
+  if (verdict.apply && call.plan.plan) {
     ++t.applied;
+    t.lastApplied = call.plan.plan;
   } else {
     ++t.identity;
     t.lastIdentityReason = verdict.reason;
@@ -292,32 +304,35 @@ void Shim::recordAgreement(int nranks, const PlanVerdict& verdict) {
 Shim::AgreedPlan Shim::agreedPlan(int nranks) const {
   using S = AgreedPlanStatus;
   if (!options_.enabled) return {S::kNoPlan, nullptr, "the NCCL shim is off (RANKMAP_NCCL_SHIM=0)"};
-  if (!options_.plan)
-    return {S::kNoPlan, nullptr,
-            options_.planSource.empty()
-                ? std::string("the NCCL shim has no plan (RANKMAP_PLAN is not set)")
-                : fmt::format("the NCCL shim has no plan ({})", options_.planError)};
-  std::lock_guard<std::mutex> lock(agreementsMu_);
+  std::unique_lock<std::mutex> lock(agreementsMu_);
   auto it = agreements_.find(nranks);
-  if (it == agreements_.end())
+  if (it == agreements_.end() || it->second.applied + it->second.identity == 0) {
+    lock.unlock();
+    PlanSnapshot snap = planWatch_.snapshot();
+    if (!snap.plan)
+      return {S::kNoPlan, nullptr,
+              options_.planSource.empty()
+                  ? std::string("the NCCL shim has no plan (RANKMAP_PLAN is not set)")
+                  : fmt::format("the NCCL shim has no plan ({})", snap.error)};
     return {S::kNoAgreement, nullptr,
             fmt::format("no plan agreement for a communicator of {} ranks in this process (its "
                         "unique id carried none)",
                         nranks)};
+  }
   const AgreementTally& t = it->second;
   if (t.identity > 0)
     return {
         S::kIdentity, nullptr,
         fmt::format("{} of {} plan agreement(s) for {} ranks ended in identity order (last: {})",
                     t.identity, t.identity + t.applied, nranks, t.lastIdentityReason)};
-  return {S::kApplied, &*options_.plan, ""};
+  return {S::kApplied, t.lastApplied, ""};
 }
 
 abi::Result Shim::finishInit(InitCall& call, const PlanVerdict& verdict) {
-  recordAgreement(call.nranks, verdict);
+  recordAgreement(call, verdict);
   RankTable table = RankTable::identity(call.nranks);
-  if (verdict.apply) {
-    table = RankTable::fromPermutation(options_.plan->permutation);
+  if (verdict.apply && call.plan.plan) {
+    table = RankTable::fromPermutation(call.plan.plan->permutation);
   } else {
     counters_.identityComms.fetch_add(1, std::memory_order_relaxed);
     RANKMAP_WARN(Shim, "NCCL shim: rank {} of {}: identity order: {}", call.appRank, call.nranks,
@@ -329,6 +344,7 @@ abi::Result Shim::finishInit(InitCall& call, const PlanVerdict& verdict) {
     auto state = std::make_shared<CommState>();
     state->table = std::move(table);
     state->appRank = call.appRank;
+    state->plan = call.plan.plan;
     registerComm(*call.out, std::move(state));
     counters_.permutedComms.fetch_add(1, std::memory_order_relaxed);
     RANKMAP_INFO(Shim, "NCCL comm {}: app rank {} -> NCCL rank {} of {} ({})",
@@ -345,7 +361,7 @@ abi::Result Shim::runDeferredInits(std::vector<InitCall>& calls) {
   votes.reserve(calls.size());
   for (auto& c : calls)
     votes.push_back(std::async(std::launch::async,
-                               [this, &c] { return agree(c.tail, voteFor(c.nranks, c.appRank)); }));
+                               [this, &c] { return agree(c.tail, voteFor(c)); }));
   abi::Result result = abi::kSuccess;
   void* saved = nullptr;
   bool restore = false;
@@ -371,23 +387,138 @@ abi::Result Shim::runDeferredInits(std::vector<InitCall>& calls) {
 
 // --- communicators ------------------------------------------------------------------------------
 
+abi::Result Shim::gatherInts(abi::Comm comm, const CommState& st, const std::vector<int32_t>& mine,
+                             std::vector<int32_t>& out) {
+  const size_t n = static_cast<size_t>(st.table.size());
+  const size_t k = mine.size();
+  const size_t block = k * sizeof(int32_t);
+  const abi::Stream stream = nullptr;
+  std::vector<int32_t> byReal(n * k);
+  char* scratch = static_cast<char*>(driver().allocAsync((n + 1) * block, stream));
+  abi::Result r = abi::kSuccess;
+  try {
+    driver().copyAsync(scratch, mine.data(), block, stream);
+    r = real().allGather(scratch, scratch + block, k, abi::kInt32, comm, stream);
+    if (r == abi::kInProgress) r = waitNotInProgress(comm);
+    if (r == abi::kSuccess) {
+      driver().copyAsync(byReal.data(), scratch + block, n * block, stream);
+      driver().synchronize(stream);
+    }
+  } catch (...) {
+    driver().freeAsync(scratch, stream);
+    throw;
+  }
+  driver().freeAsync(scratch, stream);
+  if (r != abi::kSuccess) return r;
+  out.assign(n * k, 0);
+  for (size_t real = 0; real < n; ++real) {
+    const size_t app = static_cast<size_t>(st.table.toApp(static_cast<int>(real)));
+    std::copy_n(byReal.begin() + static_cast<long>(real * k), k,
+                out.begin() + static_cast<long>(app * k));
+  }
+  return abi::kSuccess;
+}
+
+void Shim::warnNotInPlanOrder(abi::Comm comm, const char* what, std::atomic<uint64_t>& counter) {
+  if (!options_.enabled) return;
+  std::shared_ptr<const Plan> plan = planWatch_.snapshot().plan;
+  if (!plan || RankTable::fromPermutation(plan->permutation).isIdentity()) return;
+  counter.fetch_add(1, std::memory_order_relaxed);
+  RANKMAP_WARN(Shim, "NCCL comm {}: {}'s child keeps NCCL's order, not plan {}'s",
+               static_cast<void*>(comm), what, shortPlanHash(plan->hash));
+}
+
 abi::Result Shim::commSplit(abi::Comm comm, int color, int key, abi::Comm* newcomm, void* config) {
   auto st = find(comm);
-  int realKey = key;
-  if (st && color != abi::kSplitNoColor && key >= 0) {
-    // Ties in `key` are broken by parent rank in NCCL: make that the app rank.
-    int64_t wide = static_cast<int64_t>(key) * st->table.size() + st->appRank;
-    if (wide <= INT_MAX) realKey = static_cast<int>(wide);
+  if (!st) return real().commSplit(comm, color, key, newcomm, config);
+  const int n = st->table.size();
+  // NCCL's order, with ties in `key` broken by app rank (NCCL breaks them by parent rank, which
+  // is the permuted one): the child needs no table.
+  auto inNcclOrder = [&](const char* why) {
+    int realKey = key;
+    if (color != abi::kSplitNoColor && key >= 0) {
+      int64_t wide = static_cast<int64_t>(key) * n + st->appRank;
+      if (wide <= INT_MAX) realKey = static_cast<int>(wide);
+    }
+    warnNotInPlanOrder(comm, why, counters_.unorderedSplits);
+    return real().commSplit(comm, color, realKey, newcomm, config);
+  };
+  // The gather cannot run before ncclGroupEnd.
+  if (groupState().depth > 0) return inNcclOrder("ncclCommSplit inside a group");
+  const auto* prefix = static_cast<const abi::ConfigPrefix*>(config);
+  const bool nonBlocking =
+      prefix != nullptr && prefix->magic == abi::kConfigMagic && prefix->blocking == 0;
+  // Every parent rank calls ncclCommSplit (NoColor ones too), so every one joins the gather.
+  std::vector<int32_t> all;
+  if (abi::Result r = gatherInts(comm, *st, {color, key, nonBlocking ? 1 : 0}, all);
+      r != abi::kSuccess) {
+    RANKMAP_ERROR(Shim, "NCCL comm {}: gathering the colours and keys of ncclCommSplit: {}",
+                  static_cast<void*>(comm), abi::resultName(r));
+    return r;
   }
-  return real().commSplit(comm, color, realKey, newcomm, config);
+  std::vector<int32_t> pairs(2 * static_cast<size_t>(n));
+  bool anyNonBlocking = false;
+  for (size_t a = 0; a < static_cast<size_t>(n); ++a) {
+    pairs[2 * a] = all[3 * a];
+    pairs[2 * a + 1] = all[3 * a + 1];
+    anyNonBlocking = anyNonBlocking || all[3 * a + 2] != 0;
+  }
+  if (anyNonBlocking) return inNcclOrder("ncclCommSplit to a non-blocking communicator");
+  // Key 0 for all: NCCL orders the child by parent rank, which is the plan's order.
+  abi::Result r = real().commSplit(comm, color, 0, newcomm, config);
+  if (!ok(r) || color == abi::kSplitNoColor || newcomm == nullptr) return r;
+  if (*newcomm == nullptr) {
+    // Only a non-blocking child inherited from the parent (config NULL) can get here.
+    RANKMAP_ERROR(Shim,
+                  "NCCL comm {}: ncclCommSplit returned {} without the child's handle: its ranks "
+                  "are in plan order and cannot be translated (pass a config with blocking = 0 "
+                  "to keep NCCL's order)",
+                  static_cast<void*>(comm), abi::resultName(r));
+    return r;
+  }
+  std::vector<int> members;  // app ranks of this colour
+  for (int a = 0; a < n; ++a)
+    if (pairs[2 * static_cast<size_t>(a)] == color) members.push_back(a);
+  std::vector<int> appOrder = members, realOrder = members;
+  std::sort(appOrder.begin(), appOrder.end(), [&](int x, int y) {
+    const int32_t kx = pairs[2 * static_cast<size_t>(x) + 1];
+    const int32_t ky = pairs[2 * static_cast<size_t>(y) + 1];
+    return kx != ky ? kx < ky : x < y;
+  });
+  std::sort(realOrder.begin(), realOrder.end(),
+            [&](int x, int y) { return st->table.toReal(x) < st->table.toReal(y); });
+  std::vector<int> childAppToReal;
+  int myChildApp = -1;
+  for (int a : appOrder) {
+    if (a == st->appRank) myChildApp = static_cast<int>(childAppToReal.size());
+    childAppToReal.push_back(
+        static_cast<int>(std::find(realOrder.begin(), realOrder.end(), a) - realOrder.begin()));
+  }
+  auto child = std::make_shared<CommState>();
+  child->table = RankTable::fromPermutation(std::move(childAppToReal));
+  child->appRank = myChildApp;
+  child->plan = st->plan;
+  if (!child->table.isIdentity()) registerComm(*newcomm, std::move(child));
+  return r;
 }
 
 abi::Result Shim::commShrink(abi::Comm comm, int* exclude, int excludeCount, abi::Comm* newcomm,
                              void* config, int flags) {
   if (real().commShrink == nullptr) return missingEntry("ncclCommShrink");
   auto st = find(comm);
+  // A parent in NCCL's order (made without a plan agreement, or one that ended in identity):
+  // NCCL's shrink keeps that order and offers no lever, so the child keeps it too. Said when
+  // this rank holds a plan that would have reordered, so that it is not silent.
+  if (!st)
+    warnNotInPlanOrder(comm, "ncclCommShrink (of a communicator not in plan order)",
+                       counters_.unorderedShrinks);
   if (!st || excludeCount <= 0 || exclude == nullptr)
     return real().commShrink(comm, exclude, excludeCount, newcomm, config, flags);
+  // The parent's NCCL ranks are in its plan's order, and NCCL numbers the survivors
+  // contiguously in parent order: the child's NCCL order is that plan's order restricted to
+  // the survivors (a host's surviving ranks stay together, hosts in the plan's ring order).
+  // The child keeps the parent's plan: the survivors have no channel to agree on a newer one
+  // before NCCL's call, and NCCL's shrink takes no order anyway.
   const RankTable& t = st->table;
   std::vector<int> realExclude(exclude, exclude + excludeCount);
   for (int& r : realExclude) r = t.toReal(r);
@@ -411,6 +542,7 @@ abi::Result Shim::commShrink(abi::Comm comm, int* exclude, int excludeCount, abi
   auto child = std::make_shared<CommState>();
   child->table = RankTable::fromPermutation(std::move(childAppToReal));
   child->appRank = myChildApp;
+  child->plan = st->plan;
   if (!child->table.isIdentity()) registerComm(*newcomm, std::move(child));
   return r;
 }

@@ -19,9 +19,14 @@
 // - non-blocking communicators: when a real call (or ncclGroupEnd) returns ncclInProgress, the
 //   operation is not on the stream yet; the shim polls ncclCommGetAsyncError until it stops
 //   reporting ncclInProgress before enqueuing the copies that read its output.
-// - ncclCommSplit children pass through with an identity table (PyTorch uses the group rank as
-//   the key, which fixes the child order); the key is widened to key*n + app rank so that ties
-//   are broken by app rank, as the application expects, rather than by the permuted rank.
+// - ncclCommSplit of a permuted communicator: every parent rank's (color, key) is gathered first
+//   (one 8-byte AllGather over the parent, all parent ranks call the split); NCCL gets key 0 for
+//   all, so that it orders each child by parent rank, i.e. in the parent's plan order restricted
+//   to the child, and the child's table maps that to the application's order (key, then app
+//   rank). Inside a group, where the gather cannot run before ncclGroupEnd, or when a rank asks
+//   for a non-blocking child (whose handle NCCL may give only later, so that no table could be
+//   attached), the child keeps NCCL's order by (key*n + app rank) (identity table; warned and
+//   counted); the gathered flags make that choice the same on every rank.
 // Communicators without an accepted plan are not registered at all: every call on them goes
 // straight to NCCL after one atomic load.
 //
@@ -46,6 +51,7 @@
 #include "shim_nccl/agreement.h"
 #include "shim_nccl/cuda_driver.h"
 #include "shim_nccl/nccl_abi.h"
+#include "shim_nccl/plan_watch.h"
 #include "shim_nccl/rank_table.h"
 #include "shim_nccl/real_nccl.h"
 
@@ -57,15 +63,17 @@ namespace rankmap::shim_nccl {
 
 struct ShimOptions {
   bool enabled = true;                        // RANKMAP_NCCL_SHIM
-  std::optional<Plan> plan;                   // a valid plan, or none (identity)
-  std::string planSource;                     // RANKMAP_PLAN, for logs
+  std::optional<Plan> plan;                   // the plan read at start, or none (identity)
+  std::string planSource;                     // RANKMAP_PLAN: watched for replacements
   std::string planError;                      // why the plan at planSource was not loaded
+  FileIdentity planIdentity;                  // planSource's identity before that read
   std::chrono::milliseconds planMaxAge{0};    // RANKMAP_PLAN_MAX_AGE (0 = no limit)
   std::chrono::milliseconds timeout{300000};  // RANKMAP_TIMEOUT: agreement and in-progress waits
 };
 
 // Reads RANKMAP_NCCL_SHIM, RANKMAP_PLAN, RANKMAP_PLAN_MAX_AGE and RANKMAP_TIMEOUT. A plan that
-// cannot be loaded is logged as a warning and dropped: this rank then votes for identity.
+// cannot be loaded is logged as a warning and dropped: this rank then votes for identity (until
+// the file is replaced by a valid plan: plan_watch.h).
 ShimOptions shimOptionsFromConfig(const Config& config);
 
 // What the shim did, for tests and the log.
@@ -74,6 +82,12 @@ struct ShimCounters {
   std::atomic<uint64_t> identityComms{0};  // inits that voted and got identity
   std::atomic<uint64_t> fixupCopies{0};
   std::atomic<uint64_t> deferredInits{0};
+  // ncclCommShrink on a communicator not in plan order while this rank holds a plan: the child
+  // keeps NCCL's order (warned).
+  std::atomic<uint64_t> unorderedShrinks{0};
+  // ncclCommSplit children not in plan order: a split inside a group or to a non-blocking child
+  // (warned).
+  std::atomic<uint64_t> unorderedSplits{0};
 };
 
 class Shim {
@@ -89,6 +103,8 @@ class Shim {
   const RealNccl& real();
   const ShimOptions& options() const { return options_; }
   const ShimCounters& counters() const { return counters_; }
+  // Where new communicators get their plan (reloads and rejected replacements are counted there).
+  const PlanWatch& planWatch() const { return planWatch_; }
 
   abi::Result getUniqueId(abi::UniqueId* id);
   abi::Result commInitRank(abi::Comm* comm, int nranks, abi::UniqueId id, int rank);
@@ -128,21 +144,24 @@ class Shim {
   abi::Result recv(void* buf, size_t count, abi::DataType dt, int peer, abi::Comm comm,
                    abi::Stream stream);
 
-  // The plan every plan agreement for a communicator of `nranks` ranks in this process applied,
-  // for librankmap_nccl_tuner.so (agreed_plan.h): its tuning must be the same on every rank, and
-  // the agreement is what guarantees that they all hold this plan. `plan` is null, with the
-  // reason, when no agreement of that size ran, or when one of them ended in identity order.
+  // The plan that plan agreements for a communicator of `nranks` ranks in this process applied
+  // (the latest one's, when the file was replaced between communicators), for
+  // librankmap_nccl_tuner.so (agreed_plan.h): its tuning must be the same on every rank, and the
+  // agreement is what guarantees that they all hold this plan. `plan` is null, with the reason,
+  // when no agreement of that size ran, or when one of them ended in identity order.
   struct AgreedPlan {
     AgreedPlanStatus status = AgreedPlanStatus::kNoPlan;
-    const Plan* plan = nullptr;  // with kApplied
+    std::shared_ptr<const Plan> plan;  // with kApplied
     std::string reason;
   };
   AgreedPlan agreedPlan(int nranks) const;
 
-  // Per registered (permuted) communicator.
+  // Per registered (permuted) communicator: its table and the plan it was made with, fixed for
+  // its life (a shrunk child keeps its parent's).
   struct CommState {
     RankTable table;
     int appRank = -1;
+    std::shared_ptr<const Plan> plan;
   };
 
   // One init call, kept whole so that it can be deferred to the end of a group.
@@ -157,6 +176,7 @@ class Shim {
     void* context = nullptr;  // CUDA context current at the call (deferred inits)
     bool haveContext = false;
     IdTail tail = {};
+    PlanSnapshot plan = {};  // taken when the application made the call
   };
 
   // Copies that run after NCCL's output is on the stream, then free the scratch buffer.
@@ -178,7 +198,7 @@ class Shim {
   abi::Result init(InitCall call);
   abi::Result finishInit(InitCall& call, const PlanVerdict& verdict);
   abi::Result callRealInit(InitCall& call, int rank);
-  PlanVote voteFor(int nranks, int appRank) const;
+  PlanVote voteFor(const InitCall& call) const;
   abi::Result runDeferredInits(std::vector<InitCall>& calls);
 
   // After a real call that may need `fixup`: defers it inside a group, else completes it.
@@ -188,6 +208,15 @@ class Shim {
   abi::Result waitNotInProgress(abi::Comm comm);
   void preCopies(const std::vector<BlockCopy>& copies, char* dst, const char* src,
                  abi::Stream stream);
+  // Every rank's `mine` (the same number of int32 on every rank) on `st`'s communicator, in app
+  // rank order (rank a's values at [a*k, a*k+k)): one AllGather over `comm` through
+  // stream-ordered scratch on the legacy stream, then a synchronisation. Returns NCCL's result;
+  // `out` is filled on success.
+  abi::Result gatherInts(abi::Comm comm, const CommState& st, const std::vector<int32_t>& mine,
+                         std::vector<int32_t>& out);
+  // Warns (and counts in `counter`) that a child of `comm` keeps NCCL's order, when this rank
+  // holds a plan that would have reordered it.
+  void warnNotInPlanOrder(abi::Comm comm, const char* what, std::atomic<uint64_t>& counter);
   // The rank NCCL knows as `appRank` on `comm` (itself on an unregistered communicator).
   int realRank(abi::Comm comm, int appRank) const;
 
@@ -207,12 +236,13 @@ class Shim {
   abi::Result endGroup(bool simulate, void* simInfo);
   // Counts one agreement's verdict for agreedPlan(); before the real init, inside which NCCL
   // initialises its tuner plugin.
-  void recordAgreement(int nranks, const PlanVerdict& verdict);
+  void recordAgreement(const InitCall& call, const PlanVerdict& verdict);
 
   RealResolver resolveReal_;
   DriverLoader loadDriver_;
   const ShimOptions options_;
   ShimCounters counters_;
+  mutable PlanWatch planWatch_;
 
   std::mutex resolveMu_;
   std::atomic<const RealNccl*> real_{nullptr};
@@ -224,6 +254,7 @@ class Shim {
     int applied = 0;
     int identity = 0;
     std::string lastIdentityReason;
+    std::shared_ptr<const Plan> lastApplied;
   };
   mutable std::mutex agreementsMu_;
   std::unordered_map<int, AgreementTally> agreements_;  // by nranks

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "common/files.h"
 #include "common/plan.h"
@@ -34,6 +35,7 @@ class RunCli : public ::testing::Test {
                     "    echo rules:; grep -c . \"$2\"; fi\n"
                     "  shift\n"
                     "done\n"
+                    "if [ -n \"$JOB_SECONDS\" ]; then : > \"$JOB_STARTED\"; sleep \"$JOB_SECONDS\"; fi\n"
                     "exit 7\n",
                     0755);
     writeFileAtomic(dir_.file("hf"), "vm0\nvm1\nvm2\nvm3\n");
@@ -189,6 +191,61 @@ TEST_F(RunCli, DownAgentRunsTheOriginalCommandQuickly) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   EXPECT_EQ(c.status, 7);
   EXPECT_NE(c.err.find("no plan from agent http://127.0.0.1:9"), std::string::npos) << c.err;
+}
+
+// While the job runs, the plan file it was launched from is replaced by a plan of a newer
+// topology, predicted 1.5x faster than the job's order: one line on stderr (never stdout), a
+// metric in the textfile directory while the job runs, nothing left after it.
+TEST_F(RunCli, ARunningJobIsToldOnceThatItsPlanWentStale) {
+  Plan p = Plan::load(dir_.file("plan.json"));
+  p.epoch = 1;
+  p.seal();
+  const std::string live = dir_.file("live.json");
+  p.save(live);
+  std::filesystem::create_directories(dir_.file("metrics"));
+  auto args = std::vector<std::string>{"--plan", live};
+  for (auto& w : seqJob()) args.push_back(w);
+  const std::string started = dir_.file("started");
+  Completed c;
+  std::thread job([&] {
+    c = rankmap(args, {{"RANKMAP_RUN_STALE_CHECK", "100ms"},
+                       {"RANKMAP_RUN_METRICS_DIR", dir_.file("metrics")},
+                       {"JOB_SECONDS", "3"},
+                       {"JOB_STARTED", started}});
+  });
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!std::filesystem::exists(started) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  Plan newer = Plan::identity(p.order, 1);  // input order: the job's
+  newer.order = {"vm0", "vm1", "vm2", "vm3"};
+  newer.epoch = 2;
+  newer.predicted.basis = "allreduce 16 MiB ring";
+  newer.predicted.planUs = 100;
+  newer.predicted.inputOrderUs = 150;
+  newer.derivePermutation();
+  newer.seal();
+  newer.save(live);
+  std::string metric;
+  while (std::chrono::steady_clock::now() < until && metric.find("} 1\n") == std::string::npos) {
+    for (const auto& e : std::filesystem::directory_iterator(dir_.file("metrics")))
+      if (e.path().extension() == ".prom") metric = readFile(e.path().string());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  job.join();
+  EXPECT_TRUE(std::filesystem::exists(started));
+  EXPECT_NE(metric.find("rankmap_run_plan_stale{"), std::string::npos) << metric;
+  EXPECT_NE(metric.find("current_plan=\"" + newer.hash.substr(0, 19) + "\"} 1\n"),
+            std::string::npos)
+      << metric;
+  EXPECT_EQ(c.status, 7) << c.err;
+  auto err = testing::lines(c.err);
+  ASSERT_EQ(err.size(), 2u) << c.err;
+  EXPECT_NE(err[0].find("launch mode: plan " + p.hash.substr(0, 19)), std::string::npos) << err[0];
+  EXPECT_NE(err[1].find("the job's plan " + p.hash.substr(0, 19) + " is stale"), std::string::npos)
+      << err[1];
+  EXPECT_NE(err[1].find("predicted 1.50x faster"), std::string::npos) << err[1];
+  EXPECT_EQ(c.out.find("stale"), std::string::npos) << c.out;
+  EXPECT_TRUE(std::filesystem::is_empty(dir_.file("metrics")));
 }
 
 TEST_F(RunCli, UnwritableRunDirRunsTheOriginalCommand) {
