@@ -626,12 +626,11 @@ TEST(XgboostRunTest, WorkerFailureEndsTheJob) {
   EXPECT_THROW(runXgboost(o, {"sh", "-c", "exit 3"}, std::nullopt, "", {"test"}, {}), PeerError);
 }
 
-// Real xgboost workers (python3-xgboost) against the C++ tracker: ranks follow the task ids and
-// an allreduce above the ring threshold (32768 elements) gives the exact sum.
-TEST(XgboostRunTest, RealXgboostWorkersGetRanksFromTaskIds) {
-  const char* py = "/usr/bin/python3";
-  if (std::system("/usr/bin/python3 -c 'import xgboost' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "python3-xgboost is not installed for /usr/bin/python3";
+// Real xgboost workers against the C++ tracker: ranks follow the task ids and an allreduce
+// above 1.7's ring threshold (32768 elements; 2.0+ always runs a ring) gives the exact sum.
+// `env` (e.g. PYTHONPATH of a built XGBoost) goes before the interpreter; every worker checks
+// that it imported `version` (1.x speaks the Rabit protocol, 2.0+ the collective one).
+void runRealXgboostWorkers(const std::vector<std::string>& env, const std::string& version) {
   auto dir =
       std::filesystem::temp_directory_path() / ("rankmap-xgb-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -642,7 +641,9 @@ TEST(XgboostRunTest, RealXgboostWorkersGetRanksFromTaskIds) {
 import os, sys
 import numpy as np
 import xgboost as xgb
+assert xgb.__version__ == sys.argv[2], (xgb.__version__, xgb.__file__)
 args = {k: os.environ[k] for k in ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID")}
+args["DMLC_TRACKER_PORT"] = int(args["DMLC_TRACKER_PORT"])  # 2.0+ wants an integer
 with xgb.collective.CommunicatorContext(**args):
     rank, world = xgb.collective.get_rank(), xgb.collective.get_world_size()
     n = 40000  # above rabit_reduce_ring_mincount (32768): the ring carries it
@@ -657,7 +658,10 @@ with xgb.collective.CommunicatorContext(**args):
   XgboostOptions o;
   o.workers = 3;
   o.startTimeout = 60s;
-  int rc = runXgboost(o, {py, script, dir.string()}, std::nullopt, "none", {"test"}, {});
+  std::vector<std::string> program = {"env"};
+  program.insert(program.end(), env.begin(), env.end());
+  program.insert(program.end(), {"/usr/bin/python3", script, dir.string(), version});
+  int rc = runXgboost(o, program, std::nullopt, "none", {"test"}, {});
   EXPECT_EQ(rc, 0);
   for (int r = 0; r < 3; ++r) {
     std::ifstream f(dir / ("rank-" + xgboostTaskId(r, 3)));
@@ -666,6 +670,34 @@ with xgb.collective.CommunicatorContext(**args):
     EXPECT_EQ(got, std::to_string(r)) << "task " << xgboostTaskId(r, 3);
   }
   std::filesystem::remove_all(dir);
+}
+
+// Debian's python3-xgboost (1.7.4): the Rabit protocol.
+TEST(XgboostRunTest, RealXgboostWorkersGetRanksFromTaskIds) {
+  FILE* p =
+      ::popen("/usr/bin/python3 -c 'import xgboost; print(xgboost.__version__)' 2>/dev/null", "r");
+  char buf[64] = {};
+  bool ok = p && std::fgets(buf, sizeof buf, p);
+  if (p) ::pclose(p);
+  if (!ok) GTEST_SKIP() << "python3-xgboost is not installed for /usr/bin/python3";
+  std::string version(buf);
+  while (!version.empty() && version.back() == '\n') version.pop_back();
+  runRealXgboostWorkers({}, version);
+}
+
+// XGBoost built from source by scripts/build-xgboost (3.x: the collective protocol), when CMake
+// was given its directory (-DRANKMAP_XGBOOST_DIR=DIR).
+TEST(XgboostRunTest, RealXgboostBuiltFromSourceGetsRanksFromTaskIds) {
+  std::string dir = RANKMAP_XGBOOST_DIR;
+  if (dir.empty())
+    GTEST_SKIP() << "no XGBoost build: configure with -DRANKMAP_XGBOOST_DIR=DIR after "
+                    "scripts/build-xgboost --out DIR";
+  std::ifstream f(dir + "/VERSION");
+  std::string version;
+  if (!(f >> version))
+    GTEST_SKIP() << "RANKMAP_XGBOOST_DIR " << dir
+                 << " has no VERSION (scripts/build-xgboost did not finish there)";
+  runRealXgboostWorkers({"PYTHONPATH=" + dir + "/python"}, version);
 }
 
 }  // namespace
