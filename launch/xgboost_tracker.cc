@@ -107,8 +107,8 @@ struct Entry {
 }  // namespace
 
 std::string_view protocolName(TrackerProtocol p) {
-  return p == TrackerProtocol::kRabit ? "xgboost 1.x's Rabit protocol"
-                                      : "xgboost 2.0+'s collective protocol (JSON)";
+  return p == TrackerProtocol::kRabit ? "the Rabit protocol (xgboost 1.x, 2.0)"
+                                      : "the collective protocol (xgboost 2.1+, JSON)";
 }
 
 RabitLinkMap makeRabitLinkMap(int n) {

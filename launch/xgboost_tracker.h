@@ -1,8 +1,10 @@
 // An XGBoost (Rabit) tracker in C++: the rendezvous that gives each worker its rank and its
-// neighbours, wire-compatible with both protocols XGBoost's workers speak: xgboost 1.x's (the
-// Python RabitTracker of xgboost/tracker.py, 1.7) and xgboost 2.0+'s (the C++ tracker of
-// src/collective/tracker.cc, protocol.h; read and tested against 3.2). The first bytes after the
-// magic tell which one a worker speaks (below); every worker of a job must speak the same.
+// neighbours, wire-compatible with both protocols XGBoost's workers speak: Rabit, of xgboost 1.x
+// and 2.0 (the Python RabitTracker of xgboost/tracker.py; tested against 1.7.4), and the
+// collective protocol of xgboost 2.1 and later (the C++ tracker of src/collective/tracker.cc and
+// protocol.h, the same file from 2.1.0 to 3.2.0; tested against 3.2.0 built from source). The
+// first bytes after the magic tell which one a worker speaks (below); every worker of a job must
+// speak the same.
 //
 // Why C++ rather than running the Python tracker with sortby="task": every wait here is bounded
 // by a Deadline (a worker that never connects, or stalls half-way, becomes a TimeoutError naming
@@ -11,8 +13,8 @@
 // by their task ids in string order, exactly as RabitTracker(sortby="task") ranks them, so the
 // launcher gives task ids that sort in plan order.
 //
-// xgboost 1.x (kRabit; all integers native 32-bit, strings as length + bytes), one TCP
-// connection per command: the worker sends the magic 0xff99, the tracker echoes it, the worker
+// Rabit, xgboost 1.x and 2.0 (kRabit; all integers native 32-bit, strings as length + bytes), one
+// TCP connection per command: the worker sends the magic 0xff99, the tracker echoes it, the worker
 // sends rank (-1 when unknown), world size (-1 when unknown), task id and a command:
 //   - "start"/"recover": the tracker answers rank, parent rank, world size, the tree neighbours,
 //     ring prev and next; then, until the worker reports no failed connection, it receives the
@@ -23,7 +25,7 @@
 // Ranks are assigned in one batch once all workers have said "start" (as the Python tracker
 // does), so that the sort sees every task id.
 //
-// xgboost 2.0+ (kCollective): the same magic exchange and the same strings (int32 length +
+// xgboost 2.1+ (kCollective): the same magic exchange and the same strings (int32 length +
 // bytes), but every message is a JSON object. The worker sends {"rank", "task_id",
 // "world_size"} and then a command {"cmd": 1 start | 2 shutdown | 3 error | 4 print, ...}:
 //   - start {"port", "error_port"}: the tracker answers {"world_size": N} at once and keeps the
@@ -31,12 +33,12 @@
 //     sends the worker of rank r {"host", "port", "rank"} of rank r+1 (mod N), from which the
 //     worker takes rank r; the workers then connect to each other without the tracker. Their
 //     ring is rank r -> r+1 and carries every allreduce.
-//   - shutdown: as in 1.x; print {"msg"}: printed; error {"msg", "code"}: a worker failed, and
+//   - shutdown: as in Rabit; print {"msg"}: printed; error {"msg", "code"}: a worker failed, and
 //     serve() ends with a PeerError naming it (xgboost's tracker instead tells the others
 //     through their error ports; rankmap run kills them).
 // A start after all N started (xgboost's recovery) is refused: there is no recovery here.
-// Detection: after the magic, a 1.x worker sends its rank and its world size (-1 or N) as two
-// int32; a 2.0+ worker sends the length of its JSON text and the text, which begins with `{"`.
+// Detection: after the magic, a Rabit worker sends its rank and its world size (-1 or N) as two
+// int32; a 2.1+ worker sends the length of its JSON text and the text, which begins with `{"`.
 // A header whose second int32 begins with the bytes `{"` and is not N is the JSON protocol.
 //
 // Threading: one thread calls serve(); it handles one connection at a time, as the Python tracker
@@ -70,8 +72,8 @@ RabitLinkMap makeRabitLinkMap(int n);
 
 constexpr int32_t kRabitMagic = 0xff99;
 
-// Which wire protocol a worker speaks: xgboost 1.x's Rabit (binary) or xgboost 2.0+'s
-// collective (JSON messages).
+// Which wire protocol a worker speaks: Rabit (binary; xgboost 1.x and 2.0) or the collective
+// protocol (JSON messages; xgboost 2.1 and later).
 enum class TrackerProtocol { kRabit, kCollective };
 std::string_view protocolName(TrackerProtocol p);
 

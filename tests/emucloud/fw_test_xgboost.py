@@ -116,7 +116,7 @@ def main():
                     msg = next((l for l in p.stderr.splitlines()
                                 if l.startswith("rankmap run: xgboost:")), "")
                     lib.check("ranked in plan order" in msg, msg[:200])
-                    # Each worker logs its rank: 1.7 "task T got new rank R", 2.0+ "Task T got
+                    # Each worker logs its rank: 1.7 "task T got new rank R", 2.1+ "Task T got
                     # rank R". Task rankmap-R is the worker at plan position R.
                     got = dict(re.findall(r"[Tt]ask (rankmap-\d+) got (?:new )?rank (\d+)",
                                           p.stdout + p.stderr))

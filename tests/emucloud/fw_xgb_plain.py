@@ -6,7 +6,7 @@ namespace, and one worker per VM started with `emucloud exec`. The baseline of f
 
 Output: the tracker's and the workers' output on stdout. Exit: 0 when every worker exits 0,
 else 1; 124 after --timeout (every process left in the VMs and head killed). /usr/bin/python3;
-the tracker imports the xgboost that PYTHONPATH gives (1.7 or 2.0+), the workers the one their
+the tracker imports the xgboost that PYTHONPATH gives (1.7, or 2.1+), the workers the one their
 PROGRAM does.
 """
 
@@ -18,14 +18,14 @@ import time
 
 import fw_lib
 
-# xgboost 1.x: RabitTracker(host_ip, n_workers), start(n), .port, join(); 2.0+ (the C++ tracker
-# behind the same name): RabitTracker(n_workers, host_ip), start(), worker_args(), wait_for().
+# xgboost 1.x and 2.0: RabitTracker(host_ip, n_workers), start(n), .port, join(); 2.1+ (the C++
+# tracker behind the same name): RabitTracker(n_workers, host_ip), start(), worker_args(),
+# wait_for().
 kTracker = r"""
 import sys
-import xgboost
 from xgboost.tracker import RabitTracker
 host, n = sys.argv[1], int(sys.argv[2])
-if int(xgboost.__version__.split(".")[0]) >= 2:
+if hasattr(RabitTracker, "worker_args"):
     t = RabitTracker(n_workers=n, host_ip=host)
     t.start()
     print("tracker-port", t.worker_args()["dmlc_tracker_port"], flush=True)

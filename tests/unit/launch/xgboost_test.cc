@@ -371,7 +371,7 @@ TEST(RabitTrackerTest, TickCanAbort) {
                PeerError);
 }
 
-// ---- A worker that speaks xgboost 2.0+'s protocol (src/collective/protocol.h and comm.cc of
+// ---- A worker that speaks xgboost 2.1+'s protocol (src/collective/protocol.h and comm.cc of
 // xgboost 3.2: the messages as its JsonWriter writes them, compact with sorted keys), on threads.
 
 // Connects, exchanges the magic (the worker sends first, as proto::Magic::Verify does) and sends
@@ -574,8 +574,8 @@ TEST(RabitTrackerTest, WorkersOfBothProtocolsInOneJobAreAPeerError) {
     tracker.serve(Deadline::after(10s), 5s, {}, {});
     FAIL() << "expected a PeerError";
   } catch (const PeerError& e) {
-    EXPECT_NE(std::string(e.what()).find("speaks xgboost 2.0+'s collective protocol (JSON), the "
-                                         "workers before it xgboost 1.x's Rabit protocol"),
+    EXPECT_NE(std::string(e.what()).find("speaks the collective protocol (xgboost 2.1+, JSON), "
+                                         "the workers before it the Rabit protocol"),
               std::string::npos)
         << e.what();
   }
@@ -627,9 +627,9 @@ TEST(XgboostRunTest, WorkerFailureEndsTheJob) {
 }
 
 // Real xgboost workers against the C++ tracker: ranks follow the task ids and an allreduce
-// above 1.7's ring threshold (32768 elements; 2.0+ always runs a ring) gives the exact sum.
+// above 1.7's ring threshold (32768 elements; 2.1+ always runs a ring) gives the exact sum.
 // `env` (e.g. PYTHONPATH of a built XGBoost) goes before the interpreter; every worker checks
-// that it imported `version` (1.x speaks the Rabit protocol, 2.0+ the collective one).
+// that it imported `version` (1.x and 2.0 speak the Rabit protocol, 2.1+ the collective one).
 void runRealXgboostWorkers(const std::vector<std::string>& env, const std::string& version) {
   auto dir =
       std::filesystem::temp_directory_path() / ("rankmap-xgb-test-" + std::to_string(::getpid()));
@@ -643,7 +643,7 @@ import numpy as np
 import xgboost as xgb
 assert xgb.__version__ == sys.argv[2], (xgb.__version__, xgb.__file__)
 args = {k: os.environ[k] for k in ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID")}
-args["DMLC_TRACKER_PORT"] = int(args["DMLC_TRACKER_PORT"])  # 2.0+ wants an integer
+args["DMLC_TRACKER_PORT"] = int(args["DMLC_TRACKER_PORT"])  # 2.1+ wants an integer
 with xgb.collective.CommunicatorContext(**args):
     rank, world = xgb.collective.get_rank(), xgb.collective.get_world_size()
     n = 40000  # above rabit_reduce_ring_mincount (32768): the ring carries it
