@@ -2,9 +2,9 @@
 // neighbours, wire-compatible with both protocols XGBoost's workers speak: Rabit, of xgboost 1.x
 // and 2.0 (the Python RabitTracker of xgboost/tracker.py; tested against 1.7.4), and the
 // collective protocol of xgboost 2.1 and later (the C++ tracker of src/collective/tracker.cc and
-// protocol.h, the same file from 2.1.0 to 3.2.0; tested against 3.2.0 built from source). The
-// first bytes after the magic tell which one a worker speaks (below); every worker of a job must
-// speak the same.
+// protocol.h, the same file in 2.1.0, 3.0.0 and 3.2.0; tested against 3.2.0 built from source).
+// The first bytes after the magic tell which one a worker speaks (below); every worker of a job
+// must speak the same.
 //
 // Why C++ rather than running the Python tracker with sortby="task": every wait here is bounded
 // by a Deadline (a worker that never connects, or stalls half-way, becomes a TimeoutError naming
