@@ -25,8 +25,12 @@
 namespace rankmap::launch {
 namespace {
 
-// torchrun's options (torch 1.13 and 2.x), canonical names ('-' -> '_'), and whether each takes
-// a value. Single-dash aliases: -r (redirects), -t (tee), -m (module), -h (help).
+// torchrun's options, canonical names ('-' -> '_'), and whether each takes a value: torch 1.13's
+// (run here) and those that current torch/distributed/run.py adds (read in PyTorch's source, not
+// run: --local_addr, --logs_specs, --local_ranks_filter, --event_log_handler, --numa_binding,
+// --signals_to_handle, --duplicate_std{out,err}_filters, --shutdown_timeout,
+// --virtual_local_rank). None of the added ones changes how node ranks are decided.
+// Single-dash aliases: -r (redirects), -t (tee), -m (module), -h (help).
 const std::map<std::string, bool>& knownOptions() {
   static const std::map<std::string, bool> kOptions = {
       {"nnodes", true},
@@ -52,6 +56,13 @@ const std::map<std::string, bool>& knownOptions() {
       {"local_addr", true},
       {"logs_specs", true},
       {"local_ranks_filter", true},
+      {"event_log_handler", true},
+      {"numa_binding", true},
+      {"signals_to_handle", true},
+      {"duplicate_stdout_filters", true},
+      {"duplicate_stderr_filters", true},
+      {"shutdown_timeout", true},
+      {"virtual_local_rank", false},
   };
   return kOptions;
 }

@@ -1,6 +1,8 @@
 #include "launch/xgboost_tracker.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -11,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "common/json.h"
 #include "common/log.h"
 
 namespace rankmap::launch {
@@ -74,6 +77,9 @@ class Conn {
     sendInt(static_cast<int32_t>(s.size()), d, what);
     sock_.sendAll(s.data(), s.size(), d, name(what));
   }
+  void recvBytes(void* p, size_t n, Deadline d, std::string_view what) {
+    sock_.recvAll(p, n, d, name(what));
+  }
 
  private:
   std::string name(std::string_view what) const {
@@ -87,15 +93,23 @@ class Conn {
 // has a rank, what its link setup left open.
 struct Entry {
   std::unique_ptr<Conn> conn;
+  TrackerProtocol protocol = TrackerProtocol::kRabit;
   int32_t rank = -1;
   int32_t worldSize = -1;
   std::string taskId;
-  std::string cmd;
-  int waitAccept = 0;  // peers still to connect to it
-  int32_t port = -1;   // where it listens for them
+  std::string cmd;      // start, recover, print, shutdown; error (kCollective only)
+  std::string message;  // print and error: the text
+  int64_t code = 0;     // error: the worker's error code
+  int waitAccept = 0;   // peers still to connect to it (kRabit)
+  int32_t port = -1;    // where it listens for its peers
 };
 
 }  // namespace
+
+std::string_view protocolName(TrackerProtocol p) {
+  return p == TrackerProtocol::kRabit ? "the Rabit protocol (xgboost 1.x, 2.0)"
+                                      : "the collective protocol (xgboost 2.1+, JSON)";
+}
 
 RabitLinkMap makeRabitLinkMap(int n) {
   RANKMAP_ASSERT(n >= 1);
@@ -176,9 +190,65 @@ std::unique_ptr<Conn> acceptWorker(Listener& listener, const ServeState& st,
   }
 }
 
+// A JSON message of a kCollective worker. PeerError naming the worker, the message and the field
+// for anything that is not the object expected (JsonReader's errors name the JSON path).
+template <typename Read>
+void readWorkerJson(const Conn& c, const std::string& text, std::string_view what, Read read) {
+  std::string source = fmt::format("XGBoost tracker: {} from worker at {}", what, c.peer());
+  try {
+    Json j = parseJson(text, source);
+    JsonReader r(j, source);
+    r.expectObject();
+    read(r);
+  } catch (const InvalidInput& e) {
+    RANKMAP_THROW(PeerError, "{}", e.what());
+  }
+}
+
+// The rest of a kCollective header: the JSON text (whose first 4 bytes, `head`, were read with
+// its length `len`) and the command message that follows it.
+void readCollectiveHeader(Entry& e, int32_t len, const char* head, int n, Deadline d) {
+  Conn& c = *e.conn;
+  std::string text(head, 4);
+  text.resize(static_cast<size_t>(len));
+  c.recvBytes(text.data() + 4, text.size() - 4, d, "the connect message");
+  readWorkerJson(c, text, "the connect message", [&](const JsonReader& r) {
+    e.rank = static_cast<int32_t>(r.at("rank", "the worker's rank").integerIn(-1, n - 1));
+    e.worldSize = static_cast<int32_t>(
+        r.at("world_size", "the world size (-1 or the worker count)").integerIn(-1, INT32_MAX));
+    e.taskId = r.at("task_id", "the worker's task id").str();
+  });
+  std::string cmdText = c.recvStr(d, "the command message");
+  readWorkerJson(c, cmdText, "the command message", [&](const JsonReader& r) {
+    int64_t cmd = r.at("cmd", "1 (start), 2 (shutdown), 3 (error) or 4 (print)").integer();
+    switch (cmd) {
+      case 1:
+        e.cmd = "start";
+        e.port = static_cast<int32_t>(r.at("port", "the worker's port").integerIn(1, 65535));
+        r.at("error_port", "the worker's error port").integerIn(0, 65535);
+        break;
+      case 2:
+        e.cmd = "shutdown";
+        break;
+      case 3:
+        e.cmd = "error";
+        e.message = r.at("msg", "the error message").str();
+        e.code = r.at("code", "the error code").integer();
+        break;
+      case 4:
+        e.cmd = "print";
+        e.message = r.at("msg", "the message to print").str();
+        break;
+      default:
+        r.at("cmd").fail("1 (start), 2 (shutdown), 3 (error) or 4 (print)");
+    }
+  });
+}
+
 // Phase 2: the magic exchange and the header every command starts with (rank, world size, task
-// id, command). nullptr, with a warning, for a connection that does not speak the protocol.
-std::shared_ptr<Entry> readHeader(std::unique_ptr<Conn> conn, Deadline d) {
+// id, command), in whichever protocol the worker speaks (the header's comment on detection).
+// nullptr, with a warning, for a connection that does not send the magic.
+std::shared_ptr<Entry> readHeader(std::unique_ptr<Conn> conn, int n, Deadline d) {
   auto e = std::make_shared<Entry>();
   e->conn = std::move(conn);
   int32_t magic = e->conn->recvInt(d, "the magic number");
@@ -188,16 +258,29 @@ std::shared_ptr<Entry> readHeader(std::unique_ptr<Conn> conn, Deadline d) {
     return nullptr;
   }
   e->conn->sendInt(kRabitMagic, d, "the magic number");
-  e->rank = e->conn->recvInt(d, "the rank");
-  e->worldSize = e->conn->recvInt(d, "the world size");
+  int32_t first[2] = {0, 0};
+  e->conn->recvBytes(first, sizeof first, d, "the header");
+  char head[4];
+  std::memcpy(head, &first[1], sizeof head);
+  if (head[0] == '{' && head[1] == '"' && first[1] != n && first[0] >= 4 &&
+      first[0] <= kMaxString) {
+    e->protocol = TrackerProtocol::kCollective;
+    readCollectiveHeader(*e, first[0], head, n, d);
+    return e;
+  }
+  e->rank = first[0];
+  e->worldSize = first[1];
   e->taskId = e->conn->recvStr(d, "the task id");
   e->cmd = e->conn->recvStr(d, "the command");
   return e;
 }
 
-// Phase 3, "print": the message, without its trailing newlines and spaces.
+// Phase 3, "print": the message (a kCollective worker sent it with its command, a kRabit worker
+// sends it now), without its trailing newlines and spaces.
 std::string readPrintMessage(Entry& e, Deadline d) {
-  std::string msg = e.conn->recvStr(d, "a print message");
+  std::string msg = e.protocol == TrackerProtocol::kCollective
+                        ? e.message
+                        : e.conn->recvStr(d, "a print message");
   while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
   return msg;
 }
@@ -303,11 +386,67 @@ void assignBatch(ServeState& st, std::map<std::string, int>& ranks) {
   RANKMAP_INFO(Agent, "XGBoost tracker: all {} workers started", st.n);
 }
 
+// The kCollective batch, once all N have started: ranks in task id order (xgboost's
+// sortby="task"); the worker of rank r learns rank r+1's address and port and takes rank r from
+// it. The connections close after the batch, as xgboost's tracker closes them.
+void assignCollectiveBatch(ServeState& st, std::map<std::string, int>& ranks) {
+  std::stable_sort(st.pending.begin(), st.pending.end(),
+                   [](const auto& a, const auto& b) { return a->taskId < b->taskId; });
+  const int n = st.n;
+  Deadline d = st.ioDeadline();
+  for (int r = 0; r < n; ++r) {
+    const Entry& next = *st.pending[(r + 1) % n];
+    Json info = {{"host", next.conn->peer()}, {"port", next.port}, {"rank", (r + 1) % n}};
+    st.pending[r]->conn->sendStr(info.dump(), d, "the ring neighbour");
+    st.pending[r]->rank = r;
+    ranks[st.pending[r]->taskId] = r;
+    RANKMAP_DEBUG(Agent, "XGBoost tracker: task {} at {} is rank {}", st.pending[r]->taskId,
+                  st.pending[r]->conn->peer(), r);
+  }
+  for (auto& e : st.pending) e->conn->closeNow();
+  st.pending.clear();
+  st.todo.clear();
+  RANKMAP_INFO(Agent, "XGBoost tracker: all {} workers started", n);
+}
+
+// Phase 3 for kCollective: "start" answers the world size and queues the worker for the batch;
+// "error" ends serve() naming the worker. PeerError for a start that is not a first start.
+void admitCollectiveWorker(ServeState& st, std::shared_ptr<Entry> e,
+                           std::map<std::string, int>& ranks) {
+  const std::string& host = e->conn->peer();
+  if (e->cmd == "error")
+    RANKMAP_THROW(PeerError, "XGBoost worker {} (task {}) at {} reported an error (code {}): {}",
+                  e->rank, e->taskId, host, e->code, e->message);
+  RANKMAP_ASSERT(e->cmd == "start");
+  if (!st.haveLinks) {
+    st.haveLinks = true;
+    for (int r = 0; r < st.n; ++r) st.todo.push_back(r);
+  }
+  if (e->worldSize != -1)
+    RANKMAP_THROW(PeerError,
+                  "XGBoost tracker: task {} at {} started with world_size {} (expected -1: a "
+                  "first start)",
+                  e->taskId, host, e->worldSize);
+  if (st.todo.empty())
+    RANKMAP_THROW(PeerError,
+                  "XGBoost tracker: task {} at {} started after all {} workers had (a restarted "
+                  "worker: rankmap's tracker has no recovery)",
+                  e->taskId, host, st.n);
+  st.seen.insert(e->taskId);
+  e->conn->sendStr(Json{{"world_size", st.n}}.dump(), st.ioDeadline(), "the world size");
+  st.pending.push_back(std::move(e));
+  if (st.pending.size() == st.todo.size()) assignCollectiveBatch(st, ranks);
+}
+
 // Phase 3, "start" or "recover": checks the request, then gives a known rank at once (a worker
 // that says its rank, or a task id seen before) or queues the worker for the batch.
 // PeerError for a request that breaks the protocol.
 void admitWorker(ServeState& st, std::shared_ptr<Entry> e, std::map<std::string, int>& ranks) {
   const std::string& host = e->conn->peer();
+  if (e->protocol == TrackerProtocol::kCollective) {
+    admitCollectiveWorker(st, std::move(e), ranks);
+    return;
+  }
   if (e->cmd != "start" && e->cmd != "recover")
     RANKMAP_THROW(PeerError, "XGBoost tracker: unknown command {:?} from {}", e->cmd, host);
   if (!st.haveLinks) {
@@ -370,8 +509,16 @@ void RabitTracker::serve(Deadline startDeadline, std::chrono::milliseconds ioTim
   while (!st.allShutDown()) {
     std::unique_ptr<Conn> conn = acceptWorker(listener_, st, tick);
     Deadline d = st.ioDeadline();
-    std::shared_ptr<Entry> e = readHeader(std::move(conn), d);
+    std::shared_ptr<Entry> e = readHeader(std::move(conn), workers_, d);
     if (!e) continue;
+    if (!protocol_) {
+      protocol_ = e->protocol;
+      RANKMAP_INFO(Agent, "XGBoost tracker: the workers speak {}", protocolName(e->protocol));
+    } else if (*protocol_ != e->protocol) {
+      RANKMAP_THROW(
+          PeerError, "XGBoost tracker: worker at {} (task {}) speaks {}, the workers before it {}",
+          e->conn->peer(), e->taskId, protocolName(e->protocol), protocolName(*protocol_));
+    }
     if (e->cmd == "print") {
       std::string msg = readPrintMessage(*e, d);
       if (print) print(msg);

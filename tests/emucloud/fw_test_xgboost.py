@@ -1,7 +1,13 @@
 #!/usr/bin/python3
 """emucloud_fw_xgboost: distributed XGBoost (tree_method="hist") on 8 VMs in 2 racks (host 1000,
-uplink 250 Mbit/s, seed 1), plain (xgboost's Python RabitTracker, ranks by worker IP: the
-provider's order) and under `rankmap run --xgboost 8` (rankmap's tracker, ranks in plan order).
+uplink 250 Mbit/s, seed 1), plain (xgboost's RabitTracker, ranks by worker IP: the provider's
+order) and under `rankmap run --xgboost 8` (rankmap's tracker, ranks in plan order).
+
+Which XGBoost: Debian's python3-xgboost (1.7.4, the Rabit protocol) by default; with
+--xgboost-dir DIR the one scripts/build-xgboost built into DIR (3.x, the collective protocol:
+its Python package through PYTHONPATH, for the plain run's tracker and every worker). An empty
+DIR (CMake's RANKMAP_XGBOOST_DIR unset) or one without a finished build skips, with the reason
+(emucloud_fw_xgboost_built).
 
 Checks: same RMSE curve and bit-identical model; rankmap's tracker ranked the workers in plan
 order; an allreduce of one histogram (above Rabit's 32768-element ring threshold) is at least
@@ -9,11 +15,12 @@ order; an allreduce of one histogram (above Rabit's 32768-element ring threshold
 the tracker gives the tracker's deadline error naming it, not a hang.
 
   fw_test_xgboost.py --emucloud PATH --rankmap BIN [--repeat R] [--min-speedup X] [--json OUT]
-                     [--train-args "..."]
+                     [--train-args "..."] [--xgboost-dir DIR]
 """
 
 import json
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -35,6 +42,32 @@ kTrainArgs = "--rows 64 --features 1024 --max-bin 256 --rounds 3 --depth 4"
 def extra(p):
     fw_lib.add_job_args(p)
     p.add_argument("--train-args", default=kTrainArgs)
+    p.add_argument("--xgboost-dir", help="scripts/build-xgboost's output (default: Debian's)")
+
+
+def choose_xgboost(xdir):
+    """(environment words for the workers, PYTHONPATH entry, version) of the XGBoost to run."""
+    if xdir is None:
+        fw_lib.require_python_module("xgboost")
+        p = subprocess.run(["/usr/bin/python3", "-c", "import xgboost; print(xgboost.__version__)"],
+                           capture_output=True, text=True, timeout=120)
+        return [], "", p.stdout.strip()
+    if not xdir:
+        lib.skip("no XGBoost build: run scripts/build-xgboost --out DIR and configure with "
+                 "-DRANKMAP_XGBOOST_DIR=DIR")
+    vfile = os.path.join(xdir, "VERSION")
+    if not os.path.isfile(vfile):
+        lib.skip(f"{xdir} has no VERSION: scripts/build-xgboost did not finish there")
+    with open(vfile) as f:
+        version = f.read().strip()
+    pypath = os.path.join(xdir, "python")
+    p = subprocess.run(["/usr/bin/python3", "-c", "import xgboost; print(xgboost.__version__)"],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=pypath))
+    if p.stdout.strip() != version:
+        lib.fail(f"{pypath}: imports xgboost {p.stdout.strip()!r}, VERSION says {version!r}:\n"
+                 f"{p.stderr[-800:]}")
+    return [f"PYTHONPATH={pypath}"], pypath, version
 
 
 def summary_of(name, p):
@@ -54,10 +87,11 @@ def head_argv(truth, argv):
 def main():
     args = lib.parse_args(extra)
     lib.require_environment()
-    fw_lib.require_python_module("xgboost")
+    envw, pypath, version = choose_xgboost(args.xgboost_dir)
+    print(f"xgboost {version}" + (f" from {pypath}" if pypath else " (Debian)"), flush=True)
     work = tempfile.mkdtemp(prefix="fw_test_xgboost.")
-    train = ["/usr/bin/python3", os.path.join(kHere, "fw_xgb_train.py")] + \
-        shlex.split(args.train_args)
+    train = (["env"] + envw if envw else []) + \
+        ["/usr/bin/python3", os.path.join(kHere, "fw_xgb_train.py")] + shlex.split(args.train_args)
     try:
         with lib.Testbed(args.emucloud, kPrefix, ["--vms", "8", "--racks", "2", "--host-mbit",
                                                    "1000", "--uplink-mbit", "250", "--seed",
@@ -71,7 +105,8 @@ def main():
                                     "--emucloud", args.emucloud, "--prefix", kPrefix,
                                     "--timeout", "300", "--"] + train,
                                    capture_output=True, text=True, timeout=360,
-                                   env=dict(os.environ, PYTHONPATH=kHere))
+                                   env=dict(os.environ, PYTHONPATH=":".join(
+                                       x for x in (kHere, pypath) if x)))
                 plain.append(summary_of(f"plain run {r}", p))
                 p = subprocess.run(head_argv(tb.truth, [
                     args.rankmap, "run", "--xgboost", "8", "--plan", ppath, "--topology", tpath,
@@ -81,8 +116,17 @@ def main():
                     msg = next((l for l in p.stderr.splitlines()
                                 if l.startswith("rankmap run: xgboost:")), "")
                     lib.check("ranked in plan order" in msg, msg[:200])
-                    got = [l for l in p.stdout.splitlines() if "got new rank" in l]
-                    lib.check(len(got) == 8, "8 workers got a rank from rankmap's tracker")
+                    # Each worker logs its rank: 1.7 "task T got new rank R", 2.1+ "Task T got
+                    # rank R". Task rankmap-R is the worker at plan position R.
+                    got = dict(re.findall(r"[Tt]ask (rankmap-\d+) got (?:new )?rank (\d+)",
+                                          p.stdout + p.stderr))
+                    lib.check(len(got) == 8 and all(int(t.split("-")[1]) == int(r_)
+                                                    for t, r_ in got.items()),
+                              f"8 workers got the rank of their plan position from rankmap's "
+                              f"tracker ({sorted(got.items())})")
+                for name, s in (("plain", plain[-1]), ("rankmap run", ours[-1])):
+                    lib.check(s.get("xgboost") == version,
+                              f"{name} {r}: workers ran xgboost {s.get('xgboost')}")
             for r in range(args.repeat):
                 lib.check(ours[r]["rmse"] == plain[0]["rmse"],
                           f"run {r}: RMSE curve identical ({plain[0]['rmse'][-1]!r} last)")

@@ -5,7 +5,9 @@ namespace, and one worker per VM started with `emucloud exec`. The baseline of f
   fw_xgb_plain.py --emucloud PATH --prefix P [--timeout S] -- PROGRAM...
 
 Output: the tracker's and the workers' output on stdout. Exit: 0 when every worker exits 0,
-else 1; 124 after --timeout (every process left in the VMs and head killed). /usr/bin/python3.
+else 1; 124 after --timeout (every process left in the VMs and head killed). /usr/bin/python3;
+the tracker imports the xgboost that PYTHONPATH gives (1.7, or 2.1+), the workers the one their
+PROGRAM does.
 """
 
 import argparse
@@ -16,13 +18,23 @@ import time
 
 import fw_lib
 
+# xgboost 1.x and 2.0: RabitTracker(host_ip, n_workers), start(n), .port, join(); 2.1+ (the C++
+# tracker behind the same name): RabitTracker(n_workers, host_ip), start(), worker_args(),
+# wait_for().
 kTracker = r"""
 import sys
 from xgboost.tracker import RabitTracker
-t = RabitTracker(host_ip=sys.argv[1], n_workers=int(sys.argv[2]))
-t.start(int(sys.argv[2]))
-print("tracker-port", t.port, flush=True)
-t.join()
+host, n = sys.argv[1], int(sys.argv[2])
+if hasattr(RabitTracker, "worker_args"):
+    t = RabitTracker(n_workers=n, host_ip=host)
+    t.start()
+    print("tracker-port", t.worker_args()["dmlc_tracker_port"], flush=True)
+    t.wait_for()
+else:
+    t = RabitTracker(host_ip=host, n_workers=n)
+    t.start(n)
+    print("tracker-port", t.port, flush=True)
+    t.join()
 """
 
 

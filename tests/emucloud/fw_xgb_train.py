@@ -1,6 +1,7 @@
 """A distributed XGBoost training job (tree_method="hist") for the frameworks proof on the
 testbed. Each worker reads DMLC_TRACKER_URI, DMLC_TRACKER_PORT and DMLC_TASK_ID from its
-environment (as dmlc-submit and `rankmap run --xgboost` hand them out) and prints, from rank 0,
+environment (as dmlc-submit and `rankmap run --xgboost` hand them out; xgboost 1.7 and 2.1+) and
+prints, from rank 0,
 one JSON line {"summary": {...}} with the training time, the RMSE curve, the model's SHA-256 and
 the time of one allreduce of a histogram-sized buffer (the network part alone).
 
@@ -33,6 +34,8 @@ def main():
     a = p.parse_args()
     args = {k: os.environ[k] for k in ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID")
             if k in os.environ}
+    if "DMLC_TRACKER_PORT" in args:  # xgboost 2.1+ wants an integer; 1.7 takes either
+        args["DMLC_TRACKER_PORT"] = int(args["DMLC_TRACKER_PORT"])
     with xgb.collective.CommunicatorContext(**args):
         rank, world = xgb.collective.get_rank(), xgb.collective.get_world_size()
         rng = np.random.default_rng(100 + rank)
@@ -60,7 +63,7 @@ def main():
         if rank == 0:
             model = bst.save_raw("json")
             print(json.dumps({"summary": {
-                "world": world, "train_s": dt, "rmse": evals["train"]["rmse"],
+                "xgboost": xgb.__version__, "world": world, "train_s": dt, "rmse": evals["train"]["rmse"],
                 "model_sha256": hashlib.sha256(model).hexdigest(),
                 "hist_elements": a.features * a.max_bin,
                 "hist_allreduce_s": sorted(ar)[1],

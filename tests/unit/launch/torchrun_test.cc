@@ -83,6 +83,48 @@ TEST(TorchrunTest, ReadsPetEnvironmentDefaults) {
   EXPECT_TRUE(c.userSet("nnodes"));
 }
 
+// Options of torch 2.x's torchrun (read in torch/distributed/run.py, not run here: Debian has
+// 1.13): known, so a 2.x command line is rewritten, not refused; none of them moves ranks.
+TEST(TorchrunTest, ReadsTorch2Options) {
+  Argv argv = {"torchrun",
+               "--nnodes=4",
+               "--nproc-per-node=2",
+               "--local-ranks-filter=0",
+               "--logs-specs",
+               "default",
+               "--event-log-handler",
+               "null",
+               "--numa-binding=node",
+               "--signals-to-handle",
+               "SIGTERM,SIGUSR1",
+               "--duplicate-stdout-filters",
+               "loss",
+               "--duplicate_stderr_filters=err",
+               "--shutdown-timeout",
+               "30",
+               "--virtual-local-rank",
+               "--node-rank",
+               "1",
+               "--master-addr",
+               "h0",
+               "t.py"};
+  auto c = TorchrunCommand::parse(argv);
+  EXPECT_EQ(c.value("numa_binding"), "node");
+  EXPECT_EQ(c.value("node_rank"), "1");
+  EXPECT_EQ(argv[c.scriptIndex()], "t.py");
+  auto d = decideTorchrun(argv, fourHostPlan(), "", kSource, fourHostAddresses(), {"h1", {}},
+                          newTorch());
+  ASSERT_TRUE(d.applied) << d.message;
+  // h1 is at plan position 3; the dashed --node-rank/--master-addr are replaced, not doubled.
+  EXPECT_EQ(valueAfter(d.command.argv, "--node_rank"), "3");
+  EXPECT_EQ(valueAfter(d.command.argv, "--master_addr"), "10.1.1.3");
+  EXPECT_EQ(std::count(d.command.argv.begin(), d.command.argv.end(), "--node-rank"), 0);
+  EXPECT_EQ(std::count(d.command.argv.begin(), d.command.argv.end(), "--master-addr"), 0);
+  EXPECT_EQ(std::count(d.command.argv.begin(), d.command.argv.end(), "--virtual-local-rank"), 1);
+  EXPECT_THROW(TorchrunCommand::parse({"torchrun", "--virtual-local-rank=1", "t.py"}),
+               NotSupported);
+}
+
 TEST(TorchrunTest, RefusesWhatItDoesNotUnderstand) {
   EXPECT_THROW(TorchrunCommand::parse({"torchrun", "--nnode", "2", "train.py"}), NotSupported);
   EXPECT_THROW(TorchrunCommand::parse({"torchrun", "--bogus", "train.py"}), NotSupported);

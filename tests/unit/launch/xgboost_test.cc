@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -370,6 +371,240 @@ TEST(RabitTrackerTest, TickCanAbort) {
                PeerError);
 }
 
+// ---- A worker that speaks xgboost 2.1+'s protocol (src/collective/protocol.h and comm.cc of
+// xgboost 3.2: the messages as its JsonWriter writes them, compact with sorted keys), on threads.
+
+// Connects, exchanges the magic (the worker sends first, as proto::Magic::Verify does) and sends
+// the connect message and a command.
+int openCollective(uint16_t port, int32_t rank, int32_t world, const std::string& task,
+                   const std::string& cmd) {
+  int fd = connectTo(port);
+  if (fd < 0) throw std::runtime_error("connect to tracker failed");
+  sendInt(fd, kRabitMagic);
+  if (recvInt(fd) != kRabitMagic) throw std::runtime_error("bad magic echo");
+  sendStr(fd, fmt::format(R"({{"rank":{},"task_id":"{}","world_size":{}}})", rank, task, world));
+  sendStr(fd, cmd);
+  return fd;
+}
+
+int listenLoopback(int& port) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  listen(lfd, 16);
+  socklen_t len = sizeof a;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  port = ntohs(a.sin_port);
+  return lfd;
+}
+
+// Reads `"key":<integer>` or `"key":"<string>"` from a compact JSON object (the tracker's replies).
+std::string jsonField(const std::string& text, const std::string& key) {
+  auto at = text.find("\"" + key + "\":");
+  if (at == std::string::npos) throw std::runtime_error("no " + key + " in " + text);
+  at += key.size() + 3;
+  if (text[at] == '"') return text.substr(at + 1, text.find('"', at + 1) - at - 1);
+  return text.substr(at, text.find_first_of(",}", at) - at);
+}
+
+struct CollectiveResult {
+  int rank = -1;
+  int world = 0;
+  int nextRank = -1;  // the rank of the peer the tracker named, as that peer told us
+  int prevRank = -1;  // the rank of the peer that connected to us
+  std::string nextHost;
+};
+
+// One worker: start (port and error port), the world size, the ring neighbour; then, as
+// comm.cc's ConnectWorkers, connect to the next and accept the previous, exchanging ranks; a
+// print; shutdown.
+CollectiveResult runCollectiveWorker(uint16_t trackerPort, const std::string& task) {
+  CollectiveResult res;
+  int myPort = 0, errPort = 0;
+  int lfd = listenLoopback(myPort);
+  int efd = listenLoopback(errPort);
+  int t = openCollective(trackerPort, 0, -1, task,
+                         fmt::format(R"({{"cmd":1,"error_port":{},"port":{}}})", errPort, myPort));
+  res.world = std::stoi(jsonField(recvStr(t), "world_size"));
+  std::string next = recvStr(t);
+  close(t);
+  int nextTold = std::stoi(jsonField(next, "rank"));
+  res.rank = (nextTold + res.world - 1) % res.world;  // comm.cc: BootstrapPrev(next.rank)
+  res.nextHost = jsonField(next, "host");
+  int c = connectTo(static_cast<uint16_t>(std::stoi(jsonField(next, "port"))));
+  if (c < 0) throw std::runtime_error("ring next connect failed");
+  sendInt(c, res.rank);
+  int a = accept(lfd, nullptr, nullptr);
+  sendInt(a, res.rank);
+  res.nextRank = recvInt(c);
+  res.prevRank = recvInt(a);
+  close(c);
+  close(a);
+  close(lfd);
+  close(efd);
+  close(openCollective(trackerPort, res.rank, res.world, task,
+                       R"({"cmd":4,"msg":"hello from )" + task + R"(\n"})"));
+  close(openCollective(trackerPort, res.rank, res.world, task, R"({"cmd":2})"));
+  return res;
+}
+
+TEST(RabitTrackerTest, CollectiveWorkersRankedByTaskIdRingInRankOrder) {
+  for (int n : {1, 2, 3, 5, 8}) {
+    RabitTracker tracker("127.0.0.1", 0, n);
+    std::vector<CollectiveResult> results(n);
+    std::vector<std::string> tasks;
+    for (int i = 0; i < n; ++i) tasks.push_back(xgboostTaskId(n - 1 - i, n));  // reverse order
+    std::vector<std::thread> threads;
+    std::mutex mu;
+    std::string error;
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([&, i] {
+        try {
+          results[i] = runCollectiveWorker(tracker.port(), tasks[i]);
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(mu);
+          error = e.what();
+        }
+      });
+    std::vector<std::string> printed;
+    tracker.serve(Deadline::after(20s), 20s, {},
+                  [&](const std::string& m) { printed.push_back(m); });
+    for (auto& t : threads) t.join();
+    ASSERT_EQ(error, "") << "n=" << n;
+    ASSERT_TRUE(tracker.protocol());
+    EXPECT_EQ(*tracker.protocol(), TrackerProtocol::kCollective);
+    ASSERT_EQ(printed.size(), static_cast<size_t>(n));
+    EXPECT_EQ(printed[0].rfind("hello from rankmap-", 0), 0u) << printed[0];
+    for (int i = 0; i < n; ++i) {
+      int r = results[i].rank;
+      EXPECT_EQ(r, n - 1 - i) << "task ids decide the rank";
+      EXPECT_EQ(results[i].world, n);
+      EXPECT_EQ(results[i].nextRank, (r + 1) % n) << "the peer named is rank r+1";
+      EXPECT_EQ(results[i].prevRank, (r + n - 1) % n);
+      EXPECT_EQ(results[i].nextHost, "127.0.0.1");
+      EXPECT_EQ(tracker.ranks().at(tasks[i]), r);
+    }
+  }
+}
+
+// Runs a one-worker tracker against `send` (the worker's side) and returns serve()'s PeerError.
+std::string collectivePeerError(int workers, const std::function<void(uint16_t)>& send) {
+  RabitTracker tracker("127.0.0.1", 0, workers);
+  std::thread worker([&] {
+    try {
+      send(tracker.port());
+    } catch (const std::exception&) {
+    }
+  });
+  std::string what;
+  try {
+    tracker.serve(Deadline::after(10s), 5s, {}, {});
+    ADD_FAILURE() << "expected a PeerError";
+  } catch (const PeerError& e) {
+    what = e.what();
+  }
+  worker.join();
+  return what;
+}
+
+TEST(RabitTrackerTest, CollectiveMessagesThatBreakTheProtocolNameTheField) {
+  auto sendCmd = [](const std::string& cmd) {
+    return [cmd](uint16_t port) { close(openCollective(port, 0, -1, "rankmap-0", cmd)); };
+  };
+  std::string e = collectivePeerError(2, sendCmd(R"({"cmd":9})"));
+  EXPECT_NE(e.find("command message"), std::string::npos) << e;
+  EXPECT_NE(e.find("cmd"), std::string::npos) << e;
+  EXPECT_NE(e.find("1 (start)"), std::string::npos) << e;
+
+  e = collectivePeerError(2, sendCmd(R"({"cmd":1,"error_port":5,"port":0})"));
+  EXPECT_NE(e.find("port"), std::string::npos) << e;
+
+  e = collectivePeerError(2, sendCmd(R"({"cmd":1,"port":5})"));
+  EXPECT_NE(e.find("error_port"), std::string::npos) << e;
+
+  e = collectivePeerError(2, sendCmd(R"({"cmd":1,"error_port":5,"port":)"));
+  EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
+
+  // The connect message: a rank outside -1..n-1, a task id that is not a string.
+  e = collectivePeerError(2, [](uint16_t port) { close(openCollective(port, 7, -1, "t", "{}")); });
+  EXPECT_NE(e.find("rank"), std::string::npos) << e;
+  e = collectivePeerError(2, [](uint16_t port) {
+    int fd = connectTo(port);
+    sendInt(fd, kRabitMagic);
+    recvInt(fd);
+    sendStr(fd, R"({"rank":0,"task_id":3,"world_size":-1})");
+    sendStr(fd, R"({"cmd":1,"error_port":5,"port":6})");
+    close(fd);
+  });
+  EXPECT_NE(e.find("task_id"), std::string::npos) << e;
+
+  // A start that is not a first start (world size already known).
+  e = collectivePeerError(2, [](uint16_t port) {
+    close(openCollective(port, 0, 2, "rankmap-0", R"({"cmd":1,"error_port":5,"port":6})"));
+  });
+  EXPECT_NE(e.find("world_size 2"), std::string::npos) << e;
+}
+
+TEST(RabitTrackerTest, CollectiveErrorCommandEndsServeNamingTheWorker) {
+  std::string e = collectivePeerError(3, [](uint16_t port) {
+    close(openCollective(port, 1, 3, "rankmap-1",
+                         R"({"cmd":3,"code":104,"msg":"Connection reset by peer"})"));
+  });
+  EXPECT_NE(e.find("task rankmap-1"), std::string::npos) << e;
+  EXPECT_NE(e.find("code 104"), std::string::npos) << e;
+  EXPECT_NE(e.find("Connection reset by peer"), std::string::npos) << e;
+}
+
+TEST(RabitTrackerTest, WorkersOfBothProtocolsInOneJobAreAPeerError) {
+  RabitTracker tracker("127.0.0.1", 0, 2);
+  std::thread workers([&] {
+    try {
+      int a = openTracker(tracker.port(), -1, "rankmap-0", "start");  // 1.x
+      int b = openCollective(tracker.port(), 0, -1, "rankmap-1",
+                             R"({"cmd":1,"error_port":5,"port":6})");
+      recvInt(a);  // returns when the tracker gives up and closes
+      close(a);
+      close(b);
+    } catch (const std::exception&) {
+    }
+  });
+  try {
+    tracker.serve(Deadline::after(10s), 5s, {}, {});
+    FAIL() << "expected a PeerError";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("speaks the collective protocol (xgboost 2.1+, JSON), "
+                                         "the workers before it the Rabit protocol"),
+              std::string::npos)
+        << e.what();
+  }
+  workers.join();
+}
+
+TEST(RabitTrackerTest, CollectiveMissingWorkerIsATimeoutNotAHang) {
+  RabitTracker tracker("127.0.0.1", 0, 2);
+  std::thread lone([&] {
+    try {
+      int t = openCollective(tracker.port(), 0, -1, "rankmap-0",
+                             R"({"cmd":1,"error_port":5,"port":6})");
+      recvStr(t);  // the world size
+      recvStr(t);  // blocks until the tracker gives up and closes
+      close(t);
+    } catch (const std::exception&) {
+    }
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    tracker.serve(Deadline::after(400ms), 5s, {}, {});
+    FAIL() << "expected a TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("1 of 2 connected"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  lone.join();
+}
+
 TEST(XgboostRunTest, WorkersThatNeverConnectTimeOutAndAreKilled) {
   XgboostOptions o;
   o.workers = 2;
@@ -391,12 +626,11 @@ TEST(XgboostRunTest, WorkerFailureEndsTheJob) {
   EXPECT_THROW(runXgboost(o, {"sh", "-c", "exit 3"}, std::nullopt, "", {"test"}, {}), PeerError);
 }
 
-// Real xgboost workers (python3-xgboost) against the C++ tracker: ranks follow the task ids and
-// an allreduce above the ring threshold (32768 elements) gives the exact sum.
-TEST(XgboostRunTest, RealXgboostWorkersGetRanksFromTaskIds) {
-  const char* py = "/usr/bin/python3";
-  if (std::system("/usr/bin/python3 -c 'import xgboost' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "python3-xgboost is not installed for /usr/bin/python3";
+// Real xgboost workers against the C++ tracker: ranks follow the task ids and an allreduce
+// above 1.7's ring threshold (32768 elements; 2.1+ always runs a ring) gives the exact sum.
+// `env` (e.g. PYTHONPATH of a built XGBoost) goes before the interpreter; every worker checks
+// that it imported `version` (1.x and 2.0 speak the Rabit protocol, 2.1+ the collective one).
+void runRealXgboostWorkers(const std::vector<std::string>& env, const std::string& version) {
   auto dir =
       std::filesystem::temp_directory_path() / ("rankmap-xgb-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -407,7 +641,9 @@ TEST(XgboostRunTest, RealXgboostWorkersGetRanksFromTaskIds) {
 import os, sys
 import numpy as np
 import xgboost as xgb
+assert xgb.__version__ == sys.argv[2], (xgb.__version__, xgb.__file__)
 args = {k: os.environ[k] for k in ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID")}
+args["DMLC_TRACKER_PORT"] = int(args["DMLC_TRACKER_PORT"])  # 2.1+ wants an integer
 with xgb.collective.CommunicatorContext(**args):
     rank, world = xgb.collective.get_rank(), xgb.collective.get_world_size()
     n = 40000  # above rabit_reduce_ring_mincount (32768): the ring carries it
@@ -422,7 +658,10 @@ with xgb.collective.CommunicatorContext(**args):
   XgboostOptions o;
   o.workers = 3;
   o.startTimeout = 60s;
-  int rc = runXgboost(o, {py, script, dir.string()}, std::nullopt, "none", {"test"}, {});
+  std::vector<std::string> program = {"env"};
+  program.insert(program.end(), env.begin(), env.end());
+  program.insert(program.end(), {"/usr/bin/python3", script, dir.string(), version});
+  int rc = runXgboost(o, program, std::nullopt, "none", {"test"}, {});
   EXPECT_EQ(rc, 0);
   for (int r = 0; r < 3; ++r) {
     std::ifstream f(dir / ("rank-" + xgboostTaskId(r, 3)));
@@ -431,6 +670,34 @@ with xgb.collective.CommunicatorContext(**args):
     EXPECT_EQ(got, std::to_string(r)) << "task " << xgboostTaskId(r, 3);
   }
   std::filesystem::remove_all(dir);
+}
+
+// Debian's python3-xgboost (1.7.4): the Rabit protocol.
+TEST(XgboostRunTest, RealXgboostWorkersGetRanksFromTaskIds) {
+  FILE* p =
+      ::popen("/usr/bin/python3 -c 'import xgboost; print(xgboost.__version__)' 2>/dev/null", "r");
+  char buf[64] = {};
+  bool ok = p && std::fgets(buf, sizeof buf, p);
+  if (p) ::pclose(p);
+  if (!ok) GTEST_SKIP() << "python3-xgboost is not installed for /usr/bin/python3";
+  std::string version(buf);
+  while (!version.empty() && version.back() == '\n') version.pop_back();
+  runRealXgboostWorkers({}, version);
+}
+
+// XGBoost built from source by scripts/build-xgboost (3.x: the collective protocol), when CMake
+// was given its directory (-DRANKMAP_XGBOOST_DIR=DIR).
+TEST(XgboostRunTest, RealXgboostBuiltFromSourceGetsRanksFromTaskIds) {
+  std::string dir = RANKMAP_XGBOOST_DIR;
+  if (dir.empty())
+    GTEST_SKIP() << "no XGBoost build: configure with -DRANKMAP_XGBOOST_DIR=DIR after "
+                    "scripts/build-xgboost --out DIR";
+  std::ifstream f(dir + "/VERSION");
+  std::string version;
+  if (!(f >> version))
+    GTEST_SKIP() << "RANKMAP_XGBOOST_DIR " << dir
+                 << " has no VERSION (scripts/build-xgboost did not finish there)";
+  runRealXgboostWorkers({"PYTHONPATH=" + dir + "/python"}, version);
 }
 
 }  // namespace
