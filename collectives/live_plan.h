@@ -98,6 +98,14 @@ struct SwitchVerdict {
   std::string reason;  // one line, for the log
 };
 
+// Rule 4 of judgeSwitch: both plans have groups, the same group sets at every level (as sets
+// of hosts) and ranks per host, choose the same algorithm for (collective, bytes), neither a
+// tree nor packed trees (laid out from the measured rates), every host's share of the chunk
+// weights differs by at most `margin` (relative), and `current`'s order keeps every one of
+// `candidate`'s groups contiguous around the ring. Pure.
+bool sameStructure(const Plan& current, const Plan& candidate, std::string_view collective,
+                   uint64_t bytes, double margin);
+
 // The hysteresis: whether the ranks, all offering `candidate`, leave `current` (null = identity
 // order, default algorithms) for it, judged on a `collective` call of `bytes` (the communicator
 // passes the largest call since the previous vote). Pure.
@@ -107,7 +115,12 @@ struct SwitchVerdict {
 //    adopt iff candidate time < current time x (1 - margin).
 // 3. No current plan and the candidate predicts its order against the input order (identity,
 //    Plan::predicted planUs and inputOrderUs): adopt iff planUs < inputOrderUs x (1 - margin).
-// 4. Otherwise the current order cannot be priced on the candidate's network: adopt iff the
+// 4. Same structure (sameStructure below): keep. A new topology version whose groups, algorithm
+//    and chunk shares match the plan in use, with the order in use still running through every
+//    group contiguously, only reorders hosts within what the model cannot tell apart (noise:
+//    re-probes that met the job's own traffic publish such versions); switching would gain
+//    nothing the model can see.
+// 5. Otherwise the current order cannot be priced on the candidate's network: adopt iff the
 //    candidate was made from a newer topology (epoch greater than the current plan's; any epoch
 //    when there is no current plan). Two plans of one measurement never flap; the agent's own
 //    hysteresis decides when a new topology version (and so a new epoch) is worth publishing.
