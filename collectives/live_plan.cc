@@ -130,18 +130,19 @@ std::map<std::string, double> hostShares(const Plan& p) {
 }  // namespace
 
 bool sameStructure(const Plan& current, const Plan& candidate, std::string_view collective,
-                   uint64_t bytes, double margin) {
+                   uint64_t bytes, double margin, std::optional<Algorithm> forced) {
   if (current.ranksPerHost != candidate.ranksPerHost || current.groups.empty() ||
       groupSets(current) != groupSets(candidate))
     return false;
-  std::optional<Algorithm> curAlgo = current.algorithmFor(collective, bytes);
-  std::optional<Algorithm> newAlgo = candidate.algorithmFor(collective, bytes);
+  std::optional<Algorithm> curAlgo = forced ? forced : current.algorithmFor(collective, bytes);
+  std::optional<Algorithm> newAlgo = forced ? forced : candidate.algorithmFor(collective, bytes);
   // Trees are laid out from the measured rates: another tree is another schedule.
   if (curAlgo != newAlgo || !curAlgo || *curAlgo == Algorithm::kTree ||
       *curAlgo == Algorithm::kTrees)
     return false;
   for (const HierarchyLevel& level : candidate.groups)
     if (!contiguousIn(current.order, level)) return false;
+  if (*curAlgo != Algorithm::kHier) return true;  // only hier reads the chunk weights
   const auto cur = hostShares(current), next = hostShares(candidate);
   for (const auto& [host, w] : next) {
     auto it = cur.find(host);
@@ -152,7 +153,7 @@ bool sameStructure(const Plan& current, const Plan& candidate, std::string_view 
 }
 
 SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::string_view collective,
-                          uint64_t bytes, double margin) {
+                          uint64_t bytes, double margin, std::optional<Algorithm> forced) {
   const std::string to = shortPlanHash(candidate.hash);
   if (current != nullptr && current->hash == candidate.hash) return {false, "same plan"};
   // 2. Only the algorithm table differs: price both under the candidate's (newer) model.
@@ -181,7 +182,7 @@ SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::strin
   }
   // 4. The same hierarchy, algorithm and shares: the orders differ only within what the
   //    model cannot tell apart (measurement noise, e.g. probes that met the job's own traffic).
-  if (current != nullptr && sameStructure(*current, candidate, collective, bytes, margin))
+  if (current != nullptr && sameStructure(*current, candidate, collective, bytes, margin, forced))
     return {false, fmt::format("{} has the same groups, {} and chunk shares (within {:.0f}%) "
                                "and the order in use keeps its groups contiguous",
                                to, collective, margin * 100)};

@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/algorithm.h"
 #include "common/plan.h"
 
 namespace rankmap::coll {
@@ -99,12 +100,13 @@ struct SwitchVerdict {
 };
 
 // Rule 4 of judgeSwitch: both plans have groups, the same group sets at every level (as sets
-// of hosts) and ranks per host, choose the same algorithm for (collective, bytes), neither a
-// tree nor packed trees (laid out from the measured rates), every host's share of the chunk
-// weights differs by at most `margin` (relative), and `current`'s order keeps every one of
-// `candidate`'s groups contiguous around the ring. Pure.
+// of hosts) and ranks per host, choose the same algorithm for (collective, bytes) (`forced`, the
+// communicator's RANKMAP_ALGO override, when set: then the plans' tables do not matter), neither
+// a tree nor packed trees (laid out from the measured rates), for hier every host's share of the
+// chunk weights differs by at most `margin` (relative; only hier reads them), and `current`'s
+// order keeps every one of `candidate`'s groups contiguous around the ring. Pure.
 bool sameStructure(const Plan& current, const Plan& candidate, std::string_view collective,
-                   uint64_t bytes, double margin);
+                   uint64_t bytes, double margin, std::optional<Algorithm> forced = std::nullopt);
 
 // The hysteresis: whether the ranks, all offering `candidate`, leave `current` (null = identity
 // order, default algorithms) for it, judged on a `collective` call of `bytes` (the communicator
@@ -125,6 +127,7 @@ bool sameStructure(const Plan& current, const Plan& candidate, std::string_view 
 //    when there is no current plan). Two plans of one measurement never flap; the agent's own
 //    hysteresis decides when a new topology version (and so a new epoch) is worth publishing.
 SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::string_view collective,
-                          uint64_t bytes, double margin);
+                          uint64_t bytes, double margin,
+                          std::optional<Algorithm> forced = std::nullopt);
 
 }  // namespace rankmap::coll

@@ -227,6 +227,49 @@ TEST_F(LivePlan, APlanIsJudgedOnTheLargestCallNotOnTheCallTheVoteLandsOn) {
   }
 }
 
+// Ranks whose live settings differ (one off, one voting at another interval, one without a
+// plan file) agree at creation to run without live re-planning: no vote, no switch, no hang,
+// every result right, and each rank says so in its stats.
+TEST_F(LivePlan, RanksWithDifferentLiveSettingsTurnItOffOnEveryRank) {
+  const std::string file = dir_.file("plan.json");
+  a_.save(file);
+  for (int odd = 0; odd < 3; ++odd) {
+    std::vector<Communicator::Stats> stats(kRanks);
+    const auto t0 = std::chrono::steady_clock::now();
+    spawn(kRanks, Backend::Loopback, [&](transport::Context& ctx) {
+      const int r = ctx.rank();
+      CommOptions o;
+      o.timeout = std::chrono::seconds(20);
+      o.live.voteEvery = kVoteEvery;
+      o.live.pollInterval = std::chrono::milliseconds(0);
+      o.live.planFile = file;
+      if (r == 3 && odd == 0) o.live.enabled = false;
+      if (r == 3 && odd == 1) o.live.voteEvery = kVoteEvery + 1;
+      if (r == 3 && odd == 2) o.live.planFile.clear();
+      Communicator comm(ctx, o, a_);
+      const auto in = testing::inputBuffer(DataType::kInt32, ReduceOp::kSum, r, kCount);
+      const auto want = testing::expectedBuffer(DataType::kInt32, ReduceOp::kSum, kRanks, kCount);
+      std::vector<std::byte> out(want.size());
+      for (uint64_t i = 0; i < kCalls; ++i) {
+        if (r == 0 && i == kVoteEvery) b_.save(file);
+        comm.allreduce(in.data(), out.data(), kCount, DataType::kInt32, ReduceOp::kSum);
+        ASSERT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0)
+            << "rank " << r << ", call " << i << ": wrong sum";
+      }
+      stats[static_cast<size_t>(r)] = comm.stats();
+    });
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0)
+        << "case " << odd << ": the job waited instead of deciding";
+    for (int r = 0; r < kRanks; ++r) {
+      const auto& st = stats[static_cast<size_t>(r)];
+      EXPECT_EQ(st.liveSettingsDisagreed, 1u) << "case " << odd << ", rank " << r;
+      EXPECT_EQ(st.planVotes, 0u) << "case " << odd << ", rank " << r;
+      EXPECT_EQ(st.planSwitches, 0u) << "case " << odd << ", rank " << r;
+    }
+    a_.save(file);
+  }
+}
+
 // judgeSwitch, rule by rule (the header's numbering; rule 4 in SameStructureIsKeptOut).
 TEST(JudgeSwitch, Rules) {
   const std::vector<std::string> order = {"h3", "h0", "h4", "h1", "h2"};
@@ -305,6 +348,12 @@ TEST(JudgeSwitch, SameStructureIsKeptOut) {
   Plan nearly = grouped({"a0", "a1", "a2", "b0", "b1", "b2"}, 2, racks, Algorithm::kHier,
                         {1, 0.97, 1, 1, 1, 1});
   EXPECT_TRUE(sameStructure(curHier, nearly, "allreduce", 1 << 24, 0.1));
+  // Ring ignores the chunk weights; an algorithm forced by the user replaces the plans' tables.
+  Plan ringUneven = grouped({"a0", "a1", "a2", "b0", "b1", "b2"}, 2, racks, Algorithm::kRing,
+                            {1, 0.5, 1, 1, 1, 1});
+  EXPECT_TRUE(sameStructure(cur, ringUneven, "allreduce", 1 << 24, 0.1));
+  EXPECT_TRUE(sameStructure(cur, hier, "allreduce", 1 << 24, 0.1, Algorithm::kRing));
+  EXPECT_FALSE(judgeSwitch(&cur, hier, "allreduce", 1 << 24, 0.1, Algorithm::kRing).adopt);
   // Trees are laid out from the measured rates: never the same structure.
   Plan tree1 = grouped({"a0", "a1", "a2", "b0", "b1", "b2"}, 1, racks, Algorithm::kTree);
   Plan tree2 = grouped({"a1", "a0", "a2", "b0", "b1", "b2"}, 2, racks, Algorithm::kTree);
