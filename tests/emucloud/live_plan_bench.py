@@ -211,6 +211,30 @@ def switches(rows):
     return out
 
 
+def true_racks(tb):
+    with open(os.path.join(tb.state_dir(), "truth.json")) as f:
+        return {vm["name"]: vm["rack"] for vm in json.load(f)["vms"]}
+
+
+def settled_plan(relay, tb, timeout=120):
+    """The agents' plan once it runs through the testbed's racks contiguously (the known start
+    of a run: a re-probe that met earlier traffic may have published a topology whose groups
+    are off); returns (plan, version). After `timeout` s, the plan as it is, with a warning."""
+    deadline = time.monotonic() + timeout
+    while True:
+        relay.version = None
+        p = relay.refresh()
+        rack = true_racks(tb)
+        order = p["order"]
+        crossings = sum(rack[order[i]] != rack[order[i - 1]] for i in range(len(order)))
+        if crossings <= 2 or time.monotonic() > deadline:
+            if crossings > 2:
+                print(f"warning: the agents' plan crosses between racks {crossings} times",
+                      flush=True)
+            return p, relay.version
+        time.sleep(5)
+
+
 def wait_new_version(agents, vm0, above, timeout=180):
     v = agents.wait_version(vm0, above, timeout)
     if not v:
@@ -303,15 +327,12 @@ def main():
             mig = {}
             for live in (True, False):
                 name = f"migrate live={'on' if live else 'off'}"
-                relay.version = None
-                p = relay.refresh()  # the plan for 4+4, the job's start
-                v = relay.version
+                p, v = settled_plan(relay, tb)  # the plan for 4+4, the job's start
                 # A VM inside its rack's segment of this plan's ring: both of its ring
                 # neighbours are rack-mates, so in this order after the move both of its ring
                 # edges cross the uplinks (each uplink then carries two flows a direction).
                 order = p["order"]
-                with open(os.path.join(tb.state_dir(), "truth.json")) as f:
-                    rack = {vm["name"]: vm["rack"] for vm in json.load(f)["vms"]}
+                rack = true_racks(tb)
                 m = next(order[i] for i in range(len(order))
                          if rack[order[i]] == rack[order[i - 1]]
                          == rack[order[(i + 1) % len(order)]])
@@ -381,11 +402,10 @@ def main():
                 j.wait()
                 b1 = tx_bytes(tb)
                 relay.stop()
-                iters = sum(r["iters"] for r in j.rows) + 1  # + the warm-up call
-                # Ring/hier allreduce: each rank sends 2 (n-1)/n of the buffer per call, plus
-                # one checked call per row.
+                # Ring/hier allreduce: each rank sends 2 (n-1)/n of the buffer per call: the
+                # rows' calls, one checked call per row and the warm-up call.
                 n = len(hosts)
-                calls = iters + len(j.rows) + 1
+                calls = sum(r["iters"] for r in j.rows) + len(j.rows) + 1
                 payload = calls * n * 2 * (n - 1) / n * kSize
                 bw, nr = busbw(j.rows, j.rows[min(2, len(j.rows) - 1)]["t"])
                 key = "agents_on" if agents_on else "agents_off"
