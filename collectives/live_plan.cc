@@ -160,6 +160,9 @@ SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::strin
   if (current != nullptr && current->order == candidate.order &&
       current->ranksPerHost == candidate.ranksPerHost && current->groups == candidate.groups &&
       current->trees == candidate.trees && current->chunkWeights == candidate.chunkWeights) {
+    if (forced)
+      return {false, fmt::format("{} differs only in its algorithm table and {} is forced", to,
+                                 algorithmName(*forced))};
     std::optional<Algorithm> curAlgo = current->algorithmFor(collective, bytes);
     std::optional<Algorithm> newAlgo = candidate.algorithmFor(collective, bytes);
     auto cur = priceOf(candidate, collective, curAlgo, bytes);

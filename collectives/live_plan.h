@@ -112,9 +112,10 @@ bool sameStructure(const Plan& current, const Plan& candidate, std::string_view 
 // order, default algorithms) for it, judged on a `collective` call of `bytes` (the communicator
 // passes the largest call since the previous vote). Pure.
 // 1. Same plan (hash): keep.
-// 2. Same order, groups, trees and chunk weights (only the algorithm table differs) and the
-//    candidate's model (Plan::models) prices both plans' algorithms for (collective, bytes):
-//    adopt iff candidate time < current time x (1 - margin).
+// 2. Same order, groups, trees and chunk weights (only the algorithm table differs): keep when
+//    `forced` (the user's RANKMAP_ALGO: the table is not used); else, when the candidate's model
+//    (Plan::models) prices both plans' algorithms for (collective, bytes), adopt iff candidate
+//    time < current time x (1 - margin).
 // 3. No current plan and the candidate predicts its order against the input order (identity,
 //    Plan::predicted planUs and inputOrderUs): adopt iff planUs < inputOrderUs x (1 - margin).
 // 4. Same structure (sameStructure below): keep. A new topology version whose groups, algorithm

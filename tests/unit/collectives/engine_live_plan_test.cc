@@ -282,6 +282,8 @@ TEST(JudgeSwitch, Rules) {
   EXPECT_FALSE(judgeSwitch(&ring, tree95, "allreduce", 1 << 20, 0.1).adopt);
   EXPECT_TRUE(judgeSwitch(&ring, tree95, "allreduce", 1 << 20, 0.01).adopt);
   EXPECT_TRUE(judgeSwitch(&ring, tree80, "allreduce", 1 << 20, 0.1).adopt);
+  // ... unless the user forced an algorithm: the table is not used, nothing would change.
+  EXPECT_FALSE(judgeSwitch(&ring, tree80, "allreduce", 1 << 20, 0.1, Algorithm::kRing).adopt);
   // 3: from identity order, the candidate's prediction against the input order.
   Plan predicted = planWithEpoch(order, 1);
   predicted.predicted.planUs = 95;
