@@ -201,10 +201,11 @@ int64_t benchDuration(coll::Communicator& comm, const BenchArgs& a, const Resolv
       fmt::print(
           "{{\"summary\":true,\"wrong\":{},\"plan_switches\":{},\"plan_votes\":{},"
           "\"plan_votes_disagreed\":{},\"plan_switches_declined\":{},"
-          "\"plan_files_rejected\":{},\"plan_vote_s\":{:.6f},\"fallbacks\":{}}}\n",
+          "\"plan_files_rejected\":{},\"plan_vote_s\":{:.6f},\"live_settings_disagreed\":{},"
+          "\"fallbacks\":{}}}\n",
           a.check ? totalWrong : -1, st.planSwitches, st.planVotes, st.planVotesDisagreed,
           st.planSwitchesDeclined, st.planFilesRejected, static_cast<double>(st.planVoteNs) * 1e-9,
-          comm.fallbacks());
+          st.liveSettingsDisagreed, comm.fallbacks());
     else {
       fmt::print("# Out of bounds values : {} {}\n", a.check ? totalWrong : 0,
                  !a.check          ? "(not checked)"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <new>
 
 #include "collectives/algorithms/algorithms.h"
@@ -202,6 +203,7 @@ void Communicator::init(std::optional<Plan> plan) {
                                                    options_.live.pollInterval,
                                                    options_.live.maxAge);
   }
+  agreeLiveSettings();
   applyPlan(std::nullopt);
   if (plan) {
     if (plan->worldSize() != static_cast<size_t>(n)) {
@@ -243,6 +245,42 @@ void Communicator::applyPlan(std::optional<Plan> plan) {
   warnedDeclines_.clear();
 }
 
+void Communicator::agreeLiveSettings() {
+  const int n = size();
+  const bool on = planSource_ != nullptr;
+  uint64_t marginBits = 0;
+  static_assert(sizeof(marginBits) == sizeof(options_.live.margin));
+  if (on) std::memcpy(&marginBits, &options_.live.margin, sizeof(marginBits));
+  const uint64_t mine[3] = {on ? 1u : 0u, on ? options_.live.voteEvery : 0, marginBits};
+  std::vector<uint64_t> all(3 * static_cast<size_t>(n));
+  run(Collective::kAllgather, mine, all.data(), 3, DataType::kUint64, ReduceOp::kSum, 0,
+      "live settings exchange");
+  auto describe = [&](int r) {
+    const uint64_t* v = &all[3 * static_cast<size_t>(r)];
+    if (v[0] == 0) return std::string("off (RANKMAP_LIVE_PLAN=0 or no plan to watch)");
+    double m = 0;
+    std::memcpy(&m, &v[2], sizeof(m));
+    return fmt::format("on, vote every {} calls, margin {:g}", v[1], m);
+  };
+  std::map<std::string, std::vector<int>> ranksBy;
+  for (int r = 0; r < n; ++r) ranksBy[describe(r)].push_back(r);
+  if (ranksBy.size() <= 1) return;
+  planSource_.reset();
+  stats_.liveSettingsDisagreed = 1;
+  std::vector<std::string> parts;
+  for (const auto& [what, ranks] : ranksBy)
+    parts.push_back(fmt::format("rank{} {}: {}", ranks.size() > 1 ? "s" : "",
+                                fmt::join(ranks, ","), what));
+  if (rank() == 0)
+    RANKMAP_WARN(Coll,
+                 "live re-planning off on every rank: the ranks' RANKMAP_LIVE_PLAN, "
+                 "RANKMAP_PLAN_VOTE_EVERY, RANKMAP_PLAN_SWITCH_MARGIN or plan file differ ({})",
+                 fmt::join(parts, "; "));
+  else
+    RANKMAP_DEBUG(Coll, "rank {}: live re-planning off: the ranks' live settings differ ({})",
+                  rank(), fmt::join(parts, "; "));
+}
+
 void Communicator::maybeVote() {
   if (!planSource_) return;
   const uint64_t call = stats_.collectives;  // the same on every rank
@@ -260,7 +298,7 @@ void Communicator::maybeVote() {
   const uint64_t epoch = offered ? static_cast<uint64_t>(offered->epoch) : 0;
   // Max of each value and of its complement: max and min over the ranks in one allreduce.
   uint64_t v[4] = {key, ~key, epoch, ~epoch};
-  run(Collective::kAllreduce, v, v, 4, DataType::kUint64, ReduceOp::kMax, 0, /*internal=*/true);
+  run(Collective::kAllreduce, v, v, 4, DataType::kUint64, ReduceOp::kMax, 0, "plan vote");
   ++stats_.planVotes;
   const auto voteEnd = [&] {
     stats_.planVoteNs += static_cast<uint64_t>(
@@ -280,7 +318,8 @@ void Communicator::maybeVote() {
   }
   // Every rank offers `offered`, which is not the plan in use, and judges it alike.
   SwitchVerdict verdict =
-      judgeSwitch(current, *offered, collectiveName(coll), bytes, options_.live.margin);
+      judgeSwitch(current, *offered, collectiveName(coll), bytes, options_.live.margin,
+                  options_.algorithm);
   if (!verdict.adopt) {
     ++stats_.planSwitchesDeclined;
     if (lastDeclined_ != offered->hash) {
@@ -348,12 +387,13 @@ const Schedule& Communicator::scheduleFor(Algorithm algo, Collective coll, uint6
 }
 
 void Communicator::run(Collective coll, const void* in, void* out, uint64_t count, DataType type,
-                       ReduceOp op, int root, bool internal) {
+                       ReduceOp op, int root, std::string_view internalName) {
+  const bool internal = !internalName.empty();
   const int n = size();
   const int me = rank();
   const uint64_t seq = seq_;
   std::string what =
-      fmt::format("rank {}: {} #{}", me, internal ? "plan vote" : collectiveName(coll), seq);
+      fmt::format("rank {}: {} #{}", me, internal ? internalName : collectiveName(coll), seq);
   if (!failure_.empty())
     RANKMAP_THROW(PeerError, "{}: communicator broken by an earlier failure: {}", what, failure_);
   // Argument checks, identical on every rank so they never desynchronise the sequence.

@@ -89,6 +89,9 @@ class Communicator {
     uint64_t planSwitches = 0;          // plans adopted
     uint64_t planFilesRejected = 0;     // replaced plan files not offered (corrupt, size, age)
     uint64_t lastSwitchCall = 0;        // the call index before which the last switch happened
+    // 1 when the ranks' live settings (on, vote interval, margin, a plan source) differed at
+    // creation and live re-planning was turned off on every rank (agreeLiveSettings).
+    uint64_t liveSettingsDisagreed = 0;
   };
 
   // Non-owning: `ctx` must outlive the communicator.
@@ -142,8 +145,16 @@ class Communicator {
   void applyPlan(std::optional<Plan> plan);
   // Before a user's call: the vote when one is due, and the switch.
   void maybeVote();
+  // At creation, on every rank: an allgather of (live re-planning on with a source, vote
+  // interval, margin). Where any rank differs, live re-planning is turned off on every rank
+  // (no source, no vote), with a warning on rank 0 naming the ranks and their values and
+  // stats().liveSettingsDisagreed: a rank that votes while another runs its collective would
+  // otherwise fail both at the deadline.
+  void agreeLiveSettings();
+  // `internal` names a call the communicator makes itself ("plan vote", ...): it is not counted,
+  // does not vote and does not change lastSelection(); empty = the user's call.
   void run(Collective coll, const void* in, void* out, uint64_t count, DataType type, ReduceOp op,
-           int root, bool internal = false);
+           int root, std::string_view internal = {});
   const Schedule& scheduleFor(Algorithm algo, Collective coll, uint64_t count, size_t es, int root,
                               bool inPlace);
   void* scratch(uint64_t bytes);

@@ -1,8 +1,12 @@
 #include "collectives/live_plan.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <map>
 #include <utility>
+#include <vector>
 
 #include "common/log.h"
 #include "common/plan_agreement.h"
@@ -69,16 +73,83 @@ std::optional<double> priceOf(const Plan& model, std::string_view collective,
   return a->second.alphaUs + a->second.betaUsPerByte * static_cast<double>(bytes);
 }
 
+// The groups of every level as sorted sets of sorted host lists: equal when the two plans
+// found the same hierarchy, whatever the groups' order or names.
+std::vector<std::vector<std::vector<std::string>>> groupSets(const Plan& p) {
+  std::vector<std::vector<std::vector<std::string>>> levels;
+  for (const HierarchyLevel& level : p.groups) {
+    std::vector<std::vector<std::string>> gs = level.groups;
+    for (auto& g : gs) std::sort(g.begin(), g.end());
+    std::sort(gs.begin(), gs.end());
+    levels.push_back(std::move(gs));
+  }
+  return levels;
+}
+
+// Whether every group of `level` is one contiguous run of the ring `order` (cyclically).
+bool contiguousIn(const std::vector<std::string>& order, const HierarchyLevel& level) {
+  std::map<std::string, size_t> groupOf;
+  for (size_t g = 0; g < level.groups.size(); ++g)
+    for (const auto& h : level.groups[g]) groupOf[h] = g;
+  size_t boundaries = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    auto a = groupOf.find(order[i]), b = groupOf.find(order[(i + 1) % order.size()]);
+    if (a == groupOf.end() || b == groupOf.end()) return false;
+    boundaries += a->second != b->second;
+  }
+  // A ring through k contiguous groups crosses k group boundaries (none for one group).
+  return boundaries == (level.groups.size() > 1 ? level.groups.size() : 0);
+}
+
+// Each host's share of the chunk weights (uniform when there are none).
+std::map<std::string, double> hostShares(const Plan& p) {
+  std::map<std::string, double> share;
+  double sum = 0;
+  for (size_t i = 0; i < p.order.size(); ++i) {
+    const double w = p.chunkWeights.empty() ? 1.0 : p.chunkWeights.at(i);
+    share[p.order[i]] += w;
+    sum += w;
+  }
+  for (auto& [h, w] : share) w = sum > 0 ? w / sum : 0;
+  return share;
+}
+
 }  // namespace
 
+bool sameStructure(const Plan& current, const Plan& candidate, std::string_view collective,
+                   uint64_t bytes, double margin, std::optional<Algorithm> forced) {
+  if (current.ranksPerHost != candidate.ranksPerHost || current.groups.empty() ||
+      groupSets(current) != groupSets(candidate))
+    return false;
+  std::optional<Algorithm> curAlgo = forced ? forced : current.algorithmFor(collective, bytes);
+  std::optional<Algorithm> newAlgo = forced ? forced : candidate.algorithmFor(collective, bytes);
+  // Trees are laid out from the measured rates: another tree is another schedule.
+  if (curAlgo != newAlgo || !curAlgo || *curAlgo == Algorithm::kTree ||
+      *curAlgo == Algorithm::kTrees)
+    return false;
+  for (const HierarchyLevel& level : candidate.groups)
+    if (!contiguousIn(current.order, level)) return false;
+  if (*curAlgo != Algorithm::kHier) return true;  // only hier reads the chunk weights
+  const auto cur = hostShares(current), next = hostShares(candidate);
+  for (const auto& [host, w] : next) {
+    auto it = cur.find(host);
+    if (it == cur.end() || std::abs(it->second - w) > margin * std::max(it->second, w))
+      return false;
+  }
+  return true;
+}
+
 SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::string_view collective,
-                          uint64_t bytes, double margin) {
+                          uint64_t bytes, double margin, std::optional<Algorithm> forced) {
   const std::string to = shortPlanHash(candidate.hash);
   if (current != nullptr && current->hash == candidate.hash) return {false, "same plan"};
   // 2. Only the algorithm table differs: price both under the candidate's (newer) model.
   if (current != nullptr && current->order == candidate.order &&
       current->ranksPerHost == candidate.ranksPerHost && current->groups == candidate.groups &&
       current->trees == candidate.trees && current->chunkWeights == candidate.chunkWeights) {
+    if (forced)
+      return {false, fmt::format("{} differs only in its algorithm table and {} is forced", to,
+                                 algorithmName(*forced))};
     std::optional<Algorithm> curAlgo = current->algorithmFor(collective, bytes);
     std::optional<Algorithm> newAlgo = candidate.algorithmFor(collective, bytes);
     auto cur = priceOf(candidate, collective, curAlgo, bytes);
@@ -99,7 +170,13 @@ SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::strin
     return {adopt, fmt::format("{}: {:.1f} us vs {:.1f} us in identity order, margin {:.0f}%",
                                candidate.predicted.basis, planUs, inputUs, margin * 100)};
   }
-  // 4. Not comparable: a newer topology wins.
+  // 4. The same hierarchy, algorithm and shares: the orders differ only within what the
+  //    model cannot tell apart (measurement noise, e.g. probes that met the job's own traffic).
+  if (current != nullptr && sameStructure(*current, candidate, collective, bytes, margin, forced))
+    return {false, fmt::format("{} has the same groups, {} and chunk shares (within {:.0f}%) "
+                               "and the order in use keeps its groups contiguous",
+                               to, collective, margin * 100)};
+  // 5. Not comparable: a newer topology wins.
   if (current == nullptr)
     return {true, fmt::format("{} carries no prediction against identity order", to)};
   const bool adopt = candidate.epoch > current->epoch;

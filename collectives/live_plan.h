@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/algorithm.h"
 #include "common/files.h"
 #include "common/plan.h"
 
@@ -92,20 +93,36 @@ struct SwitchVerdict {
   std::string reason;  // one line, for the log
 };
 
+// Rule 4 of judgeSwitch: both plans have groups, the same group sets at every level (as sets
+// of hosts) and ranks per host, choose the same algorithm for (collective, bytes) (`forced`, the
+// communicator's RANKMAP_ALGO override, when set: then the plans' tables do not matter), neither
+// a tree nor packed trees (laid out from the measured rates), for hier every host's share of the
+// chunk weights differs by at most `margin` (relative; only hier reads them), and `current`'s
+// order keeps every one of `candidate`'s groups contiguous around the ring. Pure.
+bool sameStructure(const Plan& current, const Plan& candidate, std::string_view collective,
+                   uint64_t bytes, double margin, std::optional<Algorithm> forced = std::nullopt);
+
 // The hysteresis: whether the ranks, all offering `candidate`, leave `current` (null = identity
 // order, default algorithms) for it, judged on a `collective` call of `bytes` (the communicator
 // passes the largest call since the previous vote). Pure.
 // 1. Same plan (hash): keep.
-// 2. Same order, groups, trees and chunk weights (only the algorithm table differs) and the
-//    candidate's model (Plan::models) prices both plans' algorithms for (collective, bytes):
-//    adopt iff candidate time < current time x (1 - margin).
+// 2. Same order, groups, trees and chunk weights (only the algorithm table differs): keep when
+//    `forced` (the user's RANKMAP_ALGO: the table is not used); else, when the candidate's model
+//    (Plan::models) prices both plans' algorithms for (collective, bytes), adopt iff candidate
+//    time < current time x (1 - margin).
 // 3. No current plan and the candidate predicts its order against the input order (identity,
 //    Plan::predicted planUs and inputOrderUs): adopt iff planUs < inputOrderUs x (1 - margin).
-// 4. Otherwise the current order cannot be priced on the candidate's network: adopt iff the
+// 4. Same structure (sameStructure below): keep. A new topology version whose groups, algorithm
+//    and chunk shares match the plan in use, with the order in use still running through every
+//    group contiguously, only reorders hosts within what the model cannot tell apart (noise:
+//    re-probes that met the job's own traffic publish such versions); switching would gain
+//    nothing the model can see.
+// 5. Otherwise the current order cannot be priced on the candidate's network: adopt iff the
 //    candidate was made from a newer topology (epoch greater than the current plan's; any epoch
 //    when there is no current plan). Two plans of one measurement never flap; the agent's own
 //    hysteresis decides when a new topology version (and so a new epoch) is worth publishing.
 SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::string_view collective,
-                          uint64_t bytes, double margin);
+                          uint64_t bytes, double margin,
+                          std::optional<Algorithm> forced = std::nullopt);
 
 }  // namespace rankmap::coll

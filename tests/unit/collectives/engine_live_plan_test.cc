@@ -227,7 +227,50 @@ TEST_F(LivePlan, APlanIsJudgedOnTheLargestCallNotOnTheCallTheVoteLandsOn) {
   }
 }
 
-// judgeSwitch, rule by rule (the header's numbering).
+// Ranks whose live settings differ (one off, one voting at another interval, one without a
+// plan file) agree at creation to run without live re-planning: no vote, no switch, no hang,
+// every result right, and each rank says so in its stats.
+TEST_F(LivePlan, RanksWithDifferentLiveSettingsTurnItOffOnEveryRank) {
+  const std::string file = dir_.file("plan.json");
+  a_.save(file);
+  for (int odd = 0; odd < 3; ++odd) {
+    std::vector<Communicator::Stats> stats(kRanks);
+    const auto t0 = std::chrono::steady_clock::now();
+    spawn(kRanks, Backend::Loopback, [&](transport::Context& ctx) {
+      const int r = ctx.rank();
+      CommOptions o;
+      o.timeout = std::chrono::seconds(20);
+      o.live.voteEvery = kVoteEvery;
+      o.live.pollInterval = std::chrono::milliseconds(0);
+      o.live.planFile = file;
+      if (r == 3 && odd == 0) o.live.enabled = false;
+      if (r == 3 && odd == 1) o.live.voteEvery = kVoteEvery + 1;
+      if (r == 3 && odd == 2) o.live.planFile.clear();
+      Communicator comm(ctx, o, a_);
+      const auto in = testing::inputBuffer(DataType::kInt32, ReduceOp::kSum, r, kCount);
+      const auto want = testing::expectedBuffer(DataType::kInt32, ReduceOp::kSum, kRanks, kCount);
+      std::vector<std::byte> out(want.size());
+      for (uint64_t i = 0; i < kCalls; ++i) {
+        if (r == 0 && i == kVoteEvery) b_.save(file);
+        comm.allreduce(in.data(), out.data(), kCount, DataType::kInt32, ReduceOp::kSum);
+        ASSERT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0)
+            << "rank " << r << ", call " << i << ": wrong sum";
+      }
+      stats[static_cast<size_t>(r)] = comm.stats();
+    });
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0)
+        << "case " << odd << ": the job waited instead of deciding";
+    for (int r = 0; r < kRanks; ++r) {
+      const auto& st = stats[static_cast<size_t>(r)];
+      EXPECT_EQ(st.liveSettingsDisagreed, 1u) << "case " << odd << ", rank " << r;
+      EXPECT_EQ(st.planVotes, 0u) << "case " << odd << ", rank " << r;
+      EXPECT_EQ(st.planSwitches, 0u) << "case " << odd << ", rank " << r;
+    }
+    a_.save(file);
+  }
+}
+
+// judgeSwitch, rule by rule (the header's numbering; rule 4 in SameStructureIsKeptOut).
 TEST(JudgeSwitch, Rules) {
   const std::vector<std::string> order = {"h3", "h0", "h4", "h1", "h2"};
   Plan ring = pricedPlan(order, 1, Algorithm::kRing, 100, 95);
@@ -239,6 +282,8 @@ TEST(JudgeSwitch, Rules) {
   EXPECT_FALSE(judgeSwitch(&ring, tree95, "allreduce", 1 << 20, 0.1).adopt);
   EXPECT_TRUE(judgeSwitch(&ring, tree95, "allreduce", 1 << 20, 0.01).adopt);
   EXPECT_TRUE(judgeSwitch(&ring, tree80, "allreduce", 1 << 20, 0.1).adopt);
+  // ... unless the user forced an algorithm: the table is not used, nothing would change.
+  EXPECT_FALSE(judgeSwitch(&ring, tree80, "allreduce", 1 << 20, 0.1, Algorithm::kRing).adopt);
   // 3: from identity order, the candidate's prediction against the input order.
   Plan predicted = planWithEpoch(order, 1);
   predicted.predicted.planUs = 95;
@@ -248,12 +293,77 @@ TEST(JudgeSwitch, Rules) {
   predicted.predicted.planUs = 50;
   predicted.seal();
   EXPECT_TRUE(judgeSwitch(nullptr, predicted, "allreduce", 1 << 20, 0.1).adopt);
-  // 4: other orders are compared by epoch only.
+  // 5: other orders (no groups) are compared by epoch only.
   Plan older = planWithEpoch({"h1", "h4", "h2", "h0", "h3"}, 1);
   Plan newer = planWithEpoch({"h1", "h4", "h2", "h0", "h3"}, 2);
   EXPECT_FALSE(judgeSwitch(&ring, older, "allreduce", 1 << 20, 0.1).adopt);
   EXPECT_TRUE(judgeSwitch(&ring, newer, "allreduce", 1 << 20, 0.1).adopt);
   EXPECT_TRUE(judgeSwitch(nullptr, older, "allreduce", 1 << 20, 0.1).adopt);
+}
+
+// Rule 4: a newer plan with the same groups, algorithm and chunk shares, whose order the order
+// in use already follows group by group, is kept out; another grouping, algorithm, share or an
+// order that splits a group is not.
+TEST(JudgeSwitch, SameStructureIsKeptOut) {
+  const std::vector<std::string> hosts = {"a0", "a1", "a2", "b0", "b1", "b2"};
+  auto grouped = [&](std::vector<std::string> order, int64_t epoch,
+                     std::vector<std::vector<std::string>> groups, Algorithm algo,
+                     std::vector<double> weights = {}) {
+    Plan p = rankmap::testing::orderedPlan(hosts, std::move(order));
+    p.epoch = epoch;
+    p.groups = {HierarchyLevel{"rack", 1.0, std::move(groups)}};
+    AlgoRange r;
+    r.algorithm = algo;
+    p.collectives["allreduce"] = {r};
+    p.chunkWeights = std::move(weights);
+    p.seal();
+    return p;
+  };
+  const std::vector<std::vector<std::string>> racks = {{"a0", "a1", "a2"}, {"b0", "b1", "b2"}};
+  Plan cur = grouped({"a0", "a1", "a2", "b0", "b1", "b2"}, 1, racks, Algorithm::kRing);
+  // Another order within the same racks, groups listed the other way round: kept.
+  Plan noise = grouped({"b2", "b0", "b1", "a1", "a0", "a2"}, 2, {racks[1], racks[0]},
+                       Algorithm::kRing);
+  EXPECT_TRUE(sameStructure(cur, noise, "allreduce", 1 << 24, 0.1));
+  SwitchVerdict v = judgeSwitch(&cur, noise, "allreduce", 1 << 24, 0.1);
+  EXPECT_FALSE(v.adopt) << v.reason;
+  EXPECT_NE(v.reason.find("same groups"), std::string::npos) << v.reason;
+  // A host moved to the other rack: adopted by epoch.
+  Plan moved = grouped({"a0", "a2", "b1", "b0", "a1", "b2"}, 2,
+                       {{"a0", "a2"}, {"a1", "b0", "b1", "b2"}}, Algorithm::kRing);
+  EXPECT_FALSE(sameStructure(cur, moved, "allreduce", 1 << 24, 0.1));
+  EXPECT_TRUE(judgeSwitch(&cur, moved, "allreduce", 1 << 24, 0.1).adopt);
+  // Same racks but the order in use splits one (a1 between b's): adopted.
+  Plan split = grouped({"a0", "b0", "a1", "b1", "b2", "a2"}, 1, racks, Algorithm::kRing);
+  EXPECT_FALSE(sameStructure(split, noise, "allreduce", 1 << 24, 0.1));
+  EXPECT_TRUE(judgeSwitch(&split, noise, "allreduce", 1 << 24, 0.1).adopt);
+  // Same racks, another algorithm: not the same structure.
+  Plan hier = grouped({"b2", "b0", "b1", "a1", "a0", "a2"}, 2, racks, Algorithm::kHier);
+  EXPECT_FALSE(sameStructure(cur, hier, "allreduce", 1 << 24, 0.1));
+  // Same racks and algorithm, one host's share halved (a slowed host link): adopted; a share
+  // within the margin: kept.
+  Plan curHier = grouped({"a0", "a1", "a2", "b0", "b1", "b2"}, 1, racks, Algorithm::kHier);
+  Plan uneven = grouped({"a0", "a1", "a2", "b0", "b1", "b2"}, 2, racks, Algorithm::kHier,
+                        {1, 0.5, 1, 1, 1, 1});
+  EXPECT_FALSE(sameStructure(curHier, uneven, "allreduce", 1 << 24, 0.1));
+  EXPECT_TRUE(judgeSwitch(&curHier, uneven, "allreduce", 1 << 24, 0.1).adopt);
+  Plan nearly = grouped({"a0", "a1", "a2", "b0", "b1", "b2"}, 2, racks, Algorithm::kHier,
+                        {1, 0.97, 1, 1, 1, 1});
+  EXPECT_TRUE(sameStructure(curHier, nearly, "allreduce", 1 << 24, 0.1));
+  // Ring ignores the chunk weights; an algorithm forced by the user replaces the plans' tables.
+  Plan ringUneven = grouped({"a0", "a1", "a2", "b0", "b1", "b2"}, 2, racks, Algorithm::kRing,
+                            {1, 0.5, 1, 1, 1, 1});
+  EXPECT_TRUE(sameStructure(cur, ringUneven, "allreduce", 1 << 24, 0.1));
+  EXPECT_TRUE(sameStructure(cur, hier, "allreduce", 1 << 24, 0.1, Algorithm::kRing));
+  EXPECT_FALSE(judgeSwitch(&cur, hier, "allreduce", 1 << 24, 0.1, Algorithm::kRing).adopt);
+  // Trees are laid out from the measured rates: never the same structure.
+  Plan tree1 = grouped({"a0", "a1", "a2", "b0", "b1", "b2"}, 1, racks, Algorithm::kTree);
+  Plan tree2 = grouped({"a1", "a0", "a2", "b0", "b1", "b2"}, 2, racks, Algorithm::kTree);
+  EXPECT_FALSE(sameStructure(tree1, tree2, "allreduce", 1 << 24, 0.1));
+  // No groups: rule 5 (epoch).
+  Plan flat1 = planWithEpoch({"h3", "h0", "h4", "h1", "h2"}, 1);
+  Plan flat2 = planWithEpoch({"h0", "h3", "h4", "h1", "h2"}, 2);
+  EXPECT_FALSE(sameStructure(flat1, flat2, "allreduce", 1 << 24, 0.1));
 }
 
 TEST(PlanKey, DistinguishesPlansAndIdentity) {
