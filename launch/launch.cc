@@ -11,6 +11,8 @@
 
 #include "common/error.h"
 #include "common/plan_agreement.h"
+#include "launch/hydra.h"
+#include "launch/mpi_family.h"
 #include "launch/mpirun.h"
 #include "launch/ompi_rules.h"
 #include "launch/slurm.h"
@@ -118,9 +120,21 @@ std::unique_ptr<LaunchCommand> parseLaunchCommand(const std::vector<std::string>
     }
   }
   if (!isMpirun(argv[0])) {
-    why = fmt::format("{} is not a launcher rankmap run knows (mpirun, mpiexec, orterun, srun)",
-                      argv[0]);
+    why = fmt::format(
+        "{} is not a launcher rankmap run knows (mpirun, mpiexec, orterun, mpiexec.hydra, srun)",
+        argv[0]);
     return nullptr;
+  }
+  // mpirun/mpiexec are Open MPI's or MPICH's (Hydra) by the alternatives in force: the real name,
+  // else the launcher's --version. Unknown keeps Open MPI's parser, which refuses what it does not
+  // know.
+  if (launcherFamily(argv[0], Deadline::after(kLauncherVersionTimeout)) == MpiFamily::kMpich) {
+    try {
+      return HydraCommand::parse(argv);
+    } catch (const Error& e) {
+      why = fmt::format("mpiexec (MPICH Hydra) arguments not understood: {}", e.what());
+      return nullptr;
+    }
   }
   try {
     return MpirunCommand::parse(argv);
@@ -243,8 +257,7 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
     if (!job.contiguous)
       return unchanged(argv,
                        "shim mode needs each host's ranks contiguous in the launcher's order");
-    if (opts.shimLib.empty())
-      return unchanged(argv, "shim mode: librankmap_mpi.so not found (set RANKMAP_MPI_SHIM)");
+    if (opts.shimLib.empty()) return unchanged(argv, "shim mode: " + opts.shimMissing);
     std::string planPath = opts.planPath;
     RunDecision d;
     if (!inputIsJobOrder) {
@@ -355,6 +368,23 @@ std::string sequentialHostfile(const std::vector<JobHost>& ordered, int worldSiz
   }
   RANKMAP_ENFORCE_EQ(world, worldSize, what);
   return hostfile;
+}
+
+int parsePositiveInt(std::string_view text, std::string_view what) {
+  if (text.empty() || text.size() > 9)
+    RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
+                  std::string(text));
+  int v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9')
+      RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
+                    std::string(text));
+    v = v * 10 + (c - '0');
+  }
+  if (v < 1)
+    RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
+                  std::string(text));
+  return v;
 }
 
 LongOption splitLongOption(const std::string& word) {
