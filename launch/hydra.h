@@ -49,6 +49,7 @@ class HydraCommand final : public LaunchCommand {
   std::string launcherName() const override { return "mpiexec (MPICH Hydra)"; }
   MpiFamily mpiFamily() const override { return MpiFamily::kMpich; }
   std::string program() const override { return argv_.at(program_); }
+  std::string orderedLaunchHow() const override { return "in Hydra's host:K lines"; }
   const std::vector<std::string>& argv() const override { return argv_; }
   const Job& job() const override { return job_; }
   Command launchInOrder(const std::vector<JobHost>& ordered, const std::string& dir) const override;

@@ -50,7 +50,11 @@ std::string addCollRules(const LaunchCommand& cmd, const Plan& p, const RunOptio
                          RunDecision& d) {
   if (opts.rules == RulesMode::kOff) return "";
   auto onCommandLine = cmd.collTunedOnCommandLine();
-  if (!onCommandLine) return "";  // not an Open MPI launcher
+  if (!onCommandLine) {  // not an Open MPI launcher
+    return cmd.mpiFamily() == MpiFamily::kMpich
+               ? ", MPICH's own algorithms (Open MPI's coll_tuned rules from the plan do not apply)"
+               : "";
+  }
   std::string user = !onCommandLine->empty() ? *onCommandLine : opts.userCollTuned.value_or("");
   if (!user.empty()) {
     d.notes.push_back(
@@ -78,8 +82,10 @@ std::string addCollRules(const LaunchCommand& cmd, const Plan& p, const RunOptio
   return text;
 }
 
-void addEngineAdvice(const Plan& p, const RunOptions& opts, RunDecision& d) {
-  if (opts.engineRouting) return;
+// The advice compares the engine with Open MPI's algorithms: said to Open MPI jobs only.
+void addEngineAdvice(const LaunchCommand& cmd, const Plan& p, const RunOptions& opts,
+                     RunDecision& d) {
+  if (opts.engineRouting || cmd.mpiFamily() == MpiFamily::kMpich) return;
   if (auto advice = engineAdvice(p)) d.notes.push_back(*advice);
 }
 
@@ -279,7 +285,7 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
         "and reorders MPI_COMM_WORLD ({}){}; {}",
         shortPlanHash(p.hash), source.description, notes, opts.shimLib, describeCounts(job), rules,
         prediction(p, true));
-    addEngineAdvice(p, opts, d);
+    addEngineAdvice(cmd, p, opts, d);
     d.plan = std::move(p);
     return d;
   }
@@ -314,7 +320,7 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
                                       shortPlanHash(p.hash), source.description, rules));
       d.notes = std::move(kept);
     }
-    addEngineAdvice(p, opts, d);
+    addEngineAdvice(cmd, p, opts, d);
     d.plan = std::move(p);
     return d;
   }
@@ -324,12 +330,11 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
   std::string hostfile =
       d.command.files.empty() ? std::string("hostfile") : d.command.files[0].first;
   std::string rules = addCollRules(cmd, p, opts, d);
-  d.message = fmt::format(
-      "rankmap run: launch mode: plan {} from {}{}: {} in plan order ({} "
-      "with --mca rmaps seq){}; {}",
-      shortPlanHash(p.hash), source.description, notes, describeCounts(job), hostfile, rules,
-      prediction(p, inputIsJobOrder));
-  addEngineAdvice(p, opts, d);
+  d.message =
+      fmt::format("rankmap run: launch mode: plan {} from {}{}: {} in plan order ({} {}){}; {}",
+                  shortPlanHash(p.hash), source.description, notes, describeCounts(job), hostfile,
+                  cmd.orderedLaunchHow(), rules, prediction(p, inputIsJobOrder));
+  addEngineAdvice(cmd, p, opts, d);
   d.plan = std::move(p);
   return d;
 }

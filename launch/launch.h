@@ -74,6 +74,8 @@ class LaunchCommand {
   // starts either): the shim rankmap run preloads must match the program's MPI, and when the
   // program does not tell, the launcher's.
   virtual MpiFamily mpiFamily() const { return MpiFamily::kUnknown; }
+  // How launchInOrder() keeps the order, for the message ("with --mca rmaps seq").
+  virtual std::string orderedLaunchHow() const { return "with --mca rmaps seq"; }
   // The program the launcher starts, as written on the command line ("" when not known).
   virtual std::string program() const { return ""; }
 
