@@ -1,6 +1,7 @@
 // `rankmap doctor [PROGRAM | --python PY]`: can librankmap_nccl.so be applied to this program or
-// Python environment, what would `rankmap run` do, and would NCCL load rankmap's tuner plugin
-// (NCCL_TUNER_PLUGIN; nccl_tuner/) and what does it chain to?
+// Python environment, which MPI the program uses (Open MPI or the MPICH ABI, and so which MPI
+// shim matches it: programMpi()), what would `rankmap run` do, and would NCCL load rankmap's tuner
+// plugin (NCCL_TUNER_PLUGIN; nccl_tuner/) and what does it chain to?
 //
 // The shim works by symbol interposition (LD_PRELOAD): it applies when the program reaches NCCL
 // through the dynamic symbol table, i.e. NCCL is a shared library (libnccl.so.2, whether the
@@ -36,6 +37,7 @@
 #include "cli/command.h"
 #include "common/deadline.h"
 #include "common/error.h"
+#include "launch/mpi_family.h"
 #include "launch/process.h"
 #include "nccl_tuner/plugin_names.h"
 
@@ -381,6 +383,40 @@ Verdict inspect(const std::string& target, const std::vector<std::string>& roots
   return v;
 }
 
+}  // namespace
+
+ProgramMpi programMpi(const std::string& path) {
+  ProgramMpi out;
+  std::deque<std::pair<std::string, int>> queue{{path, 0}};
+  std::set<std::string> seen;
+  while (!queue.empty() && seen.size() < 256) {
+    auto [p, depth] = queue.front();
+    queue.pop_front();
+    if (!seen.insert(realPath(p)).second) continue;
+    ElfFacts f;
+    try {
+      f = readElf(p);
+    } catch (const Error&) {
+      continue;  // not ELF (a script): nothing to say
+    }
+    for (const auto& n : f.needed) {
+      auto family = launch::mpiFamilyOfLibrary(n);
+      if (family != launch::MpiFamily::kUnknown) {
+        std::string lib = resolveLibrary(n, f);
+        out.family = family;
+        out.library = lib.empty() ? n : lib;
+        out.neededBy = p;
+        return out;
+      }
+      std::string r = resolveLibrary(n, f);
+      if (!r.empty() && depth < 6) queue.push_back({r, depth + 1});
+    }
+  }
+  return out;
+}
+
+namespace {
+
 constexpr char kPythonProbe[] = R"(import importlib.util, json, sys
 out = {"python": sys.version.split()[0], "torch_dir": None, "torch_version": None, "nccl_wheels": {}}
 spec = importlib.util.find_spec("torch")
@@ -492,9 +528,11 @@ int runDoctor(const CliContext& ctx, const DoctorArgs& a) {
     RANKMAP_THROW(InvalidInput, "expected a PROGRAM or --python PY (one of them)");
   Verdict v;
   Json extra = Json::object();
+  ProgramMpi mpi;
   if (!a.program.empty()) {
     std::string path = findProgram(a.program);
     v = inspect(path, {path});
+    mpi = programMpi(path);
   } else {
     auto out = launch::captureStdout({a.python, "-c", kPythonProbe},
                                      Deadline::after(std::chrono::seconds(60)));
@@ -544,6 +582,18 @@ int runDoctor(const CliContext& ctx, const DoctorArgs& a) {
   } else if (v.linkage == "static") {
     run += " The NCCL shim cannot apply to this program: only launch-time reordering will.";
   }
+  // The MPI the program uses and the MPI shim that matches it (rankmap run --mode shim picks it).
+  std::string mpiText = "none found (no MPI library among its dynamic dependencies)";
+  std::string mpiShim;
+  if (mpi.family != launch::MpiFamily::kUnknown) {
+    const bool mpich = mpi.family == launch::MpiFamily::kMpich;
+    mpiShim = findBeside("shim_mpi", mpich ? "librankmap_mpich.so" : "librankmap_mpi.so");
+    mpiText = fmt::format("{} ({}, needed by {}); its shim: {}", launch::mpiFamilyName(mpi.family),
+                          mpi.library, mpi.neededBy,
+                          !mpiShim.empty() ? mpiShim
+                          : mpich          ? "librankmap_mpich.so, not found beside this rankmap"
+                                           : "librankmap_mpi.so, not found beside this rankmap");
+  }
   const TunerReport tuner = tunerReport(ctx.config);
   if (a.json) {
     Json j = {{"target", v.target},
@@ -555,6 +605,13 @@ int runDoctor(const CliContext& ctx, const DoctorArgs& a) {
               {"shimmable", v.shimmable},
               {"reason", v.reason},
               {"shim_library", shim.empty() ? Json() : Json(shim)},
+              {"mpi",
+               {{"family", mpi.family == launch::MpiFamily::kUnknown
+                               ? Json()
+                               : Json(launch::mpiFamilyName(mpi.family))},
+                {"library", mpi.library.empty() ? Json() : Json(mpi.library)},
+                {"needed_by", mpi.neededBy.empty() ? Json() : Json(mpi.neededBy)},
+                {"shim_library", mpiShim.empty() ? Json() : Json(mpiShim)}}},
               {"rankmap_run", run},
               {"tuner",
                {{"active", tuner.active},
@@ -576,6 +633,7 @@ int runDoctor(const CliContext& ctx, const DoctorArgs& a) {
                v.version.empty() ? "" : " (NCCL " + v.version + ")");
     fmt::print("  shim: {}: {}\n", v.shimmable ? "yes" : "no", v.reason);
     fmt::print("  librankmap_nccl.so: {}\n", shim.empty() ? "not found beside this rankmap" : shim);
+    if (!a.program.empty()) fmt::print("  MPI: {}\n", mpiText);
     fmt::print("  rankmap run: {}\n", run);
     fmt::print("  NCCL tuner: {}: {}\n", tuner.active ? "active" : "not active", tuner.note);
     fmt::print("  librankmap_nccl_tuner.so: {}\n",
@@ -589,8 +647,8 @@ int runDoctor(const CliContext& ctx, const DoctorArgs& a) {
 void registerDoctorCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   auto* cmd = app.add_subcommand(
       "doctor",
-      "Can the NCCL shim apply to a program or a Python environment (and what would "
-      "`rankmap run` do)? Exit 0 yes, 1 no");
+      "Can the NCCL shim apply to a program or a Python environment, which MPI does a program "
+      "use (and what would `rankmap run` do)? Exit 0 the NCCL shim applies, 1 no");
   auto a = std::make_shared<DoctorArgs>();
   cmd->add_option("program", a->program, "Program to inspect (path or name on PATH)");
   cmd->add_option("--python", a->python, "Python interpreter whose PyTorch to inspect");

@@ -62,19 +62,47 @@ std::optional<std::string> userCollTunedOutside() {
   return launch::userCollTunedOutside(src);
 }
 
-// librankmap_mpi.so: RANKMAP_MPI_SHIM, else beside this binary (build tree or installed).
-std::string findShimLib(const Config& cfg) {
-  const auto& set = cfg.get(settings::kMpiShimLib);
-  if (!set.empty()) return set;
-  std::string dir = launch::executableDir();
-  for (const char* rel :
-       {"/../shim_mpi/librankmap_mpi.so", "/../lib/librankmap_mpi.so",
-        "/../lib/x86_64-linux-gnu/librankmap_mpi.so", "/../lib64/librankmap_mpi.so"}) {
-    std::string p = dir + rel;
-    char buf[4096];
-    if (::access(p.c_str(), R_OK) == 0 && ::realpath(p.c_str(), buf) != nullptr) return buf;
+// The MPI shim for the job (in shim mode): librankmap_mpich.so for a program of the MPICH ABI,
+// librankmap_mpi.so for Open MPI's; which MPI the program links (its ELF dependencies), else the
+// launcher's. The library: RANKMAP_MPICH_SHIM / RANKMAP_MPI_SHIM, else beside this binary (build
+// tree or installed). Sets opts.shimLib ("" when not found) and opts.shimMissing.
+void chooseShimLib(const Config& cfg, const launch::LaunchCommand& cmd, launch::RunOptions& opts) {
+  launch::MpiFamily family = launch::MpiFamily::kUnknown;
+  std::string because;
+  const std::string program = cmd.program();
+  if (!program.empty()) {
+    if (auto path = launch::findOnPath(program)) {
+      ProgramMpi m = programMpi(*path);
+      family = m.family;
+      because = fmt::format("{} needs {}", program, m.library);
+    }
   }
-  return "";
+  if (family == launch::MpiFamily::kUnknown) {
+    family = cmd.mpiFamily();
+    because = fmt::format("the launcher is {}'s", launch::mpiFamilyName(family));
+  }
+  const bool mpich = family == launch::MpiFamily::kMpich;
+  const std::string file = mpich ? "librankmap_mpich.so" : "librankmap_mpi.so";
+  const char* setting = mpich ? "RANKMAP_MPICH_SHIM" : "RANKMAP_MPI_SHIM";
+  opts.shimMissing = fmt::format(
+      "{} not found (set {}){}", file, setting,
+      family == launch::MpiFamily::kUnknown
+          ? ""
+          : fmt::format("; {} for {}: {}", file, launch::mpiFamilyName(family), because));
+  const auto& set = cfg.get(mpich ? settings::kMpichShimLib : settings::kMpiShimLib);
+  if (!set.empty()) {
+    opts.shimLib = set;
+    return;
+  }
+  std::string dir = launch::executableDir();
+  for (const char* rel : {"/../shim_mpi/", "/../lib/", "/../lib/x86_64-linux-gnu/", "/../lib64/"}) {
+    std::string p = dir + rel + file;
+    char buf[4096];
+    if (::access(p.c_str(), R_OK) == 0 && ::realpath(p.c_str(), buf) != nullptr) {
+      opts.shimLib = buf;
+      return;
+    }
+  }
 }
 
 // Runs the job, with a StalePlanWatch beside it when its order was fixed at launch from a plan
@@ -185,7 +213,7 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
       opts.mode = mode;
       opts.dir = dir->path();
       opts.planPath = pr.planPath;
-      if (mode == launch::Mode::kShim) opts.shimLib = findShimLib(cfg);
+      if (mode == launch::Mode::kShim) chooseShimLib(cfg, *cmd, opts);
       opts.rules = launch::parseRulesMode(cfg.get(settings::kMpiRules));
       opts.rulesPath = a.rulesOut;
       if (opts.rules != launch::RulesMode::kOff) opts.userCollTuned = userCollTunedOutside();

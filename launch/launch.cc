@@ -11,6 +11,8 @@
 
 #include "common/error.h"
 #include "common/plan_agreement.h"
+#include "launch/hydra.h"
+#include "launch/mpi_family.h"
 #include "launch/mpirun.h"
 #include "launch/ompi_rules.h"
 #include "launch/slurm.h"
@@ -48,7 +50,11 @@ std::string addCollRules(const LaunchCommand& cmd, const Plan& p, const RunOptio
                          RunDecision& d) {
   if (opts.rules == RulesMode::kOff) return "";
   auto onCommandLine = cmd.collTunedOnCommandLine();
-  if (!onCommandLine) return "";  // not an Open MPI launcher
+  if (!onCommandLine) {  // not an Open MPI launcher
+    return cmd.mpiFamily() == MpiFamily::kMpich
+               ? ", MPICH's own algorithms (Open MPI's coll_tuned rules from the plan do not apply)"
+               : "";
+  }
   std::string user = !onCommandLine->empty() ? *onCommandLine : opts.userCollTuned.value_or("");
   if (!user.empty()) {
     d.notes.push_back(
@@ -76,8 +82,10 @@ std::string addCollRules(const LaunchCommand& cmd, const Plan& p, const RunOptio
   return text;
 }
 
-void addEngineAdvice(const Plan& p, const RunOptions& opts, RunDecision& d) {
-  if (opts.engineRouting) return;
+// The advice compares the engine with Open MPI's algorithms: said to Open MPI jobs only.
+void addEngineAdvice(const LaunchCommand& cmd, const Plan& p, const RunOptions& opts,
+                     RunDecision& d) {
+  if (opts.engineRouting || cmd.mpiFamily() == MpiFamily::kMpich) return;
   if (auto advice = engineAdvice(p)) d.notes.push_back(*advice);
 }
 
@@ -118,9 +126,21 @@ std::unique_ptr<LaunchCommand> parseLaunchCommand(const std::vector<std::string>
     }
   }
   if (!isMpirun(argv[0])) {
-    why = fmt::format("{} is not a launcher rankmap run knows (mpirun, mpiexec, orterun, srun)",
-                      argv[0]);
+    why = fmt::format(
+        "{} is not a launcher rankmap run knows (mpirun, mpiexec, orterun, mpiexec.hydra, srun)",
+        argv[0]);
     return nullptr;
+  }
+  // mpirun/mpiexec are Open MPI's or MPICH's (Hydra) by the alternatives in force: the real name,
+  // else the launcher's --version. Unknown keeps Open MPI's parser, which refuses what it does not
+  // know.
+  if (launcherFamily(argv[0], Deadline::after(kLauncherVersionTimeout)) == MpiFamily::kMpich) {
+    try {
+      return HydraCommand::parse(argv);
+    } catch (const Error& e) {
+      why = fmt::format("mpiexec (MPICH Hydra) arguments not understood: {}", e.what());
+      return nullptr;
+    }
   }
   try {
     return MpirunCommand::parse(argv);
@@ -243,8 +263,7 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
     if (!job.contiguous)
       return unchanged(argv,
                        "shim mode needs each host's ranks contiguous in the launcher's order");
-    if (opts.shimLib.empty())
-      return unchanged(argv, "shim mode: librankmap_mpi.so not found (set RANKMAP_MPI_SHIM)");
+    if (opts.shimLib.empty()) return unchanged(argv, "shim mode: " + opts.shimMissing);
     std::string planPath = opts.planPath;
     RunDecision d;
     if (!inputIsJobOrder) {
@@ -266,7 +285,7 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
         "and reorders MPI_COMM_WORLD ({}){}; {}",
         shortPlanHash(p.hash), source.description, notes, opts.shimLib, describeCounts(job), rules,
         prediction(p, true));
-    addEngineAdvice(p, opts, d);
+    addEngineAdvice(cmd, p, opts, d);
     d.plan = std::move(p);
     return d;
   }
@@ -301,7 +320,7 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
                                       shortPlanHash(p.hash), source.description, rules));
       d.notes = std::move(kept);
     }
-    addEngineAdvice(p, opts, d);
+    addEngineAdvice(cmd, p, opts, d);
     d.plan = std::move(p);
     return d;
   }
@@ -311,12 +330,11 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
   std::string hostfile =
       d.command.files.empty() ? std::string("hostfile") : d.command.files[0].first;
   std::string rules = addCollRules(cmd, p, opts, d);
-  d.message = fmt::format(
-      "rankmap run: launch mode: plan {} from {}{}: {} in plan order ({} "
-      "with --mca rmaps seq){}; {}",
-      shortPlanHash(p.hash), source.description, notes, describeCounts(job), hostfile, rules,
-      prediction(p, inputIsJobOrder));
-  addEngineAdvice(p, opts, d);
+  d.message =
+      fmt::format("rankmap run: launch mode: plan {} from {}{}: {} in plan order ({} {}){}; {}",
+                  shortPlanHash(p.hash), source.description, notes, describeCounts(job), hostfile,
+                  cmd.orderedLaunchHow(), rules, prediction(p, inputIsJobOrder));
+  addEngineAdvice(cmd, p, opts, d);
   d.plan = std::move(p);
   return d;
 }
@@ -355,6 +373,23 @@ std::string sequentialHostfile(const std::vector<JobHost>& ordered, int worldSiz
   }
   RANKMAP_ENFORCE_EQ(world, worldSize, what);
   return hostfile;
+}
+
+int parsePositiveInt(std::string_view text, std::string_view what) {
+  if (text.empty() || text.size() > 9)
+    RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
+                  std::string(text));
+  int v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9')
+      RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
+                    std::string(text));
+    v = v * 10 + (c - '0');
+  }
+  if (v < 1)
+    RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
+                  std::string(text));
+  return v;
 }
 
 LongOption splitLongOption(const std::string& word) {

@@ -13,14 +13,17 @@
 // unchanged, with a message naming the reason. Nothing is ever guessed.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "common/plan.h"
 #include "common/topology.h"
+#include "launch/mpi_family.h"
 
 namespace rankmap::launch {
 
@@ -67,6 +70,15 @@ class LaunchCommand {
   // Shim mode: the original placement, every rank preloading `shimLib` with RANKMAP_PLAN=planPath.
   virtual Command withShim(const std::string& shimLib, const std::string& planPath) const = 0;
 
+  // The MPI whose launcher this is (Open MPI's mpirun, MPICH's Hydra), or kUnknown (srun, which
+  // starts either): the shim rankmap run preloads must match the program's MPI, and when the
+  // program does not tell, the launcher's.
+  virtual MpiFamily mpiFamily() const { return MpiFamily::kUnknown; }
+  // How launchInOrder() keeps the order, for the message ("with --mca rmaps seq").
+  virtual std::string orderedLaunchHow() const { return "with --mca rmaps seq"; }
+  // The program the launcher starts, as written on the command line ("" when not known).
+  virtual std::string program() const { return ""; }
+
   // Open MPI's coll_tuned rules (launch/ompi_rules.h). Launchers of Open MPI jobs return the
   // user's own setting on the command line that decides coll_tuned's choice ("--mca
   // coll_tuned_allreduce_algorithm 4"), or "" when there is none; others return nullopt, and
@@ -86,7 +98,11 @@ class LaunchCommand {
   }
 };
 
-// Reads argv with the launcher that recognises argv[0]. Returns nullptr with `why` set when no
+// The bound on running a launcher's `--version` to learn its MPI (launch/mpi_family.h).
+inline constexpr std::chrono::seconds kLauncherVersionTimeout{5};
+
+// Reads argv with the launcher that recognises argv[0] (mpirun/mpiexec: Open MPI's or MPICH's
+// Hydra, launch/mpi_family.h). Returns nullptr with `why` set when no
 // launcher does, or when the recognised one does not understand the command line (an unknown
 // option, an unsupported form); `why` then names the word or the reason. May read files named on
 // the command line (hostfiles) and the process environment (the launcher's own variables).
@@ -112,8 +128,10 @@ RulesMode parseRulesMode(const std::string& text);  // 0/off, auto, 1/on; throws
 
 struct RunOptions {
   Mode mode = Mode::kAuto;
-  std::string dir;       // where files go (hostfile, adapted plan, rules)
-  std::string shimLib;   // shim mode: librankmap_mpi.so
+  std::string dir;      // where files go (hostfile, adapted plan, rules)
+  std::string shimLib;  // shim mode: librankmap_mpi.so or librankmap_mpich.so
+  // Shim mode: the reason when shimLib is empty, naming the shim wanted and its setting.
+  std::string shimMissing = "librankmap_mpi.so not found (set RANKMAP_MPI_SHIM)";
   std::string planPath;  // the plan's file when it is one and usable as is; may be empty
   RulesMode rules = RulesMode::kOff;
   std::string rulesPath;  // where the rules go when they are to be kept; empty = dir
@@ -177,6 +195,10 @@ std::string shellJoin(const std::vector<std::string>& argv);
 // hosts hold another number of ranks than `worldSize`.
 std::string sequentialHostfile(const std::vector<JobHost>& ordered, int worldSize,
                                const std::string& what);
+
+// A launcher's count (-np, slots=, host:N): a positive decimal integer of at most 9 digits.
+// Throws InvalidInput "<what>: expected a positive integer, got <text>".
+int parsePositiveInt(std::string_view text, std::string_view what);
 
 // A long option word, "--name" or "--name=value": the name without the dashes and, when the
 // word has an '=', the value after the first one. The word must start with "--".

@@ -146,23 +146,6 @@ const OptSpec* findOption(std::string_view name) {
 constexpr std::string_view kSlotKeys[] = {"slots", "slot", "cpu", "cpus", "count"};
 constexpr std::string_view kMaxSlotKeys[] = {"max_slots", "max-slots", "max_slot", "max-slot"};
 
-int parsePositive(std::string_view text, std::string_view what) {
-  if (text.empty() || text.size() > 9)
-    RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
-                  std::string(text));
-  int v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9')
-      RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
-                    std::string(text));
-    v = v * 10 + (c - '0');
-  }
-  if (v < 1)
-    RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
-                  std::string(text));
-  return v;
-}
-
 }  // namespace
 
 std::vector<HostEntry> parseOmpiHostfile(std::string_view text, std::string_view source) {
@@ -202,7 +185,7 @@ std::vector<HostEntry> parseOmpiHostfile(std::string_view text, std::string_view
                       "{}:{}: hostfile token {:?} not understood (rankmap run "
                       "knows slots= and max_slots=)",
                       source, lineNo, std::string(word));
-      int v = parsePositive(val, fmt::format("{}:{}: {}", source, lineNo, key));
+      int v = parsePositiveInt(val, fmt::format("{}:{}: {}", source, lineNo, key));
       if (isSlots) e.slots = e.slots.value_or(0) + v;
     }
     out.push_back(std::move(e));
@@ -223,7 +206,7 @@ std::vector<HostEntry> parseOmpiHostList(std::string_view list) {
       if (count == "*" || count.empty())
         RANKMAP_THROW(NotSupported, "--host: {:?}: only host or host:N is understood",
                       std::string(item));
-      e.slots = parsePositive(count, fmt::format("--host {}", std::string(item)));
+      e.slots = parsePositiveInt(count, fmt::format("--host {}", std::string(item)));
       item = item.substr(0, colon);
       if (item.find(':') != std::string_view::npos)
         RANKMAP_THROW(NotSupported, "--host: {:?}: IPv6 addresses are not understood",
@@ -283,7 +266,7 @@ std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::strin
     size_t idx = c->items_.size();
     switch (spec->kind) {
       case OptKind::kNp:
-        c->np_ = parsePositive(argv[i + 1], w);
+        c->np_ = parsePositiveInt(argv[i + 1], w);
         c->npItems_.push_back(idx);
         break;
       case OptKind::kHostfile:

@@ -58,6 +58,8 @@ class MpirunCommand final : public LaunchCommand {
                                               FileReader read = {}, EnvLookup env = {});
 
   std::string launcherName() const override { return "mpirun"; }
+  MpiFamily mpiFamily() const override { return MpiFamily::kOpenMpi; }
+  std::string program() const override { return argv_.at(program_); }
   const std::vector<std::string>& argv() const override { return argv_; }
   const Job& job() const override { return job_; }
   Command launchInOrder(const std::vector<JobHost>& ordered, const std::string& dir) const override;

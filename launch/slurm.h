@@ -73,6 +73,9 @@ class SrunCommand final : public LaunchCommand {
                                             EnvLookup env = {});
 
   std::string launcherName() const override { return "srun"; }
+  std::string orderedLaunchHow() const override {
+    return "as SLURM_HOSTFILE with --distribution=arbitrary";
+  }
   const std::vector<std::string>& argv() const override { return argv_; }
   const Job& job() const override { return job_; }
   Command launchInOrder(const std::vector<JobHost>& ordered, const std::string& dir) const override;

@@ -90,8 +90,8 @@ void* resolveRealSymbol(const char* name) noexcept {
   void* p = dlsym(RTLD_NEXT, name);
   if (p == nullptr) {
     // No logger here: this may run before anything is set up. stderr, never stdout.
-    std::fprintf(stderr, "rankmap error [shim] %s not found after librankmap_mpi.so; is the MPI "
-                 "library loaded?\n", name);
+    std::fprintf(stderr, "rankmap error [shim] %s not found after the rankmap MPI shim; is the MPI "
+                 "library it was built for loaded?\n", name);
   }
   return p;
 }

@@ -15,44 +15,47 @@ namespace real = rankmap::shim_mpi::real;
 extern "C" {
 
 // Start-up: the real MPI_Init, then the plan exchange and the split (collective on every rank).
-int PMPI_Init(int* argc, char*** argv) {
+RANKMAP_SHIM_EXPORT int PMPI_Init(int* argc, char*** argv) {
   CallGuard guard;
   int rc = real::PMPI_Init(argc, argv);
   if (rc == MPI_SUCCESS && guard.outermost()) rankmap::shim_mpi::afterInit();
   return rc;
 }
-int MPI_Init(int* argc, char*** argv) __attribute__((alias("PMPI_Init")));
+RANKMAP_SHIM_EXPORT int MPI_Init(int* argc, char*** argv) __attribute__((alias("PMPI_Init")));
 
-int PMPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+RANKMAP_SHIM_EXPORT int PMPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
   CallGuard guard;
   int rc = real::PMPI_Init_thread(argc, argv, required, provided);
   if (rc == MPI_SUCCESS && guard.outermost()) rankmap::shim_mpi::afterInit();
   return rc;
 }
-int MPI_Init_thread(int* argc, char*** argv, int required, int* provided)
+RANKMAP_SHIM_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* provided)
     __attribute__((alias("PMPI_Init_thread")));
 
 // Shutdown: the reordered world is freed while MPI still works.
-int PMPI_Finalize(void) {
+RANKMAP_SHIM_EXPORT int PMPI_Finalize(void) {
   CallGuard guard;
   if (guard.outermost()) rankmap::shim_mpi::beforeFinalize();
   return real::PMPI_Finalize();
 }
-int MPI_Finalize(void) __attribute__((alias("PMPI_Finalize")));
+RANKMAP_SHIM_EXPORT int MPI_Finalize(void) __attribute__((alias("PMPI_Finalize")));
 
 // Fortran handle 0 (MPI_COMM_WORLD) becomes the reordered world; Open MPI's Fortran bindings
 // convert every communicator argument with PMPI_Comm_f2c. (PMPI_Comm_c2f maps the reordered world
-// back to 0: mode `real`, generated.)
-MPI_Comm PMPI_Comm_f2c(MPI_Fint comm) {
+// back to 0: mode `real`, generated.) In MPICH's ABI both are casts in mpi.h, a Fortran handle is
+// the C handle, and its Fortran bindings pass MPI_COMM_WORLD to the wrapped calls as C does.
+#ifndef MPI_Comm_f2c
+RANKMAP_SHIM_EXPORT MPI_Comm PMPI_Comm_f2c(MPI_Fint comm) {
   CallGuard guard;
   MPI_Comm c = real::PMPI_Comm_f2c(comm);
   return guard.outermost() ? rankmap::shim_mpi::toReordered(c) : c;
 }
-MPI_Comm MPI_Comm_f2c(MPI_Fint comm) __attribute__((alias("PMPI_Comm_f2c")));
+RANKMAP_SHIM_EXPORT MPI_Comm MPI_Comm_f2c(MPI_Fint comm) __attribute__((alias("PMPI_Comm_f2c")));
+#endif
 
 // Freeing or disconnecting the world is erroneous: the reordered world is passed as the real one,
 // so the program gets the very error MPI gives for MPI_COMM_WORLD, and the handle stays valid.
-int PMPI_Comm_free(MPI_Comm* comm) {
+RANKMAP_SHIM_EXPORT int PMPI_Comm_free(MPI_Comm* comm) {
   CallGuard guard;
   if (guard.outermost() && comm != nullptr && isWorld(*comm)) {
     MPI_Comm world = MPI_COMM_WORLD;
@@ -60,9 +63,9 @@ int PMPI_Comm_free(MPI_Comm* comm) {
   }
   return real::PMPI_Comm_free(comm);
 }
-int MPI_Comm_free(MPI_Comm* comm) __attribute__((alias("PMPI_Comm_free")));
+RANKMAP_SHIM_EXPORT int MPI_Comm_free(MPI_Comm* comm) __attribute__((alias("PMPI_Comm_free")));
 
-int PMPI_Comm_disconnect(MPI_Comm* comm) {
+RANKMAP_SHIM_EXPORT int PMPI_Comm_disconnect(MPI_Comm* comm) {
   CallGuard guard;
   if (guard.outermost() && comm != nullptr && isWorld(*comm)) {
     MPI_Comm world = MPI_COMM_WORLD;
@@ -70,12 +73,13 @@ int PMPI_Comm_disconnect(MPI_Comm* comm) {
   }
   return real::PMPI_Comm_disconnect(comm);
 }
-int MPI_Comm_disconnect(MPI_Comm* comm) __attribute__((alias("PMPI_Comm_disconnect")));
+RANKMAP_SHIM_EXPORT int MPI_Comm_disconnect(MPI_Comm* comm)
+    __attribute__((alias("PMPI_Comm_disconnect")));
 
 // Attributes: looked up on the reordered world first (user attributes set through the shim live
 // there), then on the real world, which alone carries the predefined ones (MPI_TAG_UB, MPI_HOST,
 // MPI_IO, MPI_WTIME_IS_GLOBAL, MPI_APPNUM, MPI_UNIVERSE_SIZE, MPI_LASTUSEDCODE).
-int PMPI_Comm_get_attr(MPI_Comm comm, int keyval, void* value, int* flag) {
+RANKMAP_SHIM_EXPORT int PMPI_Comm_get_attr(MPI_Comm comm, int keyval, void* value, int* flag) {
   CallGuard guard;
   MPI_Comm w = gReordered.load(std::memory_order_acquire);
   if (guard.outermost() && w != kNoComm && isWorld(comm)) {
@@ -85,10 +89,10 @@ int PMPI_Comm_get_attr(MPI_Comm comm, int keyval, void* value, int* flag) {
   }
   return real::PMPI_Comm_get_attr(comm, keyval, value, flag);
 }
-int MPI_Comm_get_attr(MPI_Comm comm, int keyval, void* value, int* flag)
+RANKMAP_SHIM_EXPORT int MPI_Comm_get_attr(MPI_Comm comm, int keyval, void* value, int* flag)
     __attribute__((alias("PMPI_Comm_get_attr")));
 
-int PMPI_Attr_get(MPI_Comm comm, int keyval, void* value, int* flag) {
+RANKMAP_SHIM_EXPORT int PMPI_Attr_get(MPI_Comm comm, int keyval, void* value, int* flag) {
   CallGuard guard;
   MPI_Comm w = gReordered.load(std::memory_order_acquire);
   if (guard.outermost() && w != kNoComm && isWorld(comm)) {
@@ -98,12 +102,12 @@ int PMPI_Attr_get(MPI_Comm comm, int keyval, void* value, int* flag) {
   }
   return real::PMPI_Attr_get(comm, keyval, value, flag);
 }
-int MPI_Attr_get(MPI_Comm comm, int keyval, void* value, int* flag)
+RANKMAP_SHIM_EXPORT int MPI_Attr_get(MPI_Comm comm, int keyval, void* value, int* flag)
     __attribute__((alias("PMPI_Attr_get")));
 
 // An error handler set on the world goes on both: the reordered world serves the wrapped calls,
 // the real one the calls that name no communicator (MPI reports those on MPI_COMM_WORLD).
-int PMPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler) {
+RANKMAP_SHIM_EXPORT int PMPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler) {
   CallGuard guard;
   MPI_Comm w = gReordered.load(std::memory_order_acquire);
   if (guard.outermost() && w != kNoComm && isWorld(comm)) {
@@ -113,13 +117,13 @@ int PMPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler) {
   }
   return real::PMPI_Comm_set_errhandler(comm, errhandler);
 }
-int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler)
+RANKMAP_SHIM_EXPORT int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler)
     __attribute__((alias("PMPI_Comm_set_errhandler")));
 
 // The collectives the engine may serve (RANKMAP_MPI_ENGINE=1, shim_mpi/engine.h): substituted
 // like every `world` call, then offered to the engine, then MPI.
-int PMPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                   MPI_Comm comm) {
+RANKMAP_SHIM_EXPORT int PMPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
+                                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   CallGuard guard;
   if (guard.outermost()) {
     comm = rankmap::shim_mpi::toReordered(comm);
@@ -129,10 +133,12 @@ int PMPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype d
   }
   return real::PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
 }
-int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                  MPI_Comm comm) __attribute__((alias("PMPI_Allreduce")));
+RANKMAP_SHIM_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
+                                      MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+    __attribute__((alias("PMPI_Allreduce")));
 
-int PMPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+RANKMAP_SHIM_EXPORT int PMPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
+                                   MPI_Comm comm) {
   CallGuard guard;
   if (guard.outermost()) {
     comm = rankmap::shim_mpi::toReordered(comm);
@@ -141,11 +147,12 @@ int PMPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Com
   }
   return real::PMPI_Bcast(buffer, count, datatype, root, comm);
 }
-int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
-    __attribute__((alias("PMPI_Bcast")));
+RANKMAP_SHIM_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
+                                  MPI_Comm comm) __attribute__((alias("PMPI_Bcast")));
 
-int PMPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+RANKMAP_SHIM_EXPORT int PMPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                       void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                       MPI_Comm comm) {
   CallGuard guard;
   if (guard.outermost()) {
     comm = rankmap::shim_mpi::toReordered(comm);
@@ -156,12 +163,12 @@ int PMPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
   }
   return real::PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
-int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
-    __attribute__((alias("PMPI_Allgather")));
+RANKMAP_SHIM_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                      void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                      MPI_Comm comm) __attribute__((alias("PMPI_Allgather")));
 
-int PMPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
-                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+RANKMAP_SHIM_EXPORT int PMPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+                                                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   CallGuard guard;
   if (guard.outermost()) {
     comm = rankmap::shim_mpi::toReordered(comm);
@@ -172,8 +179,8 @@ int PMPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
   }
   return real::PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
 }
-int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
-                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+RANKMAP_SHIM_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+                                                 MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
     __attribute__((alias("PMPI_Reduce_scatter_block")));
 
 }  // extern "C"

@@ -9,7 +9,10 @@
 #include <mpi.h>
 
 #include <atomic>
-#include <type_traits>
+
+// On every exported MPI_X and PMPI_X of the shim: the shim is built with hidden visibility, and
+// only Open MPI's mpi.h declares its functions with default visibility (MPICH's does not).
+#define RANKMAP_SHIM_EXPORT __attribute__((visibility("default")))
 
 namespace rankmap::shim_mpi {
 
@@ -17,10 +20,11 @@ namespace rankmap::shim_mpi {
 void* resolveRealSymbol(const char* name) noexcept;
 
 // The value a wrapper returns when the real function cannot be found (it never is in practice:
-// the shim links the MPI library whose functions it wraps).
-template <typename R>
+// the shim links the MPI library whose functions it wraps). kReturnsComm: the function returns an
+// MPI_Comm (told by the generator: in MPICH's ABI MPI_Comm is an int, like the error codes).
+template <typename R, bool kReturnsComm>
 R missingValue() noexcept {
-  if constexpr (std::is_same_v<R, MPI_Comm>) {
+  if constexpr (kReturnsComm) {
     return MPI_COMM_NULL;
   } else {
     return static_cast<R>(MPI_ERR_INTERN);
@@ -28,11 +32,11 @@ R missingValue() noexcept {
 }
 
 // A real PMPI function, found on first call (constant-initialised: usable before main).
-template <typename F>
+template <typename F, bool kReturnsComm>
 class RealFunction;
 
-template <typename R, typename... A>
-class RealFunction<R (*)(A...)> {
+template <typename R, typename... A, bool kReturnsComm>
+class RealFunction<R (*)(A...), kReturnsComm> {
  public:
   using Fn = R (*)(A...);
   constexpr explicit RealFunction(const char* name) : name_(name) {}
@@ -41,7 +45,7 @@ class RealFunction<R (*)(A...)> {
     Fn f = fn_.load(std::memory_order_acquire);
     if (__builtin_expect(f == nullptr, 0)) {
       f = reinterpret_cast<Fn>(resolveRealSymbol(name_));
-      if (f == nullptr) return missingValue<R>();
+      if (f == nullptr) return missingValue<R, kReturnsComm>();
       fn_.store(f, std::memory_order_release);
     }
     return f(args...);
@@ -70,8 +74,9 @@ class CallGuard {
 };
 
 // The reordered world, or kNoComm while none is in use (identity order, before MPI_Init, after
-// MPI_Finalize). kNoComm is a value-initialised handle (a null pointer in Open MPI), usable in
-// constant initialisation, unlike MPI_COMM_NULL.
+// MPI_Finalize). kNoComm is a value-initialised handle (a null pointer in Open MPI, 0 in MPICH,
+// whose handles all have high bits set), usable in constant initialisation, unlike Open MPI's
+// MPI_COMM_NULL.
 inline constexpr MPI_Comm kNoComm{};
 extern std::atomic<MPI_Comm> gReordered;
 

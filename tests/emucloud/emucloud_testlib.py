@@ -85,16 +85,17 @@ kFabricMbit = 2000
 kStepOverheadUs = 1500
 
 
-def stand_in_mpirun(tmp, rankmap, plan_path, options=""):
-    """Writes TMP/bin/mpirun, which runs `rankmap run --plan PLAN OPTIONS -- /usr/bin/mpirun ...`
-    (OPTIONS: shell words, quoted by the caller), so that a command run with TMP/bin first on
-    PATH goes through rankmap run unchanged. Returns TMP/bin."""
+def stand_in_mpirun(tmp, rankmap, plan_path, options="", launcher="mpirun"):
+    """Writes TMP/bin/LAUNCHER, which runs `rankmap run --plan PLAN OPTIONS -- /usr/bin/LAUNCHER
+    ...` (OPTIONS: shell words, quoted by the caller; LAUNCHER mpirun, or mpiexec.hydra for
+    MPICH), so that a command run with TMP/bin first on PATH goes through rankmap run unchanged.
+    Returns TMP/bin."""
     bindir = os.path.join(tmp, "bin")
     os.makedirs(bindir, exist_ok=True)
-    wrapper = os.path.join(bindir, "mpirun")
+    wrapper = os.path.join(bindir, launcher)
     with open(wrapper, "w") as f:
         f.write(f"#!/bin/sh\nexec {shlex.quote(rankmap)} run --plan {shlex.quote(plan_path)} "
-                f"{options + ' ' if options else ''}-- /usr/bin/mpirun \"$@\"\n")
+                f"{options + ' ' if options else ''}-- /usr/bin/{launcher} \"$@\"\n")
     os.chmod(wrapper, 0o755)
     return bindir
 

@@ -2,7 +2,8 @@
  * unit tests. It knows nothing of rankmap.
  *
  * Every rank prints one line "rank R of N on HOST launcher L" (R and N from MPI_COMM_WORLD, HOST
- * from gethostname, L the launcher's rank from OMPI_COMM_WORLD_RANK, -1 if unset). Then it runs
+ * from gethostname, L the launcher's rank from OMPI_COMM_WORLD_RANK (Open MPI) or PMI_RANK (MPICH's
+ * Hydra), -1 if neither is set). Then it runs
  * integer collectives on MPI_COMM_WORLD whose results have a closed form in N alone (inputs
  * depend on the rank), checks every element, and rank 0 prints one line
  * per collective, "check NAME DIGEST", where DIGEST (FNV-1a of the result) is the same whatever
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) {
       const char* launcher = getenv("OMPI_COMM_WORLD_RANK");
+      if (launcher == NULL) launcher = getenv("PMI_RANK");
       printf("rank %d of %d on %s launcher %s\n", rank_, size_, host, launcher ? launcher : "-1");
       fflush(stdout);
     }

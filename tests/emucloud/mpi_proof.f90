@@ -1,8 +1,9 @@
 ! mpi_proof_f: the Fortran twin of mpi_proof.c (`use mpi`), for the MPI-path proof and the shim's
 ! unit tests. It knows nothing of rankmap; Open MPI's Fortran bindings call PMPI_* directly, so
-! this program is what shows that librankmap_mpi.so reaches Fortran.
+! this program is what shows that the shim reaches Fortran.
 !
-! Every rank prints "rank R of N on HOST launcher L" (L: OMPI_COMM_WORLD_RANK, -1 if unset).
+! Every rank prints "rank R of N on HOST launcher L" (L: OMPI_COMM_WORLD_RANK, else PMI_RANK from
+! MPICH's Hydra, -1 if neither is set).
 ! Rank 0 prints "check NAME VALUE" lines whose values depend on N alone (inputs depend on the
 ! rank; every element is checked, a wrong one aborts with exit code 3). With --bytes B it also
 ! times MPI_ALLREDUCE of B bytes of integers (--iters K after --warmup W untimed calls, each after
@@ -50,6 +51,7 @@ program mpi_proof_f
 
   call MPI_GET_PROCESSOR_NAME(host, hostlen, ierr)
   call get_environment_variable('OMPI_COMM_WORLD_RANK', launcher, status=ierr)
+  if (ierr /= 0) call get_environment_variable('PMI_RANK', launcher, status=ierr)
   if (ierr /= 0) launcher = '-1'
   do r = 0, nranks - 1
     if (r == rank) then

@@ -2,11 +2,11 @@
 """mpi_proof.py: the mpi4py twin of mpi_proof.c, for the MPI-path proof and the shim's unit tests.
 It knows nothing of rankmap. Run it with Debian's /usr/bin/python3 (python3-mpi4py).
 
-Every rank prints "rank R of N on HOST launcher L" (L: OMPI_COMM_WORLD_RANK, -1 if unset). Rank 0
-prints "check NAME DIGEST" lines that depend on N alone (inputs depend on the rank; every element
-is checked, a wrong one aborts with exit code 3). With --bytes B it also times Allreduce of B bytes
-of int32 (--iters K after --warmup W untimed calls, each after a barrier, the slowest rank's time)
-and rank 0 prints "time allreduce bytes=B iters=K median_s=S".
+Every rank prints "rank R of N on HOST launcher L" (L: OMPI_COMM_WORLD_RANK, else PMI_RANK, -1 if
+unset). Rank 0 prints "check NAME DIGEST" lines that depend on N alone (inputs depend on the rank;
+every element is checked, a wrong one aborts with exit code 3). With --bytes B it also times
+Allreduce of B bytes of int32 (--iters K after --warmup W untimed calls, each after a barrier, the
+slowest rank's time) and rank 0 prints "time allreduce bytes=B iters=K median_s=S".
 """
 
 import argparse
@@ -44,7 +44,7 @@ def main():
             print(f"check {what} {digest}", flush=True)
 
     host = socket.gethostname()
-    launcher = os.environ.get("OMPI_COMM_WORLD_RANK", "-1")
+    launcher = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "-1"))
     for r in range(n):
         if r == rank:
             # One write per line: Open MPI forwards each write as it comes, so a line written in

@@ -24,3 +24,17 @@ emucloud_add_test(emucloud_mpi_path mpi_path_test.py 1200
 emucloud_add_test(emucloud_mpi_rules mpi_rules_test.py 600
                   --rankmap $<TARGET_FILE:rankmap>
                   --proof $<TARGET_FILE:emucloud_mpi_proof_c>)
+
+# MPICH (Hydra, UCX over TCP) on the emulated cloud: the C proof built against MPICH, plain and
+# under `rankmap run -- mpiexec` (tests/emucloud/mpich_test.py).
+if(RANKMAP_HAVE_MPICH AND RANKMAP_MPICH_MPIEXEC)
+  add_executable(emucloud_mpi_proof_mpich mpi_proof.c)
+  target_link_libraries(emucloud_mpi_proof_mpich PRIVATE rankmap_mpich_c)
+  set_target_properties(emucloud_mpi_proof_mpich PROPERTIES C_STANDARD 11)
+  # MPICH 4.0's finalize hang over UCX's TCP transport: the ranks preload this (see its source).
+  add_library(emucloud_ucx_keep_endpoints SHARED ucx_keep_endpoints.c)
+  emucloud_add_test(emucloud_mpich mpich_test.py 120
+                    --rankmap $<TARGET_FILE:rankmap>
+                    --proof $<TARGET_FILE:emucloud_mpi_proof_mpich>
+                    --ucx-preload $<TARGET_FILE:emucloud_ucx_keep_endpoints>)
+endif()

@@ -86,6 +86,10 @@ def expectedFiles(args):
                 if not args.mpi:
                     continue
                 line = line[len("mpi:"):]
+            if line.startswith("mpich:"):
+                if not args.mpich:
+                    continue
+                line = line[len("mpich:"):]
             expected.add(line.format(**fields))
     docs = ["README.md"] + [os.path.basename(p)
                             for p in glob.glob(os.path.join(args.source_dir, "docs", "*.md"))]
@@ -371,6 +375,8 @@ def main():
     parser.add_argument("--libdir", required=True, help="CMAKE_INSTALL_LIBDIR (relative)")
     parser.add_argument("--config", required=True, help="the build type")
     parser.add_argument("--mpi", type=int, required=True, help="1 when the MPI shim is built")
+    parser.add_argument("--mpich", type=int, default=0,
+                        help="1 when the MPICH shim (librankmap_mpich.so) is built")
     args = parser.parse_args()
     checkTools(args)
 

@@ -1,0 +1,310 @@
+#include "launch/hydra.h"
+
+#include <map>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/files.h"
+
+namespace rankmap::launch {
+namespace {
+
+// How rankmap run treats a Hydra option.
+enum class OptKind {
+  kPlain,      // no effect on placement; kept as is
+  kNp,         // -n N
+  kHostfile,   // -f FILE
+  kHosts,      // -hosts LIST
+  kPpn,        // -ppn N
+  kEnv,        // -genv/-env NAME VALUE
+  kPlacement,  // places ranks in a way rankmap run does not model: refuse
+};
+
+struct OptSpec {
+  std::string_view name;  // without leading dashes; Hydra accepts one or two
+  int args;
+  OptKind kind;
+};
+
+// MPICH 4.0's mpiexec.hydra options (`mpiexec.hydra -h`, and the aliases its parser takes). An
+// option not listed here is unknown: its word count is unknown, so the program cannot be found.
+constexpr OptSpec kOptions[] = {
+    {"n", 1, OptKind::kNp},
+    {"np", 1, OptKind::kNp},
+    {"f", 1, OptKind::kHostfile},
+    {"hostfile", 1, OptKind::kHostfile},
+    {"machinefile", 1, OptKind::kHostfile},
+    {"hosts", 1, OptKind::kHosts},
+    {"host", 1, OptKind::kHosts},
+    {"ppn", 1, OptKind::kPpn},
+    {"genv", 2, OptKind::kEnv},
+    {"env", 2, OptKind::kEnv},
+    // Placement we do not model.
+    {"configfile", 1, OptKind::kPlacement},
+    {"rmk", 1, OptKind::kPlacement},
+    {"order-nodes", 1, OptKind::kPlacement},
+    {"skip-launch-node", 0, OptKind::kPlacement},
+    {"map-by", 1, OptKind::kPlacement},
+    {"ranks-per-proc", 1, OptKind::kPlacement},
+    {"h", 0, OptKind::kPlacement},
+    {"help", 0, OptKind::kPlacement},
+    {"info", 0, OptKind::kPlacement},
+    {"version", 0, OptKind::kPlacement},
+    // No effect on placement, with a value.
+    {"genvlist", 1, OptKind::kPlain},
+    {"envlist", 1, OptKind::kPlain},
+    {"wdir", 1, OptKind::kPlain},
+    {"launcher", 1, OptKind::kPlain},
+    {"bootstrap", 1, OptKind::kPlain},
+    {"launcher-exec", 1, OptKind::kPlain},
+    {"bootstrap-exec", 1, OptKind::kPlain},
+    {"topolib", 1, OptKind::kPlain},
+    {"bind-to", 1, OptKind::kPlain},
+    {"binding", 1, OptKind::kPlain},
+    {"membind", 1, OptKind::kPlain},
+    {"demux", 1, OptKind::kPlain},
+    {"iface", 1, OptKind::kPlain},
+    {"prepend-pattern", 1, OptKind::kPlain},
+    {"outfile-pattern", 1, OptKind::kPlain},
+    {"errfile-pattern", 1, OptKind::kPlain},
+    {"nameserver", 1, OptKind::kPlain},
+    {"localhost", 1, OptKind::kPlain},
+    {"usize", 1, OptKind::kPlain},
+    {"gpus-per-proc", 1, OptKind::kPlain},
+    // No effect on placement, no value.
+    {"genvnone", 0, OptKind::kPlain},
+    {"genvall", 0, OptKind::kPlain},
+    {"envnone", 0, OptKind::kPlain},
+    {"envall", 0, OptKind::kPlain},
+    {"enable-x", 0, OptKind::kPlain},
+    {"disable-x", 0, OptKind::kPlain},
+    {"verbose", 0, OptKind::kPlain},
+    {"v", 0, OptKind::kPlain},
+    {"print-all-exitcodes", 0, OptKind::kPlain},
+    {"profile", 0, OptKind::kPlain},
+    {"prepend-rank", 0, OptKind::kPlain},
+    {"l", 0, OptKind::kPlain},
+    {"disable-auto-cleanup", 0, OptKind::kPlain},
+    {"disable-hostname-propagation", 0, OptKind::kPlain},
+    {"pmi-port", 0, OptKind::kPlain},
+};
+
+const OptSpec* findOption(std::string_view name) {
+  for (const auto& o : kOptions)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+// One `host[:N]` (hostfile word or list item).
+HostEntry parseEntry(std::string_view item, const std::string& where) {
+  HostEntry e;
+  auto colon = item.find(':');
+  if (colon != std::string_view::npos) {
+    e.slots = parsePositiveInt(item.substr(colon + 1), fmt::format("{} {}", where, item));
+    item = item.substr(0, colon);
+  }
+  if (item.empty()) RANKMAP_THROW(NotSupported, "{}: empty host name", where);
+  e.spelling = std::string(item);
+  return e;
+}
+
+}  // namespace
+
+std::vector<HostEntry> parseHydraHostfile(std::string_view text, std::string_view source) {
+  std::vector<HostEntry> out;
+  size_t lineNo = 0;
+  while (!text.empty()) {
+    ++lineNo;
+    auto nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    std::vector<std::string_view> words;
+    for (size_t i = 0; i < line.size();) {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+      size_t j = i;
+      while (j < line.size() && line[j] != ' ' && line[j] != '\t' && line[j] != '\r') ++j;
+      if (j > i) words.push_back(line.substr(i, j - i));
+      i = j;
+    }
+    if (words.empty()) continue;
+    if (words.size() > 1)
+      RANKMAP_THROW(NotSupported,
+                    "{}:{}: hostfile token {:?} not understood (rankmap run knows host[:N])",
+                    source, lineNo, std::string(words[1]));
+    out.push_back(parseEntry(words[0], fmt::format("{}:{}:", source, lineNo)));
+  }
+  return out;
+}
+
+std::vector<HostEntry> parseHydraHostList(std::string_view list) {
+  std::vector<HostEntry> out;
+  while (true) {
+    auto comma = list.find(',');
+    out.push_back(parseEntry(list.substr(0, comma), "-hosts"));
+    if (comma == std::string_view::npos) break;
+    list = list.substr(comma + 1);
+  }
+  return out;
+}
+
+std::unique_ptr<HydraCommand> HydraCommand::parse(const std::vector<std::string>& argv,
+                                                  FileReader read, EnvLookup env) {
+  if (!read) read = [](const std::string& p) { return readFile(p, 64u << 20); };
+  if (!env) env = processEnv;
+  if (argv.empty()) RANKMAP_THROW(NotSupported, "no command");
+  std::unique_ptr<HydraCommand> c(new HydraCommand);
+  c->argv_ = argv;
+  std::vector<std::string> hostfiles;
+  std::vector<HostEntry> hostList;
+  std::optional<int> ppn;
+  bool envNone = false;
+  std::optional<std::string> preload;
+  size_t i = 1;
+  for (; i < argv.size(); ++i) {
+    const std::string& w = argv[i];
+    if (w == ":") RANKMAP_THROW(NotSupported, "MPMD form (':' between programs)");
+    if (w.size() < 2 || w[0] != '-') break;  // the program
+    std::string_view name(w);
+    name.remove_prefix(name.substr(0, 2) == "--" ? 2 : 1);
+    const OptSpec* spec = findOption(name);
+    if (!spec) RANKMAP_THROW(NotSupported, "option {:?} not understood", w);
+    if (spec->kind == OptKind::kPlacement)
+      RANKMAP_THROW(NotSupported, "option {} places ranks in a way rankmap run does not model", w);
+    if (i + spec->args >= argv.size())
+      RANKMAP_THROW(NotSupported, "option {} expects {} value(s)", w, spec->args);
+    size_t idx = c->items_.size();
+    c->items_.push_back({i, static_cast<size_t>(1 + spec->args)});
+    switch (spec->kind) {
+      case OptKind::kNp:
+        c->np_ = parsePositiveInt(argv[i + 1], w);
+        c->placementItems_.push_back(idx);
+        break;
+      case OptKind::kHostfile:
+        hostfiles.push_back(argv[i + 1]);
+        c->placementItems_.push_back(idx);
+        break;
+      case OptKind::kHosts: {
+        auto entries = parseHydraHostList(argv[i + 1]);
+        hostList.insert(hostList.end(), entries.begin(), entries.end());
+        c->placementItems_.push_back(idx);
+        break;
+      }
+      case OptKind::kPpn:
+        ppn = parsePositiveInt(argv[i + 1], w);
+        c->placementItems_.push_back(idx);
+        break;
+      case OptKind::kEnv:
+        if (argv[i + 1] == "LD_PRELOAD") {
+          preload = argv[i + 2];
+          c->shimItems_.push_back(idx);
+        } else if (argv[i + 1] == "RANKMAP_PLAN") {
+          c->shimItems_.push_back(idx);
+        }
+        break;
+      case OptKind::kPlain:
+        envNone |= name == "genvnone" || name == "envnone";
+        break;
+      case OptKind::kPlacement:
+        break;
+    }
+    i += spec->args;
+  }
+  if (i >= argv.size()) RANKMAP_THROW(NotSupported, "no program to run");
+  c->program_ = i;
+  for (size_t k = i; k < argv.size(); ++k)
+    if (argv[k] == ":") RANKMAP_THROW(NotSupported, "MPMD form (':' between programs)");
+  // Hydra passes the launching environment to the ranks unless told not to: an LD_PRELOAD there
+  // reaches them, and shim mode keeps it after the shim.
+  if (!preload && !envNone) preload = env("LD_PRELOAD");
+  c->ldPreload_ = preload.value_or("");
+
+  if (hostfiles.size() > 1) RANKMAP_THROW(NotSupported, "more than one -f");
+  if (!hostfiles.empty() && !hostList.empty()) RANKMAP_THROW(NotSupported, "both -f and -hosts");
+  if (hostfiles.empty() && hostList.empty()) {
+    // Hydra's default hostfile.
+    if (auto f = env("HYDRA_HOST_FILE"); f && !f->empty()) {
+      hostfiles.push_back(*f);
+    } else {
+      RANKMAP_THROW(NotSupported,
+                    "no -f or -hosts (and no HYDRA_HOST_FILE): the hosts come from the resource "
+                    "manager or the local machine, which rankmap run does not read");
+    }
+  }
+  std::vector<HostEntry> entries;
+  if (!hostfiles.empty()) {
+    entries = parseHydraHostfile(read(hostfiles[0]), hostfiles[0]);
+    if (entries.empty()) RANKMAP_THROW(InvalidInput, "hostfile {} lists no host", hostfiles[0]);
+  } else {
+    entries = hostList;
+  }
+  // Rounds over the entries, each giving its N ranks, until np ranks are placed.
+  int perRound = 0;
+  for (const auto& e : entries) perRound += ppn.value_or(e.slots.value_or(1));
+  const int np = c->np_.value_or(perRound);
+  std::vector<const std::string*> rankHost;
+  rankHost.reserve(static_cast<size_t>(np));
+  while (static_cast<int>(rankHost.size()) < np)
+    for (const auto& e : entries)
+      for (int k = ppn.value_or(e.slots.value_or(1));
+           k > 0 && static_cast<int>(rankHost.size()) < np; --k)
+        rankHost.push_back(&e.spelling);
+  Job job;
+  std::map<std::string, size_t> where;
+  for (size_t r = 0; r < rankHost.size(); ++r) {
+    const std::string& host = *rankHost[r];
+    auto it = where.find(host);
+    if (it == where.end()) {
+      where[host] = job.hosts.size();
+      job.hosts.push_back({host, 1});
+    } else {
+      if (*rankHost[r - 1] != host) job.contiguous = false;
+      job.hosts[it->second].ranks += 1;
+    }
+  }
+  c->job_ = std::move(job);
+  return c;
+}
+
+std::vector<std::string> HydraCommand::rebuild(const std::vector<size_t>& drop,
+                                               const std::vector<std::string>& insert) const {
+  std::vector<bool> dropped(argv_.size(), false);
+  for (size_t d : drop) {
+    const Item& it = items_.at(d);
+    for (size_t k = 0; k < it.words; ++k) dropped[it.index + k] = true;
+  }
+  std::vector<std::string> out{argv_[0]};
+  out.insert(out.end(), insert.begin(), insert.end());
+  for (size_t k = 1; k < argv_.size(); ++k)
+    if (!dropped[k]) out.push_back(argv_[k]);
+  return out;
+}
+
+Command HydraCommand::launchInOrder(const std::vector<JobHost>& ordered,
+                                    const std::string& dir) const {
+  // One `host:K` line per host: one round places every rank, a host's ranks contiguous.
+  std::string hostfile;
+  int world = 0;
+  for (const auto& h : ordered) {
+    hostfile += fmt::format("{}:{}\n", h.spelling, h.ranks);
+    world += h.ranks;
+  }
+  RANKMAP_ENFORCE_EQ(world, job_.worldSize(), "ranks in the reordered hostfile vs the job");
+  std::string path = dir + "/hostfile";
+  Command cmd;
+  cmd.argv = rebuild(placementItems_, {"-f", path, "-n", std::to_string(world)});
+  cmd.files.emplace_back(path, std::move(hostfile));
+  return cmd;
+}
+
+Command HydraCommand::withShim(const std::string& shimLib, const std::string& planPath) const {
+  std::string preload = shimLib;
+  if (!ldPreload_.empty()) preload += ":" + ldPreload_;
+  Command cmd;
+  cmd.argv =
+      rebuild(shimItems_, {"-genv", "LD_PRELOAD", preload, "-genv", "RANKMAP_PLAN", planPath});
+  return cmd;
+}
+
+}  // namespace rankmap::launch

@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""MPICH (Hydra, UCX over TCP) on the emulated cloud, plain and under `rankmap run -- mpiexec`.
+
+Testbed: 4 VMs in 2 racks, host links 1000 Mbit/s, uplinks 250 Mbit/s, seed 2 (the
+provider's order alternates the racks). The plan comes
+from truth.json (`rankmap plan --use-groups`). Jobs run through `emucloud mpiexec` (Hydra with the
+testbed's ssh stand-in, UCX_TLS=tcp) with the C proof program built against MPICH; under rankmap
+a stand-in `mpiexec.hydra` first on PATH calls `rankmap run --plan P -- /usr/bin/mpiexec.hydra`.
+Checks:
+  - every job ends (exit 0) -- MPICH 4.0's finalize hang over UCX's TCP transport is worked
+    around by preloading ucx_keep_endpoints.c into the ranks (docs/mpi.md, "MPICH");
+  - the bytes crossed the emulated links: the uplinks carried at least the buffer during a run
+    with a 1 MiB allreduce (UCX would otherwise use shared memory between the "VMs");
+  - rankmap run recognises Hydra and launches in plan order: rank r runs on the plan's r-th host;
+  - results (check digests) identical to the plain run.
+The Done-when measurement (8 VMs, 16 MiB) is mpich_bench.py.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agents_lib as al  # noqa: E402
+import emucloud_testlib as lib  # noqa: E402
+
+kPrefix = "emch"
+kUpArgs = ["--vms", "4", "--racks", "2", "--host-mbit", "1000", "--uplink-mbit", "250",
+           "--seed", "2"]
+kRunTimeoutS = 60
+
+
+def add_args(p):
+    p.add_argument("--rankmap", required=True)
+    p.add_argument("--proof", required=True, help="emucloud_mpi_proof_mpich")
+    p.add_argument("--ucx-preload", required=True,
+                   help="libemucloud_ucx_keep_endpoints.so (MPICH 4.0's finalize hang)")
+
+
+def uplink_tx_bytes(tb):
+    """Bytes sent so far through every uplink, both directions (as mpi_rules_test.py counts)."""
+    total = 0
+    spine = f"{tb.prefix}emuspine"
+    devs = [(f"{tb.prefix}emurack{r}", "uplink") for r in range(tb.truth["racks"])]
+    devs += [(spine, f"r{r}") for r in range(tb.truth["racks"])]
+    for ns, dev in devs:
+        p = subprocess.run(["ip", "netns", "exec", ns, "cat",
+                            f"/sys/class/net/{dev}/statistics/tx_bytes"],
+                           capture_output=True, text=True, timeout=30, check=True)
+        total += int(p.stdout.strip())
+    return total
+
+
+def run_mpiexec(tb, args, bindir, hostfile, sizes, iters, warmup=1, timeout=kRunTimeoutS):
+    """One job: (completed process, uplink bytes moved). bindir: the rankmap stand-in's folder
+    (None: plain /usr/bin/mpiexec.hydra); hostfile: None for the provider order."""
+    env = dict(os.environ)
+    for k in ("RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "LD_PRELOAD"):
+        env.pop(k, None)
+    if bindir:
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    extra = ["--hostfile", hostfile] if hostfile else []
+    argv = tb.cmd("mpiexec", "--prefix", tb.prefix, *extra, "--timeout", str(timeout), "--",
+                  "-genv", "LD_PRELOAD", args.ucx_preload, args.proof,
+                  "--bytes", ",".join(map(str, sizes)), "--iters", str(iters),
+                  "--warmup", str(warmup))
+    before = uplink_tx_bytes(tb)
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout + 60)
+    return p, uplink_tx_bytes(tb) - before
+
+
+def checks(out):
+    return [line for line in out.splitlines() if line.startswith("check ")]
+
+
+def rank_hosts(out):
+    return {int(r): h for r, h in re.findall(r"rank (\d+) of \d+ on (\S+) launcher", out)}
+
+
+def main():
+    args = lib.parse_args(add_args)
+    lib.require_environment(("ip", "tc", "ethtool", "unshare", "mpiexec.hydra"))
+    for f in (args.rankmap, args.proof):
+        if not os.path.exists(f):
+            lib.skip(f"{f} not built")
+    args.source = "truth"
+    with lib.Testbed(args.emucloud, kPrefix, kUpArgs) as tb, \
+            tempfile.TemporaryDirectory(prefix="rankmap-mpich-") as tmp:
+        os.chmod(tmp, 0o755)
+        _, plan_path, plan, _ = al.plan_testbed(tb, args, tmp, lib.plan_calibration())
+        provider = [vm["name"] for vm in tb.truth["vms"]]
+        lib.check(plan["order"] != provider, f"the plan reorders the provider's hosts "
+                  f"({' '.join(provider)} -> {' '.join(plan['order'])})")
+        bindir = lib.stand_in_mpirun(tmp, args.rankmap, plan_path, launcher="mpiexec.hydra")
+        buf = 1 << 20
+
+        plain, moved = run_mpiexec(tb, args, None, None, [buf], 2)
+        lib.check(plain.returncode == 0, f"plain mpiexec ends (exit {plain.returncode}: "
+                  f"{plain.stderr[-1500:]})")
+        lib.check(moved >= buf, f"plain: the bytes crossed the emulated uplinks "
+                  f"({moved / (1 << 20):.1f} MiB for a {buf >> 20} MiB allreduce x 3)")
+        lib.check(rank_hosts(plain.stdout) == dict(enumerate(provider)),
+                  "plain: rank r on the provider's r-th host")
+
+        p, moved = run_mpiexec(tb, args, bindir, None, [buf], 2)
+        print(p.stderr.strip()[:2000], flush=True)
+        lib.check(p.returncode == 0, f"rankmap run -- mpiexec.hydra ends (exit {p.returncode}: "
+                  f"{p.stdout[-1500:]} {p.stderr[-1500:]})")
+        lib.check("launch mode" in p.stderr and "unchanged" not in p.stderr,
+                  "rankmap run launches the Hydra job in plan order and says so")
+        lib.check(rank_hosts(p.stdout) == dict(enumerate(plan["order"])),
+                  f"rank r on the plan's r-th host ({rank_hosts(p.stdout)})")
+        lib.check(moved >= buf, f"rankmap run: the bytes crossed the emulated uplinks "
+                  f"({moved / (1 << 20):.1f} MiB)")
+        lib.check(checks(p.stdout) == checks(plain.stdout) and len(checks(p.stdout)) >= 6,
+                  f"results identical to the plain run ({len(checks(p.stdout))} checks)")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
