@@ -28,6 +28,8 @@ class RunCli : public ::testing::Test {
     writeFileAtomic(fakeMpirun_,
                     "#!/bin/sh\n"
                     "case \"$*\" in *'test -r'*) exit ${CHECK_STATUS:-0};; esac\n"
+                    // rankmap run asks a launcher it cannot name by path which MPI it is.
+                    "if [ \"$*\" = --version ]; then echo 'mpirun (Open MPI) 4.1.4'; exit 0; fi\n"
                     "echo \"argv: $*\"\n"
                     "while [ $# -gt 0 ]; do\n"
                     "  if [ \"$1\" = --hostfile ]; then echo hostfile:; cat \"$2\"; fi\n"
