@@ -33,8 +33,19 @@ if(RANKMAP_HAVE_MPICH AND RANKMAP_MPICH_MPIEXEC)
   set_target_properties(emucloud_mpi_proof_mpich PROPERTIES C_STANDARD 11)
   # MPICH 4.0's finalize hang over UCX's TCP transport: the ranks preload this (see its source).
   add_library(emucloud_ucx_keep_endpoints SHARED ucx_keep_endpoints.c)
-  emucloud_add_test(emucloud_mpich mpich_test.py 120
+  set(RANKMAP_MPICH_PROOF_F "")
+  if(RANKMAP_HAVE_MPICH_FORTRAN)
+    add_executable(emucloud_mpi_proof_mpich_f mpi_proof.f90)
+    target_link_libraries(emucloud_mpi_proof_mpich_f PRIVATE rankmap_mpich_fortran)
+    # MPICH's mpi.mod in its own module folder (Open MPI's proof has another).
+    set_target_properties(emucloud_mpi_proof_mpich_f PROPERTIES
+      Fortran_MODULE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/mpich_mod)
+    set(RANKMAP_MPICH_PROOF_F $<TARGET_FILE:emucloud_mpi_proof_mpich_f>)
+  endif()
+  emucloud_add_test(emucloud_mpich mpich_test.py 180
                     --rankmap $<TARGET_FILE:rankmap>
+                    --shim $<TARGET_FILE:rankmap_mpich>
                     --proof $<TARGET_FILE:emucloud_mpi_proof_mpich>
+                    --proof-f "${RANKMAP_MPICH_PROOF_F}"
                     --ucx-preload $<TARGET_FILE:emucloud_ucx_keep_endpoints>)
 endif()

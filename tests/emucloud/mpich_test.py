@@ -12,7 +12,12 @@ Checks:
   - the bytes crossed the emulated links: the uplinks carried at least the buffer during a run
     with a 1 MiB allreduce (UCX would otherwise use shared memory between the "VMs");
   - rankmap run recognises Hydra and launches in plan order: rank r runs on the plan's r-th host;
-  - results (check digests) identical to the plain run.
+  - in shim mode (`--mode shim`: librankmap_mpich.so preloaded with -genv, after the UCX preload
+    it keeps), Hydra places the ranks in the provider's order and the shim reorders
+    MPI_COMM_WORLD: rank r on the plan's r-th host, launcher ranks unchanged, one line from the
+    shim;
+  - results (check digests) identical to the plain run;
+for the C proof and, where MPICH's Fortran bindings are installed, the Fortran one.
 The Done-when measurement (8 VMs, 16 MiB) is mpich_bench.py.
 """
 
@@ -34,7 +39,9 @@ kRunTimeoutS = 60
 
 def add_args(p):
     p.add_argument("--rankmap", required=True)
+    p.add_argument("--shim", required=True, help="librankmap_mpich.so")
     p.add_argument("--proof", required=True, help="emucloud_mpi_proof_mpich")
+    p.add_argument("--proof-f", default="", help="emucloud_mpi_proof_mpich_f (optional)")
     p.add_argument("--ucx-preload", required=True,
                    help="libemucloud_ucx_keep_endpoints.so (MPICH 4.0's finalize hang)")
 
@@ -53,17 +60,23 @@ def uplink_tx_bytes(tb):
     return total
 
 
-def run_mpiexec(tb, args, bindir, hostfile, sizes, iters, warmup=1, timeout=kRunTimeoutS):
+def run_mpiexec(tb, args, bindir, hostfile, sizes, iters, warmup=1, timeout=kRunTimeoutS,
+                program=None, mode="launch", rundir=None):
     """One job: (completed process, uplink bytes moved). bindir: the rankmap stand-in's folder
-    (None: plain /usr/bin/mpiexec.hydra); hostfile: None for the provider order."""
+    (None: plain /usr/bin/mpiexec.hydra); hostfile: None for the provider order; mode: rankmap
+    run's --mode (the stand-in reads RANKMAP_TEST_MODE)."""
     env = dict(os.environ)
     for k in ("RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "LD_PRELOAD"):
         env.pop(k, None)
     if bindir:
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+        env["RANKMAP_TEST_MODE"] = mode
+        env["RANKMAP_MPICH_SHIM"] = getattr(args, "shim", "") or ""
+        if rundir:
+            env["RANKMAP_RUN_DIR"] = rundir
     extra = ["--hostfile", hostfile] if hostfile else []
     argv = tb.cmd("mpiexec", "--prefix", tb.prefix, *extra, "--timeout", str(timeout), "--",
-                  "-genv", "LD_PRELOAD", args.ucx_preload, args.proof,
+                  "-genv", "LD_PRELOAD", args.ucx_preload, program or args.proof,
                   "--bytes", ",".join(map(str, sizes)), "--iters", str(iters),
                   "--warmup", str(warmup))
     before = uplink_tx_bytes(tb)
@@ -79,10 +92,15 @@ def rank_hosts(out):
     return {int(r): h for r, h in re.findall(r"rank (\d+) of \d+ on (\S+) launcher", out)}
 
 
+def launcher_ranks(out):
+    """{MPI_COMM_WORLD rank: the launcher's rank (PMI_RANK)}."""
+    return {int(r): int(l) for r, l in re.findall(r"rank (\d+) of \d+ on \S+ launcher (-?\d+)", out)}
+
+
 def main():
     args = lib.parse_args(add_args)
     lib.require_environment(("ip", "tc", "ethtool", "unshare", "mpiexec.hydra"))
-    for f in (args.rankmap, args.proof):
+    for f in (args.rankmap, args.shim, args.proof):
         if not os.path.exists(f):
             lib.skip(f"{f} not built")
     args.source = "truth"
@@ -93,29 +111,52 @@ def main():
         provider = [vm["name"] for vm in tb.truth["vms"]]
         lib.check(plan["order"] != provider, f"the plan reorders the provider's hosts "
                   f"({' '.join(provider)} -> {' '.join(plan['order'])})")
-        bindir = lib.stand_in_mpirun(tmp, args.rankmap, plan_path, launcher="mpiexec.hydra")
+        bindir = lib.stand_in_mpirun(tmp, args.rankmap, plan_path, '--mode "$RANKMAP_TEST_MODE"',
+                                     launcher="mpiexec.hydra")
+        rundir = os.path.join(tmp, "run")
+        os.makedirs(rundir)
+        os.chmod(rundir, 0o755)
         buf = 1 << 20
+        programs = [("c", args.proof)]
+        if args.proof_f and os.path.exists(args.proof_f):
+            programs.append(("fortran", args.proof_f))
+        else:
+            print("note: no Fortran program (MPICH's Fortran bindings not found at configure time)")
 
-        plain, moved = run_mpiexec(tb, args, None, None, [buf], 2)
-        lib.check(plain.returncode == 0, f"plain mpiexec ends (exit {plain.returncode}: "
-                  f"{plain.stderr[-1500:]})")
-        lib.check(moved >= buf, f"plain: the bytes crossed the emulated uplinks "
-                  f"({moved / (1 << 20):.1f} MiB for a {buf >> 20} MiB allreduce x 3)")
-        lib.check(rank_hosts(plain.stdout) == dict(enumerate(provider)),
-                  "plain: rank r on the provider's r-th host")
+        for name, program in programs:
+            plain, moved = run_mpiexec(tb, args, None, None, [buf], 2, program=program)
+            lib.check(plain.returncode == 0, f"{name}: plain mpiexec ends (exit "
+                      f"{plain.returncode}: {plain.stderr[-1500:]})")
+            lib.check(moved >= buf, f"{name} plain: the bytes crossed the emulated uplinks "
+                      f"({moved / (1 << 20):.1f} MiB for a {buf >> 20} MiB allreduce x 3)")
+            lib.check(rank_hosts(plain.stdout) == dict(enumerate(provider)),
+                      f"{name} plain: rank r on the provider's r-th host")
 
-        p, moved = run_mpiexec(tb, args, bindir, None, [buf], 2)
-        print(p.stderr.strip()[:2000], flush=True)
-        lib.check(p.returncode == 0, f"rankmap run -- mpiexec.hydra ends (exit {p.returncode}: "
-                  f"{p.stdout[-1500:]} {p.stderr[-1500:]})")
-        lib.check("launch mode" in p.stderr and "unchanged" not in p.stderr,
-                  "rankmap run launches the Hydra job in plan order and says so")
-        lib.check(rank_hosts(p.stdout) == dict(enumerate(plan["order"])),
-                  f"rank r on the plan's r-th host ({rank_hosts(p.stdout)})")
-        lib.check(moved >= buf, f"rankmap run: the bytes crossed the emulated uplinks "
-                  f"({moved / (1 << 20):.1f} MiB)")
-        lib.check(checks(p.stdout) == checks(plain.stdout) and len(checks(p.stdout)) >= 6,
-                  f"results identical to the plain run ({len(checks(p.stdout))} checks)")
+            for mode in ("launch", "shim"):
+                p, moved = run_mpiexec(tb, args, bindir, None, [buf], 2, program=program,
+                                       mode=mode, rundir=rundir)
+                print(p.stderr.strip()[:2000], flush=True)
+                lib.check(p.returncode == 0, f"{name} {mode}: rankmap run -- mpiexec.hydra ends "
+                          f"(exit {p.returncode}: {p.stdout[-1500:]} {p.stderr[-1500:]})")
+                lib.check(p.stderr.count(f"rankmap run: {mode} mode: plan {plan['hash'][:19]}")
+                          == 1 and "unchanged" not in p.stderr,
+                          f"{name} {mode}: one line from rankmap run, applied to the Hydra job")
+                lib.check(rank_hosts(p.stdout) == dict(enumerate(plan["order"])),
+                          f"{name} {mode}: rank r on the plan's r-th host ({rank_hosts(p.stdout)})")
+                if mode == "shim":
+                    # Hydra kept the provider's placement; only MPI_COMM_WORLD changed.
+                    lr = launcher_ranks(p.stdout)
+                    lib.check(sorted(lr) == list(range(len(provider))) and
+                              all(provider[lr[r]] == rank_hosts(p.stdout)[r] for r in lr),
+                              f"{name} shim: launcher ranks keep the provider's order ({lr})")
+                    lib.check(p.stderr.count("MPI_COMM_WORLD reordered by plan") == 1,
+                              f"{name} shim: one line from librankmap_mpich.so")
+                lib.check(moved >= buf, f"{name} {mode}: the bytes crossed the emulated uplinks "
+                          f"({moved / (1 << 20):.1f} MiB)")
+                lib.check(checks(p.stdout) == checks(plain.stdout) and len(checks(p.stdout)) >= 4,
+                          f"{name} {mode}: results identical to the plain run "
+                          f"({len(checks(p.stdout))} checks)")
+        lib.check(not os.listdir(rundir), "rankmap run removed its files")
     print("PASS")
 
 
