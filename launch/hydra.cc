@@ -113,28 +113,13 @@ HostEntry parseEntry(std::string_view item, const std::string& where) {
 
 std::vector<HostEntry> parseHydraHostfile(std::string_view text, std::string_view source) {
   std::vector<HostEntry> out;
-  size_t lineNo = 0;
-  while (!text.empty()) {
-    ++lineNo;
-    auto nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
-    if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-    std::vector<std::string_view> words;
-    for (size_t i = 0; i < line.size();) {
-      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
-      size_t j = i;
-      while (j < line.size() && line[j] != ' ' && line[j] != '\t' && line[j] != '\r') ++j;
-      if (j > i) words.push_back(line.substr(i, j - i));
-      i = j;
-    }
-    if (words.empty()) continue;
+  forEachHostfileLine(text, [&](size_t lineNo, const std::vector<std::string_view>& words) {
     if (words.size() > 1)
       RANKMAP_THROW(NotSupported,
                     "{}:{}: hostfile token {:?} not understood (rankmap run knows host[:N])",
                     source, lineNo, std::string(words[1]));
     out.push_back(parseEntry(words[0], fmt::format("{}:{}:", source, lineNo)));
-  }
+  });
   return out;
 }
 

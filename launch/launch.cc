@@ -392,6 +392,29 @@ int parsePositiveInt(std::string_view text, std::string_view what) {
   return v;
 }
 
+void forEachHostfileLine(
+    std::string_view text,
+    const std::function<void(size_t lineNo, const std::vector<std::string_view>& words)>& fn) {
+  size_t lineNo = 0;
+  std::vector<std::string_view> words;
+  while (!text.empty()) {
+    ++lineNo;
+    auto nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    words.clear();
+    for (size_t i = 0; i < line.size();) {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+      size_t j = i;
+      while (j < line.size() && line[j] != ' ' && line[j] != '\t' && line[j] != '\r') ++j;
+      if (j > i) words.push_back(line.substr(i, j - i));
+      i = j;
+    }
+    if (!words.empty()) fn(lineNo, words);
+  }
+}
+
 LongOption splitLongOption(const std::string& word) {
   LongOption o{word.substr(2), std::nullopt};
   auto eq = o.name.find('=');

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <memory>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -199,6 +200,13 @@ std::string sequentialHostfile(const std::vector<JobHost>& ordered, int worldSiz
 // A launcher's count (-np, slots=, host:N): a positive decimal integer of at most 9 digits.
 // Throws InvalidInput "<what>: expected a positive integer, got <text>".
 int parsePositiveInt(std::string_view text, std::string_view what);
+
+// The lines of a launcher's hostfile as words: `#` starts a comment, blanks (space, tab, CR)
+// separate words, lines without words are skipped. Calls fn(lineNo, words) for each other line,
+// lineNo counting from 1; the words view `text`.
+void forEachHostfileLine(
+    std::string_view text,
+    const std::function<void(size_t lineNo, const std::vector<std::string_view>& words)>& fn);
 
 // A long option word, "--name" or "--name=value": the name without the dashes and, when the
 // word has an '=', the value after the first one. The word must start with "--".

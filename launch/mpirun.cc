@@ -150,22 +150,7 @@ constexpr std::string_view kMaxSlotKeys[] = {"max_slots", "max-slots", "max_slot
 
 std::vector<HostEntry> parseOmpiHostfile(std::string_view text, std::string_view source) {
   std::vector<HostEntry> out;
-  size_t lineNo = 0;
-  while (!text.empty()) {
-    ++lineNo;
-    auto nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
-    if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-    std::vector<std::string_view> words;
-    for (size_t i = 0; i < line.size();) {
-      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
-      size_t j = i;
-      while (j < line.size() && line[j] != ' ' && line[j] != '\t' && line[j] != '\r') ++j;
-      if (j > i) words.push_back(line.substr(i, j - i));
-      i = j;
-    }
-    if (words.empty()) continue;
+  forEachHostfileLine(text, [&](size_t lineNo, const std::vector<std::string_view>& words) {
     HostEntry e;
     e.spelling = std::string(words[0]);
     if (e.spelling.find('=') != std::string::npos)
@@ -189,7 +174,7 @@ std::vector<HostEntry> parseOmpiHostfile(std::string_view text, std::string_view
       if (isSlots) e.slots = e.slots.value_or(0) + v;
     }
     out.push_back(std::move(e));
-  }
+  });
   return out;
 }
 

@@ -39,7 +39,11 @@ struct Job {
 
 std::map<std::string, std::string> mpiEnv() {
   if (kMpich) return {};
+  // Open MPI's session directory under this test's own folder: two mpiruns creating
+  // /tmp/ompi.HOST.UID at once (tests run in parallel) can fail orte_init with "File exists".
+  static const TempDir sessions;
   return {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
+          {"OMPI_MCA_orte_tmpdir_base", sessions.path()},
           // Keep the run quiet and local whatever the machine has.
           {"OMPI_MCA_btl", "self,vader"}, {"OMPI_MCA_pml", "ob1"},
           {"OMPI_MCA_rmaps_base_oversubscribe", "1"}, {"OMPI_MCA_hwloc_base_binding_policy", "none"}};
