@@ -23,7 +23,7 @@
 #include "cli/command.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "launch/http_client.h"
+#include "common/http_client.h"
 #include "probe/hosts.h"
 #include "probe/round.h"
 
@@ -36,8 +36,6 @@ using agent::ProbeOptions;
 using agent::readSecretFile;
 using agent::RoundProgress;
 using agent::RoundResult;
-using launch::HttpClient;
-using launch::HttpResponse;
 
 struct ProbeArgs {
   std::string hostsFile;

@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
-#include "launch/http_client.h"
+#include "common/http_client.h"
 #include "reorder/planner.h"
 
 namespace rankmap::launch {

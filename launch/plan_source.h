@@ -48,7 +48,7 @@ PlanResult planForFramework(const std::string& planPath, const std::string& topo
 // Asks the agent at `url` (e.g. http://127.0.0.1:7410) for a plan for exactly the job's hosts:
 // GET <url>/v1/plan?hosts=<h1>,<h2>,...&ranks_per_host=<K> (hosts as the job spells them, in
 // launcher order). When a job host is not a plan host name, GET <url>/v1/topology supplies the
-// addresses. Every request (launch/http_client.h) is bounded by `deadline`. The agent serves a
+// addresses. Every request (common/http_client.h) is bounded by `deadline`. The agent serves a
 // plan it already made to anyone; making a new one needs its bearer `token` (HTTP 401/403
 // otherwise, which becomes the error: the job then runs unchanged).
 PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadline,

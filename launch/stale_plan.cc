@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/http_client.h"
 #include "common/log.h"
 #include "common/plan_agreement.h"
-#include "launch/http_client.h"
 
 namespace rankmap::launch {
 

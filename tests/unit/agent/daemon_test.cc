@@ -1,5 +1,5 @@
 // rankmapd on loopback: several agents in this process with their own ports and state dirs,
-// driven through the HTTP API (launch/http_client.h) and the probe protocol.
+// driven through the HTTP API (common/http_client.h) and the probe protocol.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -10,7 +10,7 @@
 #include "agent/daemon.h"
 #include "agent/store.h"
 #include "agent/topology_push.h"
-#include "launch/http_client.h"
+#include "common/http_client.h"
 #include "probe/hosts.h"
 #include "probe/measure.h"
 #include "probe/server.h"
@@ -20,8 +20,6 @@ namespace rankmap::agent {
 namespace {
 
 using namespace std::chrono_literals;
-using launch::HttpClient;
-using launch::HttpResponse;
 using rankmap::testing::TempDir;
 
 constexpr const char* kToken = "test-token-0123456789";

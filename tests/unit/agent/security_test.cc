@@ -18,7 +18,7 @@
 
 #include "agent/daemon.h"
 #include "common/files.h"
-#include "launch/http_client.h"
+#include "common/http_client.h"
 #include "probe/wire.h"
 #include "tests/unit/common/temp_dir.h"
 
@@ -26,8 +26,6 @@ namespace rankmap::agent {
 namespace {
 
 using namespace std::chrono_literals;
-using launch::HttpClient;
-using launch::HttpResponse;
 using rankmap::testing::TempDir;
 using Clock = std::chrono::steady_clock;
 

@@ -14,7 +14,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
-#include "launch/http_client.h"
+#include "common/http_client.h"
 #include "tests/unit/common/plan_util.h"
 #include "tests/unit/shim_mpi/subprocess.h"
 
