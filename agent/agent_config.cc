@@ -112,7 +112,8 @@ AgentConfig AgentConfig::fromJson(const Json& doc, std::string_view source) {
   if (auto v = r.find("prior_labels")) c.priorLabels = v->str();
   if (auto p = r.find("probe")) applyProbeOptions(*p, c.probe);
   if (auto p = r.find("reprobe")) {
-    checkKeys(*p, {"interval", "jitter", "sample_rounds", "change_threshold", "publish_threshold"});
+    checkKeys(*p, {"interval", "jitter", "sample_rounds", "change_threshold", "publish_threshold",
+                   "passive_hold"});
     if (auto v = p->find("interval")) c.reprobe.interval = durationOf(*v);
     if (auto v = p->find("jitter")) c.reprobe.jitter = fraction(*v, 0.5);
     for (const char* key : kRetiredReprobeKeys)
@@ -121,6 +122,7 @@ AgentConfig AgentConfig::fromJson(const Json& doc, std::string_view source) {
                      "representatives of every link, not a sample (docs/probing.md)", source, key);
     if (auto v = p->find("change_threshold")) c.reprobe.changeThreshold = fraction(*v, 10);
     if (auto v = p->find("publish_threshold")) c.reprobe.publishThreshold = fraction(*v, 10);
+    if (auto v = p->find("passive_hold")) c.reprobe.passiveHold = durationOf(*v);
   }
   if (auto p = r.find("http")) {
     checkKeys(*p, {"max_body_bytes", "timeout", "max_connections"});
@@ -167,24 +169,12 @@ Json AgentConfig::toJson() const {
            {{"interval", durationText(reprobe.interval)},
             {"jitter", reprobe.jitter},
             {"change_threshold", reprobe.changeThreshold},
-            {"publish_threshold", reprobe.publishThreshold}}},
+            {"publish_threshold", reprobe.publishThreshold},
+            {"passive_hold", durationText(reprobe.passiveHold)}}},
           {"http",
            {{"max_body_bytes", maxBodyBytes},
             {"timeout", durationText(httpTimeout)},
             {"max_connections", maxConnections}}}};
-}
-
-std::string readSecretFile(const std::string& path, size_t minBytes, std::string_view what) {
-  checkPrivateFile(path, what);
-  std::string text = readFile(path, 4096);
-  size_t b = 0, e = text.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) --e;
-  text = text.substr(b, e - b);
-  if (text.size() < minBytes)
-    throw InvalidInput(fmt::format("{} {}: {} characters; expected at least {}", what, path,
-                                   text.size(), minBytes));
-  return text;
 }
 
 std::string localHostName() {

@@ -44,6 +44,9 @@ struct ReprobeOptions {
   double jitter = 0.1;                    // +- fraction of the interval
   double changeThreshold = 0.25;          // relative change that triggers a re-probe
   double publishThreshold = 0.15;         // ... and that a new topology must show to replace
+  // While engine ranks report steady job traffic, the light check waits up to this long after
+  // the last active one (agent/daemon.h, "Passive hold"); 0 = check at every interval.
+  std::chrono::milliseconds passiveHold{1800000};
 };
 
 struct AgentConfig {
@@ -79,10 +82,6 @@ struct AgentConfig {
 // Applies the "probe" section of a configuration (also used for POST /v1/probe options).
 void applyProbeOptions(const JsonReader& r, ProbeOptions& p);
 Json probeOptionsToJson(const ProbeOptions& p);
-
-// Reads a secret file (token or key): private to its owner (checkPrivateFile), trimmed, at least
-// `minBytes`. InvalidInput otherwise.
-std::string readSecretFile(const std::string& path, size_t minBytes, std::string_view what);
 
 // This machine's host name (gethostname).
 std::string localHostName();

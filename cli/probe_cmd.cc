@@ -33,7 +33,6 @@ namespace {
 using agent::Coordinator;
 using agent::localHostName;
 using agent::ProbeOptions;
-using agent::readSecretFile;
 using agent::RoundProgress;
 using agent::RoundResult;
 

@@ -194,7 +194,7 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
       // without a readable token file the request goes without one.
       if (std::string tf = cfg.get(settings::kTokenFile); !tf.empty()) {
         try {
-          token = agent::readSecretFile(tf, 1, "token file");
+          token = readSecretFile(tf, 1, "token file");
         } catch (const Error& e) {
           pr.error = e.what();
           pr.source.description = "agent " + url;

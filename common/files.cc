@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -127,6 +128,19 @@ FileIdentity fileIdentity(const std::string& path) {
   id.size = st.st_size;
   id.mtimeNs = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   return id;
+}
+
+std::string readSecretFile(const std::string& path, size_t minBytes, std::string_view what) {
+  checkPrivateFile(path, what);
+  std::string text = readFile(path, 4096);
+  size_t b = 0, e = text.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) --e;
+  text = text.substr(b, e - b);
+  if (text.size() < minBytes)
+    throw InvalidInput(fmt::format("{} {}: {} characters; expected at least {}", what, path,
+                                   text.size(), minBytes));
+  return text;
 }
 
 }  // namespace rankmap

@@ -27,6 +27,10 @@ std::string readFile(const std::string& path, size_t maxBytes = 1ull << 30);
 // Throws IoError if the file cannot be examined.
 void checkPrivateFile(const std::string& path, std::string_view what);
 
+// Reads a secret file (token or key): private to its owner (checkPrivateFile), trimmed, at least
+// `minBytes`. InvalidInput otherwise.
+std::string readSecretFile(const std::string& path, size_t minBytes, std::string_view what);
+
 // What a watcher of a file that is replaced atomically (writeFileAtomic, Plan::save) compares to
 // know that it changed: whether it exists, its inode, size and modification time in ns. A
 // rename gives a new inode, so a replacement is seen even within one mtime tick.
