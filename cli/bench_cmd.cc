@@ -197,15 +197,22 @@ int64_t benchDuration(coll::Communicator& comm, const BenchArgs& a, const Resolv
   }
   if (print) {
     const auto& st = comm.stats();
+    // This rank's passive measurement (collectives/passive.h) and its agent link.
+    uint64_t sent = 0;
+    if (const auto* m = comm.passive())
+      for (const auto& t : m->totals()) sent += t.sentBytes;
+    const auto link = comm.agentLink() ? comm.agentLink()->counters() : coll::AgentLink::Counters{};
     if (a.json)
       fmt::print(
           "{{\"summary\":true,\"wrong\":{},\"plan_switches\":{},\"plan_votes\":{},"
           "\"plan_votes_disagreed\":{},\"plan_switches_declined\":{},"
           "\"plan_files_rejected\":{},\"plan_vote_s\":{:.6f},\"live_settings_disagreed\":{},"
-          "\"fallbacks\":{}}}\n",
+          "\"fallbacks\":{},\"passive\":{},\"passive_sent_bytes\":{},"
+          "\"agent_reports_sent\":{},\"agent_reports_failed\":{},\"agent_plans_fetched\":{}}}\n",
           a.check ? totalWrong : -1, st.planSwitches, st.planVotes, st.planVotesDisagreed,
           st.planSwitchesDeclined, st.planFilesRejected, static_cast<double>(st.planVoteNs) * 1e-9,
-          st.liveSettingsDisagreed, comm.fallbacks());
+          st.liveSettingsDisagreed, comm.fallbacks(), comm.passive() != nullptr, sent,
+          link.reportsSent, link.reportsFailed, link.plansFetched);
     else {
       fmt::print("# Out of bounds values : {} {}\n", a.check ? totalWrong : 0,
                  !a.check          ? "(not checked)"

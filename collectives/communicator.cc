@@ -92,6 +92,14 @@ CommOptions CommOptions::fromConfig(const Config& config) {
                   o.live.margin);
   o.live.maxAge = config.get(settings::kPlanMaxAge);
   o.live.planFile = config.get(settings::kPlan);
+  o.agent.agentUrl = config.get(settings::kAgent);
+  o.agent.tokenFile = config.get(settings::kTokenFile);
+  o.agent.reports = config.get(settings::kPassive);
+  o.agent.plans = config.get(settings::kPlanFromAgent);
+  o.agent.reportEvery = config.get(settings::kPassiveReport);
+  if (o.agent.reportEvery.count() <= 0)
+    RANKMAP_THROW(InvalidInput, "RANKMAP_PASSIVE_REPORT: expected a positive duration");
+  o.agent.maxAge = o.live.maxAge;
   return o;
 }
 
@@ -196,12 +204,24 @@ void Communicator::init(std::optional<Plan> plan) {
     RANKMAP_THROW(InvalidInput, "{} scratch slots (at least 2)", options_.numSlots);
   const int n = size();
   caps_.worldSize = n;
-  if (options_.live.enabled && !options_.live.planFile.empty()) {
+  if (options_.agent.reports) meter_ = std::make_unique<PassiveMeter>(n);
+  if (plan && plan->worldSize() == static_cast<size_t>(n)) {
+    AgentLinkOptions lo = options_.agent;
+    lo.plans = lo.plans && options_.live.enabled;
+    link_ = AgentLink::make(lo, rank(), n, *plan);
+  }
+  if (options_.live.enabled && (!options_.live.planFile.empty() || options_.agent.plans)) {
     if (options_.live.voteEvery < 1)
       RANKMAP_THROW(InvalidInput, "vote every {} calls (at least 1)", options_.live.voteEvery);
-    planSource_ = std::make_unique<PlanFileSource>(options_.live.planFile, rank(), n,
-                                                   options_.live.pollInterval,
-                                                   options_.live.maxAge);
+    // The agent route replaces the file's: one source per communicator. A rank whose link did
+    // not start has no source, and agreeLiveSettings() then turns it off everywhere.
+    if (options_.agent.plans) {
+      if (link_ && link_->fetchesPlans()) planSource_ = std::make_unique<AgentPlanSource>(*link_);
+    } else {
+      planSource_ = std::make_unique<PlanFileSource>(options_.live.planFile, rank(), n,
+                                                     options_.live.pollInterval,
+                                                     options_.live.maxAge);
+    }
   }
   agreeLiveSettings();
   applyPlan(std::nullopt);
@@ -251,16 +271,20 @@ void Communicator::agreeLiveSettings() {
   uint64_t marginBits = 0;
   static_assert(sizeof(marginBits) == sizeof(options_.live.margin));
   if (on) std::memcpy(&marginBits, &options_.live.margin, sizeof(marginBits));
-  const uint64_t mine[3] = {on ? 1u : 0u, on ? options_.live.voteEvery : 0, marginBits};
+  // 1 = the plan file, 2 = the agent.
+  const uint64_t source = on ? (options_.agent.plans ? 2u : 1u) : 0u;
+  const uint64_t mine[3] = {source, on ? options_.live.voteEvery : 0, marginBits};
   std::vector<uint64_t> all(3 * static_cast<size_t>(n));
   run(Collective::kAllgather, mine, all.data(), 3, DataType::kUint64, ReduceOp::kSum, 0,
       "live settings exchange");
   auto describe = [&](int r) {
     const uint64_t* v = &all[3 * static_cast<size_t>(r)];
-    if (v[0] == 0) return std::string("off (RANKMAP_LIVE_PLAN=0 or no plan to watch)");
+    if (v[0] == 0)
+      return std::string("off (RANKMAP_LIVE_PLAN=0, no plan to watch or no link to the agent)");
     double m = 0;
     std::memcpy(&m, &v[2], sizeof(m));
-    return fmt::format("on, vote every {} calls, margin {:g}", v[1], m);
+    return fmt::format("on ({}), vote every {} calls, margin {:g}",
+                       v[0] == 2 ? "plans from the agent" : "plan file", v[1], m);
   };
   std::map<std::string, std::vector<int>> ranksBy;
   for (int r = 0; r < n; ++r) ranksBy[describe(r)].push_back(r);
@@ -484,7 +508,7 @@ void Communicator::run(Collective coll, const void* in, void* out, uint64_t coun
   const uint64_t tagBase = ((seq & 0xFFFFFFull) << 40) | (signature(coll, type, op, root) << 32);
   try {
     execute(sched, *ctx_, buffers, reduction ? &*reduction : nullptr, tagBase,
-            Deadline::after(options_.timeout));
+            Deadline::after(options_.timeout), meter_.get());
   } catch (const Error& e) {
     failure_ = fmt::format("{} ({}): {}", what, algorithmName(algo), e.what());
     RANKMAP_ERROR(Coll, "{}", failure_);
@@ -495,6 +519,12 @@ void Communicator::run(Collective coll, const void* in, void* out, uint64_t coun
     failure_ = fmt::format("{} ({}): {}", what, algorithmName(algo), e.what());
     abortContext();
     throw;
+  }
+  if (link_ && !internal) {
+    const int64_t now = PassiveMeter::nowNs();
+    if (link_->due(now))
+      link_->offer(meter_ ? meter_->totals() : std::vector<PeerTraffic>{},
+                   plan_ ? &*plan_ : nullptr, now);
   }
 }
 

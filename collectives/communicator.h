@@ -19,10 +19,14 @@
 // - A plan for another world size is ignored (identity order, a warning, counted in
 //   stats().fallbacks), and so is a plan the ranks did not agree on (connect.h agreePlan); so is
 //   each call whose preferred algorithm declines (logged once per collective and algorithm).
-// - With options.live.enabled and a plan file, the communicator adopts a replaced plan between
-//   two collectives when every rank sees the same one (collectives/live_plan.h): a vote before
-//   every options.live.voteEvery-th call; order(), groups(), trees(), weights() and plan()
-//   then change together on every rank at the same call.
+// - With options.live.enabled and a plan file (or, with options.agent.plans, the local agent),
+//   the communicator adopts a newer plan between two collectives when every rank sees the same
+//   one (collectives/live_plan.h): a vote before every options.live.voteEvery-th call;
+//   order(), groups(), trees(), weights() and plan() then change together on every rank at the
+//   same call.
+// - With options.agent.reports, every message step is metered (passive(): bytes and busy time
+//   per peer) and, when the starting plan names the hosts and a token file is given, reported
+//   to the local agent from a thread of the communicator's own (collectives/agent_link.h).
 #pragma once
 
 #include <chrono>
@@ -35,7 +39,9 @@
 #include <tuple>
 #include <vector>
 
+#include "collectives/agent_link.h"
 #include "collectives/live_plan.h"
+#include "collectives/passive.h"
 #include "collectives/reduce/reduction.h"
 #include "collectives/schedule/schedule.h"
 #include "collectives/selection.h"
@@ -56,10 +62,15 @@ struct CommOptions {
   std::optional<Algorithm> algorithm;            // override; nullopt = auto
   KernelIsa isa = KernelIsa::kAuto;
   LivePlanOptions live;  // adopting replaced plans while the job runs (live.planFile set)
+  // Passive measurement (agent.reports: RANKMAP_PASSIVE) and the link to the local agent for
+  // its reports and, with agent.plans and live.enabled, newer plans (collectives/agent_link.h).
+  AgentLinkOptions agent;
 
   // RANKMAP_TIMEOUT, RANKMAP_SEGMENT_SIZE, RANKMAP_ALGO (auto, ring, tree, hier, rhd, trees),
-  // RANKMAP_LIVE_PLAN, RANKMAP_PLAN_VOTE_EVERY, RANKMAP_PLAN_SWITCH_MARGIN, RANKMAP_PLAN_MAX_AGE
-  // and RANKMAP_PLAN (live.planFile); throws InvalidInput naming the setting on a bad value.
+  // RANKMAP_LIVE_PLAN, RANKMAP_PLAN_VOTE_EVERY, RANKMAP_PLAN_SWITCH_MARGIN, RANKMAP_PLAN_MAX_AGE,
+  // RANKMAP_PLAN (live.planFile), RANKMAP_PLAN_FROM_AGENT, RANKMAP_PASSIVE,
+  // RANKMAP_PASSIVE_REPORT, RANKMAP_AGENT and RANKMAP_TOKEN_FILE; throws InvalidInput naming
+  // the setting on a bad value.
   static CommOptions fromConfig(const Config& config);
 };
 
@@ -138,6 +149,10 @@ class Communicator {
   // The plan in use; nullopt = identity order and default algorithms.
   const std::optional<Plan>& plan() const { return plan_; }
   bool broken() const { return !failure_.empty(); }
+  // The passive meter (null with RANKMAP_PASSIVE=0) and the agent link (null when it does not
+  // run: no token file, no plan naming the hosts, or both reports and plans off).
+  const PassiveMeter* passive() const { return meter_.get(); }
+  const AgentLink* agentLink() const { return link_.get(); }
 
  private:
   void init(std::optional<Plan> plan);
@@ -182,6 +197,8 @@ class Communicator {
   uint64_t seq_ = 0;
   std::string failure_;
   std::set<std::pair<int, int>> warnedDeclines_;
+  std::unique_ptr<PassiveMeter> meter_;
+  std::unique_ptr<AgentLink> link_;         // before planSource_, which may read it
   std::unique_ptr<PlanSource> planSource_;  // null = no live re-planning (no vote)
   std::string lastDeclined_;                // the candidate judgeSwitch last kept out (logged once)
   // The largest user call (collective, bytes) since the last vote: what judgeSwitch prices.

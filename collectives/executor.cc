@@ -68,17 +68,20 @@ namespace {
 class HostSteps final : public StepBackend {
  public:
   HostSteps(const Schedule& s, transport::Context& ctx, const ExecBuffers& buffers,
-            const Reduction* reduction, uint64_t tagBase)
+            const Reduction* reduction, uint64_t tagBase, PassiveMeter* meter)
       : s_(s),
         ctx_(ctx),
         base_{static_cast<std::byte*>(buffers.input), static_cast<std::byte*>(buffers.output),
               static_cast<std::byte*>(buffers.scratch)},
         reduction_(reduction),
         tagBase_(tagBase),
+        meter_(meter),
         reqs_(s.steps.size()) {}
 
   bool start(uint32_t i) override {
     const Step& st = s_.steps[i];
+    if (meter_ && isMessage(st.kind))
+      meter_->started(st.peer, st.kind == StepKind::kSend, PassiveMeter::nowNs());
     switch (st.kind) {
       case StepKind::kSend:
         reqs_[i] = ctx_.isend(st.peer, messageTag(tagBase_, st.msg), ptr(st.src), st.src.bytes);
@@ -116,7 +119,15 @@ class HostSteps final : public StepBackend {
 
   size_t pollWindow() const override { return kPollWindow; }
 
+  void abandon() noexcept override {
+    if (meter_) meter_->abandon(PassiveMeter::nowNs());
+  }
+
  private:
+  static bool isMessage(StepKind k) {
+    return k == StepKind::kSend || k == StepKind::kRecv || k == StepKind::kRecvReduce;
+  }
+
   // How many in-flight steps a sweep tests before blocking on the oldest one.
   static constexpr size_t kPollWindow = 8;
 
@@ -130,6 +141,12 @@ class HostSteps final : public StepBackend {
 
   void finish(uint32_t i) {
     const Step& st = s_.steps[i];
+    if (meter_) {
+      const bool send = st.kind == StepKind::kSend;
+      meter_->finished(st.peer, send,
+                       send ? st.src.bytes : (st.kind == StepKind::kRecv ? st.dst : st.tmp).bytes,
+                       PassiveMeter::nowNs());
+    }
     if (st.kind == StepKind::kRecvReduce) {
       RANKMAP_ASSERT(reduction_ != nullptr);
       reduction_->apply(ptr(st.dst), ptr(st.src), ptr(st.tmp), st.dst.bytes / s_.elementSize);
@@ -142,15 +159,17 @@ class HostSteps final : public StepBackend {
   std::byte* base_[kNumBuffers];
   const Reduction* reduction_;
   uint64_t tagBase_;
+  PassiveMeter* meter_;
   std::vector<transport::RequestPtr> reqs_;
 };
 
 }  // namespace
 
 void execute(const Schedule& s, transport::Context& ctx, const ExecBuffers& buffers,
-             const Reduction* reduction, uint64_t tagBase, Deadline deadline) {
+             const Reduction* reduction, uint64_t tagBase, Deadline deadline,
+             PassiveMeter* meter) {
   if (s.steps.empty()) return;
-  HostSteps backend(s, ctx, buffers, reduction, tagBase);
+  HostSteps backend(s, ctx, buffers, reduction, tagBase, meter);
   runSchedule(s, backend, deadline);
 }
 

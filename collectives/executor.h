@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "collectives/passive.h"
 #include "collectives/reduce/reduction.h"
 #include "collectives/schedule/schedule.h"
 #include "collectives/transport/transport.h"
@@ -71,8 +72,10 @@ class StepBackend {
 void runSchedule(const Schedule& schedule, StepBackend& backend, Deadline deadline);
 
 // runSchedule() with host-memory buffers. `reduction` may be null for schedules without
-// receive-reduce or finalize steps.
+// receive-reduce or finalize steps; `meter` (may be null) is told of every message step
+// (collectives/passive.h).
 void execute(const Schedule& schedule, transport::Context& ctx, const ExecBuffers& buffers,
-             const Reduction* reduction, uint64_t tagBase, Deadline deadline);
+             const Reduction* reduction, uint64_t tagBase, Deadline deadline,
+             PassiveMeter* meter = nullptr);
 
 }  // namespace rankmap::coll

@@ -1,0 +1,231 @@
+#include "collectives/agent_link.h"
+
+#include <random>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/http_client.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/plan_agreement.h"
+
+namespace rankmap::coll {
+namespace {
+
+constexpr int kMaxBackoffShift = 4;  // reportEvery x 16 at most ...
+constexpr int64_t kMaxBackoffNs = 60'000'000'000;  // ... and a minute
+
+int64_t ms(std::chrono::milliseconds d) { return static_cast<int64_t>(d.count()); }
+
+}  // namespace
+
+std::unique_ptr<AgentLink> AgentLink::make(const AgentLinkOptions& o, int rank, int worldSize,
+                                           const Plan& startPlan) {
+  if ((!o.reports && !o.plans) || o.agentUrl.empty() || o.reportEvery.count() <= 0)
+    return nullptr;
+  if (o.tokenFile.empty()) {
+    RANKMAP_DEBUG(Coll, "rank {}: no RANKMAP_TOKEN_FILE: no passive reports to and no plans from "
+                        "the agent",
+                  rank);
+    return nullptr;
+  }
+  if (startPlan.worldSize() != static_cast<size_t>(worldSize)) return nullptr;
+  std::string token;
+  try {
+    token = readSecretFile(o.tokenFile, 1, "RANKMAP_TOKEN_FILE");
+    HttpClient check(o.agentUrl);  // validates the URL
+  } catch (const Error& e) {
+    RANKMAP_WARN(Coll, "rank {}: no link to the agent: {}", rank, e.what());
+    return nullptr;
+  }
+  return std::unique_ptr<AgentLink>(new AgentLink(o, std::move(token), rank, worldSize, startPlan));
+}
+
+AgentLink::AgentLink(AgentLinkOptions o, std::string token, int rank, int worldSize,
+                     const Plan& start)
+    : o_(std::move(o)),
+      token_(std::move(token)),
+      rank_(rank),
+      worldSize_(worldSize),
+      hosts_(start.hosts),
+      ranksPerHost_(start.ranksPerHost) {
+  for (int r = 0; r < worldSize_; ++r)
+    rankHost_.push_back(hosts_.at(static_cast<size_t>(r / ranksPerHost_)));
+  std::random_device rd;
+  reporter_ = fmt::format("{:08x}{:08x}-{}", rd(), rd(), rank_);
+  const int64_t now = PassiveMeter::nowNs();
+  nextOfferNs_ = now + ms(o_.reportEvery) * 1'000'000;
+  pendingNs_ = now;
+  thread_ = std::thread([this] { main(); });  // the first window starts now
+}
+
+AgentLink::~AgentLink() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void AgentLink::offer(const std::vector<PeerTraffic>& totals, const Plan* inUse, int64_t nowNs) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_ = totals;
+    pendingPlan_ = inUse ? inUse->hash : "";
+    pendingEpoch_ = inUse ? inUse->epoch : 0;
+    pendingNs_ = nowNs;
+    const int shift = std::min(kMaxBackoffShift, failStreak_);
+    nextOfferNs_ = nowNs + std::min(kMaxBackoffNs, (ms(o_.reportEvery) * 1'000'000) << shift);
+  }
+  cv_.notify_all();
+}
+
+std::optional<Plan> AgentLink::latestPlan() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fetched_;
+}
+
+AgentLink::Counters AgentLink::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+std::string AgentLink::reportBody(const std::string& reporter,
+                                  const std::vector<std::string>& rankHost, int rank,
+                                  const std::string& planHash, int64_t epoch, double windowSeconds,
+                                  const std::vector<PeerTraffic>& before,
+                                  const std::vector<PeerTraffic>& now) {
+  const std::string& self = rankHost.at(static_cast<size_t>(rank));
+  std::map<std::string, PeerTraffic> byHost;
+  for (size_t p = 0; p < now.size() && p < rankHost.size(); ++p) {
+    if (rankHost[p] == self) continue;
+    const PeerTraffic& a = p < before.size() ? before[p] : PeerTraffic{};
+    const PeerTraffic& b = now[p];
+    PeerTraffic& d = byHost[rankHost[p]];
+    d.sentBytes += b.sentBytes - a.sentBytes;
+    d.sendBusyNs += b.sendBusyNs - a.sendBusyNs;
+    d.recvBytes += b.recvBytes - a.recvBytes;
+    d.recvBusyNs += b.recvBusyNs - a.recvBusyNs;
+  }
+  Json peers = Json::array();
+  for (const auto& [host, d] : byHost) {
+    if (d.sentBytes == 0 && d.recvBytes == 0) continue;
+    peers.push_back({{"host", host},
+                     {"sent_bytes", d.sentBytes},
+                     {"send_busy_s", static_cast<double>(d.sendBusyNs) * 1e-9},
+                     {"recv_bytes", d.recvBytes},
+                     {"recv_busy_s", static_cast<double>(d.recvBusyNs) * 1e-9}});
+  }
+  Json body = {{"reporter", reporter}, {"host", self},     {"rank", rank},
+               {"plan", planHash},     {"epoch", epoch},   {"window_s", windowSeconds},
+               {"peers", std::move(peers)}};
+  return body.dump();
+}
+
+void AgentLink::fail(const std::string& what) {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = counters_.reportsFailed == 0 && counters_.plansRejected == 0;
+    ++counters_.reportsFailed;
+    ++failStreak_;
+  }
+  if (first)
+    RANKMAP_WARN(Coll, "rank {}: agent {}: {} (further failures are counted, logged at debug; "
+                       "the job goes on)",
+                 rank_, o_.agentUrl, what);
+  else
+    RANKMAP_DEBUG(Coll, "rank {}: agent {}: {}", rank_, o_.agentUrl, what);
+}
+
+void AgentLink::main() {
+  HttpClient client(o_.agentUrl, token_);
+  std::vector<PeerTraffic> last(static_cast<size_t>(worldSize_));
+  int64_t lastNs = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lastNs = pendingNs_;
+  }
+  std::string planQuery;
+  for (size_t h = 0; h < hosts_.size(); ++h)
+    planQuery += (h ? "," : "") + urlEncode(hosts_[h]);
+  planQuery = fmt::format("/v1/plan?hosts={}&ranks_per_host={}", planQuery, ranksPerHost_);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || pending_.has_value(); });
+    if (stop_) return;
+    std::vector<PeerTraffic> totals = std::move(*pending_);
+    pending_.reset();
+    const std::string planHash = pendingPlan_;
+    const int64_t epoch = pendingEpoch_;
+    const int64_t nowNs = pendingNs_;
+    lock.unlock();
+    bool ok = true;
+    if (o_.reports) {
+      const double window = static_cast<double>(nowNs - lastNs) * 1e-9;
+      std::string body =
+          reportBody(reporter_, rankHost_, rank_, planHash, epoch, window, last, totals);
+      try {
+        HttpResponse r =
+            client.post("/v1/observations", body, Deadline::after(kRequestTimeout), 64 << 10);
+        if (r.status / 100 != 2) {
+          ok = false;
+          fail(fmt::format("POST /v1/observations: HTTP {}: {}", r.status, r.errorText()));
+        } else {
+          std::lock_guard<std::mutex> g(mu_);
+          ++counters_.reportsSent;
+        }
+      } catch (const std::exception& e) {
+        ok = false;
+        fail(e.what());
+      }
+      last = std::move(totals);
+      lastNs = nowNs;
+    }
+    if (o_.plans && ok) {
+      try {
+        HttpResponse r = client.get(planQuery, Deadline::after(kRequestTimeout), 64u << 20);
+        if (r.status == 200) {
+          std::optional<Plan> plan =
+              Plan::fromJson(parseJson(r.body, "agent plan"), "plan from agent " + o_.agentUrl);
+          PlanChecks checks;
+          checks.maxAge = o_.maxAge;
+          PlanVote v = planVote(plan, rank_, worldSize_, checks);
+          std::lock_guard<std::mutex> g(mu_);
+          if (v.status == PlanStatus::kOk) {
+            if (!fetched_ || fetched_->hash != plan->hash)
+              RANKMAP_DEBUG(Coll, "rank {}: the agent offers plan {} (epoch {})", rank_,
+                            shortPlanHash(plan->hash), plan->epoch);
+            fetched_ = std::move(plan);
+            ++counters_.plansFetched;
+          } else {
+            ++counters_.plansRejected;
+            RANKMAP_DEBUG(Coll, "rank {}: plan from the agent not offered: {}", rank_, v.reason);
+          }
+        } else {
+          ok = false;
+          fail(fmt::format("GET /v1/plan: HTTP {}: {}", r.status, r.errorText()));
+        }
+      } catch (const InvalidInput& e) {
+        std::lock_guard<std::mutex> g(mu_);
+        ++counters_.plansRejected;
+        RANKMAP_DEBUG(Coll, "rank {}: plan from the agent does not load: {}", rank_, e.what());
+      } catch (const std::exception& e) {
+        ok = false;
+        fail(e.what());
+      }
+    }
+    lock.lock();
+    if (ok) failStreak_ = 0;
+  }
+}
+
+const Plan* AgentPlanSource::poll(std::chrono::steady_clock::time_point) {
+  std::optional<Plan> p = link_.latestPlan();
+  if (!p) return candidate_ ? &*candidate_ : nullptr;
+  if (!candidate_ || candidate_->hash != p->hash) candidate_ = std::move(p);
+  return &*candidate_;
+}
+
+}  // namespace rankmap::coll
