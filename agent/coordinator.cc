@@ -157,6 +157,25 @@ std::vector<bool> Coordinator::alive(Deadline d) {
   return out;
 }
 
+std::vector<std::optional<Json>> Coordinator::ask(const Json& request, Deadline d) {
+  std::vector<Task> tasks(hosts_.size());
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    tasks[h].host = static_cast<int>(h);
+    tasks[h].request = request;
+    tasks[h].deadline = d;
+  }
+  runTasks(tasks);
+  std::vector<std::optional<Json>> out(hosts_.size());
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    if (tasks[h].error.empty())
+      out[h] = std::move(tasks[h].reply);
+    else
+      RANKMAP_DEBUG(Probe, "agent {}: {}: {}", hosts_[h].name, request.value("op", "?"),
+                    tasks[h].error);
+  }
+  return out;
+}
+
 probe::FleetCost Coordinator::cost() const {
   probe::FleetCost c = cost_;
   c.seconds = since(made_);

@@ -99,6 +99,9 @@ class Coordinator : public probe::Fleet {
                         Deadline d, const ProgressFn& progress = {},
                         const std::atomic<bool>* cancel = nullptr);
   const std::vector<Host>& hosts() const { return hosts_; }
+  // Sends `request` to every agent at once; each reply, or nullopt for an agent that failed
+  // (logged at debug). Bounded by `d`.
+  std::vector<std::optional<Json>> ask(const Json& request, Deadline d);
 
   // probe::Fleet over the agents.
   size_t size() const override { return hosts_.size(); }

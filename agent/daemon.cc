@@ -25,6 +25,9 @@ constexpr size_t kKeepTopologies = 200;
 // push with its direct retries (agent/topology_push.h); the round ends after it.
 constexpr auto kPushRelayWave = std::chrono::seconds(8);
 constexpr auto kPushTimeout = std::chrono::seconds(12);
+// A host's job traffic counts as running when a rank reported within this (the engine reports
+// every RANKMAP_PASSIVE_REPORT, 5 s by default).
+constexpr auto kPassiveFresh = std::chrono::seconds(20);
 
 std::set<std::string> namesOf(const std::vector<Host>& hosts) {
   std::set<std::string> s;
@@ -34,8 +37,10 @@ std::set<std::string> namesOf(const std::vector<Host>& hosts) {
 
 }  // namespace
 
-Daemon::Daemon(AgentConfig cfg) : cfg_(std::move(cfg)) {
-  name_ = cfg_.name.empty() ? localHostName() : cfg_.name;
+Daemon::Daemon(AgentConfig cfg)
+    : cfg_(std::move(cfg)),
+      name_(cfg_.name.empty() ? localHostName() : cfg_.name),
+      passive_(name_) {
   if (cfg_.keyFile.empty())
     throw InvalidInput(
         "no probe key: rankmapd needs --key-file (or key_file in the config), "
@@ -96,7 +101,16 @@ void Daemon::describeMetrics() {
   metrics_.describe("rankmap_topology_latency_us", "gauge",
                     "Median latency of the latest topology by tier and quantile");
   metrics_.describe("rankmap_topology_changes_total", "counter", "New topology versions published");
-  metrics_.describe("rankmap_light_checks_total", "counter", "Periodic light checks by result");
+  metrics_.describe("rankmap_light_checks_total", "counter",
+                    "Periodic light checks by result (held: steady job traffic, no probe)");
+  metrics_.describe("rankmap_passive_reports_total", "counter",
+                    "Traffic reports of engine ranks on this host (POST /v1/observations)");
+  metrics_.describe("rankmap_passive_bytes_total", "counter",
+                    "Bytes of job traffic the engine ranks on this host reported, both ways");
+  metrics_.describe("rankmap_passive_series", "gauge",
+                    "Fresh (peer, direction) series of job traffic on this host");
+  metrics_.describe("rankmap_passive_drifts_total", "counter",
+                    "Drifts in the job traffic that started a light check (coordinator)");
   metrics_.describe("rankmap_http_requests_total", "counter", "HTTP requests by status code");
   metrics_.describe("rankmap_http_rejected_connections_total", "counter",
                     "HTTP connections answered before any handler ran (busy, request timeout, "
@@ -114,6 +128,7 @@ void Daemon::start() {
     if (v.empty()) return std::nullopt;
     return v.front().version;
   };
+  hooks.passiveSummary = [this](bool rebase) { return passiveSummary(rebase); };
   hooks.storeTopology = [this](const Topology& t) {
     bool fresh = store_->putTopology(t);
     if (fresh) {
@@ -480,9 +495,11 @@ void Daemon::reprobeOnce() {
     startRound(std::nullopt, std::nullopt, current ? "hosts changed" : "no topology yet");
     return;
   }
+  if (cfg_.reprobe.passiveHold.count() > 0 && holdForPassive()) return;
   std::unique_lock<std::mutex> lock(mu_);
   if (runningId_ || stopping_) return;
   if (roundThread_.joinable()) roundThread_.join();
+  lastActiveCheck_ = std::chrono::steady_clock::now();
   int64_t id = store_->beginRound("light", static_cast<int64_t>(hosts_.size()), 0);
   runningId_ = id;
   runningKind_ = "light";
@@ -491,6 +508,59 @@ void Daemon::reprobeOnce() {
   roundThread_ = std::thread([this, id, hosts = hosts_, baseline = std::move(*current)]() mutable {
     roundMain(id, std::move(hosts), cfg_.probe, true, std::move(baseline));
   });
+}
+
+uint64_t Daemon::addObservations(const Json& report, std::string_view source) {
+  uint64_t bytes = passive_.add(report, source, PassiveLedger::Clock::now());
+  metrics_.add("rankmap_passive_reports_total", "");
+  metrics_.add("rankmap_passive_bytes_total", "", static_cast<double>(bytes));
+  return bytes;
+}
+
+Json Daemon::passiveSummary(bool rebase) {
+  PassiveLedger::Summary s = passive_.summary(PassiveLedger::Clock::now(),
+                                              cfg_.reprobe.changeThreshold, kPassiveFresh, rebase);
+  metrics_.set("rankmap_passive_series", "", static_cast<double>(s.series));
+  return s.toJson();
+}
+
+bool Daemon::holdForPassive() {
+  // Every agent's view of the job traffic on its host, drift taken as acted on.
+  Coordinator coord(hosts_, key_, name_, cfg_.probe);
+  auto replies = coord.ask(Json{{"op", "passive"}, {"rebase", true}},
+                           Deadline::after(cfg_.probe.connectTimeout));
+  size_t fresh = 0, asked = 0;
+  std::vector<std::string> drift;
+  for (size_t h = 0; h < replies.size(); ++h) {
+    if (!replies[h]) continue;
+    ++asked;
+    try {
+      auto s = PassiveLedger::Summary::fromJson(*replies[h],
+                                                fmt::format("agent {}'s passive view",
+                                                            hosts_[h].name));
+      fresh += s.fresh;
+      for (const auto& d : s.drifting)
+        drift.push_back(fmt::format("{} -> {} {:.0f} -> {:.0f} Mbit/s", d.src, d.dst,
+                                    d.baselineMbps, d.nowMbps));
+    } catch (const InvalidInput& e) {
+      RANKMAP_WARN(Agent, "agent {}: {}", name_, e.what());
+    }
+  }
+  if (!drift.empty()) {
+    metrics_.add("rankmap_passive_drifts_total", "");
+    RANKMAP_INFO(Agent, "agent {}: job traffic drifted ({}): a light check confirms", name_,
+                 fmt::join(drift, "; "));
+    return false;
+  }
+  const auto held = std::chrono::steady_clock::now() - lastActiveCheck_;
+  if (fresh == 0 || held >= cfg_.reprobe.passiveHold) return false;
+  metrics_.add("rankmap_light_checks_total", "result=\"held\"");
+  RANKMAP_DEBUG(Agent,
+                "agent {}: light check held: job traffic on {} of {} hosts answering is steady "
+                "(last active check {} s ago)",
+                name_, fresh, asked,
+                std::chrono::duration_cast<std::chrono::seconds>(held).count());
+  return true;
 }
 
 void Daemon::reprobeLoop() {

@@ -34,6 +34,7 @@
 #include "agent/agent_config.h"
 #include "agent/coordinator.h"
 #include "agent/metrics.h"
+#include "agent/passive.h"
 #include "agent/probe_service.h"
 #include "agent/store.h"
 #include "probe/server.h"
@@ -94,6 +95,12 @@ class Daemon {
   // One re-probe step (what the periodic loop does once); for tests and `kill -USR1`-style use.
   void reprobeOnce();
 
+  // Passive measurement: a report of an engine rank on this host (POST /v1/observations;
+  // InvalidInput naming `source` and the field), and this agent's drift view (the probe
+  // protocol's "passive" op; with `rebase` the drift it reports is taken as acted on).
+  uint64_t addObservations(const Json& report, std::string_view source);
+  Json passiveSummary(bool rebase);
+
  private:
   void describeMetrics();
   // Runs on the round thread: a full round, or (light) a check against `baseline` that turns
@@ -108,6 +115,10 @@ class Daemon {
                     const std::vector<std::string>& dead);
   bool isCoordinator();
   void reprobeLoop();
+  // The passive hold (coordinator): asks every agent for its view of the job traffic. True
+  // when the light check is held back: some host's job traffic is fresh, none drifted, and the
+  // last active check is younger than reprobe.passive_hold.
+  bool holdForPassive();
 
   AgentConfig cfg_;
   std::string name_;
@@ -118,6 +129,9 @@ class Daemon {
   std::string priorKey_;
   std::unique_ptr<Store> store_;
   Metrics metrics_;
+  PassiveLedger passive_;
+  // When the coordinator last ran an active light check (or started; for the passive hold).
+  std::chrono::steady_clock::time_point lastActiveCheck_ = std::chrono::steady_clock::now();
   std::unique_ptr<ProbeService> service_;
   std::unique_ptr<probe::ProbeServer> probeServer_;
   std::unique_ptr<ApiServer> http_;

@@ -279,6 +279,21 @@ void installApi(httplib::Server& s, Daemon& d) {
   });
   s.Get("/v1/plan",
         [&d](const httplib::Request& req, httplib::Response& res) { getPlan(d, req, res); });
+  // Engine ranks on this host report their traffic (collectives/agent_link.h); it can make the
+  // coordinator probe, so it needs the token. The summary is read-only, like /metrics.
+  s.Post("/v1/observations", [&d](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(d, req, res, "observations")) return;
+    try {
+      Json body = parseJson(req.body, "POST /v1/observations body");
+      uint64_t bytes = d.addObservations(body, "POST /v1/observations body");
+      sendJson(res, 200, Json{{"accepted", true}, {"bytes", bytes}});
+    } catch (const InvalidInput& e) {
+      sendError(res, 400, e.what());
+    }
+  });
+  s.Get("/v1/observations", [&d](const httplib::Request&, httplib::Response& res) {
+    sendJson(res, 200, d.passiveSummary(false));
+  });
   s.Get("/metrics", [&d](const httplib::Request&, httplib::Response& res) {
     res.status = 200;
     res.set_content(d.renderMetrics(), "text/plain; version=0.0.4; charset=utf-8");

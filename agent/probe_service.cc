@@ -44,6 +44,13 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
     j["topology_version"] = v ? Json(*v) : Json(nullptr);
     return j;
   }
+  if (op == "passive") {
+    bool rebase = false;
+    if (auto v = r.find("rebase")) rebase = v->boolean();
+    if (!hooks_.passiveSummary) return {{"fresh", false}, {"series", 0}, {"baselined", 0},
+                                        {"drifting", Json::array()}};
+    return hooks_.passiveSummary(rebase);
+  }
   if (op == "topology") {
     const Json& doc = r.at("topology", "a topology document").json();
     Topology t = Topology::fromJson(doc, source);
@@ -58,7 +65,7 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
   }
   if (op != "latency" && op != "bandwidth")
     throw InvalidInput(
-        fmt::format("{}: unknown op '{}' (expected hello, latency, bandwidth or "
+        fmt::format("{}: unknown op '{}' (expected hello, passive, latency, bandwidth or "
                     "topology)",
                     source, op));
 

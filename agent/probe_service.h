@@ -1,5 +1,7 @@
 // What an agent does when another agent (the coordinator) asks over the probe protocol:
-// "hello" (liveness), "latency" and "bandwidth" (measure against a named peer), "topology"
+// "hello" (liveness), "passive" (this host's view of job traffic: agent/passive.h, Summary; with
+// "rebase" the drift it reports counts as acted on), "latency" and "bandwidth" (measure against
+// a named peer), "topology"
 // (store a topology the coordinator assembled, and forward it to the hosts of its "relay" list:
 // agent/topology_push.h). Runs on the probe server's connection threads.
 //
@@ -27,6 +29,7 @@ class ProbeService {
   struct Hooks {
     std::function<std::optional<int64_t>()> topologyVersion;  // latest stored, if any
     std::function<bool(const Topology&)> storeTopology;       // true if new
+    std::function<Json(bool rebase)> passiveSummary;          // agent/passive.h
   };
   // `key` must outlive the service.
   ProbeService(const probe::ProbeKey& key, std::string self, Hooks hooks, Metrics* metrics);

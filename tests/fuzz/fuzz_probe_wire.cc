@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 
+#include "agent/passive.h"
 #include "agent/probe_service.h"
 #include "common/error.h"
 #include "common/json.h"
@@ -78,9 +79,16 @@ void serverParses(const Frame& f) {
               (op != req.end() && (*op == "latency" || *op == "bandwidth")))
             break;
         }
+        static agent::PassiveLedger ledger("fuzz-agent");
         static agent::ProbeService service(
             key(), "fuzz-agent",
-            {[] { return std::optional<int64_t>(7); }, [](const Topology&) { return true; }},
+            {[] { return std::optional<int64_t>(7); }, [](const Topology&) { return true; },
+             [](bool rebase) {
+               return ledger
+                   .summary(agent::PassiveLedger::Clock::now(), 0.25, std::chrono::seconds(20),
+                            rebase)
+                   .toJson();
+             }},
             nullptr);
         service.handle(req, "fuzz-peer", Deadline::after(std::chrono::seconds(1)));
         break;

@@ -1,0 +1,170 @@
+#include "agent/passive.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+
+namespace rankmap::agent {
+namespace {
+
+constexpr size_t kMaxPeers = 100000;
+constexpr size_t kMaxNameBytes = 255;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+PassiveLedger::PassiveLedger(std::string self) : self_(std::move(self)) {}
+
+uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::time_point now) {
+  JsonReader r(report, source);
+  r.expectObject();
+  const std::string reporter = r.at("reporter", "the reporting rank's id").nonEmptyStr();
+  if (reporter.size() > kMaxNameBytes) r.at("reporter").fail("at most 255 bytes");
+  const std::string host = r.at("host", "the reporting rank's host").nonEmptyStr();
+  if (host != self_)
+    r.at("host").fail(fmt::format("this agent's host '{}' (ranks report to their own host's "
+                                  "agent)",
+                                  self_));
+  const std::string plan = r.at("plan", "the plan hash in use (\"\" = none)").str();
+  if (plan.size() > kMaxNameBytes) r.at("plan").fail("at most 255 bytes");
+  r.at("window_s", "the report's window in seconds").nonNegative();
+  JsonReader peers = r.at("peers", "[{host, sent_bytes, send_busy_s, recv_bytes, recv_busy_s}]");
+  const size_t n = peers.arraySize();
+  if (n > kMaxPeers) peers.fail("at most 100000 peers");
+  struct Window {
+    std::string peer;
+    bool send;
+    uint64_t bytes;
+    double busy;
+  };
+  std::vector<Window> windows;
+  for (size_t i = 0; i < n; ++i) {
+    JsonReader p = peers.at(i);
+    p.expectObject();
+    std::string peer = p.at("host", "a host name").nonEmptyStr();
+    if (peer.size() > kMaxNameBytes) p.at("host").fail("at most 255 bytes");
+    windows.push_back({peer, true, p.at("sent_bytes", "bytes").unsignedInt(),
+                       p.at("send_busy_s", "seconds").nonNegative()});
+    windows.push_back({peer, false, p.at("recv_bytes", "bytes").unsignedInt(),
+                       p.at("recv_busy_s", "seconds").nonNegative()});
+  }
+  uint64_t added = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++reports_;
+  for (const Window& w : windows) {
+    added += w.bytes;
+    Key key{reporter, w.peer, w.send};
+    auto it = series_.find(key);
+    if (it == series_.end()) {
+      if (series_.size() >= kMaxSeries) {
+        auto oldest = std::min_element(series_.begin(), series_.end(), [](auto& a, auto& b) {
+          return a.second.lastSeen < b.second.lastSeen;
+        });
+        series_.erase(oldest);
+      }
+      it = series_.emplace(key, Series{}).first;
+    }
+    Series& s = it->second;
+    s.lastSeen = now;
+    if (s.plan != plan) {
+      s = Series{plan, {}, {}, now};
+    }
+    if (w.bytes < kMinWindowBytes || !(w.busy > 0)) continue;
+    const double rate = static_cast<double>(w.bytes) * 8 / w.busy / 1e6;
+    if (s.base.size() < kBaselineWindows) {
+      s.base.push_back(rate);
+      continue;
+    }
+    s.recent.push_back(rate);
+    while (s.recent.size() > kConfirmWindows) s.recent.pop_front();
+  }
+  bytes_ += added;
+  return added;
+}
+
+PassiveLedger::Summary PassiveLedger::summary(Clock::time_point now, double threshold,
+                                              std::chrono::milliseconds freshFor, bool rebase) {
+  Summary out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = series_.begin(); it != series_.end();) {
+    Series& s = it->second;
+    if (now - s.lastSeen > kExpiry) {
+      it = series_.erase(it);
+      continue;
+    }
+    const auto& [reporter, peer, send] = it->first;
+    ++it;
+    if (now - s.lastSeen > freshFor) continue;
+    out.fresh = true;
+    ++out.series;
+    if (s.base.size() < kBaselineWindows) continue;
+    ++out.baselined;
+    if (s.recent.size() < kConfirmWindows) continue;
+    const double base = median(s.base);
+    bool slower = true, faster = true;
+    for (double r : s.recent) {
+      slower = slower && r < base * (1 - threshold);
+      faster = faster && r > base * (1 + threshold);
+    }
+    if (!slower && !faster) continue;
+    Drift d;
+    d.src = send ? self_ : peer;
+    d.dst = send ? peer : self_;
+    d.baselineMbps = base;
+    d.nowMbps = median({s.recent.begin(), s.recent.end()});
+    out.drifting.push_back(d);
+    if (rebase) {
+      s.base.assign(s.recent.begin(), s.recent.end());
+      s.recent.clear();
+    }
+  }
+  return out;
+}
+
+uint64_t PassiveLedger::reports() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reports_;
+}
+
+uint64_t PassiveLedger::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+Json PassiveLedger::Summary::toJson() const {
+  Json d = Json::array();
+  for (const Drift& x : drifting)
+    d.push_back({{"src", x.src},
+                 {"dst", x.dst},
+                 {"baseline_mbps", x.baselineMbps},
+                 {"now_mbps", x.nowMbps}});
+  return {{"fresh", fresh}, {"series", series}, {"baselined", baselined}, {"drifting", d}};
+}
+
+PassiveLedger::Summary PassiveLedger::Summary::fromJson(const Json& j, std::string_view source) {
+  JsonReader r(j, source);
+  r.expectObject();
+  Summary s;
+  s.fresh = r.at("fresh", "true or false").boolean();
+  s.series = static_cast<size_t>(r.at("series", "a count").unsignedInt());
+  s.baselined = static_cast<size_t>(r.at("baselined", "a count").unsignedInt());
+  JsonReader d = r.at("drifting", "[{src, dst, baseline_mbps, now_mbps}]");
+  const size_t n = d.arraySize();
+  if (n > kMaxPeers) d.fail("at most 100000 entries");
+  for (size_t i = 0; i < n; ++i) {
+    JsonReader x = d.at(i);
+    x.expectObject();
+    s.drifting.push_back({x.at("src", "a host").str(), x.at("dst", "a host").str(),
+                          x.at("baseline_mbps", "Mbit/s").nonNegative(),
+                          x.at("now_mbps", "Mbit/s").nonNegative()});
+  }
+  return s;
+}
+
+}  // namespace rankmap::agent

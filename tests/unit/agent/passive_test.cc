@@ -1,0 +1,296 @@
+// Passive measurement at the agent (agent/passive.h): the drift detector on its own, the
+// POST /v1/observations endpoint, the coordinator's passive hold (agent/daemon.h), and engine
+// ranks (collectives/agent_link.h) reporting to in-process agents and adopting the plan the
+// agents make, every call checked.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include "agent/daemon.h"
+#include "collectives/communicator.h"
+#include "common/http_client.h"
+#include "common/net.h"
+#include "tests/unit/collectives/engine_values.h"
+#include "tests/unit/collectives/harness.h"
+#include "tests/unit/common/temp_dir.h"
+
+namespace rankmap::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using rankmap::testing::TempDir;
+using Clock = PassiveLedger::Clock;
+
+constexpr const char* kToken = "test-token-0123456789";
+
+// A report of `reporter` on `self` to `peer`: `mbit` Mbit/s over `bytes` sent.
+Json report(const std::string& self, const std::string& peer, double mbit,
+            uint64_t bytes = 8 << 20, const std::string& plan = "sha256:aa",
+            const std::string& reporter = "r0") {
+  const double busy = static_cast<double>(bytes) * 8 / (mbit * 1e6);
+  return {{"reporter", reporter},
+          {"host", self},
+          {"rank", 0},
+          {"plan", plan},
+          {"epoch", 1},
+          {"window_s", 1.0},
+          {"peers",
+           {{{"host", peer},
+             {"sent_bytes", bytes},
+             {"send_busy_s", busy},
+             {"recv_bytes", 0},
+             {"recv_busy_s", 0}}}}};
+}
+
+TEST(PassiveLedger, DriftNeedsABaselineAndTwoWindowsTheSameWay) {
+  PassiveLedger l("x");
+  auto t = Clock::now();
+  auto sum = [&](bool rebase = false) { return l.summary(t, 0.25, 20s, rebase); };
+  for (double r : {400.0, 410.0, 390.0}) l.add(report("x", "y", r), "test", t);
+  auto s = sum();
+  EXPECT_TRUE(s.fresh);
+  EXPECT_EQ(s.baselined, 1u);  // the send series; the receive one has no bytes
+  EXPECT_TRUE(s.drifting.empty());
+  l.add(report("x", "y", 200), "test", t);  // one slow window
+  l.add(report("x", "y", 395), "test", t);
+  EXPECT_TRUE(sum().drifting.empty());
+  l.add(report("x", "y", 200), "test", t);
+  l.add(report("x", "y", 210), "test", t);  // two in a row: a drift
+  s = sum(true);
+  ASSERT_EQ(s.drifting.size(), 1u);
+  EXPECT_EQ(s.drifting[0].src, "x");
+  EXPECT_EQ(s.drifting[0].dst, "y");
+  EXPECT_NEAR(s.drifting[0].baselineMbps, 400, 1);
+  EXPECT_NEAR(s.drifting[0].nowMbps, 205, 1);
+  EXPECT_TRUE(sum().drifting.empty());  // rebased: reported once
+  l.add(report("x", "y", 205), "test", t);
+  l.add(report("x", "y", 600), "test", t);  // up and down: not one way
+  EXPECT_TRUE(sum().drifting.empty());
+  l.add(report("x", "y", 600), "test", t);
+  EXPECT_EQ(sum().drifting.size(), 1u);  // faster counts too
+}
+
+TEST(PassiveLedger, ANewPlanSmallWindowsAndStaleSeries) {
+  PassiveLedger l("x");
+  auto t = Clock::now();
+  for (double r : {400.0, 400.0, 400.0, 100.0}) l.add(report("x", "y", r), "test", t);
+  l.add(report("x", "y", 100, 8 << 20, "sha256:bb"), "test", t);  // another plan: new baseline
+  l.add(report("x", "y", 100, 1000), "test", t);                   // too few bytes: no rate
+  auto s = l.summary(t, 0.25, 20s, false);
+  EXPECT_EQ(s.baselined, 0u);
+  EXPECT_TRUE(s.drifting.empty());
+  EXPECT_FALSE(l.summary(t + 30s, 0.25, 20s, false).fresh);
+  EXPECT_EQ(l.summary(t + 200s, 0.25, 20s, false).series, 0u);
+  EXPECT_EQ(l.reports(), 6u);
+}
+
+TEST(PassiveLedger, BadReportsNameTheField) {
+  PassiveLedger l("x");
+  auto t = Clock::now();
+  auto fails = [&](Json j, const std::string& field) {
+    try {
+      l.add(j, "POST /v1/observations body", t);
+      ADD_FAILURE() << "accepted " << j.dump();
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("POST /v1/observations body"), std::string::npos);
+    }
+  };
+  fails(report("z", "y", 100), "host");  // another host's rank
+  Json j = report("x", "y", 100);
+  j["peers"][0]["sent_bytes"] = -1;
+  fails(j, "sent_bytes");
+  j = report("x", "y", 100);
+  j["peers"][0]["send_busy_s"] = "soon";
+  fails(j, "send_busy_s");
+  j = report("x", "y", 100);
+  j.erase("reporter");
+  fails(j, "reporter");
+  fails(Json::array(), "object");
+  EXPECT_EQ(l.reports(), 0u);
+}
+
+uint16_t freePort() {
+  Listener l = Listener::bind(resolve("127.0.0.1", 0, Lookup::kNumericOnly));
+  return l.port();
+}
+
+struct Bed {
+  TempDir dir;
+  std::string key = dir.write("key", std::string(64, 'k') + "\n");
+  std::string token = dir.write("token", std::string(kToken) + "\n");
+  std::vector<std::unique_ptr<Daemon>> d;
+
+  // Agents named `names` with a hosts file of them all, the first the coordinator.
+  explicit Bed(const std::vector<std::string>& names) {
+    std::string hosts;
+    std::vector<uint16_t> ports;
+    for (const auto& n : names) {
+      ports.push_back(freePort());
+      hosts += fmt::format("{} 127.0.0.1:{}\n", n, ports.back());
+    }
+    std::string hostsFile = dir.write("hosts", hosts);
+    for (size_t i = 0; i < names.size(); ++i) {
+      AgentConfig c;
+      c.name = names[i];
+      c.listen = {"127.0.0.1", 0};
+      c.probeListen = {"127.0.0.1", ports[i]};
+      c.stateDir = dir.file("state-" + names[i]);
+      c.keyFile = key;
+      c.tokenFile = token;
+      c.hostsFile = hostsFile;
+      c.coordinator = names[0];
+      c.probe.latency = {2, 20};
+      c.probe.bandwidth.maxMs = 40;
+      c.probe.connectTimeout = 500ms;
+      c.probe.taskSlack = 1500ms;
+      c.probe.roundTimeout = 30s;
+      c.reprobe.passiveHold = 1h;
+      d.push_back(std::make_unique<Daemon>(c));
+      d.back()->start();
+    }
+  }
+  std::string url(size_t i) const { return fmt::format("http://127.0.0.1:{}", d[i]->httpPort()); }
+  HttpResponse observe(size_t i, const Json& body, const std::string& token = kToken) {
+    return HttpClient(url(i), token).post("/v1/observations", body.dump(), Deadline::after(10s));
+  }
+  // A full round over the hosts file, waited for.
+  void probe() {
+    auto r = HttpClient(url(0), kToken).post("/v1/probe", R"({"wait": true})",
+                                             Deadline::after(60s));
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  // Waits until no round runs on the coordinator (a light check may go on as a repair or a
+  // full round).
+  void settle() {
+    const auto end = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < end) {
+      auto r = HttpClient(url(0)).get("/v1/rounds?limit=100", Deadline::after(10s));
+      const Json list = parseJson(r.body, "rounds");
+      bool running = false;
+      for (const auto& x : list.at("rounds"))
+        running = running || x.value("status", "") == "running";
+      if (!running) return;
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << "a round still runs after 60 s";
+  }
+  size_t rounds() {
+    auto r = HttpClient(url(0)).get("/v1/rounds?limit=100", Deadline::after(10s));
+    return parseJson(r.body, "rounds")["rounds"].size();
+  }
+  double metric(size_t i, const std::string& line) {
+    std::string text = d[i]->renderMetrics();
+    auto at = text.find("\n" + line + " ");
+    if (at == std::string::npos) return 0;
+    return std::stod(text.substr(at + line.size() + 2));
+  }
+};
+
+TEST(PassiveEndpoint, NeedsTheTokenAndAnswersBadReportsWith400) {
+  Bed b({"x"});
+  EXPECT_EQ(b.observe(0, report("x", "y", 100), "").status, 401);
+  EXPECT_EQ(b.observe(0, report("x", "y", 100), "wrong-token-0123456789").status, 401);
+  auto bad = b.observe(0, report("q", "y", 100));
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.errorText().find("host"), std::string::npos) << bad.body;
+  auto ok = b.observe(0, report("x", "y", 100));
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  auto view = HttpClient(b.url(0)).get("/v1/observations", Deadline::after(10s));
+  ASSERT_EQ(view.status, 200);
+  EXPECT_EQ(parseJson(view.body, "view")["fresh"], true);
+  EXPECT_EQ(b.metric(0, "rankmap_passive_reports_total"), 1);
+  EXPECT_EQ(b.metric(0, "rankmap_passive_bytes_total"), 8 << 20);
+}
+
+TEST(PassiveHold, SteadyJobTrafficHoldsTheLightCheckAndADriftStartsIt) {
+  Bed b({"x", "y"});
+  b.probe();
+  const size_t before = b.rounds();
+  // Nothing reported: the light check runs as before.
+  b.d[0]->reprobeOnce();
+  b.settle();
+  const size_t checked = b.rounds();
+  EXPECT_GT(checked, before);
+  // Steady traffic reported on y: held, no round.
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(b.observe(1, report("y", "x", 400)).status, 200);
+  b.d[0]->reprobeOnce();
+  b.settle();
+  EXPECT_EQ(b.rounds(), checked);
+  EXPECT_EQ(b.metric(0, R"(rankmap_light_checks_total{result="held"})"), 1);
+  // y's traffic to x halves for two windows: the light check runs at once.
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(b.observe(1, report("y", "x", 190)).status, 200);
+  b.d[0]->reprobeOnce();
+  b.settle();
+  EXPECT_EQ(b.metric(0, "rankmap_passive_drifts_total"), 1);
+  const size_t after = b.rounds();
+  EXPECT_GT(after, checked);
+  // The drift was acted on: the next tick holds again.
+  ASSERT_EQ(b.observe(1, report("y", "x", 190)).status, 200);
+  b.d[0]->reprobeOnce();
+  b.settle();
+  EXPECT_EQ(b.rounds(), after);
+  EXPECT_EQ(b.metric(0, R"(rankmap_light_checks_total{result="held"})"), 2);
+}
+
+// Engine ranks, one per agent, report their traffic and take the plan the agents make: they
+// start in identity order with a plan that only names the hosts and switch to the agents' plan
+// (a newer epoch) at one vote, every result checked.
+TEST(PassiveEngine, RanksReportToTheirAgentsAndAdoptTheAgentsPlan) {
+  const std::vector<std::string> names = {"h0", "h1", "h2"};
+  Bed b(names);
+  b.probe();
+  Plan start = Plan::identity(names);
+  start.seal();
+  constexpr uint64_t kCount = 300007;  // > 1 MiB of int32 per rank
+  std::mutex mu;
+  std::vector<coll::Communicator::Stats> stats(3);
+  std::vector<int64_t> epochs(3, -1);
+  std::atomic<int> wrong{0};
+  coll::testing::spawn(3, coll::testing::Backend::Loopback, [&](coll::transport::Context& ctx) {
+    const int r = ctx.rank();
+    coll::CommOptions o;
+    o.timeout = 20s;
+    o.live.voteEvery = 4;
+    o.agent.agentUrl = b.url(static_cast<size_t>(r));
+    o.agent.tokenFile = b.token;
+    o.agent.reportEvery = 50ms;
+    o.agent.plans = true;
+    coll::Communicator comm(ctx, o, start);
+    ASSERT_NE(comm.agentLink(), nullptr);
+    auto in = coll::testing::inputBuffer(coll::DataType::kInt32, coll::ReduceOp::kSum, r, kCount);
+    const auto expected =
+        coll::testing::expectedBuffer(coll::DataType::kInt32, coll::ReduceOp::kSum, 3, kCount);
+    std::vector<std::byte> out(in.size());
+    const auto end = std::chrono::steady_clock::now() + 20s;
+    // Every rank runs the same number of calls: rank 0 decides when to stop, by a vote.
+    for (int call = 0;; ++call) {
+      comm.allreduce(in.data(), out.data(), kCount, coll::DataType::kInt32, coll::ReduceOp::kSum);
+      if (out != expected) ++wrong;
+      int stop = comm.stats().planSwitches > 0 && call > 40 ? 1 : 0;
+      if (std::chrono::steady_clock::now() > end) stop = 1;
+      comm.allreduce(&stop, &stop, 1, coll::DataType::kInt32, coll::ReduceOp::kMax);
+      if (stop) break;
+      std::this_thread::sleep_for(5ms);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    stats[static_cast<size_t>(r)] = comm.stats();
+    epochs[static_cast<size_t>(r)] = comm.plan() ? comm.plan()->epoch : -1;
+    EXPECT_GT(comm.agentLink()->counters().reportsSent, 0u) << "rank " << r;
+    EXPECT_GT(comm.agentLink()->counters().plansFetched, 0u) << "rank " << r;
+  });
+  EXPECT_EQ(wrong.load(), 0);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(stats[r].planSwitches, 1u) << "rank " << r;
+    EXPECT_EQ(epochs[r], 1) << "rank " << r;
+    EXPECT_EQ(stats[r].lastSwitchCall, stats[0].lastSwitchCall);
+    EXPECT_GT(b.metric(static_cast<size_t>(r), "rankmap_passive_reports_total"), 0) << r;
+    EXPECT_GT(b.metric(static_cast<size_t>(r), "rankmap_passive_bytes_total"), 1 << 20) << r;
+  }
+}
+
+}  // namespace
+}  // namespace rankmap::agent
