@@ -8,13 +8,18 @@ Testbed: 8 VMs in 2 racks (4+4), rankmapd in every VM with a periodic re-probe, 
 order by `emucloud mpirun`, the plan applied by the engine, RANKMAP_PLAN_VOTE_EVERY=1: a 16 MiB
 call takes about a second here, so a vote per call costs a 32-byte allreduce per second).
 
-The route a new plan takes is the plan file (RANKMAP_PLAN / --plan), replaced atomically. The
-re-planner is this script's relay thread: once a second it asks the coordinator's agent for its
-topology version (GET /v1/health) and, when a new version is published, for the job's plan
-(GET /v1/plan?hosts=<the job's hosts in rank order>, with the token) and renames it over the
-plan file. The engine's side (stat at most once a second, vote, judgeSwitch, the switch) is the
-product's; the relay stands in for whatever re-plans in production (it is what `rankmap plan`
-plus a rename does by hand).
+Every rank reports its passive measurement to its VM's agent (RANKMAP_TOKEN_FILE, the agents'
+token; RANKMAP_PASSIVE_REPORT=--report, RANKMAP_PASSIVE=1 unless said otherwise), so the agents
+hold their light checks while the job's traffic is steady and run one when it drifts.
+
+The route a new plan takes (--route):
+  agent  (default) RANKMAP_PLAN_FROM_AGENT=1: each rank asks its VM's agent for the job's plan
+         every --report seconds (collectives/agent_link.h); the plan file is only the start.
+  file   the plan file (RANKMAP_PLAN / --plan), replaced atomically by this script's relay
+         thread: once a second it asks the coordinator's agent for its topology version
+         (GET /v1/health) and, when a new version is published, for the job's plan and renames
+         it over the plan file (what `rankmap plan` plus a rename does by hand).
+The engine's side (vote, judgeSwitch, the switch) is the product's in both.
 
 Scenarios (each a separate job; --scenarios picks):
   migrate   the job starts in plan order on 4+4; after --before seconds one VM in the middle
@@ -27,7 +32,9 @@ Scenarios (each a separate job; --scenarios picks):
   steady    nothing changes for --steady seconds: plan switches counted, and the probe
             traffic as a fraction of the job's (the VMs' interface byte counters with the agents
             re-probing, against the job's payload bytes, net of the bytes per payload byte of
-            the same job with the agents stopped).
+            the same job with the agents stopped). Then --overhead-runs pairs of
+            --overhead-seconds jobs with RANKMAP_PASSIVE=1 and =0, interleaved, agents running:
+            the busbw with passive measurement on against off.
 
 Usage: live_plan_bench.py --emucloud E --rankmap R --rankmapd D [--scenarios migrate,noise,steady]
 """
@@ -67,6 +74,11 @@ def extra(p):
     p.add_argument("--out", default="", help="write the summary JSON here too")
     p.add_argument("--out-dir", default="", help="keep every plan the relay wrote here")
     p.add_argument("--port", type=int, default=29600)
+    p.add_argument("--route", default="agent", choices=("agent", "file"),
+                   help="how a new plan reaches the job (see above)")
+    p.add_argument("--report", default="2s", help="RANKMAP_PASSIVE_REPORT of the job")
+    p.add_argument("--overhead-runs", type=int, default=3)
+    p.add_argument("--overhead-seconds", type=float, default=40)
 
 
 def load():
@@ -141,13 +153,18 @@ class Job:
     """`rankmap bench --duration` over every VM, in the background; rows with their arrival
     time (monotonic)."""
 
-    def __init__(self, tb, args, plan_path, seconds, live, port, algo="auto"):
+    def __init__(self, tb, args, plan_path, seconds, live, port, algo="auto", passive=True,
+                 token_file=""):
         env = dict(os.environ)
         for k in ("RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "LD_PRELOAD", "RANKMAP_ALGO"):
             env.pop(k, None)
         root = tb.truth["vms"][0]["address"]
         words = ["-x", f"RANKMAP_ROOT={root}:{port}", "-x", "RANKMAP_PLAN_VOTE_EVERY=1",
                  "-x", f"RANKMAP_LIVE_PLAN={1 if live else 0}", "-x", "RANKMAP_TIMEOUT=120s",
+                 "-x", f"RANKMAP_PASSIVE={1 if passive else 0}",
+                 "-x", f"RANKMAP_PASSIVE_REPORT={args.report}",
+                 "-x", f"RANKMAP_PLAN_FROM_AGENT={1 if args.route == 'agent' else 0}",
+                 "-x", f"RANKMAP_TOKEN_FILE={token_file}",
                  args.rankmap, "bench", "-b", str(kSize), "--duration", str(seconds), "-w", "1",
                  "-c", "--json", "--plan", plan_path, "--algo", algo]
         argv = tb.cmd("mpirun", "--prefix", tb.prefix, "--timeout", str(seconds + 180), "--",
@@ -268,9 +285,14 @@ def main():
               flush=True)
         port = [args.port]
 
-        def job(seconds, live, path=plan_path, algo="auto"):
+        def job(seconds, live, path=plan_path, algo="auto", passive=True):
             port[0] += 1
-            return Job(tb, args, path, seconds, live, port[0], algo)
+            return Job(tb, args, path, seconds, live, port[0], algo, passive,
+                       agents.file("token"))
+
+        def relay_start():
+            if args.route == "file":
+                relay.start()
 
         def fresh(name, algo):
             """A fresh job with the agents' plan for the current layout."""
@@ -289,7 +311,7 @@ def main():
 
         def changed_run(name, live, change, undo, algo):
             """A job over a change at --before seconds; returns its figures."""
-            relay.start()
+            relay_start()
             j = job(args.before + args.after, live, algo=algo)
             # The change at --before seconds after the first row.
             while not j.rows and j.proc.poll() is None:
@@ -395,7 +417,7 @@ def main():
                 if agents_on:
                     agents.start("--interval", args.interval)
                     time.sleep(2 * float(args.interval.rstrip("s")))
-                    relay.start()
+                    relay_start()
                 seconds = args.steady if agents_on else min(60.0, args.steady)
                 b0 = tx_bytes(tb)
                 j = job(seconds, True, algo=args.noise_algo)
@@ -422,6 +444,27 @@ def main():
                                     - st["agents_off"]["wire_per_payload"])
             print(f"steady: probe traffic {100 * st['probe_fraction']:.2f}% of the job's",
                   flush=True)
+            # Passive measurement's cost: interleaved jobs with it on and off, agents running.
+            over = {"on": [], "off": []}
+            for k in range(args.overhead_runs):
+                for passive in ((True, False) if k % 2 == 0 else (False, True)):
+                    relay_start()
+                    j = job(args.overhead_seconds, True, algo=args.noise_algo,
+                            passive=passive).wait()
+                    relay.stop()
+                    bw, nr = busbw(j.rows, j.rows[min(2, len(j.rows) - 1)]["t"])
+                    over["on" if passive else "off"].append(bw)
+                    print(f"overhead run {k}: passive {'on' if passive else 'off'}: busbw "
+                          f"{bw:.0f} Mbit/s ({nr} rows), {j.summary['plan_switches']} switches, "
+                          f"reports sent {j.summary.get('agent_reports_sent')}, load {load()}",
+                          flush=True)
+            if over["on"] and over["off"]:
+                on_m, off_m = statistics.median(over["on"]), statistics.median(over["off"])
+                st["overhead"] = {"on_mbit": over["on"], "off_mbit": over["off"],
+                                  "on_median": on_m, "off_median": off_m,
+                                  "on_over_off": on_m / off_m}
+                print(f"steady: busbw passive on {on_m:.0f} / off {off_m:.0f} Mbit/s = "
+                      f"{on_m / off_m:.3f}", flush=True)
             out["steady"] = st
         agents.stop()
     out["load_end"] = load()
