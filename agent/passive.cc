@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "common/error.h"
 
@@ -34,6 +35,8 @@ uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::
   const std::string plan = r.at("plan", "the plan hash in use (\"\" = none)").str();
   if (plan.size() > kMaxNameBytes) r.at("plan").fail("at most 255 bytes");
   r.at("window_s", "the report's window in seconds").nonNegative();
+  std::optional<double> inCollectives;
+  if (auto c = r.find("collective_s")) inCollectives = c->nonNegative();
   JsonReader peers = r.at("peers", "[{host, sent_bytes, send_busy_s, recv_bytes, recv_busy_s}]");
   const size_t n = peers.arraySize();
   if (n > kMaxPeers) peers.fail("at most 100000 peers");
@@ -49,10 +52,12 @@ uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::
     p.expectObject();
     std::string peer = p.at("host", "a host name").nonEmptyStr();
     if (peer.size() > kMaxNameBytes) p.at("host").fail("at most 255 bytes");
+    const double sendBusy = p.at("send_busy_s", "seconds").nonNegative();
+    const double recvBusy = p.at("recv_busy_s", "seconds").nonNegative();
     windows.push_back({peer, true, p.at("sent_bytes", "bytes").unsignedInt(),
-                       p.at("send_busy_s", "seconds").nonNegative()});
+                       inCollectives.value_or(sendBusy)});
     windows.push_back({peer, false, p.at("recv_bytes", "bytes").unsignedInt(),
-                       p.at("recv_busy_s", "seconds").nonNegative()});
+                       inCollectives.value_or(recvBusy)});
   }
   uint64_t added = 0;
   std::lock_guard<std::mutex> lock(mu_);

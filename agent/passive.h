@@ -4,9 +4,13 @@
 // are needed only to confirm it (agent/daemon.h, "Passive hold").
 //
 // Series: one per (reporter, peer host, direction): a reporter is one engine rank; "send" is
-// this host -> peer, "recv" peer -> this host. Each report adds one window per peer: bytes and
-// busy seconds. A window with at least kMinWindowBytes gives a rate (bytes x 8 / busy, Mbit/s;
-// a lower bound of the path's rate while the job used it). A series' baseline is the median of
+// this host -> peer, "recv" peer -> this host. Each report adds one window per peer: bytes, and
+// the rank's seconds inside collectives in the window ("collective_s"; reports without it use
+// the peer's busy seconds). A window with at least kMinWindowBytes gives a rate (bytes x 8 /
+// seconds, Mbit/s): the job's own rate with that peer per second of communication, steady while
+// the job and the network are. (The per-message busy time is no measure here: a send that lands
+// in a socket buffer with room finishes at once, and such rates swung tenfold between windows
+// of a steady job on the emulated cloud.) A series' baseline is the median of
 // its first kBaselineWindows rates under one plan (a report with another plan hash starts the
 // series again: a new order moves other bytes over other links). It drifts when each of its
 // last kConfirmWindows rates differs from the baseline by more than the threshold, the same way
@@ -34,8 +38,8 @@ namespace rankmap::agent {
 class PassiveLedger {
  public:
   static constexpr uint64_t kMinWindowBytes = 1 << 20;
-  static constexpr size_t kBaselineWindows = 3;
-  static constexpr size_t kConfirmWindows = 2;
+  static constexpr size_t kBaselineWindows = 5;
+  static constexpr size_t kConfirmWindows = 3;
   static constexpr size_t kMaxSeries = 65536;
   static constexpr std::chrono::seconds kExpiry{120};
   using Clock = std::chrono::steady_clock;

@@ -68,10 +68,12 @@ AgentLink::~AgentLink() {
   if (thread_.joinable()) thread_.join();
 }
 
-void AgentLink::offer(const std::vector<PeerTraffic>& totals, const Plan* inUse, int64_t nowNs) {
+void AgentLink::offer(const std::vector<PeerTraffic>& totals, uint64_t collectiveNs,
+                      const Plan* inUse, int64_t nowNs) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_ = totals;
+    pendingCollectiveNs_ = collectiveNs;
     pendingPlan_ = inUse ? inUse->hash : "";
     pendingEpoch_ = inUse ? inUse->epoch : 0;
     pendingNs_ = nowNs;
@@ -94,7 +96,7 @@ AgentLink::Counters AgentLink::counters() const {
 std::string AgentLink::reportBody(const std::string& reporter,
                                   const std::vector<std::string>& rankHost, int rank,
                                   const std::string& planHash, int64_t epoch, double windowSeconds,
-                                  const std::vector<PeerTraffic>& before,
+                                  double collectiveSeconds, const std::vector<PeerTraffic>& before,
                                   const std::vector<PeerTraffic>& now) {
   const std::string& self = rankHost.at(static_cast<size_t>(rank));
   std::map<std::string, PeerTraffic> byHost;
@@ -117,8 +119,13 @@ std::string AgentLink::reportBody(const std::string& reporter,
                      {"recv_bytes", d.recvBytes},
                      {"recv_busy_s", static_cast<double>(d.recvBusyNs) * 1e-9}});
   }
-  Json body = {{"reporter", reporter}, {"host", self},     {"rank", rank},
-               {"plan", planHash},     {"epoch", epoch},   {"window_s", windowSeconds},
+  Json body = {{"reporter", reporter},
+               {"host", self},
+               {"rank", rank},
+               {"plan", planHash},
+               {"epoch", epoch},
+               {"window_s", windowSeconds},
+               {"collective_s", collectiveSeconds},
                {"peers", std::move(peers)}};
   return body.dump();
 }
@@ -142,6 +149,7 @@ void AgentLink::fail(const std::string& what) {
 void AgentLink::main() {
   HttpClient client(o_.agentUrl, token_);
   std::vector<PeerTraffic> last(static_cast<size_t>(worldSize_));
+  uint64_t lastCollectiveNs = 0;
   int64_t lastNs = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -157,6 +165,7 @@ void AgentLink::main() {
     if (stop_) return;
     std::vector<PeerTraffic> totals = std::move(*pending_);
     pending_.reset();
+    const uint64_t collectiveNs = pendingCollectiveNs_;
     const std::string planHash = pendingPlan_;
     const int64_t epoch = pendingEpoch_;
     const int64_t nowNs = pendingNs_;
@@ -164,8 +173,9 @@ void AgentLink::main() {
     bool ok = true;
     if (o_.reports) {
       const double window = static_cast<double>(nowNs - lastNs) * 1e-9;
-      std::string body =
-          reportBody(reporter_, rankHost_, rank_, planHash, epoch, window, last, totals);
+      const double inCollectives = static_cast<double>(collectiveNs - lastCollectiveNs) * 1e-9;
+      std::string body = reportBody(reporter_, rankHost_, rank_, planHash, epoch, window,
+                                    inCollectives, last, totals);
       try {
         HttpResponse r =
             client.post("/v1/observations", body, Deadline::after(kRequestTimeout), 64 << 10);
@@ -181,6 +191,7 @@ void AgentLink::main() {
         fail(e.what());
       }
       last = std::move(totals);
+      lastCollectiveNs = collectiveNs;
       lastNs = nowNs;
     }
     if (o_.plans && ok) {

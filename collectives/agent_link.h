@@ -5,7 +5,8 @@
 //   hands over its meter's totals (offer()). The thread posts the difference since its last
 //   report, summed per peer host (peers on this rank's own host left out), to
 //   POST /v1/observations: {"reporter", "host", "rank", "plan", "epoch", "window_s",
-//   "peers": [{"host", "sent_bytes", "send_busy_s", "recv_bytes", "recv_busy_s"}]}. The agent
+//   "collective_s" (time inside collectives in the window), "peers": [{"host", "sent_bytes",
+//   "send_busy_s", "recv_bytes", "recv_busy_s"}]}. The agent
 //   folds them into its drift detection (agent/passive.h).
 // - Plans (AgentPlanSource, with RANKMAP_PLAN_FROM_AGENT): after each report it asks
 //   GET /v1/plan?hosts=...&ranks_per_host=K for the job's hosts in launch order and keeps the
@@ -62,7 +63,8 @@ class AgentLink {
   // Communicator thread, after a collective: whether a report is due at `nowNs`.
   bool due(int64_t nowNs) const { return nowNs >= nextOfferNs_; }
   // Communicator thread: hands over the meter's totals and the plan in use; returns at once.
-  void offer(const std::vector<PeerTraffic>& totals, const Plan* inUse, int64_t nowNs);
+  void offer(const std::vector<PeerTraffic>& totals, uint64_t collectiveNs, const Plan* inUse,
+             int64_t nowNs);
   // The newest valid plan fetched from the agent (a copy), or nullopt.
   std::optional<Plan> latestPlan() const;
   Counters counters() const;
@@ -71,7 +73,8 @@ class AgentLink {
   // The report body for the window between two totals (exposed for tests).
   static std::string reportBody(const std::string& reporter, const std::vector<std::string>& rankHost,
                                 int rank, const std::string& planHash, int64_t epoch,
-                                double windowSeconds, const std::vector<PeerTraffic>& before,
+                                double windowSeconds, double collectiveSeconds,
+                                const std::vector<PeerTraffic>& before,
                                 const std::vector<PeerTraffic>& now);
 
   static constexpr auto kRequestTimeout = std::chrono::milliseconds(2000);
@@ -96,6 +99,7 @@ class AgentLink {
   bool stop_ = false;
   // Handed over by offer(), taken by the thread.
   std::optional<std::vector<PeerTraffic>> pending_;
+  uint64_t pendingCollectiveNs_ = 0;
   std::string pendingPlan_;
   int64_t pendingEpoch_ = 0;
   int64_t pendingNs_ = 0;

@@ -506,6 +506,7 @@ void Communicator::run(Collective coll, const void* in, void* out, uint64_t coun
   buffers.output = out;
   buffers.scratch = scratch(sched.scratchBytes());
   const uint64_t tagBase = ((seq & 0xFFFFFFull) << 40) | (signature(coll, type, op, root) << 32);
+  const int64_t started = meter_ ? PassiveMeter::nowNs() : 0;
   try {
     execute(sched, *ctx_, buffers, reduction ? &*reduction : nullptr, tagBase,
             Deadline::after(options_.timeout), meter_.get());
@@ -520,11 +521,12 @@ void Communicator::run(Collective coll, const void* in, void* out, uint64_t coun
     abortContext();
     throw;
   }
+  if (meter_) meter_->addCollective(static_cast<uint64_t>(PassiveMeter::nowNs() - started));
   if (link_ && !internal) {
     const int64_t now = PassiveMeter::nowNs();
     if (link_->due(now))
       link_->offer(meter_ ? meter_->totals() : std::vector<PeerTraffic>{},
-                   plan_ ? &*plan_ : nullptr, now);
+                   meter_ ? meter_->collectiveNs() : 0, plan_ ? &*plan_ : nullptr, now);
   }
 }
 

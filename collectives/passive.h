@@ -4,8 +4,11 @@
 // direction, the bytes of finished messages and the busy time: the union of the intervals in
 // which at least one message with that peer was in flight, as the executor saw them (from the
 // post to the poll or wait that found it done). bytes / busy is therefore a lower bound of what
-// the path delivered while the job used it; a drift detector (the agent's, agent/passive.h)
-// compares it with itself over time, not with a probe.
+// the path delivered while the job used it — loosely: a send that lands in a socket buffer
+// with room finishes at once, so small and non-backlogged sends read far too fast. The meter
+// also keeps the time the rank spent inside collectives (addCollective); bytes to a peer per
+// second of collective time is the job's own rate with that peer, stable while the job and the
+// network are, and what the agent's drift detector compares over time (agent/passive.h).
 //
 // Cost: two clock reads and a few additions per message step (a step is one segment), no
 // allocation after construction. Threading: the communicator's thread only; others get copies
@@ -37,8 +40,12 @@ class PassiveMeter {
   // A collective failed with messages in flight: their intervals end now, their bytes are not
   // counted (they may never have moved).
   void abandon(int64_t nowNs);
+  // A collective call of this rank took `ns` (the communicator, around the executor).
+  void addCollective(uint64_t ns) { collectiveNs_ += ns; }
   // Cumulative per peer rank (index = rank; this rank's own entry stays zero).
   const std::vector<PeerTraffic>& totals() const { return totals_; }
+  // Cumulative time inside collective calls.
+  uint64_t collectiveNs() const { return collectiveNs_; }
 
  private:
   struct Open {
@@ -47,6 +54,7 @@ class PassiveMeter {
   };
   void close(int peer, bool send, int64_t nowNs);
   std::vector<PeerTraffic> totals_;
+  uint64_t collectiveNs_ = 0;
   std::vector<Open> send_;
   std::vector<Open> recv_;
 };

@@ -45,20 +45,24 @@ Json report(const std::string& self, const std::string& peer, double mbit,
              {"recv_busy_s", 0}}}}};
 }
 
-TEST(PassiveLedger, DriftNeedsABaselineAndTwoWindowsTheSameWay) {
+TEST(PassiveLedger, DriftNeedsABaselineAndWindowsInARowTheSameWay) {
+  static_assert(PassiveLedger::kBaselineWindows == 5 && PassiveLedger::kConfirmWindows == 3);
   PassiveLedger l("x");
   auto t = Clock::now();
   auto sum = [&](bool rebase = false) { return l.summary(t, 0.25, 20s, rebase); };
-  for (double r : {400.0, 410.0, 390.0}) l.add(report("x", "y", r), "test", t);
+  auto add = [&](std::initializer_list<double> rates) {
+    for (double r : rates) l.add(report("x", "y", r), "test", t);
+  };
+  add({400, 410, 390, 400, 405});
   auto s = sum();
   EXPECT_TRUE(s.fresh);
   EXPECT_EQ(s.baselined, 1u);  // the send series; the receive one has no bytes
   EXPECT_TRUE(s.drifting.empty());
-  l.add(report("x", "y", 200), "test", t);  // one slow window
-  l.add(report("x", "y", 395), "test", t);
+  add({200, 200, 395});  // two slow windows, then back
   EXPECT_TRUE(sum().drifting.empty());
-  l.add(report("x", "y", 200), "test", t);
-  l.add(report("x", "y", 210), "test", t);  // two in a row: a drift
+  add({200, 210});
+  EXPECT_TRUE(sum().drifting.empty());
+  add({205});  // three in a row: a drift
   s = sum(true);
   ASSERT_EQ(s.drifting.size(), 1u);
   EXPECT_EQ(s.drifting[0].src, "x");
@@ -66,17 +70,31 @@ TEST(PassiveLedger, DriftNeedsABaselineAndTwoWindowsTheSameWay) {
   EXPECT_NEAR(s.drifting[0].baselineMbps, 400, 1);
   EXPECT_NEAR(s.drifting[0].nowMbps, 205, 1);
   EXPECT_TRUE(sum().drifting.empty());  // rebased: reported once
-  l.add(report("x", "y", 205), "test", t);
-  l.add(report("x", "y", 600), "test", t);  // up and down: not one way
+  add({205, 600, 205});                 // up and down: not one way
   EXPECT_TRUE(sum().drifting.empty());
-  l.add(report("x", "y", 600), "test", t);
+  add({600, 600, 600});
   EXPECT_EQ(sum().drifting.size(), 1u);  // faster counts too
+}
+
+// The rate is bytes per second inside collectives when the report says it.
+TEST(PassiveLedger, RatesArePerSecondOfCollectives) {
+  PassiveLedger l("x");
+  auto t = Clock::now();
+  for (double secs : {1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0}) {
+    Json j = report("x", "y", 1e6);  // busy time says 1e6 Mbit/s: not used
+    j["collective_s"] = secs;
+    l.add(j, "test", t);
+  }
+  auto s = l.summary(t, 0.25, 20s, false);
+  ASSERT_EQ(s.drifting.size(), 1u);
+  EXPECT_NEAR(s.drifting[0].baselineMbps, 8.0 * (8 << 20) / 1e6, 0.01);
+  EXPECT_NEAR(s.drifting[0].nowMbps, 4.0 * (8 << 20) / 1e6, 0.01);
 }
 
 TEST(PassiveLedger, ANewPlanSmallWindowsAndStaleSeries) {
   PassiveLedger l("x");
   auto t = Clock::now();
-  for (double r : {400.0, 400.0, 400.0, 100.0}) l.add(report("x", "y", r), "test", t);
+  for (double r : {400.0, 400.0, 400.0, 400.0, 400.0, 100.0}) l.add(report("x", "y", r), "test", t);
   l.add(report("x", "y", 100, 8 << 20, "sha256:bb"), "test", t);  // another plan: new baseline
   l.add(report("x", "y", 100, 1000), "test", t);                   // too few bytes: no rate
   auto s = l.summary(t, 0.25, 20s, false);
@@ -84,7 +102,7 @@ TEST(PassiveLedger, ANewPlanSmallWindowsAndStaleSeries) {
   EXPECT_TRUE(s.drifting.empty());
   EXPECT_FALSE(l.summary(t + 30s, 0.25, 20s, false).fresh);
   EXPECT_EQ(l.summary(t + 200s, 0.25, 20s, false).series, 0u);
-  EXPECT_EQ(l.reports(), 6u);
+  EXPECT_EQ(l.reports(), 8u);
 }
 
 TEST(PassiveLedger, BadReportsNameTheField) {
@@ -216,13 +234,13 @@ TEST(PassiveHold, SteadyJobTrafficHoldsTheLightCheckAndADriftStartsIt) {
   const size_t checked = b.rounds();
   EXPECT_GT(checked, before);
   // Steady traffic reported on y: held, no round.
-  for (int i = 0; i < 5; ++i) ASSERT_EQ(b.observe(1, report("y", "x", 400)).status, 200);
+  for (int i = 0; i < 7; ++i) ASSERT_EQ(b.observe(1, report("y", "x", 400)).status, 200);
   b.d[0]->reprobeOnce();
   b.settle();
   EXPECT_EQ(b.rounds(), checked);
   EXPECT_EQ(b.metric(0, R"(rankmap_light_checks_total{result="held"})"), 1);
-  // y's traffic to x halves for two windows: the light check runs at once.
-  for (int i = 0; i < 2; ++i) ASSERT_EQ(b.observe(1, report("y", "x", 190)).status, 200);
+  // y's traffic to x halves for three windows: the light check runs at once.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(b.observe(1, report("y", "x", 190)).status, 200);
   b.d[0]->reprobeOnce();
   b.settle();
   EXPECT_EQ(b.metric(0, "rankmap_passive_drifts_total"), 1);

@@ -53,6 +53,7 @@ TEST(PassiveMeter, EachPairsSentBytesAreThePeersReceivedBytes) {
       for (int i = 0; i < 3; ++i)
         comm.allreduce(in.data(), out.data(), kCount, DataType::kInt32, ReduceOp::kSum);
       ASSERT_NE(comm.passive(), nullptr);
+      EXPECT_GT(comm.passive()->collectiveNs(), 0u);
       std::lock_guard<std::mutex> lock(mu);
       totals[static_cast<size_t>(r)] = comm.passive()->totals();
     });
@@ -95,12 +96,13 @@ TEST(AgentLink, ReportSumsPeersPerHostWithoutTheOwnHost) {
   now[3] = {1 << 20, 500000000, 7, 1};
   before[3] = {1 << 10, 0, 0, 0};
   now[4] = {0, 0, 0, 0};               // nothing moved: no entry
-  Json j = parseJson(AgentLink::reportBody("id-1", rankHost, 1, "sha256:ab", 7, 5.0, before, now),
+  Json j = parseJson(AgentLink::reportBody("id-1", rankHost, 1, "sha256:ab", 7, 5.0, 2.5, before, now),
                      "report");
   EXPECT_EQ(j["host"], "a");
   EXPECT_EQ(j["rank"], 1);
   EXPECT_EQ(j["plan"], "sha256:ab");
   EXPECT_EQ(j["epoch"], 7);
+  EXPECT_DOUBLE_EQ(j["collective_s"].get<double>(), 2.5);
   ASSERT_EQ(j["peers"].size(), 1u);
   const Json& b = j["peers"][0];
   EXPECT_EQ(b["host"], "b");
