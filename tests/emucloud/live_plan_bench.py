@@ -65,6 +65,9 @@ def extra(p):
     p.add_argument("--fresh", type=float, default=30, help="seconds of each fresh job")
     p.add_argument("--steady", type=float, default=300, help="seconds of the steady run")
     p.add_argument("--noise-mbit", type=float, default=700)
+    p.add_argument("--noise-udp", action="store_true",
+                   help="the tenant flow is a UDP blaster (emucloud noise --udp), which takes the "
+                        "host link from the job's TCP flows instead of sharing it")
     p.add_argument("--scenarios", default="migrate,noise,steady")
     p.add_argument("--migrate-algo", default="ring",
                    help="the migrate runs' --algo: ring, where the order alone sets the rate")
@@ -79,6 +82,10 @@ def extra(p):
     p.add_argument("--report", default="2s", help="RANKMAP_PASSIVE_REPORT of the job")
     p.add_argument("--overhead-runs", type=int, default=3)
     p.add_argument("--overhead-seconds", type=float, default=40)
+    p.add_argument("--overhead-agents", default="on", choices=("on", "off"),
+                   help="off: the overhead pairs run with the agents stopped, so that passive "
+                        "on and off differ only by the engine's counting and its failed "
+                        "reports (with them running, off also means un-held light checks)")
 
 
 def load():
@@ -391,7 +398,8 @@ def main():
 
                 def change():
                     tb.run("noise", "start", "--prefix", tb.prefix, "--from", victim, "--to",
-                           "tenant", "--mbit", str(args.noise_mbit))
+                           "tenant", "--mbit", str(args.noise_mbit),
+                           *(["--udp"] if args.noise_udp else []))
 
                 def undo():
                     tb.run("noise", "stop", "--prefix", tb.prefix, "--to", "tenant")
@@ -444,7 +452,9 @@ def main():
                                     - st["agents_off"]["wire_per_payload"])
             print(f"steady: probe traffic {100 * st['probe_fraction']:.2f}% of the job's",
                   flush=True)
-            # Passive measurement's cost: interleaved jobs with it on and off, agents running.
+            # Passive measurement's cost: interleaved jobs with it on and off.
+            if args.overhead_agents == "off":
+                agents.stop()
             over = {"on": [], "off": []}
             for k in range(args.overhead_runs):
                 for passive in ((True, False) if k % 2 == 0 else (False, True)):
@@ -460,7 +470,8 @@ def main():
                           flush=True)
             if over["on"] and over["off"]:
                 on_m, off_m = statistics.median(over["on"]), statistics.median(over["off"])
-                st["overhead"] = {"on_mbit": over["on"], "off_mbit": over["off"],
+                st["overhead"] = {"agents": args.overhead_agents,
+                                  "on_mbit": over["on"], "off_mbit": over["off"],
                                   "on_median": on_m, "off_median": off_m,
                                   "on_over_off": on_m / off_m}
                 print(f"steady: busbw passive on {on_m:.0f} / off {off_m:.0f} Mbit/s = "
