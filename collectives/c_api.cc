@@ -66,14 +66,16 @@ rankmap::coll::Communicator& get(rankmapComm_t comm) {
   return *comm->comm;
 }
 
+// The argument enums have the fixed underlying type unsigned int (coll.h), so any value a caller
+// passes is a valid one here, and the range check is defined behaviour.
 rankmap::coll::DataType typeOf(rankmapDataType_t t) {
-  if (static_cast<int>(t) < 0 || static_cast<int>(t) >= rankmap::coll::kNumDataTypes)
+  if (static_cast<unsigned>(t) >= static_cast<unsigned>(rankmap::coll::kNumDataTypes))
     RANKMAP_THROW(rankmap::InvalidInput, "unknown data type {}", static_cast<int>(t));
   return static_cast<rankmap::coll::DataType>(t);
 }
 
 rankmap::coll::ReduceOp opOf(rankmapRedOp_t op) {
-  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= rankmap::coll::kNumReduceOps)
+  if (static_cast<unsigned>(op) >= static_cast<unsigned>(rankmap::coll::kNumReduceOps))
     RANKMAP_THROW(rankmap::InvalidInput, "unknown reduction operator {}", static_cast<int>(op));
   return static_cast<rankmap::coll::ReduceOp>(op);
 }

@@ -194,8 +194,21 @@ Communicator::Communicator(std::shared_ptr<transport::Device> device,
 
 Communicator::~Communicator() {
   // A broken communicator whose context we do not own may still have transfers in flight into
-  // scratch; leak it rather than let them write into freed memory.
-  if (broken() && !owned_) (void)scratch_.release();
+  // scratch: the context keeps it until it is destroyed, so they never write into freed memory
+  // (and it is not leaked, as it was before LeakSanitizer ran the failure tests).
+  if (broken() && !owned_ && ctx_ != nullptr && scratch_) {
+    try {
+      auto held = std::make_shared<decltype(scratch_)>(std::move(scratch_));
+      try {
+        ctx_->keepUntilDestroyed(held);
+      } catch (...) {
+        scratch_ = std::move(*held);
+        throw;
+      }
+    } catch (...) {
+      (void)scratch_.release();  // no memory to hand it over: leak it rather than free it in use
+    }
+  }
 }
 
 void Communicator::init(std::optional<Plan> plan) {

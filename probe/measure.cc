@@ -230,7 +230,11 @@ LatencyStats measureLatency(Channel& c, const LatencyOptions& opts, Deadline d) 
   samples.reserve(static_cast<size_t>(opts.samples));
   std::string payload(8, '\0');
   for (int i = 0; i < opts.warmup + opts.samples; ++i) {
-    for (int b = 0; b < 8; ++b) payload[static_cast<size_t>(b)] = static_cast<char>(i >> (8 * b));
+    // The 8-byte sequence number (wire.h), little-endian; the server only echoes it. Shifted as
+    // uint64_t: shifting the int by 32 or more was undefined (UBSan), and on x86 repeated the
+    // low bytes.
+    const auto seq = static_cast<uint64_t>(i);
+    for (int b = 0; b < 8; ++b) payload[static_cast<size_t>(b)] = static_cast<char>(seq >> (8 * b));
     auto t0 = Clock::now();
     c.send(MsgType::kPing, payload, d);
     std::string pong = c.expect(MsgType::kPong, d, 8);

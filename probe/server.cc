@@ -35,6 +35,21 @@ void ProbeServer::stop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (int fd : active_) ::shutdown(fd, SHUT_RDWR);
   idle_.wait(lock, [&] { return running_ == 0; });
+  auto threads = std::move(threads_);
+  threads_.clear();
+  finished_.clear();
+  lock.unlock();
+  for (auto& [id, t] : threads) t.join();  // each has left serve(); this waits for its exit
+}
+
+void ProbeServer::reapFinished() {
+  for (auto id : finished_) {
+    auto it = threads_.find(id);
+    if (it == threads_.end()) continue;
+    it->second.join();  // it has left serve() and holds no lock: this waits for its exit only
+    threads_.erase(it);
+  }
+  finished_.clear();
 }
 
 void ProbeServer::acceptLoop() {
@@ -49,6 +64,7 @@ void ProbeServer::acceptLoop() {
     }
     if (!s) continue;
     std::lock_guard<std::mutex> lock(mu_);
+    reapFinished();
     if (stopping_.load() || running_ >= opts_.maxConnections) {
       ++refused_;
       continue;  // closes the socket
@@ -63,9 +79,11 @@ void ProbeServer::acceptLoop() {
     ++running_;
     ++accepted_;
     active_.insert(dupFd);
-    std::thread([this, dupFd, sock = std::move(*s)]() mutable {
+    std::thread t([this, dupFd, sock = std::move(*s)]() mutable {
       serve(std::move(sock), dupFd);
-    }).detach();
+    });
+    const auto id = t.get_id();
+    threads_.emplace(id, std::move(t));
   }
 }
 
@@ -91,6 +109,7 @@ void ProbeServer::serve(Socket s, int dupFd) {
   active_.erase(dupFd);
   ::close(dupFd);
   --running_;
+  finished_.push_back(std::this_thread::get_id());
   idle_.notify_all();
 }
 

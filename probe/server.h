@@ -13,10 +13,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/json.h"
 #include "probe/measure.h"
@@ -64,6 +66,7 @@ class ProbeServer {
  private:
   void acceptLoop();
   void serve(Socket s, int dupFd);
+  void reapFinished();  // joins the threads in finished_; called with mu_ held
   void serveChannel(Channel& c);
 
   Options opts_;
@@ -78,6 +81,11 @@ class ProbeServer {
   std::condition_variable idle_;
   std::set<int> active_;  // dup()ed fds of live connections, to shut them down on stop()
   size_t running_ = 0;    // connection threads not yet finished
+  // Connection threads, joined (not detached): by acceptLoop once they have put their id in
+  // finished_, and all by stop(), so that none still runs (its thread-local state, such as
+  // OpenSSL's per-thread random generator, not yet freed) after stop() returns.
+  std::map<std::thread::id, std::thread> threads_;
+  std::vector<std::thread::id> finished_;
   std::array<std::atomic<uint64_t>, 5> authFailures_{};
   std::atomic<uint64_t> accepted_{0};
   std::atomic<uint64_t> refused_{0};

@@ -61,6 +61,12 @@ class Context {
   // Backend name: "tcp", "loopback", "rdma".
   virtual std::string backend() const = 0;
 
+  // Keeps `memory` alive until this context is destroyed, after the backend has stopped: for a
+  // user of a borrowed context that goes away while requests into its memory may still be in
+  // flight (a failed collective's scratch, see Communicator), which would otherwise have to leak
+  // it. Same thread rule as the requests.
+  void keepUntilDestroyed(std::shared_ptr<void> memory) { kept_.push_back(std::move(memory)); }
+
  protected:
   Context(int rank, int size) : rank_(rank), size_(size) {}
   // Throws InvalidInput unless 0 <= peer < size(); backends check every peer argument with it.
@@ -69,6 +75,9 @@ class Context {
  private:
   int rank_;
   int size_;
+  // Members of this base class are destroyed after the backend's destructor has run (and failed
+  // or finished every request), so nothing writes into what they hold any more.
+  std::vector<std::shared_ptr<void>> kept_;
 };
 
 // Waits for all requests; throws the first failure after every request is complete or failed.

@@ -36,8 +36,18 @@ typedef enum {
   rankmapInternalError = 8,  /* a bug in rankmap */
 } rankmapResult_t;
 
+/* The two argument enums below have, seen from C++, the fixed underlying type unsigned int, the
+ * type gcc and clang give them in C: a caller may pass a value that names no enumerator (a C
+ * program, ctypes), and the functions must be able to read it to refuse it (rankmapInvalidInput).
+ * In C++ such a value is only valid for an enum with a fixed underlying type. */
+#ifdef __cplusplus
+#define RANKMAP_ARG_ENUM_BASE : unsigned int
+#else
+#define RANKMAP_ARG_ENUM_BASE
+#endif
+
 /* Element types (nccl-tests names in parentheses). */
-typedef enum {
+typedef enum RANKMAP_ARG_ENUM_BASE {
   rankmapInt8 = 0,     /* int8 */
   rankmapUint8 = 1,    /* uint8 */
   rankmapInt32 = 2,    /* int32 */
@@ -52,7 +62,7 @@ typedef enum {
 
 /* Reductions. Integers wrap around on sum and prod. avg = sum divided by the number of ranks at
  * the end; for integers the division rounds toward zero. fp16/bf16 are combined in fp32. */
-typedef enum {
+typedef enum RANKMAP_ARG_ENUM_BASE {
   rankmapSum = 0,
   rankmapProd = 1,
   rankmapMin = 2,

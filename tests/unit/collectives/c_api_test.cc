@@ -81,8 +81,13 @@ TEST(CApi, GroupOverTcp) {
         }
         check(rankmapBarrier(comm));
         // Bad arguments come back as codes, and the communicator still works.
+        // Values that name no enumerator, as a C caller may pass them (UBSan checks that reading
+        // them is defined: coll.h gives the argument enums a fixed underlying type in C++).
         EXPECT_EQ(rankmapAllReduce(in.data(), out.data(), 1, static_cast<rankmapDataType_t>(42),
                                    rankmapSum, comm),
+                  rankmapInvalidInput);
+        EXPECT_EQ(rankmapAllReduce(in.data(), out.data(), 1, rankmapInt64,
+                                   static_cast<rankmapRedOp_t>(-1), comm),
                   rankmapInvalidInput);
         EXPECT_EQ(rankmapBroadcast(b.data(), b.data(), 4, rankmapFloat64, 9, comm), rankmapInvalidInput);
         check(rankmapBarrier(comm));

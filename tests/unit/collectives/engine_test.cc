@@ -170,7 +170,9 @@ void runMatrix(Communicator& comm, const std::vector<uint64_t>& counts, bool ful
           }
           auto in = inputBuffer(t, op, me, count);
           if (inPlace) {
-            std::memcpy(out.data() + count * es * static_cast<size_t>(me), in.data(), in.size());
+            // std::copy, not memcpy: at count 0 both data() are null, which memcpy forbids.
+            std::copy(in.begin(), in.end(),
+                      out.begin() + static_cast<long>(count * es * static_cast<size_t>(me)));
             comm.allgather(out.data() + count * es * static_cast<size_t>(me), out.data(), count, t);
           } else {
             comm.allgather(in.data(), out.data(), count, t);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -335,6 +336,24 @@ TEST_P(TransportConformance, SlowReaderDoesNotBlockOthers) {
       }
     }
   });
+}
+
+// keepUntilDestroyed: memory a receive that timed out may still write into is held by the
+// context and freed only when the context goes (after the backend stopped), not leaked.
+TEST_P(TransportConformance, KeptMemoryLivesUntilTheContextIsDestroyed) {
+  auto ctxs = group(2);
+  auto freed = std::make_shared<std::atomic<bool>>(false);
+  auto* buf = new std::vector<uint8_t>(64);
+  auto r = ctxs[1]->irecv(0, 3, buf->data(), buf->size());
+  EXPECT_THROW(r->wait(Deadline::afterMs(50)), TimeoutError);
+  ctxs[1]->keepUntilDestroyed(std::shared_ptr<void>(buf, [freed](void* p) {
+    delete static_cast<std::vector<uint8_t>*>(p);
+    *freed = true;
+  }));
+  r.reset();
+  EXPECT_FALSE(freed->load());
+  ctxs[1].reset();
+  EXPECT_TRUE(freed->load());
 }
 
 TEST_P(TransportConformance, BackendName) {
