@@ -76,6 +76,10 @@ void AgentLink::offer(const std::vector<PeerTraffic>& totals, uint64_t collectiv
     pendingCollectiveNs_ = collectiveNs;
     pendingPlan_ = inUse ? inUse->hash : "";
     pendingEpoch_ = inUse ? inUse->epoch : 0;
+    if (inUse == nullptr)
+      pendingOrder_.clear();
+    else if (pendingOrder_ != inUse->order)
+      pendingOrder_ = inUse->order;
     pendingNs_ = nowNs;
     const int shift = std::min(kMaxBackoffShift, failStreak_);
     nextOfferNs_ = nowNs + std::min(kMaxBackoffNs, (ms(o_.reportEvery) * 1'000'000) << shift);
@@ -83,9 +87,49 @@ void AgentLink::offer(const std::vector<PeerTraffic>& totals, uint64_t collectiv
   cv_.notify_all();
 }
 
-std::optional<Plan> AgentLink::latestPlan() const {
+std::optional<Plan> AgentLink::latestPlan(std::optional<OrderPricing>* pricing) const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (pricing != nullptr) *pricing = fetchedPricing_;
   return fetched_;
+}
+
+std::string AgentLink::planQueryFor(const std::vector<std::string>& hosts) const {
+  std::string list;
+  for (size_t h = 0; h < hosts.size(); ++h) list += (h ? "," : "") + urlEncode(hosts[h]);
+  return fmt::format("/v1/plan?hosts={}&ranks_per_host={}", list, ranksPerHost_);
+}
+
+std::optional<OrderPricing> AgentLink::priceAgainstInUse(HttpClient& client, const Plan& candidate,
+                                                         const std::vector<std::string>& inUse) {
+  // Nothing to price: no plan in use, the same order, or the candidate prices itself (its
+  // input order is the order in use: judgeSwitch reads its own prediction).
+  if (inUse.empty() || candidate.order == inUse || candidate.hosts == inUse) return std::nullopt;
+  try {
+    HttpResponse r = client.get(planQueryFor(inUse), Deadline::after(kRequestTimeout), 64u << 20);
+    std::optional<Plan> from;
+    if (r.status == 200)
+      from = Plan::fromJson(parseJson(r.body, "agent plan"), "plan from agent " + o_.agentUrl);
+    if (!from) {
+      RANKMAP_DEBUG(Coll, "rank {}: pricing plan {} against the order in use: HTTP {}: {}", rank_,
+                    shortPlanHash(candidate.hash), r.status, r.errorText());
+      return std::nullopt;
+    }
+    const Prediction& pd = from->predicted;
+    const Prediction& cd = candidate.predicted;
+    // The same topology version (the agents share the coordinator's versions; the topology
+    // hash is of the job's hosts in the query's order, so it differs) and the same basis: the
+    // candidate's ring time is its own prediction, the order in use's is this plan's input
+    // order's.
+    if (from->epoch <= 0 || from->epoch != candidate.epoch ||
+        from->ranksPerHost != candidate.ranksPerHost || pd.basis != cd.basis ||
+        pd.inputOrderUs <= 0 || cd.planUs <= 0)
+      return std::nullopt;  // another topology version meanwhile, or no prediction
+    return OrderPricing{from->epoch, inUse, cd.basis, cd.planUs, pd.inputOrderUs};
+  } catch (const std::exception& e) {
+    RANKMAP_DEBUG(Coll, "rank {}: pricing plan {} against the order in use: {}", rank_,
+                  shortPlanHash(candidate.hash), e.what());
+    return std::nullopt;
+  }
 }
 
 AgentLink::Counters AgentLink::counters() const {
@@ -155,10 +199,7 @@ void AgentLink::main() {
     std::lock_guard<std::mutex> lock(mu_);
     lastNs = pendingNs_;
   }
-  std::string planQuery;
-  for (size_t h = 0; h < hosts_.size(); ++h)
-    planQuery += (h ? "," : "") + urlEncode(hosts_[h]);
-  planQuery = fmt::format("/v1/plan?hosts={}&ranks_per_host={}", planQuery, ranksPerHost_);
+  const std::string planQuery = planQueryFor(hosts_);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || pending_.has_value(); });
@@ -168,6 +209,7 @@ void AgentLink::main() {
     const uint64_t collectiveNs = pendingCollectiveNs_;
     const std::string planHash = pendingPlan_;
     const int64_t epoch = pendingEpoch_;
+    const std::vector<std::string> inUseOrder = pendingOrder_;
     const int64_t nowNs = pendingNs_;
     lock.unlock();
     bool ok = true;
@@ -203,12 +245,15 @@ void AgentLink::main() {
           PlanChecks checks;
           checks.maxAge = o_.maxAge;
           PlanVote v = planVote(plan, rank_, worldSize_, checks);
+          std::optional<OrderPricing> pricing;
+          if (v.status == PlanStatus::kOk) pricing = priceAgainstInUse(client, *plan, inUseOrder);
           std::lock_guard<std::mutex> g(mu_);
           if (v.status == PlanStatus::kOk) {
             if (!fetched_ || fetched_->hash != plan->hash)
               RANKMAP_DEBUG(Coll, "rank {}: the agent offers plan {} (epoch {})", rank_,
                             shortPlanHash(plan->hash), plan->epoch);
             fetched_ = std::move(plan);
+            fetchedPricing_ = std::move(pricing);
             ++counters_.plansFetched;
           } else {
             ++counters_.plansRejected;
@@ -233,9 +278,11 @@ void AgentLink::main() {
 }
 
 const Plan* AgentPlanSource::poll(std::chrono::steady_clock::time_point) {
-  std::optional<Plan> p = link_.latestPlan();
+  std::optional<OrderPricing> pricing;
+  std::optional<Plan> p = link_.latestPlan(&pricing);
   if (!p) return candidate_ ? &*candidate_ : nullptr;
   if (!candidate_ || candidate_->hash != p->hash) candidate_ = std::move(p);
+  pricing_ = std::move(pricing);
   return &*candidate_;
 }
 

@@ -10,7 +10,10 @@
 //   folds them into its drift detection (agent/passive.h).
 // - Plans (AgentPlanSource, with RANKMAP_PLAN_FROM_AGENT): after each report it asks
 //   GET /v1/plan?hosts=...&ranks_per_host=K for the job's hosts in launch order and keeps the
-//   newest plan that passes the start-up checks (world size, age); the vote reads it.
+//   newest plan that passes the start-up checks (world size, age); the vote reads it. When that
+//   plan has another order than the plan in use, it asks once more with the hosts in the order
+//   in use: that plan's prediction prices the order in use (OrderPricing, collectives/live_plan.h),
+//   so that judgeSwitch keeps out a newer plan no faster than the order in use.
 // Host names come from the communicator's starting plan (Plan::hosts, launch order); without
 // one there is no link. Every request is bounded (kRequestTimeout); a failure is a warning the
 // first time, a debug line after, a counter always, and a backoff (doubling up to a minute): an
@@ -29,6 +32,7 @@
 
 #include "collectives/live_plan.h"
 #include "collectives/passive.h"
+#include "common/http_client.h"
 #include "common/plan.h"
 
 namespace rankmap::coll {
@@ -65,8 +69,9 @@ class AgentLink {
   // Communicator thread: hands over the meter's totals and the plan in use; returns at once.
   void offer(const std::vector<PeerTraffic>& totals, uint64_t collectiveNs, const Plan* inUse,
              int64_t nowNs);
-  // The newest valid plan fetched from the agent (a copy), or nullopt.
-  std::optional<Plan> latestPlan() const;
+  // The newest valid plan fetched from the agent (a copy), or nullopt; with `pricing`, also
+  // its pricing against the order in use at the fetch (priceAgainstInUse), when there is one.
+  std::optional<Plan> latestPlan(std::optional<OrderPricing>* pricing = nullptr) const;
   Counters counters() const;
   bool fetchesPlans() const { return o_.plans; }
 
@@ -83,6 +88,15 @@ class AgentLink {
   AgentLink(AgentLinkOptions o, std::string token, int rank, int worldSize, const Plan& start);
   void main();
   void fail(const std::string& what);
+  std::string planQueryFor(const std::vector<std::string>& hosts) const;
+  // Thread only. When `candidate` has another order than `inUse` (the plan in use's, empty for
+  // none) and is not itself planned from it: GET /v1/plan for the job's hosts in the order in
+  // use, whose prediction's input order is the order in use; with the candidate's own
+  // prediction, both rings priced on one topology version (kept only when the two plans are of
+  // the same version and basis). Any failure is a debug line and no pricing (the ranks then
+  // disagree or judge without).
+  std::optional<OrderPricing> priceAgainstInUse(HttpClient& client, const Plan& candidate,
+                                                const std::vector<std::string>& inUse);
 
   AgentLinkOptions o_;
   std::string token_;
@@ -102,8 +116,10 @@ class AgentLink {
   uint64_t pendingCollectiveNs_ = 0;
   std::string pendingPlan_;
   int64_t pendingEpoch_ = 0;
+  std::vector<std::string> pendingOrder_;  // the plan in use's order (empty: none)
   int64_t pendingNs_ = 0;
   std::optional<Plan> fetched_;
+  std::optional<OrderPricing> fetchedPricing_;  // of fetched_, against the order then in use
   Counters counters_;
   int failStreak_ = 0;  // failed cycles in a row: the backoff's exponent
   std::thread thread_;
@@ -115,10 +131,12 @@ class AgentPlanSource : public PlanSource {
   explicit AgentPlanSource(const AgentLink& link) : link_(link) {}
   const Plan* poll(std::chrono::steady_clock::time_point now) override;
   uint64_t rejected() const override { return link_.counters().plansRejected; }
+  const OrderPricing* pricing() const override { return pricing_ ? &*pricing_ : nullptr; }
 
  private:
   const AgentLink& link_;
   std::optional<Plan> candidate_;
+  std::optional<OrderPricing> pricing_;
 };
 
 }  // namespace rankmap::coll

@@ -331,7 +331,13 @@ void Communicator::maybeVote() {
   const Plan* offered = planSource_->poll(t0);
   stats_.planFilesRejected = planSource_->rejected();
   if (offered == nullptr) offered = current;
-  const uint64_t key = planKey(offered);
+  // A pricing of the offered plan against the order in use (the agent route) is part of what
+  // the ranks must agree on: judgeSwitch reads it.
+  const OrderPricing* pricing =
+      offered != nullptr && offered != current && planKey(offered) != planKey(current)
+          ? planSource_->pricing()
+          : nullptr;
+  const uint64_t key = planKey(offered) ^ pricingKey(pricing);
   const uint64_t epoch = offered ? static_cast<uint64_t>(offered->epoch) : 0;
   // Max of each value and of its complement: max and min over the ranks in one allreduce.
   uint64_t v[4] = {key, ~key, epoch, ~epoch};
@@ -349,14 +355,14 @@ void Communicator::maybeVote() {
     voteEnd();
     return;
   }
-  if (key == planKey(current)) {
+  if (pricing == nullptr && key == planKey(current)) {
     voteEnd();
     return;
   }
   // Every rank offers `offered`, which is not the plan in use, and judges it alike.
   SwitchVerdict verdict =
       judgeSwitch(current, *offered, collectiveName(coll), bytes, options_.live.margin,
-                  options_.algorithm);
+                  options_.algorithm, pricing);
   if (!verdict.adopt) {
     ++stats_.planSwitchesDeclined;
     if (lastDeclined_ != offered->hash) {

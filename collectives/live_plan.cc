@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <utility>
 #include <vector>
@@ -59,6 +60,22 @@ uint64_t planKey(const Plan* plan) {
   // A sealed plan always has hex here; anything else still gets a key no plan of hex has.
   if (ec != std::errc() || p != h.data() + h.size()) key = ~0ull;
   return key == 0 ? 1 : key;  // 0 is identity order
+}
+
+uint64_t pricingKey(const OrderPricing* pricing) {
+  if (pricing == nullptr) return 0;
+  // splitmix64 over the two prices' bits: the same numbers give the same key on every rank.
+  auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  uint64_t a = 0, b = 0;
+  std::memcpy(&a, &pricing->candidateUs, sizeof(a));
+  std::memcpy(&b, &pricing->againstUs, sizeof(b));
+  const uint64_t key = mix(a ^ mix(b));
+  return key == 0 ? 1 : key;
 }
 
 namespace {
@@ -140,7 +157,8 @@ bool sameStructure(const Plan& current, const Plan& candidate, std::string_view 
 }
 
 SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::string_view collective,
-                          uint64_t bytes, double margin, std::optional<Algorithm> forced) {
+                          uint64_t bytes, double margin, std::optional<Algorithm> forced,
+                          const OrderPricing* pricing) {
   const std::string to = shortPlanHash(candidate.hash);
   if (current != nullptr && current->hash == candidate.hash) return {false, "same plan"};
   // 2. Only the algorithm table differs: price both under the candidate's (newer) model.
@@ -169,6 +187,26 @@ SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::strin
     const bool adopt = planUs < inputUs * (1 - margin);
     return {adopt, fmt::format("{}: {:.1f} us vs {:.1f} us in identity order, margin {:.0f}%",
                                candidate.predicted.basis, planUs, inputUs, margin * 100)};
+  }
+  //    From another order: the candidate's order priced against the one in use.
+  if (current != nullptr && current->order != candidate.order &&
+      current->ranksPerHost == candidate.ranksPerHost) {
+    std::optional<OrderPricing> price;
+    if (candidate.hosts == current->order && candidate.predicted.planUs > 0 &&
+        candidate.predicted.inputOrderUs > 0)
+      price = OrderPricing{candidate.epoch, current->order, candidate.predicted.basis,
+                           candidate.predicted.planUs, candidate.predicted.inputOrderUs};
+    else if (pricing != nullptr && pricing->against == current->order && candidate.epoch > 0 &&
+             pricing->epoch == candidate.epoch && pricing->candidateUs > 0 &&
+             pricing->againstUs > 0)
+      price = *pricing;
+    if (price) {
+      const bool adopt = price->candidateUs < price->againstUs * (1 - margin);
+      return {adopt, fmt::format("{}: {:.1f} us vs {:.1f} us in the order in use under {}'s "
+                                 "measurements, margin {:.0f}%",
+                                 price->basis, price->candidateUs, price->againstUs, to,
+                                 margin * 100)};
+    }
   }
   // 4. The same hierarchy, algorithm and shares: the orders differ only within what the
   //    model cannot tell apart (measurement noise, e.g. probes that met the job's own traffic).

@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/algorithm.h"
 #include "common/files.h"
@@ -43,6 +44,21 @@ struct LivePlanOptions {
   std::chrono::milliseconds maxAge{0};           // RANKMAP_PLAN_MAX_AGE; 0 = no limit
 };
 
+// A candidate's ring priced against the order in use, on the candidate's own topology version:
+// what Plan::predicted gives when the plan was made with the order in use as its input order
+// (Plan::hosts). The agent route gets it by asking the agent a second time, with the job's hosts
+// in the order in use (collectives/agent_link.h): that plan's prediction prices the order in use
+// (inputOrderUs) on the same version as the candidate's own prediction prices the candidate's
+// ring (planUs).
+struct OrderPricing {
+  int64_t epoch = 0;                 // Plan::epoch (topology version) the prices came from
+  std::vector<std::string> against;  // the order in use (Plan::order) the prices are against
+  std::string basis;                 // Prediction::basis, e.g. "allreduce 16 MiB ring"
+  double candidateUs = 0;            // the candidate's order
+  double againstUs = 0;              // the order in use
+  bool operator==(const OrderPricing&) const = default;
+};
+
 // Where a communicator learns of newer plans. poll() is called by the communicator's thread at
 // vote time only and must not block beyond a bounded local read.
 class PlanSource {
@@ -53,6 +69,9 @@ class PlanSource {
   // Replacements that were not adopted as candidates: unreadable, corrupt, wrong world size,
   // stale.
   virtual uint64_t rejected() const = 0;
+  // The pricing of the plan the last poll() returned against the order in use, when the source
+  // has one (OrderPricing above); valid until the next poll().
+  virtual const OrderPricing* pricing() const { return nullptr; }
 };
 
 // The plan file (RANKMAP_PLAN / --plan), replaced atomically (rename) by whoever re-plans.
@@ -88,6 +107,11 @@ class PlanFileSource : public PlanSource {
 // The vote's key for a plan: the first 64 bits of its hash (0 for no plan, identity order).
 uint64_t planKey(const Plan* plan);
 
+// What a pricing adds to the vote's key (0 for none): ranks whose agents priced a candidate
+// differently (or not at all) do not agree, so judgeSwitch's inputs are the same on every rank
+// that switches.
+uint64_t pricingKey(const OrderPricing* pricing);
+
 struct SwitchVerdict {
   bool adopt = false;
   std::string reason;  // one line, for the log
@@ -112,6 +136,13 @@ bool sameStructure(const Plan& current, const Plan& candidate, std::string_view 
 //    time < current time x (1 - margin).
 // 3. No current plan and the candidate predicts its order against the input order (identity,
 //    Plan::predicted planUs and inputOrderUs): adopt iff planUs < inputOrderUs x (1 - margin).
+//    With a current plan in another order than the candidate's, the same when the candidate's
+//    order is priced against the order in use: by the candidate itself when its input order
+//    (Plan::hosts) is the order in use, else by `pricing` (OrderPricing above) when it is
+//    against the order in use and from the candidate's topology version (epoch). A new topology version
+//    measured under the job's own traffic and a tenant's (docs/performance.md, "Live
+//    re-planning") can offer an order no faster than the one in use on its own measurements:
+//    it is kept out here, not adopted by rule 5 for being newer.
 // 4. Same structure (sameStructure below): keep. A new topology version whose groups, algorithm
 //    and chunk shares match the plan in use, with the order in use still running through every
 //    group contiguously, only reorders hosts within what the model cannot tell apart (noise:
@@ -123,6 +154,7 @@ bool sameStructure(const Plan& current, const Plan& candidate, std::string_view 
 //    hysteresis decides when a new topology version (and so a new epoch) is worth publishing.
 SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::string_view collective,
                           uint64_t bytes, double margin,
-                          std::optional<Algorithm> forced = std::nullopt);
+                          std::optional<Algorithm> forced = std::nullopt,
+                          const OrderPricing* pricing = nullptr);
 
 }  // namespace rankmap::coll

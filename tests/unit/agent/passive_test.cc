@@ -15,6 +15,7 @@
 #include "common/net.h"
 #include "tests/unit/collectives/engine_values.h"
 #include "tests/unit/collectives/harness.h"
+#include "tests/unit/common/plan_util.h"
 #include "tests/unit/common/temp_dir.h"
 
 namespace rankmap::agent {
@@ -307,6 +308,60 @@ TEST(PassiveEngine, RanksReportToTheirAgentsAndAdoptTheAgentsPlan) {
     EXPECT_EQ(stats[r].lastSwitchCall, stats[0].lastSwitchCall);
     EXPECT_GT(b.metric(static_cast<size_t>(r), "rankmap_passive_reports_total"), 0) << r;
     EXPECT_GT(b.metric(static_cast<size_t>(r), "rankmap_passive_bytes_total"), 1 << 20) << r;
+  }
+}
+
+// The agent route prices another order against the order in use: ranks that run a plan in an
+// order of their own (not the launch order) are offered the agents' newer plan for the launch
+// order, ask their agents once more with the order in use, learn that no ring is faster than it
+// on the agents' measurements (a flat loopback network), and keep it, every rank alike.
+TEST(PassiveEngine, ANewerPlanNoFasterThanTheOrderInUseIsKept) {
+  const std::vector<std::string> names = {"h0", "h1", "h2", "h3"};
+  Bed b(names);
+  b.probe();
+  Plan start = rankmap::testing::orderedPlan(names, {"h2", "h0", "h3", "h1"});
+  start.seal();
+  constexpr uint64_t kCount = 100003;
+  std::mutex mu;
+  std::vector<coll::Communicator::Stats> stats(4);
+  std::vector<std::string> inUse(4);
+  std::atomic<int> wrong{0};
+  coll::testing::spawn(4, coll::testing::Backend::Loopback, [&](coll::transport::Context& ctx) {
+    const int r = ctx.rank();
+    coll::CommOptions o;
+    o.timeout = 20s;
+    o.live.voteEvery = 4;
+    o.agent.agentUrl = b.url(static_cast<size_t>(r));
+    o.agent.tokenFile = b.token;
+    o.agent.reportEvery = 50ms;
+    o.agent.plans = true;
+    coll::Communicator comm(ctx, o, start);
+    ASSERT_NE(comm.agentLink(), nullptr);
+    auto in = coll::testing::inputBuffer(coll::DataType::kInt32, coll::ReduceOp::kSum, r, kCount);
+    const auto expected =
+        coll::testing::expectedBuffer(coll::DataType::kInt32, coll::ReduceOp::kSum, 4, kCount);
+    std::vector<std::byte> out(in.size());
+    const auto end = std::chrono::steady_clock::now() + 20s;
+    for (int call = 0;; ++call) {
+      comm.allreduce(in.data(), out.data(), kCount, coll::DataType::kInt32, coll::ReduceOp::kSum);
+      if (out != expected) ++wrong;
+      // Until every rank has seen the agents' plan judged (declined or adopted) a few times.
+      const auto s = comm.stats();
+      int go = s.planSwitchesDeclined + s.planSwitches >= 3 ? 0 : 1;
+      if (std::chrono::steady_clock::now() > end) go = 0;
+      comm.allreduce(&go, &go, 1, coll::DataType::kInt32, coll::ReduceOp::kMax);
+      if (!go) break;
+      std::this_thread::sleep_for(5ms);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    stats[static_cast<size_t>(r)] = comm.stats();
+    inUse[static_cast<size_t>(r)] = comm.plan() ? comm.plan()->hash : "";
+  });
+  EXPECT_EQ(wrong.load(), 0);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(stats[r].planSwitches, 0u) << "rank " << r;
+    EXPECT_GE(stats[r].planSwitchesDeclined, 3u) << "rank " << r;
+    EXPECT_EQ(inUse[r], start.hash) << "rank " << r;
   }
 }
 

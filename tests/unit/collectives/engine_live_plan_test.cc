@@ -366,6 +366,65 @@ TEST(JudgeSwitch, SameStructureIsKeptOut) {
   EXPECT_FALSE(sameStructure(flat1, flat2, "allreduce", 1 << 24, 0.1));
 }
 
+// Rule 3 from another order: a newer plan whose order is not faster than the order in use on
+// its own measurements is kept out, however new; priced by the plan itself (planned from the
+// order in use) or by an OrderPricing of its topology against the order in use.
+TEST(JudgeSwitch, AnotherOrderIsPricedAgainstTheOrderInUse) {
+  const std::vector<std::string> inUse = {"h3", "h0", "h4", "h1", "h2"};
+  const std::vector<std::string> other = {"h1", "h4", "h2", "h0", "h3"};
+  Plan cur = planWithEpoch(inUse, 1);
+  auto candidate = [&](const std::vector<std::string>& hosts, double planUs, double inputUs) {
+    Plan p = rankmap::testing::orderedPlan(hosts, other);
+    p.epoch = 2;
+    p.predicted.basis = "allreduce 16 MiB ring";
+    p.predicted.planUs = planUs;
+    p.predicted.inputOrderUs = inputUs;
+    p.seal();
+    return p;
+  };
+  // Planned from the order in use: its own prediction prices it.
+  SwitchVerdict v = judgeSwitch(&cur, candidate(inUse, 99, 100), "allreduce", 1 << 24, 0.1);
+  EXPECT_FALSE(v.adopt) << v.reason;
+  EXPECT_NE(v.reason.find("in the order in use"), std::string::npos) << v.reason;
+  v = judgeSwitch(&cur, candidate(inUse, 50, 100), "allreduce", 1 << 24, 0.1);
+  EXPECT_TRUE(v.adopt) << v.reason;
+  // Planned from the launch order, which is not the order in use: its prediction says nothing
+  // of the order in use; without a pricing the newer epoch wins (rule 5) ...
+  Plan fromLaunch = candidate(kHosts, 99, 100);
+  EXPECT_TRUE(judgeSwitch(&cur, fromLaunch, "allreduce", 1 << 24, 0.1).adopt);
+  // ... with one from its topology against the order in use, the pricing decides.
+  OrderPricing same{2, inUse, "allreduce 16 MiB ring", 100, 100};
+  v = judgeSwitch(&cur, fromLaunch, "allreduce", 1 << 24, 0.1, std::nullopt, &same);
+  EXPECT_FALSE(v.adopt) << v.reason;
+  OrderPricing faster{2, inUse, "allreduce 16 MiB ring", 40, 100};
+  EXPECT_TRUE(
+      judgeSwitch(&cur, fromLaunch, "allreduce", 1 << 24, 0.1, std::nullopt, &faster).adopt);
+  // A pricing of another topology version or against another order is ignored.
+  for (OrderPricing p : {OrderPricing{1, inUse, "", 100, 100}, OrderPricing{2, other, "", 100, 100}})
+    EXPECT_TRUE(judgeSwitch(&cur, fromLaunch, "allreduce", 1 << 24, 0.1, std::nullopt, &p).adopt)
+        << p.epoch;
+  // The same order as in use is not a question of order (rules 2, 4, 5).
+  Plan sameOrder = rankmap::testing::orderedPlan(inUse, inUse);
+  sameOrder.epoch = 2;
+  sameOrder.predicted.planUs = sameOrder.predicted.inputOrderUs = 100;
+  sameOrder.seal();
+  EXPECT_TRUE(judgeSwitch(&cur, sameOrder, "allreduce", 1 << 24, 0.1).adopt);
+}
+
+TEST(PricingKey, IsZeroWithoutPricingAndFollowsThePrices) {
+  OrderPricing a{3, {"h0", "h1"}, "b", 99, 100};
+  OrderPricing b = a;
+  OrderPricing c = a;
+  c.candidateUs = 98;
+  OrderPricing d = a;
+  std::swap(d.candidateUs, d.againstUs);
+  EXPECT_EQ(pricingKey(nullptr), 0u);
+  EXPECT_NE(pricingKey(&a), 0u);
+  EXPECT_EQ(pricingKey(&a), pricingKey(&b));
+  EXPECT_NE(pricingKey(&a), pricingKey(&c));
+  EXPECT_NE(pricingKey(&a), pricingKey(&d));
+}
+
 TEST(PlanKey, DistinguishesPlansAndIdentity) {
   Plan a = planWithEpoch({"h3", "h0", "h4", "h1", "h2"}, 1);
   Plan b = planWithEpoch({"h1", "h4", "h2", "h0", "h3"}, 1);
