@@ -413,9 +413,16 @@ def main():
             on, off = noi["on"], noi["off"]
             lost = off["busbw_before_mbit"] - off["busbw_after30_mbit"]
             noi["lost_mbit"] = lost
-            noi["recovered_fraction"] = ((on["busbw_after30_mbit"] - off["busbw_after30_mbit"])
-                                         / lost if lost > 0 else None)
-            print(f"noise: lost {lost:.0f} Mbit/s with live off; recovered "
+            # Each run against its own start (the two runs start from different plans and rates):
+            # kept = after / before; recovered = the part of live off's loss that live on kept,
+            # (kept_on - kept_off) / (1 - kept_off). Without a switch nothing was re-planned.
+            kept_on = on["busbw_after30_mbit"] / on["busbw_before_mbit"]
+            kept_off = off["busbw_after30_mbit"] / off["busbw_before_mbit"]
+            noi["kept_on"], noi["kept_off"] = kept_on, kept_off
+            noi["recovered_fraction"] = ((kept_on - kept_off) / (1 - kept_off)
+                                         if kept_off < 1 and on["switches"] else None)
+            print(f"noise: live off kept {kept_off:.2f} of its busbw (lost {lost:.0f} Mbit/s), "
+                  f"live on {kept_on:.2f} after {len(on['switches'])} switch(es); recovered "
                   f"{noi['recovered_fraction']}", flush=True)
             out["noise"] = noi
         if "steady" in scen:
