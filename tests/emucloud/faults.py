@@ -33,7 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agents_lib as al  # noqa: E402
 import emucloud_testlib as tl  # noqa: E402
 
-kUp = ["--vms", "4", "--racks", "2", "--host-mbit", "400", "--uplink-mbit", "100", "--seed", "3"]
+# Seed 2 interleaves the racks in the provider order (racks 1,0,1,0), so a plan permutes the
+# ranks and "identity order" in a row is a visible outcome, not the plan's own order.
+kUp = ["--vms", "4", "--racks", "2", "--host-mbit", "400", "--uplink-mbit", "100", "--seed", "2"]
 kEngineTimeoutS = 10      # RANKMAP_TIMEOUT of the engine rows
 kSlackS = 20              # a loaded 2-core CI machine
 kRoundBoundS = 60         # a probe round with a dead or cut-off agent (agents_failures' bound)
@@ -204,6 +206,8 @@ def make_plans(ctx):
             plans[name] = json.load(f)
     if plans["plan"]["hash"] == plans["plan-b"]["hash"]:
         tl.fail("plan-b has the same hash as plan: the disagreement rows would test nothing")
+    if plans["plan"]["permutation"] == list(range(len(ctx.vms))):
+        tl.fail("plan.json keeps the provider order: identity in the plan rows would show nothing")
     return plans
 
 
@@ -371,6 +375,59 @@ def engine_plans(ctx, which):
         said = [l for l in err0.splitlines() if "identity order" in l]
         ok = codes == [0] * 4 and w == 0 and bool(said)
         return ok, f"exit {codes}, wrong {w}; rank 0: {(said or [''])[0][-170:]}", wrong
+    return fn
+
+
+def nccl_plans(ctx, which):
+    """The NCCL shim's CPU path: one process per VM (rank i on VM i) under
+    LD_PRELOAD=librankmap_nccl.so over the NCCL test double in process mode (each init joins no
+    world; what shows is the rank the shim hands to "NCCL"), rank 0's unique id passed through a
+    file. `agree`: every rank holds plan.json and gets its plan rank (the control: the row could
+    fail); `disagree`: ranks 0,1 plan, 2,3 plan-b; `stale`: all plan-stale with
+    RANKMAP_PLAN_MAX_AGE=1h. Identity for every rank in the last two, with a warning."""
+    def fn():
+        tag = f"nccl-{which}"
+        n = len(ctx.vms)
+        env = ()
+        if which == "disagree":
+            plans = ["plan.json"] * 2 + ["plan-b.json"] * 2
+        elif which == "stale":
+            plans = ["plan-stale.json"] * n
+            env = ("RANKMAP_PLAN_MAX_AGE=1h",)
+        else:
+            plans = ["plan.json"] * n
+        idfile = ctx.path(f"{tag}.id")
+        shared = ctx.path(f"{tag}.dir")
+        os.makedirs(shared)
+        procs = []
+        for i, vm in enumerate(ctx.vms):
+            words = ["env", f"LD_PRELOAD={ctx.args.nccl_shim}", "RANKMAP_NCCL_DOUBLE_PROCESS=1",
+                     f"RANKMAP_NCCL_DOUBLE_ROOT={ctx.addr[0]}", f"RANKMAP_NCCL_DOUBLE_DIR={shared}",
+                     f"RANKMAP_PLAN={ctx.path(plans[i])}",
+                     f"RANKMAP_TIMEOUT={kEngineTimeoutS}s", *env, ctx.args.nccl_app, idfile,
+                     str(i), str(n)]
+            out = open(ctx.path(f"{tag}.r{i}.out"), "w")
+            err = open(ctx.path(f"{tag}.r{i}.err"), "w")
+            procs.append(subprocess.Popen(ctx.tb.exec_argv(vm, *words), stdout=out, stderr=err))
+            out.close()
+            err.close()
+        try:
+            codes, dt = wait_procs(procs, kEngineTimeoutS + kSlackS)
+        finally:
+            kill_procs(procs)
+        got = []
+        for i in range(n):
+            line = ctx.text(f"{tag}.r{i}.out").strip().splitlines()
+            got.append(json.loads(line[-1])["nccl_rank"] if line else None)
+        said = [l for i in range(n) for l in ctx.text(f"{tag}.r{i}.err").splitlines()
+                if "identity" in l]
+        if which == "agree":
+            want = ctx.plans["plan"]["permutation"]
+            ok = codes == [0] * n and got == want and want != list(range(n))
+            return ok, f"exit {codes}, NCCL ranks {got} (plan's {want}) in {dt:.1f} s", 0
+        ok = codes == [0] * n and got == list(range(n)) and bool(said)
+        return ok, (f"exit {codes}, NCCL ranks {got} in {dt:.1f} s; "
+                    f"{(said or ['no warning'])[0][-150:]}"), 0
     return fn
 
 
@@ -924,7 +981,7 @@ def store_damaged(ctx, how):
 def main():
     args = al.parse_args(add_args)
     tl.require_environment(("ip", "tc", "ethtool", "unshare", "mpirun"))
-    for f in (args.rankmap, args.rankmapd, args.shim, args.proof):
+    for f in (args.rankmap, args.rankmapd, args.shim, args.proof, args.nccl_shim, args.nccl_app):
         if not os.path.exists(f):
             tl.skip(f"{f} not built")
     only = set(args.only.split(",")) if args.only else None
@@ -956,6 +1013,8 @@ def main():
 def add_args(p):
     p.add_argument("--shim", required=True, help="librankmap_mpi.so")
     p.add_argument("--proof", required=True, help="emucloud_mpi_proof_c")
+    p.add_argument("--nccl-shim", required=True, help="librankmap_nccl.so")
+    p.add_argument("--nccl-app", required=True, help="shim_nccl_process_app")
     p.add_argument("--prefix", default="flt")
     p.add_argument("--only", default="", help="comma list of row groups: engine, mpi, run, plans, "
                                               "agents, store (default all)")
@@ -967,7 +1026,7 @@ def body(ctx, m, only):
 
     none = lambda: stray(ctx.tb)  # noqa: E731
     agents_only = lambda: stray(ctx.tb, ("rankmapd",))  # noqa: E731
-    make_plans(ctx)
+    ctx.plans = make_plans(ctx)
     eb = f"RANKMAP_TIMEOUT {kEngineTimeoutS} s + {kSlackS} s"
     if want("engine"):
         for algo in ("ring", "tree", "rhd", "hier"):
@@ -986,6 +1045,12 @@ def body(ctx, m, only):
               none)
         m.run("engine: stale plan (topology from 2020, RANKMAP_PLAN_MAX_AGE=1h)",
               "identity order on every rank, warning, exact", eb, engine_plans(ctx, "stale"), none)
+        m.run("NCCL shim (CPU path, NCCL test double): every rank holds plan A (control)",
+              "every rank gets its plan rank", eb, nccl_plans(ctx, "agree"), none)
+        m.run("NCCL shim (CPU path, NCCL test double): ranks 0,1 hold plan A, ranks 2,3 plan B",
+              "identity rank on every rank, warning", eb, nccl_plans(ctx, "disagree"), none)
+        m.run("NCCL shim (CPU path, NCCL test double): stale plan (RANKMAP_PLAN_MAX_AGE=1h)",
+              "identity rank on every rank, warning", eb, nccl_plans(ctx, "stale"), none)
     if want("mpi") or want("plans") or want("run"):
         plain_reference(ctx)
     if want("mpi"):

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
 #include <type_traits>
 
@@ -622,8 +624,21 @@ Result submit(Work w) {
   return runWork({w});
 }
 
+// Process mode (nccl_test_double.h), read once.
+bool processMode() {
+  static const bool on = [] {
+    const char* v = std::getenv("RANKMAP_NCCL_DOUBLE_PROCESS");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+
 Result checkComm(ncclComm* comm) {
   if (comm == nullptr) return abi::kInvalidArgument;
+  if (processMode() && comm->world == nullptr) {
+    std::fprintf(stderr, "nccl_test_double: process mode moves no data between processes\n");
+    return abi::kInvalidUsage;
+  }
   if (!comm->blocking && comm->async.load() == abi::kInProgress) {
     std::fprintf(stderr, "nccl_test_double: call on a non-blocking communicator in progress\n");
     return abi::kInvalidUsage;
@@ -671,6 +686,38 @@ Result p2p(const char* fn, ncclComm* comm, bool isSend, const void* sendBuf, voi
                      .peer = peer});
 }
 
+// Process mode's init: the other ranks are other processes; returns when all n have arrived.
+Result processBarrier(uint64_t key, int n, int rank) {
+  const char* dir = std::getenv("RANKMAP_NCCL_DOUBLE_DIR");
+  if (dir == nullptr || *dir == '\0') {
+    std::fprintf(stderr, "nccl_test_double: process mode needs RANKMAP_NCCL_DOUBLE_DIR\n");
+    return abi::kInvalidUsage;
+  }
+  auto file = [&](int r) {
+    return std::string(dir) + "/init-" + std::to_string(key) + "-" + std::to_string(r);
+  };
+  if (std::FILE* f = std::fopen(file(rank).c_str(), "w"); f != nullptr) {
+    std::fclose(f);
+  } else {
+    std::fprintf(stderr, "nccl_test_double: cannot write %s\n", file(rank).c_str());
+    return abi::kSystemError;
+  }
+  const auto limit = waitLimit();
+  for (int r = 0; r < n;) {
+    if (std::FILE* f = std::fopen(file(r).c_str(), "r"); f != nullptr) {
+      std::fclose(f);
+      ++r;
+      continue;
+    }
+    if (std::chrono::steady_clock::now() > limit) {
+      std::fprintf(stderr, "nccl_test_double: rank %d never called init\n", r);
+      return abi::kSystemError;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return abi::kSuccess;
+}
+
 Result initRank(const char* fn, ncclComm** out, int n, const abi::UniqueId& id, int rank,
                 const void* config) {
   Call c;
@@ -690,6 +737,7 @@ Result initRank(const char* fn, ncclComm** out, int n, const abi::UniqueId& id, 
     comm->blocking = prefix->blocking != 0;
   }
   *out = comm;
+  if (processMode()) return processBarrier(idKey(id), n, rank);
   InitWork iw{comm, idKey(id), n, rank};
   GroupState& g = group();
   if (g.depth > 0) {
@@ -747,6 +795,8 @@ RANKMAP_DOUBLE_EXPORT Result pncclGetUniqueId(UniqueId* id) {
   sin.sin_family = AF_INET;
   sin.sin_port = htons(1);
   sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (const char* root = std::getenv("RANKMAP_NCCL_DOUBLE_ROOT"); root != nullptr && nd::processMode())
+    if (inet_pton(AF_INET, root, &sin.sin_addr) != 1) return abi::kInvalidArgument;
   std::memcpy(id->internal + 8, &sin, sizeof(sin));
   nd::Call c;
   c.fn = "ncclGetUniqueId";

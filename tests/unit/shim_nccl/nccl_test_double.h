@@ -23,6 +23,16 @@
 // - ncclCommSplit orders a color's ranks by (key, parent rank); ncclCommShrink keeps parent order.
 // Every wait is bounded (kDoubleWait); a world that does not complete fails with ncclSystemError.
 //
+// Process mode (RANKMAP_NCCL_DOUBLE_PROCESS=1 in the environment), for the emulated cloud's fault
+// matrix, where each rank is a process in its own VM: the unique id's sockaddr is
+// RANKMAP_NCCL_DOUBLE_ROOT (a numeric IPv4 address; 127.0.0.1 without it), and an init joins no
+// world of threads: it records its call, and, like NCCL's bootstrap, returns only when every rank
+// of the id has called init (each writes a file named by the id's key and its rank into
+// RANKMAP_NCCL_DOUBLE_DIR, a directory all ranks share; at most kDoubleWait, then
+// ncclSystemError). Collectives on such a communicator fail with ncclInvalidUsage (this double
+// cannot move data between processes); what the mode shows is the rank the shim hands to "NCCL"
+// at init.
+//
 // Reductions support int8..uint64, float32 and float64 (not fp16/bf16/fp8: ncclInvalidArgument).
 #pragma once
 
