@@ -93,19 +93,13 @@ std::optional<Plan> AgentLink::latestPlan(std::optional<OrderPricing>* pricing) 
   return fetched_;
 }
 
-std::string AgentLink::planQueryFor(const std::vector<std::string>& hosts) const {
-  std::string list;
-  for (size_t h = 0; h < hosts.size(); ++h) list += (h ? "," : "") + urlEncode(hosts[h]);
-  return fmt::format("/v1/plan?hosts={}&ranks_per_host={}", list, ranksPerHost_);
-}
-
 std::optional<OrderPricing> AgentLink::priceAgainstInUse(HttpClient& client, const Plan& candidate,
                                                          const std::vector<std::string>& inUse) {
   // Nothing to price: no plan in use, the same order, or the candidate prices itself (its
   // input order is the order in use: judgeSwitch reads its own prediction).
   if (inUse.empty() || candidate.order == inUse || candidate.hosts == inUse) return std::nullopt;
   try {
-    HttpResponse r = client.get(planQueryFor(inUse), Deadline::after(kRequestTimeout), 64u << 20);
+    HttpResponse r = client.get(agentPlanPath(inUse, ranksPerHost_), Deadline::after(kRequestTimeout), 64u << 20);
     std::optional<Plan> from;
     if (r.status == 200)
       from = Plan::fromJson(parseJson(r.body, "agent plan"), "plan from agent " + o_.agentUrl);
@@ -199,7 +193,7 @@ void AgentLink::main() {
     std::lock_guard<std::mutex> lock(mu_);
     lastNs = pendingNs_;
   }
-  const std::string planQuery = planQueryFor(hosts_);
+  const std::string planQuery = agentPlanPath(hosts_, ranksPerHost_);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || pending_.has_value(); });

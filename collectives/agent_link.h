@@ -88,7 +88,6 @@ class AgentLink {
   AgentLink(AgentLinkOptions o, std::string token, int rank, int worldSize, const Plan& start);
   void main();
   void fail(const std::string& what);
-  std::string planQueryFor(const std::vector<std::string>& hosts) const;
   // Thread only. When `candidate` has another order than `inUse` (the plan in use's, empty for
   // none) and is not itself planned from it: GET /v1/plan for the job's hosts in the order in
   // use, whose prediction's input order is the order in use; with the candidate's own

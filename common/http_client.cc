@@ -279,6 +279,14 @@ std::string urlEncode(const std::string& text) {
   return out;
 }
 
+std::string agentPlanPath(const std::vector<std::string>& hosts,
+                          std::optional<int> ranksPerHost) {
+  std::string path = "/v1/plan?hosts=";
+  for (size_t h = 0; h < hosts.size(); ++h) path += (h ? "," : "") + urlEncode(hosts[h]);
+  if (ranksPerHost) path += fmt::format("&ranks_per_host={}", *ranksPerHost);
+  return path;
+}
+
 std::string HttpResponse::errorText() const {
   try {
     Json j = parseJson(body, "response");

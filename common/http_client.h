@@ -28,8 +28,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/deadline.h"
 
@@ -64,5 +66,10 @@ class HttpClient {
 
 // Percent-encodes one URL query value (RFC 3986 unreserved characters kept).
 std::string urlEncode(const std::string& text);
+
+// The path of rankmapd's GET /v1/plan for `hosts` in this order (each URL-encoded), with
+// ranks_per_host when given (agent/http_api.cc).
+std::string agentPlanPath(const std::vector<std::string>& hosts,
+                          std::optional<int> ranksPerHost = std::nullopt);
 
 }  // namespace rankmap

@@ -118,10 +118,9 @@ PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadli
   PlanResult r;
   r.source.description = "agent " + url;
   r.source.madeForJob = true;
-  std::string hosts;
-  for (const auto& h : job.hosts) hosts += (hosts.empty() ? "" : ",") + urlEncode(h.spelling);
-  std::string query = "/v1/plan?hosts=" + hosts;
-  if (auto k = job.uniformRanksPerHost()) query += fmt::format("&ranks_per_host={}", *k);
+  std::vector<std::string> spellings;
+  for (const auto& h : job.hosts) spellings.push_back(h.spelling);
+  const std::string query = agentPlanPath(spellings, job.uniformRanksPerHost());
   std::optional<HttpClient> agent;
   try {
     agent.emplace(url, token);

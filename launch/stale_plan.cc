@@ -44,10 +44,7 @@ StaleVerdict judgeStale(const Plan& launched, const Plan& current, double margin
 
 StalePlanSource agentStaleSource(const std::string& url, const std::string& token,
                                  const Plan& launched) {
-  std::string hosts;
-  for (const auto& h : launched.order) hosts += (hosts.empty() ? "" : ",") + urlEncode(h);
-  std::string query =
-      fmt::format("/v1/plan?hosts={}&ranks_per_host={}", hosts, launched.ranksPerHost);
+  const std::string query = agentPlanPath(launched.order, launched.ranksPerHost);
   auto client = std::make_shared<HttpClient>(url, token);
   return [client, query](Deadline deadline) {
     HttpResponse r = client->get(query, deadline, 64u << 20);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <regex>
 #include <thread>
@@ -255,6 +256,59 @@ TEST(PassiveHold, SteadyJobTrafficHoldsTheLightCheckAndADriftStartsIt) {
   EXPECT_EQ(b.metric(0, R"(rankmap_light_checks_total{result="held"})"), 2);
 }
 
+// What each engine rank of an EngineJob ended with.
+struct RankEnd {
+  coll::Communicator::Stats stats;
+  uint64_t reportsSent = 0;
+  uint64_t plansFetched = 0;
+  std::string planHash;  // of the plan in use at the end ("" = identity)
+  int64_t epoch = -1;
+};
+
+// One engine rank per agent of `b` (loopback transport), starting with `start`, reporting every
+// 50 ms and taking plans from its agent; each runs int32 allreduces of `count` elements, every
+// result checked (`wrong` counts the bad ones), until `done(stats, call)` holds on some rank (a
+// vote after every call, so that all ranks run the same calls) or 20 s pass.
+std::vector<RankEnd> runEngineJob(Bed& b, int ranks, const Plan& start, uint64_t count,
+                                  const std::function<bool(const coll::Communicator::Stats&, int)>& done,
+                                  std::atomic<int>& wrong) {
+  std::mutex mu;
+  std::vector<RankEnd> ends(static_cast<size_t>(ranks));
+  coll::testing::spawn(ranks, coll::testing::Backend::Loopback, [&](coll::transport::Context& ctx) {
+    const int r = ctx.rank();
+    coll::CommOptions o;
+    o.timeout = 20s;
+    o.live.voteEvery = 4;
+    o.agent.agentUrl = b.url(static_cast<size_t>(r));
+    o.agent.tokenFile = b.token;
+    o.agent.reportEvery = 50ms;
+    o.agent.plans = true;
+    coll::Communicator comm(ctx, o, start);
+    ASSERT_NE(comm.agentLink(), nullptr);
+    auto in = coll::testing::inputBuffer(coll::DataType::kInt32, coll::ReduceOp::kSum, r, count);
+    const auto expected =
+        coll::testing::expectedBuffer(coll::DataType::kInt32, coll::ReduceOp::kSum, ranks, count);
+    std::vector<std::byte> out(in.size());
+    const auto end = std::chrono::steady_clock::now() + 20s;
+    for (int call = 0;; ++call) {
+      comm.allreduce(in.data(), out.data(), count, coll::DataType::kInt32, coll::ReduceOp::kSum);
+      if (out != expected) ++wrong;
+      int stop = done(comm.stats(), call) || std::chrono::steady_clock::now() > end ? 1 : 0;
+      comm.allreduce(&stop, &stop, 1, coll::DataType::kInt32, coll::ReduceOp::kMax);
+      if (stop) break;
+      std::this_thread::sleep_for(5ms);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    RankEnd& e = ends[static_cast<size_t>(r)];
+    e.stats = comm.stats();
+    e.reportsSent = comm.agentLink()->counters().reportsSent;
+    e.plansFetched = comm.agentLink()->counters().plansFetched;
+    e.planHash = comm.plan() ? comm.plan()->hash : "";
+    e.epoch = comm.plan() ? comm.plan()->epoch : -1;
+  });
+  return ends;
+}
+
 // Engine ranks, one per agent, report their traffic and take the plan the agents make: they
 // start in identity order with a plan that only names the hosts and switch to the agents' plan
 // (a newer epoch) at one vote, every result checked.
@@ -264,48 +318,18 @@ TEST(PassiveEngine, RanksReportToTheirAgentsAndAdoptTheAgentsPlan) {
   b.probe();
   Plan start = Plan::identity(names);
   start.seal();
-  constexpr uint64_t kCount = 300007;  // > 1 MiB of int32 per rank
-  std::mutex mu;
-  std::vector<coll::Communicator::Stats> stats(3);
-  std::vector<int64_t> epochs(3, -1);
   std::atomic<int> wrong{0};
-  coll::testing::spawn(3, coll::testing::Backend::Loopback, [&](coll::transport::Context& ctx) {
-    const int r = ctx.rank();
-    coll::CommOptions o;
-    o.timeout = 20s;
-    o.live.voteEvery = 4;
-    o.agent.agentUrl = b.url(static_cast<size_t>(r));
-    o.agent.tokenFile = b.token;
-    o.agent.reportEvery = 50ms;
-    o.agent.plans = true;
-    coll::Communicator comm(ctx, o, start);
-    ASSERT_NE(comm.agentLink(), nullptr);
-    auto in = coll::testing::inputBuffer(coll::DataType::kInt32, coll::ReduceOp::kSum, r, kCount);
-    const auto expected =
-        coll::testing::expectedBuffer(coll::DataType::kInt32, coll::ReduceOp::kSum, 3, kCount);
-    std::vector<std::byte> out(in.size());
-    const auto end = std::chrono::steady_clock::now() + 20s;
-    // Every rank runs the same number of calls: rank 0 decides when to stop, by a vote.
-    for (int call = 0;; ++call) {
-      comm.allreduce(in.data(), out.data(), kCount, coll::DataType::kInt32, coll::ReduceOp::kSum);
-      if (out != expected) ++wrong;
-      int stop = comm.stats().planSwitches > 0 && call > 40 ? 1 : 0;
-      if (std::chrono::steady_clock::now() > end) stop = 1;
-      comm.allreduce(&stop, &stop, 1, coll::DataType::kInt32, coll::ReduceOp::kMax);
-      if (stop) break;
-      std::this_thread::sleep_for(5ms);
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    stats[static_cast<size_t>(r)] = comm.stats();
-    epochs[static_cast<size_t>(r)] = comm.plan() ? comm.plan()->epoch : -1;
-    EXPECT_GT(comm.agentLink()->counters().reportsSent, 0u) << "rank " << r;
-    EXPECT_GT(comm.agentLink()->counters().plansFetched, 0u) << "rank " << r;
-  });
+  auto ends = runEngineJob(
+      b, 3, start, 300007,  // > 1 MiB of int32 per rank
+      [](const coll::Communicator::Stats& s, int call) { return s.planSwitches > 0 && call > 40; },
+      wrong);
   EXPECT_EQ(wrong.load(), 0);
   for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(stats[r].planSwitches, 1u) << "rank " << r;
-    EXPECT_EQ(epochs[r], 1) << "rank " << r;
-    EXPECT_EQ(stats[r].lastSwitchCall, stats[0].lastSwitchCall);
+    EXPECT_EQ(ends[r].stats.planSwitches, 1u) << "rank " << r;
+    EXPECT_EQ(ends[r].epoch, 1) << "rank " << r;
+    EXPECT_EQ(ends[r].stats.lastSwitchCall, ends[0].stats.lastSwitchCall);
+    EXPECT_GT(ends[r].reportsSent, 0u) << "rank " << r;
+    EXPECT_GT(ends[r].plansFetched, 0u) << "rank " << r;
     EXPECT_GT(b.metric(static_cast<size_t>(r), "rankmap_passive_reports_total"), 0) << r;
     EXPECT_GT(b.metric(static_cast<size_t>(r), "rankmap_passive_bytes_total"), 1 << 20) << r;
   }
@@ -314,54 +338,27 @@ TEST(PassiveEngine, RanksReportToTheirAgentsAndAdoptTheAgentsPlan) {
 // The agent route prices another order against the order in use: ranks that run a plan in an
 // order of their own (not the launch order) are offered the agents' newer plan for the launch
 // order, ask their agents once more with the order in use, learn that no ring is faster than it
-// on the agents' measurements (a flat loopback network), and keep it, every rank alike.
+// by the margin on the agents' measurements (a flat loopback network), and keep it, every rank
+// alike.
 TEST(PassiveEngine, ANewerPlanNoFasterThanTheOrderInUseIsKept) {
   const std::vector<std::string> names = {"h0", "h1", "h2", "h3"};
   Bed b(names);
   b.probe();
   Plan start = rankmap::testing::orderedPlan(names, {"h2", "h0", "h3", "h1"});
   start.seal();
-  constexpr uint64_t kCount = 100003;
-  std::mutex mu;
-  std::vector<coll::Communicator::Stats> stats(4);
-  std::vector<std::string> inUse(4);
   std::atomic<int> wrong{0};
-  coll::testing::spawn(4, coll::testing::Backend::Loopback, [&](coll::transport::Context& ctx) {
-    const int r = ctx.rank();
-    coll::CommOptions o;
-    o.timeout = 20s;
-    o.live.voteEvery = 4;
-    o.agent.agentUrl = b.url(static_cast<size_t>(r));
-    o.agent.tokenFile = b.token;
-    o.agent.reportEvery = 50ms;
-    o.agent.plans = true;
-    coll::Communicator comm(ctx, o, start);
-    ASSERT_NE(comm.agentLink(), nullptr);
-    auto in = coll::testing::inputBuffer(coll::DataType::kInt32, coll::ReduceOp::kSum, r, kCount);
-    const auto expected =
-        coll::testing::expectedBuffer(coll::DataType::kInt32, coll::ReduceOp::kSum, 4, kCount);
-    std::vector<std::byte> out(in.size());
-    const auto end = std::chrono::steady_clock::now() + 20s;
-    for (int call = 0;; ++call) {
-      comm.allreduce(in.data(), out.data(), kCount, coll::DataType::kInt32, coll::ReduceOp::kSum);
-      if (out != expected) ++wrong;
-      // Until every rank has seen the agents' plan judged (declined or adopted) a few times.
-      const auto s = comm.stats();
-      int go = s.planSwitchesDeclined + s.planSwitches >= 3 ? 0 : 1;
-      if (std::chrono::steady_clock::now() > end) go = 0;
-      comm.allreduce(&go, &go, 1, coll::DataType::kInt32, coll::ReduceOp::kMax);
-      if (!go) break;
-      std::this_thread::sleep_for(5ms);
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    stats[static_cast<size_t>(r)] = comm.stats();
-    inUse[static_cast<size_t>(r)] = comm.plan() ? comm.plan()->hash : "";
-  });
+  // Until the agents' plan was judged (declined or adopted) a few times.
+  auto ends = runEngineJob(
+      b, 4, start, 100003,
+      [](const coll::Communicator::Stats& s, int) {
+        return s.planSwitchesDeclined + s.planSwitches >= 3;
+      },
+      wrong);
   EXPECT_EQ(wrong.load(), 0);
   for (int r = 0; r < 4; ++r) {
-    EXPECT_EQ(stats[r].planSwitches, 0u) << "rank " << r;
-    EXPECT_GE(stats[r].planSwitchesDeclined, 3u) << "rank " << r;
-    EXPECT_EQ(inUse[r], start.hash) << "rank " << r;
+    EXPECT_EQ(ends[r].stats.planSwitches, 0u) << "rank " << r;
+    EXPECT_GE(ends[r].stats.planSwitchesDeclined, 3u) << "rank " << r;
+    EXPECT_EQ(ends[r].planHash, start.hash) << "rank " << r;
   }
 }
 
