@@ -207,6 +207,7 @@ void AgentLink::main() {
     const int64_t nowNs = pendingNs_;
     lock.unlock();
     bool ok = true;
+    bool answered = true;  // the agent answered (an HTTP status, whatever it was)
     if (o_.reports) {
       const double window = static_cast<double>(nowNs - lastNs) * 1e-9;
       const double inCollectives = static_cast<double>(collectiveNs - lastCollectiveNs) * 1e-9;
@@ -215,22 +216,23 @@ void AgentLink::main() {
       try {
         HttpResponse r =
             client.post("/v1/observations", body, Deadline::after(kRequestTimeout), 64 << 10);
-        if (r.status / 100 != 2) {
-          ok = false;
+        if (r.status / 100 != 2) {  // refused: counted and warned, no backoff (it answered)
           fail(fmt::format("POST /v1/observations: HTTP {}: {}", r.status, r.errorText()));
         } else {
           std::lock_guard<std::mutex> g(mu_);
           ++counters_.reportsSent;
         }
       } catch (const std::exception& e) {
-        ok = false;
+        ok = answered = false;
         fail(e.what());
       }
       last = std::move(totals);
       lastCollectiveNs = collectiveNs;
       lastNs = nowNs;
     }
-    if (o_.plans && ok) {
+    // A report the agent refused (4xx/5xx) does not keep the plans away; an agent that did not
+    // answer at all is not asked again in this cycle.
+    if (o_.plans && answered) {
       try {
         HttpResponse r = client.get(planQuery, Deadline::after(kRequestTimeout), 64u << 20);
         if (r.status == 200) {

@@ -16,8 +16,9 @@
 //   so that judgeSwitch keeps out a newer plan no faster than the order in use.
 // Host names come from the communicator's starting plan (Plan::hosts, launch order); without
 // one there is no link. Every request is bounded (kRequestTimeout); a failure is a warning the
-// first time, a debug line after, a counter always, and a backoff (doubling up to a minute): an
-// agent that is down costs the job nothing.
+// first time, a debug line after, a counter always, and, when the agent did not answer or its
+// plan could not be had, a backoff (doubling up to a minute): an agent that is down costs the job
+// nothing. A report the agent refuses (an HTTP error) does not keep its plans away.
 #pragma once
 
 #include <chrono>

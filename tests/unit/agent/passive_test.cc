@@ -10,6 +10,8 @@
 #include <regex>
 #include <thread>
 
+#include <httplib.h>
+
 #include "agent/daemon.h"
 #include "collectives/communicator.h"
 #include "common/http_client.h"
@@ -359,6 +361,69 @@ TEST(PassiveEngine, ANewerPlanNoFasterThanTheOrderInUseIsKept) {
     EXPECT_EQ(ends[r].stats.planSwitches, 0u) << "rank " << r;
     EXPECT_GE(ends[r].stats.planSwitchesDeclined, 3u) << "rank " << r;
     EXPECT_EQ(ends[r].planHash, start.hash) << "rank " << r;
+  }
+}
+
+// An agent that refuses every report (here a stand-in server: HTTP 400 on POST /v1/observations)
+// still gives the ranks its plans: the refused reports are counted and the plan is adopted.
+TEST(PassiveEngine, RefusedReportsDoNotKeepThePlansAway) {
+  const std::vector<std::string> names = {"h0", "h1"};
+  Plan next = rankmap::testing::orderedPlan(names, {"h1", "h0"});
+  next.epoch = 3;
+  next.seal();
+  httplib::Server server;
+  server.Post("/v1/observations", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 400;
+    res.set_content(R"({"error": "refused by this test's stand-in agent"})", "application/json");
+  });
+  server.Get("/v1/plan", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(next.dump(), "application/json");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&] { server.listen_after_bind(); });
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (!server.is_running() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  TempDir dir;
+  const std::string token = dir.write("token", std::string(kToken) + "\n");
+  Plan start = Plan::identity(names);
+  start.seal();
+  std::mutex mu;
+  std::vector<coll::Communicator::Stats> stats(2);
+  std::vector<uint64_t> refused(2);
+  std::atomic<int> wrong{0};
+  coll::testing::spawn(2, coll::testing::Backend::Loopback, [&](coll::transport::Context& ctx) {
+    coll::CommOptions o;
+    o.timeout = 20s;
+    o.live.voteEvery = 2;
+    o.agent.agentUrl = fmt::format("http://127.0.0.1:{}", port);
+    o.agent.tokenFile = token;
+    o.agent.reportEvery = 20ms;
+    o.agent.plans = true;
+    coll::Communicator comm(ctx, o, start);
+    ASSERT_NE(comm.agentLink(), nullptr);
+    std::vector<int32_t> in(1001, ctx.rank() + 1), out(in.size());
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    for (;;) {
+      comm.allreduce(in.data(), out.data(), in.size(), coll::DataType::kInt32,
+                     coll::ReduceOp::kSum);
+      for (int32_t v : out) wrong += v != 3;
+      int stop = comm.stats().planSwitches > 0 || std::chrono::steady_clock::now() > end;
+      comm.allreduce(&stop, &stop, 1, coll::DataType::kInt32, coll::ReduceOp::kMax);
+      if (stop) break;
+      std::this_thread::sleep_for(5ms);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    stats[static_cast<size_t>(ctx.rank())] = comm.stats();
+    refused[static_cast<size_t>(ctx.rank())] = comm.agentLink()->counters().reportsFailed;
+  });
+  server.stop();
+  serving.join();
+  EXPECT_EQ(wrong.load(), 0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(stats[r].planSwitches, 1u) << "rank " << r;
+    EXPECT_GT(refused[r], 0u) << "rank " << r;
   }
 }
 
