@@ -188,7 +188,13 @@ SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::strin
     return {adopt, fmt::format("{}: {:.1f} us vs {:.1f} us in identity order, margin {:.0f}%",
                                candidate.predicted.basis, planUs, inputUs, margin * 100)};
   }
-  //    From another order: the candidate's order priced against the one in use.
+  // 4. The same hierarchy, algorithm and shares: the orders differ only within what the
+  //    model cannot tell apart (measurement noise, e.g. probes that met the job's own traffic).
+  if (current != nullptr && sameStructure(*current, candidate, collective, bytes, margin, forced))
+    return {false, fmt::format("{} has the same groups, {} and chunk shares (within {:.0f}%) "
+                               "and the order in use keeps its groups contiguous",
+                               to, collective, margin * 100)};
+  // 4b. Another order, priced against the one in use on the candidate's measurements.
   if (current != nullptr && current->order != candidate.order &&
       current->ranksPerHost == candidate.ranksPerHost) {
     std::optional<OrderPricing> price;
@@ -208,12 +214,6 @@ SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::strin
                                  margin * 100)};
     }
   }
-  // 4. The same hierarchy, algorithm and shares: the orders differ only within what the
-  //    model cannot tell apart (measurement noise, e.g. probes that met the job's own traffic).
-  if (current != nullptr && sameStructure(*current, candidate, collective, bytes, margin, forced))
-    return {false, fmt::format("{} has the same groups, {} and chunk shares (within {:.0f}%) "
-                               "and the order in use keeps its groups contiguous",
-                               to, collective, margin * 100)};
   // 5. Not comparable: a newer topology wins.
   if (current == nullptr)
     return {true, fmt::format("{} carries no prediction against identity order", to)};

@@ -136,19 +136,19 @@ bool sameStructure(const Plan& current, const Plan& candidate, std::string_view 
 //    time < current time x (1 - margin).
 // 3. No current plan and the candidate predicts its order against the input order (identity,
 //    Plan::predicted planUs and inputOrderUs): adopt iff planUs < inputOrderUs x (1 - margin).
-//    With a current plan in another order than the candidate's, the same when the candidate's
-//    order is priced against the order in use: by the candidate itself when its input order
-//    (Plan::hosts) is the order in use, else by `pricing` (OrderPricing above) when it is
-//    against the order in use and from the candidate's topology version (epoch). A new topology version
-//    measured under the job's own traffic and a tenant's (docs/performance.md, "Live
-//    re-planning") can offer an order no faster than the one in use on its own measurements:
-//    it is kept out here, not adopted by rule 5 for being newer.
 // 4. Same structure (sameStructure below): keep. A new topology version whose groups, algorithm
 //    and chunk shares match the plan in use, with the order in use still running through every
 //    group contiguously, only reorders hosts within what the model cannot tell apart (noise:
 //    re-probes that met the job's own traffic publish such versions); switching would gain
 //    nothing the model can see.
-// 5. Otherwise the current order cannot be priced on the candidate's network: adopt iff the
+// 4b. Another order than the plan in use's, priced against it: adopt iff the candidate's ring is
+//    faster than the order in use's by the margin, both priced on the candidate's measurements:
+//    by the candidate itself when its input order (Plan::hosts) is the order in use, else by
+//    `pricing` (OrderPricing above) when it is against the order in use and from the candidate's
+//    topology version (epoch). A new topology version measured under the job's own traffic and a
+//    tenant's (docs/performance.md, "Live re-planning") can offer an order no faster than the one
+//    in use on its own measurements: it is kept out here, not adopted by rule 5 for being newer.
+// 5. Otherwise (another order that nothing priced): adopt iff the
 //    candidate was made from a newer topology (epoch greater than the current plan's; any epoch
 //    when there is no current plan). Two plans of one measurement never flap; the agent's own
 //    hysteresis decides when a new topology version (and so a new epoch) is worth publishing.

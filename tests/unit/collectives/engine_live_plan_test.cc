@@ -366,7 +366,7 @@ TEST(JudgeSwitch, SameStructureIsKeptOut) {
   EXPECT_FALSE(sameStructure(flat1, flat2, "allreduce", 1 << 24, 0.1));
 }
 
-// Rule 3 from another order: a newer plan whose order is not faster than the order in use on
+// Rule 4b: a newer plan whose order is not faster than the order in use on
 // its own measurements is kept out, however new; priced by the plan itself (planned from the
 // order in use) or by an OrderPricing of its topology against the order in use.
 TEST(JudgeSwitch, AnotherOrderIsPricedAgainstTheOrderInUse) {
