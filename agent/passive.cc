@@ -1,7 +1,6 @@
 #include "agent/passive.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 
 #include "common/error.h"

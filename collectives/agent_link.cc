@@ -232,7 +232,13 @@ void AgentLink::main() {
     }
     // A report the agent refused (4xx/5xx) does not keep the plans away; an agent that did not
     // answer at all is not asked again in this cycle.
-    if (o_.plans && answered) {
+    // The communicator's destructor waits for this thread: between requests it looks whether it
+    // is stopping, so that the wait is at most one request (kRequestTimeout), not a cycle's.
+    auto stopping = [&] {
+      std::lock_guard<std::mutex> g(mu_);
+      return stop_;
+    };
+    if (o_.plans && answered && !stopping()) {
       try {
         HttpResponse r = client.get(planQuery, Deadline::after(kRequestTimeout), 64u << 20);
         if (r.status == 200) {
@@ -242,7 +248,8 @@ void AgentLink::main() {
           checks.maxAge = o_.maxAge;
           PlanVote v = planVote(plan, rank_, worldSize_, checks);
           std::optional<OrderPricing> pricing;
-          if (v.status == PlanStatus::kOk) pricing = priceAgainstInUse(client, *plan, inUseOrder);
+          if (v.status == PlanStatus::kOk && !stopping())
+            pricing = priceAgainstInUse(client, *plan, inUseOrder);
           std::lock_guard<std::mutex> g(mu_);
           if (v.status == PlanStatus::kOk) {
             if (!fetched_ || fetched_->hash != plan->hash)

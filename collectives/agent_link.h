@@ -61,6 +61,7 @@ class AgentLink {
   // `worldSize` are this communicator's.
   static std::unique_ptr<AgentLink> make(const AgentLinkOptions& o, int rank, int worldSize,
                                          const Plan& startPlan);
+  // Stops the thread: waits for the request in flight, if any (at most kRequestTimeout).
   ~AgentLink();
   AgentLink(const AgentLink&) = delete;
   AgentLink& operator=(const AgentLink&) = delete;
