@@ -99,7 +99,8 @@ std::optional<OrderPricing> AgentLink::priceAgainstInUse(HttpClient& client, con
   // input order is the order in use: judgeSwitch reads its own prediction).
   if (inUse.empty() || candidate.order == inUse || candidate.hosts == inUse) return std::nullopt;
   try {
-    HttpResponse r = client.get(agentPlanPath(inUse, ranksPerHost_), Deadline::after(kRequestTimeout), 64u << 20);
+    HttpResponse r = client.get(agentPlanPath(inUse, ranksPerHost_),
+                                Deadline::after(kRequestTimeout), 64u << 20);
     std::optional<Plan> from;
     if (r.status == 200)
       from = Plan::fromJson(parseJson(r.body, "agent plan"), "plan from agent " + o_.agentUrl);

@@ -284,9 +284,9 @@ struct RankEnd {
 // 50 ms and taking plans from its agent; each runs int32 allreduces of `count` elements, every
 // result checked (`wrong` counts the bad ones), until `done(stats, call)` holds on some rank (a
 // vote after every call, so that all ranks run the same calls) or 20 s pass.
+using JobDone = std::function<bool(const coll::Communicator::Stats&, int call)>;
 std::vector<RankEnd> runEngineJob(Bed& b, int ranks, const Plan& start, uint64_t count,
-                                  const std::function<bool(const coll::Communicator::Stats&, int)>& done,
-                                  std::atomic<int>& wrong) {
+                                  const JobDone& done, std::atomic<int>& wrong) {
   std::mutex mu;
   std::vector<RankEnd> ends(static_cast<size_t>(ranks));
   coll::testing::spawn(ranks, coll::testing::Backend::Loopback, [&](coll::transport::Context& ctx) {

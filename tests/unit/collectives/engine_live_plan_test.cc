@@ -400,7 +400,8 @@ TEST(JudgeSwitch, AnotherOrderIsPricedAgainstTheOrderInUse) {
   EXPECT_TRUE(
       judgeSwitch(&cur, fromLaunch, "allreduce", 1 << 24, 0.1, std::nullopt, &faster).adopt);
   // A pricing of another topology version or against another order is ignored.
-  for (OrderPricing p : {OrderPricing{1, inUse, "", 100, 100}, OrderPricing{2, other, "", 100, 100}})
+  for (OrderPricing p :
+       {OrderPricing{1, inUse, "", 100, 100}, OrderPricing{2, other, "", 100, 100}})
     EXPECT_TRUE(judgeSwitch(&cur, fromLaunch, "allreduce", 1 << 24, 0.1, std::nullopt, &p).adopt)
         << p.epoch;
   // The same order as in use is not a question of order (rules 2, 4, 5).

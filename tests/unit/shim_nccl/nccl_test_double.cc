@@ -795,7 +795,8 @@ RANKMAP_DOUBLE_EXPORT Result pncclGetUniqueId(UniqueId* id) {
   sin.sin_family = AF_INET;
   sin.sin_port = htons(1);
   sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (const char* root = std::getenv("RANKMAP_NCCL_DOUBLE_ROOT"); root != nullptr && nd::processMode())
+  const char* root = std::getenv("RANKMAP_NCCL_DOUBLE_ROOT");
+  if (root != nullptr && nd::processMode())
     if (inet_pton(AF_INET, root, &sin.sin_addr) != 1) return abi::kInvalidArgument;
   std::memcpy(id->internal + 8, &sin, sizeof(sin));
   nd::Call c;

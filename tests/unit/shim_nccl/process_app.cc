@@ -2,10 +2,12 @@
 // the emulated cloud's fault matrix (tests/emucloud/faults.py), run with
 // LD_PRELOAD=librankmap_nccl.so over nccl_test_double in process mode
 // (RANKMAP_NCCL_DOUBLE_PROCESS=1, RANKMAP_NCCL_DOUBLE_ROOT = rank 0's address,
-// RANKMAP_NCCL_DOUBLE_DIR = a directory all ranks share; the double, not NCCL). Rank 0 gets the unique id (the shim starts its plan agreement server and writes its tail)
-// and publishes it in ID_FILE (write, then rename); the others wait for the file (at most 30 s).
-// Every rank then calls ncclCommInitRank(APP_RANK), which the shim turns into the plan's rank or
-// identity after the agreement, and which returns when every rank has called it (as NCCL's). Prints one line to stdout,
+// RANKMAP_NCCL_DOUBLE_DIR = a directory all ranks share; the double, not NCCL). Rank 0 gets the
+// unique id (the shim starts its plan agreement server and writes its tail) and publishes it in
+// ID_FILE (write, then rename); the others wait for the file (at most 30 s). Every rank then
+// calls ncclCommInitRank(APP_RANK), which the shim turns into the plan's rank or identity after
+// the agreement, and which returns when every rank has called it (as NCCL's). Prints one line to
+// stdout,
 //   {"app_rank": R, "nccl_rank": K, "result": N, "seconds": S}
 // where K is the rank "NCCL" (the double) received at init and N the init's ncclResult_t; exits 0
 // when the init returned ncclSuccess, 1 otherwise, 2 on bad usage.
