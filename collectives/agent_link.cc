@@ -98,6 +98,18 @@ std::optional<OrderPricing> AgentLink::priceAgainstInUse(HttpClient& client, con
   // Nothing to price: no plan in use, the same order, or the candidate prices itself (its
   // input order is the order in use: judgeSwitch reads its own prediction).
   if (inUse.empty() || candidate.order == inUse || candidate.hosts == inUse) return std::nullopt;
+  // One pricing per (candidate, order in use): the next cycles offer the same pair.
+  if (pricedHash_ == candidate.hash && pricedAgainst_ == inUse) return priced_;
+  priced_ = fetchPricing(client, candidate, inUse);
+  if (priced_) {
+    pricedHash_ = candidate.hash;
+    pricedAgainst_ = inUse;
+  }
+  return priced_;
+}
+
+std::optional<OrderPricing> AgentLink::fetchPricing(HttpClient& client, const Plan& candidate,
+                                                    const std::vector<std::string>& inUse) {
   try {
     HttpResponse r = client.get(agentPlanPath(inUse, ranksPerHost_),
                                 Deadline::after(kRequestTimeout), 64u << 20);

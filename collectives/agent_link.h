@@ -98,6 +98,8 @@ class AgentLink {
   // disagree or judge without).
   std::optional<OrderPricing> priceAgainstInUse(HttpClient& client, const Plan& candidate,
                                                 const std::vector<std::string>& inUse);
+  std::optional<OrderPricing> fetchPricing(HttpClient& client, const Plan& candidate,
+                                           const std::vector<std::string>& inUse);
 
   AgentLinkOptions o_;
   std::string token_;
@@ -121,6 +123,10 @@ class AgentLink {
   int64_t pendingNs_ = 0;
   std::optional<Plan> fetched_;
   std::optional<OrderPricing> fetchedPricing_;  // of fetched_, against the order then in use
+  // Thread only: the last pricing that succeeded and what it priced.
+  std::string pricedHash_;
+  std::vector<std::string> pricedAgainst_;
+  std::optional<OrderPricing> priced_;
   Counters counters_;
   int failStreak_ = 0;  // failed cycles in a row: the backoff's exponent
   std::thread thread_;
