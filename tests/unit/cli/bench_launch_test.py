@@ -14,6 +14,7 @@ Skips (77) without mpirun; the torchrun part is skipped without torch. Exit 0 = 
 """
 import importlib.util
 import os
+import random
 import re
 import shutil
 import socket
@@ -39,20 +40,26 @@ def clean_env(home):
 
 
 def free_port():
-    """A port with its successor free too (rank 0 listens on MASTER_PORT+1)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65535:
-            continue
-        with socket.socket() as t:
-            try:
+    """A port with its successor free too (rank 0 listens on MASTER_PORT+1), below the kernel's
+    ephemeral range: a port bind(0) hands out is one that any parallel test's outgoing
+    connection may take between this check and torchrun's bind (seen in CI: "Address already in
+    use" on MASTER_PORT+1)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random(os.getpid())
+    for _ in range(200):
+        port = rng.randrange(max(1025, low - 12000), low - 1)
+        try:
+            with socket.socket() as s, socket.socket() as t:
+                s.bind(("127.0.0.1", port))
                 t.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
+        except OSError:
+            continue
         return port
-    raise RuntimeError("no two consecutive free ports")
+    raise RuntimeError("no two consecutive free ports below the ephemeral range")
 
 
 bench = [rankmap, "bench", "-b", "1K", "-e", "1M", "-f", "4", "--check"]
