@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/config.h"
@@ -16,6 +17,15 @@ namespace rankmap {
 namespace {
 
 using testing::configFrom;
+
+// Errors quote outside text with fmt's debug format ({:?}). Debian's libspdlog exports an older
+// copy of that code, which aborted on a string ending in a truncated UTF-8 sequence; the binaries
+// link libfmt first so that fmt's own copy is the one bound (common/CMakeLists.txt).
+TEST(Log, DebugFormatOfInvalidUtf8) {
+  EXPECT_EQ(fmt::format("got {:?}", std::string(">\xe6")), "got \">\\xe6\"");
+  EXPECT_EQ(fmt::format("{:?}", std::string("\xe6\x80")), "\"\\xe6\\x80\"");
+  EXPECT_EQ(fmt::format("{:?}", std::string("caf\xc3\xa9\n")), "\"caf\xc3\xa9\\n\"");
+}
 
 TEST(Log, LevelsAndSubsystemMask) {
   log::configure(configFrom({{"RANKMAP_LOG", "warn"}, {"RANKMAP_LOG_SUBSYS", "probe,coll"}}));
