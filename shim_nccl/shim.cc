@@ -158,6 +158,15 @@ void Shim::registerComm(abi::Comm comm, std::shared_ptr<const CommState> state) 
   registered_.store(comms_.size(), std::memory_order_release);
 }
 
+void Shim::registerChild(abi::Comm comm, const CommState& parent, std::vector<int> appToReal,
+                         int appRank) {
+  auto child = std::make_shared<CommState>();
+  child->table = RankTable::fromPermutation(std::move(appToReal));
+  child->appRank = appRank;
+  child->plan = parent.plan;
+  if (!child->table.isIdentity()) registerComm(comm, std::move(child));
+}
+
 void Shim::unregisterComm(abi::Comm comm) {
   if (registered_.load(std::memory_order_acquire) == 0) return;
   std::unique_lock<std::shared_mutex> lock(commsMu_);
@@ -494,11 +503,7 @@ abi::Result Shim::commSplit(abi::Comm comm, int color, int key, abi::Comm* newco
     childAppToReal.push_back(
         static_cast<int>(std::find(realOrder.begin(), realOrder.end(), a) - realOrder.begin()));
   }
-  auto child = std::make_shared<CommState>();
-  child->table = RankTable::fromPermutation(std::move(childAppToReal));
-  child->appRank = myChildApp;
-  child->plan = st->plan;
-  if (!child->table.isIdentity()) registerComm(*newcomm, std::move(child));
+  registerChild(*newcomm, *st, std::move(childAppToReal), myChildApp);
   return r;
 }
 
@@ -539,11 +544,7 @@ abi::Result Shim::commShrink(abi::Comm comm, int* exclude, int excludeCount, abi
     auto pos = std::lower_bound(survivorsReal.begin(), survivorsReal.end(), t.toReal(a));
     childAppToReal.push_back(static_cast<int>(pos - survivorsReal.begin()));
   }
-  auto child = std::make_shared<CommState>();
-  child->table = RankTable::fromPermutation(std::move(childAppToReal));
-  child->appRank = myChildApp;
-  child->plan = st->plan;
-  if (!child->table.isIdentity()) registerComm(*newcomm, std::move(child));
+  registerChild(*newcomm, *st, std::move(childAppToReal), myChildApp);
   return r;
 }
 

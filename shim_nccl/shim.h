@@ -192,6 +192,10 @@ class Shim {
  private:
   std::shared_ptr<const CommState> find(abi::Comm comm) const;
   void registerComm(abi::Comm comm, std::shared_ptr<const CommState> state);
+  // A child communicator of `parent` (split, shrink) with app rank `appRank` and `appToReal`
+  // (app rank -> NCCL rank): registered with the parent's plan unless that order is NCCL's own.
+  void registerChild(abi::Comm comm, const CommState& parent, std::vector<int> appToReal,
+                     int appRank);
   void unregisterComm(abi::Comm comm);
   const CudaDriver& driver();
 
