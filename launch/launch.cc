@@ -363,6 +363,19 @@ std::string shellJoin(const std::vector<std::string>& argv) {
   return out;
 }
 
+std::vector<std::string> rebuildCommandLine(const std::vector<std::string>& argv,
+                                            const std::vector<WordSpan>& drop,
+                                            const std::vector<std::string>& insert) {
+  std::vector<bool> dropped(argv.size(), false);
+  for (const WordSpan& d : drop)
+    for (size_t k = d.index; k < d.index + d.words && k < argv.size(); ++k) dropped[k] = true;
+  std::vector<std::string> out{argv.at(0)};
+  out.insert(out.end(), insert.begin(), insert.end());
+  for (size_t k = 1; k < argv.size(); ++k)
+    if (!dropped[k]) out.push_back(argv[k]);
+  return out;
+}
+
 std::string sequentialHostfile(const std::vector<JobHost>& ordered, int worldSize,
                                const std::string& what) {
   std::string hostfile;

@@ -197,6 +197,17 @@ std::string shellJoin(const std::vector<std::string>& argv);
 std::string sequentialHostfile(const std::vector<JobHost>& ordered, int worldSize,
                                const std::string& what);
 
+// A launcher's command line with words removed and `insert` placed right after its name
+// (argv[0], kept): `drop` lists spans of words (first word's index, word count), in any order,
+// overlapping or not; words outside every span keep their order.
+struct WordSpan {
+  size_t index = 0;
+  size_t words = 1;
+};
+std::vector<std::string> rebuildCommandLine(const std::vector<std::string>& argv,
+                                            const std::vector<WordSpan>& drop,
+                                            const std::vector<std::string>& insert);
+
 // A launcher's count (-np, slots=, host:N): a positive decimal integer of at most 9 digits.
 // Throws InvalidInput "<what>: expected a positive integer, got <text>".
 int parsePositiveInt(std::string_view text, std::string_view what);

@@ -394,16 +394,9 @@ std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::strin
 
 std::vector<std::string> MpirunCommand::rebuild(const std::vector<size_t>& drop,
                                                 const std::vector<std::string>& insert) const {
-  std::vector<bool> dropped(argv_.size(), false);
-  for (size_t d : drop) {
-    const Item& it = items_.at(d);
-    for (size_t k = 0; k < it.words; ++k) dropped[it.index + k] = true;
-  }
-  std::vector<std::string> out{argv_[0]};
-  out.insert(out.end(), insert.begin(), insert.end());
-  for (size_t k = 1; k < argv_.size(); ++k)
-    if (!dropped[k]) out.push_back(argv_[k]);
-  return out;
+  std::vector<WordSpan> spans;
+  for (size_t d : drop) spans.push_back({items_.at(d).index, items_.at(d).words});
+  return rebuildCommandLine(argv_, spans, insert);
 }
 
 Command MpirunCommand::launchInOrder(const std::vector<JobHost>& ordered,

@@ -537,15 +537,11 @@ std::unique_ptr<SrunCommand> SrunCommand::parse(const std::vector<std::string>& 
 
 std::vector<std::string> SrunCommand::rebuild(const std::vector<std::string>& dropNames,
                                               const std::vector<std::string>& insert) const {
-  std::set<size_t> drop;
+  std::vector<WordSpan> spans;
   for (const auto& it : items_)
     if (std::find(dropNames.begin(), dropNames.end(), it.name) != dropNames.end())
-      for (size_t k = 0; k < it.words; ++k) drop.insert(it.index + k);
-  std::vector<std::string> out = {argv_[0]};
-  out.insert(out.end(), insert.begin(), insert.end());
-  for (size_t i = 1; i < argv_.size(); ++i)
-    if (!drop.count(i)) out.push_back(argv_[i]);
-  return out;
+      spans.push_back({it.index, it.words});
+  return rebuildCommandLine(argv_, spans, insert);
 }
 
 Command SrunCommand::launchInOrder(const std::vector<JobHost>& ordered,
