@@ -12,7 +12,7 @@ namespace {
 
 constexpr int kMaxLatencySamples = 100000;
 
-std::string reasonOf(const std::exception& e) {
+std::string measureFailureReason(const std::exception& e) {
   if (dynamic_cast<const probe::AuthError*>(&e)) return "auth";
   if (dynamic_cast<const TimeoutError*>(&e)) return "timeout";
   std::string what = e.what();
@@ -104,7 +104,7 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
     RANKMAP_DEBUG(Agent, "{} to {} ({}) for {} failed: {}", op, target.name, ep.text(), peer,
                   e.what());
     return {{"error", fmt::format("{} {} -> {}: {}", op, self_, target.name, e.what())},
-            {"reason", reasonOf(e)}};
+            {"reason", measureFailureReason(e)}};
   }
 }
 

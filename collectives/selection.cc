@@ -16,8 +16,6 @@ uint64_t Request::bytes() const {
 
 namespace {
 
-bool isPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
-
 std::optional<std::string> decline(Algorithm a, const Request& r, const Capabilities& caps) {
   AlgoParams p;
   p.collective = r.collective;

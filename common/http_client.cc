@@ -29,7 +29,8 @@ bool iequals(std::string_view a, std::string_view b) {
          });
 }
 
-std::string_view trim(std::string_view s) {
+// HTTP's optional whitespace (RFC 9110 OWS: spaces and tabs) off both ends.
+std::string_view trimOws(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
@@ -135,8 +136,8 @@ void readHeaders(AnswerReader& in, const std::string& what, size_t& bytes, size_
     size_t colon = l.find(':');
     if (colon == std::string::npos)
       RANKMAP_THROW(IoError, "{}: expected a 'Name: value' header, got '{}'", what, printable(l));
-    std::string_view name = trim(std::string_view(l).substr(0, colon));
-    std::string_view value = trim(std::string_view(l).substr(colon + 1));
+    std::string_view name = trimOws(std::string_view(l).substr(0, colon));
+    std::string_view value = trimOws(std::string_view(l).substr(colon + 1));
     if (iequals(name, "Content-Length")) {
       uint64_t n = 0;
       if (value.empty() || value.size() > 19 ||
@@ -152,9 +153,9 @@ void readHeaders(AnswerReader& in, const std::string& what, size_t& bytes, size_
       // asked for compression.
       std::string_view last =
           value.substr(value.rfind(',') == std::string_view::npos ? 0 : value.rfind(',') + 1);
-      if (iequals(trim(last), "chunked"))
+      if (iequals(trimOws(last), "chunked"))
         head->chunked = true;
-      else if (!iequals(trim(last), "identity"))
+      else if (!iequals(trimOws(last), "identity"))
         RANKMAP_THROW(IoError, "{}: unsupported Transfer-Encoding '{}' (expected chunked)", what,
                       printable(value));
     }
@@ -196,7 +197,7 @@ std::string readBody(AnswerReader& in, const Head& h, const std::string& what, s
     size_t lines = 0;
     for (;;) {
       std::string l = in.line(kMaxChunkLine, "a chunk size");
-      std::string_view hex = trim(std::string_view(l).substr(0, l.find(';')));
+      std::string_view hex = trimOws(std::string_view(l).substr(0, l.find(';')));
       uint64_t n = 0;
       if (hex.empty() || hex.size() > 15 || !std::all_of(hex.begin(), hex.end(), [](char c) {
             return std::isxdigit(static_cast<unsigned char>(c));

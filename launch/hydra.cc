@@ -11,7 +11,7 @@ namespace rankmap::launch {
 namespace {
 
 // How rankmap run treats a Hydra option.
-enum class OptKind {
+enum class HydraOptKind {
   kPlain,      // no effect on placement; kept as is
   kNp,         // -n N
   kHostfile,   // -f FILE
@@ -21,77 +21,77 @@ enum class OptKind {
   kPlacement,  // places ranks in a way rankmap run does not model: refuse
 };
 
-struct OptSpec {
+struct HydraOptSpec {
   std::string_view name;  // without leading dashes; Hydra accepts one or two
   int args;
-  OptKind kind;
+  HydraOptKind kind;
 };
 
 // MPICH 4.0's mpiexec.hydra options (`mpiexec.hydra -h`, and the aliases its parser takes). An
 // option not listed here is unknown: its word count is unknown, so the program cannot be found.
-constexpr OptSpec kOptions[] = {
-    {"n", 1, OptKind::kNp},
-    {"np", 1, OptKind::kNp},
-    {"f", 1, OptKind::kHostfile},
-    {"hostfile", 1, OptKind::kHostfile},
-    {"machinefile", 1, OptKind::kHostfile},
-    {"hosts", 1, OptKind::kHosts},
-    {"host", 1, OptKind::kHosts},
-    {"ppn", 1, OptKind::kPpn},
-    {"genv", 2, OptKind::kEnv},
-    {"env", 2, OptKind::kEnv},
+constexpr HydraOptSpec kHydraOptions[] = {
+    {"n", 1, HydraOptKind::kNp},
+    {"np", 1, HydraOptKind::kNp},
+    {"f", 1, HydraOptKind::kHostfile},
+    {"hostfile", 1, HydraOptKind::kHostfile},
+    {"machinefile", 1, HydraOptKind::kHostfile},
+    {"hosts", 1, HydraOptKind::kHosts},
+    {"host", 1, HydraOptKind::kHosts},
+    {"ppn", 1, HydraOptKind::kPpn},
+    {"genv", 2, HydraOptKind::kEnv},
+    {"env", 2, HydraOptKind::kEnv},
     // Placement we do not model.
-    {"configfile", 1, OptKind::kPlacement},
-    {"rmk", 1, OptKind::kPlacement},
-    {"order-nodes", 1, OptKind::kPlacement},
-    {"skip-launch-node", 0, OptKind::kPlacement},
-    {"map-by", 1, OptKind::kPlacement},
-    {"ranks-per-proc", 1, OptKind::kPlacement},
-    {"h", 0, OptKind::kPlacement},
-    {"help", 0, OptKind::kPlacement},
-    {"info", 0, OptKind::kPlacement},
-    {"version", 0, OptKind::kPlacement},
+    {"configfile", 1, HydraOptKind::kPlacement},
+    {"rmk", 1, HydraOptKind::kPlacement},
+    {"order-nodes", 1, HydraOptKind::kPlacement},
+    {"skip-launch-node", 0, HydraOptKind::kPlacement},
+    {"map-by", 1, HydraOptKind::kPlacement},
+    {"ranks-per-proc", 1, HydraOptKind::kPlacement},
+    {"h", 0, HydraOptKind::kPlacement},
+    {"help", 0, HydraOptKind::kPlacement},
+    {"info", 0, HydraOptKind::kPlacement},
+    {"version", 0, HydraOptKind::kPlacement},
     // No effect on placement, with a value.
-    {"genvlist", 1, OptKind::kPlain},
-    {"envlist", 1, OptKind::kPlain},
-    {"wdir", 1, OptKind::kPlain},
-    {"launcher", 1, OptKind::kPlain},
-    {"bootstrap", 1, OptKind::kPlain},
-    {"launcher-exec", 1, OptKind::kPlain},
-    {"bootstrap-exec", 1, OptKind::kPlain},
-    {"topolib", 1, OptKind::kPlain},
-    {"bind-to", 1, OptKind::kPlain},
-    {"binding", 1, OptKind::kPlain},
-    {"membind", 1, OptKind::kPlain},
-    {"demux", 1, OptKind::kPlain},
-    {"iface", 1, OptKind::kPlain},
-    {"prepend-pattern", 1, OptKind::kPlain},
-    {"outfile-pattern", 1, OptKind::kPlain},
-    {"errfile-pattern", 1, OptKind::kPlain},
-    {"nameserver", 1, OptKind::kPlain},
-    {"localhost", 1, OptKind::kPlain},
-    {"usize", 1, OptKind::kPlain},
-    {"gpus-per-proc", 1, OptKind::kPlain},
+    {"genvlist", 1, HydraOptKind::kPlain},
+    {"envlist", 1, HydraOptKind::kPlain},
+    {"wdir", 1, HydraOptKind::kPlain},
+    {"launcher", 1, HydraOptKind::kPlain},
+    {"bootstrap", 1, HydraOptKind::kPlain},
+    {"launcher-exec", 1, HydraOptKind::kPlain},
+    {"bootstrap-exec", 1, HydraOptKind::kPlain},
+    {"topolib", 1, HydraOptKind::kPlain},
+    {"bind-to", 1, HydraOptKind::kPlain},
+    {"binding", 1, HydraOptKind::kPlain},
+    {"membind", 1, HydraOptKind::kPlain},
+    {"demux", 1, HydraOptKind::kPlain},
+    {"iface", 1, HydraOptKind::kPlain},
+    {"prepend-pattern", 1, HydraOptKind::kPlain},
+    {"outfile-pattern", 1, HydraOptKind::kPlain},
+    {"errfile-pattern", 1, HydraOptKind::kPlain},
+    {"nameserver", 1, HydraOptKind::kPlain},
+    {"localhost", 1, HydraOptKind::kPlain},
+    {"usize", 1, HydraOptKind::kPlain},
+    {"gpus-per-proc", 1, HydraOptKind::kPlain},
     // No effect on placement, no value.
-    {"genvnone", 0, OptKind::kPlain},
-    {"genvall", 0, OptKind::kPlain},
-    {"envnone", 0, OptKind::kPlain},
-    {"envall", 0, OptKind::kPlain},
-    {"enable-x", 0, OptKind::kPlain},
-    {"disable-x", 0, OptKind::kPlain},
-    {"verbose", 0, OptKind::kPlain},
-    {"v", 0, OptKind::kPlain},
-    {"print-all-exitcodes", 0, OptKind::kPlain},
-    {"profile", 0, OptKind::kPlain},
-    {"prepend-rank", 0, OptKind::kPlain},
-    {"l", 0, OptKind::kPlain},
-    {"disable-auto-cleanup", 0, OptKind::kPlain},
-    {"disable-hostname-propagation", 0, OptKind::kPlain},
-    {"pmi-port", 0, OptKind::kPlain},
+    {"genvnone", 0, HydraOptKind::kPlain},
+    {"genvall", 0, HydraOptKind::kPlain},
+    {"envnone", 0, HydraOptKind::kPlain},
+    {"envall", 0, HydraOptKind::kPlain},
+    {"enable-x", 0, HydraOptKind::kPlain},
+    {"disable-x", 0, HydraOptKind::kPlain},
+    {"verbose", 0, HydraOptKind::kPlain},
+    {"v", 0, HydraOptKind::kPlain},
+    {"print-all-exitcodes", 0, HydraOptKind::kPlain},
+    {"profile", 0, HydraOptKind::kPlain},
+    {"prepend-rank", 0, HydraOptKind::kPlain},
+    {"l", 0, HydraOptKind::kPlain},
+    {"disable-auto-cleanup", 0, HydraOptKind::kPlain},
+    {"disable-hostname-propagation", 0, HydraOptKind::kPlain},
+    {"pmi-port", 0, HydraOptKind::kPlain},
 };
 
-const OptSpec* findOption(std::string_view name) {
-  for (const auto& o : kOptions)
+const HydraOptSpec* findHydraOption(std::string_view name) {
+  for (const auto& o : kHydraOptions)
     if (o.name == name) return &o;
   return nullptr;
 }
@@ -153,34 +153,34 @@ std::unique_ptr<HydraCommand> HydraCommand::parse(const std::vector<std::string>
     if (w.size() < 2 || w[0] != '-') break;  // the program
     std::string_view name(w);
     name.remove_prefix(name.substr(0, 2) == "--" ? 2 : 1);
-    const OptSpec* spec = findOption(name);
+    const HydraOptSpec* spec = findHydraOption(name);
     if (!spec) RANKMAP_THROW(NotSupported, "option {:?} not understood", w);
-    if (spec->kind == OptKind::kPlacement)
+    if (spec->kind == HydraOptKind::kPlacement)
       RANKMAP_THROW(NotSupported, "option {} places ranks in a way rankmap run does not model", w);
     if (i + spec->args >= argv.size())
       RANKMAP_THROW(NotSupported, "option {} expects {} value(s)", w, spec->args);
     size_t idx = c->items_.size();
     c->items_.push_back({i, static_cast<size_t>(1 + spec->args)});
     switch (spec->kind) {
-      case OptKind::kNp:
+      case HydraOptKind::kNp:
         c->np_ = parsePositiveInt(argv[i + 1], w);
         c->placementItems_.push_back(idx);
         break;
-      case OptKind::kHostfile:
+      case HydraOptKind::kHostfile:
         hostfiles.push_back(argv[i + 1]);
         c->placementItems_.push_back(idx);
         break;
-      case OptKind::kHosts: {
+      case HydraOptKind::kHosts: {
         auto entries = parseHydraHostList(argv[i + 1]);
         hostList.insert(hostList.end(), entries.begin(), entries.end());
         c->placementItems_.push_back(idx);
         break;
       }
-      case OptKind::kPpn:
+      case HydraOptKind::kPpn:
         ppn = parsePositiveInt(argv[i + 1], w);
         c->placementItems_.push_back(idx);
         break;
-      case OptKind::kEnv:
+      case HydraOptKind::kEnv:
         if (argv[i + 1] == "LD_PRELOAD") {
           preload = argv[i + 2];
           c->shimItems_.push_back(idx);
@@ -188,10 +188,10 @@ std::unique_ptr<HydraCommand> HydraCommand::parse(const std::vector<std::string>
           c->shimItems_.push_back(idx);
         }
         break;
-      case OptKind::kPlain:
+      case HydraOptKind::kPlain:
         envNone |= name == "genvnone" || name == "envnone";
         break;
-      case OptKind::kPlacement:
+      case HydraOptKind::kPlacement:
         break;
     }
     i += spec->args;

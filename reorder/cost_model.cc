@@ -9,11 +9,10 @@
 
 #include "common/error.h"
 #include "common/openmpi.h"
+#include "reorder/numeric.h"
 
 namespace rankmap::reorder {
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A transfer between ranks of `fraction` bytes per byte of the message.
 struct Xfer {

@@ -18,7 +18,7 @@ namespace rankmap::reorder {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kLatencyFloorUs = 0.05f;
+constexpr float kLogLatencyFloorUs = 0.05f;  // latencies below read as this before the log
 
 std::vector<int> sampleHosts(size_t n) {
   std::vector<int> idx(n);
@@ -81,7 +81,7 @@ class Features {
   float latency(size_t i, size_t j) const {
     float l = m_.latencyUs.at(i, j);
     if (std::isnan(l)) return kNaN;
-    return fastLog(std::max(l, kLatencyFloorUs));
+    return fastLog(std::max(l, kLogLatencyFloorUs));
   }
   // Shared links containing exactly one of i and j.
   float shared(size_t i, size_t j) const {
@@ -117,13 +117,6 @@ struct FeatureFit {
   double center = 0;  // median within the finest groups: the level-0 value, subtracted
 };
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  auto mid = v.begin() + v.size() / 2;
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
-
 FeatureFit analyseFeature(const Features& fx, int f, const std::vector<int>& sample,
                           size_t measuredPairs) {
   FeatureFit fit;
@@ -154,7 +147,7 @@ FeatureFit analyseFeature(const Features& fx, int f, const std::vector<int>& sam
     double sq = 0;
     for (double v : within) sq += (v - mean) * (v - mean);
     sd = std::sqrt(sq / within.size());
-    fit.center = median(within);
+    fit.center = upperMedian(within);
   } else if (within.size() == 1) {
     fit.center = within.front();
   }
@@ -220,7 +213,7 @@ SwitchEvidence switchEvidence(const Hierarchy& h, size_t k, size_t l, const Feat
     for (size_t y = x + 1; y < g; ++y)
       if (count[x * g + y] > 0 && up[x] != up[y])
         excess.push_back(sum[x * g + y] / count[x * g + y] - std::max(deficit[x], deficit[y]));
-  if (!excess.empty()) e.unexplained = median(std::move(excess));
+  if (!excess.empty()) e.unexplained = upperMedian(std::move(excess));
   auto medianF = [](std::vector<float>& v) {
     auto mid = v.begin() + static_cast<long>(v.size() / 2);
     std::nth_element(v.begin(), mid, v.end());

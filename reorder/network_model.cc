@@ -19,8 +19,6 @@
 namespace rankmap::reorder {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 // A histogram of rates on a log scale (1% bins), for groups with millions of pairs.
 class LogHistogram {
  public:
@@ -61,13 +59,6 @@ class LogHistogram {
 constexpr size_t kPrefetchAhead = 16;
 inline void prefetchCell(const PairMatrix& m, int i, int j) {
   __builtin_prefetch(m.row(static_cast<size_t>(i)) + j);
-}
-
-double medianOf(std::vector<float>& v) {
-  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
-  auto mid = v.begin() + v.size() / 2;
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
 }
 
 void buildSwitches(NetworkModel& net, const Hierarchy& h) {
@@ -328,9 +319,9 @@ NetworkModel inferModel(const Measurements& m, const Hierarchy& h,
   std::vector<float> all;
   for (size_t l = 0; l <= L; ++l) {
     all.insert(all.end(), latByLevel[l].begin(), latByLevel[l].end());
-    levelLat[l] = medianOf(latByLevel[l]);
+    levelLat[l] = upperMedianInPlace(latByLevel[l]);
   }
-  double global = all.empty() ? kDefaultLatencyUs : medianOf(all);
+  double global = all.empty() ? kDefaultLatencyUs : upperMedianInPlace(all);
   if (all.empty() && n > 1)
     warnings.push_back(fmt::format("no latency measured: assuming {:g} us per pair", global));
   for (auto& v : levelLat)

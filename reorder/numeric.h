@@ -21,6 +21,22 @@
 
 namespace rankmap::reorder {
 
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The upper median of v (its element at size/2 in sorted order), in O(m); reorders v. NaN when
+// v is empty.
+template <class T>
+double upperMedianInPlace(std::vector<T>& v) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+template <class T>
+double upperMedian(std::vector<T> v) {
+  return upperMedianInPlace(v);
+}
+
 // Top band of a sample in O(m): the median of the values within 25% of the largest. Robust to
 // noise and to a minority of slower paths: a single flow shows the narrowest link of its path,
 // so the fastest flows show the link in question (a host's own link, a group's uplink).

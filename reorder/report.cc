@@ -9,16 +9,10 @@
 #include <fmt/ranges.h>
 
 #include "common/openmpi.h"
+#include "reorder/numeric.h"
 
 namespace rankmap::reorder {
 namespace {
-
-double medianOf(std::vector<double> v) {
-  if (v.empty()) return std::nan("");
-  auto mid = v.begin() + v.size() / 2;
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
 
 std::string rangeText(const AlgoRange& r) {
   if (r.maxBytes == AlgoRange::kUnbounded) return fmt::format(">= {}", sizeText(r.minBytes));
@@ -271,7 +265,7 @@ std::string chunkWeightsText(const Plan& p, const std::map<std::string, double>&
       out += fmt::format(
           "    smaller because their host links measured {:.4g} Mbit/s against {:.4g} for the "
           "fastest\n",
-          medianOf(rates), fastest);
+          upperMedian(rates), fastest);
     else
       out += fmt::format(
           "    smaller because their host links measured {:.2g}x the fastest's (show the "
@@ -554,8 +548,8 @@ std::string mediansByLevelText(const Topology& t, const PlanResult& r) {
                                : "across " + h.levels[l - 1].name + "s" +
                                      (l < L ? ", within " + h.levels[l].name : "");
     out += fmt::format("  {:<20} {:>8} {:>16.4g} {:>14.4g}\n", label,
-                       std::max(bwBy[l].size(), latBy[l].size()), medianOf(bwBy[l]),
-                       medianOf(latBy[l]));
+                       std::max(bwBy[l].size(), latBy[l].size()), upperMedian(bwBy[l]),
+                       upperMedian(latBy[l]));
   }
   return out;
 }

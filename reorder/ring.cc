@@ -12,11 +12,11 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "reorder/numeric.h"
 
 namespace rankmap::reorder {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr size_t kNeighbours = 8;
 constexpr int kMaxPasses = 50;
 constexpr double kRelImprove = 1e-9;

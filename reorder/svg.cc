@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "reorder/numeric.h"
 #include "reorder/report.h"
 
 namespace rankmap::reorder {
@@ -71,12 +72,6 @@ struct Scale {
     return higherIsBetter ? x : 1 - x;
   }
 };
-
-double medianOf(std::vector<double>& v) {
-  auto mid = v.begin() + v.size() / 2;
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
 
 // renderSvg()'s phases: a layout of the hosts in plan order, the values of the heatmaps' cells,
 // then one function per part of the picture, each appending to the SVG text.
@@ -174,7 +169,7 @@ std::array<Heatmap, 2> heatmaps(const Topology& t, const Layout& L) {
     for (int k = 0; k < 2; ++k) {
       auto& cells = k == 0 ? bwCells[c] : latCells[c];
       if (cells.empty()) continue;
-      double v = medianOf(cells);
+      double v = upperMedianInPlace(cells);
       h[k].value[c] = v;
       h[k].scale.lo = std::min(h[k].scale.lo, v);
       h[k].scale.hi = std::max(h[k].scale.hi, v);
@@ -257,7 +252,7 @@ void appendPanelTitle(std::string& s, const Topology& t, const Plan& plan, const
                      if (v) (L.groupAt[0][a] == L.groupAt[0][b] ? in : out).push_back(*v);
                    });
   if (in.empty() || out.empty()) return;
-  double mi = medianOf(in), mo = medianOf(out);
+  double mi = upperMedianInPlace(in), mo = upperMedianInPlace(out);
   s += fmt::format(
       "<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#444\">median within "
       "{}s {:.4g}, across {:.4g} ({:.2f}x)</text>\n",

@@ -77,8 +77,6 @@ void copyAndFinalize(ScheduleBuilder& b, uint64_t count) {
 
 namespace {
 
-bool isPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
-
 // nullopt when parent[] is a tree over all n nodes: one root (-1), every parent in range, and
 // every node's chain of parents reaching the root.
 std::optional<std::string> spanningTreeError(const std::vector<int>& parent, int n) {

@@ -32,6 +32,9 @@
 
 namespace rankmap::coll {
 
+// Recursive halving/doubling needs a power-of-two world (selection and the plan check agree).
+inline bool isPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
 // A spanning tree over ranks: parent[rank] is the rank's parent, -1 for the root.
 struct RankTree {
   double weight = 0;  // share of the vector (relative to the other trees' weights)

@@ -14,6 +14,7 @@
 #include "probe/hosts.h"
 #include "probe/measure.h"
 #include "probe/server.h"
+#include "tests/unit/agent/agent_test_util.h"
 #include "tests/unit/common/temp_dir.h"
 
 namespace rankmap::agent {
@@ -22,7 +23,7 @@ namespace {
 using namespace std::chrono_literals;
 using rankmap::testing::TempDir;
 
-constexpr const char* kToken = "test-token-0123456789";
+using test::kToken;
 
 ProbeOptions fastProbe() {
   ProbeOptions p;

@@ -16,6 +16,7 @@
 #include "collectives/communicator.h"
 #include "common/http_client.h"
 #include "common/net.h"
+#include "tests/unit/agent/agent_test_util.h"
 #include "tests/unit/collectives/engine_values.h"
 #include "tests/unit/collectives/harness.h"
 #include "tests/unit/common/plan_util.h"
@@ -28,7 +29,7 @@ using namespace std::chrono_literals;
 using rankmap::testing::TempDir;
 using Clock = PassiveLedger::Clock;
 
-constexpr const char* kToken = "test-token-0123456789";
+using test::kToken;
 
 // A report of `reporter` on `self` to `peer`: `mbit` Mbit/s over `bytes` sent.
 Json report(const std::string& self, const std::string& peer, double mbit,

@@ -20,6 +20,7 @@
 #include "common/files.h"
 #include "common/http_client.h"
 #include "probe/wire.h"
+#include "tests/unit/agent/agent_test_util.h"
 #include "tests/unit/common/temp_dir.h"
 
 namespace rankmap::agent {
@@ -29,7 +30,7 @@ using namespace std::chrono_literals;
 using rankmap::testing::TempDir;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kToken = "test-token-0123456789";
+using test::kToken;
 
 struct Agent {
   TempDir dir;

@@ -34,9 +34,9 @@ struct RankResult {
 };
 
 Config config(const std::string& maxAge = "0") {
-  return testing::configFrom({{"RANKMAP_TRANSPORT", "tcp"},
-                              {"RANKMAP_SOCKET_BUFFER", "0"},
-                              {"RANKMAP_PLAN_MAX_AGE", maxAge}});
+  return rankmap::testing::configFrom({{"RANKMAP_TRANSPORT", "tcp"},
+                                       {"RANKMAP_SOCKET_BUFFER", "0"},
+                                       {"RANKMAP_PLAN_MAX_AGE", maxAge}});
 }
 
 // Every rank r connects with the plan file paths[r] ("" = none) and runs an allreduce of
@@ -50,7 +50,7 @@ std::vector<RankResult> runJob(const std::vector<std::string>& paths, const Conf
   CommOptions options = CommOptions::fromConfig(cfg);
   options.timeout = kTimeout;
   const auto start = std::chrono::steady_clock::now();
-  testing::runRanks(n, [&](int r) {
+  rankmap::testing::runRanks(n, [&](int r) {
     const Deadline deadline = Deadline::after(kTimeout);
     auto bs = r == 0 ? bootstrap::makeRootBootstrap(std::move(listener), n, deadline)
                      : bootstrap::makeRootBootstrap(r, n, root, deadline);
@@ -94,8 +94,8 @@ void expectIdentityEverywhere(const std::vector<RankResult>& res, bool counted =
 class EngineAgreement : public ::testing::Test {
  protected:
   void SetUp() override {
-    plan_ = testing::orderedPlan({"h0", "h1", "h2", "h3"}, {"h2", "h0", "h3", "h1"});
-    other_ = testing::orderedPlan({"h0", "h1", "h2", "h3"}, {"h1", "h3", "h0", "h2"});
+    plan_ = rankmap::testing::orderedPlan({"h0", "h1", "h2", "h3"}, {"h2", "h0", "h3", "h1"});
+    other_ = rankmap::testing::orderedPlan({"h0", "h1", "h2", "h3"}, {"h1", "h3", "h0", "h2"});
     plan_.save(dir_.file("plan.json"));
     other_.save(dir_.file("other.json"));
     dir_.write("corrupt.json", readFile(dir_.file("plan.json")).substr(0, 200));
@@ -103,7 +103,7 @@ class EngineAgreement : public ::testing::Test {
   std::vector<std::string> same(const std::string& name) {
     return std::vector<std::string>(kRanks, dir_.file(name));
   }
-  testing::TempDir dir_;
+  rankmap::testing::TempDir dir_;
   Plan plan_, other_;
 };
 

@@ -27,7 +27,7 @@ namespace {
 using testing::Backend;
 using testing::spawn;
 
-constexpr int kRanks = 5;
+constexpr int kLiveRanks = 5;
 constexpr uint64_t kVoteEvery = 4;
 constexpr uint64_t kCalls = 24;
 constexpr uint64_t kCount = 1001;
@@ -66,9 +66,9 @@ struct RankLog {
 std::vector<RankLog> runJob(const std::vector<std::string>& files, const Plan& start,
                             const std::function<void(uint64_t)>& replace, bool live = true,
                             bool withBarriers = false) {
-  std::vector<RankLog> logs(kRanks);
+  std::vector<RankLog> logs(kLiveRanks);
   const auto t0 = std::chrono::steady_clock::now();
-  spawn(kRanks, Backend::Loopback, [&](transport::Context& ctx) {
+  spawn(kLiveRanks, Backend::Loopback, [&](transport::Context& ctx) {
     const int r = ctx.rank();
     CommOptions o;
     o.timeout = std::chrono::seconds(20);
@@ -78,7 +78,7 @@ std::vector<RankLog> runJob(const std::vector<std::string>& files, const Plan& s
     o.live.planFile = files[static_cast<size_t>(r)];
     Communicator comm(ctx, o, start);
     const auto in = testing::inputBuffer(DataType::kInt32, ReduceOp::kSum, r, kCount);
-    const auto want = testing::expectedBuffer(DataType::kInt32, ReduceOp::kSum, kRanks, kCount);
+    const auto want = testing::expectedBuffer(DataType::kInt32, ReduceOp::kSum, kLiveRanks, kCount);
     std::vector<std::byte> out(want.size());
     RankLog& log = logs[static_cast<size_t>(r)];
     for (uint64_t i = 0; i < kCalls; ++i) {
@@ -109,7 +109,7 @@ uint64_t firstCallWith(const RankLog& log, const std::string& hash) {
 class LivePlan : public ::testing::Test {
  protected:
   std::vector<std::string> oneFile() {
-    return std::vector<std::string>(kRanks, dir_.file("plan.json"));
+    return std::vector<std::string>(kLiveRanks, dir_.file("plan.json"));
   }
   rankmap::testing::TempDir dir_;
   Plan a_ = planWithEpoch({"h3", "h0", "h4", "h1", "h2"}, 1);
@@ -122,7 +122,7 @@ TEST_F(LivePlan, AReplacedFileIsAdoptedByEveryRankAtTheSameCall) {
   auto logs = runJob(oneFile(), a_, [&](uint64_t i) {
     if (i == 11) b_.save(dir_.file("plan.json"));  // votes before calls 4, 8, 12, ...
   });
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < kLiveRanks; ++r) {
     const RankLog& l = logs[static_cast<size_t>(r)];
     EXPECT_EQ(firstCallWith(l, b_.hash), 12u) << "rank " << r;
     EXPECT_EQ(l.planPerCall[11], a_.hash) << "rank " << r;
@@ -138,7 +138,7 @@ TEST_F(LivePlan, AReplacedFileIsAdoptedByEveryRankAtTheSameCall) {
 TEST_F(LivePlan, AFileReplacedBeforeTheCommunicatorsExistIsAdoptedAtTheFirstVote) {
   b_.save(dir_.file("plan.json"));  // the ranks were given A, then the file changed under them
   auto logs = runJob(oneFile(), a_, [](uint64_t) {});
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < kLiveRanks; ++r) {
     EXPECT_EQ(firstCallWith(logs[static_cast<size_t>(r)], b_.hash), kVoteEvery) << "rank " << r;
     EXPECT_EQ(logs[static_cast<size_t>(r)].stats.planSwitches, 1u) << "rank " << r;
   }
@@ -146,15 +146,15 @@ TEST_F(LivePlan, AFileReplacedBeforeTheCommunicatorsExistIsAdoptedAtTheFirstVote
 
 TEST_F(LivePlan, RanksOfferedDifferentPlansKeepTheirPlanAndSayWhy) {
   std::vector<std::string> files;
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < kLiveRanks; ++r) {
     files.push_back(dir_.file("plan" + std::to_string(r) + ".json"));
     a_.save(files.back());
   }
   auto logs = runJob(files, a_, [&](uint64_t i) {
     if (i != 11) return;
-    for (int r = 0; r < kRanks; ++r) (r < 2 ? b_ : c_).save(files[static_cast<size_t>(r)]);
+    for (int r = 0; r < kLiveRanks; ++r) (r < 2 ? b_ : c_).save(files[static_cast<size_t>(r)]);
   });
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < kLiveRanks; ++r) {
     const RankLog& l = logs[static_cast<size_t>(r)];
     EXPECT_EQ(firstCallWith(l, a_.hash), 0u);
     EXPECT_EQ(l.planPerCall.back(), a_.hash) << "rank " << r;
@@ -171,7 +171,7 @@ TEST_F(LivePlan, ACorruptReplacementIsIgnoredAndALaterGoodOneAdopted) {
     if (i == 7) dir_.write("plan.json", good.substr(0, good.size() / 2));
     if (i == 15) dir_.write("plan.json", good);
   });
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < kLiveRanks; ++r) {
     const RankLog& l = logs[static_cast<size_t>(r)];
     EXPECT_EQ(l.stats.planFilesRejected, 1u) << "rank " << r;
     EXPECT_EQ(firstCallWith(l, b_.hash), 16u) << "rank " << r;
@@ -185,7 +185,7 @@ TEST_F(LivePlan, OffMeansNoVoteAndNoSwitch) {
   auto logs = runJob(
       oneFile(), a_, [&](uint64_t i) { if (i == 3) b_.save(dir_.file("plan.json")); },
       /*live=*/false);
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < kLiveRanks; ++r) {
     const RankLog& l = logs[static_cast<size_t>(r)];
     EXPECT_EQ(l.stats.planVotes, 0u) << "rank " << r;
     EXPECT_EQ(l.stats.planVoteNs, 0u) << "rank " << r;
@@ -203,7 +203,7 @@ TEST_F(LivePlan, APlanThatIsNotBetterByTheMarginIsKept) {
   auto logs = runJob(oneFile(), a, [&](uint64_t i) {
     if (i == 3) b.save(dir_.file("plan.json"));
   });
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < kLiveRanks; ++r) {
     const RankLog& l = logs[static_cast<size_t>(r)];
     EXPECT_EQ(l.stats.planSwitches, 0u) << "rank " << r;
     EXPECT_EQ(l.stats.planSwitchesDeclined, (kCalls - 1) / kVoteEvery) << "rank " << r;
@@ -220,7 +220,7 @@ TEST_F(LivePlan, APlanIsJudgedOnTheLargestCallNotOnTheCallTheVoteLandsOn) {
   auto logs = runJob(
       oneFile(), a, [&](uint64_t i) { if (i == 1) b.save(dir_.file("plan.json")); },
       /*live=*/true, /*withBarriers=*/true);
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < kLiveRanks; ++r) {
     const RankLog& l = logs[static_cast<size_t>(r)];
     EXPECT_EQ(l.stats.planSwitches, 0u) << "rank " << r;
     EXPECT_EQ(l.stats.planSwitchesDeclined, (2 * kCalls - 1) / kVoteEvery) << "rank " << r;
@@ -234,9 +234,9 @@ TEST_F(LivePlan, RanksWithDifferentLiveSettingsTurnItOffOnEveryRank) {
   const std::string file = dir_.file("plan.json");
   a_.save(file);
   for (int odd = 0; odd < 3; ++odd) {
-    std::vector<Communicator::Stats> stats(kRanks);
+    std::vector<Communicator::Stats> stats(kLiveRanks);
     const auto t0 = std::chrono::steady_clock::now();
-    spawn(kRanks, Backend::Loopback, [&](transport::Context& ctx) {
+    spawn(kLiveRanks, Backend::Loopback, [&](transport::Context& ctx) {
       const int r = ctx.rank();
       CommOptions o;
       o.timeout = std::chrono::seconds(20);
@@ -248,7 +248,8 @@ TEST_F(LivePlan, RanksWithDifferentLiveSettingsTurnItOffOnEveryRank) {
       if (r == 3 && odd == 2) o.live.planFile.clear();
       Communicator comm(ctx, o, a_);
       const auto in = testing::inputBuffer(DataType::kInt32, ReduceOp::kSum, r, kCount);
-      const auto want = testing::expectedBuffer(DataType::kInt32, ReduceOp::kSum, kRanks, kCount);
+      const auto want =
+          testing::expectedBuffer(DataType::kInt32, ReduceOp::kSum, kLiveRanks, kCount);
       std::vector<std::byte> out(want.size());
       for (uint64_t i = 0; i < kCalls; ++i) {
         if (r == 0 && i == kVoteEvery) b_.save(file);
@@ -260,7 +261,7 @@ TEST_F(LivePlan, RanksWithDifferentLiveSettingsTurnItOffOnEveryRank) {
     });
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0)
         << "case " << odd << ": the job waited instead of deciding";
-    for (int r = 0; r < kRanks; ++r) {
+    for (int r = 0; r < kLiveRanks; ++r) {
       const auto& st = stats[static_cast<size_t>(r)];
       EXPECT_EQ(st.liveSettingsDisagreed, 1u) << "case " << odd << ", rank " << r;
       EXPECT_EQ(st.planVotes, 0u) << "case " << odd << ", rank " << r;

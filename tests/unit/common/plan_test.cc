@@ -7,7 +7,7 @@
 namespace rankmap {
 namespace {
 
-Plan sample() {
+Plan samplePlan() {
   Plan p;
   p.hosts = {"vm0", "vm1", "vm2", "vm3"};
   p.order = {"vm0", "vm2", "vm1", "vm3"};
@@ -24,9 +24,9 @@ Plan sample() {
   return p;
 }
 
-// sample() with Open MPI's decision for two collectives.
+// samplePlan() with Open MPI's decision for two collectives.
 Plan sampleWithOpenMpi() {
-  Plan p = sample();
+  Plan p = samplePlan();
   p.openMpi["allreduce"] = {{0, 65536, 3, 0, 0, 40, 35},
                             {65536, AlgoRange::kUnbounded, 4, 0, 0, 5000, 4800}};
   p.openMpi["bcast"] = {{0, AlgoRange::kUnbounded, 6, 131072, 0, 70, 0}};
@@ -44,7 +44,7 @@ std::string errorOf(const std::string& text) {
 }
 
 TEST(Plan, PermutationKeepsHostRanksContiguous) {
-  auto p = sample();
+  auto p = samplePlan();
   // vm1 (old ranks 2,3) moves to position 2 -> new ranks 4,5; vm2 (old 4,5) -> new 2,3.
   EXPECT_EQ(p.permutation, (std::vector<int>{0, 1, 4, 5, 2, 3, 6, 7}));
   auto inv = p.inversePermutation();
@@ -52,17 +52,17 @@ TEST(Plan, PermutationKeepsHostRanksContiguous) {
 }
 
 TEST(Plan, RoundTripAndHashStable) {
-  auto p = sample();
+  auto p = samplePlan();
   auto back = Plan::parse(p.dump(), "mem");
   EXPECT_EQ(back, p);
   EXPECT_EQ(back.dump(), p.dump());
   EXPECT_EQ(p.hash.rfind("sha256:", 0), 0u);
-  EXPECT_EQ(p.hash, sample().hash);  // deterministic
+  EXPECT_EQ(p.hash, samplePlan().hash);  // deterministic
 }
 
 // Plans written before "models" existed keep their hash: the field is written only when set.
 TEST(Plan, ModelsAreOptionalAndHashed) {
-  auto p = sample();
+  auto p = samplePlan();
   Plan without = p;
   without.models.clear();
   without.seal();
@@ -75,7 +75,7 @@ TEST(Plan, ModelsAreOptionalAndHashed) {
 }
 
 TEST(Plan, AlgorithmForBySize) {
-  auto p = sample();
+  auto p = samplePlan();
   EXPECT_EQ(p.algorithmFor("allreduce", 8), Algorithm::kTree);
   EXPECT_EQ(p.algorithmFor("allreduce", 65536), Algorithm::kRing);
   EXPECT_EQ(p.algorithmFor("allreduce", 1ull << 40), Algorithm::kRing);
@@ -90,7 +90,7 @@ TEST(Plan, IdentityIsValid) {
 }
 
 TEST(Plan, TamperedContentFailsTheHash) {
-  auto j = sample().toJson();
+  auto j = samplePlan().toJson();
   j["epoch"] = 8;
   auto m = errorOf(j.dump());
   EXPECT_NE(m.find("at /hash: expected the content hash"), std::string::npos) << m;
@@ -102,8 +102,8 @@ TEST(Plan, OpenMpisDecisionRoundTripsAndIsInTheHash) {
   EXPECT_EQ(back, p);
   EXPECT_EQ(back.toJson()["open_mpi"]["bcast"][0]["algorithm"], "binomial");
   // A plan without it keeps its old document and hash: no "open_mpi" field at all.
-  EXPECT_FALSE(sample().toJson().contains("open_mpi"));
-  EXPECT_NE(sample().hash, p.hash);
+  EXPECT_FALSE(samplePlan().toJson().contains("open_mpi"));
+  EXPECT_NE(samplePlan().hash, p.hash);
   Json j = p.toJson();
   j["open_mpi"]["allreduce"][1]["algorithm"] = "recursive_doubling";
   EXPECT_NE(errorOf(j.dump()).find("the content hash"), std::string::npos);
@@ -140,7 +140,7 @@ TEST(Plan, MalformedOpenMpiDecisionsNameTheField) {
 }
 
 TEST(Plan, MalformedPlansNameTheField) {
-  auto base = sample().toJson();
+  auto base = samplePlan().toJson();
   struct Case {
     std::function<void(Json&)> mutate;
     const char* expect;
@@ -205,13 +205,13 @@ TEST(Plan, MalformedPlansNameTheField) {
 }
 
 TEST(Plan, EveryTruncationFailsCleanly) {
-  std::string text = sample().toJson().dump();  // compact: any proper prefix is incomplete
+  std::string text = samplePlan().toJson().dump();  // compact: any proper prefix is incomplete
   for (size_t len = 0; len < text.size(); len += 5)
     EXPECT_FALSE(errorOf(text.substr(0, len)).empty()) << len;
 }
 
 TEST(Plan, RandomByteFlipsNeverCrash) {
-  std::string text = sample().dump();
+  std::string text = samplePlan().dump();
   uint64_t s = 12345;
   for (int i = 0; i < 3000; ++i) {
     std::string t = text;

@@ -17,8 +17,9 @@ namespace {
 
 using Argv = std::vector<std::string>;
 
-std::unique_ptr<HydraCommand> parse(const Argv& argv, std::map<std::string, std::string> files = {},
-                                    std::map<std::string, std::string> env = {}) {
+std::unique_ptr<HydraCommand> parseHydra(const Argv& argv,
+                                         std::map<std::string, std::string> files = {},
+                                         std::map<std::string, std::string> env = {}) {
   return HydraCommand::parse(
       argv,
       [files](const std::string& p) {
@@ -32,16 +33,16 @@ std::unique_ptr<HydraCommand> parse(const Argv& argv, std::map<std::string, std:
       });
 }
 
-std::vector<JobHost> hosts(std::initializer_list<std::pair<const char*, int>> l) {
+std::vector<JobHost> hydraHosts(std::initializer_list<std::pair<const char*, int>> l) {
   std::vector<JobHost> v;
   for (auto [s, n] : l) v.push_back({s, n});
   return v;
 }
 
-std::string refusal(const Argv& argv, std::map<std::string, std::string> files = {},
-                    std::map<std::string, std::string> env = {}) {
+std::string hydraRefusal(const Argv& argv, std::map<std::string, std::string> files = {},
+                         std::map<std::string, std::string> env = {}) {
   try {
-    parse(argv, files, env);
+    parseHydra(argv, files, env);
   } catch (const NotSupported& e) {
     return e.what();
   }
@@ -69,80 +70,84 @@ TEST(HydraHostfile, BadLinesNameTheSourceAndLine) {
 }
 
 TEST(Hydra, OneRoundByDefault) {
-  auto c = parse({"mpiexec", "-f", "hf", "./app", "-n", "3"}, {{"hf", "a:2\nb:2\nc\n"}});
-  EXPECT_EQ(c->job().hosts, hosts({{"a", 2}, {"b", 2}, {"c", 1}}));
+  auto c = parseHydra({"mpiexec", "-f", "hf", "./app", "-n", "3"}, {{"hf", "a:2\nb:2\nc\n"}});
+  EXPECT_EQ(c->job().hosts, hydraHosts({{"a", 2}, {"b", 2}, {"c", 1}}));
   EXPECT_TRUE(c->job().contiguous);
   EXPECT_EQ(c->program(), "./app");  // the program's own -n is not Hydra's
 }
 
 TEST(Hydra, FewerRanksThanARoundFillInOrder) {
-  auto c = parse({"mpiexec.hydra", "-hosts", "a:2,b:2,c:2", "-n", "3", "./app"});
-  EXPECT_EQ(c->job().hosts, hosts({{"a", 2}, {"b", 1}}));
+  auto c = parseHydra({"mpiexec.hydra", "-hosts", "a:2,b:2,c:2", "-n", "3", "./app"});
+  EXPECT_EQ(c->job().hosts, hydraHosts({{"a", 2}, {"b", 1}}));
 }
 
 TEST(Hydra, PpnGivesEveryHostItsCount) {
-  auto c = parse({"mpiexec", "-ppn", "2", "-f", "hf", "./app"}, {{"hf", "a:4\nb\n"}});
-  EXPECT_EQ(c->job().hosts, hosts({{"a", 2}, {"b", 2}}));
+  auto c = parseHydra({"mpiexec", "-ppn", "2", "-f", "hf", "./app"}, {{"hf", "a:4\nb\n"}});
+  EXPECT_EQ(c->job().hosts, hydraHosts({{"a", 2}, {"b", 2}}));
   EXPECT_TRUE(c->job().contiguous);
 }
 
 TEST(Hydra, MoreRanksThanARoundWrapAround) {
   // Hydra's rounds: a a b b, then a a b b again: not contiguous.
-  auto c = parse({"mpiexec", "-hosts", "a:2,b:2", "-np", "8", "./app"});
-  EXPECT_EQ(c->job().hosts, hosts({{"a", 4}, {"b", 4}}));
+  auto c = parseHydra({"mpiexec", "-hosts", "a:2,b:2", "-np", "8", "./app"});
+  EXPECT_EQ(c->job().hosts, hydraHosts({{"a", 4}, {"b", 4}}));
   EXPECT_FALSE(c->job().contiguous);
   // One host per line, one rank each, one round: the emulated cloud's form.
-  auto one = parse({"mpiexec", "-f", "hf", "-n", "4", "./app"}, {{"hf", "vm0\nvm1\nvm2\nvm3\n"}});
-  EXPECT_EQ(one->job().hosts, hosts({{"vm0", 1}, {"vm1", 1}, {"vm2", 1}, {"vm3", 1}}));
+  auto one =
+      parseHydra({"mpiexec", "-f", "hf", "-n", "4", "./app"}, {{"hf", "vm0\nvm1\nvm2\nvm3\n"}});
+  EXPECT_EQ(one->job().hosts, hydraHosts({{"vm0", 1}, {"vm1", 1}, {"vm2", 1}, {"vm3", 1}}));
 }
 
 TEST(Hydra, DefaultHostfileFromTheEnvironment) {
-  auto c = parse({"mpiexec", "./app"}, {{"/etc/hf", "a\nb\n"}}, {{"HYDRA_HOST_FILE", "/etc/hf"}});
-  EXPECT_EQ(c->job().hosts, hosts({{"a", 1}, {"b", 1}}));
+  auto c =
+      parseHydra({"mpiexec", "./app"}, {{"/etc/hf", "a\nb\n"}}, {{"HYDRA_HOST_FILE", "/etc/hf"}});
+  EXPECT_EQ(c->job().hosts, hydraHosts({{"a", 1}, {"b", 1}}));
 }
 
 TEST(Hydra, RefusesWhatItDoesNotModel) {
   const std::map<std::string, std::string> hf{{"hf", "a\nb\n"}};
-  EXPECT_NE(refusal({"mpiexec", "-n", "2", "./app"}).find("no -f or -hosts"), std::string::npos);
-  EXPECT_NE(refusal({"mpiexec", "-f", "hf", "-configfile", "c", "./app"}, hf).find("-configfile"),
-            std::string::npos);
-  EXPECT_NE(refusal({"mpiexec", "-f", "hf", "-rmk", "slurm", "./app"}, hf).find("-rmk"),
-            std::string::npos);
-  EXPECT_NE(refusal({"mpiexec", "-f", "hf", "-frobnicate", "./app"}, hf).find("-frobnicate"),
+  EXPECT_NE(hydraRefusal({"mpiexec", "-n", "2", "./app"}).find("no -f or -hosts"),
             std::string::npos);
   EXPECT_NE(
-      refusal({"mpiexec", "-f", "hf", "-n", "1", "./a", ":", "-n", "1", "./b"}, hf).find("MPMD"),
+      hydraRefusal({"mpiexec", "-f", "hf", "-configfile", "c", "./app"}, hf).find("-configfile"),
       std::string::npos);
-  EXPECT_NE(refusal({"mpiexec", "-f", "hf", "-hosts", "a", "./app"}, hf).find("both"),
+  EXPECT_NE(hydraRefusal({"mpiexec", "-f", "hf", "-rmk", "slurm", "./app"}, hf).find("-rmk"),
             std::string::npos);
-  EXPECT_NE(refusal({"mpiexec", "-f", "hf"}, hf).find("no program"), std::string::npos);
-  EXPECT_THROW(parse({"mpiexec", "-f", "hf", "-n", "two", "./app"}, hf), InvalidInput);
+  EXPECT_NE(hydraRefusal({"mpiexec", "-f", "hf", "-frobnicate", "./app"}, hf).find("-frobnicate"),
+            std::string::npos);
+  EXPECT_NE(hydraRefusal({"mpiexec", "-f", "hf", "-n", "1", "./a", ":", "-n", "1", "./b"}, hf)
+                .find("MPMD"),
+            std::string::npos);
+  EXPECT_NE(hydraRefusal({"mpiexec", "-f", "hf", "-hosts", "a", "./app"}, hf).find("both"),
+            std::string::npos);
+  EXPECT_NE(hydraRefusal({"mpiexec", "-f", "hf"}, hf).find("no program"), std::string::npos);
+  EXPECT_THROW(parseHydra({"mpiexec", "-f", "hf", "-n", "two", "./app"}, hf), InvalidInput);
 }
 
 TEST(Hydra, LaunchRewriteWritesHydraHostfileInOrder) {
-  auto c = parse({"mpiexec", "-launcher", "ssh", "-launcher-exec", "/x/agent", "-f", "hf", "-ppn",
-                  "2", "-n", "4", "-genv", "UCX_TLS", "tcp", "./app", "--bytes", "8"},
-                 {{"hf", "a\nb\n"}});
-  ASSERT_EQ(c->job().hosts, hosts({{"a", 2}, {"b", 2}}));
-  Command r = c->launchInOrder(hosts({{"b", 2}, {"a", 2}}), "/d");
+  auto c = parseHydra({"mpiexec", "-launcher", "ssh", "-launcher-exec", "/x/agent", "-f", "hf",
+                       "-ppn", "2", "-n", "4", "-genv", "UCX_TLS", "tcp", "./app", "--bytes", "8"},
+                      {{"hf", "a\nb\n"}});
+  ASSERT_EQ(c->job().hosts, hydraHosts({{"a", 2}, {"b", 2}}));
+  Command r = c->launchInOrder(hydraHosts({{"b", 2}, {"a", 2}}), "/d");
   EXPECT_EQ(r.argv,
             (Argv{"mpiexec", "-f", "/d/hostfile", "-n", "4", "-launcher", "ssh", "-launcher-exec",
                   "/x/agent", "-genv", "UCX_TLS", "tcp", "./app", "--bytes", "8"}));
   ASSERT_EQ(r.files.size(), 1u);
   EXPECT_EQ(r.files[0], (std::pair<std::string, std::string>{"/d/hostfile", "b:2\na:2\n"}));
-  EXPECT_THROW(c->launchInOrder(hosts({{"b", 1}, {"a", 2}}), "/d"), Error);
+  EXPECT_THROW(c->launchInOrder(hydraHosts({{"b", 1}, {"a", 2}}), "/d"), Error);
 }
 
 TEST(Hydra, ShimRewritePreloadsAndKeepsPlacement) {
-  auto c = parse({"mpiexec", "-hosts", "a,b", "-genv", "LD_PRELOAD", "libx.so", "./app"});
+  auto c = parseHydra({"mpiexec", "-hosts", "a,b", "-genv", "LD_PRELOAD", "libx.so", "./app"});
   EXPECT_EQ(c->withShim("/l/librankmap_mpich.so", "/p.json").argv,
             (Argv{"mpiexec", "-genv", "LD_PRELOAD", "/l/librankmap_mpich.so:libx.so", "-genv",
                   "RANKMAP_PLAN", "/p.json", "-hosts", "a,b", "./app"}));
   // The launching environment's LD_PRELOAD reaches the ranks (Hydra passes it on): kept.
-  auto e = parse({"mpiexec", "-hosts", "a,b", "./app"}, {}, {{"LD_PRELOAD", "liby.so"}});
+  auto e = parseHydra({"mpiexec", "-hosts", "a,b", "./app"}, {}, {{"LD_PRELOAD", "liby.so"}});
   EXPECT_EQ(e->withShim("s.so", "p").argv[3], "s.so:liby.so");
-  auto none =
-      parse({"mpiexec", "-genvnone", "-hosts", "a,b", "./app"}, {}, {{"LD_PRELOAD", "liby.so"}});
+  auto none = parseHydra({"mpiexec", "-genvnone", "-hosts", "a,b", "./app"}, {},
+                         {{"LD_PRELOAD", "liby.so"}});
   EXPECT_EQ(none->withShim("s.so", "p").argv[3], "s.so");
   // No Open MPI rules for an MPICH job.
   EXPECT_FALSE(c->collTunedOnCommandLine().has_value());

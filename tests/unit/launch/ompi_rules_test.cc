@@ -210,8 +210,8 @@ TEST(CollTunedRules, SettingsOutsideTheCommandLine) {
             "OMPI_MCA_coll_tuned_use_dynamic_rules=1 in the environment");
 }
 
-std::unique_ptr<MpirunCommand> cmd(const Argv& argv, const std::string& hostfile = "",
-                                   std::map<std::string, std::string> env = {}) {
+std::unique_ptr<MpirunCommand> rulesCmd(const Argv& argv, const std::string& hostfile = "",
+                                        std::map<std::string, std::string> env = {}) {
   return MpirunCommand::parse(
       argv, [hostfile](const std::string&) { return hostfile; },
       [env](const std::string& n) -> std::optional<std::string> {
@@ -231,7 +231,7 @@ RunOptions rulesOpts(RulesMode rules, Mode mode = Mode::kAuto) {
   return o;
 }
 
-PlanSource fileSource() { return {"/plans/plan.json", false}; }
+PlanSource rulesFileSource() { return {"/plans/plan.json", false}; }
 
 const Argv kArgv{"mpirun", "--hostfile",        "/hf",    "--mca",  "rmaps",   "seq",
                  "--mca",  "plm_rsh_agent",     "/agent", "-x",     "FOO=1",   "--bind-to",
@@ -242,9 +242,9 @@ const Argv kRuleOptions{
     "--mca", "coll_tuned_dynamic_rules_filename", "/run/rm/coll_tuned_rules.conf"};
 
 TEST(PrepareRunRules, LaunchModeHandsOpenMpiTheRules) {
-  auto c = cmd(kArgv, kHosts);
+  auto c = rulesCmd(kArgv, kHosts);
   Plan p = planWithRules();
-  RunDecision d = prepareRun(*c, p, "", fileSource(), {}, rulesOpts(RulesMode::kOn));
+  RunDecision d = prepareRun(*c, p, "", rulesFileSource(), {}, rulesOpts(RulesMode::kOn));
   ASSERT_TRUE(d.applied) << d.message;
   ASSERT_TRUE(d.rules);
   Argv want{"mpirun"};
@@ -267,9 +267,9 @@ TEST(PrepareRunRules, LaunchModeHandsOpenMpiTheRules) {
 }
 
 TEST(PrepareRunRules, AutoChecksThatEveryHostReadsThem) {
-  auto c = cmd(kArgv, kHosts);
+  auto c = rulesCmd(kArgv, kHosts);
   RunDecision d =
-      prepareRun(*c, planWithRules(), "", fileSource(), {}, rulesOpts(RulesMode::kAuto));
+      prepareRun(*c, planWithRules(), "", rulesFileSource(), {}, rulesOpts(RulesMode::kAuto));
   ASSERT_TRUE(d.rules);
   // The job's launch options (not its output options, rmaps or program), each host once.
   EXPECT_EQ(d.rules->check.argv,
@@ -282,10 +282,10 @@ TEST(PrepareRunRules, AutoChecksThatEveryHostReadsThem) {
 }
 
 TEST(PrepareRunRules, KeptWhereTheUserAsks) {
-  auto c = cmd(kArgv, kHosts);
+  auto c = rulesCmd(kArgv, kHosts);
   RunOptions o = rulesOpts(RulesMode::kOn);
   o.rulesPath = "/shared/rules.conf";
-  RunDecision d = prepareRun(*c, planWithRules(), "", fileSource(), {}, o);
+  RunDecision d = prepareRun(*c, planWithRules(), "", rulesFileSource(), {}, o);
   ASSERT_TRUE(d.rules);
   EXPECT_TRUE(d.rules->kept);
   EXPECT_EQ(d.rules->path, "/shared/rules.conf");
@@ -310,8 +310,8 @@ TEST(PrepareRunRules, TheUsersSettingsWin) {
     Argv argv{"mpirun"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), kArgv.begin() + 1, kArgv.end());
-    auto c = cmd(argv, kHosts, env);
-    RunDecision d = prepareRun(*c, p, "", fileSource(), {}, rulesOpts(RulesMode::kAuto));
+    auto c = rulesCmd(argv, kHosts, env);
+    RunDecision d = prepareRun(*c, p, "", rulesFileSource(), {}, rulesOpts(RulesMode::kAuto));
     EXPECT_TRUE(d.applied) << "the plan order still applies";
     EXPECT_FALSE(d.rules) << what;
     ASSERT_EQ(d.notes.size(), 1u) << what;
@@ -323,18 +323,19 @@ TEST(PrepareRunRules, TheUsersSettingsWin) {
   Argv argv{"mpirun", "--mca", "coll", "^hcoll"};
   argv.insert(argv.end(), kArgv.begin() + 1, kArgv.end());
   EXPECT_TRUE(
-      prepareRun(*cmd(argv, kHosts), p, "", fileSource(), {}, rulesOpts(RulesMode::kOn)).rules);
+      prepareRun(*rulesCmd(argv, kHosts), p, "", rulesFileSource(), {}, rulesOpts(RulesMode::kOn))
+          .rules);
   // A setting outside the command line (environment, mca-params file).
   RunOptions o = rulesOpts(RulesMode::kOn);
   o.userCollTuned = "coll_tuned_allreduce_algorithm = 4 in /home/u/.openmpi/mca-params.conf";
-  RunDecision d = prepareRun(*cmd(kArgv, kHosts), p, "", fileSource(), {}, o);
+  RunDecision d = prepareRun(*rulesCmd(kArgv, kHosts), p, "", rulesFileSource(), {}, o);
   EXPECT_FALSE(d.rules);
   ASSERT_EQ(d.notes.size(), 1u);
   EXPECT_NE(d.notes[0].find("mca-params.conf"), std::string::npos);
 }
 
 TEST(PrepareRunRules, OffMeansNothingAndSaysNothing) {
-  RunDecision d = prepareRun(*cmd(kArgv, kHosts), planWithRules(), "", fileSource(), {},
+  RunDecision d = prepareRun(*rulesCmd(kArgv, kHosts), planWithRules(), "", rulesFileSource(), {},
                              rulesOpts(RulesMode::kOff));
   EXPECT_TRUE(d.applied);
   EXPECT_FALSE(d.rules);
@@ -348,7 +349,7 @@ TEST(PrepareRunRules, APlanInTheLaunchersOrderStillHandsOverTheRules) {
   p.derivePermutation();
   p.seal();
   RunDecision d =
-      prepareRun(*cmd(kArgv, kHosts), p, "", fileSource(), {}, rulesOpts(RulesMode::kOn));
+      prepareRun(*rulesCmd(kArgv, kHosts), p, "", rulesFileSource(), {}, rulesOpts(RulesMode::kOn));
   ASSERT_TRUE(d.applied) << d.message;
   ASSERT_TRUE(d.rules);
   Argv want{"mpirun"};
@@ -357,14 +358,15 @@ TEST(PrepareRunRules, APlanInTheLaunchersOrderStillHandsOverTheRules) {
   EXPECT_EQ(d.command.argv, want);
   EXPECT_NE(d.message.find("keeps the launcher's host order"), std::string::npos) << d.message;
   // Without the rules it stays the original command.
-  d = prepareRun(*cmd(kArgv, kHosts), p, "", fileSource(), {}, rulesOpts(RulesMode::kOff));
+  d = prepareRun(*rulesCmd(kArgv, kHosts), p, "", rulesFileSource(), {},
+                 rulesOpts(RulesMode::kOff));
   EXPECT_FALSE(d.applied);
   EXPECT_EQ(d.command.argv, kArgv);
 }
 
 TEST(PrepareRunRules, ShimModeToo) {
   Argv argv{"mpirun", "--host", "vm0,vm1,vm2,vm3", "./prog"};
-  RunDecision d = prepareRun(*cmd(argv), planWithRules(), "", fileSource(), {},
+  RunDecision d = prepareRun(*rulesCmd(argv), planWithRules(), "", rulesFileSource(), {},
                              rulesOpts(RulesMode::kOn, Mode::kShim));
   ASSERT_TRUE(d.applied) << d.message;
   ASSERT_TRUE(d.rules);
@@ -375,8 +377,8 @@ TEST(PrepareRunRules, ShimModeToo) {
 TEST(PrepareRunRules, NoDecisionForTheJobsWorld) {
   // A plan made without Open MPI's model: the message says so, the job runs in plan order.
   Plan p = testing::orderedPlan({"vm0", "vm1", "vm2", "vm3"}, {"vm0", "vm2", "vm1", "vm3"});
-  RunDecision d =
-      prepareRun(*cmd(kArgv, kHosts), p, "", fileSource(), {}, rulesOpts(RulesMode::kAuto));
+  RunDecision d = prepareRun(*rulesCmd(kArgv, kHosts), p, "", rulesFileSource(), {},
+                             rulesOpts(RulesMode::kAuto));
   EXPECT_TRUE(d.applied);
   EXPECT_FALSE(d.rules);
   EXPECT_TRUE(d.notes.empty());
@@ -402,11 +404,11 @@ TEST(EngineAdvice, NamesTheCollectiveAndTheSizes) {
   // Reported by prepareRun unless the engine is already on.
   RunOptions o = rulesOpts(RulesMode::kOn);
   o.engineRouting = false;
-  RunDecision d = prepareRun(*cmd(kArgv, kHosts), p, "", fileSource(), {}, o);
+  RunDecision d = prepareRun(*rulesCmd(kArgv, kHosts), p, "", rulesFileSource(), {}, o);
   ASSERT_EQ(d.notes.size(), 1u);
   EXPECT_EQ(d.notes[0], *advice);
   o.engineRouting = true;
-  EXPECT_TRUE(prepareRun(*cmd(kArgv, kHosts), p, "", fileSource(), {}, o).notes.empty());
+  EXPECT_TRUE(prepareRun(*rulesCmd(kArgv, kHosts), p, "", rulesFileSource(), {}, o).notes.empty());
   Plan slow = planWithRules();
   for (auto& r : slow.openMpi["allreduce"]) r.engineUs = r.predictedUs;
   slow.seal();

@@ -12,7 +12,7 @@ namespace {
 
 using Names = std::vector<std::string>;
 
-SrunCommand::EnvLookup envOf(std::map<std::string, std::string> vars) {
+SrunCommand::EnvLookup srunEnv(std::map<std::string, std::string> vars) {
   return [vars](const std::string& name) -> std::optional<std::string> {
     auto it = vars.find(name);
     if (it == vars.end()) return std::nullopt;
@@ -154,7 +154,7 @@ TEST(SlurmTest, TopologyYamlHasTheTreeAndTheBlocks) {
 }
 
 TEST(SrunTest, ReadsThePlacementFromTheAllocation) {
-  auto env = envOf({{"SLURM_JOB_NODELIST", "vm[0-3]"}});
+  auto env = srunEnv({{"SLURM_JOB_NODELIST", "vm[0-3]"}});
   auto c = SrunCommand::parse({"srun", "-n", "8", "--mpi=pmix", "./app", "-n", "3"}, env);
   ASSERT_EQ(c->job().hosts.size(), 4u);
   EXPECT_EQ(c->job().hosts[2], (JobHost{"vm2", 2}));
@@ -163,16 +163,16 @@ TEST(SrunTest, ReadsThePlacementFromTheAllocation) {
   c = SrunCommand::parse({"srun", "-N2", "--ntasks-per-node=3", "app"}, env);
   EXPECT_EQ(c->job().hosts, (std::vector<JobHost>{{"vm0", 3}, {"vm1", 3}}));
 
-  c = SrunCommand::parse({"srun", "-w", "n[5-6]", "app"}, envOf({}));
+  c = SrunCommand::parse({"srun", "-w", "n[5-6]", "app"}, srunEnv({}));
   EXPECT_EQ(c->job().hosts, (std::vector<JobHost>{{"n5", 1}, {"n6", 1}}));
 
   c = SrunCommand::parse({"srun", "app"},
-                         envOf({{"SLURM_JOB_NODELIST", "a,b"}, {"SLURM_NTASKS", "4"}}));
+                         srunEnv({{"SLURM_JOB_NODELIST", "a,b"}, {"SLURM_NTASKS", "4"}}));
   EXPECT_EQ(c->job().worldSize(), 4);
 }
 
 TEST(SrunTest, RefusesPlacementItDoesNotModel) {
-  auto env = envOf({{"SLURM_JOB_NODELIST", "vm[0-3]"}});
+  auto env = srunEnv({{"SLURM_JOB_NODELIST", "vm[0-3]"}});
   for (const std::vector<std::string>& argv :
        {std::vector<std::string>{"srun", "--distribution=cyclic", "app"},
         {"srun", "-m", "plane=2", "app"},
@@ -183,12 +183,12 @@ TEST(SrunTest, RefusesPlacementItDoesNotModel) {
         {"srun", "-n", "4"},
         {"srun", "--multi-prog", "conf"}})
     EXPECT_THROW(SrunCommand::parse(argv, env), NotSupported) << argv[1];
-  EXPECT_THROW(SrunCommand::parse({"srun", "app"}, envOf({})), NotSupported);
+  EXPECT_THROW(SrunCommand::parse({"srun", "app"}, srunEnv({})), NotSupported);
   EXPECT_THROW(SrunCommand::parse({"srun", "-n", "zero", "app"}, env), InvalidInput);
 }
 
 TEST(SrunTest, LaunchInOrderWritesAHostfileAndUsesArbitraryDistribution) {
-  auto env = envOf({{"SLURM_JOB_NODELIST", "vm[0-3]"}});
+  auto env = srunEnv({{"SLURM_JOB_NODELIST", "vm[0-3]"}});
   auto c = SrunCommand::parse({"srun", "-w", "vm[0-3]", "-n", "8", "-l", "./app", "x"}, env);
   std::vector<JobHost> ordered = {{"vm1", 2}, {"vm3", 2}, {"vm0", 2}, {"vm2", 2}};
   auto cmd = c->launchInOrder(ordered, "/rundir");
@@ -200,7 +200,7 @@ TEST(SrunTest, LaunchInOrderWritesAHostfileAndUsesArbitraryDistribution) {
 }
 
 TEST(SrunTest, ShimModeExportsThePreload) {
-  auto env = envOf({{"SLURM_JOB_NODELIST", "vm[0-1]"}});
+  auto env = srunEnv({{"SLURM_JOB_NODELIST", "vm[0-1]"}});
   auto c = SrunCommand::parse({"srun", "--export=ALL,A=1", "app"}, env);
   auto cmd = c->withShim("/lib/librankmap_mpi.so", "/p/plan.json");
   ASSERT_EQ(cmd.argv.size(), 3u);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "probe/server.h"
+#include "tests/unit/probe/probe_test_util.h"
 
 namespace rankmap::probe {
 namespace {
@@ -20,9 +21,9 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-ProbeKey keyA() { return ProbeKey::fromBytes(std::string(32, 'a')); }
-ProbeKey keyB() { return ProbeKey::fromBytes(std::string(32, 'b')); }
-Endpoint loopback(uint16_t port) { return Endpoint{"127.0.0.1", port}; }
+using test::keyA;
+using test::keyB;
+using test::loopback;
 
 // A probe server on an ephemeral loopback port with a test handler.
 struct Server {

@@ -8,16 +8,17 @@
 #include "probe/measure.h"
 #include "probe/server.h"
 #include "probe/wire.h"
+#include "tests/unit/probe/probe_test_util.h"
 
 namespace rankmap::probe {
 namespace {
 
 using namespace std::chrono_literals;
 
-ProbeKey keyA() { return ProbeKey::fromBytes(std::string(32, 'a')); }
-ProbeKey keyB() { return ProbeKey::fromBytes(std::string(32, 'b')); }
+using test::keyA;
+using test::keyB;
 
-Endpoint loopback(uint16_t port) { return Endpoint{"127.0.0.1", port}; }
+using test::loopback;
 
 // A probe server on an ephemeral loopback port whose control requests echo back.
 struct TestServer {

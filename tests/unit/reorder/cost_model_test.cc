@@ -19,10 +19,7 @@ namespace {
 
 using test::hierarchyOf;
 
-NetworkModel twoRacks(double host = 1000, double uplink = 250) {
-  return modelFromHierarchy(hierarchyOf({{0, 0, 0, 0, 1, 1, 1, 1}}), std::vector<double>(8, host),
-                            {uplink}, 2, {10});
-}
+using test::twoRacks;
 
 const AlgoCost& find(const std::vector<AlgoCost>& cs, std::string_view name) {
   for (const auto& c : cs)

@@ -17,11 +17,7 @@
 namespace rankmap::reorder {
 namespace {
 
-PlanOptions quiet() {
-  PlanOptions o;
-  o.source = "test";
-  return o;
-}
+using test::quietOptions;
 
 // Pods of racks of hosts at 1000 Mbit/s; a rack's uplink carries its hosts' rate / 4, a pod's
 // its racks' uplinks / 2 (the datacenter of tests/sim).
@@ -57,7 +53,7 @@ TEST(LinkModel, TheNetworkIsTheStatedLinks) {
   ASSERT_FALSE(t.hasMatrices());
   t.links->hosts[4] = {1000, 400};       // the slower direction is the link's capacity
   t.links->uplinks[0][1] = {3000, 500};  // rack 1 (document order)
-  PlanResult r = planTopology(t, quiet());
+  PlanResult r = planTopology(t, quietOptions());
   EXPECT_TRUE(r.linkModel);
   EXPECT_FALSE(r.fallback);
   EXPECT_EQ(r.coverage, 1);
@@ -89,7 +85,7 @@ TEST(LinkModel, LatencyFromTheMatrixWhenThereIsOne) {
   t.latencyUs.at(0, 1) = LatencyStats{30, 40, 50, 60};
   t.latencyUs.at(1, 0) = LatencyStats{50, 60, 70, 80};
   t.latencyUs.at(2, 3) = t.latencyUs.at(3, 2) = std::nullopt;
-  PlanResult r = planTopology(t, quiet());
+  PlanResult r = planTopology(t, quietOptions());
   ASSERT_NE(r.model.latency, nullptr);
   EXPECT_FLOAT_EQ(r.model.latencyUs(0, 1), 40);                      // mean of the two minimums
   EXPECT_FLOAT_EQ(r.model.latencyUs(2, 3), *t.pathLatencyUs(2, 3));  // missing: the link model
@@ -99,7 +95,7 @@ TEST(LinkModel, LatencyFromTheMatrixWhenThereIsOne) {
     for (int b = 0; b < 8; ++b) {
       if (noisy.bandwidthMbps.at(a, b)) *noisy.bandwidthMbps.at(a, b) *= 0.5 + 0.1 * ((a + b) % 3);
     }
-  EXPECT_EQ(planTopology(noisy, quiet()).plan.order, r.plan.order);
+  EXPECT_EQ(planTopology(noisy, quietOptions()).plan.order, r.plan.order);
 }
 
 TEST(LinkModel, UnknownCapacitiesAndLatenciesAreFilledWithAWarning) {
@@ -109,7 +105,7 @@ TEST(LinkModel, UnknownCapacitiesAndLatenciesAreFilledWithAWarning) {
   t.links->uplinks[0][2] = {0, 0};
   t.links->hostLatencyUs = 0;
   t.links->uplinkLatencyUs = {0, 0};
-  PlanResult r = planTopology(t, quiet());
+  PlanResult r = planTopology(t, quietOptions());
   EXPECT_EQ(r.model.hostMbps[0], 1000);  // the median of the others
   for (size_t s = 0; s < r.model.switches(); ++s) EXPECT_GT(r.model.uplinkMbps[s], 0) << s;
   EXPECT_DOUBLE_EQ(r.model.latencyUs(0, 11), kDefaultLatencyUs);
@@ -130,7 +126,7 @@ TEST(LinkModel, SameRingBottleneckAsFromTheMatrices) {
   matrices.links.reset();
   matrices.measured.clear();
   for (const Topology* t : {&syn.topology, &matrices}) {
-    PlanResult r = planTopology(*t, quiet());
+    PlanResult r = planTopology(*t, quietOptions());
     SCOPED_TRACE(t->links ? "links" : "matrices");
     EXPECT_EQ(r.linkModel, t->links.has_value());
     EXPECT_DOUBLE_EQ(evaluateRing(syn.model, r.order, {}).bottleneckMbps,
@@ -171,7 +167,7 @@ TEST(LinkModel, HostSubsetsKeepLinksGroupsAndMeasuredConsistent) {
                 t.pathMbps(t.indexOf(s.hosts[a].name), t.indexOf(s.hosts[b].name)));
   // A valid document, and a plan.
   EXPECT_EQ(Topology::parse(s.dump(), "subset"), s);
-  EXPECT_TRUE(planTopology(s, quiet()).linkModel);
+  EXPECT_TRUE(planTopology(s, quietOptions()).linkModel);
   // With the matrices too, they are restricted alike.
   auto both = makeSynthetic(tree(2, 2, 3, Output::kBoth)).topology;
   Topology sb = selectHosts(both, keep, "hosts", "t.json");
@@ -184,7 +180,7 @@ TEST(LinkModel, ReportsAndSvgSayWhatWasMeasured) {
     auto syn = makeSynthetic(tree(2, 2, 4, output));
     const Topology& t = syn.topology;
     SCOPED_TRACE(t.hasMatrices() ? "with matrices" : "without matrices");
-    PlanResult r = planTopology(t, quiet());
+    PlanResult r = planTopology(t, quietOptions());
     std::string counts = linkModelText(16, t.measured.size());
     EXPECT_NE(counts.find(" of 240 directed pairs measured"), std::string::npos) << counts;
     std::string summary = planSummary(r);
@@ -201,7 +197,7 @@ TEST(LinkModel, ReportsAndSvgSayWhatWasMeasured) {
   }
   // Thousands of hosts without matrices: the heatmaps sample pairs of the link model.
   auto big = makeSynthetic(tree(8, 16, 32, Output::kLinks));
-  Plan identity = Plan::identity(planTopology(big.topology, quiet()).plan.hosts);
+  Plan identity = Plan::identity(planTopology(big.topology, quietOptions()).plan.hosts);
   std::string svg = renderSvg(big.topology, identity);
   EXPECT_NE(svg.find("4096 hosts drawn as 128 x 128 blocks"), std::string::npos);
   EXPECT_EQ(svg.find("fill=\"url(#missing)\"/>\n"), std::string::npos);  // no hatched cell
@@ -213,7 +209,7 @@ TEST(LinkModel, ANetworkWithoutLevelsIsOneSwitch) {
   t.groups.clear();
   t.links->uplinks.clear();
   t.links->uplinkLatencyUs.clear();
-  PlanResult r = planTopology(Topology::parse(t.dump(), "flat"), quiet());
+  PlanResult r = planTopology(Topology::parse(t.dump(), "flat"), quietOptions());
   EXPECT_TRUE(r.linkModel);
   EXPECT_FALSE(r.fallback);
   EXPECT_TRUE(r.plan.groups.empty());
@@ -228,7 +224,7 @@ TEST(LinkModel, GroupsThatDoNotNestAreNamed) {
   auto& pods = t.groups[1].groups;
   std::swap(pods[0][0], pods[1][0]);
   try {
-    planTopology(t, quiet());
+    planTopology(t, quietOptions());
     ADD_FAILURE() << "expected InvalidInput";
   } catch (const InvalidInput& e) {
     EXPECT_NE(
@@ -243,7 +239,7 @@ TEST(LinkModel, AThousandHostsPlanInSecondsWithRacksAndPodsContiguous) {
   // hosts writes (links, groups, ~8 measured pairs per host, no matrices).
   auto syn = makeSynthetic(tree(4, 8, 32, Output::kLinks));
   ASSERT_EQ(syn.topology.size(), 1024u);
-  PlanOptions o = quiet();
+  PlanOptions o = quietOptions();
   o.collectives = {"allreduce", "allgather", "reducescatter", "broadcast"};
   auto start = std::chrono::steady_clock::now();
   PlanResult r = planTopology(syn.topology, o);

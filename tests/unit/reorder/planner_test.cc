@@ -20,11 +20,7 @@
 namespace rankmap::reorder {
 namespace {
 
-PlanOptions quiet() {
-  PlanOptions o;
-  o.source = "test";
-  return o;
-}
+using test::quietOptions;
 
 // The plan's ring evaluated on the true network.
 RingCost trueRing(const SyntheticTopology& syn, const Plan& plan) {
@@ -40,7 +36,7 @@ TEST(Planner, DeterministicByteForByte) {
   s.noise = 0.1;
   s.missing = 0.05;
   auto syn = makeSynthetic(s);
-  PlanOptions o = quiet();
+  PlanOptions o = quietOptions();
   o.collectives = {"allreduce", "allgather", "reducescatter", "broadcast"};
   std::string a = makePlan(syn.topology, o).dump();
   std::string b = makePlan(syn.topology, o).dump();
@@ -62,7 +58,7 @@ TEST(Planner, PropertiesOnRandomTopologies) {
     s.latency = seed % 4 == 0 ? Signal::kFlat : Signal::kModel;
     s.seed = seed;
     auto syn = makeSynthetic(s);
-    PlanResult r = planTopology(syn.topology, quiet());
+    PlanResult r = planTopology(syn.topology, quietOptions());
     SCOPED_TRACE(seed);
     std::set<std::string> hosts(r.plan.hosts.begin(), r.plan.hosts.end());
     std::set<std::string> order(r.plan.order.begin(), r.plan.order.end());
@@ -86,7 +82,7 @@ TEST(Planner, ExactOptimumUpToTwelveHosts) {
     s.noise = 0.1;
     s.seed = seed;
     auto syn = makeSynthetic(s);
-    PlanOptions o = quiet();
+    PlanOptions o = quietOptions();
     o.minGain = 0;  // compare the ring itself, not the keep-the-input-order rule
     o.noise = 0;    // strictly the minimum (with noise, within the noise of it)
     PlanResult r = planTopology(syn.topology, o);
@@ -125,7 +121,7 @@ TEST(Planner, PlanIsTheBruteForceOptimumUpToTenHosts) {
     auto syn = makeSynthetic(s);
     size_t n = syn.topology.size();
     SCOPED_TRACE(::testing::Message() << n << " hosts, seed " << c.seed);
-    PlanOptions o = quiet();
+    PlanOptions o = quietOptions();
     o.minGain = 0;  // the ring itself
     o.noise = 0;    // strictly the fastest
     PlanResult r = planTopology(syn.topology, o);
@@ -139,7 +135,7 @@ TEST(Planner, PlanIsTheBruteForceOptimumUpToTenHosts) {
     // tidy ring only when faster beyond the noise of what differs, at most the noise of both
     // times: (1 + noise) / (1 - noise)), and the input order kept only when within
     // PlanOptions::minGain of that.
-    PlanResult d = planTopology(syn.topology, quiet());
+    PlanResult d = planTopology(syn.topology, quietOptions());
     double noise = PlanOptions{}.noise;
     EXPECT_LE(d.planRing.objectiveUs,
               optimum * (1 + noise) / (1 - noise) / (1 - PlanOptions{}.minGain) * (1 + 1e-12));
@@ -181,13 +177,13 @@ TEST(Planner, UnstructuredAndBrokenMatricesNeverCrash) {
     }
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ", " << n << " hosts");
     try {
-      PlanResult r = planTopology(t, quiet());
+      PlanResult r = planTopology(t, quietOptions());
       ++planned;
       fallbacks += r.fallback;
       EXPECT_TRUE(test::isPermutation(r.order, n));
       EXPECT_TRUE(test::isPermutation(r.plan.permutation, n));
       std::string bytes = r.plan.dump();
-      EXPECT_EQ(makePlan(t, quiet()).dump(), bytes);
+      EXPECT_EQ(makePlan(t, quietOptions()).dump(), bytes);
       EXPECT_NO_THROW(Plan::parse(bytes, "plan.json"));
       if (!r.fallback) {
         EXPECT_LE(r.planRing.objectiveUs, r.inputRing.objectiveUs);
@@ -217,7 +213,7 @@ TEST_P(SyntheticRecovery, GroupsEqualTruthAndBottleneckIsOptimal) {
   s.missing = 0.05;
   s.seed = 42;
   auto syn = makeSynthetic(s);
-  PlanOptions o = quiet();
+  PlanOptions o = quietOptions();
   o.hashTopology = false;
   PlanResult r = planTopology(syn.topology, o);
   ASSERT_EQ(r.hierarchy.levels.size(), 2u);
@@ -238,7 +234,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes, SyntheticRecovery,
 
 TEST(Planner, RanksPerHostStayContiguous) {
   Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
-  PlanOptions o = quiet();
+  PlanOptions o = quietOptions();
   o.ranksPerHost = 4;
   Plan p = makePlan(t, o);
   ASSERT_EQ(p.permutation.size(), 32u);
@@ -254,7 +250,7 @@ TEST(Planner, TestbedFixturePredictsTheCalibrationRatio) {
   // The fixture's input order puts 3 ring flows on each uplink direction (as in the testbed
   // calibration run, which measured ~3x); the plan groups by rack.
   Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
-  PlanResult r = planTopology(t, quiet());
+  PlanResult r = planTopology(t, quietOptions());
   EXPECT_NEAR(r.plan.predicted.speedup, 3.0, 0.45);
   EXPECT_NEAR(r.plan.predicted.inputBottleneckMbps * 3, r.plan.predicted.bottleneckMbps,
               0.15 * r.plan.predicted.bottleneckMbps);
@@ -274,7 +270,7 @@ TEST(Planner, TestbedFixturePredictsTheCalibrationRatio) {
 
 TEST(Planner, HeterogeneousFixtureGetsChunkWeightsOrTrees) {
   Topology t = Topology::load(test::fixture("heterogeneous.json"));
-  PlanResult r = planTopology(t, quiet());
+  PlanResult r = planTopology(t, quietOptions());
   EXPECT_TRUE(r.model.heterogeneousHosts());
   const auto& ranges = r.plan.collectives.at("allreduce");
   bool trees = false;
@@ -291,7 +287,7 @@ TEST(Planner, HeterogeneousFixtureGetsChunkWeightsOrTrees) {
 TEST(Planner, FallbacksAreIdentityWithConfidenceZero) {
   for (std::string name : {"single_host.json", "sparse.json"}) {
     Topology t = Topology::load(test::fixture(name));
-    PlanResult r = planTopology(t, quiet());
+    PlanResult r = planTopology(t, quietOptions());
     SCOPED_TRACE(name);
     EXPECT_TRUE(r.fallback);
     EXPECT_EQ(r.plan.confidence, 0);
@@ -305,7 +301,7 @@ TEST(Planner, FallbacksAreIdentityWithConfidenceZero) {
     t.bandwidthMbps.at(2, j) = t.bandwidthMbps.at(j, 2) = std::nullopt;
     t.latencyUs.at(2, j) = t.latencyUs.at(j, 2) = std::nullopt;
   }
-  PlanResult r = planTopology(t, quiet());
+  PlanResult r = planTopology(t, quietOptions());
   EXPECT_TRUE(r.fallback);
   ASSERT_FALSE(r.warnings.empty());
   EXPECT_NE(r.warnings[0].find("vm2"), std::string::npos) << r.warnings[0];
@@ -330,7 +326,7 @@ TEST(Planner, ASlowPairTheTreeDoesNotExplainIsAvoided) {
       }
   t.bandwidthMbps.at(a, b) = 100;
   t.bandwidthMbps.at(b, a) = 104;
-  PlanOptions o = quiet();
+  PlanOptions o = quietOptions();
   o.minGain = 0;
   Plan p = makePlan(t, o);
   size_t n = p.order.size();
@@ -350,7 +346,7 @@ TEST(Planner, FlatNetworkKeepsTheInputOrder) {
   s.bandwidth = Signal::kFlat;
   s.latency = Signal::kFlat;
   auto syn = makeSynthetic(s);
-  Plan p = makePlan(syn.topology, quiet());
+  Plan p = makePlan(syn.topology, quietOptions());
   EXPECT_TRUE(p.groups.empty());
   EXPECT_EQ(p.order, p.hosts);
   EXPECT_DOUBLE_EQ(p.predicted.speedup, 1.0);
@@ -358,13 +354,13 @@ TEST(Planner, FlatNetworkKeepsTheInputOrder) {
 
 TEST(Planner, BadOptionsAndAsymmetryThrowInvalidInput) {
   Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
-  PlanOptions o = quiet();
+  PlanOptions o = quietOptions();
   o.ranksPerHost = 0;
   EXPECT_THROW(makePlan(t, o), InvalidInput);
-  o = quiet();
+  o = quietOptions();
   o.collectives = {"alltoall"};
   EXPECT_THROW(makePlan(t, o), InvalidInput);
-  EXPECT_THROW(makePlan(Topology::load(test::fixture("bad_asymmetric.json")), quiet()),
+  EXPECT_THROW(makePlan(Topology::load(test::fixture("bad_asymmetric.json")), quietOptions()),
                InvalidInput);
   // A negative rate never reaches the planner: the parser names it.
   try {
@@ -374,13 +370,13 @@ TEST(Planner, BadOptionsAndAsymmetryThrowInvalidInput) {
     EXPECT_NE(std::string(e.what()).find("at /bandwidth_mbps/1/2"), std::string::npos) << e.what();
   }
   // No hosts at all.
-  EXPECT_THROW(makePlan(Topology::empty({}), quiet()), InvalidInput);
+  EXPECT_THROW(makePlan(Topology::empty({}), quietOptions()), InvalidInput);
 }
 
 TEST(Planner, GivenGroupsAreUsedWhenAsked) {
   Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
   t.groups = {{"rack", 0.5, {{"vm0", "vm1", "vm2", "vm3"}, {"vm4", "vm5", "vm6", "vm7"}}}};
-  PlanOptions o = quiet();
+  PlanOptions o = quietOptions();
   o.useTopologyGroups = true;
   Plan p = makePlan(t, o);
   EXPECT_EQ(p.groups, t.groups);
@@ -404,7 +400,7 @@ TEST(HostsFile, SubsetInFileOrder) {
   EXPECT_EQ(sub.hosts[0].address, "10.0.0.5");
   EXPECT_EQ(sub.hosts[1].address, t.hosts[0].address);  // from the topology
   EXPECT_EQ(sub.bandwidthMbps.at(0, 1), t.bandwidthMbps.at(5, 0));
-  Plan p = makePlan(sub, quiet());
+  Plan p = makePlan(sub, quietOptions());
   EXPECT_EQ(p.hosts, (std::vector<std::string>{"vm5", "vm0", "vm3", "vm6"}));
   std::remove(path.c_str());
 }
@@ -433,7 +429,7 @@ TEST(HostsFile, UnknownDuplicateAndMalformedLinesAreNamed) {
 
 TEST(Report, SummaryShowAndSvgMentionTheEssentials) {
   Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
-  PlanResult r = planTopology(t, quiet());
+  PlanResult r = planTopology(t, quietOptions());
   std::string summary = planSummary(r);
   EXPECT_NE(summary.find("rack: 2 groups"), std::string::npos) << summary;
   EXPECT_NE(summary.find("faster than the input order"), std::string::npos) << summary;
@@ -568,7 +564,7 @@ TEST(Report, SvgDrawsSharesAndTrees) {
 
 TEST(Report, RateClassesAreNamedNotLevels) {
   Topology t = Topology::load(test::fixture("rate_classes.json"));
-  PlanResult r = planTopology(t, quiet());
+  PlanResult r = planTopology(t, quietOptions());
   ASSERT_EQ(r.plan.groups.size(), 1u);
   EXPECT_EQ(r.plan.groups[0].groups.size(), 3u);
   std::string summary = planSummary(r);

@@ -18,11 +18,7 @@ namespace {
 using test::hierarchyOf;
 using test::isPermutation;
 
-// 8 hosts in two racks (hosts 0-3, 4-7), host 1000, uplink 250: the calibration testbed.
-NetworkModel twoRacks() {
-  return modelFromHierarchy(hierarchyOf({{0, 0, 0, 0, 1, 1, 1, 1}}), std::vector<double>(8, 1000),
-                            {250}, 2, {10});
-}
+using test::twoRacks;
 
 // Full enumeration: the reference for the branch-and-bound search.
 double bruteForce(const NetworkModel& net, const RingParams& p) {

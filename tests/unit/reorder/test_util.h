@@ -10,6 +10,7 @@
 #include "common/topology.h"
 #include "reorder/hierarchy.h"
 #include "reorder/network_model.h"
+#include "reorder/planner.h"
 #include "reorder/ring.h"
 
 namespace rankmap::reorder::test {
@@ -60,6 +61,20 @@ inline bool isPermutation(std::vector<int> v, size_t n) {
     seen[x] = 1;
   }
   return true;
+}
+
+// Planner options for tests: source "test", everything else at its default.
+inline PlanOptions quietOptions() {
+  PlanOptions o;
+  o.source = "test";
+  return o;
+}
+
+// 8 hosts in two racks (hosts 0-3, 4-7), host links `host`, uplinks `uplink` (Mbit/s); the
+// defaults are the calibration testbed.
+inline NetworkModel twoRacks(double host = 1000, double uplink = 250) {
+  return modelFromHierarchy(hierarchyOf({{0, 0, 0, 0, 1, 1, 1, 1}}), std::vector<double>(8, host),
+                            {uplink}, 2, {10});
 }
 
 }  // namespace rankmap::reorder::test
