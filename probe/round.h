@@ -80,6 +80,10 @@ inline constexpr double kVeryFarFraction = 0.15;
 // A flow measured alone below this fraction of what both its hosts reached elsewhere is
 // measured again (once).
 inline constexpr double kConfirmFraction = 0.95;
+// A flow still below this fraction after being measured again (beyond the probe's noise) is
+// measured a third time, alone in the fleet; at most kMaxReconfirms of them per call.
+inline constexpr double kReconfirmFraction = 0.8;
+inline constexpr size_t kMaxReconfirms = 16;
 // A host link's capacity is the mean of its readings within this fraction of its best one: the
 // readings that differ from it by no more than the probe's noise.
 inline constexpr double kHostBand = 1 - kProbeNoise;
