@@ -171,16 +171,32 @@ std::string sanitize(const std::string& name) {
   return out.empty() ? std::string("level") : out;
 }
 
-}  // namespace
+// A hostlist parsed and counted in full before a name is made: the count of an item is the
+// product of its brackets' sizes, so a few bytes can name 10^10 hosts (tests/fuzz: out of memory).
+struct ParsedHostlist {
+  // An item is literals and brackets; a bracket's ranges are (first, last, digits of first).
+  struct Range {
+    long first, last;
+    size_t width;
+  };
+  struct Part {
+    std::string literal;        // when ranges is empty
+    std::vector<Range> ranges;  // a bracket
+  };
+  std::vector<std::vector<Part>> items;
+  size_t total = 0;
+};
 
-std::vector<std::string> expandHostlist(std::string_view expr) {
+ParsedHostlist parseHostlist(std::string_view expr) {
   auto bad = [&](std::string_view why) {
     RANKMAP_THROW(InvalidInput, "hostlist {:?}: {}", std::string(expr), why);
   };
-  std::vector<std::string> out;
+  ParsedHostlist out;
+  auto tooMany = [&] { bad(fmt::format("expected at most {} hosts", kMaxHostlistHosts)); };
   for (const auto& item : splitTop(expr)) {
     if (item.empty()) bad("expected no empty item");
-    std::vector<std::string> partial = {""};
+    std::vector<ParsedHostlist::Part> parts;
+    size_t count = 1;
     size_t i = 0;
     while (i < item.size()) {
       if (item[i] == ']') bad("expected ']' only after '['");
@@ -188,7 +204,7 @@ std::vector<std::string> expandHostlist(std::string_view expr) {
         size_t j = item.find('[', i);
         std::string lit = item.substr(i, j == std::string::npos ? std::string::npos : j - i);
         if (lit.find(']') != std::string::npos) bad("expected ']' only after '['");
-        for (auto& p : partial) p += lit;
+        parts.push_back({std::move(lit), {}});
         i = j == std::string::npos ? item.size() : j;
         continue;
       }
@@ -196,7 +212,8 @@ std::vector<std::string> expandHostlist(std::string_view expr) {
       if (close == std::string::npos) bad("expected a closing ']'");
       std::string body = item.substr(i + 1, close - i - 1);
       if (body.empty() || body.find('[') != std::string::npos) bad("expected ranges inside [...]");
-      std::vector<std::string> values;
+      ParsedHostlist::Part part;
+      size_t size = 0;
       std::string range;
       std::stringstream ss(body);
       while (std::getline(ss, range, ',')) {
@@ -214,19 +231,45 @@ std::vector<std::string> expandHostlist(std::string_view expr) {
         if (b < a) bad(fmt::format("expected an increasing range, got {:?}", range));
         if (b - a >= static_cast<long>(kMaxHostlistHosts))
           bad(fmt::format("expected a range of at most {} hosts", kMaxHostlistHosts));
-        for (long v = a; v <= b; ++v) values.push_back(fmt::format("{:0{}}", v, lo.size()));
+        size += static_cast<size_t>(b - a + 1);
+        if (size > kMaxHostlistHosts) tooMany();
+        part.ranges.push_back({a, b, lo.size()});
+      }
+      count *= size;  // both at most kMaxHostlistHosts: no overflow
+      if (count > kMaxHostlistHosts) tooMany();
+      parts.push_back(std::move(part));
+      i = close + 1;
+    }
+    out.total += count;
+    if (out.total > kMaxHostlistHosts) tooMany();
+    out.items.push_back(std::move(parts));
+  }
+  return out;
+}
+
+}  // namespace
+
+size_t hostlistSize(std::string_view expr) { return parseHostlist(expr).total; }
+
+std::vector<std::string> expandHostlist(std::string_view expr) {
+  ParsedHostlist parsed = parseHostlist(expr);
+  std::vector<std::string> out;
+  out.reserve(parsed.total);
+  for (const auto& parts : parsed.items) {
+    std::vector<std::string> partial = {""};
+    for (const auto& part : parts) {
+      if (part.ranges.empty()) {
+        for (auto& p : partial) p += part.literal;
+        continue;
       }
       std::vector<std::string> next;
       for (const auto& p : partial)
-        for (const auto& v : values) next.push_back(p + v);
+        for (const auto& r : part.ranges)
+          for (long v = r.first; v <= r.last; ++v)
+            next.push_back(fmt::format("{}{:0{}}", p, v, r.width));
       partial = std::move(next);
-      if (partial.size() > kMaxHostlistHosts)
-        bad(fmt::format("expected at most {} hosts", kMaxHostlistHosts));
-      i = close + 1;
     }
-    out.insert(out.end(), partial.begin(), partial.end());
-    if (out.size() > kMaxHostlistHosts)
-      bad(fmt::format("expected at most {} hosts", kMaxHostlistHosts));
+    for (auto& p : partial) out.push_back(std::move(p));
   }
   return out;
 }

@@ -36,6 +36,8 @@ namespace rankmap::launch {
 // that made a million names and minutes of work).
 inline constexpr size_t kMaxHostlistHosts = 100000;
 std::vector<std::string> expandHostlist(std::string_view expr);
+// The number of hosts expandHostlist(expr) gives, counted without making them; throws as it does.
+size_t hostlistSize(std::string_view expr);
 // Compresses host names into a hostlist ("node[01-03,07],login"): names sharing a prefix and a
 // numeric suffix width are grouped (in order of first appearance) with sorted ranges.
 std::string compressHostlist(const std::vector<std::string>& hosts);
