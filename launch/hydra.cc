@@ -226,7 +226,8 @@ std::unique_ptr<HydraCommand> HydraCommand::parse(const std::vector<std::string>
   }
   // Rounds over the entries, each giving its N ranks, until np ranks are placed.
   int perRound = 0;
-  for (const auto& e : entries) perRound += ppn.value_or(e.slots.value_or(1));
+  for (const auto& e : entries)
+    perRound = addRanks(perRound, ppn.value_or(e.slots.value_or(1)), "ranks per round of hosts");
   const int np = c->np_.value_or(perRound);
   std::vector<const std::string*> rankHost;
   rankHost.reserve(static_cast<size_t>(np));

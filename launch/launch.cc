@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -402,7 +403,15 @@ int parsePositiveInt(std::string_view text, std::string_view what) {
   if (v < 1)
     RANKMAP_THROW(InvalidInput, "{}: expected a positive integer, got {:?}", what,
                   std::string(text));
-  return v;
+  return addRanks(0, v, what);
+}
+
+int addRanks(int a, int b, std::string_view what) {
+  if (static_cast<int64_t>(a) + b > kMaxJobRanks)
+    RANKMAP_THROW(NotSupported,
+                  "{}: more than {} ranks (rankmap run reorders jobs up to that size)", what,
+                  kMaxJobRanks);
+  return a + b;
 }
 
 void forEachHostfileLine(

@@ -208,9 +208,16 @@ std::vector<std::string> rebuildCommandLine(const std::vector<std::string>& argv
                                             const std::vector<WordSpan>& drop,
                                             const std::vector<std::string>& insert);
 
+// rankmap run reorders jobs of at most this many ranks; a launcher command line naming more (a
+// rank count is a few bytes: tests/fuzz made hostfiles of 8 million lines and int overflows) is
+// run as it is, with the reason (NotSupported).
+inline constexpr int kMaxJobRanks = 1 << 20;
 // A launcher's count (-np, slots=, host:N): a positive decimal integer of at most 9 digits.
-// Throws InvalidInput "<what>: expected a positive integer, got <text>".
+// Throws InvalidInput "<what>: expected a positive integer, got <text>", and NotSupported when
+// it is over kMaxJobRanks.
 int parsePositiveInt(std::string_view text, std::string_view what);
+// a + b ranks (both non-negative); throws NotSupported naming `what` when over kMaxJobRanks.
+int addRanks(int a, int b, std::string_view what);
 
 // The lines of a launcher's hostfile as words: `#` starts a comment, blanks (space, tab, CR)
 // separate words, lines without words are skipped. Calls fn(lineNo, words) for each other line,

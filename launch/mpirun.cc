@@ -171,7 +171,7 @@ std::vector<HostEntry> parseOmpiHostfile(std::string_view text, std::string_view
                       "knows slots= and max_slots=)",
                       source, lineNo, std::string(word));
       int v = parsePositiveInt(val, fmt::format("{}:{}: {}", source, lineNo, key));
-      if (isSlots) e.slots = e.slots.value_or(0) + v;
+      if (isSlots) e.slots = addRanks(e.slots.value_or(0), v, fmt::format("{}:{}", source, lineNo));
     }
     out.push_back(std::move(e));
   });
@@ -373,11 +373,11 @@ std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::strin
         where[e.spelling] = hosts.size();
         hosts.push_back({e.spelling, slots});
       } else {
-        *hosts[it->second].slots += slots;
+        *hosts[it->second].slots = addRanks(*hosts[it->second].slots, slots, e.spelling);
       }
     }
     int total = 0;
-    for (const auto& h : hosts) total += *h.slots;
+    for (const auto& h : hosts) total = addRanks(total, *h.slots, "slots of the job's hosts");
     int np = c->np_.value_or(total);
     if (np > total)
       RANKMAP_THROW(NotSupported, "-np {} exceeds the {} slots (oversubscription)", np, total);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -567,11 +568,15 @@ std::unique_ptr<SrunCommand> SrunCommand::parse(const std::vector<std::string>& 
     else if (auto t = env("SLURM_NTASKS"))
       ntasks = parseCount(*t, "SLURM_NTASKS");
   }
-  int total = ntasks ? *ntasks : (perNode ? *perNode : 1) * hostsN;
+  const int64_t tasks = ntasks ? *ntasks : int64_t{perNode ? *perNode : 1} * hostsN;
+  if (tasks > kMaxJobRanks)
+    RANKMAP_THROW(NotSupported, "{} tasks: rankmap run reorders jobs of at most {} ranks", tasks,
+                  kMaxJobRanks);
+  const int total = static_cast<int>(tasks);
   if (total % hostsN != 0)
     RANKMAP_THROW(NotSupported, "{} tasks on {} nodes: uneven block placement is not modelled",
                   total, hostsN);
-  if (perNode && *perNode * hostsN != total)
+  if (perNode && int64_t{*perNode} * hostsN != total)
     RANKMAP_THROW(NotSupported, "--ntasks {} and --ntasks-per-node {} on {} nodes disagree", total,
                   *perNode, hostsN);
   for (const auto& n : nodes) c->job_.hosts.push_back({n, total / hostsN});

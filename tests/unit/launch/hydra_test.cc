@@ -69,6 +69,15 @@ TEST(HydraHostfile, BadLinesNameTheSourceAndLine) {
   EXPECT_THROW(parseHydraHostfile("vm0:0\n", "hf"), InvalidInput);
 }
 
+// At most kMaxJobRanks ranks (a few bytes of -np made a vector of a billion ranks).
+TEST(Hydra, JobsOfMoreThanMaxRanksAreRefused) {
+  const std::string max = std::to_string(kMaxJobRanks), over = std::to_string(kMaxJobRanks + 1);
+  EXPECT_NE(hydraRefusal({"mpiexec", "-n", over, "-hosts", "a", "prog"}).find("ranks"),
+            std::string::npos);
+  EXPECT_NE(hydraRefusal({"mpiexec", "-hosts", "a:" + max + ",b:" + max, "prog"}).find("ranks"),
+            std::string::npos);
+}
+
 TEST(Hydra, OneRoundByDefault) {
   auto c = parseHydra({"mpiexec", "-f", "hf", "./app", "-n", "3"}, {{"hf", "a:2\nb:2\nc\n"}});
   EXPECT_EQ(c->job().hosts, hydraHosts({{"a", 2}, {"b", 2}, {"c", 1}}));

@@ -196,6 +196,24 @@ TEST(Mpirun, RefusesWhatItDoesNotModel) {
   EXPECT_THROW(parse({"mpirun", "--hostfile", "absent", "prog"}), IoError);
 }
 
+// At most kMaxJobRanks ranks, counted without overflow (tests/fuzz: a sequential hostfile of
+// 8 million lines from `-n 8000000`): more is run unchanged, with the reason.
+TEST(Mpirun, JobsOfMoreThanMaxRanksAreRefused) {
+  const std::string max = std::to_string(kMaxJobRanks), over = std::to_string(kMaxJobRanks + 1);
+  std::map<std::string, std::string> hf{{"one", "a slots=" + max + "\n"},
+                                        {"line", "a slots=" + max + " slots=1\n"},
+                                        {"hosts", "a slots=" + max + "\nb slots=" + max + "\n"},
+                                        {"again", "a slots=" + max + "\na slots=" + max + "\n"}};
+  EXPECT_EQ(parse({"mpirun", "--hostfile", "one", "prog"}, hf)->job().worldSize(), kMaxJobRanks);
+  for (const Argv& argv :
+       {Argv{"mpirun", "-np", over, "-H", "a", "prog"}, Argv{"mpirun", "-H", "a:" + over, "prog"},
+        Argv{"mpirun", "--hostfile", "line", "prog"}, Argv{"mpirun", "--hostfile", "hosts", "prog"},
+        Argv{"mpirun", "--hostfile", "again", "prog"}}) {
+    std::string why = refusal(argv, hf);
+    EXPECT_NE(why.find("ranks"), std::string::npos) << shellJoin(argv) << ": got '" << why << "'";
+  }
+}
+
 TEST(Mpirun, LaunchRewriteWritesTheHostfileInOrder) {
   Argv argv{"mpirun", "--np", "6", "--hostfile", "/s/hf", "--bind-to", "none", "--mca", "btl",
             "tcp,self", "./prog", "--np", "1"};

@@ -189,6 +189,15 @@ TEST(SrunTest, RefusesPlacementItDoesNotModel) {
     EXPECT_THROW(SrunCommand::parse(argv, env), NotSupported) << argv[1];
   EXPECT_THROW(SrunCommand::parse({"srun", "app"}, srunEnv({})), NotSupported);
   EXPECT_THROW(SrunCommand::parse({"srun", "-n", "zero", "app"}, env), InvalidInput);
+  // At most kMaxJobRanks tasks, counted without overflow (tests/fuzz: `-n 8000000` made a
+  // SLURM_HOSTFILE of 8 million lines).
+  EXPECT_THROW(SrunCommand::parse({"srun", "-n", "8000000", "app"}, env), NotSupported);
+  auto many = srunEnv({{"SLURM_JOB_NODELIST", "vm[1-100000]"}});
+  EXPECT_THROW(SrunCommand::parse({"srun", "--ntasks-per-node=16777216", "app"}, many),
+               NotSupported);
+  EXPECT_THROW(
+      SrunCommand::parse({"srun", "-n", "100000", "--ntasks-per-node=16777216", "app"}, many),
+      NotSupported);
 }
 
 TEST(SrunTest, LaunchInOrderWritesAHostfileAndUsesArbitraryDistribution) {
