@@ -145,6 +145,10 @@ def main():
             with open(args.dump, "w") as f:
                 json.dump({"topology": topo, "truth": tb.truth, "seconds": summary["seconds"],
                            "wall": dt}, f)
+        again = [l.split("probe round: links: ")[-1].strip()
+                 for l in agents.log_tail(vm0, 400).splitlines() if "measured again" in l]
+        if again:
+            al.report(f"confirmations: {'; '.join(again)}")
         errs = al.bandwidth_errors(topo, tb.truth)
         missing = [(a, b) for a, b, v, _, _ in errs if v is None]
         lat_missing = sum(1 for i, row in enumerate(topo["latency_us"])
