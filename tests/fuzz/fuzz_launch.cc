@@ -40,10 +40,13 @@ namespace {
 using namespace rankmap;
 using namespace rankmap::launch;
 
+// Hostlists of more hosts, and jobs of more ranks, are parsed but not run further (below).
 #ifdef RANKMAP_FUZZ_REPLAY
 constexpr size_t kFuzzMaxHosts = kMaxHostlistHosts;  // CI's replay runs every input in full
+constexpr int kFuzzMaxRanks = kMaxJobRanks;
 #else
 constexpr size_t kFuzzMaxHosts = 2000;
+constexpr int kFuzzMaxRanks = 4096;
 #endif
 
 [[noreturn]] void finding(const std::string& what, const std::vector<std::string>& argv) {
@@ -90,6 +93,9 @@ std::optional<Plan> reversePlan(const Job& job) {
 void launcherCommand(const LaunchCommand& cmd, size_t program) {
   const auto& argv = cmd.argv();
   const Job& job = cmd.job();
+  // A rank count is a few bytes and a rank a line of a hostfile: a second of work per input
+  // near kMaxJobRanks under the sanitizers (the size itself is launch_mpirun_test's).
+  if (job.worldSize() > kFuzzMaxRanks) return;
   std::vector<JobHost> reversed(job.hosts.rbegin(), job.hosts.rend());
   for (const auto& order : {job.hosts, reversed}) {
     try {
@@ -156,8 +162,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t eq = line.find('=');
     if (eq != std::string::npos) envMap[line.substr(0, eq)] = line.substr(eq + 1);
   }
-  // A job of more than kFuzzMaxHosts hosts is not run further: a few bytes of hostlist name up
-  // to kMaxHostlistHosts hosts, a second of work each under the sanitizers, and the fuzzer then
+  // A hostlist of more than kFuzzMaxHosts hosts is not run further: a few bytes name up to
+  // kMaxHostlistHosts hosts, a second of work each under the sanitizers, and the fuzzer then
   // spends its time making names instead of exploring the parsers (the work at the limit is
   // bounded by slurm_test's HostlistsHoldAtMostMaxHosts and replayed from the corpus in CI).
   for (const auto& [name, value] : envMap) {
