@@ -157,12 +157,18 @@ SettingValue parseSettingValue(const SettingInfo& info, std::string_view text,
 }
 
 Config::Config() {
-  values_.reserve(kRegistry.size());
-  for (const auto& s : kRegistry) {
-    values_.push_back(parseSettingValue(s, s.defaultValue, "built-in default"));
-    origins_.push_back(Origin::Default);
-    originText_.emplace_back("default");
-  }
+  // The defaults are parsed once: every Config starts from them, and Config::load makes one for
+  // each call (the shims, every `rankmap` command, tests/fuzz's settings target).
+  static const std::vector<SettingValue> defaults = [] {
+    std::vector<SettingValue> v;
+    v.reserve(kRegistry.size());
+    for (const auto& s : kRegistry)
+      v.push_back(parseSettingValue(s, s.defaultValue, "built-in default"));
+    return v;
+  }();
+  values_ = defaults;
+  origins_.assign(kRegistry.size(), Origin::Default);
+  originText_.assign(kRegistry.size(), "default");
 }
 
 void Config::set(const SettingInfo& info, std::string_view text, Origin origin,
