@@ -45,8 +45,8 @@ using namespace rankmap::launch;
 constexpr size_t kFuzzMaxHosts = kMaxHostlistHosts;  // CI's replay runs every input in full
 constexpr int kFuzzMaxRanks = kMaxJobRanks;
 #else
-constexpr size_t kFuzzMaxHosts = 2000;
-constexpr int kFuzzMaxRanks = 4096;
+constexpr size_t kFuzzMaxHosts = 64;
+constexpr int kFuzzMaxRanks = 256;
 #endif
 
 [[noreturn]] void finding(const std::string& what, const std::vector<std::string>& argv) {
