@@ -298,6 +298,16 @@ void installApi(httplib::Server& s, Daemon& d) {
     res.status = 200;
     res.set_content(d.renderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
   });
+  // Range headers are ignored, as RFC 9110 allows: an answer is one JSON document, and httplib
+  // cuts any answer to the requested bytes, a 404 included (tests/fuzz: `Range: bytes=0-10` gave
+  // truncated JSON under Content-Type: application/json). httplib's Request is its own non-const
+  // object, handed to this handler as const.
+  // A Range header httplib cannot read is answered 416 before routing, with the ranges read so
+  // far: the error handler clears them too.
+  s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
+    const_cast<httplib::Request&>(req).ranges.clear();
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   s.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "internal error";
@@ -311,10 +321,12 @@ void installApi(httplib::Server& s, Daemon& d) {
         sendError(res, 500, what);
       });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    const_cast<httplib::Request&>(req).ranges.clear();
     if (!res.body.empty()) return;  // a handler already explained itself
     std::string msg = res.status == 404   ? fmt::format("no such endpoint: {:.100}", req.path)
                       : res.status == 413 ? "request body too large"
                       : res.status == 405 ? "method not allowed"
+                      : res.status == 416 ? "Range header: expected none (answers are whole)"
                                           : fmt::format("HTTP {}", res.status);
     sendError(res, res.status, msg);
   });
