@@ -20,15 +20,6 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::string reasonOf(const std::exception& e) {
-  if (dynamic_cast<const probe::AuthError*>(&e)) return "auth";
-  if (dynamic_cast<const TimeoutError*>(&e)) return "timeout";
-  std::string what = e.what();
-  if (what.find("refused:") != std::string::npos) return "refused";
-  if (what.find("connect to") != std::string::npos) return "connect";
-  return "peer";
-}
-
 }  // namespace
 
 std::string RoundResult::status() const {
@@ -99,7 +90,7 @@ void Coordinator::runTasks(std::vector<Task>& tasks) {
       r.agent = probe::hostEndpoint(hosts_[static_cast<size_t>(t.host)]);
     } catch (const std::exception& e) {
       t.error = e.what();
-      t.reason = reasonOf(e);
+      t.reason = probe::requestFailureName(probe::failureOf(e));
       t.agentFailed = true;
       continue;
     }

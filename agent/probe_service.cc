@@ -4,6 +4,7 @@
 #include "common/build_config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "probe/fanout.h"
 #include "probe/hosts.h"
 #include "probe/measure.h"
 
@@ -11,14 +12,6 @@ namespace rankmap::agent {
 namespace {
 
 constexpr int kMaxLatencySamples = 100000;
-
-std::string measureFailureReason(const std::exception& e) {
-  if (dynamic_cast<const probe::AuthError*>(&e)) return "auth";
-  if (dynamic_cast<const TimeoutError*>(&e)) return "timeout";
-  std::string what = e.what();
-  if (what.find("connect to") != std::string::npos) return "connect";
-  return "peer";
-}
 
 }  // namespace
 
@@ -104,7 +97,7 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
     RANKMAP_DEBUG(Agent, "{} to {} ({}) for {} failed: {}", op, target.name, ep.text(), peer,
                   e.what());
     return {{"error", fmt::format("{} {} -> {}: {}", op, self_, target.name, e.what())},
-            {"reason", measureFailureReason(e)}};
+            {"reason", std::string(probe::requestFailureName(probe::failureOf(e)))}};
   }
 }
 

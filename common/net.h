@@ -14,7 +14,8 @@
 //   does not parse or resolve is InvalidInput.
 // - `what` in an I/O call names the exchange or the other side ("rank 3 (10.0.0.4:4100)",
 //   "receive frame header"); messages start with it and add the peer's address when the kernel
-//   still knows it. Connect errors read "connect to <what>: ..." (agent/ classifies on that).
+//   still knows it. Connect errors read "connect to <what>: ..." (probe::failureOf classifies on
+//   that).
 // - One thread uses a Socket at a time; Listener::shutdown() may be called from any thread.
 #pragma once
 

@@ -68,14 +68,8 @@ size_t socketBudget(size_t wanted, size_t configured) {
 RequestFailure classify(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
-  } catch (const OversizeFrame&) {
-    return RequestFailure::kPeer;  // an authenticated agent sent too much
-  } catch (const AuthError&) {
-    return RequestFailure::kAuth;
-  } catch (const RefusedError&) {
-    return RequestFailure::kRefused;
-  } catch (const TimeoutError&) {
-    return RequestFailure::kTimeout;
+  } catch (const std::exception& x) {
+    return failureOf(x);
   } catch (...) {
     return RequestFailure::kPeer;
   }
@@ -464,6 +458,16 @@ void Fanout::fail(size_t i, RequestFailure f, std::exception_ptr e) {
 }
 
 }  // namespace
+
+RequestFailure failureOf(const std::exception& e) {
+  if (dynamic_cast<const OversizeFrame*>(&e)) return RequestFailure::kPeer;  // sent too much
+  if (dynamic_cast<const AuthError*>(&e)) return RequestFailure::kAuth;
+  if (dynamic_cast<const RefusedError*>(&e)) return RequestFailure::kRefused;
+  if (dynamic_cast<const TimeoutError*>(&e)) return RequestFailure::kTimeout;
+  if (std::string_view(e.what()).find("connect to") != std::string_view::npos)
+    return RequestFailure::kConnect;
+  return RequestFailure::kPeer;
+}
 
 std::string_view requestFailureName(RequestFailure f) {
   switch (f) {

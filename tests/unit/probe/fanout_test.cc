@@ -244,6 +244,20 @@ TEST(RequestAll, AnErrorFrameIsARefusal) {
   EXPECT_NE(out[0].error.find("refused: asked to fail"), std::string::npos) << out[0].error;
 }
 
+// The coordinator and the probe service name a measurement's failure with the same words as a
+// request's (agent/coordinator.cc, agent/probe_service.cc).
+TEST(RequestFailureOf, TypesFirstThenAConnectMessage) {
+  auto name = [](const std::exception& e) { return std::string(requestFailureName(failureOf(e))); };
+  EXPECT_EQ(name(OversizeFrame("reply of 9 GiB")), "peer");
+  EXPECT_EQ(name(AuthError(AuthFailure::kBadMac, "bad MAC")), "auth");
+  EXPECT_EQ(name(RefusedError("agent b refused: busy")), "refused");
+  EXPECT_EQ(name(TimeoutError("connect to b: not connected before the deadline")), "timeout");
+  EXPECT_EQ(name(PeerError("connect to 10.0.0.2:7411: Connection refused")), "connect");
+  EXPECT_EQ(name(SystemError("connect to b", ECONNRESET)), "connect");
+  EXPECT_EQ(name(PeerError("connection to b reset")), "peer");
+  EXPECT_EQ(name(std::runtime_error("anything else")), "peer");
+}
+
 TEST(RequestAll, TheAgentsTimeBudgetIsStampedAtSendTime) {
   Server s(echo);
   PendingRequest r = to(s.ep(), Json{{"op", "x"}}, 3s);
