@@ -54,7 +54,7 @@ enum class RequestFailure {
 std::string_view requestFailureName(RequestFailure f);
 // The failure an exception from an exchange with an agent, or from a measurement against a peer,
 // counts as: by its type (OversizeFrame is kPeer, then AuthError, RefusedError, TimeoutError), then
-// a message starting a connect error as common/net.h words it ("connect to ...") is kConnect;
+// a message containing a connect error as common/net.h words it ("connect to ...") is kConnect;
 // anything else is kPeer.
 RequestFailure failureOf(const std::exception& e);
 
