@@ -212,8 +212,9 @@ AlgoCost hierCost(const Model& m) {
 
   // Shares as the engine cuts them (collectives/algorithms/hier.cc): a rank's weight is its
   // host's chunk weight over the host's ranks; a member's block inside its group is its weight
-  // over the group's (equal blocks when the group weighs 0); a group's share of each piece in
-  // the cross-group phase is its weight over the total (by size without weights).
+  // over the group's (the whole vector on the first member when the group weighs 0); a group's
+  // share of each piece in the cross-group phase is its weight over the total (by size without
+  // weights).
   const auto& cw = m.ctx().chunkWeights;
   double all = 0;
   for (double x : cw) all += x;
@@ -226,7 +227,7 @@ AlgoCost hierCost(const Model& m) {
     const auto& g = groups[x];
     double gw = 0;
     for (int r : g) gw += weight(r);
-    for (int r : g) share[r] = gw > 0 ? weight(r) / gw : 1.0 / g.size();
+    for (int r : g) share[r] = gw > 0 ? weight(r) / gw : (r == g.front() ? 1.0 : 0.0);
     groupShare[x] = gw;
     total += gw;
   }

@@ -176,7 +176,7 @@ std::vector<double> hostRateWeights(const NetworkModel& net, const std::vector<i
 
 // Chunk weights that balance hier's cross-group phase over unequal uplinks, per position of
 // `order`; empty unless there are 3 to kMaxShareGroups innermost groups whose capacities (the
-// uplink, or the hosts' total rate when lower) differ by more than kHeterogeneousRatio (with 2
+// uplink, or the leader's host link when slower) differ by more than kHeterogeneousRatio (with 2
 // groups every group moves the vector once each way whatever its share).
 //
 // With chunk weights hier reduces each piece across its m groups by direct exchange, a group of
@@ -185,8 +185,13 @@ std::vector<double> hostRateWeights(const NetworkModel& net, const std::vector<i
 // minimising it: s_g(T) = max(0, (T c_g - 1) / (m-2)), T the larger of max_g 1/c_g (no group
 // moves less than the vector once each way) and the T at which the s_g sum to 1, and
 // x_g = s_g(T) / sum s(T), so a group behind an uplink too slow to help gets share 0 and the
-// slack goes to the fastest groups. Inside a group, shares follow host rates. Rounded to 1e-6,
-// as hostRateWeights.
+// slack goes to the fastest groups. Inside a group the whole share goes to one member, its
+// leader (the fastest host link, the first of equals in the order): the cross-group exchange is
+// then one flow per pair of groups each way through each uplink, where shares spread over the
+// members made a dozen concurrent flows through the slowest uplink, whose queue dropped their
+// tails (1.6-2.3 s against 1.24-1.40 s for the same bytes on the emulated cloud's 4+3+3 racks;
+// docs/performance.md, "Unequal racks"). The engine chain-reduces each group's vector to its
+// leader on the host links, which the cost model prices. Rounded to 1e-6, as hostRateWeights.
 constexpr size_t kMaxShareGroups = 16;
 
 std::vector<double> uplinkBalancedWeights(const NetworkModel& net, const std::vector<int>& order) {
@@ -202,7 +207,7 @@ std::vector<double> uplinkBalancedWeights(const NetworkModel& net, const std::ve
       hostRate.push_back(0);
       capacity.push_back(net.uplinkMbps[static_cast<size_t>(sw)]);
     }
-    hostRate[it->second] += net.hostMbps[h];
+    hostRate[it->second] = std::max(hostRate[it->second], net.hostMbps[h]);  // the leader's
     groupOf.push_back(static_cast<int>(it->second));
   }
   const size_t m = hostRate.size();
@@ -228,9 +233,14 @@ std::vector<double> uplinkBalancedWeights(const NetworkModel& net, const std::ve
   }
   const std::vector<double> x = shares(t);
   const double total = sum(x);
+  std::vector<size_t> leader(m, order.size());
+  for (size_t p = 0; p < order.size(); ++p) {
+    size_t& l = leader[static_cast<size_t>(groupOf[p])];
+    if (l == order.size() || net.hostMbps[order[p]] > net.hostMbps[order[l]]) l = p;
+  }
   for (size_t p = 0; p < order.size(); ++p) {
     const size_t g = static_cast<size_t>(groupOf[p]);
-    w.push_back(std::round(x[g] / total * net.hostMbps[order[p]] / hostRate[g] * 1e6) / 1e6);
+    w.push_back(leader[g] == p ? std::round(x[g] / total * 1e6) / 1e6 : 0.0);
   }
   return w;
 }

@@ -203,19 +203,38 @@ std::string uplinkSharesText(const Plan& p, const std::map<std::string, double>&
       "  of each piece and exchanges it directly with the other m-1 groups, a group of share x\n"
       "  moving 1 + (m-2)x of the buffer each way through its uplink; a group behind a slower\n"
       "  uplink owns less (share 0: its uplink is too slow to help; it still sends and receives\n"
-      "  the buffer once each way). Inside a group, shares follow the host links' rates.\n",
+      "  the buffer once each way). Inside a group one host, its leader, holds the group's share:\n"
+      "  the others chain-reduce the buffer to it over the host links and get the result back, so\n"
+      "  that each pair of groups exchanges over one flow each way.\n",
       used);
   if (p.groups.empty()) return out;
   std::map<std::string, double> weightOf;
-  for (size_t i = 0; i < p.order.size(); ++i) weightOf[p.order[i]] = p.chunkWeights[i];
+  std::map<std::string, size_t> positionOf;
+  for (size_t i = 0; i < p.order.size(); ++i) {
+    weightOf[p.order[i]] = p.chunkWeights[i];
+    positionOf[p.order[i]] = i;
+  }
   double total = 0;
   for (double x : p.chunkWeights) total += x;
   const HierarchyLevel& level = p.groups.front();
   for (size_t g = 0; g < level.groups.size(); ++g) {
     double share = 0;
-    for (const auto& h : level.groups[g]) share += weightOf.count(h) ? weightOf[h] : 0;
+    // The holder: the member of the largest weight; the first in the order when all weigh 0
+    // (collectives/algorithms/hier.cc).
+    std::string leader;
+    int holders = 0;
+    for (const auto& h : level.groups[g]) {
+      const double x = weightOf.count(h) ? weightOf[h] : 0;
+      share += x;
+      holders += x > 0 ? 1 : 0;
+      if (!positionOf.count(h)) continue;
+      if (leader.empty() || x > weightOf[leader] ||
+          (x == weightOf[leader] && positionOf[h] < positionOf[leader]))
+        leader = h;
+    }
     out += fmt::format("  {} {} ({}): {:.3g} of each piece", level.name, g + 1,
                        namesText(level.groups[g], 4), total > 0 ? share / total : 0);
+    if (!leader.empty() && holders <= 1) out += fmt::format(", leader {}", leader);
     if (!level.groups[g].empty())
       if (auto it = uplinkMbps.find(level.groups[g].front()); it != uplinkMbps.end())
         out += fmt::format(", uplink {:.4g} Mbit/s", it->second);

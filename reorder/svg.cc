@@ -502,9 +502,10 @@ void appendShares(std::string& s, const Plan& plan, const Layout& L, double y0) 
       "buffer</text>\n<text x=\"{}\" y=\"{}\" font-size=\"13\" fill=\"#444\">{}</text>\n",
       kLeft, y0 + 16, kLeft, y0 + 34,
       plan.chunkWeightsBasis == Plan::kWeightsByUplinks
-          ? "shares balance the racks' uplinks in the cross-group exchange: orange hosts own "
-            "less, their group being behind a slower uplink (width 0: the uplink is too slow to "
-            "help)"
+          ? "shares balance the racks' uplinks in the cross-group exchange: one host per rack, "
+            "its leader, holds the rack's share and exchanges it with the other leaders; orange "
+            "hosts (width 0) chain-reduce to their leader (a rack all orange: its uplink is too "
+            "slow to help)"
           : "shares follow the host link rates measured: orange hosts are slower and own less");
   double x = kLeft, by = y0 + 46;
   for (size_t p = 0; p < w.size() && p < L.n; ++p) {

@@ -2,9 +2,12 @@
 // uneven groups and uneven shares).
 //
 // 1. Inside each group, a ring reduce-scatter: the vector is cut into one block per member,
-//    laid out in member order and sized by the members' chunk weights (equal without weights);
-//    afterwards each member holds its block summed over its group. A group of one skips this
-//    (its member holds the whole vector in its input).
+//    laid out in member order and sized by the members' chunk weights (equal without weights;
+//    a group whose members all weigh 0 gives its first member the whole vector); afterwards
+//    each member holds its block summed over its group. A member of weight 0 holds nothing, so
+//    a group whose weight sits on one member (its leader: what the planner writes) chain-reduces
+//    the vector to it. A group of one skips this (its member holds the whole vector in its
+//    input).
 // 2. Across groups. Cut the vector on the union of all groups' block boundaries: each piece is
 //    then held by exactly one member of every group (its holders). Each piece is cut again into
 //    one sub-block per group, sized by the group's share (its members' total weight; by group
@@ -29,6 +32,11 @@
 // with uneven shares only direct exchange can unload a slow uplink without loading its
 // neighbours (500/125/250 Mbit/s uplinks: median 1.78 s with the 125 Mbit/s rack owning nothing,
 // against 1.96 s for rings with that rack reducing everything, their best; docs/planner.md).
+// Flows matter as much as bytes there: with every group's share on one member (a leader per
+// group), the direct exchange is one flow per pair of groups each way, and the same bytes took
+// 1.24-1.40 s (model 1.25 s) where spreading the shares over the members took 1.6-2.3 s: the
+// slow uplink's queue drops the tails of a dozen concurrent flows (docs/performance.md,
+// "Unequal racks").
 //
 // Weights are cut into integer units (weightUnits) so that every rank computes the same element
 // boundaries; every element is in exactly one block, sub-block and piece (zero-sized ones
@@ -67,7 +75,9 @@ Schedule hierAllreduce(const AlgoParams& p) {
     std::vector<uint64_t> mu;
     for (int r : grp) mu.push_back(units[static_cast<size_t>(r)]);
     for (uint64_t u : mu) groupUnits[static_cast<size_t>(gi)] += u;
-    memberBlocks[static_cast<size_t>(gi)] = weightedBlocks(all, mu);  // all 0: equal blocks
+    // A group of share 0 sends its partial sums from its first member (one holder).
+    if (groupUnits[static_cast<size_t>(gi)] == 0) mu.front() = 1;
+    memberBlocks[static_cast<size_t>(gi)] = weightedBlocks(all, mu);
   }
   const auto& mine = groups[static_cast<size_t>(g)];
   const int k = static_cast<int>(mine.size());

@@ -87,10 +87,14 @@ TEST_F(Cli, PlanWithUnequalUplinksCarriesChunkWeightsUnlessUniformShares) {
   r = rankmap("show " + path("w.json") + " --topology " + path("unequal.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("balanced by the groups' uplinks"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("(vm4, vm5 and vm6): 0 of each piece, uplink 125 Mbit/s"), std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find("(vm0, vm1, vm2 and vm3): 0.75 of each piece, uplink 500 Mbit/s"),
+  EXPECT_NE(r.out.find("(vm4, vm5 and vm6): 0 of each piece, leader vm4, uplink 125 Mbit/s"),
             std::string::npos)
+      << r.out;
+  EXPECT_NE(
+      r.out.find("(vm0, vm1, vm2 and vm3): 0.75 of each piece, leader vm0, uplink 500 Mbit/s"),
+      std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("each pair of groups exchanges over one flow each way"), std::string::npos)
       << r.out;
   EXPECT_EQ(r.out.find("host links measured"), std::string::npos) << r.out;
   r = rankmap("plan --topology " + path("unequal.json") + " --uniform-shares --out " +

@@ -265,6 +265,10 @@ TEST(ScheduleHier, CrossGroupLoadsFollowTheShares) {
   sent = sentByGroup(b);
   const double shares[3] = {0.75, 0, 0.25};
   for (size_t g = 0; g < 3; ++g) EXPECT_NEAR(sent[g], 1 + shares[g], 1e-3) << "group " << g;
+  // Group 1 weighs 0: its first member holds its partial sums and alone sends them across.
+  EXPECT_NEAR(static_cast<double>(b.across[4]) / count, 1, 1e-3);
+  EXPECT_EQ(b.across[5], 0u);
+  EXPECT_EQ(b.across[6], 0u);
   // Group 0's members move 1.75 times their blocks across.
   const double member[4] = {1.0 / 8, 1.0 / 8, 2.0 / 8, 4.0 / 8};
   for (int j = 0; j < 4; ++j)
@@ -280,6 +284,32 @@ TEST(ScheduleHier, CrossGroupLoadsFollowTheShares) {
   p.weights.assign(10, 0);
   sent = sentByGroup(hierBytes(p));
   for (size_t g = 0; g < 3; ++g) EXPECT_NEAR(sent[g], 1 + bySize[g], 1e-3) << "group " << g;
+  // Leaders (what the planner writes for unequal uplinks): each group's share on one member.
+  // Only the leaders send across, each to the other two leaders (one peer per group pair);
+  // inside, every member but the leader sends the whole vector in the reduce-scatter (the chain
+  // to the leader), and every member but the leader's predecessor in the allgather.
+  p.weights = {0, 0.75, 0, 0, 0, 0, 0, 0, 0, 0.25};
+  b = hierBytes(p);
+  const int leaders[3] = {1, 4, 9};
+  for (int r : {0, 2, 3, 5, 6, 7, 8})
+    EXPECT_EQ(b.across[static_cast<size_t>(r)], 0u) << "rank " << r;
+  for (size_t g = 0; g < 3; ++g)
+    EXPECT_NEAR(static_cast<double>(b.across[static_cast<size_t>(leaders[g])]) / count,
+                1 + shares[g], 1e-3)
+        << "leader of group " << g;
+  for (int r = 0; r < 10; ++r) {
+    std::set<int> peers;
+    p.rank = r;
+    for (const auto& st : buildSchedule(Algorithm::kHier, p).steps)
+      if (st.kind == StepKind::kSend) peers.insert(st.peer);
+    const bool leader = r == 1 || r == 4 || r == 9;
+    EXPECT_EQ(peers.size(), leader ? 3u : 1u) << "rank " << r;  // leaders: next member + 2
+  }
+  // Group 0, ring 0 1 2 3, leader 1: 0 (the leader's predecessor) and 1 send once, 2 and 3 twice.
+  const double insideOf[4] = {1, 1, 2, 2};
+  for (int j = 0; j < 4; ++j)
+    EXPECT_NEAR(static_cast<double>(b.inside[static_cast<size_t>(j)]) / count, insideOf[j], 1e-3)
+        << "member " << j;
 }
 
 TEST(ScheduleHier, DeclinesMissingOrBrokenGroupsOnly) {
