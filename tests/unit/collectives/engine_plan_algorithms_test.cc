@@ -12,6 +12,7 @@
 #include <chrono>
 #include <numeric>
 #include <random>
+#include <string_view>
 
 #include <gtest/gtest.h>
 
@@ -56,7 +57,8 @@ std::vector<int> layoutSizes(const std::string& layout, int n) {
 
 // A plan over `hosts` hosts with `rph` ranks each, a shuffled order, innermost groups of the
 // given sizes along the order, chunk weights per position (0 none, 1 skewed, 2 with zeros, the
-// first group's all 0) and `trees` random spanning trees over positions (weights 1, 2, 0, ...).
+// first group's all 0, 3 leaders) and `trees` random spanning trees over positions (weights 1, 2,
+// 0, ...).
 Plan layoutPlan(int hosts, int rph, const std::vector<int>& sizes, int weights, int trees,
                 unsigned seed) {
   std::vector<std::string> names;
@@ -76,7 +78,18 @@ Plan layoutPlan(int hosts, int rph, const std::vector<int>& sizes, int weights, 
     }
     p.groups.push_back(level);
   }
-  if (weights > 0) {
+  if (weights == 3) {
+    // Leaders, as the planner writes them for unequal uplinks: each group's weight on one host
+    // (its second, where it has one), the second group's nothing (its first host sends).
+    p.chunkWeights.assign(static_cast<size_t>(hosts), 0);
+    size_t start = 0;
+    for (size_t g = 0; g < sizes.size(); ++g) {
+      const size_t k = static_cast<size_t>(sizes[g]);
+      if (g != 1 || sizes.size() == 1)
+        p.chunkWeights[start + std::min<size_t>(1, k - 1)] = 0.1 * (g + 1);
+      start += k;
+    }
+  } else if (weights > 0) {
     for (int q = 0; q < hosts; ++q)
       p.chunkWeights.push_back(weights == 1 ? 0.05 * (1 + (q * 7) % 5) : (q % 3 == 1 ? 0 : 0.1));
     if (weights == 2 && sizes.size() > 1)
@@ -157,7 +170,7 @@ struct PlanCase {
   int hosts;
   int ranksPerHost;
   std::string layout;  // hier: layoutSizes(); trees: "none"
-  int weights;         // hier: 0 uniform, 1 skewed, 2 zeros
+  int weights;         // hier: 0 uniform, 1 skewed, 2 zeros, 3 leaders
   Algorithm algorithm;
   int trees;  // trees: how many
 };
@@ -200,6 +213,8 @@ std::vector<PlanCase> planCases() {
       if (layoutSizes(layout, h).empty()) continue;
       for (int w : {0, 1, 2})
         cases.push_back({Backend::Loopback, h, 1, layout, w, Algorithm::kHier, 0});
+      if (std::string_view(layout) == "three" || std::string_view(layout) == "singletons")
+        cases.push_back({Backend::Loopback, h, 1, layout, 3, Algorithm::kHier, 0});
     }
     for (int t : {1, 3, 5})
       cases.push_back({Backend::Loopback, h, 1, "none", 0, Algorithm::kTrees, t});
@@ -207,12 +222,14 @@ std::vector<PlanCase> planCases() {
   // Two ranks per host: groups of hosts' ranks; trees with a chain inside each host.
   cases.push_back({Backend::Loopback, 5, 2, "three", 1, Algorithm::kHier, 0});
   cases.push_back({Backend::Loopback, 5, 2, "three", 2, Algorithm::kHier, 0});
+  cases.push_back({Backend::Loopback, 5, 2, "three", 3, Algorithm::kHier, 0});
   cases.push_back({Backend::Loopback, 5, 2, "none", 0, Algorithm::kTrees, 3});
   cases.push_back({Backend::Loopback, 3, 3, "none", 0, Algorithm::kTrees, 2});
   // TCP: the emulated cloud's shape (4+3+3) and odd sizes.
   for (int h : {3, 5, 10})
     for (int w : {0, 1, 2}) cases.push_back({Backend::Tcp, h, 1, "three", w, Algorithm::kHier, 0});
   cases.push_back({Backend::Tcp, 7, 1, "singletons", 1, Algorithm::kHier, 0});
+  cases.push_back({Backend::Tcp, 10, 1, "three", 3, Algorithm::kHier, 0});
   cases.push_back({Backend::Tcp, 5, 1, "none", 0, Algorithm::kTrees, 3});
   cases.push_back({Backend::Tcp, 10, 1, "none", 0, Algorithm::kTrees, 4});
   return cases;
@@ -222,9 +239,9 @@ INSTANTIATE_TEST_SUITE_P(All, EnginePlanAlgorithm, ::testing::ValuesIn(planCases
                          [](const auto& info) { return caseName(info.param); });
 
 // Large vectors through the rendezvous path of loopback with the default segments: 4+3+3 racks,
-// weights that leave the second rack nothing to reduce across, and three packed trees.
+// leader weights that leave the second rack nothing to reduce across, and three packed trees.
 TEST(EnginePlanAlgorithmLarge, DefaultSegments) {
-  const Plan plan = layoutPlan(10, 1, {4, 3, 3}, 2, 3, 7);
+  const Plan plan = layoutPlan(10, 1, {4, 3, 3}, 3, 3, 7);
   for (Algorithm algo : {Algorithm::kHier, Algorithm::kTrees}) {
     spawn(10, Backend::Loopback, [&](transport::Context& ctx) {
       CommOptions o = options(algo, 1u << 20);

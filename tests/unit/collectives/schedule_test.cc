@@ -173,11 +173,18 @@ std::vector<std::pair<std::string, std::vector<int>>> layouts(int n) {
   return out;
 }
 
-// Chunk weights per rank: uniform (none), skewed, or with zeros (a third of the ranks and every
-// member of the first group).
+// Chunk weights per rank: uniform (none), skewed, with zeros (a third of the ranks and every
+// member of the first group), or leaders (each group's weight on its last member, the second
+// group's nothing).
 std::vector<double> weightsOf(int kind, int n, const std::vector<std::vector<int>>& groups) {
   std::vector<double> w;
   if (kind == 0) return w;
+  if (kind == 3) {
+    w.assign(static_cast<size_t>(n), 0);
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (g != 1 || groups.size() == 1) w[static_cast<size_t>(groups[g].back())] = 1.0 + g;
+    return w;
+  }
   for (int r = 0; r < n; ++r) w.push_back(kind == 1 ? 0.5 + (r * 7) % 5 : (r % 3 == 1 ? 0 : 1 + r));
   if (kind == 2 && groups.size() > 1)
     for (int r : groups.front()) w[static_cast<size_t>(r)] = 0;
@@ -188,7 +195,7 @@ TEST(ScheduleHier, EveryLayoutAndWeighting) {
   int failures = 0;
   for (int n : {1, 2, 3, 5, 7, 8, 10, 13, 16}) {
     for (const auto& [name, sizes] : layouts(n)) {
-      for (int wk = 0; wk < 3; ++wk) {
+      for (int wk = 0; wk < 4; ++wk) {
         for (uint64_t count : {0, 1, 13, 64}) {
           for (uint64_t segBytes : {4, 12, 1 << 20}) {
             if (n > 8 && segBytes == 4) continue;
@@ -394,7 +401,7 @@ TEST(ScheduleTrees, EveryTreeShapeAndWeighting) {
   int failures = 0;
   for (int n : {1, 2, 3, 5, 7, 8, 10, 13, 16}) {
     for (int numTrees : {1, 3, 5}) {
-      for (int wk = 0; wk < 3; ++wk) {
+      for (int wk = 0; wk < 4; ++wk) {
         for (uint64_t count : {0, 1, 13, 64}) {
           for (uint64_t segBytes : {4, 12, 1 << 20}) {
             if (n > 8 && segBytes == 4) continue;
