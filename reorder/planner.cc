@@ -198,21 +198,25 @@ std::vector<double> uplinkBalancedWeights(const NetworkModel& net, const std::ve
   std::vector<double> w;
   if (net.levels == 0) return w;
   std::map<int, size_t> index;  // innermost switch -> group
-  std::vector<double> hostRate, capacity;
-  std::vector<int> groupOf;
-  for (int h : order) {
-    int sw = net.switchAt(h, 0);
-    auto [it, fresh] = index.emplace(sw, hostRate.size());
+  std::vector<size_t> leader;   // per group: the position of its fastest host link, first of equals
+  std::vector<double> capacity;
+  std::vector<size_t> groupOf;
+  for (size_t p = 0; p < order.size(); ++p) {
+    const int h = order[p];
+    const int sw = net.switchAt(h, 0);
+    auto [it, fresh] = index.emplace(sw, leader.size());
     if (fresh) {
-      hostRate.push_back(0);
+      leader.push_back(p);
       capacity.push_back(net.uplinkMbps[static_cast<size_t>(sw)]);
+    } else if (net.hostMbps[h] > net.hostMbps[order[leader[it->second]]]) {
+      leader[it->second] = p;
     }
-    hostRate[it->second] = std::max(hostRate[it->second], net.hostMbps[h]);  // the leader's
-    groupOf.push_back(static_cast<int>(it->second));
+    groupOf.push_back(it->second);
   }
-  const size_t m = hostRate.size();
+  const size_t m = leader.size();
   if (m < 3 || m > kMaxShareGroups) return w;
-  for (size_t g = 0; g < m; ++g) capacity[g] = std::min(capacity[g], hostRate[g]);
+  for (size_t g = 0; g < m; ++g)
+    capacity[g] = std::min(capacity[g], net.hostMbps[order[leader[g]]]);
   auto [lo, hi] = std::minmax_element(capacity.begin(), capacity.end());
   if (!(*lo > 0) || !std::isfinite(*hi) || *hi <= kHeterogeneousRatio * *lo) return w;
   auto shares = [&](double t) {
@@ -233,13 +237,8 @@ std::vector<double> uplinkBalancedWeights(const NetworkModel& net, const std::ve
   }
   const std::vector<double> x = shares(t);
   const double total = sum(x);
-  std::vector<size_t> leader(m, order.size());
   for (size_t p = 0; p < order.size(); ++p) {
-    size_t& l = leader[static_cast<size_t>(groupOf[p])];
-    if (l == order.size() || net.hostMbps[order[p]] > net.hostMbps[order[l]]) l = p;
-  }
-  for (size_t p = 0; p < order.size(); ++p) {
-    const size_t g = static_cast<size_t>(groupOf[p]);
+    const size_t g = groupOf[p];
     w.push_back(leader[g] == p ? std::round(x[g] / total * 1e6) / 1e6 : 0.0);
   }
   return w;

@@ -2,6 +2,7 @@
 // the range table, the calibration ratio of the emucloud testbed, and plans scored on a network.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -420,6 +421,27 @@ TEST(CostModel, HierWithWeightsBalancesUnequalUplinks) {
   EXPECT_LT(weighted, 1.25 * floor);
   // Uniform hier (rings): the slow rack moves 1.4 S out and 1.3 S in.
   EXPECT_GE(predictedUs(ctx, "allreduce", Algorithm::kHier, S), 1.3 * floor);
+}
+
+// The leader of a rack is its fastest host link (vm2 at 1200 Mbit/s, under the 1.5x that would
+// make the host rates count as unequal), wherever it is in the order.
+TEST(CostModel, HierLeaderIsTheRacksFastestHost) {
+  Topology t = unequalRacks();
+  t.links->hosts[2] = LinkCapacity{1200, 1200};
+  PlanOptions o;
+  o.source = "test";
+  PlanResult r = planTopology(t, o);
+  ASSERT_EQ(r.plan.chunkWeightsBasis, Plan::kWeightsByUplinks);
+  ASSERT_EQ(r.plan.chunkWeights.size(), 10u);
+  // The 250 Mbit/s rack's hosts are equal: its first in the order leads.
+  const int first = *std::find_if(r.order.begin(), r.order.end(), [](int h) { return h >= 7; });
+  for (size_t p = 0; p < r.order.size(); ++p) {
+    const int host = r.order[p];
+    EXPECT_EQ(r.plan.chunkWeights[p], host == 2       ? 0.75
+                                      : host == first ? 0.25
+                                                      : 0.0)
+        << "vm" << host;
+  }
 }
 
 }  // namespace
