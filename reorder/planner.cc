@@ -189,7 +189,7 @@ std::vector<double> hostRateWeights(const NetworkModel& net, const std::vector<i
 // leader (the fastest host link, the first of equals in the order): the cross-group exchange is
 // then one flow per pair of groups each way through each uplink, where shares spread over the
 // members made a dozen concurrent flows through the slowest uplink, whose queue dropped their
-// tails (1.6-2.3 s against 1.24-1.40 s for the same bytes on the emulated cloud's 4+3+3 racks;
+// tails (1.5-2.4 s against 1.24-1.40 s for the same bytes on the emulated cloud's 4+3+3 racks;
 // docs/performance.md, "Unequal racks"). The engine chain-reduces each group's vector to its
 // leader on the host links, which the cost model prices. Rounded to 1e-6, as hostRateWeights.
 constexpr size_t kMaxShareGroups = 16;

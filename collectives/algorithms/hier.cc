@@ -34,7 +34,7 @@
 // against 1.96 s for rings with that rack reducing everything, their best; docs/planner.md).
 // Flows matter as much as bytes there: with every group's share on one member (a leader per
 // group), the direct exchange is one flow per pair of groups each way, and the same bytes took
-// 1.24-1.40 s (model 1.25 s) where spreading the shares over the members took 1.6-2.3 s: the
+// 1.24-1.40 s (model 1.25 s) where spreading the shares over the members took 1.5-2.4 s: the
 // slow uplink's queue drops the tails of a dozen concurrent flows (docs/performance.md,
 // "Unequal racks").
 //
