@@ -81,8 +81,11 @@ def up_args(args, seed=None):
 # The emulated cloud's calibration of the planner's cost model (docs/planner.md, "Open MPI's
 # algorithms"): the VMs share two CPUs, which move at most kFabricMbit through all links
 # together, and every message step costs kStepOverheadUs of scheduling on top of the latency.
-kFabricMbit = 2000
-kStepOverheadUs = 1500
+# Fitted on a quiet machine to Open MPI's forced algorithms on both testbeds of
+# docs/performance.md ("Open MPI's decision from the plan"; 1500 us and 2000 Mbit/s were fitted
+# at load 4-12, and their step overhead made every small exchange look 3-8 times too slow).
+kFabricMbit = 3000
+kStepOverheadUs = 25
 
 
 def stand_in_mpirun(tmp, rankmap, plan_path, options="", launcher="mpirun"):
