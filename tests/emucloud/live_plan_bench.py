@@ -39,8 +39,10 @@ Scenarios (each a separate job; --scenarios picks):
 Usage: live_plan_bench.py --emucloud E --rankmap R --rankmapd D [--scenarios migrate,noise,steady]
 """
 
+import glob
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -240,6 +242,26 @@ def true_racks(tb):
         return {vm["name"]: vm["rack"] for vm in json.load(f)["vms"]}
 
 
+def tenant_mbit(tb, victim):
+    """What the noise flow touching `victim` delivered: the median of the 10 s intervals its
+    iperf3 server (the receiving end) logged, Mbit/s, or None without a log. A TCP tenant can
+    yield to the job's flows, so the rate asked for is no measure of the load it put on the link
+    (docs/performance.md)."""
+    services = os.path.join(tb.state_dir(), "services")
+    logs = (glob.glob(os.path.join(services, f"noise.{victim}-*.server.log"))
+            + glob.glob(os.path.join(services, f"noise.*-{victim}-*.server.log")))
+    if not logs:
+        return None
+    rates = []
+    with open(max(logs, key=os.path.getmtime), errors="replace") as f:
+        for line in f:
+            m = re.search(r"sec\s+[\d.]+ \w?Bytes\s+([\d.]+) ([KMG]?)bits/sec", line)
+            if m and "sender" not in line and "receiver" not in line:
+                scale = {"K": 1e-3, "": 1e-6, "M": 1, "G": 1e3}[m.group(2)]
+                rates.append(float(m.group(1)) * scale)
+    return statistics.median(rates) if rates else None
+
+
 def settled_plan(relay, tb, timeout=120):
     """The agents' plan once it runs through the testbed's racks contiguously (the known start
     of a run: a re-probe that met earlier traffic may have published a topology whose groups
@@ -407,8 +429,11 @@ def main():
                 def undo():
                     tb.run("noise", "stop", "--prefix", tb.prefix, "--to", "tenant")
 
-                noi["on" if live else "off"] = changed_run(name, live, change, undo,
-                                                           args.noise_algo)
+                r = changed_run(name, live, change, undo, args.noise_algo)
+                r["tenant_mbit"] = tenant_mbit(tb, victim)
+                print(f"{name}: the tenant's flow delivered {r['tenant_mbit']} Mbit/s "
+                      "(median of its 10 s intervals)", flush=True)
+                noi["on" if live else "off"] = r
                 # The agents publish after the noise stops only if they saw it (a flow that
                 # did not move the job's rates is held through): wait a while, not forever.
                 if not agents.wait_version(vm0, v, 60):
