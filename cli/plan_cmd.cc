@@ -33,6 +33,7 @@ struct PlanArgs {
   bool uniformShares = false;
   double stepOverheadUs = 0;
   double fabricMbit = 0;  // 0 = unlimited
+  double fabricBurstKib = 0;
   bool noOpenMpi = false;
   std::string predictions;
   std::string sizes = "64K,256K,1M,4M,16M,64M";
@@ -140,6 +141,7 @@ int runPlan(const PlanArgs& a, const Config& config) {
   o.chunkWeights = !a.uniformShares;
   o.stepOverheadUs = a.stepOverheadUs;
   if (a.fabricMbit > 0) o.fabricMbps = a.fabricMbit;
+  o.fabricBurstBytes = a.fabricBurstKib * 1024;
   o.openMpi = !a.noOpenMpi;
   if (!a.collectives.empty()) {
     o.collectives.clear();
@@ -208,6 +210,10 @@ void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                   "Aggregate rate of all flows together, Mbit/s: the CPUs of an emulated cloud on "
                   "one machine (default unlimited)")
       ->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--fabric-burst-kib", args->fabricBurstKib,
+                  "KiB all flows of one step move together before --fabric-mbit binds (Open MPI's "
+                  "models; default 0)")
+      ->check(CLI::Range(0.0, 1e7));
   cmd->add_flag("--no-open-mpi", args->noOpenMpi,
                 "Do not model Open MPI's algorithms (no \"open_mpi\" decision in the plan)");
   cmd->add_option("--predictions", args->predictions,

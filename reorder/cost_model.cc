@@ -55,6 +55,33 @@ class Model {
     }
     return std::max(intra, completionUs(net_, flows));
   }
+  // perByte in two parts: the links' (and intra-host copies') time, and the fabric's (0 when
+  // unlimited); perByte is the larger.
+  struct Parts {
+    double links = 0, fabric = 0;
+  };
+  Parts perByteParts(const std::vector<Xfer>& xs) const {
+    std::vector<Flow> flows;
+    double intra = 0, total = 0;
+    for (const auto& x : xs) {
+      if (x.fraction <= 0) continue;
+      int a = hostOfRank(x.src), b = hostOfRank(x.dst);
+      if (a == b) {
+        intra = std::max(intra, x.fraction * intraPerByte());
+      } else {
+        flows.push_back({a, b, x.fraction});
+        total += x.fraction;
+      }
+    }
+    Parts p;
+    p.links = std::max(intra, linksCompletionUs(net_, flows));
+    if (std::isfinite(net_.fabricMbps)) p.fabric = total / bytesPerUs(net_.fabricMbps);
+    return p;
+  }
+  // The fabric's burst as time at its rate (NetworkModel::fabricBurstBytes).
+  double fabricBurstUs() const {
+    return std::isfinite(net_.fabricMbps) ? net_.fabricBurstBytes / bytesPerUs(net_.fabricMbps) : 0;
+  }
   // perByte of one transfer alone, without building a flow set: the narrowest of its links, its
   // pair cap and the fabric.
   double perByteAlone(int src, int dst) const {
@@ -360,6 +387,18 @@ struct Phases {
   double alphaUs = 0;
   double betaUsPerByte = 0;
   std::vector<std::pair<double, double>> jumps;
+  std::vector<std::pair<double, double>> slopes;  // MpiAlgoCost::slopes
+  // The bytes of `times` phases, each max(links * S, fabric * S - burst) (parts per byte of S):
+  // the links' line, and the fabric's excess from the size where it binds.
+  void addBytes(const Model& m, Model::Parts pb, double times = 1) {
+    double burst = m.fabricBurstUs();
+    if (pb.fabric <= pb.links || burst <= 0) {
+      betaUsPerByte += times * std::max(pb.links, pb.fabric);
+      return;
+    }
+    betaUsPerByte += times * pb.links;
+    slopes.emplace_back(burst / (pb.fabric - pb.links), times * (pb.fabric - pb.links));
+  }
   void add(const Model& m, const std::vector<Xfer>& xs) {
     double lat = 0, largest = 0;
     for (const auto& x : xs)
@@ -368,7 +407,7 @@ struct Phases {
         largest = std::max(largest, x.fraction);
       }
     alphaUs += lat;
-    betaUsPerByte += m.perByte(xs);
+    addBytes(m, m.perByteParts(xs));
     if (largest > 0) jumps.emplace_back(kOmpiEagerLimit / largest, 2 * lat);
   }
   // `times` identical phases one after the other (the steps of a ring), priced once.
@@ -379,12 +418,27 @@ struct Phases {
     alphaUs += times * one.alphaUs;
     betaUsPerByte += times * one.betaUsPerByte;
     for (const auto& [from, extra] : one.jumps) jumps.emplace_back(from, times * extra);
+    for (const auto& [from, extra] : one.slopes) slopes.emplace_back(from, times * extra);
   }
   void add(const Model& m, int src, int dst, double fraction) { add(m, {{src, dst, fraction}}); }
   void add(const Phases& other) {
     alphaUs += other.alphaUs;
     betaUsPerByte += other.betaUsPerByte;
     jumps.insert(jumps.end(), other.jumps.begin(), other.jumps.end());
+    slopes.insert(slopes.end(), other.slopes.begin(), other.slopes.end());
+  }
+  Phases then(const Phases& other) const {
+    Phases p = *this;
+    p.add(other);
+    return p;
+  }
+  static Phases of(const MpiAlgoCost& c) {
+    Phases p;
+    p.alphaUs = c.alphaUs;
+    p.betaUsPerByte = c.betaUsPerByte;
+    p.jumps = c.jumps;
+    p.slopes = c.slopes;
+    return p;
   }
 };
 
@@ -411,6 +465,8 @@ MpiAlgoCost mpiLine(int algorithm, const Phases& p, uint32_t segsize = 0, int fa
   c.betaUsPerByte = p.betaUsPerByte;
   c.jumps = p.jumps;
   compactJumps(c.jumps);
+  c.slopes = p.slopes;
+  compactJumps(c.slopes);
   return c;
 }
 
@@ -533,7 +589,7 @@ int treeRoot(const std::vector<int>& parent) {
 // its segment size: every edge carries every segment (down for bcast, up for reduce), all edges
 // busy at once; `fraction` is the share of the buffer the tree carries.
 struct TreeShape {
-  double betaUsPerByte = 0;  // all edges as concurrent flows
+  Model::Parts bytes;        // per byte: all edges as concurrent flows
   double hopUs = 0;          // the slowest edge
   double pathUs = 0;         // the slowest path from a rank to the root
   int depth = 0;             // edges on the deepest path
@@ -565,21 +621,24 @@ TreeShape treeShape(const Model& m, const std::vector<int>& parent, bool up,
   }
   if (edges.empty()) return t;
   t.empty = false;
-  t.betaUsPerByte = m.perByte(edges);
+  t.bytes = m.perByteParts(edges);
   return t;
 }
 
 // The tree pipelined in segments of `seg` bytes: each segment costs a hop of software and latency
 // (three above the eager limit: a rendezvous round trip more), and the last one crosses the
 // depth of the tree.
-Phases pipelinedTree(const TreeShape& t, uint32_t seg) {
+Phases pipelinedTree(const Model& m, const TreeShape& t, uint32_t seg) {
   Phases p;
   if (t.empty) return p;
   double s = static_cast<double>(seg);
   double rendezvous = s >= kOmpiEagerLimit ? 3 : 1;
   double hop = t.hopUs * rendezvous, path = t.pathUs * rendezvous;
-  p.alphaUs = std::max(0.0, path + (t.depth - 1) * s * t.betaUsPerByte - hop);
-  p.betaUsPerByte = t.betaUsPerByte + hop / s;
+  double beta = std::max(t.bytes.links, t.bytes.fabric);
+  p.alphaUs = std::max(0.0, path + (t.depth - 1) * s * beta - hop);
+  // The pipeline is one phase: the fabric's burst once.
+  p.addBytes(m, t.bytes);
+  p.betaUsPerByte += hop / s;
   return p;
 }
 
@@ -646,11 +705,11 @@ std::vector<MpiAlgoCost> reduceCosts(const Model& m) {
   Phases handOver;
   if (treeRoot(ioTree) != 0) handOver.add(m, treeRoot(ioTree), 0, 1.0);
   for (uint32_t seg : kMpiSegments) {
-    out.push_back(mpiLine(2, pipelinedTree(chain, seg), seg, 4));
-    out.push_back(mpiLine(3, pipelinedTree(pipeline, seg), seg));
-    out.push_back(mpiLine(4, pipelinedTree(binary, seg), seg));
-    out.push_back(mpiLine(5, pipelinedTree(binomial, seg), seg));
-    Phases io = pipelinedTree(inOrder, seg);
+    out.push_back(mpiLine(2, pipelinedTree(m, chain, seg), seg, 4));
+    out.push_back(mpiLine(3, pipelinedTree(m, pipeline, seg), seg));
+    out.push_back(mpiLine(4, pipelinedTree(m, binary, seg), seg));
+    out.push_back(mpiLine(5, pipelinedTree(m, binomial, seg), seg));
+    Phases io = pipelinedTree(m, inOrder, seg);
     io.add(handOver);
     out.push_back(mpiLine(6, io, seg));
   }
@@ -710,18 +769,18 @@ std::vector<MpiAlgoCost> bcastCosts(const Model& m) {
     swapPhase.add(m, swap);
   }
   for (uint32_t seg : kMpiSegments) {
-    out.push_back(mpiLine(2, pipelinedTree(chain, seg), seg, 4));
-    out.push_back(mpiLine(3, pipelinedTree(pipeline, seg), seg));
+    out.push_back(mpiLine(2, pipelinedTree(m, chain, seg), seg, 4));
+    out.push_back(mpiLine(3, pipelinedTree(m, pipeline, seg), seg));
     if (w > 2) {
-      Phases split = pipelinedTree(halves, seg);
+      Phases split = pipelinedTree(m, halves, seg);
       split.add(swapPhase);
       out.push_back(mpiLine(4, split, seg));
     } else {
       out.push_back(mpiUnavailable(4, "split binary tree needs more than 2 ranks"));
     }
-    out.push_back(mpiLine(5, pipelinedTree(binary, seg), seg));
-    out.push_back(mpiLine(6, pipelinedTree(binomial, seg), seg));
-    out.push_back(mpiLine(7, pipelinedTree(knomial, seg), seg));
+    out.push_back(mpiLine(5, pipelinedTree(m, binary, seg), seg));
+    out.push_back(mpiLine(6, pipelinedTree(m, binomial, seg), seg));
+    out.push_back(mpiLine(7, pipelinedTree(m, knomial, seg), seg));
   }
   // Scatter down a binomial tree (the largest blocks to the farthest ranks first), then an
   // allgather by recursive doubling (8) or around the ring (9).
@@ -760,11 +819,7 @@ std::vector<MpiAlgoCost> allreduceCosts(const Model& m, const std::vector<MpiAlg
   for (const auto& r : reduces)
     for (const auto& b : bcasts)
       if (r.available && b.available) {
-        MpiAlgoCost c =
-            mpiLine(2, Phases{r.alphaUs + b.alphaUs, r.betaUsPerByte + b.betaUsPerByte, r.jumps});
-        c.jumps.insert(c.jumps.end(), b.jumps.begin(), b.jumps.end());
-        compactJumps(c.jumps);
-        out.push_back(c);
+        out.push_back(mpiLine(2, Phases::of(r).then(Phases::of(b))));
       }
   // Recursive doubling: the first 2 * extra ranks fold in pairs (even to odd, the whole buffer),
   // the power of two left exchange the whole buffer at distance 1, 2, 4, ..., then unfold.
@@ -791,12 +846,12 @@ std::vector<MpiAlgoCost> allreduceCosts(const Model& m, const std::vector<MpiAlg
     std::vector<Xfer> step = ringStep(w, 1.0);
     double hop = 0;
     for (const auto& x : step) hop = std::max(hop, m.hopUs(x.src, x.dst));
-    double stepBeta = m.perByte(step);  // per byte each rank sends in a step
-    MpiAlgoCost ring;
-    ring.algorithm = 4;
-    ring.alphaUs = 2 * (w - 1) * hop;
-    ring.betaUsPerByte = 2.0 * (w - 1) / w * stepBeta;
-    ring.jumps = {{w * kOmpiEagerLimit, 2 * (w - 1) * 2 * hop}};
+    auto stepBytes = m.perByteParts(step);  // per byte each rank sends in a step
+    Phases steps;
+    steps.addBytes(m, {stepBytes.links / w, stepBytes.fabric / w}, 2.0 * (w - 1));
+    steps.alphaUs = 2 * (w - 1) * hop;
+    steps.jumps = {{w * kOmpiEagerLimit, 2 * (w - 1) * 2 * hop}};
+    MpiAlgoCost ring = mpiLine(4, steps);
     out.push_back(ring);
     // Segmented: below w x seg Open MPI runs the ring itself; above, the ring's bytes in
     // (w - 1)(S / (w seg) + 1) steps instead of 2(w - 1), never fewer. The line keeps the ring's
@@ -915,11 +970,7 @@ std::vector<MpiAlgoCost> reduceScatterCosts(const Model& m,
     Phases scatter = bcastLinear(m, 1.0 / w);
     for (const auto& r : reduces)
       if (r.available) {
-        MpiAlgoCost c = mpiLine(1, Phases{r.alphaUs + scatter.alphaUs,
-                                          r.betaUsPerByte + scatter.betaUsPerByte, r.jumps});
-        c.jumps.insert(c.jumps.end(), scatter.jumps.begin(), scatter.jumps.end());
-        compactJumps(c.jumps);
-        out.push_back(c);
+        out.push_back(mpiLine(1, Phases::of(r).then(scatter)));
       }
   }
   // Recursive halving (the largest halves to the farthest ranks first) and butterfly (to the
@@ -1178,11 +1229,14 @@ std::vector<OmpiRange> chooseMpiRanges(const std::vector<MpiAlgoCost>& costs,
     return engLines[engEnv.back().line];
   };
   // Elementary intervals: between two of them every Open MPI candidate is one line (its jumps
-  // fixed) and so is the engine's best.
+  // and slope changes fixed) and so is the engine's best.
   std::vector<double> cuts{0};
-  for (const auto* c : avail)
+  for (const auto* c : avail) {
     for (const auto& [from, extra] : c->jumps)
       if (from > 0 && std::isfinite(from)) cuts.push_back(from);
+    for (const auto& [from, extra] : c->slopes)
+      if (from > 0 && std::isfinite(from)) cuts.push_back(from);
+  }
   for (const auto& p : engEnv) cuts.push_back(p.lo);
   std::sort(cuts.begin(), cuts.end());
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
@@ -1196,10 +1250,15 @@ std::vector<OmpiRange> chooseMpiRanges(const std::vector<MpiAlgoCost>& costs,
     double lo = cuts[i], hi = i + 1 < cuts.size() ? cuts[i + 1] : kInf;
     std::vector<std::pair<double, double>> lines;
     for (const auto* c : avail) {
-      double a = c->alphaUs;
+      double a = c->alphaUs, b = c->betaUsPerByte;
       for (const auto& [from, extra] : c->jumps)
         if (lo >= from) a += extra;
-      lines.emplace_back(a, c->betaUsPerByte);
+      for (const auto& [from, extra] : c->slopes)
+        if (lo >= from) {
+          a -= extra * from;
+          b += extra;
+        }
+      lines.emplace_back(a, b);
     }
     for (const auto& e : lowerEnvelope(lines)) {
       double plo = std::max(lo, e.lo), phi = std::min(hi, e.hi);

@@ -109,7 +109,8 @@ double predictedAllreduceUs(const NetworkModel& net, const std::vector<std::stri
 inline constexpr double kOmpiEagerLimit = 65536;
 
 // The time of an (algorithm, parameters) of an Open MPI collective: a line alpha + beta * S, plus
-// a jump at each size from which a step's messages go by rendezvous.
+// a jump at each size from which a step's messages go by rendezvous, plus a slope change at each
+// size from which a phase outlasts the fabric's burst (NetworkModel::fabricBurstBytes).
 struct MpiAlgoCost {
   int algorithm = 0;     // id of common/openmpi.h
   uint32_t segsize = 0;  // bytes per segment; 0 = unsegmented
@@ -118,11 +119,14 @@ struct MpiAlgoCost {
   std::string note;  // why it is unavailable
   double alphaUs = 0;
   double betaUsPerByte = 0;
-  std::vector<std::pair<double, double>> jumps;  // (from bytes, extra us), any order
+  std::vector<std::pair<double, double>> jumps;   // (from bytes, extra us), any order
+  std::vector<std::pair<double, double>> slopes;  // (from bytes, extra us per byte beyond it)
   double timeUs(double bytes) const {
     double t = alphaUs + betaUsPerByte * bytes;
     for (const auto& [from, extra] : jumps)
       if (bytes >= from) t += extra;
+    for (const auto& [from, extra] : slopes)
+      if (bytes > from) t += extra * (bytes - from);
     return t;
   }
 };

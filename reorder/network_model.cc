@@ -745,25 +745,37 @@ class FluidSim {
 }  // namespace
 
 namespace {
-double linksCompletionUs(const NetworkModel& net, const std::vector<Flow>& work);
-}  // namespace
+double workCompletionUs(const NetworkModel& net, const std::vector<Flow>& work);
 
-double completionUs(const NetworkModel& net, const std::vector<Flow>& flows) {
-  std::vector<Flow> work;
+// The inter-host flows of `flows` with bytes, and their bytes together.
+double interHost(const std::vector<Flow>& flows, std::vector<Flow>& work) {
   double total = 0;
   for (const auto& f : flows)
     if (f.src != f.dst && f.bytes > 0) {
       work.push_back(f);
       total += f.bytes;
     }
+  return total;
+}
+}  // namespace
+
+double completionUs(const NetworkModel& net, const std::vector<Flow>& flows) {
+  std::vector<Flow> work;
+  double total = interHost(flows, work);
   if (work.empty()) return 0;
-  double t = linksCompletionUs(net, work);
+  double t = workCompletionUs(net, work);
   if (std::isfinite(net.fabricMbps)) t = std::max(t, total / bytesPerUs(net.fabricMbps));
   return t;
 }
 
+double linksCompletionUs(const NetworkModel& net, const std::vector<Flow>& flows) {
+  std::vector<Flow> work;
+  interHost(flows, work);
+  return work.empty() ? 0 : workCompletionUs(net, work);
+}
+
 namespace {
-double linksCompletionUs(const NetworkModel& net, const std::vector<Flow>& work) {
+double workCompletionUs(const NetworkModel& net, const std::vector<Flow>& work) {
   bool equal = std::all_of(work.begin(), work.end(),
                            [&](const Flow& f) { return f.bytes == work.front().bytes; });
   if (equal) {

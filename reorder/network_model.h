@@ -63,6 +63,11 @@ struct NetworkModel {
   // links are the limits; a few Gbit/s for an emulated cloud whose VMs share one machine's CPUs
   // (tests/emucloud). completionUs() never finishes flows faster than their bytes at this rate.
   double fabricMbps = std::numeric_limits<double>::infinity();
+  // Bytes all flows of one phase together move before fabricMbps binds (0 = none). On an
+  // emulated cloud, short phases (an in-rack exchange of a few hundred KiB) run faster than its
+  // CPUs' sustained rate; only Open MPI's models (reorder/cost_model.h MpiAlgoCost) use it, as a
+  // slope change per phase: each phase starts with the whole burst.
+  double fabricBurstBytes = 0;
 
   size_t switches() const { return switchLevel.size(); }
   // Link ids: host links 0..n-1, then uplink of switch s = n + s.
@@ -152,6 +157,8 @@ std::vector<double> maxMinRates(const NetworkModel& model, const std::vector<Flo
 // (max over links of bytes / capacity).
 inline constexpr size_t kMaxSimulatedFlows = 4096;
 double completionUs(const NetworkModel& model, const std::vector<Flow>& flows);
+// The same, links only: fabricMbps ignored.
+double linksCompletionUs(const NetworkModel& model, const std::vector<Flow>& flows);
 
 // Bytes per microsecond of a rate in Mbit/s.
 inline double bytesPerUs(double mbps) { return mbps / 8.0; }

@@ -38,6 +38,9 @@ void validate(const PlanOptions& o) {
         fmt::format("fabric rate {}: expected a positive rate in Mbit/s (or "
                     "unlimited)",
                     o.fabricMbps));
+  if (!(o.fabricBurstBytes >= 0) || !std::isfinite(o.fabricBurstBytes))
+    throw InvalidInput(fmt::format("fabric burst {}: expected a non-negative number of bytes",
+                                   o.fabricBurstBytes));
   if (!(o.noise >= 0 && o.noise < 1))
     throw InvalidInput(fmt::format("measurement noise {}: expected 0 <= noise < 1", o.noise));
   if (o.ringBytes == 0) throw InvalidInput("ring design size: expected at least 1 byte");
@@ -398,6 +401,7 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   }
   r.designBytes = o.ringBytes;
   r.model.fabricMbps = o.fabricMbps;
+  r.model.fabricBurstBytes = o.fabricBurstBytes;
   orderRing(o, r);
   chooseAlgorithms(o, r);
   chooseOpenMpi(o, r);

@@ -48,6 +48,7 @@ struct PlanOptions {
   // The rate all flows together can reach (NetworkModel::fabricMbps): +inf for a real network;
   // an emulated cloud on one machine is bounded by its CPUs.
   double fabricMbps = std::numeric_limits<double>::infinity();
+  double fabricBurstBytes = 0;    // NetworkModel::fabricBurstBytes
   bool openMpi = true;            // model Open MPI's algorithms: Plan::openMpi
   double intraHostMbps = 100000;  // rank to rank on one host
   double intraHostLatencyUs = 1;

@@ -78,14 +78,16 @@ def up_args(args, seed=None):
             str(args.seed if seed is None else seed)]
 
 
-# The emulated cloud's calibration of the planner's cost model (docs/planner.md, "Open MPI's
-# algorithms"): the VMs share two CPUs, which move at most kFabricMbit through all links
-# together, and every message step costs kStepOverheadUs of scheduling on top of the latency.
-# Fitted on a quiet machine to Open MPI's forced algorithms on both testbeds of
-# docs/performance.md ("Open MPI's decision from the plan"; 1500 us and 2000 Mbit/s were fitted
-# at load 4-12, and their step overhead made every small exchange look 3-8 times too slow).
-kFabricMbit = 3000
-kStepOverheadUs = 25
+# The emulated cloud's calibration of the planner's cost model (docs/planner.md, "Calibration on
+# the emulated cloud"): the VMs share two CPUs, which move at most kFabricMbit through all links
+# together once a step's flows have moved kFabricBurstKib together (shorter steps run faster:
+# Open MPI's models take the burst per step), and every message step costs kStepOverheadUs of
+# scheduling on top of the latency. Fitted on a quiet machine to Open MPI's forced algorithms on
+# both testbeds of docs/performance.md (before the burst: 3000 Mbit/s and 25 us, which priced
+# Rabenseifner's in-rack exchanges at 64-256 KiB 1.4-2x too slow).
+kFabricMbit = 2000
+kFabricBurstKib = 512
+kStepOverheadUs = 0
 
 
 def stand_in_mpirun(tmp, rankmap, plan_path, options="", launcher="mpirun"):
@@ -105,7 +107,8 @@ def stand_in_mpirun(tmp, rankmap, plan_path, options="", launcher="mpirun"):
 
 def plan_calibration():
     """`rankmap plan` arguments that model the emulated cloud (see kFabricMbit)."""
-    return ["--fabric-mbit", f"{kFabricMbit:g}", "--step-overhead-us", f"{kStepOverheadUs:g}"]
+    return ["--fabric-mbit", f"{kFabricMbit:g}", "--fabric-burst-kib", f"{kFabricBurstKib:g}",
+            "--step-overhead-us", f"{kStepOverheadUs:g}"]
 
 
 def require_environment(tools=("ip", "tc", "ethtool", "unshare")):

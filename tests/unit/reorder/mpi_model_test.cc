@@ -206,41 +206,76 @@ TEST(MpiModel, FabricBoundsTheAggregate) {
   EXPECT_NEAR(eng[0].betaUsPerByte, 2.0 * 7 / 8 * perByte(250), 1e-12);
 }
 
+TEST(MpiModel, AFabricBurstLetsShortPhasesOutrunTheFabric) {
+  NetworkModel free = racks({0, 0, 0, 0, 1, 1, 1, 1});
+  NetworkModel sustained = free;
+  sustained.fabricMbps = 2000;
+  NetworkModel burst = sustained;
+  burst.fabricBurstBytes = 512 << 10;
+  auto f = mpiAlgorithmCosts(context(free), "allreduce");
+  auto s = mpiAlgorithmCosts(context(sustained), "allreduce");
+  auto b = mpiAlgorithmCosts(context(burst), "allreduce");
+  const auto &rabFree = find(f, 6), &rabSustained = find(s, 6), &rabBurst = find(b, 6);
+  // Rabenseifner's in-rack phases move 8 x S/2 (halves) and 8 x S/4 (quarters) at once, each
+  // way: above the fabric's 2000 Mbit/s from S = 512 KiB / (8 x 1/2 at 2000 - 1/2 at 1000) and
+  // 512 KiB / (8 x 1/4 at 2000 - 1/4 at 1000); its eighths across are the uplink's.
+  double burstUs = (512 << 10) / bytesPerUs(2000);
+  ASSERT_EQ(rabBurst.slopes.size(), 2u);
+  EXPECT_NEAR(rabBurst.slopes[0].first, burstUs / (4 * perByte(2000) - 0.5 * perByte(1000)), 1e-6);
+  EXPECT_NEAR(rabBurst.slopes[1].first, burstUs / (2 * perByte(2000) - 0.25 * perByte(1000)), 1e-6);
+  // Below both, the links alone; far above, the sustained rate but for four bursts.
+  EXPECT_NEAR(rabBurst.timeUs(128 << 10), rabFree.timeUs(128 << 10), 1e-6);
+  EXPECT_GT(rabSustained.timeUs(128 << 10), 1.5 * rabFree.timeUs(128 << 10));
+  EXPECT_NEAR(rabSustained.timeUs(64 << 20) - rabBurst.timeUs(64 << 20), 4 * burstUs, 1e-6);
+  // Every algorithm lies between the two bounds, each parameter set by itself.
+  ASSERT_EQ(f.size(), b.size());
+  for (size_t i = 0; i < b.size(); ++i)
+    for (double bytes : {1e3, 65536.0, 3e5, 1e6, 4e6, 64e6}) {
+      EXPECT_LE(f[i].timeUs(bytes), b[i].timeUs(bytes) * (1 + 1e-12)) << i << " at " << bytes;
+      EXPECT_LE(b[i].timeUs(bytes), s[i].timeUs(bytes) * (1 + 1e-12)) << i << " at " << bytes;
+    }
+}
+
 TEST(MpiModel, DecisionTableIsContiguousAndPicksTheFastest) {
   NetworkModel net = racks({0, 0, 0, 1, 1, 1, 2, 2, 2, 2});
-  CostContext ctx = context(net);
-  ctx.ring.stepOverheadUs = 200;
-  for (const auto& coll : ompiCollectives()) {
-    auto cs = mpiAlgorithmCosts(ctx, coll.name);
-    ASSERT_FALSE(cs.empty()) << coll.name;
-    for (const auto& c : cs) ASSERT_NE(findOmpiAlgorithm(coll, c.algorithm), nullptr);
-    auto ranges = chooseMpiRanges(cs);
-    ASSERT_FALSE(ranges.empty());
-    EXPECT_EQ(ranges.front().minBytes, 0u);
-    EXPECT_EQ(ranges.back().maxBytes, AlgoRange::kUnbounded);
-    for (size_t i = 1; i < ranges.size(); ++i) {
-      EXPECT_EQ(ranges[i].minBytes, ranges[i - 1].maxBytes);
-      EXPECT_FALSE(ranges[i].algorithm == ranges[i - 1].algorithm &&
-                   ranges[i].segsize == ranges[i - 1].segsize &&
-                   ranges[i].faninout == ranges[i - 1].faninout)
-          << coll.name << ": neighbours with one choice are merged";
-    }
-    for (double s : {1024.0, 65536.0, 1e6, 16e6, 256e6}) {
-      const OmpiRange* chosen = nullptr;
-      for (const auto& r : ranges)
-        if (s >= r.minBytes && s < r.maxBytes) chosen = &r;
-      ASSERT_NE(chosen, nullptr);
-      double best = 1e300, got = 1e300;
-      for (const auto& c : cs) {
-        if (!c.available) continue;
-        best = std::min(best, c.timeUs(s));
-        if (c.algorithm == chosen->algorithm && c.segsize == chosen->segsize &&
-            c.faninout == chosen->faninout)
-          got = std::min(got, c.timeUs(s));
+  // Also with a fabric that bursts: slope changes split the table as jumps do.
+  NetworkModel bursting = net;
+  bursting.fabricMbps = 2000;
+  bursting.fabricBurstBytes = 512 << 10;
+  for (const NetworkModel* model : {&net, &bursting})
+    for (const auto& coll : ompiCollectives()) {
+      CostContext ctx = context(*model);
+      ctx.ring.stepOverheadUs = 200;
+      auto cs = mpiAlgorithmCosts(ctx, coll.name);
+      ASSERT_FALSE(cs.empty()) << coll.name;
+      for (const auto& c : cs) ASSERT_NE(findOmpiAlgorithm(coll, c.algorithm), nullptr);
+      auto ranges = chooseMpiRanges(cs);
+      ASSERT_FALSE(ranges.empty());
+      EXPECT_EQ(ranges.front().minBytes, 0u);
+      EXPECT_EQ(ranges.back().maxBytes, AlgoRange::kUnbounded);
+      for (size_t i = 1; i < ranges.size(); ++i) {
+        EXPECT_EQ(ranges[i].minBytes, ranges[i - 1].maxBytes);
+        EXPECT_FALSE(ranges[i].algorithm == ranges[i - 1].algorithm &&
+                     ranges[i].segsize == ranges[i - 1].segsize &&
+                     ranges[i].faninout == ranges[i - 1].faninout)
+            << coll.name << ": neighbours with one choice are merged";
       }
-      EXPECT_NEAR(got, best, 1e-9 * best) << coll.name << " at " << s;
+      for (double s : {1024.0, 65536.0, 2e5, 4e5, 1e6, 16e6, 256e6}) {
+        const OmpiRange* chosen = nullptr;
+        for (const auto& r : ranges)
+          if (s >= r.minBytes && s < r.maxBytes) chosen = &r;
+        ASSERT_NE(chosen, nullptr);
+        double best = 1e300, got = 1e300;
+        for (const auto& c : cs) {
+          if (!c.available) continue;
+          best = std::min(best, c.timeUs(s));
+          if (c.algorithm == chosen->algorithm && c.segsize == chosen->segsize &&
+              c.faninout == chosen->faninout)
+            got = std::min(got, c.timeUs(s));
+        }
+        EXPECT_NEAR(got, best, 1e-9 * best) << coll.name << " at " << s;
+      }
     }
-  }
 }
 
 TEST(MpiModel, EngineAdviceSplitsRangesWhereTheEngineIsFaster) {
