@@ -242,24 +242,48 @@ def true_racks(tb):
         return {vm["name"]: vm["rack"] for vm in json.load(f)["vms"]}
 
 
-def tenant_mbit(tb, victim):
-    """What the noise flow touching `victim` delivered: the median of the 10 s intervals its
-    iperf3 server (the receiving end) logged, Mbit/s, or None without a log. A TCP tenant can
-    yield to the job's flows, so the rate asked for is no measure of the load it put on the link
-    (docs/performance.md)."""
+def noise_logs(tb, victim):
+    """The noise flows' iperf3 server logs touching `victim`, with their sizes now (emucloud
+    appends a later flow on the same pair and port to the same file)."""
     services = os.path.join(tb.state_dir(), "services")
     logs = (glob.glob(os.path.join(services, f"noise.{victim}-*.server.log"))
             + glob.glob(os.path.join(services, f"noise.*-{victim}-*.server.log")))
+    return {f: os.path.getsize(f) for f in logs}
+
+
+def tenant_mbit(tb, victim, since):
+    """What the noise flow touching `victim` delivered: the median of the intervals its
+    iperf3 server (the receiving end) logged, Mbit/s, or None without a log; and its whole run's
+    (Mbit/s, UDP loss %) from the server's summary line once the flow has stopped, or None; read
+    from the sizes in `since` (noise_logs before the flow started) on. A TCP tenant can
+    yield to the job's flows, so the rate asked for is no measure of the load it put on the link
+    (docs/performance.md)."""
+    logs = [f for f, size in noise_logs(tb, victim).items() if size > since.get(f, 0)]
     if not logs:
-        return None
-    rates = []
+        return None, None
+    rates, whole = [], None
     with open(max(logs, key=os.path.getmtime), errors="replace") as f:
+        f.seek(since.get(f.name, 0))
         for line in f:
             m = re.search(r"sec\s+[\d.]+ \w?Bytes\s+([\d.]+) ([KMG]?)bits/sec", line)
-            if m and "sender" not in line and "receiver" not in line:
-                scale = {"K": 1e-3, "": 1e-6, "M": 1, "G": 1e3}[m.group(2)]
-                rates.append(float(m.group(1)) * scale)
-    return statistics.median(rates) if rates else None
+            if not m or "sender" in line:
+                continue
+            mbit = float(m.group(1)) * {"K": 1e-3, "": 1e-6, "M": 1, "G": 1e3}[m.group(2)]
+            if "receiver" in line:
+                lost = re.search(r"\(([\d.]+)%\)", line)
+                whole = (mbit, float(lost.group(1)) if lost else None)
+            else:
+                rates.append(mbit)
+    return (statistics.median(rates) if rates else None), whole
+
+
+def link_sent_bytes(vm):
+    """Bytes `vm`'s host link has carried out of it: its eth0 HTB class 1:1 (emucloud's
+    tc_single_rate), whatever flow sent them."""
+    out = subprocess.run(["ip", "netns", "exec", vm, "tc", "-s", "class", "show", "dev", "eth0"],
+                         capture_output=True, text=True, timeout=10).stdout
+    m = re.search(r"class htb 1:1 .*?\n\s*Sent (\d+) bytes", out)
+    return int(m.group(1)) if m else None
 
 
 def settled_plan(relay, tb, timeout=120):
@@ -421,18 +445,33 @@ def main():
                 print(f"{name}: plan {p['hash'][:19]} (version {v}) racks "
                       f"{[true_racks(tb)[h] for h in p['order']]}", flush=True)
 
+                link = {}
+
                 def change():
+                    link["logs"] = noise_logs(tb, victim)
+                    link["from"] = (time.monotonic(), link_sent_bytes(victim))
                     tb.run("noise", "start", "--prefix", tb.prefix, "--from", victim, "--to",
                            "tenant", "--mbit", str(args.noise_mbit),
                            *(["--udp"] if args.noise_udp else []))
 
                 def undo():
+                    link["to"] = (time.monotonic(), link_sent_bytes(victim))
                     tb.run("noise", "stop", "--prefix", tb.prefix, "--to", "tenant")
 
                 r = changed_run(name, live, change, undo, args.noise_algo)
-                r["tenant_mbit"] = tenant_mbit(tb, victim)
+                r["tenant_mbit"], r["tenant_whole"] = tenant_mbit(tb, victim, link["logs"])
+                (t0, b0), (t1, b1) = link["from"], link["to"]
+                r["victim_link_mbit"] = ((b1 - b0) * 8 / 1e6 / (t1 - t0)
+                                         if b0 is not None and b1 is not None else None)
+                pos = p["order"].index(victim)
+                r["victim_neighbours"] = [p["order"][pos - 1],
+                                          p["order"][(pos + 1) % len(p["order"])]]
                 print(f"{name}: the tenant's flow delivered {r['tenant_mbit']} Mbit/s "
-                      "(median of its 10 s intervals)", flush=True)
+                      f"(median of its 1 s intervals; whole run, Mbit/s and loss %: "
+                      f"{r['tenant_whole']}); the victim's host link carried "
+                      f"{r['victim_link_mbit']} Mbit/s out of it in all from the change to the "
+                      f"job's end; its ring neighbours in the plan {r['victim_neighbours']}",
+                      flush=True)
                 noi["on" if live else "off"] = r
                 # The agents publish after the noise stops only if they saw it (a flow that
                 # did not move the job's rates is held through): wait a while, not forever.

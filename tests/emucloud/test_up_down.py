@@ -4,6 +4,7 @@ has its hostname and reaches every other VM and the head; exec passes the exit s
 through; noise starts and stops; down leaves `ip netns list` and `ip link` as before and
 is idempotent."""
 
+import glob
 import ipaddress
 import os
 import re
@@ -109,6 +110,16 @@ def main():
             tb.run("noise", "stop", "--prefix", kPrefix)
             st = tb.run("status", "--prefix", kPrefix).stdout
             lib.check("noise:" not in st, "noise stops")
+            # The same pair again (same port, the same log appended to): this flow must reach
+            # its server too, not pass on the first one's "listening" line and run without one.
+            for _ in range(2):
+                tb.run("noise", "start", "--prefix", kPrefix, "--from", vms[0]["name"], "--to",
+                       "tenant", "--mbit", "10", "--udp")
+                tb.run("noise", "stop", "--prefix", kPrefix)
+            logs = glob.glob(os.path.join(tb.state_dir(), "services", "noise.*tenant*server.log"))
+            accepted = sum(open(f).read().count("Accepted connection") for f in logs)
+            lib.check(accepted == 2, f"both tenant flows on one pair reached their server "
+                      f"({accepted} accepted in {logs})")
             # Left running on purpose: down must kill it.
             tb.run("noise", "start", "--prefix", kPrefix, "--from", vms[2]["name"],
                    "--to", vms[3]["name"], "--mbit", "10")
