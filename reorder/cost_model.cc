@@ -40,20 +40,11 @@ class Model {
   }
   double hostHopUs(int ha, int hb) const { return net_.latencyUs(ha, hb) + overhead(); }
 
-  // Per-byte time of concurrent transfers: network flows share max-min; intra-host copies run
-  // at the intra-host rate each.
+  // Per-byte time of concurrent transfers: network flows share max-min (and the fabric, as
+  // completionUs); intra-host copies run at the intra-host rate each.
   double perByte(const std::vector<Xfer>& xs) const {
-    std::vector<Flow> flows;
-    double intra = 0;
-    for (const auto& x : xs) {
-      if (x.fraction <= 0) continue;
-      int a = hostOfRank(x.src), b = hostOfRank(x.dst);
-      if (a == b)
-        intra = std::max(intra, x.fraction * intraPerByte());
-      else
-        flows.push_back({a, b, x.fraction});
-    }
-    return std::max(intra, completionUs(net_, flows));
+    Parts p = perByteParts(xs);
+    return std::max(p.links, p.fabric);
   }
   // perByte in two parts: the links' (and intra-host copies') time, and the fabric's (0 when
   // unlimited); perByte is the larger.
