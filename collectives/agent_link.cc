@@ -131,7 +131,7 @@ std::optional<OrderPricing> AgentLink::fetchPricing(HttpClient& client, const Pl
         from->ranksPerHost != candidate.ranksPerHost || pd.basis != cd.basis ||
         pd.inputOrderUs <= 0 || cd.planUs <= 0)
       return std::nullopt;  // another topology version meanwhile, or no prediction
-    return OrderPricing{from->epoch, inUse, cd.basis, cd.planUs, pd.inputOrderUs};
+    return OrderPricing{from->epoch, inUse, cd.basis, cd.engineRingUs(), pd.inputOrderUs};
   } catch (const std::exception& e) {
     RANKMAP_DEBUG(Coll, "rank {}: pricing plan {} against the order in use: {}", rank_,
                   shortPlanHash(candidate.hash), e.what());

@@ -103,14 +103,25 @@ CommOptions CommOptions::fromConfig(const Config& config) {
   return o;
 }
 
-std::vector<double> rankWeightsFromPlan(const Plan& plan) {
+namespace {
+// Per-host-position weights of `plan` as per-rank weights: a host's weight shared equally by
+// its ranks.
+std::vector<double> perRank(const Plan& plan, const std::vector<double>& byPosition) {
   std::vector<double> w;
-  if (plan.chunkWeights.empty()) return w;
+  if (byPosition.empty()) return w;
   const int rph = plan.ranksPerHost;
   for (size_t r = 0; r < plan.worldSize(); ++r)
-    w.push_back(plan.chunkWeights.at(static_cast<size_t>(plan.newRank(static_cast<int>(r)) / rph)) /
-                rph);
+    w.push_back(byPosition.at(static_cast<size_t>(plan.newRank(static_cast<int>(r)) / rph)) / rph);
   return w;
+}
+}  // namespace
+
+std::vector<double> rankWeightsFromPlan(const Plan& plan) {
+  return perRank(plan, plan.chunkWeights);
+}
+
+std::vector<double> rankRingWeightsFromPlan(const Plan& plan) {
+  return perRank(plan, plan.ringWeights);
 }
 
 std::vector<RankTree> rankTreesFromPlan(const Plan& plan) {
@@ -265,12 +276,14 @@ void Communicator::applyPlan(std::optional<Plan> plan) {
   caps_.groups.clear();
   caps_.trees.clear();
   weights_.clear();
+  ringWeights_.clear();
   plan_.reset();
   if (plan) {
     order_ = plan->inversePermutation();
     caps_.groups = rankGroupsFromPlan(*plan);
     caps_.trees = rankTreesFromPlan(*plan);
     weights_ = rankWeightsFromPlan(*plan);
+    ringWeights_ = rankRingWeightsFromPlan(*plan);
     plan_ = std::move(plan);
   }
   // Schedules hold the old order; declines are logged again under the new plan.
@@ -424,6 +437,7 @@ const Schedule& Communicator::scheduleFor(Algorithm algo, Collective coll, uint6
   p.order = order_;
   p.groups = caps_.groups;
   p.weights = weights_;
+  p.ringWeights = ringWeights_;
   p.trees = caps_.trees;
   if (cache_.size() >= kCacheLimit) cache_.clear();
   return cache_.emplace(key, buildSchedule(algo, p)).first->second;

@@ -144,6 +144,8 @@ class Communicator {
   const std::vector<std::vector<int>>& groups() const { return caps_.groups; }
   // hier's chunk weights per rank (empty = uniform) and the packed trees, from the plan.
   const std::vector<double>& weights() const { return weights_; }
+  // The ring allreduce's weights per rank (empty = equal blocks), from the plan.
+  const std::vector<double>& ringWeights() const { return ringWeights_; }
   const std::vector<RankTree>& trees() const { return caps_.trees; }
   const CommOptions& options() const { return options_; }
   // The plan in use; nullopt = identity order and default algorithms.
@@ -192,6 +194,7 @@ class Communicator {
   std::vector<int> order_;
   Capabilities caps_;
   std::vector<double> weights_;
+  std::vector<double> ringWeights_;
   Stats stats_;
   Selection lastSelection_;
   uint64_t seq_ = 0;
@@ -210,6 +213,8 @@ class Communicator {
 // hier's weights per rank from plan.chunk_weights (per host position of plan.order): a host's
 // weight shared equally by its ranks. Empty when the plan has none.
 std::vector<double> rankWeightsFromPlan(const Plan& plan);
+// The same for plan.ring_weights (the ring allreduce's blocks).
+std::vector<double> rankRingWeightsFromPlan(const Plan& plan);
 
 // The plan's packed trees (over host positions) as trees over ranks: a host's first rank in
 // plan order stands for the host in the tree, and its other ranks hang below it in a chain.

@@ -118,12 +118,12 @@ bool contiguousIn(const std::vector<std::string>& order, const HierarchyLevel& l
   return boundaries == (level.groups.size() > 1 ? level.groups.size() : 0);
 }
 
-// Each host's share of the chunk weights (uniform when there are none).
-std::map<std::string, double> hostShares(const Plan& p) {
+// Each host's share of `weights` (per position of p.order; uniform when empty).
+std::map<std::string, double> hostShares(const Plan& p, const std::vector<double>& weights) {
   std::map<std::string, double> share;
   double sum = 0;
   for (size_t i = 0; i < p.order.size(); ++i) {
-    const double w = p.chunkWeights.empty() ? 1.0 : p.chunkWeights.at(i);
+    const double w = weights.empty() ? 1.0 : weights.at(i);
     share[p.order[i]] += w;
     sum += w;
   }
@@ -146,8 +146,11 @@ bool sameStructure(const Plan& current, const Plan& candidate, std::string_view 
     return false;
   for (const HierarchyLevel& level : candidate.groups)
     if (!contiguousIn(current.order, level)) return false;
-  if (*curAlgo != Algorithm::kHier) return true;  // only hier reads the chunk weights
-  const auto cur = hostShares(current), next = hostShares(candidate);
+  // Only hier reads the chunk weights, only the ring the ring weights.
+  if (*curAlgo != Algorithm::kHier && *curAlgo != Algorithm::kRing) return true;
+  const bool hier = *curAlgo == Algorithm::kHier;
+  const auto cur = hostShares(current, hier ? current.chunkWeights : current.ringWeights);
+  const auto next = hostShares(candidate, hier ? candidate.chunkWeights : candidate.ringWeights);
   for (const auto& [host, w] : next) {
     auto it = cur.find(host);
     if (it == cur.end() || std::abs(it->second - w) > margin * std::max(it->second, w))
@@ -164,7 +167,8 @@ SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::strin
   // 2. Only the algorithm table differs: price both under the candidate's (newer) model.
   if (current != nullptr && current->order == candidate.order &&
       current->ranksPerHost == candidate.ranksPerHost && current->groups == candidate.groups &&
-      current->trees == candidate.trees && current->chunkWeights == candidate.chunkWeights) {
+      current->trees == candidate.trees && current->chunkWeights == candidate.chunkWeights &&
+      current->ringWeights == candidate.ringWeights) {
     if (forced)
       return {false, fmt::format("{} differs only in its algorithm table and {} is forced", to,
                                  algorithmName(*forced))};
@@ -183,7 +187,8 @@ SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::strin
   // 3. From identity order: the candidate's own prediction against the input order.
   if (current == nullptr && candidate.predicted.planUs > 0 &&
       candidate.predicted.inputOrderUs > 0) {
-    const double planUs = candidate.predicted.planUs, inputUs = candidate.predicted.inputOrderUs;
+    const double planUs = candidate.predicted.engineRingUs();
+    const double inputUs = candidate.predicted.inputOrderUs;
     const bool adopt = planUs < inputUs * (1 - margin);
     return {adopt, fmt::format("{}: {:.1f} us vs {:.1f} us in identity order, margin {:.0f}%",
                                candidate.predicted.basis, planUs, inputUs, margin * 100)};
@@ -201,7 +206,7 @@ SwitchVerdict judgeSwitch(const Plan* current, const Plan& candidate, std::strin
     if (candidate.hosts == current->order && candidate.predicted.planUs > 0 &&
         candidate.predicted.inputOrderUs > 0)
       price = OrderPricing{candidate.epoch, current->order, candidate.predicted.basis,
-                           candidate.predicted.planUs, candidate.predicted.inputOrderUs};
+                           candidate.predicted.engineRingUs(), candidate.predicted.inputOrderUs};
     else if (pricing != nullptr && pricing->against == current->order && candidate.epoch > 0 &&
              pricing->epoch == candidate.epoch && pricing->candidateUs > 0 &&
              pricing->againstUs > 0)

@@ -121,7 +121,8 @@ struct SwitchVerdict {
 // of hosts) and ranks per host, choose the same algorithm for (collective, bytes) (`forced`, the
 // communicator's RANKMAP_ALGO override, when set: then the plans' tables do not matter), neither
 // a tree nor packed trees (laid out from the measured rates), for hier every host's share of the
-// chunk weights differs by at most `margin` (relative; only hier reads them), and `current`'s
+// chunk weights (for the ring, of the ring weights) differs by at most `margin` (relative; only
+// hier reads the chunk weights, only the ring the ring weights), and `current`'s
 // order keeps every one of `candidate`'s groups contiguous around the ring. Pure.
 bool sameStructure(const Plan& current, const Plan& candidate, std::string_view collective,
                    uint64_t bytes, double margin, std::optional<Algorithm> forced = std::nullopt);
@@ -130,7 +131,8 @@ bool sameStructure(const Plan& current, const Plan& candidate, std::string_view 
 // order, default algorithms) for it, judged on a `collective` call of `bytes` (the communicator
 // passes the largest call since the previous vote). Pure.
 // 1. Same plan (hash): keep.
-// 2. Same order, groups, trees and chunk weights (only the algorithm table differs): keep when
+// 2. Same order, groups, trees, chunk and ring weights (only the algorithm table differs): keep
+// when
 //    `forced` (the user's RANKMAP_ALGO: the table is not used); else, when the candidate's model
 //    (Plan::models) prices both plans' algorithms for (collective, bytes), adopt iff candidate
 //    time < current time x (1 - margin).

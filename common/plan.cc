@@ -189,6 +189,7 @@ Json contentJson(const Plan& p) {
   j["chunk_weights"] = p.chunkWeights;
   // Written only when present, so that plans without it keep their hash.
   if (!p.chunkWeightsBasis.empty()) j["chunk_weights_basis"] = p.chunkWeightsBasis;
+  if (!p.ringWeights.empty()) j["ring_weights"] = p.ringWeights;  // likewise
   Json trees = Json::array();
   for (const auto& t : p.trees) trees.push_back({{"weight", t.weight}, {"parent", t.parent}});
   j["trees"] = std::move(trees);
@@ -198,6 +199,8 @@ Json contentJson(const Plan& p) {
                     {"speedup", p.predicted.speedup},
                     {"bottleneck_mbps", p.predicted.bottleneckMbps},
                     {"input_bottleneck_mbps", p.predicted.inputBottleneckMbps}};
+  // Written only when present, so that plans without ring weights keep their hash.
+  if (p.predicted.ringWeightsUs > 0) j["predicted"]["ring_weights_us"] = p.predicted.ringWeightsUs;
   // Written only when present, so that plans without models keep their hash.
   if (!p.models.empty()) {
     Json models = Json::object();
@@ -378,6 +381,13 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
           fmt::format("\"{}\" or \"{}\"", Plan::kWeightsByHostRates, Plan::kWeightsByUplinks));
     if (p.chunkWeights.empty()) basis->fail("no basis: chunk_weights is empty");
   }
+  if (auto rw = r.find("ring_weights")) {
+    size_t n = rw->arraySize();
+    if (n != 0) rw->arraySize(p.hosts.size());
+    double total = 0;
+    for (size_t i = 0; i < n; ++i) total += p.ringWeights.emplace_back(rw->at(i).nonNegative());
+    if (n != 0 && !(total > 0)) rw->fail("weights with a positive sum");
+  }
   if (auto tr = r.find("trees")) {
     for (size_t i = 0, n = tr->arraySize(); i < n; ++i) {
       auto t = tr->at(i);
@@ -413,6 +423,7 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
     if (auto v = pd->find("bottleneck_mbps")) p.predicted.bottleneckMbps = v->nonNegative();
     if (auto v = pd->find("input_bottleneck_mbps"))
       p.predicted.inputBottleneckMbps = v->nonNegative();
+    if (auto v = pd->find("ring_weights_us")) p.predicted.ringWeightsUs = v->nonNegative();
   }
   if (auto mr = r.find("models")) {
     mr->expectObject();

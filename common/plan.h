@@ -82,6 +82,12 @@ struct Prediction {
   double speedup = 1;              // inputOrderUs / planUs
   double bottleneckMbps = 0;       // ring bottleneck share with the plan
   double inputBottleneckMbps = 0;  // ... and with the input order
+  // The plan's ring as the included engine runs it, with the plan's ring weights (planUs is
+  // the ring with equal blocks, as an MPI job runs it in the plan's order); 0 = the plan has no
+  // ring weights ("ring_weights_us" absent in JSON).
+  double ringWeightsUs = 0;
+  // What the engine's ring takes in the plan: ringWeightsUs when set, else planUs.
+  double engineRingUs() const { return ringWeightsUs > 0 ? ringWeightsUs : planUs; }
   bool operator==(const Prediction&) const = default;
 };
 
@@ -137,6 +143,13 @@ struct Plan {
   std::string chunkWeightsBasis;
   static constexpr std::string_view kWeightsByHostRates = "host_rates";
   static constexpr std::string_view kWeightsByUplinks = "uplinks";
+  // The ring allreduce's block sizes, per position in `order`: position p reduces (and holds
+  // between the reduce-scatter and the allgather) ringWeights[p] of the vector, so the flow
+  // from position p to p + 1 carries 2 - w[p] - w[p+1] of it (collectives/algorithms/ring.cc).
+  // Uneven where a host link is slower than the others' (reorder/planner.cc, ringOffloadWeights):
+  // that host's flows then carry about the vector once instead of 2 (n-1)/n. Empty = equal
+  // blocks (and in plans written before it existed: "ring_weights" absent in JSON).
+  std::vector<double> ringWeights;
   std::vector<PackedTree> trees;     // optional
   // Open MPI's decision per collective ("allreduce", "bcast", ...: common/openmpi.h) for the
   // world in plan order; empty when the planner did not model Open MPI.

@@ -110,7 +110,24 @@ AlgoCost ringCost(const Model& m, std::string_view coll) {
   double bottleneck = rc.bottleneckMbps;
   if (m.hosts() > 1) bottleneck = std::min(bottleneck, m.net().fabricMbps / m.hosts());
   double perByte = std::isfinite(bottleneck) ? 1.0 / bytesPerUs(bottleneck) : 0;
-  if (coll == "allreduce") {
+  const auto& rw = m.ctx().ringWeights;
+  if (coll == "allreduce" && !rw.empty()) {
+    // Uneven blocks: one phase of every rank's flow to the next, 2 - w_r - w_(r+1) of S each (a
+    // host's weight shared by its ranks, as the engine does).
+    const int k = m.k();
+    double total = 0;
+    for (double x : rw) total += x;
+    RANKMAP_ASSERT(rw.size() == m.hosts() && total > 0);
+    auto weightOf = [&](size_t r) { return rw[r / static_cast<size_t>(k)] / total / k; };
+    std::vector<Xfer> xs;
+    const size_t world = m.world();
+    for (size_t r = 0; r < world; ++r) {
+      const size_t next = (r + 1) % world;
+      xs.push_back({static_cast<int>(r), static_cast<int>(next), 2 - weightOf(r) - weightOf(next)});
+    }
+    c.alphaUs = 2 * (w - 1) / w * rc.latencyUs;
+    c.betaUsPerByte = m.perByte(xs);
+  } else if (coll == "allreduce") {
     c.alphaUs = 2 * (w - 1) / w * rc.latencyUs;
     c.betaUsPerByte = 2 * (w - 1) / w * perByte;
   } else if (coll == "broadcast") {  // a pipelined chain: w - 1 of the ring's w hops
@@ -1346,6 +1363,7 @@ double predictedAllreduceUs(const NetworkModel& net, const std::vector<std::stri
   params.bytes = bytes;
   ctx.ring = params;
   ctx.chunkWeights = plan.chunkWeights;
+  ctx.ringWeights = plan.ringWeights;
   ctx.trees = plan.trees;
   // hier's groups as the engine forms them: the plan's innermost groups, else each host.
   ctx.groupOf.resize(net.n);

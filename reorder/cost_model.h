@@ -7,7 +7,9 @@
 // the best algorithm per size is the lower envelope of a few lines, found exactly. The engine's
 // algorithms (collectives/) follow the same structure; docs/planner.md gives each formula.
 //
-//   ring   2(w-1) steps of S/w around the ring (ring.h).
+//   ring   2(w-1) steps of S/w around the ring (ring.h). With ring weights (allreduce only) the
+//          blocks differ, so the segments stream around the ring as one phase: rank r sends
+//          2 - w_r - w_(r+1) of S to r + 1, all flows at once, plus the uniform ring's latency.
 //   tree   NCCL's double binary tree over hosts (two trees, S/2 each, pipelined reduce then
 //          broadcast; the second tree mirrors the first, or shifts it by one for odd counts),
 //          a chain inside each host.
@@ -63,6 +65,8 @@ struct CostContext {
   RingParams ring;                   // ranks per host, intra-host rate and latency, overhead
   std::vector<double> chunkWeights;  // per position, for hier (as the engine uses them); empty =
                                      // uniform
+  std::vector<double> ringWeights;   // per position, the ring allreduce's blocks (Plan::
+                                     // ringWeights); empty = equal
   std::vector<PackedTree> trees;     // for "trees"; empty = unavailable
   // Per host: the group hier runs over (any labels; the engine's are the plan's innermost
   // groups). Empty = the network's innermost level, as when planning.

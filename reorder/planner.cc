@@ -247,6 +247,65 @@ std::vector<double> uplinkBalancedWeights(const NetworkModel& net, const std::ve
   return w;
 }
 
+// Ring weights that relieve slow host links, per position of `order`; empty with fewer than 3
+// hosts or unknown rates. The ring's flow from position p to p + 1 carries 2 - w_p - w_(p+1) of
+// the vector (Plan::ringWeights) through p's host link out and p + 1's in, so the fastest ring
+// on the host links solves: minimise T subject to w_p + w_(p+1) >= 2 - T min(c_p, c_(p+1)) for
+// every p (cyclic), sum w = 1, w >= 0 (c: host link rates). For a given T the least total weight
+// meeting the pair bounds is found exactly: with w_0 = t fixed, pushing weight forward (each
+// w_(p+1) = max(0, d_p - w_p), the last one also covering the pair that closes the cycle) is
+// optimal, and the least total is convex in t (ternary search). T is the smallest (bisection)
+// whose least total is at most 1; the slack is spread evenly. One host at half the others' rate
+// gets the whole vector: its ring neighbours' flows then carry it once each way, the others' 2
+// at twice the rate. Uplinks are left to the cost model, which prices the result.
+std::vector<double> ringOffloadWeights(const NetworkModel& net, const std::vector<int>& order) {
+  const size_t n = order.size();
+  std::vector<double> pairCap(n);
+  for (size_t p = 0; p < n; ++p) {
+    pairCap[p] = std::min(net.hostMbps[order[p]], net.hostMbps[order[(p + 1) % n]]);
+    if (!(pairCap[p] > 0) || !std::isfinite(pairCap[p])) return {};
+  }
+  if (n < 3) return {};
+  std::vector<double> d(n), w(n);
+  // The least weights for bounds d with w_0 = t, and their total.
+  auto fill = [&](double t) {
+    w[0] = t;
+    for (size_t p = 0; p + 1 < n; ++p) w[p + 1] = std::max(0.0, d[p] - w[p]);
+    w[n - 1] = std::max(w[n - 1], d[n - 1] - t);
+    return std::accumulate(w.begin(), w.end(), 0.0);
+  };
+  auto leastTotal = [&](double time) {
+    double hi = 0;
+    for (size_t p = 0; p < n; ++p) hi = std::max(hi, d[p] = std::max(0.0, 2 - time * pairCap[p]));
+    double lo = 0;
+    for (int i = 0; i < 80 && hi - lo > 1e-12; ++i) {
+      const double a = lo + (hi - lo) / 3, b = hi - (hi - lo) / 3;
+      if (fill(a) <= fill(b))
+        hi = b;
+      else
+        lo = a;
+    }
+    return fill((lo + hi) / 2);
+  };
+  // Equal weights meet every bound at this T, so the answer is at most it.
+  double above =
+      (2 - 2.0 / static_cast<double>(n)) / *std::min_element(pairCap.begin(), pairCap.end());
+  double below = 0;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = (below + above) / 2;
+    (leastTotal(mid) <= 1 ? above : below) = mid;
+  }
+  const double total = leastTotal(above);
+  if (!(total > 0) || total > 1 + 1e-9) return {};
+  for (double& x : w) x += (1 - total) / static_cast<double>(n);
+  for (double& x : w) x = std::round(x * 1e6) / 1e6;
+  return w;
+}
+
+// The ring must gain at least this much from ring weights to take them (rounding and model
+// noise aside, uneven blocks cost nothing but a plan that differs from the uniform one).
+constexpr double kRingWeightsGain = 0.05;
+
 // Every algorithm's model per collective, the table of the fastest per size range, the chunk
 // weights that make hier fastest (where any beat uniform shares) and packed trees where host
 // rates differ.
@@ -284,6 +343,19 @@ void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
     }
   }
   ctx.chunkWeights = chosen;
+  // Ring weights where they make the ring faster at the design size by kRingWeightsGain.
+  if (net.heterogeneousHosts()) {
+    auto ringAt = [&] {
+      for (const auto& c : algorithmCosts(ctx, "allreduce"))
+        if (c.algo == Algorithm::kRing && c.available)
+          return c.timeUs(static_cast<double>(o.ringBytes));
+      return std::numeric_limits<double>::infinity();
+    };
+    const double uniform = ringAt();
+    ctx.ringWeights = ringOffloadWeights(net, r.order);
+    if (!ctx.ringWeights.empty() && !(ringAt() < uniform * (1 - kRingWeightsGain)))
+      ctx.ringWeights.clear();
+  }
   size_t world = net.n * static_cast<size_t>(o.ranksPerHost);
   Plan& p = r.plan;
   for (const auto& coll : o.collectives) {
@@ -298,6 +370,7 @@ void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
     r.algorithms[coll] = std::move(costs);
   }
   p.chunkWeights = ctx.chunkWeights;
+  p.ringWeights = ctx.ringWeights;
   p.chunkWeightsBasis = chosen.empty() ? "" : std::string(chosenBasis);
   bool treesUsed = false;
   for (const auto& [coll, ranges] : p.collectives)
@@ -335,6 +408,12 @@ void predict(const PlanOptions& o, PlanResult& r) {
   auto finite = [](double x) { return std::isfinite(x) ? x : 0.0; };
   p.predicted.bottleneckMbps = finite(r.planRing.bottleneckMbps);
   p.predicted.inputBottleneckMbps = finite(r.inputRing.bottleneckMbps);
+  // With ring weights the engine's ring is the allreduce model's ring (chooseAlgorithms).
+  p.predicted.ringWeightsUs = 0;
+  if (!p.ringWeights.empty())
+    if (auto it = r.algorithms.find("allreduce"); it != r.algorithms.end())
+      for (const auto& c : it->second)
+        if (c.algo == Algorithm::kRing && c.available) p.predicted.ringWeightsUs = c.timeUs(bytes);
 }
 
 // The declared placement compared with the measured groups (reorder/prior.h), recorded in the

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <numeric>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -129,6 +130,11 @@ std::string planSummary(const PlanResult& r) {
       out += p.chunkWeightsBasis == Plan::kWeightsByUplinks
                  ? "  chunk weights: hier's shares balance the groups' uplinks (rankmap show)\n"
                  : "  chunk weights: hier's shares follow the host link rates (rankmap show)\n";
+    if (!p.ringWeights.empty())
+      out += fmt::format(
+          "  ring weights: the engine's ring relieves slow host links, {} (equal "
+          "blocks {})\n",
+          timeText(p.predicted.ringWeightsUs), timeText(p.predicted.planUs));
     for (const auto& [coll, ranges] : p.openMpi) {
       out += fmt::format("  Open MPI {}:", coll);
       for (const auto& range : ranges)
@@ -244,6 +250,21 @@ std::string uplinkSharesText(const Plan& p, const std::map<std::string, double>&
 }
 
 }  // namespace
+
+std::string ringWeightsText(const Plan& p) {
+  if (p.ringWeights.empty()) return "";
+  const double total = std::accumulate(p.ringWeights.begin(), p.ringWeights.end(), 0.0);
+  std::string out = fmt::format(
+      "\nring weights (the engine's ring allreduce: each host reduces its share of the vector; "
+      "{} against {} with equal blocks):\n",
+      timeText(p.predicted.ringWeightsUs), timeText(p.predicted.planUs));
+  for (size_t i = 0; i < p.order.size(); ++i)
+    if (p.ringWeights[i] > 0)
+      out += fmt::format("  {:<24} {:.1f}%\n", p.order[i], 100 * p.ringWeights[i] / total);
+  if (const auto idle = std::count(p.ringWeights.begin(), p.ringWeights.end(), 0.0); idle > 0)
+    out += fmt::format("  the other {} hosts reduce nothing and forward the vector twice\n", idle);
+  return out;
+}
 
 std::string chunkWeightsText(const Plan& p, const std::map<std::string, double>& hostMbps,
                              const std::map<std::string, double>& uplinkMbps) {
@@ -476,6 +497,7 @@ std::string describePlan(const Plan& p, const std::map<std::string, double>& hos
                          r.engineUs > 0 ? timeText(r.engineUs) : std::string("-"));
   }
   out += chunkWeightsText(p, hostMbps, uplinkMbps);
+  out += ringWeightsText(p);
   out += packedTreesText(p, hostMbps);
   if (p.prior) out += "\n" + priorText(*p.prior, p.hosts.size());
   out += "\npredicted: " + gainText(p.predicted) + "\n";

@@ -34,6 +34,9 @@ std::string describePlan(const Plan& plan, const std::map<std::string, double>& 
 // plan's chunk_weights_basis: host link rates, or the groups' uplinks).
 std::string chunkWeightsText(const Plan& plan, const std::map<std::string, double>& hostMbps,
                              const std::map<std::string, double>& uplinkMbps = {});
+// The ring weights of a plan in words: which hosts reduce which share of the vector in the
+// engine's ring allreduce, and its predicted time against equal blocks; "" without them.
+std::string ringWeightsText(const Plan& p);
 // The packed trees of a plan in words: which trees, their roots and weights, what each carries,
 // and what each host's link carries over all of them.
 std::string packedTreesText(const Plan& plan, const std::map<std::string, double>& hostMbps);

@@ -121,15 +121,17 @@ void checkParams(const AlgoParams& p) {
   if (p.count > (UINT64_MAX / p.elementSize) / static_cast<uint64_t>(p.worldSize))
     RANKMAP_THROW(InvalidInput, "{} elements of {} bytes overflow", p.count, p.elementSize);
   if (p.numSlots < 2) RANKMAP_THROW(InvalidInput, "{} scratch slots (at least 2)", p.numSlots);
-  if (!p.weights.empty()) {
-    if (p.weights.size() != static_cast<size_t>(p.worldSize))
-      RANKMAP_THROW(InvalidInput, "{} chunk weights for a world of {}", p.weights.size(),
-                    p.worldSize);
-    for (size_t r = 0; r < p.weights.size(); ++r)
-      if (!(p.weights[r] >= 0) || !std::isfinite(p.weights[r]))
-        RANKMAP_THROW(InvalidInput, "chunk weight {} of rank {}: expected a finite number >= 0",
-                      p.weights[r], r);
-  }
+  auto checkWeights = [&](const std::vector<double>& weights, std::string_view what) {
+    if (weights.empty()) return;
+    if (weights.size() != static_cast<size_t>(p.worldSize))
+      RANKMAP_THROW(InvalidInput, "{} {}s for a world of {}", weights.size(), what, p.worldSize);
+    for (size_t r = 0; r < weights.size(); ++r)
+      if (!(weights[r] >= 0) || !std::isfinite(weights[r]))
+        RANKMAP_THROW(InvalidInput, "{} {} of rank {}: expected a finite number >= 0", what,
+                      weights[r], r);
+  };
+  checkWeights(p.weights, "chunk weight");
+  checkWeights(p.ringWeights, "ring weight");
   if (!p.order.empty()) {
     if (p.order.size() != static_cast<size_t>(p.worldSize))
       RANKMAP_THROW(InvalidInput, "order of {} ranks for a world of {}", p.order.size(),

@@ -5,7 +5,8 @@
 //
 // What each (collective, algorithm) does:
 // - allreduce ring: reduce-scatter then allgather around the ring order, each of the n-1 steps
-//   moving one n-th of the vector, cut into segments that pipeline through the ring.
+//   moving one n-th of the vector (with ring weights, each rank's block its weight's share),
+//   cut into segments that pipeline through the ring.
 // - allreduce tree: NCCL's double binary tree; each tree reduces and then broadcasts one half of
 //   the vector, segment by segment, so both trees' links work at once.
 // - allreduce hier: reduce-scatter inside each group (rack), blocks sized by the chunk weights;
@@ -63,6 +64,10 @@ struct AlgoParams {
   // hier: the plan's chunk weights per rank (finite, >= 0); empty = uniform. A group's share of
   // the cross-group phase is its members' total, a member's block inside its group its own.
   std::vector<double> weights;
+  // ring allreduce: the plan's ring weights per rank (finite, >= 0); empty = equal blocks. The
+  // rank reduces (and holds between its reduce-scatter and allgather) its weight's share of the
+  // vector; only the ring allreduce reads them.
+  std::vector<double> ringWeights;
   // trees: packed spanning trees over the ranks, each carrying its weight's share of the vector.
   std::vector<RankTree> trees;
 };

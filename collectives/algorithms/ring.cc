@@ -5,9 +5,12 @@
 // (p - k - 1) from its left, reducing it into its own contribution; after m-1 steps position p
 // holds block (p + 1) fully reduced. Allgather: in step k, p sends block (p + 1 - k) and receives
 // block (p - k). Every step moves one block, not the whole vector, which makes the ring
-// bandwidth-optimal (2 (m-1)/m of the vector sent per rank). Each block is cut into segments:
-// segment s of step k is sent as soon as segment s of step k-1 has been reduced, so segments
-// pipeline around the ring instead of each step waiting for the whole previous one.
+// bandwidth-optimal (2 (m-1)/m of the vector sent per rank). With ring weights (AlgoParams::
+// ringWeights) block j + 1 is the weight's share of position j's rank, so position p sends
+// 2 - w[p] - w[p+1] of the vector to p + 1: a slow host whose weights (its own and its
+// successor's) sum to 1 sends the vector once, not 2 (m-1)/m times. Each block is cut into
+// segments: segment s of step k is sent as soon as segment s of step k-1 has been reduced, so
+// segments pipeline around the ring instead of each step waiting for the whole previous one.
 //
 // Allgather and reduce-scatter collectives are the two halves; the block of ring position j
 // belongs to rank order[j - 1] so that every rank ends with its own block. Broadcast and reduce
@@ -75,7 +78,17 @@ void ringAllgatherBlocks(ScheduleBuilder& b, const std::vector<int>& ring, int p
 Schedule ringAllreduce(const AlgoParams& p) {
   ScheduleBuilder b(builderOptionsFor(p));
   const Ring ring(p);
-  const auto blocks = uniformBlocks(Range{0, p.count}, static_cast<uint64_t>(ring.n));
+  // Position j holds block j + 1 after the reduce-scatter: block j is sized by the weight of the
+  // rank at position j - 1 (units, so that every rank cuts the same boundaries).
+  std::vector<Range> blocks;
+  if (p.ringWeights.empty()) {
+    blocks = uniformBlocks(Range{0, p.count}, static_cast<uint64_t>(ring.n));
+  } else {
+    std::vector<double> w;
+    for (int j = 0; j < ring.n; ++j)
+      w.push_back(p.ringWeights[static_cast<size_t>(ring.rankAt(j - 1))]);
+    blocks = weightedBlocks(Range{0, p.count}, weightUnits(w));
+  }
   ringReduceScatterBlocks(b, ring.order, ring.pos, blocks, /*dataInInput=*/true,
                           /*finalize=*/true);
   ringAllgatherBlocks(b, ring.order, ring.pos, blocks);

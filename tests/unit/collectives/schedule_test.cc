@@ -546,6 +546,56 @@ TEST(ScheduleRing, SendsTwoBlocksPerStepWorthOfData) {
   }
 }
 
+// Ring weights: every weighting gives exact results (simulated, every layout of the weights
+// over a shuffled order), and position p sends 2 - w_p - w_(p+1) of the vector to p + 1 (one-hot:
+// the holder and its predecessor send it once, everyone else twice).
+TEST(ScheduleRing, RingWeightsSizeEachPositionsBlock) {
+  int failures = 0;
+  for (int n : {1, 2, 3, 5, 8, 13}) {
+    for (int wk = 1; wk < 4; ++wk) {
+      for (uint64_t count : {0, 1, 13, 64}) {
+        for (uint64_t segBytes : {4, 12, 1 << 20}) {
+          for (bool inPlace : {false, true}) {
+            AlgoParams p = sweepPoint(Collective::kAllreduce, n, count, segBytes, inPlace);
+            p.order = makeGroups({n}, static_cast<unsigned>(n * 7 + count)).front();
+            p.ringWeights = weightsOf(wk, n, {p.order});
+            std::string err = runOne(Algorithm::kRing, p);
+            if (!err.empty()) {
+              ADD_FAILURE() << describe(Algorithm::kRing, p) << " ring weights " << wk << ": "
+                            << err;
+              if (++failures > 5) return;
+            }
+          }
+        }
+      }
+    }
+  }
+  const int n = 8;
+  const uint64_t count = 8 * 1000;
+  AlgoParams p;
+  p.worldSize = n;
+  p.count = count;
+  p.elementSize = 4;
+  p.segmentBytes = 1000;
+  p.order = {3, 1, 4, 0, 5, 7, 2, 6};
+  p.ringWeights.assign(n, 0);
+  p.ringWeights[4] = 2.5;  // the rank at position 2 holds the whole vector
+  for (int pos = 0; pos < n; ++pos) {
+    p.rank = p.order[static_cast<size_t>(pos)];
+    uint64_t sent = 0;
+    for (const auto& st : buildSchedule(Algorithm::kRing, p).steps)
+      if (st.kind == StepKind::kSend) {
+        EXPECT_EQ(st.peer, p.order[static_cast<size_t>((pos + 1) % n)]);
+        sent += st.src.bytes;
+      }
+    EXPECT_EQ(sent, (pos == 1 || pos == 2 ? 1 : 2) * count * 4) << "position " << pos;
+  }
+  p.ringWeights = {1, 2, 3};
+  EXPECT_THROW(buildSchedule(Algorithm::kRing, p), InvalidInput);
+  p.ringWeights = {1, 1, 1, 1, 1, 1, 1, -1};
+  EXPECT_THROW(buildSchedule(Algorithm::kRing, p), InvalidInput);
+}
+
 // rhd takes partners nearest first: with racks of 4 contiguous in the order, only the last
 // halving (1/8 of the vector) and the first doubling step cross racks, 1/4 of the vector per rank
 // instead of the whole vector with partners at distance n/2 first.

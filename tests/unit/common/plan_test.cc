@@ -74,6 +74,24 @@ TEST(Plan, ModelsAreOptionalAndHashed) {
   EXPECT_EQ(back.models.at("allreduce").lowerBoundUsPerByte, 0.2);
 }
 
+// Ring weights and their predicted time: written only when set (older plans keep their hash),
+// hashed, read back.
+TEST(Plan, RingWeightsAreOptionalAndHashed) {
+  auto p = samplePlan();
+  EXPECT_EQ(p.toJson().count("ring_weights"), 0u);
+  EXPECT_EQ(p.toJson()["predicted"].count("ring_weights_us"), 0u);
+  Plan with = p;
+  with.ringWeights.assign(p.hosts.size(), 0);
+  with.ringWeights[1] = 1;
+  with.predicted.ringWeightsUs = 123;
+  with.seal();
+  EXPECT_NE(with.hash, p.hash);
+  auto back = Plan::parse(with.dump(), "mem");
+  EXPECT_EQ(back, with);
+  EXPECT_EQ(back.predicted.engineRingUs(), 123);
+  EXPECT_EQ(p.predicted.engineRingUs(), p.predicted.planUs);
+}
+
 TEST(Plan, AlgorithmForBySize) {
   auto p = samplePlan();
   EXPECT_EQ(p.algorithmFor("allreduce", 8), Algorithm::kTree);
@@ -194,6 +212,18 @@ TEST(Plan, MalformedPlansNameTheField) {
        "at /chunk_weights_basis: expected \"host_rates\" or \"uplinks\""},
       {[](Json& j) { j["chunk_weights_basis"] = "uplinks"; },
        "at /chunk_weights_basis: expected no basis: chunk_weights is empty"},
+      {[](Json& j) {
+         j["ring_weights"] = {0, 0, 0, 0};
+       },
+       "at /ring_weights: expected weights with a positive sum"},
+      {[](Json& j) {
+         j["ring_weights"] = {1, 0};
+       },
+       "at /ring_weights: expected"},
+      {[](Json& j) {
+         j["ring_weights"] = {1, 0, -1, 0};
+       },
+       "at /ring_weights/2"},
   };
   for (size_t i = 0; i < std::size(cases); ++i) {
     Json j = base;

@@ -284,6 +284,65 @@ TEST(Planner, HeterogeneousFixtureGetsChunkWeightsOrTrees) {
   }
 }
 
+// 8 hosts in racks of 4 behind a link model: host links `host` but `slow` at `slowMbps`,
+// uplinks 400 (the emulated cloud of the live re-planning bench).
+Topology twoRackLinks(double host, int slow, double slowMbps) {
+  std::vector<Host> hosts;
+  for (int i = 0; i < 8; ++i) hosts.push_back({fmt::format("h{}", i), ""});
+  Topology t = Topology::empty(hosts);
+  t.groups = {HierarchyLevel{"rack", 1.0, {{"h0", "h1", "h2", "h3"}, {"h4", "h5", "h6", "h7"}}}};
+  TopologyLinks links;
+  links.hosts.assign(8, LinkCapacity{host, host});
+  if (slow >= 0) links.hosts[static_cast<size_t>(slow)] = {slowMbps, host};
+  links.uplinks = {{LinkCapacity{400, 400}, LinkCapacity{400, 400}}};
+  links.hostLatencyUs = 15;
+  links.uplinkLatencyUs = {15};
+  t.links = links;
+  return t;
+}
+
+// A host link at half the others' rate (a tenant's flow on it): the ring gives that host the
+// whole vector, so its flows carry the vector once each way instead of 2 x 7/8, and the ring runs
+// at the others' pace; with equal host links there are no ring weights.
+TEST(Planner, ASlowHostLinkGetsRingWeights) {
+  PlanOptions o = quietOptions();
+  o.useTopologyGroups = true;
+  PlanResult r = planTopology(twoRackLinks(200, 5, 100), o);
+  const Plan& p = r.plan;
+  ASSERT_EQ(p.ringWeights.size(), 8u);
+  const size_t slowPos =
+      static_cast<size_t>(std::find(p.order.begin(), p.order.end(), "h5") - p.order.begin());
+  EXPECT_NEAR(std::accumulate(p.ringWeights.begin(), p.ringWeights.end(), 0.0), 1, 1e-5);
+  EXPECT_NEAR(p.ringWeights[slowPos], 1, 1e-5);
+  // The ring's model: the vector once at 100 Mbit/s, not 2 x 7/8 of it.
+  double ringBeta = 0;
+  for (const auto& c : r.algorithms.at("allreduce"))
+    if (c.algo == Algorithm::kRing) ringBeta = c.betaUsPerByte;
+  EXPECT_NEAR(ringBeta, 1 / bytesPerUs(100), 1e-6);
+  std::vector<std::string> names;
+  for (const auto& h : p.hosts) names.push_back(h);
+  Plan uniform = p;
+  uniform.ringWeights.clear();
+  uniform.collectives["allreduce"] = {AlgoRange{0, AlgoRange::kUnbounded, Algorithm::kRing}};
+  Plan weighted = uniform;
+  weighted.ringWeights = p.ringWeights;
+  const double tu = predictedAllreduceUs(r.model, names, uniform, 16 << 20);
+  const double tw = predictedAllreduceUs(r.model, names, weighted, 16 << 20);
+  EXPECT_NEAR(tu / tw, 1.75, 0.02);
+  EXPECT_NEAR(p.predicted.ringWeightsUs, tw, tw * 0.01);
+  const std::string shown = ringWeightsText(p);
+  EXPECT_NE(shown.find("h5                       100.0%"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("the other 7 hosts reduce nothing"), std::string::npos) << shown;
+  // A milder slowdown spreads the weight; equal links keep equal blocks.
+  PlanResult mild = planTopology(twoRackLinks(200, 5, 150), o);
+  if (!mild.plan.ringWeights.empty()) {
+    auto [lo, hi] = std::minmax_element(mild.plan.ringWeights.begin(), mild.plan.ringWeights.end());
+    EXPECT_LT(*hi, 1);
+    EXPECT_GT(*hi, *lo);
+  }
+  EXPECT_TRUE(planTopology(twoRackLinks(200, -1, 0), o).plan.ringWeights.empty());
+}
+
 TEST(Planner, FallbacksAreIdentityWithConfidenceZero) {
   for (std::string name : {"single_host.json", "sparse.json"}) {
     Topology t = Topology::load(test::fixture(name));
