@@ -111,6 +111,9 @@ void Daemon::describeMetrics() {
                     "Fresh (peer, direction) series of job traffic on this host");
   metrics_.describe("rankmap_passive_drifts_total", "counter",
                     "Drifts in the job traffic that started a light check (coordinator)");
+  metrics_.describe("rankmap_passive_patches_total", "counter",
+                    "Topologies patched from the job's backlogged sends (coordinator), by "
+                    "result: published, or kept (no pair changed enough)");
   metrics_.describe("rankmap_http_requests_total", "counter", "HTTP requests by status code");
   metrics_.describe("rankmap_http_rejected_connections_total", "counter",
                     "HTTP connections answered before any handler ran (busy, request timeout, "
@@ -531,6 +534,7 @@ bool Daemon::holdForPassive() {
                            Deadline::after(cfg_.probe.connectTimeout));
   size_t fresh = 0, asked = 0;
   std::vector<std::string> drift;
+  std::vector<PassiveLedger::Backlog> backlog;
   for (size_t h = 0; h < replies.size(); ++h) {
     if (!replies[h]) continue;
     ++asked;
@@ -542,10 +546,16 @@ bool Daemon::holdForPassive() {
       for (const auto& d : s.drifting)
         drift.push_back(fmt::format("{} -> {} {:.0f} -> {:.0f} Mbit/s", d.src, d.dst,
                                     d.baselineMbps, d.nowMbps));
+      // Each agent speaks for its own host's sends only.
+      for (auto& b : s.backlogged)
+        if (b.src == hosts_[h].name) backlog.push_back(std::move(b));
     } catch (const InvalidInput& e) {
       RANKMAP_WARN(Agent, "agent {}: {}", name_, e.what());
     }
   }
+  // A host link the job's own sends show slower than the topology: published from the job's
+  // traffic, no active check (it would meet the job's traffic and the change alike).
+  if (!backlog.empty() && publishPassivePatch(backlog)) return true;
   if (!drift.empty()) {
     metrics_.add("rankmap_passive_drifts_total", "");
     RANKMAP_INFO(Agent, "agent {}: job traffic drifted ({}): a light check confirms", name_,
@@ -561,6 +571,40 @@ bool Daemon::holdForPassive() {
                 name_, fresh, asked,
                 std::chrono::duration_cast<std::chrono::seconds>(held).count());
   return true;
+}
+
+bool Daemon::publishPassivePatch(const std::vector<PassiveLedger::Backlog>& backlog) {
+  auto current = store_->latestTopology();
+  if (!current) return false;
+  std::vector<std::string> notes;
+  auto patched = patchBacklogged(*current, backlog, cfg_.reprobe.changeThreshold, notes);
+  if (!patched) return false;
+  const auto n = static_cast<int64_t>(hosts_.size());
+  int64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (runningId_ || stopping_) return false;
+    id = store_->beginRound("passive", n, 0);
+    runningId_ = id;
+    runningKind_ = "passive";
+    progress_ = RoundProgress{"passive", 0, 0, ""};
+  }
+  RANKMAP_INFO(Agent, "agent {}: passive patch {}: {}", name_, id, fmt::join(notes, "; "));
+  std::optional<int64_t> version;
+  try {
+    RoundResult r;
+    r.topology = std::move(*patched);
+    r.pairsTotal = static_cast<size_t>(n * (n - 1) / 2);
+    version = finishRound(id, "passive", r, current, hosts_);
+  } catch (const std::exception& e) {
+    RANKMAP_ERROR(Agent, "agent {}: passive patch {} failed: {}", name_, id, e.what());
+  }
+  metrics_.add("rankmap_passive_patches_total",
+               version ? "result=\"published\"" : "result=\"kept\"");
+  std::lock_guard<std::mutex> lock(mu_);
+  runningId_.reset();
+  cv_.notify_all();
+  return version.has_value();
 }
 
 void Daemon::reprobeLoop() {

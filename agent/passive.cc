@@ -1,8 +1,10 @@
 #include "agent/passive.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
+#include "agent/store.h"
 #include "common/error.h"
 
 namespace rankmap::agent {
@@ -44,6 +46,7 @@ uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::
     bool send;
     uint64_t bytes;
     double busy;
+    double sendBusy;  // send windows: seconds with a send in flight
   };
   std::vector<Window> windows;
   for (size_t i = 0; i < n; ++i) {
@@ -54,9 +57,9 @@ uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::
     const double sendBusy = p.at("send_busy_s", "seconds").nonNegative();
     const double recvBusy = p.at("recv_busy_s", "seconds").nonNegative();
     windows.push_back({peer, true, p.at("sent_bytes", "bytes").unsignedInt(),
-                       inCollectives.value_or(sendBusy)});
+                       inCollectives.value_or(sendBusy), sendBusy});
     windows.push_back({peer, false, p.at("recv_bytes", "bytes").unsignedInt(),
-                       inCollectives.value_or(recvBusy)});
+                       inCollectives.value_or(recvBusy), 0});
   }
   uint64_t added = 0;
   std::lock_guard<std::mutex> lock(mu_);
@@ -77,9 +80,17 @@ uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::
     Series& s = it->second;
     s.lastSeen = now;
     if (s.plan != plan) {
-      s = Series{plan, {}, {}, now};
+      s = Series{plan, {}, {}, {}, now};
     }
     if (w.bytes < kMinWindowBytes || !(w.busy > 0)) continue;
+    // Backlog needs the collective time (a report without it gives no fraction).
+    if (w.send && inCollectives && *inCollectives > 0) {
+      const double fraction = std::min(1.0, w.sendBusy / *inCollectives);
+      const bool backlogged = fraction >= kBacklogFraction && w.sendBusy > 0;
+      s.sends.emplace_back(fraction,
+                           backlogged ? static_cast<double>(w.bytes) * 8 / w.sendBusy / 1e6 : 0);
+      while (s.sends.size() > kConfirmWindows) s.sends.pop_front();
+    }
     const double rate = static_cast<double>(w.bytes) * 8 / w.busy / 1e6;
     if (s.base.size() < kBaselineWindows) {
       s.base.push_back(rate);
@@ -107,6 +118,15 @@ PassiveLedger::Summary PassiveLedger::summary(Clock::time_point now, double thre
     if (now - s.lastSeen > freshFor) continue;
     out.fresh = true;
     ++out.series;
+    if (send && s.sends.size() == kConfirmWindows &&
+        std::all_of(s.sends.begin(), s.sends.end(), [](auto& x) { return x.second > 0; })) {
+      std::vector<double> rates, fractions;
+      for (const auto& [f, r] : s.sends) {
+        fractions.push_back(f);
+        rates.push_back(r);
+      }
+      out.backlogged.push_back({self_, peer, median(rates), median(fractions)});
+    }
     if (s.base.size() < kBaselineWindows) continue;
     ++out.baselined;
     if (s.recent.size() < kConfirmWindows) continue;
@@ -148,7 +168,14 @@ Json PassiveLedger::Summary::toJson() const {
                  {"dst", x.dst},
                  {"baseline_mbps", x.baselineMbps},
                  {"now_mbps", x.nowMbps}});
-  return {{"fresh", fresh}, {"series", series}, {"baselined", baselined}, {"drifting", d}};
+  Json b = Json::array();
+  for (const Backlog& x : backlogged)
+    b.push_back({{"src", x.src}, {"dst", x.dst}, {"mbps", x.mbps}, {"busy", x.busy}});
+  return {{"fresh", fresh},
+          {"series", series},
+          {"baselined", baselined},
+          {"drifting", d},
+          {"backlogged", b}};
 }
 
 PassiveLedger::Summary PassiveLedger::Summary::fromJson(const Json& j, std::string_view source) {
@@ -168,7 +195,55 @@ PassiveLedger::Summary PassiveLedger::Summary::fromJson(const Json& j, std::stri
                           x.at("baseline_mbps", "Mbit/s").nonNegative(),
                           x.at("now_mbps", "Mbit/s").nonNegative()});
   }
+  // Absent from agents older than backlog detection.
+  if (auto b = r.find("backlogged")) {
+    const size_t m = b->arraySize();
+    if (m > kMaxPeers) b->fail("at most 100000 entries");
+    for (size_t i = 0; i < m; ++i) {
+      JsonReader x = b->at(i);
+      x.expectObject();
+      s.backlogged.push_back(
+          {x.at("src", "a host").nonEmptyStr(), x.at("dst", "a host").nonEmptyStr(),
+           x.at("mbps", "Mbit/s").nonNegative(), x.at("busy", "a fraction").nonNegative()});
+    }
+  }
   return s;
+}
+
+std::optional<Topology> patchBacklogged(const Topology& t,
+                                        const std::vector<PassiveLedger::Backlog>& backlogged,
+                                        double threshold, std::vector<std::string>& notes) {
+  std::map<int, double> sending;  // host index -> Mbit/s of its backlogged series
+  for (const auto& b : backlogged) {
+    const int h = t.indexOf(b.src);
+    if (h >= 0 && t.indexOf(b.dst) >= 0 && b.mbps > 0) sending[h] += b.mbps;
+  }
+  std::optional<Topology> out;
+  for (const auto& [h, mbps] : sending) {
+    const size_t i = static_cast<size_t>(h);
+    double model = 0;
+    if (t.links) {
+      model = t.links->hosts.at(i).outMbps;
+    } else if (t.hasMatrices()) {
+      for (size_t j = 0; j < t.size(); ++j)
+        if (j != i && t.bandwidthMbps.at(i, j)) model = std::max(model, *t.bandwidthMbps.at(i, j));
+    }
+    if (!(model > 0) || !(mbps < model * (1 - threshold))) continue;
+    if (!out) out = t;
+    if (out->links) out->links->hosts.at(i).outMbps = mbps;
+    if (out->hasMatrices())
+      for (size_t j = 0; j < out->size(); ++j)
+        if (auto& v = out->bandwidthMbps.at(i, j); v && *v > mbps) v = mbps;
+    notes.push_back(
+        fmt::format("{} sends at {:.0f} Mbit/s (job traffic, backlogged), {:.0f} "
+                    "in topology version {}",
+                    t.hosts[i].name, mbps, model, t.version));
+  }
+  if (out) {
+    out->time = utcNow();
+    out->version = 0;
+  }
+  return out;
 }
 
 }  // namespace rankmap::agent

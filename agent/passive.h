@@ -18,6 +18,17 @@
 // rebase() takes the drifting series' recent rates as their new baseline once the drift was
 // acted on, so that one change is reported once.
 //
+// Backlog: the rate of a job's flow over its collective time says that the job slowed, not
+// where. Where shows in the busy time of sends: a send finishes when its bytes are in the
+// socket buffer, so only a sender whose path is slower than the data it has to send keeps its
+// sends in flight (on the emulated cloud with a 100 Mbit/s tenant on one 200 Mbit/s host link,
+// the ring's sender on that link had a send in flight 86% of its collective time, every other
+// sender 1-2%, and the same 1-2% everywhere before the tenant). A send window is backlogged when
+// its send busy time is at least kBacklogFraction of the window's collective time; its rate,
+// bytes / send busy time, is then what the path delivered to the job. A series is backlogged
+// when its last kConfirmWindows windows were; the summary lists each with the median of those
+// rates (agent/daemon.cc turns them into a host link's rate: "Passive patch").
+//
 // Thread-safe; bounded: at most kMaxSeries series (the oldest dropped), series unseen for
 // kExpiry dropped.
 #pragma once
@@ -32,6 +43,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "common/topology.h"
 
 namespace rankmap::agent {
 
@@ -40,6 +52,7 @@ class PassiveLedger {
   static constexpr uint64_t kMinWindowBytes = 1 << 20;
   static constexpr size_t kBaselineWindows = 5;
   static constexpr size_t kConfirmWindows = 3;
+  static constexpr double kBacklogFraction = 0.5;
   static constexpr size_t kMaxSeries = 65536;
   static constexpr std::chrono::seconds kExpiry{120};
   using Clock = std::chrono::steady_clock;
@@ -56,12 +69,18 @@ class PassiveLedger {
     double baselineMbps = 0;
     double nowMbps = 0;
   };
+  struct Backlog {
+    std::string src, dst;  // host names: src is this agent's host
+    double mbps = 0;       // median of the backlogged windows' bytes / send busy time
+    double busy = 0;       // median fraction of collective time with a send in flight
+  };
   struct Summary {
     // A job's traffic was reported within `freshFor`.
     bool fresh = false;
     size_t series = 0;     // fresh series
     size_t baselined = 0;  // ... with a baseline
     std::vector<Drift> drifting;
+    std::vector<Backlog> backlogged;  // fresh send series backlogged in their last windows
     Json toJson() const;
     static Summary fromJson(const Json& j, std::string_view source);
   };
@@ -79,6 +98,9 @@ class PassiveLedger {
     std::string plan;
     std::vector<double> base;     // first rates under `plan`
     std::deque<double> recent;    // the last kConfirmWindows rates after the baseline
+    // Send series: the last kConfirmWindows windows, (busy fraction, bytes / busy) or, for a
+    // window that was not backlogged, (its fraction, 0).
+    std::deque<std::pair<double, double>> sends;
     Clock::time_point lastSeen;
   };
   using Key = std::tuple<std::string, std::string, bool>;  // reporter, peer, send
@@ -88,5 +110,18 @@ class PassiveLedger {
   uint64_t reports_ = 0;
   uint64_t bytes_ = 0;
 };
+
+// Passive patch: a copy of `t` in which each host that the job's backlogged sends show slower
+// than `t` says sends at most what they delivered: its host link out (the link model) and its
+// row of the bandwidth matrix capped at the sum of its backlogged series' rates (concurrent
+// flows through one host link). A host is patched only when that sum is below its modelled
+// rate out (the link model's, or without one its fastest matrix entry) by more than `threshold`
+// (relative). The slowness is put on the sender's host link: the link that only it loads on its
+// flows' paths in a ring; a slow receiver or uplink reads the same from here, and the plan that
+// avoids the sender's link also avoids its flows' paths. Stamped with the time, version 0.
+// nullopt when no host is patched; `notes` gets one line per patched host.
+std::optional<Topology> patchBacklogged(const Topology& t,
+                                        const std::vector<PassiveLedger::Backlog>& backlogged,
+                                        double threshold, std::vector<std::string>& notes);
 
 }  // namespace rankmap::agent
