@@ -521,16 +521,22 @@ TEST(ScheduleElementSizes, OddSegmentBytes) {
   }
 }
 
+// An allreduce of 8000 int32 over 8 ranks in 1000-byte segments.
+AlgoParams eightRanks() {
+  AlgoParams p;
+  p.worldSize = 8;
+  p.count = 8 * 1000;
+  p.elementSize = 4;
+  p.segmentBytes = 1000;
+  return p;
+}
+
 // The ring is bandwidth-optimal: each rank sends 2 (n-1)/n of the vector, not more, and each
 // step is one block, not the whole buffer.
 TEST(ScheduleRing, SendsTwoBlocksPerStepWorthOfData) {
-  const int n = 8;
-  const uint64_t count = 8 * 1000;
-  AlgoParams p;
-  p.worldSize = n;
-  p.count = count;
-  p.elementSize = 4;
-  p.segmentBytes = 1000;
+  AlgoParams p = eightRanks();
+  const int n = p.worldSize;
+  const uint64_t count = p.count;
   for (int r = 0; r < n; ++r) {
     p.rank = r;
     Schedule s = buildSchedule(Algorithm::kRing, p);
@@ -570,13 +576,9 @@ TEST(ScheduleRing, RingWeightsSizeEachPositionsBlock) {
       }
     }
   }
-  const int n = 8;
-  const uint64_t count = 8 * 1000;
-  AlgoParams p;
-  p.worldSize = n;
-  p.count = count;
-  p.elementSize = 4;
-  p.segmentBytes = 1000;
+  AlgoParams p = eightRanks();
+  const int n = p.worldSize;
+  const uint64_t count = p.count;
   p.order = {3, 1, 4, 0, 5, 7, 2, 6};
   p.ringWeights.assign(n, 0);
   p.ringWeights[4] = 2.5;  // the rank at position 2 holds the whole vector
