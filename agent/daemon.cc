@@ -535,6 +535,7 @@ bool Daemon::holdForPassive() {
   size_t fresh = 0, asked = 0;
   std::vector<std::string> drift;
   std::vector<PassiveLedger::Backlog> backlog;
+  std::map<std::string, double> sendBusy;  // host -> its summary's sendBusy (hosts with sends)
   for (size_t h = 0; h < replies.size(); ++h) {
     if (!replies[h]) continue;
     ++asked;
@@ -549,13 +550,14 @@ bool Daemon::holdForPassive() {
       // Each agent speaks for its own host's sends only.
       for (auto& b : s.backlogged)
         if (b.src == hosts_[h].name) backlog.push_back(std::move(b));
+      if (s.fresh && s.sendBusy > 0) sendBusy[hosts_[h].name] = s.sendBusy;
     } catch (const InvalidInput& e) {
       RANKMAP_WARN(Agent, "agent {}: {}", name_, e.what());
     }
   }
   // A host link the job's own sends show slower than the topology: published from the job's
   // traffic, no active check (it would meet the job's traffic and the change alike).
-  if (!backlog.empty() && publishPassivePatch(backlog)) return true;
+  if (!backlog.empty() && publishPassivePatch(backlog, sendBusy)) return true;
   if (!drift.empty()) {
     metrics_.add("rankmap_passive_drifts_total", "");
     RANKMAP_INFO(Agent, "agent {}: job traffic drifted ({}): a light check confirms", name_,
@@ -573,11 +575,12 @@ bool Daemon::holdForPassive() {
   return true;
 }
 
-bool Daemon::publishPassivePatch(const std::vector<PassiveLedger::Backlog>& backlog) {
+bool Daemon::publishPassivePatch(const std::vector<PassiveLedger::Backlog>& backlog,
+                                 const std::map<std::string, double>& sendBusy) {
   auto current = store_->latestTopology();
   if (!current) return false;
   std::vector<std::string> notes;
-  auto patched = patchBacklogged(*current, backlog, cfg_.reprobe.changeThreshold, notes);
+  auto patched = patchBacklogged(*current, backlog, sendBusy, cfg_.reprobe.changeThreshold, notes);
   if (!patched) return false;
   const auto n = static_cast<int64_t>(hosts_.size());
   int64_t id = 0;

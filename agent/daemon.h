@@ -120,9 +120,11 @@ class Daemon {
   // last active check is younger than reprobe.passive_hold.
   bool holdForPassive();
   // The passive patch (agent/passive.h patchBacklogged) of the latest topology from the job's
-  // backlogged sends, published as a round of kind "passive" when a pair changed by more than
-  // reprobe.publish_threshold. True when a version was published.
-  bool publishPassivePatch(const std::vector<PassiveLedger::Backlog>& backlog);
+  // backlogged sends and every host's send busy fraction, published as a round of kind
+  // "passive" when a pair changed by more than reprobe.publish_threshold. True when a version
+  // was published.
+  bool publishPassivePatch(const std::vector<PassiveLedger::Backlog>& backlog,
+                           const std::map<std::string, double>& sendBusy);
 
   AgentConfig cfg_;
   std::string name_;

@@ -87,8 +87,8 @@ uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::
     if (w.send && inCollectives && *inCollectives > 0) {
       const double fraction = std::min(1.0, w.sendBusy / *inCollectives);
       const bool backlogged = fraction >= kBacklogFraction && w.sendBusy > 0;
-      s.sends.emplace_back(fraction,
-                           backlogged ? static_cast<double>(w.bytes) * 8 / w.sendBusy / 1e6 : 0);
+      s.sends.emplace_back(
+          fraction, backlogged ? static_cast<double>(w.bytes) * 8 / *inCollectives / 1e6 : 0);
       while (s.sends.size() > kConfirmWindows) s.sends.pop_front();
     }
     const double rate = static_cast<double>(w.bytes) * 8 / w.busy / 1e6;
@@ -106,6 +106,7 @@ uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::
 PassiveLedger::Summary PassiveLedger::summary(Clock::time_point now, double threshold,
                                               std::chrono::milliseconds freshFor, bool rebase) {
   Summary out;
+  std::vector<double> sendFractions;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = series_.begin(); it != series_.end();) {
     Series& s = it->second;
@@ -118,6 +119,7 @@ PassiveLedger::Summary PassiveLedger::summary(Clock::time_point now, double thre
     if (now - s.lastSeen > freshFor) continue;
     out.fresh = true;
     ++out.series;
+    if (send && !s.sends.empty()) sendFractions.push_back(s.sends.back().first);
     if (send && s.sends.size() == kConfirmWindows &&
         std::all_of(s.sends.begin(), s.sends.end(), [](auto& x) { return x.second > 0; })) {
       std::vector<double> rates, fractions;
@@ -148,6 +150,7 @@ PassiveLedger::Summary PassiveLedger::summary(Clock::time_point now, double thre
       s.recent.clear();
     }
   }
+  if (!sendFractions.empty()) out.sendBusy = median(sendFractions);
   return out;
 }
 
@@ -171,11 +174,8 @@ Json PassiveLedger::Summary::toJson() const {
   Json b = Json::array();
   for (const Backlog& x : backlogged)
     b.push_back({{"src", x.src}, {"dst", x.dst}, {"mbps", x.mbps}, {"busy", x.busy}});
-  return {{"fresh", fresh},
-          {"series", series},
-          {"baselined", baselined},
-          {"drifting", d},
-          {"backlogged", b}};
+  return {{"fresh", fresh}, {"series", series}, {"baselined", baselined},
+          {"drifting", d},  {"backlogged", b},  {"send_busy", sendBusy}};
 }
 
 PassiveLedger::Summary PassiveLedger::Summary::fromJson(const Json& j, std::string_view source) {
@@ -196,6 +196,7 @@ PassiveLedger::Summary PassiveLedger::Summary::fromJson(const Json& j, std::stri
                           x.at("now_mbps", "Mbit/s").nonNegative()});
   }
   // Absent from agents older than backlog detection.
+  if (auto b = r.find("send_busy")) s.sendBusy = b->nonNegative();
   if (auto b = r.find("backlogged")) {
     const size_t m = b->arraySize();
     if (m > kMaxPeers) b->fail("at most 100000 entries");
@@ -212,11 +213,22 @@ PassiveLedger::Summary PassiveLedger::Summary::fromJson(const Json& j, std::stri
 
 std::optional<Topology> patchBacklogged(const Topology& t,
                                         const std::vector<PassiveLedger::Backlog>& backlogged,
+                                        const std::map<std::string, double>& sendBusy,
                                         double threshold, std::vector<std::string>& notes) {
+  // The median busy fraction of the hosts other than `host`; nullopt when there are none.
+  auto others = [&](const std::string& host) -> std::optional<double> {
+    std::vector<double> v;
+    for (const auto& [h, f] : sendBusy)
+      if (h != host) v.push_back(f);
+    if (v.empty()) return std::nullopt;
+    return median(std::move(v));
+  };
   std::map<int, double> sending;  // host index -> Mbit/s of its backlogged series
   for (const auto& b : backlogged) {
     const int h = t.indexOf(b.src);
-    if (h >= 0 && t.indexOf(b.dst) >= 0 && b.mbps > 0) sending[h] += b.mbps;
+    const auto typical = others(b.src);
+    if (h >= 0 && t.indexOf(b.dst) >= 0 && b.mbps > 0 && typical && b.busy >= kStandOut * *typical)
+      sending[h] += b.mbps;
   }
   std::optional<Topology> out;
   for (const auto& [h, mbps] : sending) {

@@ -24,10 +24,14 @@
 // sends in flight (on the emulated cloud with a 100 Mbit/s tenant on one 200 Mbit/s host link,
 // the ring's sender on that link had a send in flight 86% of its collective time, every other
 // sender 1-2%, and the same 1-2% everywhere before the tenant). A send window is backlogged when
-// its send busy time is at least kBacklogFraction of the window's collective time; its rate,
-// bytes / send busy time, is then what the path delivered to the job. A series is backlogged
-// when its last kConfirmWindows windows were; the summary lists each with the median of those
-// rates (agent/daemon.cc turns them into a host link's rate: "Passive patch").
+// its send busy time is at least kBacklogFraction of the window's collective time. A series is
+// backlogged when its last kConfirmWindows windows were; the summary lists each with the median
+// of their rates per second of collective time (what the job got through the path: bytes / busy
+// time overstates it when the sends are only partly backlogged, 122-169 Mbit/s beside that
+// tenant in a job with gaps between its calls) and of their busy fractions, and the median
+// busy fraction of this host's fresh send series (sendBusy), so that the coordinator can tell a
+// sender that stands out from a plan that loads every link evenly (agent/daemon.cc, "Passive
+// patch").
 //
 // Thread-safe; bounded: at most kMaxSeries series (the oldest dropped), series unseen for
 // kExpiry dropped.
@@ -71,7 +75,7 @@ class PassiveLedger {
   };
   struct Backlog {
     std::string src, dst;  // host names: src is this agent's host
-    double mbps = 0;       // median of the backlogged windows' bytes / send busy time
+    double mbps = 0;       // median of the backlogged windows' bytes per collective second
     double busy = 0;       // median fraction of collective time with a send in flight
   };
   struct Summary {
@@ -81,6 +85,7 @@ class PassiveLedger {
     size_t baselined = 0;  // ... with a baseline
     std::vector<Drift> drifting;
     std::vector<Backlog> backlogged;  // fresh send series backlogged in their last windows
+    double sendBusy = 0;  // median over fresh send series of their last window's busy fraction
     Json toJson() const;
     static Summary fromJson(const Json& j, std::string_view source);
   };
@@ -98,8 +103,8 @@ class PassiveLedger {
     std::string plan;
     std::vector<double> base;     // first rates under `plan`
     std::deque<double> recent;    // the last kConfirmWindows rates after the baseline
-    // Send series: the last kConfirmWindows windows, (busy fraction, bytes / busy) or, for a
-    // window that was not backlogged, (its fraction, 0).
+    // Send series: the last kConfirmWindows windows, (busy fraction, bytes per collective
+    // second) or, for a window that was not backlogged, (its fraction, 0).
     std::deque<std::pair<double, double>> sends;
     Clock::time_point lastSeen;
   };
@@ -114,14 +119,20 @@ class PassiveLedger {
 // Passive patch: a copy of `t` in which each host that the job's backlogged sends show slower
 // than `t` says sends at most what they delivered: its host link out (the link model) and its
 // row of the bandwidth matrix capped at the sum of its backlogged series' rates (concurrent
-// flows through one host link). A host is patched only when that sum is below its modelled
-// rate out (the link model's, or without one its fastest matrix entry) by more than `threshold`
-// (relative). The slowness is put on the sender's host link: the link that only it loads on its
-// flows' paths in a ring; a slow receiver or uplink reads the same from here, and the plan that
-// avoids the sender's link also avoids its flows' paths. Stamped with the time, version 0.
-// nullopt when no host is patched; `notes` gets one line per patched host.
+// flows through one host link). A backlogged series counts only when its busy fraction is at
+// least kStandOut times the median of the other hosts' sendBusy (`sendBusy`: host -> the
+// summary's sendBusy; no other host, no patch): a plan that loads every link evenly keeps
+// every sender busy, and then none of them is the slow one. A host is patched only when its
+// sum is below its modelled rate out (the link model's, or without one its fastest matrix
+// entry) by more than `threshold` (relative). The slowness is put on the sender's host link:
+// the link that only it loads on its flows' paths in a ring; a slow receiver or uplink reads the
+// same from here, and the plan that avoids the sender's link also avoids its flows' paths.
+// Stamped with the time, version 0. nullopt when no host is patched; `notes` gets one line per
+// patched host.
+inline constexpr double kStandOut = 3;
 std::optional<Topology> patchBacklogged(const Topology& t,
                                         const std::vector<PassiveLedger::Backlog>& backlogged,
+                                        const std::map<std::string, double>& sendBusy,
                                         double threshold, std::vector<std::string>& notes);
 
 }  // namespace rankmap::agent

@@ -110,52 +110,56 @@ TEST(PassiveLedger, ANewPlanSmallWindowsAndStaleSeries) {
   EXPECT_EQ(l.reports(), 8u);
 }
 
-// A report whose send to `peer` was in flight `busy` of `collective` seconds, moving `mbit`
-// Mbit/s while in flight.
+// A report whose send to `peer` moved `mbit` Mbit/s over `collective` seconds inside
+// collectives, with a send in flight `busy` of that time.
 Json backlogReport(const std::string& self, const std::string& peer, double mbit, double busy,
                    const std::string& plan = "sha256:aa", double collective = 1.0) {
   Json j = report(self, peer, mbit, 8 << 20, plan);
   j["collective_s"] = collective;
-  j["peers"][0]["send_busy_s"] = busy;
-  j["peers"][0]["sent_bytes"] = static_cast<uint64_t>(mbit * 1e6 / 8 * busy);
+  j["peers"][0]["send_busy_s"] = busy * collective;
+  j["peers"][0]["sent_bytes"] = static_cast<uint64_t>(mbit * 1e6 / 8 * collective);
   return j;
 }
 
-// Backlog: the sends of a path slower than the job's data stay in flight; their rate is the
-// path's. Figures as the emulated cloud gave them (86% busy at 114 Mbit/s beside a tenant, 1-2%
-// otherwise).
+// Backlog: the sends of a path slower than the job's data stay in flight; the rate per second of
+// collectives is what the job got through it. Figures as the emulated cloud gave them (86% busy
+// at 98 Mbit/s beside a tenant, 1-2% otherwise).
 TEST(PassiveLedger, BackloggedSendsGiveTheirPathsRate) {
   static_assert(PassiveLedger::kConfirmWindows == 3);
   PassiveLedger l("x");
   auto t = Clock::now();
   auto sum = [&] { return l.summary(t, 0.25, 20s, false); };
-  l.add(backlogReport("x", "y", 12000, 0.01), "test", t);  // a send into a roomy socket buffer
-  l.add(backlogReport("x", "y", 114, 0.86), "test", t);
-  l.add(backlogReport("x", "y", 113, 0.86), "test", t);
+  l.add(backlogReport("x", "y", 190, 0.01), "test", t);  // sends into a roomy socket buffer
+  EXPECT_NEAR(sum().sendBusy, 0.01, 1e-9);
+  l.add(backlogReport("x", "y", 98, 0.86), "test", t);
+  l.add(backlogReport("x", "y", 97, 0.86), "test", t);
   EXPECT_TRUE(sum().backlogged.empty());  // two of the last three windows
-  l.add(backlogReport("x", "y", 115, 0.85), "test", t);
+  l.add(backlogReport("x", "y", 99, 0.85), "test", t);
   auto s = sum();
   ASSERT_EQ(s.backlogged.size(), 1u);
   EXPECT_EQ(s.backlogged[0].src, "x");
   EXPECT_EQ(s.backlogged[0].dst, "y");
-  EXPECT_NEAR(s.backlogged[0].mbps, 114, 0.5);
+  EXPECT_NEAR(s.backlogged[0].mbps, 98, 0.5);
   EXPECT_NEAR(s.backlogged[0].busy, 0.86, 0.001);
+  EXPECT_NEAR(s.sendBusy, 0.85, 0.001);
   // It travels between agents.
   auto back = PassiveLedger::Summary::fromJson(s.toJson(), "test");
   ASSERT_EQ(back.backlogged.size(), 1u);
-  EXPECT_NEAR(back.backlogged[0].mbps, 114, 0.5);
+  EXPECT_NEAR(back.backlogged[0].mbps, 98, 0.5);
+  EXPECT_NEAR(back.sendBusy, 0.85, 0.001);
   // A window below kBacklogFraction ends it; a new plan starts the series again.
-  l.add(backlogReport("x", "y", 12000, 0.4), "test", t);
+  l.add(backlogReport("x", "y", 190, 0.4), "test", t);
   EXPECT_TRUE(sum().backlogged.empty());
-  for (int i = 0; i < 3; ++i) l.add(backlogReport("x", "y", 114, 0.9), "test", t);
+  for (int i = 0; i < 3; ++i) l.add(backlogReport("x", "y", 98, 0.9), "test", t);
   EXPECT_EQ(sum().backlogged.size(), 1u);
-  l.add(backlogReport("x", "y", 114, 0.9, "sha256:bb"), "test", t);
+  l.add(backlogReport("x", "y", 98, 0.9, "sha256:bb"), "test", t);
   EXPECT_TRUE(sum().backlogged.empty());
   // Stale series say nothing; reports without collective time give no fraction.
   EXPECT_TRUE(l.summary(t + 30s, 0.25, 20s, false).backlogged.empty());
   PassiveLedger old("x");
   for (int i = 0; i < 3; ++i) old.add(report("x", "y", 114), "test", t);
   EXPECT_TRUE(old.summary(t, 0.25, 20s, false).backlogged.empty());
+  EXPECT_EQ(old.summary(t, 0.25, 20s, false).sendBusy, 0);
 }
 
 // Two racks of two behind a link model; host 1's link out measured at 1000 Mbit/s.
@@ -179,13 +183,22 @@ Topology linkModelOf4() {
 TEST(PassivePatch, ABackloggedSenderSlowerThanItsLinkIsPatched) {
   const Topology t = linkModelOf4();
   std::vector<std::string> notes;
+  // h1's sends in flight most of the time, the others' hardly.
+  const std::map<std::string, double> alone = {
+      {"h0", 0.02}, {"h1", 0.85}, {"h2", 0.01}, {"h3", 0.03}};
   // Within the threshold of the model: nothing.
-  EXPECT_FALSE(patchBacklogged(t, {{"h1", "h2", 800, 0.9}}, 0.25, notes));
+  EXPECT_FALSE(patchBacklogged(t, {{"h1", "h2", 800, 0.9}}, alone, 0.25, notes));
   EXPECT_TRUE(notes.empty());
   // Unknown hosts are ignored.
-  EXPECT_FALSE(patchBacklogged(t, {{"h9", "h2", 100, 0.9}, {"h1", "zz", 100, 0.9}}, 0.25, notes));
+  EXPECT_FALSE(
+      patchBacklogged(t, {{"h9", "h2", 100, 0.9}, {"h1", "zz", 100, 0.9}}, alone, 0.25, notes));
+  // Every sender as busy (a plan that loads every link evenly), or nobody else to compare
+  // with: no sender stands out.
+  const std::map<std::string, double> even = {{"h0", 0.6}, {"h1", 0.65}, {"h2", 0.58}, {"h3", 0.7}};
+  EXPECT_FALSE(patchBacklogged(t, {{"h1", "h2", 100, 0.65}}, even, 0.25, notes));
+  EXPECT_FALSE(patchBacklogged(t, {{"h1", "h2", 100, 0.9}}, {{"h1", 0.9}}, 0.25, notes));
   // Two backlogged flows out of h1 add up on its link.
-  auto p = patchBacklogged(t, {{"h1", "h2", 200, 0.9}, {"h1", "h0", 150, 0.8}}, 0.25, notes);
+  auto p = patchBacklogged(t, {{"h1", "h2", 200, 0.9}, {"h1", "h0", 150, 0.8}}, alone, 0.25, notes);
   ASSERT_TRUE(p);
   EXPECT_EQ(p->version, 0);
   EXPECT_FALSE(p->time.empty());
@@ -202,7 +215,7 @@ TEST(PassivePatch, ABackloggedSenderSlowerThanItsLinkIsPatched) {
   Topology m = t;
   m.links.reset();
   m.groups.clear();
-  auto q = patchBacklogged(m, {{"h3", "h0", 300, 0.9}}, 0.25, notes);
+  auto q = patchBacklogged(m, {{"h3", "h0", 300, 0.9}}, alone, 0.25, notes);
   ASSERT_TRUE(q);
   EXPECT_EQ(*q->bandwidthMbps.at(3, 2), 300);
 }
@@ -347,8 +360,12 @@ TEST(PassiveHold, BackloggedSendsPublishAPatchedTopologyWithoutAProbe) {
   auto before = b.d[0]->store().latestTopology();
   ASSERT_TRUE(before);
   const size_t rounds = b.rounds();
-  // y's sends to x backlogged at 10 Mbit/s (loopback measured far faster) for three windows.
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(b.observe(1, backlogReport("y", "x", 10, 0.9)).status, 200);
+  // y's sends to x backlogged at 10 Mbit/s (loopback measured far faster) for three windows;
+  // x's sends to y hardly busy.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(b.observe(1, backlogReport("y", "x", 10, 0.9)).status, 200);
+    ASSERT_EQ(b.observe(0, backlogReport("x", "y", 10, 0.02)).status, 200);
+  }
   b.d[0]->reprobeOnce();
   b.settle();
   EXPECT_EQ(b.metric(0, R"(rankmap_passive_patches_total{result="published"})"), 1);
