@@ -302,8 +302,9 @@ std::vector<double> ringOffloadWeights(const NetworkModel& net, const std::vecto
   return w;
 }
 
-// The ring must gain at least this much from ring weights to take them (rounding and model
-// noise aside, uneven blocks cost nothing but a plan that differs from the uniform one).
+// The ring must gain at least this much from ring weights to take them: below it the gain is
+// within the model's noise, and a plan that differs from the uniform one for nothing is a
+// switch for nothing.
 constexpr double kRingWeightsGain = 0.05;
 
 // Every algorithm's model per collective, the table of the fastest per size range, the chunk
@@ -324,18 +325,19 @@ void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
   if (auto w = uplinkBalancedWeights(net, r.order); o.chunkWeights && !w.empty())
     candidates.emplace_back(Plan::kWeightsByUplinks, std::move(w));
   // Uneven shares only where they make hier faster at the design size, the fastest of them.
-  auto hierAt = [&](const std::vector<AlgoCost>& cs) {
-    for (const auto& c : cs)
-      if (c.algo == Algorithm::kHier && c.available)
-        return c.timeUs(static_cast<double>(o.ringBytes));
+  // An allreduce algorithm's time at the design size in the context as it stands (+inf when
+  // unavailable).
+  auto timeAt = [&](Algorithm algo) {
+    for (const auto& c : algorithmCosts(ctx, "allreduce"))
+      if (c.algo == algo && c.available) return c.timeUs(static_cast<double>(o.ringBytes));
     return std::numeric_limits<double>::infinity();
   };
-  double best = hierAt(algorithmCosts(ctx, "allreduce"));
+  double best = timeAt(Algorithm::kHier);
   std::vector<double> chosen;
   std::string_view chosenBasis;
   for (auto& [basis, w] : candidates) {
     ctx.chunkWeights = w;
-    double t = hierAt(algorithmCosts(ctx, "allreduce"));
+    double t = timeAt(Algorithm::kHier);
     if (t < best) {
       best = t;
       chosen = w;
@@ -345,15 +347,9 @@ void chooseAlgorithms(const PlanOptions& o, PlanResult& r) {
   ctx.chunkWeights = chosen;
   // Ring weights where they make the ring faster at the design size by kRingWeightsGain.
   if (net.heterogeneousHosts()) {
-    auto ringAt = [&] {
-      for (const auto& c : algorithmCosts(ctx, "allreduce"))
-        if (c.algo == Algorithm::kRing && c.available)
-          return c.timeUs(static_cast<double>(o.ringBytes));
-      return std::numeric_limits<double>::infinity();
-    };
-    const double uniform = ringAt();
+    const double uniform = timeAt(Algorithm::kRing);
     ctx.ringWeights = ringOffloadWeights(net, r.order);
-    if (!ctx.ringWeights.empty() && !(ringAt() < uniform * (1 - kRingWeightsGain)))
+    if (!ctx.ringWeights.empty() && !(timeAt(Algorithm::kRing) < uniform * (1 - kRingWeightsGain)))
       ctx.ringWeights.clear();
   }
   size_t world = net.n * static_cast<size_t>(o.ranksPerHost);
