@@ -119,7 +119,11 @@ std::string planLabel(const coll::Communicator& comm) {
 // changes when the engine adopts a replaced plan: collectives/live_plan.h). The ranks stay in
 // step without comparing clocks: after every chunk of iterations rank 0 broadcasts whether the
 // row and the run are over and how many iterations the next chunk has (about 50 ms of work), so
-// a row's time includes those 24-byte broadcasts. Rank 0's clock decides.
+// a row's time includes those 24-byte broadcasts. Rank 0's clock decides when a row ends; the
+// row's time is the slowest rank's from a barrier at its start, as in the fixed-iteration mode.
+// Without the barrier a rank that spent longer on the previous row's check would start late and
+// time only its own part of a collective the others had begun (a 16 MiB ring with one rank's
+// link half taken read 135 Mbit/s where its links allowed 98; docs/performance.md).
 template <typename RunOnce, typename CheckOnce>
 int64_t benchDuration(coll::Communicator& comm, const BenchArgs& a, const Resolved& res,
                       RunOnce& runOnce, CheckOnce& checkOnce) {
@@ -166,6 +170,8 @@ int64_t benchDuration(coll::Communicator& comm, const BenchArgs& a, const Resolv
     chunk = control[2];
     stop = control[1] != 0;
     if (control[0] == 0) continue;
+    double slowestSecs = 0;
+    comm.allreduce(&rowSecs, &slowestSecs, 1, DataType::kFloat64, ReduceOp::kMax);
     const double elapsed = std::chrono::duration<double>(now - start).count();
     const std::string algo(coll::algorithmName(comm.lastSelection().algorithm));
     int64_t wrong = -1;
@@ -173,7 +179,7 @@ int64_t benchDuration(coll::Communicator& comm, const BenchArgs& a, const Resolv
       wrong = checkOnce(count);
       totalWrong += wrong;
     }
-    const double us = rowSecs / static_cast<double>(rowIters) * 1e6;
+    const double us = slowestSecs / static_cast<double>(rowIters) * 1e6;
     const double algbw = us > 0 ? static_cast<double>(size) / (us * 1e-6) / 1e9 : 0;
     const double busbw = algbw * busFactor(c, n);
     if (print) {
@@ -193,6 +199,7 @@ int64_t benchDuration(coll::Communicator& comm, const BenchArgs& a, const Resolv
       std::fflush(stdout);
     }
     rowIters = 0;
+    comm.barrier();
     rowStart = Clock::now();
   }
   if (print) {
