@@ -6,7 +6,8 @@
   - afterwards its new rack-mates reach it at the host rate both ways and its old ones only
     through the uplinks;
   - both racks' uplink shapers hold one class per member; truth.json says the new rack;
-  - `noise --to tenant` (another tenant's machine in the VM's rack) loads that host link alone;
+  - `noise --to tenant` (another VM on the VM's host) loads that host link alone, in a class of
+    its own that leaves the VM half the link and goes when the flow stops;
   - bad requests (same rack, no such rack, a rack's last VM) exit 2 naming what was expected."""
 
 import json
@@ -30,6 +31,13 @@ def uplink_leaf_classes(tb, rack):
                          text=True, check=True).stdout
     return sum(1 for line in out.splitlines()
                if "parent 1:1 " in line and "class htb 1:2 " not in line)
+
+
+def eth0_classes(tb, vm):
+    """The HTB classes on a VM's eth0 (its host link out), sorted."""
+    out = subprocess.run(tb.exec_argv(vm, "tc", "class", "show", "dev", "eth0"),
+                         capture_output=True, text=True, check=True).stdout
+    return sorted(line.split()[2] for line in out.splitlines() if line.startswith("class htb"))
 
 
 def main():
@@ -97,15 +105,25 @@ def main():
         tb.run("noise", "start", "--prefix", kPrefix, "--from", m["name"], "--to", "tenant",
                "--mbit", str(0.75 * kHost))
         try:
+            shared = eth0_classes(tb, m["name"])
             time.sleep(1)
             loaded = lib.iperf_clients(tb, [(m, far2)], seconds=2)[0]
             others = lib.iperf_clients(tb, [(far, far2)], seconds=2)[0]
         finally:
             tb.run("noise", "stop", "--prefix", kPrefix, "--to", "tenant")
+        alone = eth0_classes(tb, m["name"])
         print(f"tenant noise out of {m['name']}: its flow {loaded:.1f}, other rack-mates "
-              f"{others:.1f} Mbit/s", flush=True)
+              f"{others:.1f} Mbit/s; eth0 classes {shared} while it ran, {alone} after",
+              flush=True)
         lib.check(loaded < 0.8 * kHost, f"the loaded host link slows its flow ({loaded:.1f})")
+        # The tenant (asking for 3/4 of the link) has a class of its own with half of it: the
+        # VM's flow keeps the other half, not what a shared queue would leave it.
+        lib.check(loaded >= 0.35 * kHost, f"the VM keeps about half its host link beside the "
+                  f"tenant ({loaded:.1f})")
         lib.check(others >= 0.8 * kHost, f"other host links keep their rate ({others:.1f})")
+        lib.check(shared == ["1:1", "1:2", "1:3"] and alone == ["1:1"],
+                  f"the tenant's class exists while its flow runs ({shared}) and goes with it "
+                  f"({alone})")
 
         # Bad requests: exit 2, naming what was expected.
         for words, want in ((["migrate", m["name"], str(far["rack"])], "already in rack"),
