@@ -121,9 +121,14 @@ class Relay:
         return v, json.loads(text)
 
     def write(self, plan):
-        if self.keep_dir:  # every plan the job was offered, for the report
+        if self.keep_dir:  # every plan the job was offered and its topology, for the report
             with open(os.path.join(self.keep_dir, f"plan-v{plan['epoch']}.json"), "w") as f:
                 json.dump(plan, f)
+            status, text = self.agents.http(self.vm0, "GET", "/v1/topology")
+            if status == 200:
+                with open(os.path.join(self.keep_dir, f"topology-v{plan['epoch']}.json"),
+                          "w") as f:
+                    f.write(text)
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(plan, f)
@@ -279,7 +284,8 @@ def tenant_mbit(tb, victim, since):
 
 def link_sent_bytes(vm):
     """Bytes `vm`'s host link has carried out of it: its eth0 HTB class 1:1 (emucloud's
-    tc_single_rate), whatever flow sent them."""
+    tc_single_rate, or tc_shared_host_link's parent while a tenant flow shares the link),
+    whatever flow sent them. The counter restarts when emucloud reshapes the link."""
     out = subprocess.run(["ip", "netns", "exec", vm, "tc", "-s", "class", "show", "dev", "eth0"],
                          capture_output=True, text=True, timeout=10).stdout
     m = re.search(r"class htb 1:1 .*?\n\s*Sent (\d+) bytes", out)
@@ -449,10 +455,11 @@ def main():
 
                 def change():
                     link["logs"] = noise_logs(tb, victim)
-                    link["from"] = (time.monotonic(), link_sent_bytes(victim))
                     tb.run("noise", "start", "--prefix", tb.prefix, "--from", victim, "--to",
                            "tenant", "--mbit", str(args.noise_mbit),
                            *(["--udp"] if args.noise_udp else []))
+                    # After the start: it gives the link a class for the tenant (a new qdisc).
+                    link["from"] = (time.monotonic(), link_sent_bytes(victim))
 
                 def undo():
                     link["to"] = (time.monotonic(), link_sent_bytes(victim))
@@ -482,12 +489,14 @@ def main():
             noi["lost_mbit"] = lost
             # Each run against its own start (the two runs start from different plans and rates):
             # kept = after / before; recovered = the part of live off's loss that live on kept,
-            # (kept_on - kept_off) / (1 - kept_off). Without a switch nothing was re-planned.
+            # (kept_on - kept_off) / (1 - kept_off). Without a switch after the change nothing
+            # was re-planned for it (a switch before it changed the run's start).
             kept_on = on["busbw_after30_mbit"] / on["busbw_before_mbit"]
             kept_off = off["busbw_after30_mbit"] / off["busbw_before_mbit"]
             noi["kept_on"], noi["kept_off"] = kept_on, kept_off
             noi["recovered_fraction"] = ((kept_on - kept_off) / (1 - kept_off)
-                                         if kept_off < 1 and on["switches"] else None)
+                                         if kept_off < 1 and any(t >= 0 for t, _, _ in
+                                                                 on["switches"]) else None)
             print(f"noise: live off kept {kept_off:.2f} of its busbw (lost {lost:.0f} Mbit/s), "
                   f"live on {kept_on:.2f} after {len(on['switches'])} switch(es); recovered "
                   f"{noi['recovered_fraction']}", flush=True)
