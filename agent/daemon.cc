@@ -111,6 +111,9 @@ void Daemon::describeMetrics() {
                     "Fresh (peer, direction) series of job traffic on this host");
   metrics_.describe("rankmap_passive_drifts_total", "counter",
                     "Drifts in the job traffic that started a light check (coordinator)");
+  metrics_.describe("rankmap_groups_kept_total", "counter",
+                    "Rounds under job traffic that found no groups and kept the last version's "
+                    "(coordinator)");
   metrics_.describe("rankmap_passive_patches_total", "counter",
                     "Topologies patched from the job's backlogged sends (coordinator), by "
                     "result: published, or kept (no pair changed enough)");
@@ -249,6 +252,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
       cv_.notify_all();
       return next;
     };
+    const bool underJobTraffic = light && jobTraffic_.load();
     if (light) {
       // A light check against `baseline`; a change confined to a few groups re-probes those
       // groups, any other change turns into a full round.
@@ -310,7 +314,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
       id = begin("full");
     }
     RoundResult r = coord.runFull(Deadline::after(opts.roundTimeout), onProgress, &cancel_);
-    finishRound(id, "full", r, baseline, hosts);
+    finishRound(id, "full", r, baseline, hosts, underJobTraffic);
   } catch (const std::exception& e) {
     RANKMAP_ERROR(Agent, "agent {}: round {} failed: {}", name_, id, e.what());
     try {
@@ -331,7 +335,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
 
 std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, RoundResult& r,
                                            const std::optional<Topology>& baseline,
-                                           const std::vector<Host>& hosts) {
+                                           const std::vector<Host>& hosts, bool underJobTraffic) {
   store_->addMeasurements(id, r.measurements);
   RoundRecord rec;
   rec.id = id;
@@ -346,6 +350,14 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
     rec.error += fmt::format("{}degraded host links: {}", rec.error.empty() ? "" : "; ",
                              fmt::join(r.degradedHosts, ", "));
   bool publish = rec.status != "failed";
+  if (publish && underJobTraffic && baseline) {
+    std::string note;
+    if (keepGroupsUnderJobTraffic(r.topology, *baseline, note)) {
+      metrics_.add("rankmap_groups_kept_total", "");
+      rec.error += fmt::format("{}{}", rec.error.empty() ? "" : "; ", note);
+      RANKMAP_INFO(Agent, "agent {}: round {}: {}", name_, id, note);
+    }
+  }
   if (publish && baseline && namesOf(baseline->hosts) == namesOf(r.topology.hosts)) {
     size_t changed = changedPairs(*baseline, r.topology, cfg_.reprobe.publishThreshold);
     if (changed == 0) {
@@ -498,6 +510,7 @@ void Daemon::reprobeOnce() {
     startRound(std::nullopt, std::nullopt, current ? "hosts changed" : "no topology yet");
     return;
   }
+  jobTraffic_ = false;
   if (cfg_.reprobe.passiveHold.count() > 0 && holdForPassive()) return;
   std::unique_lock<std::mutex> lock(mu_);
   if (runningId_ || stopping_) return;
@@ -555,6 +568,7 @@ bool Daemon::holdForPassive() {
       RANKMAP_WARN(Agent, "agent {}: {}", name_, e.what());
     }
   }
+  jobTraffic_ = fresh > 0;
   // A host link the job's own sends show slower than the topology: published from the job's
   // traffic, no active check (it would meet the job's traffic and the change alike).
   if (!backlog.empty() && publishPassivePatch(backlog, sendBusy)) return true;

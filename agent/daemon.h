@@ -107,10 +107,12 @@ class Daemon {
   // into a group re-probe or a full round when it confirms a change.
   void roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, bool light,
                  std::optional<Topology> baseline);
-  // Stores the result, publishes the topology if warranted, pushes it, updates metrics.
+  // Stores the result, publishes the topology if warranted, pushes it, updates metrics. With
+  // `underJobTraffic` (a round the job's drift started) a result without groups keeps the
+  // baseline's (keepGroupsUnderJobTraffic).
   std::optional<int64_t> finishRound(int64_t id, const std::string& kind, RoundResult& r,
                                      const std::optional<Topology>& baseline,
-                                     const std::vector<Host>& hosts);
+                                     const std::vector<Host>& hosts, bool underJobTraffic = false);
   void pushTopology(const Topology& t, const std::vector<Host>& hosts,
                     const std::vector<std::string>& dead);
   bool isCoordinator();
@@ -136,6 +138,9 @@ class Daemon {
   std::unique_ptr<Store> store_;
   Metrics metrics_;
   PassiveLedger passive_;
+  // Whether the last passive hold found fresh job traffic on some host (the light check that
+  // follows runs under it).
+  std::atomic<bool> jobTraffic_{false};
   // When the coordinator last ran an active light check (or started; for the passive hold).
   std::chrono::steady_clock::time_point lastActiveCheck_ = std::chrono::steady_clock::now();
   std::unique_ptr<ProbeService> service_;

@@ -258,4 +258,33 @@ std::optional<Topology> patchBacklogged(const Topology& t,
   return out;
 }
 
+bool keepGroupsUnderJobTraffic(Topology& t, const Topology& baseline, std::string& note) {
+  if (!t.groups.empty() || baseline.groups.empty() ||
+      t.links.has_value() != baseline.links.has_value())
+    return false;
+  if (t.size() != baseline.size()) return false;
+  for (size_t i = 0; i < t.size(); ++i)
+    if (t.hosts[i].name != baseline.hosts[i].name) return false;
+  t.groups = baseline.groups;
+  t.sharedLinks = baseline.sharedLinks;
+  if (t.links) {
+    t.links->uplinks = baseline.links->uplinks;
+    t.links->uplinkLatencyUs = baseline.links->uplinkLatencyUs;
+    if (t.hasMatrices()) {
+      std::vector<char> measured(t.size() * t.size(), 0);
+      for (const auto& [a, b] : t.measured)
+        measured[static_cast<size_t>(a) * t.size() + static_cast<size_t>(b)] = 1;
+      for (size_t a = 0; a < t.size(); ++a)
+        for (size_t b = 0; b < t.size(); ++b)
+          if (a != b && !measured[a * t.size() + b])
+            t.bandwidthMbps.at(a, b) = t.pathMbps(static_cast<int>(a), static_cast<int>(b));
+    }
+  }
+  note = fmt::format(
+      "kept the groups of topology version {} ({} level(s), {} shared link(s)): this round ran "
+      "under the job's traffic and found none",
+      baseline.version, baseline.groups.size(), baseline.sharedLinks.size());
+  return true;
+}
+
 }  // namespace rankmap::agent

@@ -135,4 +135,15 @@ std::optional<Topology> patchBacklogged(const Topology& t,
                                         const std::map<std::string, double>& sendBusy,
                                         double threshold, std::vector<std::string>& notes);
 
+// A round run while the job's traffic crosses the network cannot see a shared uplink that the
+// job already loads: its contention tests meet the job's flows on every path alike, and on the
+// testbed such a round found no groups at all, after which the plan crossed the racks five
+// times (docs/performance.md). When `t`, from a round under job traffic over the same hosts as
+// `baseline`, has no groups and `baseline` has some, `t` keeps the baseline's groups, shared
+// links and uplink capacities (with a link model in both or in neither; its own host links and
+// measured pairs stay) and its pairs not measured are inferred again through them. A change of
+// groups that the round did see (a migration) is never overridden. True when kept; `note` says
+// what was kept.
+bool keepGroupsUnderJobTraffic(Topology& t, const Topology& baseline, std::string& note);
+
 }  // namespace rankmap::agent

@@ -220,6 +220,65 @@ TEST(PassivePatch, ABackloggedSenderSlowerThanItsLinkIsPatched) {
   EXPECT_EQ(*q->bandwidthMbps.at(3, 2), 300);
 }
 
+TEST(PassiveGroups, ARoundUnderJobTrafficWithoutGroupsKeepsTheBaselines) {
+  Topology baseline = linkModelOf4();
+  baseline.sharedLinks = {SharedLink{{"h0", "h1"}, 800}, SharedLink{{"h2", "h3"}, 800}};
+  // The round under the job's traffic: no groups, h1's link out slower, four pairs measured.
+  auto roundResult = [&] {
+    Topology t = linkModelOf4();
+    t.version = 0;
+    t.groups.clear();
+    t.links->uplinks.clear();
+    t.links->uplinkLatencyUs.clear();
+    t.links->hosts[1].outMbps = 500;
+    t.measured = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+    for (size_t a = 0; a < 4; ++a)
+      for (size_t b = 0; b < 4; ++b)
+        if (a != b)
+          t.bandwidthMbps.at(a, b) = *t.pathMbps(static_cast<int>(a), static_cast<int>(b));
+    t.bandwidthMbps.at(2, 3) = 900;  // measured: stays
+    return t;
+  };
+  Topology t = roundResult();
+  ASSERT_EQ(*t.bandwidthMbps.at(0, 2), 1000);  // without groups: the host links only
+  std::string note;
+  ASSERT_TRUE(keepGroupsUnderJobTraffic(t, baseline, note));
+  EXPECT_EQ(t.groups, baseline.groups);
+  EXPECT_EQ(t.sharedLinks, baseline.sharedLinks);
+  EXPECT_EQ(t.links->uplinks, baseline.links->uplinks);
+  EXPECT_EQ(t.links->hosts[1].outMbps, 500);  // the round's own host links
+  EXPECT_EQ(*t.bandwidthMbps.at(0, 2), 800);  // inferred again: through the uplinks
+  EXPECT_EQ(*t.bandwidthMbps.at(1, 3), 500);  // h1's link out
+  EXPECT_EQ(*t.bandwidthMbps.at(1, 2), 500);  // measured: as measured
+  EXPECT_EQ(*t.bandwidthMbps.at(2, 3), 900);
+  EXPECT_NE(note.find("topology version 3"), std::string::npos) << note;
+  EXPECT_NO_THROW(Topology::fromJson(t.toJson(), "kept"));
+
+  // Groups the round found (a migration) are its own; nothing to keep from a baseline without
+  // groups, for other hosts, or with a link model in one of the two only.
+  Topology moved = roundResult();
+  moved.groups = {HierarchyLevel{"rack", 1.0, {{"h0", "h1", "h2"}, {"h3"}}}};
+  moved.links->uplinks = baseline.links->uplinks;
+  moved.links->uplinkLatencyUs = {0};
+  const Topology movedBefore = moved;
+  EXPECT_FALSE(keepGroupsUnderJobTraffic(moved, baseline, note));
+  EXPECT_EQ(moved.groups, movedBefore.groups);
+  Topology flat = baseline;
+  flat.groups.clear();
+  flat.links->uplinks.clear();
+  flat.links->uplinkLatencyUs.clear();
+  Topology u = roundResult();
+  EXPECT_FALSE(keepGroupsUnderJobTraffic(u, flat, note));
+  EXPECT_TRUE(u.groups.empty());
+  Topology other = baseline;
+  other.hosts[3].name = "h9";
+  EXPECT_FALSE(keepGroupsUnderJobTraffic(u, other, note));
+  Topology noModel = roundResult();
+  noModel.links.reset();
+  EXPECT_FALSE(keepGroupsUnderJobTraffic(noModel, baseline, note));
+  EXPECT_TRUE(noModel.groups.empty());
+}
+
 TEST(PassiveLedger, BadReportsNameTheField) {
   PassiveLedger l("x");
   auto t = Clock::now();
