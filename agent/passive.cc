@@ -64,6 +64,7 @@ uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::
   uint64_t added = 0;
   std::lock_guard<std::mutex> lock(mu_);
   ++reports_;
+  lastReport_ = now;
   for (const Window& w : windows) {
     added += w.bytes;
     Key key{reporter, w.peer, w.send};
@@ -108,6 +109,7 @@ PassiveLedger::Summary PassiveLedger::summary(Clock::time_point now, double thre
   Summary out;
   std::vector<double> sendFractions;
   std::lock_guard<std::mutex> lock(mu_);
+  out.fresh = lastReport_ && now - *lastReport_ <= freshFor;
   for (auto it = series_.begin(); it != series_.end();) {
     Series& s = it->second;
     if (now - s.lastSeen > kExpiry) {

@@ -42,6 +42,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -79,7 +80,9 @@ class PassiveLedger {
     double busy = 0;       // median fraction of collective time with a send in flight
   };
   struct Summary {
-    // A job's traffic was reported within `freshFor`.
+    // A job reported within `freshFor`: its traffic, or the empty report a rank's link sends
+    // when the job starts (collectives/agent_link.h), so that a light check does not meet the
+    // job's first collectives before its traffic has been reported.
     bool fresh = false;
     size_t series = 0;     // fresh series
     size_t baselined = 0;  // ... with a baseline
@@ -113,6 +116,7 @@ class PassiveLedger {
   mutable std::mutex mu_;
   std::map<Key, Series> series_;
   uint64_t reports_ = 0;
+  std::optional<Clock::time_point> lastReport_;  // of any report, empty ones included
   uint64_t bytes_ = 0;
 };
 

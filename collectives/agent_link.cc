@@ -56,6 +56,13 @@ AgentLink::AgentLink(AgentLinkOptions o, std::string token, int rank, int worldS
   const int64_t now = PassiveMeter::nowNs();
   nextOfferNs_ = now + ms(o_.reportEvery) * 1'000'000;
   pendingNs_ = now;
+  // The job's first report, empty and at once: the agents then know a job runs (and hold their
+  // light checks: agent/passive.h) before its first window of traffic is reported. Its plan
+  // fetch follows, as after every report.
+  pending_ = std::vector<PeerTraffic>(static_cast<size_t>(worldSize_));
+  pendingPlan_ = start.hash;
+  pendingEpoch_ = start.epoch;
+  pendingOrder_ = start.order;
   thread_ = std::thread([this] { main(); });  // the first window starts now
 }
 

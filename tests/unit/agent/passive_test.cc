@@ -110,6 +110,23 @@ TEST(PassiveLedger, ANewPlanSmallWindowsAndStaleSeries) {
   EXPECT_EQ(l.reports(), 8u);
 }
 
+// A job's first report, empty (collectives/agent_link.h: sent when its link starts), makes its
+// host's view fresh, with no series, until freshFor has passed.
+TEST(PassiveLedger, AnEmptyFirstReportMakesTheViewFresh) {
+  PassiveLedger l("x");
+  auto t = Clock::now();
+  EXPECT_FALSE(l.summary(t, 0.25, 20s, false).fresh);
+  Json hello = report("x", "y", 100);
+  hello["window_s"] = 0.0;
+  hello["collective_s"] = 0.0;
+  hello["peers"] = Json::array();
+  EXPECT_EQ(l.add(hello, "test", t), 0u);
+  auto s = l.summary(t + 5s, 0.25, 20s, false);
+  EXPECT_TRUE(s.fresh);
+  EXPECT_EQ(s.series, 0u);
+  EXPECT_FALSE(l.summary(t + 21s, 0.25, 20s, false).fresh);
+}
+
 // A report whose send to `peer` moved `mbit` Mbit/s over `collective` seconds inside
 // collectives, with a send in flight `busy` of that time.
 Json backlogReport(const std::string& self, const std::string& peer, double mbit, double busy,
@@ -526,6 +543,40 @@ std::vector<RankEnd> runEngineJob(Bed& b, int ranks, const Plan& start, uint64_t
     e.epoch = comm.plan() ? comm.plan()->epoch : -1;
   });
   return ends;
+}
+
+// A job's ranks report to their agents as their links start, before any traffic: the
+// coordinator's next tick then holds its light check instead of meeting the job's first
+// collectives (which, measured as the network's rates, made plans the job switched to).
+TEST(PassiveEngine, ALinkReportsAtOnceAndTheLightCheckIsHeld) {
+  const std::vector<std::string> names = {"h0", "h1"};
+  Bed b(names);
+  b.putFlat(names);
+  Plan start = Plan::identity(names);
+  start.seal();
+  std::atomic<int> sent{0};
+  coll::testing::spawn(2, coll::testing::Backend::Loopback, [&](coll::transport::Context& ctx) {
+    coll::CommOptions o;
+    o.timeout = 20s;
+    o.agent.agentUrl = b.url(static_cast<size_t>(ctx.rank()));
+    o.agent.tokenFile = b.token;
+    o.agent.reportEvery = 1h;  // no report is due: only the first
+    o.agent.plans = false;
+    coll::Communicator comm(ctx, o, start);
+    ASSERT_NE(comm.agentLink(), nullptr);
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (comm.agentLink()->counters().reportsSent == 0 && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(5ms);
+    sent += static_cast<int>(comm.agentLink()->counters().reportsSent);
+  });
+  EXPECT_EQ(sent.load(), 2);
+  for (size_t i = 0; i < names.size(); ++i)
+    EXPECT_EQ(b.metric(i, "rankmap_passive_reports_total"), 1) << names[i];
+  const size_t before = b.rounds();
+  b.d[0]->reprobeOnce();
+  b.settle();
+  EXPECT_EQ(b.rounds(), before);
+  EXPECT_EQ(b.metric(0, R"(rankmap_light_checks_total{result="held"})"), 1);
 }
 
 // Engine ranks, one per agent, report their traffic and take the plan the agents make: they
