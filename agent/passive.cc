@@ -260,13 +260,41 @@ std::optional<Topology> patchBacklogged(const Topology& t,
   return out;
 }
 
+std::optional<std::string> groupsContradicted(const Topology& t) {
+  if (!t.links || !t.hasMatrices() || t.links->uplinks.size() != t.groups.size())
+    return std::nullopt;
+  for (size_t level = 0; level < t.groups.size(); ++level) {
+    std::map<std::string, size_t> groupOf;
+    for (size_t g = 0; g < t.groups[level].groups.size(); ++g)
+      for (const auto& h : t.groups[level].groups[g]) groupOf[h] = g;
+    const auto& up = t.links->uplinks[level];
+    for (const auto& [a, b] : t.measured) {
+      const auto ia = static_cast<size_t>(a), ib = static_cast<size_t>(b);
+      auto ga = groupOf.find(t.hosts[ia].name);
+      auto gb = groupOf.find(t.hosts[ib].name);
+      if (ga == groupOf.end() || gb == groupOf.end() || ga->second == gb->second) continue;
+      if (ga->second >= up.size() || gb->second >= up.size()) continue;
+      const auto& v = t.bandwidthMbps.at(ia, ib);
+      const double cap = std::min(up[ga->second].outMbps, up[gb->second].inMbps);
+      if (v && cap > 0 && *v > cap * kUplinkContradiction)
+        return fmt::format("{} -> {} measured alone at {:.0f} Mbit/s across a {} uplink of {:.0f}",
+                           t.hosts[ia].name, t.hosts[ib].name, *v, t.groups[level].name, cap);
+    }
+  }
+  return std::nullopt;
+}
+
 bool keepGroupsUnderJobTraffic(Topology& t, const Topology& baseline, std::string& note) {
-  if (!t.groups.empty() || baseline.groups.empty() ||
-      t.links.has_value() != baseline.links.has_value())
-    return false;
+  if (baseline.groups.empty() || t.links.has_value() != baseline.links.has_value()) return false;
   if (t.size() != baseline.size()) return false;
   for (size_t i = 0; i < t.size(); ++i)
     if (t.hosts[i].name != baseline.hosts[i].name) return false;
+  std::string why = "found none";
+  if (!t.groups.empty()) {
+    auto contradiction = groupsContradicted(t);
+    if (!contradiction) return false;
+    why = fmt::format("found groups that its own pairs contradict ({})", *contradiction);
+  }
   t.groups = baseline.groups;
   t.sharedLinks = baseline.sharedLinks;
   if (t.links) {
@@ -284,8 +312,8 @@ bool keepGroupsUnderJobTraffic(Topology& t, const Topology& baseline, std::strin
   }
   note = fmt::format(
       "kept the groups of topology version {} ({} level(s), {} shared link(s)): this round ran "
-      "under the job's traffic and found none",
-      baseline.version, baseline.groups.size(), baseline.sharedLinks.size());
+      "under the job's traffic and {}",
+      baseline.version, baseline.groups.size(), baseline.sharedLinks.size(), why);
   return true;
 }
 

@@ -140,14 +140,22 @@ std::optional<Topology> patchBacklogged(const Topology& t,
                                         double threshold, std::vector<std::string>& notes);
 
 // A round run while the job's traffic crosses the network cannot see a shared uplink that the
-// job already loads: its contention tests meet the job's flows on every path alike, and on the
-// testbed such a round found no groups at all, after which the plan crossed the racks five
-// times (docs/performance.md). When `t`, from a round under job traffic over the same hosts as
-// `baseline`, has no groups and `baseline` has some, `t` keeps the baseline's groups, shared
-// links and uplink capacities (with a link model in both or in neither; its own host links and
-// measured pairs stay) and its pairs not measured are inferred again through them. A change of
-// groups that the round did see (a migration) is never overridden. True when kept; `note` says
-// what was kept.
+// job already loads: its contention tests meet the job's flows on every path alike. On the
+// testbed such rounds found no groups at all (the plan then crossed the racks five times), or
+// a "rack" of 7 hosts and one of 1 behind a 68 Mbit/s uplink while pairs across it had been
+// measured alone at 190 (the plan then kept the slow order: docs/performance.md). When `t`,
+// from a round under job traffic over the same hosts as `baseline`, has no groups, or groups
+// that its own measured pairs contradict (groupsContradicted), and `baseline` has some, `t`
+// keeps the baseline's groups, shared links and uplink capacities (with a link model in both or
+// in neither; its own host links and measured pairs stay) and its pairs not measured are
+// inferred again through them. Groups that agree with the round's pairs (a migration) stay its
+// own. True when kept; `note` says what was kept and why.
 bool keepGroupsUnderJobTraffic(Topology& t, const Topology& baseline, std::string& note);
+
+// A pair measured alone across an uplink faster than kUplinkContradiction x that uplink's
+// capacity (the link model's, the narrower of the two groups' directions) contradicts the
+// groups: a description of the first such pair, or nullopt (also without a link model).
+inline constexpr double kUplinkContradiction = 1.25;
+std::optional<std::string> groupsContradicted(const Topology& t);
 
 }  // namespace rankmap::agent

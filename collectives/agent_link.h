@@ -1,9 +1,10 @@
 // The engine's link to the local agent (rankmapd's HTTP API at RANKMAP_AGENT, authenticated with
 // the token of RANKMAP_TOKEN_FILE). One per communicator, with a thread of its own so that no
 // collective ever waits on HTTP:
-// - Passive reports. Every RANKMAP_PASSIVE_REPORT, at a collective boundary, the communicator
-//   hands over its meter's totals (offer()). The thread posts the difference since its last
-//   report, summed per peer host (peers on this rank's own host left out), to
+// - Passive reports. A first, empty report as the link starts (the agents then know a job runs:
+//   agent/passive.h); then every RANKMAP_PASSIVE_REPORT, at a collective boundary, the
+//   communicator hands over its meter's totals (offer()), and the thread posts the difference
+//   since its last report, summed per peer host (peers on this rank's own host left out), to
 //   POST /v1/observations: {"reporter", "host", "rank", "plan", "epoch", "window_s",
 //   "collective_s" (time inside collectives in the window), "peers": [{"host", "sent_bytes",
 //   "send_busy_s", "recv_bytes", "recv_busy_s"}]}. The agent

@@ -237,7 +237,7 @@ TEST(PassivePatch, ABackloggedSenderSlowerThanItsLinkIsPatched) {
   EXPECT_EQ(*q->bandwidthMbps.at(3, 2), 300);
 }
 
-TEST(PassiveGroups, ARoundUnderJobTrafficWithoutGroupsKeepsTheBaselines) {
+TEST(PassiveGroups, ARoundUnderJobTrafficKeepsTheBaselinesWhenItsOwnAreNoneOrContradicted) {
   Topology baseline = linkModelOf4();
   baseline.sharedLinks = {SharedLink{{"h0", "h1"}, 800}, SharedLink{{"h2", "h3"}, 800}};
   // The round under the job's traffic: no groups, h1's link out slower, four pairs measured.
@@ -277,9 +277,27 @@ TEST(PassiveGroups, ARoundUnderJobTrafficWithoutGroupsKeepsTheBaselines) {
   moved.groups = {HierarchyLevel{"rack", 1.0, {{"h0", "h1", "h2"}, {"h3"}}}};
   moved.links->uplinks = baseline.links->uplinks;
   moved.links->uplinkLatencyUs = {0};
+  moved.bandwidthMbps.at(3, 0) = 780;  // across the uplinks (800): agrees with them
   const Topology movedBefore = moved;
+  EXPECT_FALSE(groupsContradicted(moved));
   EXPECT_FALSE(keepGroupsUnderJobTraffic(moved, baseline, note));
   EXPECT_EQ(moved.groups, movedBefore.groups);
+  EXPECT_FALSE(groupsContradicted(baseline));
+  // Groups its own pairs contradict: a "rack" of three and one of one behind 68 Mbit/s uplinks,
+  // while h2 -> h3 was measured alone across them at 900.
+  Topology bogus = roundResult();
+  bogus.groups = moved.groups;
+  bogus.links->uplinks = {{LinkCapacity{144, 68}, LinkCapacity{68, 144}}};
+  bogus.links->uplinkLatencyUs = {0};
+  auto why = groupsContradicted(bogus);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("h2 -> h3 measured alone at 900 Mbit/s across a rack uplink of 144"),
+            std::string::npos)
+      << *why;
+  ASSERT_TRUE(keepGroupsUnderJobTraffic(bogus, baseline, note));
+  EXPECT_EQ(bogus.groups, baseline.groups);
+  EXPECT_EQ(bogus.links->uplinks, baseline.links->uplinks);
+  EXPECT_NE(note.find("contradict"), std::string::npos) << note;
   Topology flat = baseline;
   flat.groups.clear();
   flat.links->uplinks.clear();
