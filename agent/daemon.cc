@@ -570,14 +570,19 @@ bool Daemon::holdForPassive() {
   }
   jobTraffic_ = fresh > 0;
   // A host link the job's own sends show slower than the topology: published from the job's
-  // traffic, no active check (it would meet the job's traffic and the change alike).
-  if (!backlog.empty() && publishPassivePatch(backlog, sendBusy)) return true;
+  // traffic at once, without probing.
+  const bool patched = !backlog.empty() && publishPassivePatch(backlog, sendBusy);
+  // A drift is confirmed by a light check, patched or not: the patch puts the slowness on the
+  // sender's host link, and a migration or a loaded uplink reads the same from the job's sends
+  // (on the testbed a patch after a migration blamed a host link, and the drift, taken as acted
+  // on, never ran the check that would have found the moved host).
   if (!drift.empty()) {
     metrics_.add("rankmap_passive_drifts_total", "");
     RANKMAP_INFO(Agent, "agent {}: job traffic drifted ({}): a light check confirms", name_,
                  fmt::join(drift, "; "));
     return false;
   }
+  if (patched) return true;
   const auto held = std::chrono::steady_clock::now() - lastActiveCheck_;
   if (fresh == 0 || held >= cfg_.reprobe.passiveHold) return false;
   metrics_.add("rankmap_light_checks_total", "result=\"held\"");

@@ -480,6 +480,30 @@ TEST(PassiveHold, BackloggedSendsPublishAPatchedTopologyWithoutAProbe) {
   EXPECT_EQ(b.metric(0, R"(rankmap_light_checks_total{result="held"})"), 1);
 }
 
+// A patch does not stand in for the light check a drift calls for: the job's sends cannot tell a
+// slow host link from a loaded uplink or a moved host.
+TEST(PassiveHold, ADriftIsCheckedEvenWhenABacklogPatchedTheTopology) {
+  Bed b({"x", "y"});
+  b.probe();
+  const size_t rounds = b.rounds();
+  // y's sends to x: a baseline at 400 Mbit/s, then three backlogged windows at 10 (a drift and a
+  // backlog at once); x's sends hardly busy.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(b.observe(1, backlogReport("y", "x", 400, 0.02)).status, 200);
+    ASSERT_EQ(b.observe(0, backlogReport("x", "y", 400, 0.02)).status, 200);
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(b.observe(1, backlogReport("y", "x", 10, 0.9)).status, 200);
+    ASSERT_EQ(b.observe(0, backlogReport("x", "y", 400, 0.02)).status, 200);
+  }
+  b.d[0]->reprobeOnce();
+  b.settle();
+  EXPECT_EQ(b.metric(0, R"(rankmap_passive_patches_total{result="published"})"), 1);
+  EXPECT_EQ(b.metric(0, "rankmap_passive_drifts_total"), 1);
+  EXPECT_GE(b.rounds(), rounds + 2);  // the passive round and the light check
+  EXPECT_EQ(b.metric(0, R"(rankmap_light_checks_total{result="held"})"), 0);
+}
+
 TEST(PassiveHold, SteadyJobTrafficHoldsTheLightCheckAndADriftStartsIt) {
   Bed b({"x", "y"});
   b.probe();
