@@ -400,8 +400,26 @@ def main():
                   flush=True)
             print("  rows (s after the change:Mbit/s:algo): "
                   + " ".join(f"{t}:{b}:{a}" for t, b, _, _, a in r["rows"]), flush=True)
+            if args.out_dir:
+                keep_history(name, t_change - j.t0)
             undo()
             return r
+
+        def keep_history(name, change_s):
+            """The coordinator's rounds and every topology version so far, for the report:
+            which round made the version a job switched to."""
+            status, text = agents.http(vm0, "GET", "/v1/rounds?limit=100")
+            doc = {"change_s_into_job": change_s, "rounds": json.loads(text) if status == 200
+                   else text, "topologies": {}}
+            status, text = agents.http(vm0, "GET", "/v1/topologies?limit=100")
+            for v in (json.loads(text).get("versions", []) if status == 200 else []):
+                num = v.get("version")
+                st, t = agents.http(vm0, "GET", f"/v1/topology?version={num}")
+                if st == 200:
+                    doc["topologies"][str(num)] = json.loads(t)
+            fname = re.sub(r"[^a-z0-9]+", "-", name) + "-history.json"
+            with open(os.path.join(args.out_dir, fname), "w") as f:
+                json.dump(doc, f)
 
         scen = args.scenarios.split(",")
         if "migrate" in scen:
