@@ -384,6 +384,13 @@ struct Bed {
   HttpResponse observe(size_t i, const Json& body, const std::string& token = kToken) {
     return HttpClient(url(i), token).post("/v1/observations", body.dump(), Deadline::after(10s));
   }
+  // `n` report windows of a two-agent bed: `y` to agent 1, `x` to agent 0.
+  void windows(int n, const Json& y, const Json& x) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(observe(1, y).status, 200);
+      ASSERT_EQ(observe(0, x).status, 200);
+    }
+  }
   // A full round over the hosts file, waited for.
   void probe() {
     auto r = HttpClient(url(0), kToken).post("/v1/probe", R"({"wait": true})",
@@ -456,10 +463,7 @@ TEST(PassiveHold, BackloggedSendsPublishAPatchedTopologyWithoutAProbe) {
   const size_t rounds = b.rounds();
   // y's sends to x backlogged at 10 Mbit/s (loopback measured far faster) for three windows;
   // x's sends to y hardly busy.
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(b.observe(1, backlogReport("y", "x", 10, 0.9)).status, 200);
-    ASSERT_EQ(b.observe(0, backlogReport("x", "y", 10, 0.02)).status, 200);
-  }
+  b.windows(3, backlogReport("y", "x", 10, 0.9), backlogReport("x", "y", 10, 0.02));
   b.d[0]->reprobeOnce();
   b.settle();
   EXPECT_EQ(b.metric(0, R"(rankmap_passive_patches_total{result="published"})"), 1);
@@ -488,14 +492,8 @@ TEST(PassiveHold, ADriftIsCheckedEvenWhenABacklogPatchedTheTopology) {
   const size_t rounds = b.rounds();
   // y's sends to x: a baseline at 400 Mbit/s, then three backlogged windows at 10 (a drift and a
   // backlog at once); x's sends hardly busy.
-  for (int i = 0; i < 5; ++i) {
-    ASSERT_EQ(b.observe(1, backlogReport("y", "x", 400, 0.02)).status, 200);
-    ASSERT_EQ(b.observe(0, backlogReport("x", "y", 400, 0.02)).status, 200);
-  }
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(b.observe(1, backlogReport("y", "x", 10, 0.9)).status, 200);
-    ASSERT_EQ(b.observe(0, backlogReport("x", "y", 400, 0.02)).status, 200);
-  }
+  b.windows(5, backlogReport("y", "x", 400, 0.02), backlogReport("x", "y", 400, 0.02));
+  b.windows(3, backlogReport("y", "x", 10, 0.9), backlogReport("x", "y", 400, 0.02));
   b.d[0]->reprobeOnce();
   b.settle();
   EXPECT_EQ(b.metric(0, R"(rankmap_passive_patches_total{result="published"})"), 1);
