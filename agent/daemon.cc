@@ -112,8 +112,8 @@ void Daemon::describeMetrics() {
   metrics_.describe("rankmap_passive_drifts_total", "counter",
                     "Drifts in the job traffic that started a light check (coordinator)");
   metrics_.describe("rankmap_groups_kept_total", "counter",
-                    "Rounds under job traffic that found no groups and kept the last version's "
-                    "(coordinator)");
+                    "Rounds under job traffic that found no groups, or groups their own pairs "
+                    "contradict, and kept the last version's (coordinator)");
   metrics_.describe("rankmap_passive_patches_total", "counter",
                     "Topologies patched from the job's backlogged sends (coordinator), by "
                     "result: published, or kept (no pair changed enough)");
