@@ -109,6 +109,9 @@ void Daemon::describeMetrics() {
                     "Bytes of job traffic the engine ranks on this host reported, both ways");
   metrics_.describe("rankmap_passive_series", "gauge",
                     "Fresh (peer, direction) series of job traffic on this host");
+  metrics_.describe("rankmap_passive_windows_probed_total", "counter",
+                    "Job traffic windows on this host left out of drift and backlog because "
+                    "they overlapped the agents' own probing");
   metrics_.describe("rankmap_passive_drifts_total", "counter",
                     "Drifts in the job traffic that started a light check (coordinator)");
   metrics_.describe("rankmap_groups_kept_total", "counter",
@@ -134,7 +137,9 @@ void Daemon::start() {
     if (v.empty()) return std::nullopt;
     return v.front().version;
   };
-  hooks.passiveSummary = [this](bool rebase) { return passiveSummary(rebase); };
+  hooks.passiveSummary = [this](bool rebase, std::optional<ProbeService::Hooks::ProbedAgo> p) {
+    return passiveSummary(rebase, p);
+  };
   hooks.storeTopology = [this](const Topology& t) {
     bool fresh = store_->putTopology(t);
     if (fresh) {
@@ -235,6 +240,21 @@ Daemon::StartResult Daemon::startRound(std::optional<std::vector<Host>> hosts,
 
 void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, bool light,
                        std::optional<Topology> baseline) {
+  // The round's probing: from its start to the end of its last measurement (job windows
+  // reported after that, while the round is stored, are the network's again).
+  const auto from = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> to;
+  auto measured = [&] { to = std::chrono::steady_clock::now(); };
+  // Ends the round, however it ends: its span for the passive hold, then the round slot.
+  auto done = [&] {
+    {
+      std::lock_guard<std::mutex> lock(probeSpanMu_);
+      lastProbe_.emplace(from, to.value_or(std::chrono::steady_clock::now()));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    runningId_.reset();
+    cv_.notify_all();
+  };
   try {
     Coordinator coord(hosts, key_, name_, opts);
     auto onProgress = [this](const RoundProgress& p) {
@@ -258,6 +278,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
       // groups, any other change turns into a full round.
       CheckResult c = coord.runCheck(*baseline, cfg_.reprobe.changeThreshold,
                                      Deadline::after(opts.roundTimeout), &cancel_);
+      measured();
       const bool changed = c.verdict != probe::RecheckVerdict::Unchanged;
       store_->addMeasurements(id, c.measurements);
       RoundRecord rec;
@@ -279,20 +300,17 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
       RANKMAP_INFO(Agent, "agent {}: light check {}: {} flows, {}{}{}", name_, id, c.flows,
                    probe::recheckVerdictName(c.verdict), rec.error.empty() ? "" : ": ", rec.error);
       if (!changed || cancel_) {
-        std::lock_guard<std::mutex> lock(mu_);
-        runningId_.reset();
-        cv_.notify_all();
+        done();
         return;
       }
       if (c.verdict == probe::RecheckVerdict::Groups) {
         id = begin("repair");
         RoundResult r = coord.runRepair(*baseline, c.groups, Deadline::after(opts.roundTimeout),
                                         onProgress, &cancel_);
+        measured();
         if (r.deadHosts.empty() && !r.cancelled) {
           finishRound(id, "repair", r, baseline, hosts);
-          std::lock_guard<std::mutex> lock(mu_);
-          runningId_.reset();
-          cv_.notify_all();
+          done();
           return;
         }
         RoundRecord failed;
@@ -305,17 +323,17 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
         store_->finishRound(failed);
         metrics_.add("rankmap_probe_rounds_total", "kind=\"repair\",result=\"failed\"");
         if (cancel_) {
-          std::lock_guard<std::mutex> lock(mu_);
-          runningId_.reset();
-          cv_.notify_all();
+          done();
           return;
         }
       }
       id = begin("full");
     }
     RoundResult r = coord.runFull(Deadline::after(opts.roundTimeout), onProgress, &cancel_);
+    measured();
     finishRound(id, "full", r, baseline, hosts, underJobTraffic);
   } catch (const std::exception& e) {
+    measured();  // it may have failed while measuring
     RANKMAP_ERROR(Agent, "agent {}: round {} failed: {}", name_, id, e.what());
     try {
       RoundRecord rec;
@@ -328,9 +346,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
     }
     metrics_.add("rankmap_probe_rounds_total", "kind=\"full\",result=\"failed\"");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  runningId_.reset();
-  cv_.notify_all();
+  done();
 }
 
 std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, RoundResult& r,
@@ -533,9 +549,14 @@ uint64_t Daemon::addObservations(const Json& report, std::string_view source) {
   return bytes;
 }
 
-Json Daemon::passiveSummary(bool rebase) {
-  PassiveLedger::Summary s = passive_.summary(PassiveLedger::Clock::now(),
-                                              cfg_.reprobe.changeThreshold, kPassiveFresh, rebase);
+Json Daemon::passiveSummary(bool rebase, std::optional<ProbeService::Hooks::ProbedAgo> probed) {
+  const auto now = PassiveLedger::Clock::now();
+  if (probed)
+    passive_.probed(PassiveLedger::ago(now, probed->from), PassiveLedger::ago(now, probed->to));
+  metrics_.set("rankmap_passive_windows_probed_total", "",
+               static_cast<double>(passive_.probedWindows()));
+  PassiveLedger::Summary s =
+      passive_.summary(now, cfg_.reprobe.changeThreshold, kPassiveFresh, rebase);
   metrics_.set("rankmap_passive_series", "", static_cast<double>(s.series));
   return s.toJson();
 }
@@ -543,8 +564,17 @@ Json Daemon::passiveSummary(bool rebase) {
 bool Daemon::holdForPassive() {
   // Every agent's view of the job traffic on its host, drift taken as acted on.
   Coordinator coord(hosts_, key_, name_, cfg_.probe);
-  auto replies = coord.ask(Json{{"op", "passive"}, {"rebase", true}},
-                           Deadline::after(cfg_.probe.connectTimeout));
+  Json ask = {{"op", "passive"}, {"rebase", true}};
+  {
+    std::lock_guard<std::mutex> lock(probeSpanMu_);
+    const auto now = std::chrono::steady_clock::now();
+    // The last round, if within the ledgers' memory: its windows are not the network's.
+    if (lastProbe_ && now - lastProbe_->second < PassiveLedger::kExpiry) {
+      auto ago = [&](auto t) { return std::chrono::duration<double>(now - t).count(); };
+      ask["probed_s"] = Json::array({ago(lastProbe_->first), ago(lastProbe_->second)});
+    }
+  }
+  auto replies = coord.ask(ask, Deadline::after(cfg_.probe.connectTimeout));
   size_t fresh = 0, asked = 0;
   std::vector<std::string> drift;
   std::vector<PassiveLedger::Backlog> backlog;

@@ -99,7 +99,8 @@ class Daemon {
   // InvalidInput naming `source` and the field), and this agent's drift view (the probe
   // protocol's "passive" op; with `rebase` the drift it reports is taken as acted on).
   uint64_t addObservations(const Json& report, std::string_view source);
-  Json passiveSummary(bool rebase);
+  Json passiveSummary(bool rebase,
+                      std::optional<ProbeService::Hooks::ProbedAgo> probed = std::nullopt);
 
  private:
   void describeMetrics();
@@ -143,6 +144,13 @@ class Daemon {
   std::atomic<bool> jobTraffic_{false};
   // When the coordinator last ran an active light check (or started; for the passive hold).
   std::chrono::steady_clock::time_point lastActiveCheck_ = std::chrono::steady_clock::now();
+  // The span of this agent's last round (any kind that probes): the passive hold names it to
+  // every agent, whose job windows that overlap it do not count (agent/passive.h). Set by the
+  // round thread as the round ends, before its slot (runningId_) is freed; under probeSpanMu_.
+  std::mutex probeSpanMu_;
+  std::optional<
+      std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>>
+      lastProbe_;
   std::unique_ptr<ProbeService> service_;
   std::unique_ptr<probe::ProbeServer> probeServer_;
   std::unique_ptr<ApiServer> http_;

@@ -12,11 +12,19 @@ namespace {
 
 constexpr size_t kMaxPeers = 100000;
 constexpr size_t kMaxNameBytes = 255;
+constexpr double kMaxWindowS = 86400;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+template <class Rates>
+std::vector<double> mbpsOf(const Rates& rates) {
+  std::vector<double> v;
+  for (const auto& r : rates) v.push_back(r.mbps);
+  return v;
 }
 
 }  // namespace
@@ -35,7 +43,9 @@ uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::
                                   self_));
   const std::string plan = r.at("plan", "the plan hash in use (\"\" = none)").str();
   if (plan.size() > kMaxNameBytes) r.at("plan").fail("at most 255 bytes");
-  r.at("window_s", "the report's window in seconds").nonNegative();
+  const double windowS = r.at("window_s", "the report's window in seconds").nonNegative();
+  if (windowS > kMaxWindowS) r.at("window_s").fail("at most 86400 seconds");
+  const Span span{ago(now, windowS), now};
   std::optional<double> inCollectives;
   if (auto c = r.find("collective_s")) inCollectives = c->nonNegative();
   JsonReader peers = r.at("peers", "[{host, sent_bytes, send_busy_s, recv_bytes, recv_busy_s}]");
@@ -65,6 +75,8 @@ uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::
   std::lock_guard<std::mutex> lock(mu_);
   ++reports_;
   lastReport_ = now;
+  const bool probed =
+      std::any_of(probes_.begin(), probes_.end(), [&](const Span& p) { return p.overlaps(span); });
   for (const Window& w : windows) {
     added += w.bytes;
     Key key{reporter, w.peer, w.send};
@@ -84,15 +96,19 @@ uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::
       s = Series{plan, {}, {}, {}, now};
     }
     if (w.bytes < kMinWindowBytes || !(w.busy > 0)) continue;
+    if (probed) {
+      ++probedWindows_;
+      continue;
+    }
     // Backlog needs the collective time (a report without it gives no fraction).
     if (w.send && inCollectives && *inCollectives > 0) {
       const double fraction = std::min(1.0, w.sendBusy / *inCollectives);
       const bool backlogged = fraction >= kBacklogFraction && w.sendBusy > 0;
-      s.sends.emplace_back(
-          fraction, backlogged ? static_cast<double>(w.bytes) * 8 / *inCollectives / 1e6 : 0);
+      s.sends.push_back({span, fraction,
+                         backlogged ? static_cast<double>(w.bytes) * 8 / *inCollectives / 1e6 : 0});
       while (s.sends.size() > kConfirmWindows) s.sends.pop_front();
     }
-    const double rate = static_cast<double>(w.bytes) * 8 / w.busy / 1e6;
+    const Rate rate{span, static_cast<double>(w.bytes) * 8 / w.busy / 1e6};
     if (s.base.size() < kBaselineWindows) {
       s.base.push_back(rate);
       continue;
@@ -121,31 +137,31 @@ PassiveLedger::Summary PassiveLedger::summary(Clock::time_point now, double thre
     if (now - s.lastSeen > freshFor) continue;
     out.fresh = true;
     ++out.series;
-    if (send && !s.sends.empty()) sendFractions.push_back(s.sends.back().first);
+    if (send && !s.sends.empty()) sendFractions.push_back(s.sends.back().fraction);
     if (send && s.sends.size() == kConfirmWindows &&
-        std::all_of(s.sends.begin(), s.sends.end(), [](auto& x) { return x.second > 0; })) {
+        std::all_of(s.sends.begin(), s.sends.end(), [](auto& x) { return x.mbps > 0; })) {
       std::vector<double> rates, fractions;
-      for (const auto& [f, r] : s.sends) {
-        fractions.push_back(f);
-        rates.push_back(r);
+      for (const Send& x : s.sends) {
+        fractions.push_back(x.fraction);
+        rates.push_back(x.mbps);
       }
       out.backlogged.push_back({self_, peer, median(rates), median(fractions)});
     }
     if (s.base.size() < kBaselineWindows) continue;
     ++out.baselined;
     if (s.recent.size() < kConfirmWindows) continue;
-    const double base = median(s.base);
+    const double base = median(mbpsOf(s.base));
     bool slower = true, faster = true;
-    for (double r : s.recent) {
-      slower = slower && r < base * (1 - threshold);
-      faster = faster && r > base * (1 + threshold);
+    for (const Rate& r : s.recent) {
+      slower = slower && r.mbps < base * (1 - threshold);
+      faster = faster && r.mbps > base * (1 + threshold);
     }
     if (!slower && !faster) continue;
     Drift d;
     d.src = send ? self_ : peer;
     d.dst = send ? peer : self_;
     d.baselineMbps = base;
-    d.nowMbps = median({s.recent.begin(), s.recent.end()});
+    d.nowMbps = median(mbpsOf(s.recent));
     out.drifting.push_back(d);
     if (rebase) {
       s.base.assign(s.recent.begin(), s.recent.end());
@@ -154,6 +170,41 @@ PassiveLedger::Summary PassiveLedger::summary(Clock::time_point now, double thre
   }
   if (!sendFractions.empty()) out.sendBusy = median(sendFractions);
   return out;
+}
+
+uint64_t PassiveLedger::probed(Clock::time_point from, Clock::time_point to) {
+  const Span p{from, to};
+  std::lock_guard<std::mutex> lock(mu_);
+  // The coordinator names its last round at every tick: the same span again widens nothing.
+  const bool known = std::any_of(probes_.begin(), probes_.end(),
+                                 [&](const Span& q) { return q.from <= p.from && p.to <= q.to; });
+  if (!known) {
+    probes_.push_back(p);
+    while (probes_.size() > kProbeSpans) probes_.pop_front();
+  }
+  uint64_t dropped = 0;
+  auto drop = [&](auto& windows) {
+    const size_t n = windows.size();
+    windows.erase(std::remove_if(windows.begin(), windows.end(),
+                                 [&](const auto& w) { return w.span.overlaps(p); }),
+                  windows.end());
+    return n - windows.size();
+  };
+  for (auto& [key, s] : series_) {
+    dropped += drop(s.base) + drop(s.recent);  // every window gave a rate; `sends` repeats some
+    drop(s.sends);
+  }
+  probedWindows_ += dropped;
+  return dropped;
+}
+
+PassiveLedger::Clock::time_point PassiveLedger::ago(Clock::time_point now, double seconds) {
+  return now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+uint64_t PassiveLedger::probedWindows() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return probedWindows_;
 }
 
 uint64_t PassiveLedger::reports() const {

@@ -18,6 +18,14 @@
 // rebase() takes the drifting series' recent rates as their new baseline once the drift was
 // acted on, so that one change is reported once.
 //
+// The agents' own probes: a window that overlaps a span in which the agents probed (told by
+// probed(), from the coordinator's rounds) measured the job beside the probe's flows, not the
+// network, and counts neither for a baseline nor for a drift nor for backlog. Without this, a
+// round's flows slowed the job's windows into a drift, whose light check ran under the job's
+// traffic and published rates measured under it: on the testbed a job re-planned for a tenant
+// then switched again, to a plan made from such rates (docs/performance.md, issue 16's sixth
+// session).
+//
 // Backlog: the rate of a job's flow over its collective time says that the job slowed, not
 // where. Where shows in the busy time of sends: a send finishes when its bytes are in the
 // socket buffer, so only a sender whose path is slower than the data it has to send keeps its
@@ -97,18 +105,39 @@ class PassiveLedger {
   Summary summary(Clock::time_point now, double threshold, std::chrono::milliseconds freshFor,
                   bool rebase);
 
+  // The agents probed from `from` to `to`: the windows held that overlap it are dropped, and
+  // windows reported later that overlap it are not counted. Keeps the last kProbeSpans spans.
+  // Returns the windows dropped now.
+  static constexpr size_t kProbeSpans = 8;
+  uint64_t probed(Clock::time_point from, Clock::time_point to);
+  // `seconds` (finite, >= 0, at most a day) before `now`.
+  static Clock::time_point ago(Clock::time_point now, double seconds);
+
   // Totals since start, for /metrics.
   uint64_t reports() const;
   uint64_t bytes() const;
+  uint64_t probedWindows() const;  // windows left out because they overlapped a probe
 
  private:
+  // A window's span: [report time - window_s, report time].
+  struct Span {
+    Clock::time_point from, to;
+    bool overlaps(const Span& o) const { return from < o.to && o.from < to; }
+  };
+  struct Rate {
+    Span span;
+    double mbps = 0;
+  };
+  struct Send {
+    Span span;
+    double fraction = 0;  // busy fraction of the window's collective time
+    double mbps = 0;      // bytes per collective second when backlogged, else 0
+  };
   struct Series {
     std::string plan;
-    std::vector<double> base;     // first rates under `plan`
-    std::deque<double> recent;    // the last kConfirmWindows rates after the baseline
-    // Send series: the last kConfirmWindows windows, (busy fraction, bytes per collective
-    // second) or, for a window that was not backlogged, (its fraction, 0).
-    std::deque<std::pair<double, double>> sends;
+    std::vector<Rate> base;   // first rates under `plan`
+    std::deque<Rate> recent;  // the last kConfirmWindows rates after the baseline
+    std::deque<Send> sends;   // send series: the last kConfirmWindows windows
     Clock::time_point lastSeen;
   };
   using Key = std::tuple<std::string, std::string, bool>;  // reporter, peer, send
@@ -118,6 +147,8 @@ class PassiveLedger {
   uint64_t reports_ = 0;
   std::optional<Clock::time_point> lastReport_;  // of any report, empty ones included
   uint64_t bytes_ = 0;
+  std::deque<Span> probes_;  // the agents' probing, latest last
+  uint64_t probedWindows_ = 0;
 };
 
 // Passive patch: a copy of `t` in which each host that the job's backlogged sends show slower

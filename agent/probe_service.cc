@@ -40,9 +40,16 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
   if (op == "passive") {
     bool rebase = false;
     if (auto v = r.find("rebase")) rebase = v->boolean();
+    std::optional<Hooks::ProbedAgo> probed;
+    if (auto v = r.find("probed_s")) {
+      v->arraySize(2);
+      probed = Hooks::ProbedAgo{v->at(0).nonNegative(), v->at(1).nonNegative()};
+      if (probed->from < probed->to || probed->from > 86400)
+        v->fail("[from, to]: seconds ago, from >= to, at most 86400");
+    }
     if (!hooks_.passiveSummary) return {{"fresh", false}, {"series", 0}, {"baselined", 0},
                                         {"drifting", Json::array()}};
-    return hooks_.passiveSummary(rebase);
+    return hooks_.passiveSummary(rebase, probed);
   }
   if (op == "topology") {
     const Json& doc = r.at("topology", "a topology document").json();

@@ -1,9 +1,10 @@
 // What an agent does when another agent (the coordinator) asks over the probe protocol:
 // "hello" (liveness), "passive" (this host's view of job traffic: agent/passive.h, Summary; with
-// "rebase" the drift it reports counts as acted on), "latency" and "bandwidth" (measure against
-// a named peer), "topology"
-// (store a topology the coordinator assembled, and forward it to the hosts of its "relay" list:
-// agent/topology_push.h). Runs on the probe server's connection threads.
+// "rebase" the drift it reports counts as acted on; "probed_s": [from, to], seconds ago, the
+// coordinator's last probing, whose windows do not count), "latency" and "bandwidth" (measure
+// against a named peer), "topology" (store a topology the coordinator assembled, and forward it to
+// the hosts of its "relay" list: agent/topology_push.h). Runs on the probe server's connection
+// threads.
 //
 // Requests are JSON objects with an "op"; replies are JSON objects. A measurement that fails
 // because of the peer is a normal reply {"error": ..., "reason": ...}: this agent is fine and
@@ -29,7 +30,12 @@ class ProbeService {
   struct Hooks {
     std::function<std::optional<int64_t>()> topologyVersion;  // latest stored, if any
     std::function<bool(const Topology&)> storeTopology;       // true if new
-    std::function<Json(bool rebase)> passiveSummary;          // agent/passive.h
+    // agent/passive.h: this host's view, after the coordinator's last probing (seconds before
+    // the request, from and to; PassiveLedger::probed) when it names one.
+    struct ProbedAgo {
+      double from = 0, to = 0;
+    };
+    std::function<Json(bool rebase, std::optional<ProbedAgo> probed)> passiveSummary;
   };
   // `key` must outlive the service.
   ProbeService(const probe::ProbeKey& key, std::string self, Hooks hooks, Metrics* metrics);

@@ -83,11 +83,11 @@ void serverParses(const Frame& f) {
         static agent::ProbeService service(
             key(), "fuzz-agent",
             {[] { return std::optional<int64_t>(7); }, [](const Topology&) { return true; },
-             [](bool rebase) {
-               return ledger
-                   .summary(agent::PassiveLedger::Clock::now(), 0.25, std::chrono::seconds(20),
-                            rebase)
-                   .toJson();
+             [](bool rebase, std::optional<agent::ProbeService::Hooks::ProbedAgo> probed) {
+               using L = agent::PassiveLedger;
+               const auto now = L::Clock::now();
+               if (probed) ledger.probed(L::ago(now, probed->from), L::ago(now, probed->to));
+               return ledger.summary(now, 0.25, std::chrono::seconds(20), rebase).toJson();
              }},
             nullptr);
         service.handle(req, "fuzz-peer", Deadline::after(std::chrono::seconds(1)));

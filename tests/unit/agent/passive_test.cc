@@ -13,6 +13,7 @@
 #include <httplib.h>
 
 #include "agent/daemon.h"
+#include "agent/probe_service.h"
 #include "collectives/communicator.h"
 #include "common/http_client.h"
 #include "common/net.h"
@@ -31,7 +32,9 @@ using Clock = PassiveLedger::Clock;
 
 using test::kToken;
 
-// A report of `reporter` on `self` to `peer`: `mbit` Mbit/s over `bytes` sent.
+// A report of `reporter` on `self` to `peer`: `mbit` Mbit/s over `bytes` sent, in a window of
+// `window_s` 0 (one that never overlaps the bed's own rounds: PassiveLedger::probed) unless a
+// test sets it.
 Json report(const std::string& self, const std::string& peer, double mbit,
             uint64_t bytes = 8 << 20, const std::string& plan = "sha256:aa",
             const std::string& reporter = "r0") {
@@ -41,7 +44,7 @@ Json report(const std::string& self, const std::string& peer, double mbit,
           {"rank", 0},
           {"plan", plan},
           {"epoch", 1},
-          {"window_s", 1.0},
+          {"window_s", 0.0},
           {"peers",
            {{{"host", peer},
              {"sent_bytes", bytes},
@@ -136,6 +139,47 @@ Json backlogReport(const std::string& self, const std::string& peer, double mbit
   j["peers"][0]["send_busy_s"] = busy * collective;
   j["peers"][0]["sent_bytes"] = static_cast<uint64_t>(mbit * 1e6 / 8 * collective);
   return j;
+}
+
+// Windows that overlap the agents' own probing measured the job beside the probe's flows: they
+// count for neither baseline, drift nor backlog; a change that outlasts the probing still drifts.
+TEST(PassiveLedger, WindowsThatOverlapTheAgentsProbesDoNotCount) {
+  PassiveLedger l("x");
+  const auto t0 = Clock::now();
+  auto at = [&](double s) {
+    return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  };
+  // A 1 s window reported as it ends at `end` s.
+  auto add = [&](double end, double mbit, double busy = 0.02) {
+    Json j = backlogReport("x", "y", mbit, busy);
+    j["window_s"] = 1.0;
+    l.add(j, "test", at(end));
+  };
+  for (int i = 1; i <= 5; ++i) add(i, 400);  // the baseline
+  // A round from 5.5 s to 8.2 s: the job's windows slow, its sends backlogged beside it.
+  for (int i = 6; i <= 8; ++i) add(i, 150, 0.9);
+  auto s = l.summary(at(8), 0.25, 20s, false);
+  EXPECT_EQ(s.drifting.size(), 1u);  // before the ledger is told
+  EXPECT_EQ(s.backlogged.size(), 1u);
+  EXPECT_EQ(l.probed(at(5.5), at(8.2)), 3u);
+  s = l.summary(at(8.2), 0.25, 20s, false);
+  EXPECT_TRUE(s.drifting.empty());
+  EXPECT_TRUE(s.backlogged.empty());
+  EXPECT_EQ(s.baselined, 1u);  // the windows before the round stay
+  // The window reported at 9 s began at 8 s, inside the round: not counted either.
+  add(9, 150, 0.9);
+  EXPECT_EQ(l.probedWindows(), 4u);
+  // The coordinator names its last round at every tick: the same span again drops nothing.
+  EXPECT_EQ(l.probed(at(5.5), at(8.2)), 0u);
+  EXPECT_TRUE(l.summary(at(9), 0.25, 20s, false).drifting.empty());
+  // The job stays slow after the round: a drift and a backlog, from the windows after it.
+  for (int i = 10; i <= 12; ++i) add(i, 150, 0.9);
+  s = l.summary(at(12), 0.25, 20s, false);
+  ASSERT_EQ(s.drifting.size(), 1u);
+  EXPECT_NEAR(s.drifting[0].baselineMbps, 400, 1);
+  EXPECT_NEAR(s.drifting[0].nowMbps, 150, 1);
+  EXPECT_EQ(s.backlogged.size(), 1u);
+  EXPECT_EQ(l.probedWindows(), 4u);
 }
 
 // Backlog: the sends of a path slower than the job's data stay in flight; the rate per second of
@@ -530,6 +574,76 @@ TEST(PassiveHold, SteadyJobTrafficHoldsTheLightCheckAndADriftStartsIt) {
   b.settle();
   EXPECT_EQ(b.rounds(), after);
   EXPECT_EQ(b.metric(0, R"(rankmap_light_checks_total{result="held"})"), 2);
+}
+
+// The coordinator names its last round to every agent at each tick: the job's windows that
+// overlapped it (slowed by the round's own flows, which on the testbed started a light check
+// under the job's traffic and a switch to a slower plan) start no light check; a change that
+// outlasts the round still does.
+TEST(PassiveHold, WindowsUnderTheAgentsOwnRoundStartNoLightCheck) {
+  Bed b({"x", "y"});
+  b.windows(5, report("y", "x", 400), report("x", "y", 400));  // the baseline
+  const auto before = std::chrono::steady_clock::now();
+  b.probe();
+  b.settle();
+  // Three slow windows, each reported after the round and reaching back over it.
+  const double back =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+  Json slow = report("y", "x", 190);
+  slow["window_s"] = back + 1;
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(b.observe(1, slow).status, 200);
+  const size_t rounds = b.rounds();
+  // The tick (again while the round's thread still frees its slot: then it does nothing).
+  auto tick = [&](const std::string& until) {
+    for (int i = 0; i < 250 && b.metric(0, until) == 0; ++i) {
+      b.d[0]->reprobeOnce();
+      b.settle();
+      if (b.metric(0, until) == 0) std::this_thread::sleep_for(20ms);
+    }
+  };
+  tick(R"(rankmap_light_checks_total{result="held"})");
+  EXPECT_EQ(b.metric(0, R"(rankmap_light_checks_total{result="held"})"), 1);
+  EXPECT_EQ(b.metric(0, "rankmap_passive_drifts_total"), 0);
+  EXPECT_EQ(b.metric(1, "rankmap_passive_windows_probed_total"), 3);
+  EXPECT_EQ(b.rounds(), rounds);
+  // y's traffic stays slow after the round: three windows of its own, a drift, a light check.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(b.observe(1, report("y", "x", 190)).status, 200);
+  tick("rankmap_passive_drifts_total");
+  EXPECT_EQ(b.metric(0, "rankmap_passive_drifts_total"), 1);
+  EXPECT_GT(b.rounds(), rounds);
+}
+
+// The probe protocol's passive op hands the named span to the hook, and refuses a bad one naming
+// the field.
+TEST(PassiveHold, ThePassiveOpTakesTheProbedSpanAndRefusesBadOnes) {
+  const auto key = probe::ProbeKey::fromBytes(std::string(64, 'k'));
+  std::optional<ProbeService::Hooks::ProbedAgo> seen;
+  ProbeService::Hooks hooks;
+  hooks.passiveSummary = [&](bool, std::optional<ProbeService::Hooks::ProbedAgo> p) {
+    seen = p;
+    return Json::object();
+  };
+  ProbeService service(key, "x", hooks, nullptr);
+  auto ask = [&](const Json& probed) {
+    Json r = {{"op", "passive"}, {"rebase", true}};
+    if (!probed.is_null()) r["probed_s"] = probed;
+    service.handle(r, "test", Deadline::after(1s));
+  };
+  ask(nullptr);
+  EXPECT_FALSE(seen);
+  ask(Json::array({3.5, 1.25}));
+  ASSERT_TRUE(seen);
+  EXPECT_DOUBLE_EQ(seen->from, 3.5);
+  EXPECT_DOUBLE_EQ(seen->to, 1.25);
+  for (const Json& bad : {Json::array({1.0, 2.0}), Json::array({1.0}), Json::array({-1.0, -2.0}),
+                          Json::array({1e9, 0.0}), Json("soon")}) {
+    try {
+      ask(bad);
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find("probed_s"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // What each engine rank of an EngineJob ended with.
