@@ -361,6 +361,7 @@ CheckResult Coordinator::runCheck(const Topology& current, double threshold, Dea
   res.reason = out.result.reason;
   res.groups = out.result.groups;
   res.changedGroups = out.result.names;
+  res.hostsInPlace = out.result.hostsInPlace;
   res.seconds = since(t0);
   return res;
 }

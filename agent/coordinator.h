@@ -75,6 +75,7 @@ struct CheckResult {
   std::string reason;                       // why a full round is needed
   std::vector<probe::GroupChange> groups;   // what a group re-probe re-measures
   std::vector<std::string> changedGroups;   // "rack 5 uplink"
+  bool hostsInPlace = false;                // probe::RecheckResult::hostsInPlace
 };
 
 class Coordinator : public probe::Fleet {

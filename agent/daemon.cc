@@ -273,12 +273,14 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
       return next;
     };
     const bool underJobTraffic = light && jobTraffic_.load();
+    bool hostsInPlace = false;  // the light check found every host in its group
     if (light) {
       // A light check against `baseline`; a change confined to a few groups re-probes those
       // groups, any other change turns into a full round.
       CheckResult c = coord.runCheck(*baseline, cfg_.reprobe.changeThreshold,
                                      Deadline::after(opts.roundTimeout), &cancel_);
       measured();
+      hostsInPlace = c.hostsInPlace;
       const bool changed = c.verdict != probe::RecheckVerdict::Unchanged;
       store_->addMeasurements(id, c.measurements);
       RoundRecord rec;
@@ -331,7 +333,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
     }
     RoundResult r = coord.runFull(Deadline::after(opts.roundTimeout), onProgress, &cancel_);
     measured();
-    finishRound(id, "full", r, baseline, hosts, underJobTraffic);
+    finishRound(id, "full", r, baseline, hosts, underJobTraffic, hostsInPlace);
   } catch (const std::exception& e) {
     measured();  // it may have failed while measuring
     RANKMAP_ERROR(Agent, "agent {}: round {} failed: {}", name_, id, e.what());
@@ -351,7 +353,8 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
 
 std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, RoundResult& r,
                                            const std::optional<Topology>& baseline,
-                                           const std::vector<Host>& hosts, bool underJobTraffic) {
+                                           const std::vector<Host>& hosts, bool underJobTraffic,
+                                           bool hostsInPlace) {
   store_->addMeasurements(id, r.measurements);
   RoundRecord rec;
   rec.id = id;
@@ -368,7 +371,7 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
   bool publish = rec.status != "failed";
   if (publish && underJobTraffic && baseline) {
     std::string note;
-    if (keepGroupsUnderJobTraffic(r.topology, *baseline, note)) {
+    if (keepGroupsUnderJobTraffic(r.topology, *baseline, hostsInPlace, note)) {
       metrics_.add("rankmap_groups_kept_total", "");
       rec.error += fmt::format("{}{}", rec.error.empty() ? "" : "; ", note);
       RANKMAP_INFO(Agent, "agent {}: round {}: {}", name_, id, note);

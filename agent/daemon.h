@@ -109,11 +109,13 @@ class Daemon {
   void roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, bool light,
                  std::optional<Topology> baseline);
   // Stores the result, publishes the topology if warranted, pushes it, updates metrics. With
-  // `underJobTraffic` (a round the job's drift started) a result without groups keeps the
-  // baseline's (keepGroupsUnderJobTraffic).
+  // `underJobTraffic` (a round started while the job's traffic was fresh) the result may keep
+  // the baseline's groups (keepGroupsUnderJobTraffic; `hostsInPlace`: the light check before it
+  // found every host in its group).
   std::optional<int64_t> finishRound(int64_t id, const std::string& kind, RoundResult& r,
                                      const std::optional<Topology>& baseline,
-                                     const std::vector<Host>& hosts, bool underJobTraffic = false);
+                                     const std::vector<Host>& hosts, bool underJobTraffic = false,
+                                     bool hostsInPlace = false);
   void pushTopology(const Topology& t, const std::vector<Host>& hosts,
                     const std::vector<std::string>& dead);
   bool isCoordinator();

@@ -335,16 +335,20 @@ std::optional<std::string> groupsContradicted(const Topology& t) {
   return std::nullopt;
 }
 
-bool keepGroupsUnderJobTraffic(Topology& t, const Topology& baseline, std::string& note) {
+bool keepGroupsUnderJobTraffic(Topology& t, const Topology& baseline, bool hostsInPlace,
+                               std::string& note) {
   if (baseline.groups.empty() || t.links.has_value() != baseline.links.has_value()) return false;
   if (t.size() != baseline.size()) return false;
   for (size_t i = 0; i < t.size(); ++i)
     if (t.hosts[i].name != baseline.hosts[i].name) return false;
   std::string why = "found none";
   if (!t.groups.empty()) {
-    auto contradiction = groupsContradicted(t);
-    if (!contradiction) return false;
-    why = fmt::format("found groups that its own pairs contradict ({})", *contradiction);
+    if (auto contradiction = groupsContradicted(t))
+      why = fmt::format("found groups that its own pairs contradict ({})", *contradiction);
+    else if (hostsInPlace)
+      why = "the light check before it found every host in its group";
+    else
+      return false;
   }
   t.groups = baseline.groups;
   t.sharedLinks = baseline.sharedLinks;

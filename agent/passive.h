@@ -174,14 +174,21 @@ std::optional<Topology> patchBacklogged(const Topology& t,
 // job already loads: its contention tests meet the job's flows on every path alike. On the
 // testbed such rounds found no groups at all (the plan then crossed the racks five times), or
 // a "rack" of 7 hosts and one of 1 behind a 68 Mbit/s uplink while pairs across it had been
-// measured alone at 190 (the plan then kept the slow order: docs/performance.md). When `t`,
+// measured alone at 190 (the plan then kept the slow order: docs/performance.md), or racks with
+// one host of each swapped behind 60 Mbit/s uplinks that no pair contradicted (400 Mbit/s
+// alone; the job's plan made from it ran no faster than the tenant let the old one). When `t`,
 // from a round under job traffic over the same hosts as `baseline`, has no groups, or groups
-// that its own measured pairs contradict (groupsContradicted), and `baseline` has some, `t`
-// keeps the baseline's groups, shared links and uplink capacities (with a link model in both or
-// in neither; its own host links and measured pairs stay) and its pairs not measured are
-// inferred again through them. Groups that agree with the round's pairs (a migration) stay its
-// own. True when kept; `note` says what was kept and why.
-bool keepGroupsUnderJobTraffic(Topology& t, const Topology& baseline, std::string& note);
+// that its own measured pairs contradict (groupsContradicted), or any groups at all when
+// `hostsInPlace` (the light check that started the round found every host answering and in its
+// group: what changed is links, and the uplinks are what the round cannot measure), and
+// `baseline` has some, `t` keeps the baseline's groups, shared links and uplink capacities (with
+// a link model in both or in neither; its own host links and measured pairs stay) and its pairs
+// not measured are inferred again through them. Otherwise groups that agree with the round's
+// pairs (a migration: the check saw the moved host) stay its own. True when kept; `note` says
+// what was kept and why. What this gives up: an uplink that a neighbour loads while the job
+// runs keeps its old capacity until a round without the job's traffic measures it.
+bool keepGroupsUnderJobTraffic(Topology& t, const Topology& baseline, bool hostsInPlace,
+                               std::string& note);
 
 // A pair measured alone across an uplink faster than kUplinkContradiction x that uplink's
 // capacity (the link model's, the narrower of the two groups' directions) contradicts the

@@ -368,6 +368,7 @@ RecheckResult checkTopology(RoundState& s, const Topology& t, const RecheckOptio
     if (farCount[h] >= 2) res.movedHosts.push_back(static_cast<int>(h));
   if (!res.movedHosts.empty())
     return full(fmt::format("away from their group: {}", hostList(s, res.movedHosts)));
+  res.hostsInPlace = true;
 
   // Blame: clear the links of unchanged units' own tier; cover the changed units greedily by
   // the groups that explain most of them.

@@ -75,6 +75,10 @@ struct RecheckResult {
   std::vector<GroupChange> groups;  // the changed groups (also with Full when too many)
   std::vector<std::string> names;   // of `groups`: "rack 5 uplink", "rack 2 hosts"
   std::vector<int> movedHosts;      // hosts whose group-mates look far away
+  // Every host of the topology answered, none joined and none looks away from its group: a
+  // Full verdict then comes from the links alone (too many groups changed, or none explains a
+  // change).
+  bool hostsInPlace = false;
   std::vector<UnitChange> changed;  // confirmed changes
   size_t units = 0;                 // units compared
   double maxChange = 0;             // largest confirmed relative change

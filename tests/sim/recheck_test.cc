@@ -104,6 +104,7 @@ TEST(Recheck, HalvedRackUplinkIsNamedAndRepaired) {
   w.dc.setRackUplinkMbps(rack, truth);
   auto c = w.check(w.round.topology);
   ASSERT_EQ(c.result.verdict, probe::RecheckVerdict::Groups) << c.result.reason;
+  EXPECT_TRUE(c.result.hostsInPlace);
   const int g = w.rackGroup(rack * 32);
   ASSERT_EQ(c.result.groups.size(), 1u) << fmt::format("{}", fmt::join(c.result.names, ", "));
   EXPECT_EQ(c.result.groups[0], (probe::GroupChange{0, g, false, true}));
@@ -165,6 +166,7 @@ TEST(Recheck, DeadMovedAndNewHostsNeedAFullRound) {
   auto moved = w.check(w.round.topology);
   EXPECT_EQ(moved.result.verdict, probe::RecheckVerdict::Full);
   EXPECT_EQ(moved.result.movedHosts, std::vector<int>{200}) << moved.result.reason;
+  EXPECT_FALSE(moved.result.hostsInPlace);
   w.dc.moveHost(200, 6);
   EXPECT_EQ(w.check(w.round.topology).result.verdict, probe::RecheckVerdict::Unchanged);
   // A host that died.
@@ -173,18 +175,21 @@ TEST(Recheck, DeadMovedAndNewHostsNeedAFullRound) {
   EXPECT_EQ(dead.result.verdict, probe::RecheckVerdict::Full);
   EXPECT_NE(dead.result.reason.find("h0300"), std::string::npos) << dead.result.reason;
   EXPECT_EQ(dead.deadHosts, std::vector<std::string>{"h0300"});
+  EXPECT_FALSE(dead.result.hostsInPlace);
   w.dc.setAlive(300, true);
   // A host out of the topology (dead at the round) that answers now.
   w.dc.setAlive(7, true);
   auto joined = w.check(w.round.topology);
   EXPECT_EQ(joined.result.verdict, probe::RecheckVerdict::Full);
   EXPECT_NE(joined.result.reason.find("h0007"), std::string::npos) << joined.result.reason;
+  EXPECT_FALSE(joined.result.hostsInPlace);
   // Many racks changed at once: not confined to a few groups.
   w.dc.setAlive(7, false);
   for (int r = 0; r < 8; ++r) w.dc.setRackUplinkMbps(r, w.dc.rackUplinkMbps(r) / 2);
   auto many = w.check(w.round.topology);
   EXPECT_EQ(many.result.verdict, probe::RecheckVerdict::Full);
   EXPECT_GE(many.result.groups.size(), 8u) << many.result.reason;
+  EXPECT_TRUE(many.result.hostsInPlace);  // a full round for links alone
 }
 
 }  // namespace

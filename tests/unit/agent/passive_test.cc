@@ -281,7 +281,8 @@ TEST(PassivePatch, ABackloggedSenderSlowerThanItsLinkIsPatched) {
   EXPECT_EQ(*q->bandwidthMbps.at(3, 2), 300);
 }
 
-TEST(PassiveGroups, ARoundUnderJobTrafficKeepsTheBaselinesWhenItsOwnAreNoneOrContradicted) {
+TEST(PassiveGroups,
+     ARoundUnderJobTrafficKeepsTheBaselinesWhenItsOwnAreNoneContradictedOrHostsStayed) {
   Topology baseline = linkModelOf4();
   baseline.sharedLinks = {SharedLink{{"h0", "h1"}, 800}, SharedLink{{"h2", "h3"}, 800}};
   // The round under the job's traffic: no groups, h1's link out slower, four pairs measured.
@@ -303,7 +304,7 @@ TEST(PassiveGroups, ARoundUnderJobTrafficKeepsTheBaselinesWhenItsOwnAreNoneOrCon
   Topology t = roundResult();
   ASSERT_EQ(*t.bandwidthMbps.at(0, 2), 1000);  // without groups: the host links only
   std::string note;
-  ASSERT_TRUE(keepGroupsUnderJobTraffic(t, baseline, note));
+  ASSERT_TRUE(keepGroupsUnderJobTraffic(t, baseline, false, note));
   EXPECT_EQ(t.groups, baseline.groups);
   EXPECT_EQ(t.sharedLinks, baseline.sharedLinks);
   EXPECT_EQ(t.links->uplinks, baseline.links->uplinks);
@@ -324,13 +325,22 @@ TEST(PassiveGroups, ARoundUnderJobTrafficKeepsTheBaselinesWhenItsOwnAreNoneOrCon
   moved.bandwidthMbps.at(3, 0) = 780;  // across the uplinks (800): agrees with them
   const Topology movedBefore = moved;
   EXPECT_FALSE(groupsContradicted(moved));
-  EXPECT_FALSE(keepGroupsUnderJobTraffic(moved, baseline, note));
+  EXPECT_FALSE(keepGroupsUnderJobTraffic(moved, baseline, false, note));
   EXPECT_EQ(moved.groups, movedBefore.groups);
+  // The same groups after a light check that found every host in its group: what changed is
+  // links, and the round's groups and uplinks were measured beside the job's flows.
+  ASSERT_TRUE(keepGroupsUnderJobTraffic(moved, baseline, true, note));
+  EXPECT_EQ(moved.groups, baseline.groups);
+  EXPECT_EQ(moved.sharedLinks, baseline.sharedLinks);
+  EXPECT_EQ(moved.links->uplinks, baseline.links->uplinks);
+  EXPECT_EQ(moved.links->hosts[1].outMbps, 500);  // its own host links
+  EXPECT_EQ(*moved.bandwidthMbps.at(3, 0), 780);  // and measured pairs stay
+  EXPECT_NE(note.find("every host in its group"), std::string::npos) << note;
   EXPECT_FALSE(groupsContradicted(baseline));
   // Groups its own pairs contradict: a "rack" of three and one of one behind 68 Mbit/s uplinks,
   // while h2 -> h3 was measured alone across them at 900.
   Topology bogus = roundResult();
-  bogus.groups = moved.groups;
+  bogus.groups = movedBefore.groups;
   bogus.links->uplinks = {{LinkCapacity{144, 68}, LinkCapacity{68, 144}}};
   bogus.links->uplinkLatencyUs = {0};
   auto why = groupsContradicted(bogus);
@@ -338,7 +348,7 @@ TEST(PassiveGroups, ARoundUnderJobTrafficKeepsTheBaselinesWhenItsOwnAreNoneOrCon
   EXPECT_NE(why->find("h2 -> h3 measured alone at 900 Mbit/s across a rack uplink of 144"),
             std::string::npos)
       << *why;
-  ASSERT_TRUE(keepGroupsUnderJobTraffic(bogus, baseline, note));
+  ASSERT_TRUE(keepGroupsUnderJobTraffic(bogus, baseline, false, note));
   EXPECT_EQ(bogus.groups, baseline.groups);
   EXPECT_EQ(bogus.links->uplinks, baseline.links->uplinks);
   EXPECT_NE(note.find("contradict"), std::string::npos) << note;
@@ -347,14 +357,14 @@ TEST(PassiveGroups, ARoundUnderJobTrafficKeepsTheBaselinesWhenItsOwnAreNoneOrCon
   flat.links->uplinks.clear();
   flat.links->uplinkLatencyUs.clear();
   Topology u = roundResult();
-  EXPECT_FALSE(keepGroupsUnderJobTraffic(u, flat, note));
+  EXPECT_FALSE(keepGroupsUnderJobTraffic(u, flat, true, note));
   EXPECT_TRUE(u.groups.empty());
   Topology other = baseline;
   other.hosts[3].name = "h9";
-  EXPECT_FALSE(keepGroupsUnderJobTraffic(u, other, note));
+  EXPECT_FALSE(keepGroupsUnderJobTraffic(u, other, true, note));
   Topology noModel = roundResult();
   noModel.links.reset();
-  EXPECT_FALSE(keepGroupsUnderJobTraffic(noModel, baseline, note));
+  EXPECT_FALSE(keepGroupsUnderJobTraffic(noModel, baseline, true, note));
   EXPECT_TRUE(noModel.groups.empty());
 }
 
