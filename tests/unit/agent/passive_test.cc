@@ -390,6 +390,9 @@ TEST(PassiveLedger, BadReportsNameTheField) {
   j = report("x", "y", 100);
   j.erase("reporter");
   fails(j, "reporter");
+  j = report("x", "y", 100);
+  j["window_s"] = 1e9;  // more than a day
+  fails(j, "window_s");
   fails(Json::array(), "object");
   EXPECT_EQ(l.reports(), 0u);
 }
