@@ -115,8 +115,13 @@ void Daemon::describeMetrics() {
   metrics_.describe("rankmap_passive_drifts_total", "counter",
                     "Drifts in the job traffic that started a light check (coordinator)");
   metrics_.describe("rankmap_groups_kept_total", "counter",
-                    "Rounds under job traffic that found no groups, or groups their own pairs "
-                    "contradict, and kept the last version's (coordinator)");
+                    "Rounds under job traffic that found no groups, groups their own pairs "
+                    "contradict, or ran after a light check that found every host in its "
+                    "group, and kept the last version's (coordinator)");
+  metrics_.describe("rankmap_host_links_kept_total", "counter",
+                    "Rounds under job traffic, every host in its group, that kept host links "
+                    "read slower than the last version where the job's backlog did not name "
+                    "the sender (coordinator)");
   metrics_.describe("rankmap_passive_patches_total", "counter",
                     "Topologies patched from the job's backlogged sends (coordinator), by "
                     "result: published, or kept (no pair changed enough)");
@@ -272,15 +277,19 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
       cv_.notify_all();
       return next;
     };
-    const bool underJobTraffic = light && jobTraffic_.load();
-    bool hostsInPlace = false;  // the light check found every host in its group
+    JobTraffic job;
+    job.under = light && jobTraffic_.load();
+    if (job.under) {
+      std::lock_guard<std::mutex> lock(mu_);
+      job.slowSenders = jobSlowSenders_;
+    }
     if (light) {
       // A light check against `baseline`; a change confined to a few groups re-probes those
       // groups, any other change turns into a full round.
       CheckResult c = coord.runCheck(*baseline, cfg_.reprobe.changeThreshold,
                                      Deadline::after(opts.roundTimeout), &cancel_);
       measured();
-      hostsInPlace = c.hostsInPlace;
+      job.hostsInPlace = c.hostsInPlace;
       const bool changed = c.verdict != probe::RecheckVerdict::Unchanged;
       store_->addMeasurements(id, c.measurements);
       RoundRecord rec;
@@ -311,7 +320,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
                                         onProgress, &cancel_);
         measured();
         if (r.deadHosts.empty() && !r.cancelled) {
-          finishRound(id, "repair", r, baseline, hosts);
+          finishRound(id, "repair", r, baseline, hosts, job);
           done();
           return;
         }
@@ -333,7 +342,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
     }
     RoundResult r = coord.runFull(Deadline::after(opts.roundTimeout), onProgress, &cancel_);
     measured();
-    finishRound(id, "full", r, baseline, hosts, underJobTraffic, hostsInPlace);
+    finishRound(id, "full", r, baseline, hosts, job);
   } catch (const std::exception& e) {
     measured();  // it may have failed while measuring
     RANKMAP_ERROR(Agent, "agent {}: round {} failed: {}", name_, id, e.what());
@@ -353,8 +362,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
 
 std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, RoundResult& r,
                                            const std::optional<Topology>& baseline,
-                                           const std::vector<Host>& hosts, bool underJobTraffic,
-                                           bool hostsInPlace) {
+                                           const std::vector<Host>& hosts, const JobTraffic& job) {
   store_->addMeasurements(id, r.measurements);
   RoundRecord rec;
   rec.id = id;
@@ -369,10 +377,18 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
     rec.error += fmt::format("{}degraded host links: {}", rec.error.empty() ? "" : "; ",
                              fmt::join(r.degradedHosts, ", "));
   bool publish = rec.status != "failed";
-  if (publish && underJobTraffic && baseline) {
+  if (publish && job.under && baseline) {
     std::string note;
-    if (keepGroupsUnderJobTraffic(r.topology, *baseline, hostsInPlace, note)) {
+    // A repair re-probed only the changed groups and placed their hosts itself.
+    if (kind == "full" &&
+        keepGroupsUnderJobTraffic(r.topology, *baseline, job.hostsInPlace, note)) {
       metrics_.add("rankmap_groups_kept_total", "");
+      rec.error += fmt::format("{}{}", rec.error.empty() ? "" : "; ", note);
+      RANKMAP_INFO(Agent, "agent {}: round {}: {}", name_, id, note);
+    }
+    if (job.hostsInPlace &&
+        keepHostLinksUnderJobTraffic(r.topology, *baseline, job.slowSenders, note)) {
+      metrics_.add("rankmap_host_links_kept_total", "");
       rec.error += fmt::format("{}{}", rec.error.empty() ? "" : "; ", note);
       RANKMAP_INFO(Agent, "agent {}: round {}: {}", name_, id, note);
     }
@@ -530,6 +546,10 @@ void Daemon::reprobeOnce() {
     return;
   }
   jobTraffic_ = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobSlowSenders_.clear();
+  }
   if (cfg_.reprobe.passiveHold.count() > 0 && holdForPassive()) return;
   std::unique_lock<std::mutex> lock(mu_);
   if (runningId_ || stopping_) return;
@@ -602,6 +622,13 @@ bool Daemon::holdForPassive() {
     }
   }
   jobTraffic_ = fresh > 0;
+  {
+    std::set<std::string> slow;
+    for (const auto& b : backlog)
+      if (standsOut(b, sendBusy)) slow.insert(b.src);
+    std::lock_guard<std::mutex> lock(mu_);
+    jobSlowSenders_ = std::move(slow);
+  }
   // A host link the job's own sends show slower than the topology: published from the job's
   // traffic at once, without probing.
   const bool patched = !backlog.empty() && publishPassivePatch(backlog, sendBusy);

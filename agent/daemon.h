@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -43,6 +44,13 @@
 namespace rankmap::agent {
 
 class ApiServer;
+
+// What a round knew of the job's traffic when it started (Daemon::finishRound).
+struct JobTraffic {
+  bool under = false;         // the job's traffic was fresh (the last passive hold saw it)
+  bool hostsInPlace = false;  // the light check before the round found every host in its group
+  std::set<std::string> slowSenders;  // the hosts whose backlogged sends stood out (standsOut)
+};
 
 class Daemon {
  public:
@@ -108,14 +116,13 @@ class Daemon {
   // into a group re-probe or a full round when it confirms a change.
   void roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, bool light,
                  std::optional<Topology> baseline);
-  // Stores the result, publishes the topology if warranted, pushes it, updates metrics. With
-  // `underJobTraffic` (a round started while the job's traffic was fresh) the result may keep
-  // the baseline's groups (keepGroupsUnderJobTraffic; `hostsInPlace`: the light check before it
-  // found every host in its group).
+  // Stores the result, publishes the topology if warranted, pushes it, updates metrics. A full
+  // round under the job's traffic may keep the baseline's groups (keepGroupsUnderJobTraffic);
+  // a full or repair round under it, with every host in place, the baseline's host links except
+  // the slow senders' (keepHostLinksUnderJobTraffic).
   std::optional<int64_t> finishRound(int64_t id, const std::string& kind, RoundResult& r,
                                      const std::optional<Topology>& baseline,
-                                     const std::vector<Host>& hosts, bool underJobTraffic = false,
-                                     bool hostsInPlace = false);
+                                     const std::vector<Host>& hosts, const JobTraffic& job = {});
   void pushTopology(const Topology& t, const std::vector<Host>& hosts,
                     const std::vector<std::string>& dead);
   bool isCoordinator();
@@ -144,6 +151,8 @@ class Daemon {
   // Whether the last passive hold found fresh job traffic on some host (the light check that
   // follows runs under it).
   std::atomic<bool> jobTraffic_{false};
+  // The senders that the last passive hold found standing out in the job's backlog (under mu_).
+  std::set<std::string> jobSlowSenders_;
   // When the coordinator last ran an active light check (or started; for the passive hold).
   std::chrono::steady_clock::time_point lastActiveCheck_ = std::chrono::steady_clock::now();
   // The span of this agent's last round (any kind that probes): the passive hold names it to

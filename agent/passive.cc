@@ -264,24 +264,22 @@ PassiveLedger::Summary PassiveLedger::Summary::fromJson(const Json& j, std::stri
   return s;
 }
 
+bool standsOut(const PassiveLedger::Backlog& b, const std::map<std::string, double>& sendBusy) {
+  // The median busy fraction of the hosts other than the sender; none: nothing to compare with.
+  std::vector<double> others;
+  for (const auto& [h, f] : sendBusy)
+    if (h != b.src) others.push_back(f);
+  return b.mbps > 0 && !others.empty() && b.busy >= kStandOut * median(std::move(others));
+}
+
 std::optional<Topology> patchBacklogged(const Topology& t,
                                         const std::vector<PassiveLedger::Backlog>& backlogged,
                                         const std::map<std::string, double>& sendBusy,
                                         double threshold, std::vector<std::string>& notes) {
-  // The median busy fraction of the hosts other than `host`; nullopt when there are none.
-  auto others = [&](const std::string& host) -> std::optional<double> {
-    std::vector<double> v;
-    for (const auto& [h, f] : sendBusy)
-      if (h != host) v.push_back(f);
-    if (v.empty()) return std::nullopt;
-    return median(std::move(v));
-  };
   std::map<int, double> sending;  // host index -> Mbit/s of its backlogged series
   for (const auto& b : backlogged) {
     const int h = t.indexOf(b.src);
-    const auto typical = others(b.src);
-    if (h >= 0 && t.indexOf(b.dst) >= 0 && b.mbps > 0 && typical && b.busy >= kStandOut * *typical)
-      sending[h] += b.mbps;
+    if (h >= 0 && t.indexOf(b.dst) >= 0 && standsOut(b, sendBusy)) sending[h] += b.mbps;
   }
   std::optional<Topology> out;
   for (const auto& [h, mbps] : sending) {
@@ -369,6 +367,54 @@ bool keepGroupsUnderJobTraffic(Topology& t, const Topology& baseline, bool hosts
       "kept the groups of topology version {} ({} level(s), {} shared link(s)): this round ran "
       "under the job's traffic and {}",
       baseline.version, baseline.groups.size(), baseline.sharedLinks.size(), why);
+  return true;
+}
+
+bool keepHostLinksUnderJobTraffic(Topology& t, const Topology& baseline,
+                                  const std::set<std::string>& senders, std::string& note) {
+  if (!t.links || !baseline.links || t.size() != baseline.size()) return false;
+  if (t.links->hosts.size() != t.size() || baseline.links->hosts.size() != t.size()) return false;
+  for (size_t i = 0; i < t.size(); ++i)
+    if (t.hosts[i].name != baseline.hosts[i].name) return false;
+  const size_t n = t.size();
+  std::vector<char> keptOut(n, 0), keptIn(n, 0);
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < n; ++i) {
+    auto& now = t.links->hosts[i];
+    const auto& before = baseline.links->hosts[i];
+    if (!senders.count(t.hosts[i].name) && now.outMbps < before.outMbps) {
+      kept.push_back(
+          fmt::format("{} out {:.0f} (read {:.0f})", t.hosts[i].name, before.outMbps, now.outMbps));
+      now.outMbps = before.outMbps;
+      keptOut[i] = 1;
+    }
+    if (now.inMbps < before.inMbps) {
+      kept.push_back(
+          fmt::format("{} in {:.0f} (read {:.0f})", t.hosts[i].name, before.inMbps, now.inMbps));
+      now.inMbps = before.inMbps;
+      keptIn[i] = 1;
+    }
+  }
+  if (kept.empty()) return false;
+  if (t.hasMatrices()) {
+    std::vector<char> measured(n * n, 0);
+    std::vector<std::pair<int, int>> stay;
+    for (const auto& [a, b] : t.measured)
+      if (!keptOut[static_cast<size_t>(a)] && !keptIn[static_cast<size_t>(b)]) {
+        stay.emplace_back(a, b);
+        measured[static_cast<size_t>(a) * n + static_cast<size_t>(b)] = 1;
+      }
+    t.measured = std::move(stay);
+    for (size_t a = 0; a < n; ++a)
+      for (size_t b = 0; b < n; ++b)
+        if (a != b && !measured[a * n + b] && t.bandwidthMbps.at(a, b))
+          t.bandwidthMbps.at(a, b) = t.pathMbps(static_cast<int>(a), static_cast<int>(b));
+  }
+  note = fmt::format(
+      "kept the host links of topology version {} where the job's traffic does not say they are "
+      "slower (this round ran under it; slow senders: {}): {}",
+      baseline.version, senders.empty() ? "none" : fmt::format("{}", fmt::join(senders, ", ")),
+      fmt::join(kept, ", "));
   return true;
 }
 

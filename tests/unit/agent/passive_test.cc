@@ -368,6 +368,71 @@ TEST(PassiveGroups,
   EXPECT_TRUE(noModel.groups.empty());
 }
 
+TEST(PassiveHostLinks, ARoundUnderJobTrafficLowersOnlyTheSlowSendersLinksOut) {
+  const Topology baseline = linkModelOf4();
+  // The round under the job's traffic: h1's link out slow (a neighbour loads it; the job's
+  // backlog names h1), h2's link in read slow by the job's flow h1 -> h2 that never pauses, h3's
+  // link out read faster; four pairs measured.
+  auto roundResult = [&] {
+    Topology t = linkModelOf4();
+    t.version = 0;
+    t.links->hosts[1].outMbps = 400;
+    t.links->hosts[2].inMbps = 600;
+    t.links->hosts[3].outMbps = 1100;
+    t.measured = {{0, 2}, {1, 2}, {1, 0}, {3, 0}};
+    for (size_t a = 0; a < 4; ++a)
+      for (size_t b = 0; b < 4; ++b)
+        if (a != b)
+          t.bandwidthMbps.at(a, b) = *t.pathMbps(static_cast<int>(a), static_cast<int>(b));
+    t.bandwidthMbps.at(0, 2) = 550;  // measured beside the job's flow into h2
+    return t;
+  };
+  Topology t = roundResult();
+  std::string note;
+  ASSERT_TRUE(keepHostLinksUnderJobTraffic(t, baseline, {"h1"}, note));
+  EXPECT_EQ(t.links->hosts[1].outMbps, 400);   // named by the backlog: the round's
+  EXPECT_EQ(t.links->hosts[2].inMbps, 1000);   // the job's own flow: the baseline's
+  EXPECT_EQ(t.links->hosts[3].outMbps, 1100);  // faster: the round's
+  EXPECT_EQ(t.links->uplinks, baseline.links->uplinks);
+  // Pairs into h2 were measured under the job's flow through its link: inferred again.
+  const std::vector<std::pair<int, int>> measured = {{1, 0}, {3, 0}};
+  EXPECT_EQ(t.measured, measured);
+  EXPECT_EQ(*t.bandwidthMbps.at(0, 2), 800);  // through the uplinks
+  EXPECT_EQ(*t.bandwidthMbps.at(1, 2), 400);  // h1's link out
+  EXPECT_EQ(*t.bandwidthMbps.at(3, 2), 1000);
+  EXPECT_EQ(*t.bandwidthMbps.at(1, 0), 400);  // measured, kept
+  EXPECT_NE(note.find("h2 in 1000 (read 600)"), std::string::npos) << note;
+  EXPECT_NE(note.find("slow senders: h1"), std::string::npos) << note;
+  EXPECT_NO_THROW(Topology::fromJson(t.toJson(), "kept"));
+
+  // Without the backlog naming h1, its link out is the baseline's too.
+  Topology u = roundResult();
+  ASSERT_TRUE(keepHostLinksUnderJobTraffic(u, baseline, {}, note));
+  EXPECT_EQ(u.links->hosts[1].outMbps, 1000);
+  EXPECT_EQ(*u.bandwidthMbps.at(1, 2), 800);  // through the uplinks
+  EXPECT_NE(note.find("slow senders: none"), std::string::npos) << note;
+  // Nothing read slower, other hosts, or no link model: nothing kept.
+  Topology same = baseline;
+  EXPECT_FALSE(keepHostLinksUnderJobTraffic(same, baseline, {}, note));
+  EXPECT_EQ(same, baseline);
+  Topology other = baseline;
+  other.hosts[3].name = "h9";
+  Topology v = roundResult();
+  EXPECT_FALSE(keepHostLinksUnderJobTraffic(v, other, {}, note));
+  EXPECT_EQ(v.links->hosts[2].inMbps, 600);
+  Topology noModel = roundResult();
+  noModel.links.reset();
+  EXPECT_FALSE(keepHostLinksUnderJobTraffic(noModel, baseline, {}, note));
+}
+
+TEST(PassivePatch, ASeriesStandsOutOnlyAgainstOtherHostsBusyFractions) {
+  const std::map<std::string, double> busy = {{"h0", 0.02}, {"h1", 0.85}, {"h2", 0.01}};
+  EXPECT_TRUE(standsOut({"h1", "h2", 100, 0.9}, busy));
+  EXPECT_FALSE(standsOut({"h1", "h2", 0, 0.9}, busy));     // no rate
+  EXPECT_FALSE(standsOut({"h1", "h2", 100, 0.04}, busy));  // under 3 x the others' median 0.015
+  EXPECT_FALSE(standsOut({"h1", "h2", 100, 0.9}, {{"h1", 0.85}}));  // nobody to compare with
+}
+
 TEST(PassiveLedger, BadReportsNameTheField) {
   PassiveLedger l("x");
   auto t = Clock::now();
