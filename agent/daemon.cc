@@ -386,8 +386,7 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
       rec.error += fmt::format("{}{}", rec.error.empty() ? "" : "; ", note);
       RANKMAP_INFO(Agent, "agent {}: round {}: {}", name_, id, note);
     }
-    if (job.hostsInPlace &&
-        keepHostLinksUnderJobTraffic(r.topology, *baseline, job.slowSenders, note)) {
+    if (keepHostLinksUnderJobTraffic(r.topology, *baseline, job.slowSenders, note)) {
       metrics_.add("rankmap_host_links_kept_total", "");
       rec.error += fmt::format("{}{}", rec.error.empty() ? "" : "; ", note);
       RANKMAP_INFO(Agent, "agent {}: round {}: {}", name_, id, note);
@@ -623,9 +622,7 @@ bool Daemon::holdForPassive() {
   }
   jobTraffic_ = fresh > 0;
   {
-    std::set<std::string> slow;
-    for (const auto& b : backlog)
-      if (standsOut(b, sendBusy)) slow.insert(b.src);
+    auto slow = slowSenders(backlog, sendBusy);
     std::lock_guard<std::mutex> lock(mu_);
     jobSlowSenders_ = std::move(slow);
   }

@@ -49,7 +49,7 @@ class ApiServer;
 struct JobTraffic {
   bool under = false;         // the job's traffic was fresh (the last passive hold saw it)
   bool hostsInPlace = false;  // the light check before the round found every host in its group
-  std::set<std::string> slowSenders;  // the hosts whose backlogged sends stood out (standsOut)
+  std::set<std::string> slowSenders;  // the senders the job's traffic named slow (slowSenders)
 };
 
 class Daemon {
@@ -118,8 +118,8 @@ class Daemon {
                  std::optional<Topology> baseline);
   // Stores the result, publishes the topology if warranted, pushes it, updates metrics. A full
   // round under the job's traffic may keep the baseline's groups (keepGroupsUnderJobTraffic);
-  // a full or repair round under it, with every host in place, the baseline's host links except
-  // the slow senders' (keepHostLinksUnderJobTraffic).
+  // a full or repair round under it keeps the baseline's host links except the slow senders'
+  // links out (keepHostLinksUnderJobTraffic).
   std::optional<int64_t> finishRound(int64_t id, const std::string& kind, RoundResult& r,
                                      const std::optional<Topology>& baseline,
                                      const std::vector<Host>& hosts, const JobTraffic& job = {});

@@ -264,12 +264,32 @@ PassiveLedger::Summary PassiveLedger::Summary::fromJson(const Json& j, std::stri
   return s;
 }
 
-bool standsOut(const PassiveLedger::Backlog& b, const std::map<std::string, double>& sendBusy) {
-  // The median busy fraction of the hosts other than the sender; none: nothing to compare with.
+namespace {
+
+// Whether `busy`, host `host`'s busy fraction, is at least kStandOut x the median of the other
+// hosts' in `sendBusy`; none: nothing to compare with.
+bool busyStandsOut(const std::string& host, double busy,
+                   const std::map<std::string, double>& sendBusy) {
   std::vector<double> others;
   for (const auto& [h, f] : sendBusy)
-    if (h != b.src) others.push_back(f);
-  return b.mbps > 0 && !others.empty() && b.busy >= kStandOut * median(std::move(others));
+    if (h != host) others.push_back(f);
+  return !others.empty() && busy >= kStandOut * median(std::move(others));
+}
+
+}  // namespace
+
+bool standsOut(const PassiveLedger::Backlog& b, const std::map<std::string, double>& sendBusy) {
+  return b.mbps > 0 && busyStandsOut(b.src, b.busy, sendBusy);
+}
+
+std::set<std::string> slowSenders(const std::vector<PassiveLedger::Backlog>& backlogged,
+                                  const std::map<std::string, double>& sendBusy) {
+  std::set<std::string> out;
+  for (const auto& b : backlogged)
+    if (standsOut(b, sendBusy)) out.insert(b.src);
+  for (const auto& [h, f] : sendBusy)
+    if (f >= PassiveLedger::kBacklogFraction && busyStandsOut(h, f, sendBusy)) out.insert(h);
+  return out;
 }
 
 std::optional<Topology> patchBacklogged(const Topology& t,

@@ -168,6 +168,14 @@ class PassiveLedger {
 inline constexpr double kStandOut = 3;
 // Whether backlogged series `b` counts against its sender by that rule (`sendBusy` as above).
 bool standsOut(const PassiveLedger::Backlog& b, const std::map<std::string, double>& sendBusy);
+// The senders the job's traffic names slow: the sender of each backlogged series that stands
+// out, and each host whose sendBusy (its last window) is at least kBacklogFraction and stands
+// out the same way. The second is there before a series has kConfirmWindows backlogged windows:
+// on the testbed the job's drift (kConfirmWindows slower windows) came first, and the round it
+// started ran with no backlog yet, while the tenant's VM already had sends in flight 0.8-0.9 of
+// its collective time and every other host 0.01-0.05.
+std::set<std::string> slowSenders(const std::vector<PassiveLedger::Backlog>& backlogged,
+                                  const std::map<std::string, double>& sendBusy);
 std::optional<Topology> patchBacklogged(const Topology& t,
                                         const std::vector<PassiveLedger::Backlog>& backlogged,
                                         const std::map<std::string, double>& sendBusy,
@@ -197,17 +205,18 @@ bool keepGroupsUnderJobTraffic(Topology& t, const Topology& baseline, bool hosts
 // on the testbed the receiver of the ring flow out of the tenant-loaded VM (a flow that never
 // pauses, the ring's bottleneck feeding it) read 120 Mbit/s in, where it measures 197 alone,
 // and the plan made from that round ran 126 Mbit/s where one that slows only the tenant's VM
-// ran 164 (docs/performance.md). So when `t`, from such a round over the same hosts as
-// `baseline` (both with a link model), may change a host link downwards only where the job's
-// traffic says it is slow: the link out of each host in `senders` (the hosts whose backlogged
-// sends stand out, standsOut). Every other direction keeps the higher of its two readings, and
-// the pairs whose path enters or leaves through a link so kept are inferred again through the
-// model, the pairs measured under the job's traffic through it included (they leave
-// `measured`). Call it after keepGroupsUnderJobTraffic, and only when the light check found
-// every host in its group (what changed is links). True when a link was kept; `note` names
-// each with both readings. What this gives up: a host link into a VM that a neighbour loads
-// while the job runs reads as its sender's link out (the passive patch's stance) until a round
-// without the job's traffic measures it.
+// ran 164 (docs/performance.md). So `t`, from such a round over the same hosts as `baseline`
+// (both with a link model), may change a host link downwards only where the job's traffic says
+// it is slow: the link out of each host in `senders` (slowSenders). Every other direction keeps
+// the higher of its two readings, and the pairs whose path enters or leaves through a link so
+// kept are inferred again through the model, the pairs measured under the job's traffic
+// through it included (they leave `measured`). Call it after keepGroupsUnderJobTraffic. Also
+// after a light check that saw a host away from its group: that check ran under the job's
+// traffic too (on the testbed it named a host that had not moved), and a VM that moves keeps
+// its host link. True when a link was kept; `note` names each with both readings. What this
+// gives up: a host link into a VM that a neighbour loads while the job runs reads as its
+// sender's link out (the passive patch's stance), and a host link that slows with no job
+// traffic through it reads as before, until a round without the job's traffic measures them.
 bool keepHostLinksUnderJobTraffic(Topology& t, const Topology& baseline,
                                   const std::set<std::string>& senders, std::string& note);
 
