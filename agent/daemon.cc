@@ -396,8 +396,9 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
     size_t changed = changedPairs(*baseline, r.topology, cfg_.reprobe.publishThreshold);
     if (changed == 0) {
       publish = false;
-      rec.error = fmt::format("no pair changed by more than {:.0f}%; kept topology version {}",
-                              cfg_.reprobe.publishThreshold * 100, baseline->version);
+      rec.error += fmt::format("{}no pair changed by more than {:.0f}%; kept topology version {}",
+                               rec.error.empty() ? "" : "; ", cfg_.reprobe.publishThreshold * 100,
+                               baseline->version);
     }
   }
   if (publish) {

@@ -288,7 +288,7 @@ std::set<std::string> slowSenders(const std::vector<PassiveLedger::Backlog>& bac
   for (const auto& b : backlogged)
     if (standsOut(b, sendBusy)) out.insert(b.src);
   for (const auto& [h, f] : sendBusy)
-    if (f >= PassiveLedger::kBacklogFraction && busyStandsOut(h, f, sendBusy)) out.insert(h);
+    if (f >= kSlowSenderBusy && busyStandsOut(h, f, sendBusy)) out.insert(h);
   return out;
 }
 

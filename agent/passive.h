@@ -169,11 +169,13 @@ inline constexpr double kStandOut = 3;
 // Whether backlogged series `b` counts against its sender by that rule (`sendBusy` as above).
 bool standsOut(const PassiveLedger::Backlog& b, const std::map<std::string, double>& sendBusy);
 // The senders the job's traffic names slow: the sender of each backlogged series that stands
-// out, and each host whose sendBusy (its last window) is at least kBacklogFraction and stands
-// out the same way. The second is there before a series has kConfirmWindows backlogged windows:
-// on the testbed the job's drift (kConfirmWindows slower windows) came first, and the round it
-// started ran with no backlog yet, while the tenant's VM already had sends in flight 0.8-0.9 of
-// its collective time and every other host 0.01-0.05.
+// out, and each host whose sendBusy is at least kSlowSenderBusy and stands out the same way
+// (kStandOut x the others' median). The second is there when no series is backlogged: on the
+// testbed, with a tenant taking half of one VM's 200 Mbit/s link out, that VM's sendBusy (the
+// median of its two send series' last windows) read 0.42-0.49 and every other VM's 0.01-0.02,
+// while no series of it had kConfirmWindows windows at kBacklogFraction; the job's drift started
+// a round that knew no slow sender, and the round's reading of that link was kept out.
+inline constexpr double kSlowSenderBusy = 0.25;
 std::set<std::string> slowSenders(const std::vector<PassiveLedger::Backlog>& backlogged,
                                   const std::map<std::string, double>& sendBusy);
 std::optional<Topology> patchBacklogged(const Topology& t,

@@ -368,10 +368,27 @@ def main():
                   + f", load {load()}", flush=True)
             return bw
 
-        def changed_run(name, live, change, undo, algo):
-            """A job over a change at --before seconds; returns its figures."""
+        def changed_run(name, live, change, undo, algo, watch=None):
+            """A job over a change at --before seconds; returns its figures. With `watch` (a VM)
+            and --out-dir, that VM's agent's view of the job traffic (GET /v1/observations) is
+            kept every 2 s for the report (one call at a time: a few ms of CPU each)."""
             relay_start()
             j = job(args.before + args.after, live, algo=algo)
+            seen, stop = [], threading.Event()
+
+            def watcher():
+                while not stop.wait(2.0):
+                    try:
+                        st, text = agents.http(watch, "GET", "/v1/observations")
+                        seen.append({"t": round(time.monotonic() - j.t0, 1), "status": st,
+                                     "summary": json.loads(text) if st == 200 else text})
+                    except Exception as e:  # the report only; the run goes on
+                        seen.append({"t": round(time.monotonic() - j.t0, 1), "error": str(e)})
+
+            w = None
+            if watch and args.out_dir:
+                w = threading.Thread(target=watcher, daemon=True)
+                w.start()
             # The change at --before seconds after the first row.
             while not j.rows and j.proc.poll() is None:
                 time.sleep(0.2)
@@ -381,6 +398,9 @@ def main():
             print(f"{name}: change at {t_change - j.t0:.1f} s into the job", flush=True)
             j.wait()
             relay.stop()
+            stop.set()
+            if w:
+                w.join()
             before, nb = busbw(j.rows, j.rows[min(2, len(j.rows) - 1)]["t"], t_change)
             after30, na = busbw(j.rows, t_change + 30)
             sw = switches(j.rows)
@@ -401,24 +421,27 @@ def main():
             print("  rows (s after the change:Mbit/s:algo): "
                   + " ".join(f"{t}:{b}:{a}" for t, b, _, _, a in r["rows"]), flush=True)
             if args.out_dir:
-                keep_history(name, t_change - j.t0)
+                keep_history(name, t_change - j.t0, {"vm": watch, "views": seen} if watch else None)
             undo()
             return r
 
-        def keep_history(name, change_s):
+        def keep_history(name, change_s, observations=None):
             """The coordinator's rounds and every topology version so far, for the report:
-            which round made the version a job switched to."""
+            which round made the version a job switched to; the coordinator's agent log beside
+            it, and `observations` (changed_run's watch) when given."""
             status, text = agents.http(vm0, "GET", "/v1/rounds?limit=100")
             doc = {"change_s_into_job": change_s, "rounds": json.loads(text) if status == 200
-                   else text, "topologies": {}}
+                   else text, "topologies": {}, "observations": observations}
+            base = re.sub(r"[^a-z0-9]+", "-", name)
+            with open(os.path.join(args.out_dir, base + "-coordinator.log"), "w") as f:
+                f.write(agents.log_tail(vm0, 2000))
             status, text = agents.http(vm0, "GET", "/v1/topologies?limit=100")
             for v in (json.loads(text).get("versions", []) if status == 200 else []):
                 num = v.get("version")
                 st, t = agents.http(vm0, "GET", f"/v1/topology?version={num}")
                 if st == 200:
                     doc["topologies"][str(num)] = json.loads(t)
-            fname = re.sub(r"[^a-z0-9]+", "-", name) + "-history.json"
-            with open(os.path.join(args.out_dir, fname), "w") as f:
+            with open(os.path.join(args.out_dir, base + "-history.json"), "w") as f:
                 json.dump(doc, f)
 
         scen = args.scenarios.split(",")
@@ -487,7 +510,7 @@ def main():
                     link["to"] = (time.monotonic(), link_sent_bytes(victim))
                     tb.run("noise", "stop", "--prefix", tb.prefix, "--to", "tenant")
 
-                r = changed_run(name, live, change, undo, args.noise_algo)
+                r = changed_run(name, live, change, undo, args.noise_algo, watch=victim)
                 r["tenant_mbit"], r["tenant_whole"] = tenant_mbit(tb, victim, link["logs"])
                 (t0, b0), (t1, b1) = link["from"], link["to"]
                 r["victim_link_mbit"] = ((b1 - b0) * 8 / 1e6 / (t1 - t0)
