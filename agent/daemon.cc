@@ -602,6 +602,7 @@ bool Daemon::holdForPassive() {
   std::vector<std::string> drift;
   std::vector<PassiveLedger::Backlog> backlog;
   std::map<std::string, double> sendBusy;  // host -> its summary's sendBusy (hosts with sends)
+  std::map<std::string, double> sendPeak;  // host -> its summary's sendBusyPeak
   for (size_t h = 0; h < replies.size(); ++h) {
     if (!replies[h]) continue;
     ++asked;
@@ -617,13 +618,14 @@ bool Daemon::holdForPassive() {
       for (auto& b : s.backlogged)
         if (b.src == hosts_[h].name) backlog.push_back(std::move(b));
       if (s.fresh && s.sendBusy > 0) sendBusy[hosts_[h].name] = s.sendBusy;
+      if (s.fresh && s.sendBusyPeak > 0) sendPeak[hosts_[h].name] = s.sendBusyPeak;
     } catch (const InvalidInput& e) {
       RANKMAP_WARN(Agent, "agent {}: {}", name_, e.what());
     }
   }
   jobTraffic_ = fresh > 0;
   {
-    auto slow = slowSenders(backlog, sendBusy);
+    auto slow = slowSenders(backlog, sendBusy, sendPeak);
     std::lock_guard<std::mutex> lock(mu_);
     jobSlowSenders_ = std::move(slow);
   }

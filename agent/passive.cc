@@ -138,6 +138,8 @@ PassiveLedger::Summary PassiveLedger::summary(Clock::time_point now, double thre
     out.fresh = true;
     ++out.series;
     if (send && !s.sends.empty()) sendFractions.push_back(s.sends.back().fraction);
+    if (send)
+      for (const Send& x : s.sends) out.sendBusyPeak = std::max(out.sendBusyPeak, x.fraction);
     if (send && s.sends.size() == kConfirmWindows &&
         std::all_of(s.sends.begin(), s.sends.end(), [](auto& x) { return x.mbps > 0; })) {
       std::vector<double> rates, fractions;
@@ -227,8 +229,9 @@ Json PassiveLedger::Summary::toJson() const {
   Json b = Json::array();
   for (const Backlog& x : backlogged)
     b.push_back({{"src", x.src}, {"dst", x.dst}, {"mbps", x.mbps}, {"busy", x.busy}});
-  return {{"fresh", fresh}, {"series", series}, {"baselined", baselined},
-          {"drifting", d},  {"backlogged", b},  {"send_busy", sendBusy}};
+  return {
+      {"fresh", fresh},  {"series", series},      {"baselined", baselined},        {"drifting", d},
+      {"backlogged", b}, {"send_busy", sendBusy}, {"send_busy_peak", sendBusyPeak}};
 }
 
 PassiveLedger::Summary PassiveLedger::Summary::fromJson(const Json& j, std::string_view source) {
@@ -250,6 +253,7 @@ PassiveLedger::Summary PassiveLedger::Summary::fromJson(const Json& j, std::stri
   }
   // Absent from agents older than backlog detection.
   if (auto b = r.find("send_busy")) s.sendBusy = b->nonNegative();
+  if (auto b = r.find("send_busy_peak")) s.sendBusyPeak = b->nonNegative();  // since slowSenders
   if (auto b = r.find("backlogged")) {
     const size_t m = b->arraySize();
     if (m > kMaxPeers) b->fail("at most 100000 entries");
@@ -283,12 +287,13 @@ bool standsOut(const PassiveLedger::Backlog& b, const std::map<std::string, doub
 }
 
 std::set<std::string> slowSenders(const std::vector<PassiveLedger::Backlog>& backlogged,
-                                  const std::map<std::string, double>& sendBusy) {
+                                  const std::map<std::string, double>& sendBusy,
+                                  const std::map<std::string, double>& sendPeak) {
   std::set<std::string> out;
   for (const auto& b : backlogged)
     if (standsOut(b, sendBusy)) out.insert(b.src);
-  for (const auto& [h, f] : sendBusy)
-    if (f >= kSlowSenderBusy && busyStandsOut(h, f, sendBusy)) out.insert(h);
+  for (const auto& [h, f] : sendPeak)
+    if (f >= kSlowSenderBusy && busyStandsOut(h, f, sendPeak)) out.insert(h);
   return out;
 }
 

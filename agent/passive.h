@@ -98,6 +98,10 @@ class PassiveLedger {
     std::vector<Drift> drifting;
     std::vector<Backlog> backlogged;  // fresh send series backlogged in their last windows
     double sendBusy = 0;  // median over fresh send series of their last window's busy fraction
+    // The highest busy fraction of any fresh send series over its last kConfirmWindows windows:
+    // a window's fraction swings with where the collectives fall in it (on the testbed the
+    // tenant's VM read 0.10-0.58 window by window, its peak of three 0.3-0.6).
+    double sendBusyPeak = 0;
     Json toJson() const;
     static Summary fromJson(const Json& j, std::string_view source);
   };
@@ -169,15 +173,17 @@ inline constexpr double kStandOut = 3;
 // Whether backlogged series `b` counts against its sender by that rule (`sendBusy` as above).
 bool standsOut(const PassiveLedger::Backlog& b, const std::map<std::string, double>& sendBusy);
 // The senders the job's traffic names slow: the sender of each backlogged series that stands
-// out, and each host whose sendBusy is at least kSlowSenderBusy and stands out the same way
-// (kStandOut x the others' median). The second is there when no series is backlogged: on the
-// testbed, with a tenant taking half of one VM's 200 Mbit/s link out, that VM's sendBusy (the
-// median of its two send series' last windows) read 0.42-0.49 and every other VM's 0.01-0.02,
-// while no series of it had kConfirmWindows windows at kBacklogFraction; the job's drift started
-// a round that knew no slow sender, and the round's reading of that link was kept out.
+// out, and each host whose sendBusyPeak (`sendPeak`: host -> the summary's) is at least
+// kSlowSenderBusy and kStandOut x the median of the other hosts' peaks. The second is there
+// when no series is backlogged: on the testbed, with a tenant taking half of one VM's 200
+// Mbit/s link out, that VM's send windows were busy 0.10-0.58 of its collective time and every
+// other VM's 0.01-0.05, so no series of it had kConfirmWindows windows at kBacklogFraction; the
+// job's drift started a round that knew no slow sender, and the round's reading of that link
+// was kept out (the job stayed at half its rate).
 inline constexpr double kSlowSenderBusy = 0.25;
 std::set<std::string> slowSenders(const std::vector<PassiveLedger::Backlog>& backlogged,
-                                  const std::map<std::string, double>& sendBusy);
+                                  const std::map<std::string, double>& sendBusy,
+                                  const std::map<std::string, double>& sendPeak);
 std::optional<Topology> patchBacklogged(const Topology& t,
                                         const std::vector<PassiveLedger::Backlog>& backlogged,
                                         const std::map<std::string, double>& sendBusy,

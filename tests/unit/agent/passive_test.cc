@@ -208,9 +208,17 @@ TEST(PassiveLedger, BackloggedSendsGiveTheirPathsRate) {
   ASSERT_EQ(back.backlogged.size(), 1u);
   EXPECT_NEAR(back.backlogged[0].mbps, 98, 0.5);
   EXPECT_NEAR(back.sendBusy, 0.85, 0.001);
-  // A window below kBacklogFraction ends it; a new plan starts the series again.
+  EXPECT_NEAR(s.sendBusyPeak, 0.86, 0.001);
+  EXPECT_NEAR(back.sendBusyPeak, 0.86, 0.001);
+  // A window below kBacklogFraction ends it; a new plan starts the series again. The peak is of
+  // the last three windows.
   l.add(backlogReport("x", "y", 190, 0.4), "test", t);
   EXPECT_TRUE(sum().backlogged.empty());
+  EXPECT_NEAR(sum().sendBusy, 0.4, 0.001);
+  EXPECT_NEAR(sum().sendBusyPeak, 0.86, 0.001);
+  l.add(backlogReport("x", "y", 190, 0.1), "test", t);
+  l.add(backlogReport("x", "y", 190, 0.2), "test", t);
+  EXPECT_NEAR(sum().sendBusyPeak, 0.4, 0.001);
   for (int i = 0; i < 3; ++i) l.add(backlogReport("x", "y", 98, 0.9), "test", t);
   EXPECT_EQ(sum().backlogged.size(), 1u);
   l.add(backlogReport("x", "y", 98, 0.9, "sha256:bb"), "test", t);
@@ -435,17 +443,21 @@ TEST(PassivePatch, ASeriesStandsOutOnlyAgainstOtherHostsBusyFractions) {
 
 TEST(PassivePatch, SlowSendersAreTheBacklogsAndTheHostsWhoseSendsStayInFlight) {
   using Names = std::set<std::string>;
-  // No series backlogged: h1's sends in flight 0.45 of the time (the testbed's tenant VM).
+  // No series backlogged: h1's last window busy 0.12, its peak of three 0.45 (the testbed's
+  // tenant VM), every other host's about 0.03.
   const std::map<std::string, double> busy = {
-      {"h0", 0.02}, {"h1", 0.45}, {"h2", 0.01}, {"h3", 0.03}};
-  EXPECT_EQ(slowSenders({}, busy), Names{"h1"});
+      {"h0", 0.02}, {"h1", 0.12}, {"h2", 0.01}, {"h3", 0.03}};
+  const std::map<std::string, double> peak = {
+      {"h0", 0.03}, {"h1", 0.45}, {"h2", 0.02}, {"h3", 0.05}};
+  EXPECT_EQ(slowSenders({}, busy, peak), Names{"h1"});
+  EXPECT_EQ(slowSenders({}, busy, {}), Names{});  // agents older than the peak
   // A backlogged series that stands out names its sender as well.
-  EXPECT_EQ(slowSenders({{"h3", "h0", 100, 0.9}}, busy), (Names{"h1", "h3"}));
-  EXPECT_EQ(slowSenders({{"h3", "h0", 100, 0.04}}, busy), Names{"h1"});
-  // Standing out under kSlowSenderBusy, or every host as busy: nobody.
-  EXPECT_EQ(slowSenders({}, {{"h0", 0.02}, {"h1", 0.2}, {"h2", 0.01}}), Names{});
-  EXPECT_EQ(slowSenders({}, {{"h0", 0.6}, {"h1", 0.65}, {"h2", 0.58}}), Names{});
-  EXPECT_EQ(slowSenders({}, {{"h1", 0.9}}), Names{});
+  EXPECT_EQ(slowSenders({{"h3", "h0", 100, 0.9}}, busy, peak), (Names{"h1", "h3"}));
+  EXPECT_EQ(slowSenders({{"h3", "h0", 100, 0.04}}, busy, peak), Names{"h1"});
+  // A peak under kSlowSenderBusy, every host as busy, or nobody to compare with: nobody.
+  EXPECT_EQ(slowSenders({}, busy, {{"h0", 0.02}, {"h1", 0.2}, {"h2", 0.01}}), Names{});
+  EXPECT_EQ(slowSenders({}, busy, {{"h0", 0.6}, {"h1", 0.65}, {"h2", 0.58}}), Names{});
+  EXPECT_EQ(slowSenders({}, busy, {{"h1", 0.9}}), Names{});
 }
 
 TEST(PassiveLedger, BadReportsNameTheField) {
