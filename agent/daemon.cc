@@ -119,9 +119,9 @@ void Daemon::describeMetrics() {
                     "contradict, or ran after a light check that found every host in its "
                     "group, and kept the last version's (coordinator)");
   metrics_.describe("rankmap_host_links_kept_total", "counter",
-                    "Rounds under job traffic, every host in its group, that kept host links "
-                    "read slower than the last version where the job's backlog did not name "
-                    "the sender (coordinator)");
+                    "Rounds under job traffic that kept host links read slower than the last "
+                    "version, where the job's traffic did not name the sender slow "
+                    "(coordinator)");
   metrics_.describe("rankmap_passive_patches_total", "counter",
                     "Topologies patched from the job's backlogged sends (coordinator), by "
                     "result: published, or kept (no pair changed enough)");

@@ -151,7 +151,7 @@ class Daemon {
   // Whether the last passive hold found fresh job traffic on some host (the light check that
   // follows runs under it).
   std::atomic<bool> jobTraffic_{false};
-  // The senders that the last passive hold found standing out in the job's backlog (under mu_).
+  // The senders that the last passive hold found slow (slowSenders; under mu_).
   std::set<std::string> jobSlowSenders_;
   // When the coordinator last ran an active light check (or started; for the passive hold).
   std::chrono::steady_clock::time_point lastActiveCheck_ = std::chrono::steady_clock::now();
