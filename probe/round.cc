@@ -473,6 +473,7 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
   struct Obs {
     int src, dst;
     double mbps;
+    int trial;
   };
   std::vector<Obs> obs;
   double hostRate = 0;  // the top band of single-flow trials, once two bands were seen
@@ -516,7 +517,13 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
     if (informative == 0 && bandsSeenAfter >= 0) break;
     auto got = runTrial(flows);
     for (size_t k = 0; k < flows.size(); ++k)
-      if (got[k]) obs.push_back({flows[k].first, flows[k].second, *got[k]});
+      if (got[k]) obs.push_back({flows[k].first, flows[k].second, *got[k], trial});
+    if (log::enabled(log::Subsys::Probe, log::Level::Debug)) {
+      std::string line;
+      for (size_t k = 0; k < flows.size(); ++k)
+        line += fmt::format(" {}>{}:{:.0f}", flows[k].first, flows[k].second, got[k].value_or(-1));
+      RANKMAP_DEBUG(Probe, "structure trial {} (host rate {:.0f}):{}", trial + 1, hostRate, line);
+    }
     if (hostRate == 0) {
       // The top band of single flows: readings within kBandwidthLevelRatio of the best (flows
       // inside a group, at their host rate). Two bands once some reading is below kFarFraction
@@ -540,17 +547,20 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
       hostRate = top;
       bandsSeenAfter = trial;
     }
-    // Near unites; far separates (kFarReadings of them, or one below kVeryFarFraction), unless
+    // Near unites; far separates (kFarReadings of them from as many trials, or one below
+    // kVeryFarFraction), unless
     // a near reading between the two groups exists: a low reading can be a descheduled sender,
     // a high one cannot come from a congested uplink. In between a reading decides nothing.
     for (const auto& o : obs)
       if (o.mbps >= kNearFraction * hostRate) comp.unite(o.src, o.dst);
     normalize();
-    std::map<std::pair<int, int>, int> slow;
+    std::map<std::pair<int, int>, std::set<int>> slow;  // group pair -> trials with a slow one
     for (const auto& o : obs) {
       if (o.mbps >= kFarFraction * hostRate || comp.find(o.src) == comp.find(o.dst)) continue;
-      int weight = o.mbps < kVeryFarFraction * hostRate ? kFarReadings : 1;
-      if ((slow[key(o.src, o.dst)] += weight) >= kFarReadings) far.insert(key(o.src, o.dst));
+      auto& trials = slow[key(o.src, o.dst)];
+      trials.insert(o.trial);
+      if (o.mbps < kVeryFarFraction * hostRate || trials.size() >= kFarReadings)
+        far.insert(key(o.src, o.dst));
     }
     std::set<int> roots;
     for (int h : s.liveHosts()) roots.insert(comp.find(h));
@@ -739,13 +749,15 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
         auto& v = bestAlone[{r.src, r.dst}];
         v = std::max(v, r.value);
       }
-    std::vector<HostPair> third;
+    std::vector<std::pair<double, HostPair>> low;  // best / expected, the furthest below first
     for (const auto& p : again) {
-      double best = bestAlone[p];
       double expect = std::min(hostLinks[static_cast<size_t>(p.first)].outMbps,
                                hostLinks[static_cast<size_t>(p.second)].inMbps);
-      if (best < kReconfirmFraction * expect && third.size() < kMaxReconfirms) third.push_back(p);
+      if (bestAlone[p] < kReconfirmFraction * expect) low.push_back({bestAlone[p] / expect, p});
     }
+    std::sort(low.begin(), low.end());
+    std::vector<HostPair> third;
+    for (size_t i = 0; i < low.size() && i < kMaxReconfirms; ++i) third.push_back(low[i].second);
     for (size_t i = 0; i < third.size() && !s.stopped(); ++i) s.run({third[i]}, "confirm", true);
     if (!again.empty())
       s.report({"links", 2, progressTotal,

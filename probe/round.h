@@ -71,8 +71,11 @@ inline constexpr double kNearFraction = 0.6;
 inline constexpr double kFarFraction = 0.4;
 // Two bandwidth readings this many times apart are different bands (near and far).
 inline constexpr double kBandwidthLevelRatio = 1.5;
-// Slow readings between two groups that decide them apart (near needs one: a congested uplink
-// cannot make a flow fast, while a busy machine can make one slow).
+// Slow readings between two groups, each from a different trial, that decide them apart (near
+// needs one: a congested uplink cannot make a flow fast, while a busy machine can make one slow;
+// two readings of one trial share the moment's load, so they count once: on the emulated
+// cloud a trial's flows share the machine's cores, and a loaded moment slowed two flows of one
+// rack in the same trial below kFarFraction).
 inline constexpr int kFarReadings = 2;
 // One reading below this fraction of the host rate decides alone: no busy machine slows a flow
 // inside a group that much, while a congested uplink does.
@@ -80,10 +83,11 @@ inline constexpr double kVeryFarFraction = 0.15;
 // A flow measured alone below this fraction of what both its hosts reached elsewhere is
 // measured again (once).
 inline constexpr double kConfirmFraction = 0.95;
-// A flow still below this fraction after being measured again (beyond the probe's noise) is
-// measured a third time, alone in the fleet; at most kMaxReconfirms of them per call (64 VMs on
-// the emulated cloud: 0-3 flows, about 0.2 s each).
-inline constexpr double kReconfirmFraction = 0.85;
+// A flow still below this fraction after being measured again (beyond the probe's noise, the
+// band the accuracy of a pair is judged by) is measured a third time, alone in the fleet; at
+// most kMaxReconfirms of them per call, the furthest below first (about 0.2 s each on the
+// emulated cloud).
+inline constexpr double kReconfirmFraction = 1 - kProbeNoise;
 inline constexpr size_t kMaxReconfirms = 16;
 // A host link's capacity is the mean of its readings within this fraction of its best one: the
 // readings that differ from it by no more than the probe's noise.

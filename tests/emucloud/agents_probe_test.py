@@ -35,7 +35,8 @@ def extra(p):
                    help="largest relative error allowed for any flow")
     p.add_argument("--prefix", default="agprobe")
     p.add_argument("--agent-config", help="rankmapd.json for every agent (probe settings)")
-    p.add_argument("--dump", help="write {topology, truth, seconds} here (JSON) for analysis")
+    p.add_argument("--dump", help="write {topology, truth, seconds, wall, log} here (JSON) for analysis; "
+                        "log: the probing agent's log")
     p.add_argument("--check-exports", action="store_true",
                    help="render the schedulers' files from the probed topology and check them "
                         "against the racks")
@@ -144,7 +145,7 @@ def main():
         if args.dump:
             with open(args.dump, "w") as f:
                 json.dump({"topology": topo, "truth": tb.truth, "seconds": summary["seconds"],
-                           "wall": dt}, f)
+                           "wall": dt, "log": agents.log_tail(vm0, 3000)}, f)
         again = [l.split("probe round: links: ")[-1].strip()
                  for l in agents.log_tail(vm0, 400).splitlines() if "measured again" in l]
         if again:
