@@ -548,9 +548,9 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
       bandsSeenAfter = trial;
     }
     // Near unites; far separates (kFarReadings of them from as many trials, or one below
-    // kVeryFarFraction), unless
-    // a near reading between the two groups exists: a low reading can be a descheduled sender,
-    // a high one cannot come from a congested uplink. In between a reading decides nothing.
+    // kVeryFarFraction), unless a near reading between the two groups exists: a low reading can
+    // be a descheduled sender, a high one cannot come from a congested uplink. In between a
+    // reading decides nothing.
     for (const auto& o : obs)
       if (o.mbps >= kNearFraction * hostRate) comp.unite(o.src, o.dst);
     normalize();
