@@ -151,19 +151,26 @@ PassiveLedger::Summary PassiveLedger::summary(Clock::time_point now, double thre
     }
     if (s.base.size() < kBaselineWindows) continue;
     ++out.baselined;
-    if (s.recent.size() < kConfirmWindows) continue;
     const double base = median(mbpsOf(s.base));
+    // The run of windows at the end that differ from the baseline the same way.
     bool slower = true, faster = true;
-    for (const Rate& r : s.recent) {
-      slower = slower && r.mbps < base * (1 - threshold);
-      faster = faster && r.mbps > base * (1 + threshold);
+    size_t k = 0;
+    for (auto r = s.recent.rbegin(); r != s.recent.rend(); ++r, ++k) {
+      slower = slower && r->mbps < base * (1 - threshold);
+      faster = faster && r->mbps > base * (1 + threshold);
+      if (!slower && !faster) break;
     }
-    if (!slower && !faster) continue;
+    const auto last = s.recent.end() - static_cast<std::ptrdiff_t>(k);
+    if (k < kConfirmWindows &&
+        (k < kMinConfirmWindows || s.recent.back().span.to - last->span.from < kConfirmSpan))
+      continue;
     Drift d;
     d.src = send ? self_ : peer;
     d.dst = send ? peer : self_;
     d.baselineMbps = base;
-    d.nowMbps = median(mbpsOf(s.recent));
+    std::vector<double> drifted;
+    for (auto r = last; r != s.recent.end(); ++r) drifted.push_back(r->mbps);
+    d.nowMbps = median(drifted);
     out.drifting.push_back(d);
     if (rebase) {
       s.base.assign(s.recent.begin(), s.recent.end());
@@ -304,7 +311,15 @@ std::optional<Topology> patchBacklogged(const Topology& t,
   std::map<int, double> sending;  // host index -> Mbit/s of its backlogged series
   for (const auto& b : backlogged) {
     const int h = t.indexOf(b.src);
-    if (h >= 0 && t.indexOf(b.dst) >= 0 && standsOut(b, sendBusy)) sending[h] += b.mbps;
+    const int to = t.indexOf(b.dst);
+    if (h < 0 || to < 0 || !standsOut(b, sendBusy)) continue;
+    // A flow that gets what its path carries alone (an uplink narrower than the host links)
+    // says nothing against the sender's host link.
+    if (t.hasMatrices())
+      if (const auto& alone = t.bandwidthMbps.at(static_cast<size_t>(h), static_cast<size_t>(to));
+          alone && b.mbps >= *alone * (1 - threshold))
+        continue;
+    sending[h] += b.mbps;
   }
   std::optional<Topology> out;
   for (const auto& [h, mbps] : sending) {

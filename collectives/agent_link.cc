@@ -214,9 +214,31 @@ void AgentLink::main() {
     lastNs = pendingNs_;
   }
   const std::string planQuery = agentPlanPath(hosts_, ranksPerHost_);
+  int64_t triedVersion = 0;  // the topology version whose plan the last version poll fetched
+  auto stopping = [&] {
+    std::lock_guard<std::mutex> g(mu_);
+    return stop_;
+  };
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || pending_.has_value(); });
+    auto woken = [&] { return stop_ || pending_.has_value(); };
+    // Between reports the agent's topology version is polled (not while backing off).
+    if (o_.plans && failStreak_ == 0) {
+      if (!cv_.wait_for(lock, kVersionPollEvery, woken)) {
+        const int64_t have = std::max(triedVersion, fetched_ ? fetched_->epoch : int64_t{0});
+        const std::vector<std::string> inUseOrder = pendingOrder_;
+        lock.unlock();
+        bool ok = true;
+        if (std::optional<int64_t> v = topologyVersion(client, ok); v && *v > have) {
+          triedVersion = *v;
+          if (!stopping()) ok = fetchPlan(client, planQuery, inUseOrder);
+        }
+        lock.lock();  // a failure raised failStreak_: no polls until a report cycle succeeds
+        continue;
+      }
+    } else {
+      cv_.wait(lock, woken);
+    }
     if (stop_) return;
     std::vector<PeerTraffic> totals = std::move(*pending_);
     pending_.reset();
@@ -254,50 +276,80 @@ void AgentLink::main() {
     // answer at all is not asked again in this cycle.
     // The communicator's destructor waits for this thread: between requests it looks whether it
     // is stopping, so that the wait is at most one request (kRequestTimeout), not a cycle's.
-    auto stopping = [&] {
-      std::lock_guard<std::mutex> g(mu_);
-      return stop_;
-    };
-    if (o_.plans && answered && !stopping()) {
-      try {
-        HttpResponse r = client.get(planQuery, Deadline::after(kRequestTimeout), 64u << 20);
-        if (r.status == 200) {
-          std::optional<Plan> plan =
-              Plan::fromJson(parseJson(r.body, "agent plan"), "plan from agent " + o_.agentUrl);
-          PlanChecks checks;
-          checks.maxAge = o_.maxAge;
-          PlanVote v = planVote(plan, rank_, worldSize_, checks);
-          std::optional<OrderPricing> pricing;
-          if (v.status == PlanStatus::kOk && !stopping())
-            pricing = priceAgainstInUse(client, *plan, inUseOrder);
-          std::lock_guard<std::mutex> g(mu_);
-          if (v.status == PlanStatus::kOk) {
-            if (!fetched_ || fetched_->hash != plan->hash)
-              RANKMAP_DEBUG(Coll, "rank {}: the agent offers plan {} (epoch {})", rank_,
-                            shortPlanHash(plan->hash), plan->epoch);
-            fetched_ = std::move(plan);
-            fetchedPricing_ = std::move(pricing);
-            ++counters_.plansFetched;
-          } else {
-            ++counters_.plansRejected;
-            RANKMAP_DEBUG(Coll, "rank {}: plan from the agent not offered: {}", rank_, v.reason);
-          }
-        } else {
-          ok = false;
-          fail(fmt::format("GET /v1/plan: HTTP {}: {}", r.status, r.errorText()));
-        }
-      } catch (const InvalidInput& e) {
-        std::lock_guard<std::mutex> g(mu_);
-        ++counters_.plansRejected;
-        RANKMAP_DEBUG(Coll, "rank {}: plan from the agent does not load: {}", rank_, e.what());
-      } catch (const std::exception& e) {
-        ok = false;
-        fail(e.what());
-      }
-    }
+    if (o_.plans && answered && !stopping()) ok = fetchPlan(client, planQuery, inUseOrder) && ok;
     lock.lock();
     if (ok) failStreak_ = 0;
   }
+}
+
+std::optional<int64_t> AgentLink::topologyVersion(HttpClient& client, bool& ok) {
+  try {
+    HttpResponse r = client.get("/v1/health", Deadline::after(kRequestTimeout), 64u << 10);
+    if (r.status != 200) {
+      ok = false;
+      fail(fmt::format("GET /v1/health: HTTP {}: {}", r.status, r.errorText()));
+      return std::nullopt;
+    }
+    const Json doc = parseJson(r.body, "agent health");
+    const std::string source = "GET /v1/health of agent " + o_.agentUrl;
+    JsonReader j(doc, source);
+    j.expectObject();
+    std::optional<JsonReader> v = j.find("topology_version");  // null: no topology yet
+    if (!v) return std::nullopt;
+    return v->integerIn(0, INT64_MAX);
+  } catch (const InvalidInput& e) {
+    RANKMAP_DEBUG(Coll, "rank {}: agent health does not load: {}", rank_, e.what());
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    ok = false;
+    fail(e.what());
+    return std::nullopt;
+  }
+}
+
+bool AgentLink::fetchPlan(HttpClient& client, const std::string& planQuery,
+                          const std::vector<std::string>& inUseOrder) {
+  auto stopping = [&] {
+    std::lock_guard<std::mutex> g(mu_);
+    return stop_;
+  };
+  bool ok = true;
+  try {
+    HttpResponse r = client.get(planQuery, Deadline::after(kRequestTimeout), 64u << 20);
+    if (r.status == 200) {
+      std::optional<Plan> plan =
+          Plan::fromJson(parseJson(r.body, "agent plan"), "plan from agent " + o_.agentUrl);
+      PlanChecks checks;
+      checks.maxAge = o_.maxAge;
+      PlanVote v = planVote(plan, rank_, worldSize_, checks);
+      std::optional<OrderPricing> pricing;
+      if (v.status == PlanStatus::kOk && !stopping())
+        pricing = priceAgainstInUse(client, *plan, inUseOrder);
+      std::lock_guard<std::mutex> g(mu_);
+      if (v.status == PlanStatus::kOk) {
+        if (!fetched_ || fetched_->hash != plan->hash)
+          RANKMAP_DEBUG(Coll, "rank {}: the agent offers plan {} (epoch {})", rank_,
+                        shortPlanHash(plan->hash), plan->epoch);
+        fetched_ = std::move(plan);
+        fetchedPricing_ = std::move(pricing);
+        ++counters_.plansFetched;
+      } else {
+        ++counters_.plansRejected;
+        RANKMAP_DEBUG(Coll, "rank {}: plan from the agent not offered: {}", rank_, v.reason);
+      }
+    } else {
+      ok = false;
+      fail(fmt::format("GET /v1/plan: HTTP {}: {}", r.status, r.errorText()));
+    }
+  } catch (const InvalidInput& e) {
+    std::lock_guard<std::mutex> g(mu_);
+    ++counters_.plansRejected;
+    RANKMAP_DEBUG(Coll, "rank {}: plan from the agent does not load: {}", rank_, e.what());
+  } catch (const std::exception& e) {
+    ok = false;
+    fail(e.what());
+  }
+  return ok;
 }
 
 const Plan* AgentPlanSource::poll(std::chrono::steady_clock::time_point) {

@@ -9,9 +9,11 @@
 //   "collective_s" (time inside collectives in the window), "peers": [{"host", "sent_bytes",
 //   "send_busy_s", "recv_bytes", "recv_busy_s"}]}. The agent
 //   folds them into its drift detection (agent/passive.h).
-// - Plans (AgentPlanSource, with RANKMAP_PLAN_FROM_AGENT): after each report it asks
-//   GET /v1/plan?hosts=...&ranks_per_host=K for the job's hosts in launch order and keeps the
-//   newest plan that passes the start-up checks (world size, age); the vote reads it. When that
+// - Plans (AgentPlanSource, with RANKMAP_PLAN_FROM_AGENT): after each report, and between
+//   reports as soon as the agent's topology version (polled every kVersionPollEvery) is newer
+//   than the plan fetched, it asks GET /v1/plan?hosts=...&ranks_per_host=K for the job's hosts
+//   in launch order and keeps the newest plan that passes the start-up checks (world size,
+//   age); the vote reads it. When that
 //   plan has another order than the plan in use, it asks once more with the hosts in the order
 //   in use: that plan's prediction prices the order in use (OrderPricing, collectives/live_plan.h),
 //   so that judgeSwitch keeps out a newer plan no faster than the order in use.
@@ -86,11 +88,25 @@ class AgentLink {
                                 const std::vector<PeerTraffic>& now);
 
   static constexpr auto kRequestTimeout = std::chrono::milliseconds(2000);
+  // With plans from the agent, between reports: how often the thread asks the agent for its
+  // topology version (GET /v1/health, one row of its store), fetching the plan when it is newer
+  // than the plan fetched. Reports are offered at collective boundaries only, so without this a
+  // plan published during a long collective waited for the next boundary to be fetched and for
+  // the one after it to be voted on (on the testbed after a migration, two 5-second calls).
+  static constexpr auto kVersionPollEvery = std::chrono::milliseconds(1000);
 
  private:
   AgentLink(AgentLinkOptions o, std::string token, int rank, int worldSize, const Plan& start);
   void main();
   void fail(const std::string& what);
+  // Thread only. The agent's latest topology version (nullopt: none yet, or an answer that does
+  // not read: a debug line); a transport or HTTP failure is fail()ed and clears `ok`.
+  std::optional<int64_t> topologyVersion(HttpClient& client, bool& ok);
+  // Thread only. GET /v1/plan (`planQuery`) and, when it passes the checks, keeps it as
+  // fetched_ with its pricing against `inUseOrder`; false on a transport or HTTP failure
+  // (fail()ed).
+  bool fetchPlan(HttpClient& client, const std::string& planQuery,
+                 const std::vector<std::string>& inUseOrder);
   // Thread only. When `candidate` has another order than `inUse` (the plan in use's, empty for
   // none) and is not itself planned from it: GET /v1/plan for the job's hosts in the order in
   // use, whose prediction's input order is the order in use; with the candidate's own

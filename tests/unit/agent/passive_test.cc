@@ -84,6 +84,41 @@ TEST(PassiveLedger, DriftNeedsABaselineAndWindowsInARowTheSameWay) {
   EXPECT_EQ(sum().drifting.size(), 1u);  // faster counts too
 }
 
+// Two windows in a row that span kConfirmSpan confirm a drift (a job whose calls outlast its
+// report interval has long windows); shorter ones need kConfirmWindows; one window never does.
+TEST(PassiveLedger, TwoLongWindowsConfirmADrift) {
+  static_assert(PassiveLedger::kConfirmSpan == 8s && PassiveLedger::kMinConfirmWindows == 2);
+  for (double window : {5.0, 2.0}) {
+    PassiveLedger l("x");
+    auto t = Clock::now();
+    auto add = [&](double mbit) {
+      t += std::chrono::milliseconds(static_cast<int>(window * 1000));
+      Json j = report("x", "y", mbit);
+      j["window_s"] = window;
+      l.add(j, "test", t);
+      return l.summary(t, 0.25, 20s, false).drifting.size();
+    };
+    for (int i = 0; i < 5; ++i) add(400);
+    EXPECT_EQ(add(200), 0u) << window;  // one window
+    if (window == 5.0) {
+      EXPECT_EQ(add(200), 1u);  // two that span 10 s
+    } else {
+      EXPECT_EQ(add(200), 0u);  // two that span 4 s
+      EXPECT_EQ(add(200), 1u);  // three
+    }
+  }
+  // A long window back at the baseline's rate ends the run.
+  PassiveLedger l("x");
+  auto t = Clock::now();
+  for (double mbit : {400, 400, 400, 400, 400, 200, 400, 200}) {
+    t += 5s;
+    Json j = report("x", "y", mbit);
+    j["window_s"] = 5.0;
+    l.add(j, "test", t);
+  }
+  EXPECT_TRUE(l.summary(t, 0.25, 20s, false).drifting.empty());
+}
+
 // The rate is bytes per second inside collectives when the report says it.
 TEST(PassiveLedger, RatesArePerSecondOfCollectives) {
   PassiveLedger l("x");
@@ -247,6 +282,29 @@ Topology linkModelOf4() {
     for (size_t b = 0; b < 4; ++b)
       if (a != b) t.bandwidthMbps.at(a, b) = *t.pathMbps(static_cast<int>(a), static_cast<int>(b));
   return t;
+}
+
+// A backlogged flow that gets what its path carries alone (across an uplink narrower than the
+// host links) patches nothing; the same rate to a rack-mate is the sender's link.
+TEST(PassivePatch, AFlowAtItsPathsRateAcrossANarrowUplinkIsNotPatched) {
+  Topology t = linkModelOf4();
+  t.links->uplinks = {{LinkCapacity{100, 100}, LinkCapacity{100, 100}}};
+  for (size_t a = 0; a < 4; ++a)
+    for (size_t b = 0; b < 4; ++b)
+      if (a != b) t.bandwidthMbps.at(a, b) = *t.pathMbps(static_cast<int>(a), static_cast<int>(b));
+  ASSERT_NEAR(*t.bandwidthMbps.at(1, 2), 100, 0.01);
+  const std::map<std::string, double> busy = {
+      {"h0", 0.02}, {"h1", 0.85}, {"h2", 0.01}, {"h3", 0.03}};
+  std::vector<std::string> notes;
+  EXPECT_FALSE(patchBacklogged(t, {{"h1", "h2", 97, 0.9}}, busy, 0.25, notes));
+  EXPECT_TRUE(notes.empty());
+  auto patched = patchBacklogged(t, {{"h1", "h0", 97, 0.9}}, busy, 0.25, notes);
+  ASSERT_TRUE(patched);
+  EXPECT_NEAR(patched->links->hosts[1].outMbps, 97, 0.01);
+  // Below what the path carries alone: the sender's link again.
+  patched = patchBacklogged(t, {{"h1", "h2", 48, 0.9}}, busy, 0.25, notes);
+  ASSERT_TRUE(patched);
+  EXPECT_NEAR(patched->links->hosts[1].outMbps, 48, 0.01);
 }
 
 TEST(PassivePatch, ABackloggedSenderSlowerThanItsLinkIsPatched) {
@@ -952,6 +1010,75 @@ TEST(PassiveEngine, RefusedReportsDoNotKeepThePlansAway) {
     EXPECT_EQ(stats[r].planSwitches, 1u) << "rank " << r;
     EXPECT_GT(refused[r], 0u) << "rank " << r;
   }
+}
+
+// Between reports (a job whose collectives outlast RANKMAP_PASSIVE_REPORT reports only at their
+// boundaries) a link polls its agent's topology version and fetches the plan as soon as the
+// version is newer than its plan, once per version. Here no report is due after the first
+// (reportEvery 1 h); a stand-in agent publishes version 3 after the first plan was fetched.
+TEST(PassiveEngine, ANewerTopologyVersionIsFetchedBetweenReports) {
+  const std::vector<std::string> names = {"h0", "h1"};
+  std::mutex mu;
+  int64_t version = 1;
+  std::vector<Plan> plans;
+  for (int64_t epoch : {1, 3}) {
+    Plan p = rankmap::testing::orderedPlan(
+        names, epoch == 1 ? names : std::vector<std::string>{"h1", "h0"});
+    p.epoch = epoch;
+    p.seal();
+    plans.push_back(p);
+  }
+  std::atomic<int> healthAsked{0}, planAsked{0};
+  httplib::Server server;
+  server.Post("/v1/observations", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{}", "application/json");
+  });
+  server.Get("/v1/health", [&](const httplib::Request&, httplib::Response& res) {
+    ++healthAsked;
+    std::lock_guard<std::mutex> lock(mu);
+    res.set_content(Json{{"status", "ok"}, {"topology_version", version}}.dump(),
+                    "application/json");
+  });
+  server.Get("/v1/plan", [&](const httplib::Request&, httplib::Response& res) {
+    ++planAsked;
+    std::lock_guard<std::mutex> lock(mu);
+    res.set_content(plans[version == 1 ? 0 : 1].dump(), "application/json");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&] { server.listen_after_bind(); });
+  TempDir dir;
+  coll::AgentLinkOptions o;
+  o.agentUrl = fmt::format("http://127.0.0.1:{}", port);
+  o.tokenFile = dir.write("token", std::string(kToken) + "\n");
+  o.reportEvery = 1h;
+  o.plans = true;
+  Plan start = Plan::identity(names);
+  start.seal();
+  auto link = coll::AgentLink::make(o, 0, 2, start);
+  ASSERT_NE(link, nullptr);
+  auto waitForEpoch = [&](int64_t epoch) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < until) {
+      if (auto p = link->latestPlan(); p && p->epoch == epoch) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  };
+  EXPECT_TRUE(waitForEpoch(1));  // the first report's fetch
+  std::this_thread::sleep_for(coll::AgentLink::kVersionPollEvery * 2.5);
+  EXPECT_EQ(planAsked.load(), 1);  // the same version is not fetched again
+  EXPECT_GE(healthAsked.load(), 2);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    version = 3;
+  }
+  EXPECT_TRUE(waitForEpoch(3));
+  EXPECT_EQ(link->counters().plansFetched, 2u);
+  EXPECT_EQ(link->counters().reportsSent, 1u);
+  link.reset();
+  server.stop();
+  serving.join();
 }
 
 }  // namespace
