@@ -215,10 +215,6 @@ void AgentLink::main() {
   }
   const std::string planQuery = agentPlanPath(hosts_, ranksPerHost_);
   int64_t triedVersion = 0;  // the topology version whose plan the last version poll fetched
-  auto stopping = [&] {
-    std::lock_guard<std::mutex> g(mu_);
-    return stop_;
-  };
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     auto woken = [&] { return stop_ || pending_.has_value(); };
@@ -282,6 +278,11 @@ void AgentLink::main() {
   }
 }
 
+bool AgentLink::stopping() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_;
+}
+
 std::optional<int64_t> AgentLink::topologyVersion(HttpClient& client, bool& ok) {
   try {
     HttpResponse r = client.get("/v1/health", Deadline::after(kRequestTimeout), 64u << 10);
@@ -309,10 +310,6 @@ std::optional<int64_t> AgentLink::topologyVersion(HttpClient& client, bool& ok) 
 
 bool AgentLink::fetchPlan(HttpClient& client, const std::string& planQuery,
                           const std::vector<std::string>& inUseOrder) {
-  auto stopping = [&] {
-    std::lock_guard<std::mutex> g(mu_);
-    return stop_;
-  };
   bool ok = true;
   try {
     HttpResponse r = client.get(planQuery, Deadline::after(kRequestTimeout), 64u << 20);

@@ -99,6 +99,9 @@ class AgentLink {
   AgentLink(AgentLinkOptions o, std::string token, int rank, int worldSize, const Plan& start);
   void main();
   void fail(const std::string& what);
+  // Whether the destructor asked the thread to stop: looked at between requests, so that the
+  // destructor waits for one request (kRequestTimeout) at most, not a cycle's.
+  bool stopping() const;
   // Thread only. The agent's latest topology version (nullopt: none yet, or an answer that does
   // not read: a debug line); a transport or HTTP failure is fail()ed and clears `ok`.
   std::optional<int64_t> topologyVersion(HttpClient& client, bool& ok);
