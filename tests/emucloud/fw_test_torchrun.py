@@ -38,7 +38,9 @@ def extra(p):
 def run_job(args, tb, work, name, rankmap_args):
     logdir = os.path.join(work, name)
     cmd = [os.path.join(kHere, "fw_torchrun_all"), "--emucloud", args.emucloud, "--prefix",
-           kPrefix, "--timeout", "300", "--env", "GLOO_SOCKET_IFNAME=eth0", "--logdir", logdir]
+           kPrefix, "--timeout", "300", "--env", "GLOO_SOCKET_IFNAME=eth0",
+           # torchrun keeps a torchelastic_* log folder under TMPDIR: the test's, removed with it.
+           "--env", f"TMPDIR={work}", "--logdir", logdir]
     cmd += rankmap_args
     train = [os.path.join(kHere, "fw_ddp_train.py"), "--steps", str(args.steps)]
     # The plain run carries the user's workaround for torch 1.13 on Python 3.11; the rankmap

@@ -33,9 +33,11 @@ def check(cond, msg):
 
 
 def clean_env(home):
-    """This environment without any RANKMAP_* variable, HOME without a ~/.rankmap.conf."""
+    """This environment without any RANKMAP_* variable, HOME without a ~/.rankmap.conf, TMPDIR
+    the test's folder (torchrun leaves a torchelastic_* log folder there)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RANKMAP_")}
     env["HOME"] = home
+    env["TMPDIR"] = home
     return env
 
 
