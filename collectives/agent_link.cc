@@ -269,9 +269,8 @@ void AgentLink::main() {
       lastNs = nowNs;
     }
     // A report the agent refused (4xx/5xx) does not keep the plans away; an agent that did not
-    // answer at all is not asked again in this cycle.
-    // The communicator's destructor waits for this thread: between requests it looks whether it
-    // is stopping, so that the wait is at most one request (kRequestTimeout), not a cycle's.
+    // answer at all is not asked again in this cycle. Between requests it looks whether it is
+    // stopping (stopping()).
     if (o_.plans && answered && !stopping()) ok = fetchPlan(client, planQuery, inUseOrder) && ok;
     lock.lock();
     if (ok) failStreak_ = 0;
