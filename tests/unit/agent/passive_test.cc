@@ -4,9 +4,12 @@
 // agents make, every call checked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <fstream>
 #include <functional>
 #include <mutex>
+#include <random>
 #include <regex>
 #include <thread>
 
@@ -547,9 +550,30 @@ TEST(PassiveLedger, BadReportsNameTheField) {
   EXPECT_EQ(l.reports(), 0u);
 }
 
-uint16_t freePort() {
-  Listener l = Listener::bind(resolve("127.0.0.1", 0, Lookup::kNumericOnly));
-  return l.port();
+// `n` distinct loopback ports free now, for a hosts file written before the agents bind them.
+// Each is held until all are picked (picked one by one and closed, two were the same: CI
+// 2026-11-29), from below the ephemeral range (ip_local_port_range), which bind(0) and outgoing
+// connections draw from, so that no other socket takes one before its agent binds it (as
+// tests/unit/cli/bench_launch_test.py picks its ports).
+std::vector<uint16_t> freePorts(size_t n) {
+  int low = 0;
+  if (!(std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low) || low < 2048) low = 32768;
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> pick(std::max(1025, low - 12000), std::max(1025, low - 1));
+  std::vector<Listener> held;
+  std::vector<uint16_t> ports;
+  for (int tries = 0; ports.size() < n && tries < 1000; ++tries) {
+    const auto port = static_cast<uint16_t>(pick(rng));
+    if (std::find(ports.begin(), ports.end(), port) != ports.end()) continue;
+    try {
+      held.push_back(Listener::bind(resolve("127.0.0.1", port, Lookup::kNumericOnly)));
+      ports.push_back(port);
+    } catch (const SystemError&) {  // in use: another
+    }
+  }
+  if (ports.size() < n)
+    throw std::runtime_error("no free loopback ports below the ephemeral range");
+  return ports;
 }
 
 struct Bed {
@@ -561,11 +585,9 @@ struct Bed {
   // Agents named `names` with a hosts file of them all, the first the coordinator.
   explicit Bed(const std::vector<std::string>& names) {
     std::string hosts;
-    std::vector<uint16_t> ports;
-    for (const auto& n : names) {
-      ports.push_back(freePort());
-      hosts += fmt::format("{} 127.0.0.1:{}\n", n, ports.back());
-    }
+    const std::vector<uint16_t> ports = freePorts(names.size());
+    for (size_t i = 0; i < names.size(); ++i)
+      hosts += fmt::format("{} 127.0.0.1:{}\n", names[i], ports[i]);
     std::string hostsFile = dir.write("hosts", hosts);
     for (size_t i = 0; i < names.size(); ++i) {
       AgentConfig c;
