@@ -103,6 +103,7 @@ void Coordinator::runTasks(std::vector<Task>& tasks) {
   }
   probe::RetryPolicy retry;
   retry.connectTimeout = opts_.connectTimeout;
+  cost_.requests += requests.size();
   auto outcomes = probe::requestAll(requests, key_, self_, retry);
   for (size_t k = 0; k < outcomes.size(); ++k) {
     Task& t = tasks[which[k]];

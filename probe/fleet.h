@@ -41,6 +41,7 @@ struct FleetCost {
   uint64_t bandwidthFlows = 0;  // bandwidth measurements made (one per flow)
   uint64_t trials = 0;          // bandwidth calls (sets of concurrent flows)
   double bulkBytes = 0;         // bytes moved by bandwidth probes
+  uint64_t requests = 0;        // control requests the coordinator sent (each answered or not)
 };
 
 class Fleet {

@@ -26,6 +26,11 @@
 //   --agent-cores  the cores the testbed's agents share (the topology push's CPU; default 2)
 //   --order      also score the ring in this order of VM indices (the testbed's plan)
 //   --json       one JSON object instead of the table
+//
+// With --scenario, one scenario (tests/sim/scenario.h: its keys, defaults and scoring), printed
+// as one JSON line:
+//
+//   probe_scale_bench --scenario [KEY=VALUE ...]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,6 +41,7 @@
 #include <vector>
 
 #include "agent/topology_push.h"
+#include "common/error.h"
 #include "common/json.h"
 #include "probe/recheck.h"
 #include "probe/round.h"
@@ -44,6 +50,7 @@
 #include "reorder/hierarchy.h"
 #include "reorder/planner.h"
 #include "tests/sim/datacenter.h"
+#include "tests/sim/scenario.h"
 #include "tests/sim/sim_fleet.h"
 
 namespace {
@@ -432,6 +439,16 @@ void emucloudRun(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--scenario") {
+    try {
+      auto sc = rankmap::sim::Scenario::parse(std::vector<std::string>(argv + 2, argv + argc));
+      std::printf("%s\n", rankmap::sim::runScenario(sc).line().c_str());
+    } catch (const rankmap::InvalidInput& e) {
+      std::fprintf(stderr, "probe_scale_bench: %s\n", e.what());
+      return 2;
+    }
+    return 0;
+  }
   Args args = parseArgs(argc, argv);
   if (args.shape.empty())
     scaleTable(args);

@@ -28,9 +28,29 @@ Datacenter::Datacenter(DatacenterSpec spec) : spec_(std::move(spec)), rng_(spec_
   if (s.rackUplinkMbps < 0)
     RANKMAP_THROW(InvalidInput, "datacenter spec: rackUplinkMbps {} (expected >= 0)",
                   s.rackUplinkMbps);
-  const int racks = s.pods * s.racksPerPod;
+  if (!(s.hostJitterUs >= 0) || !(s.sampleJitterUs >= 0))
+    RANKMAP_THROW(InvalidInput, "datacenter spec: jitter {} / {} us (expected >= 0)",
+                  s.hostJitterUs, s.sampleJitterUs);
+  if (!(s.uplinkDownFactor > 0 && s.uplinkDownFactor <= 1))
+    RANKMAP_THROW(InvalidInput, "datacenter spec: uplinkDownFactor {} (expected in (0, 1])",
+                  s.uplinkDownFactor);
+  if (s.rackPod.empty()) {
+    pods_ = s.pods;
+    for (int r = 0; r < s.pods * s.racksPerPod; ++r) rackPod_.push_back(r / s.racksPerPod);
+  } else {
+    pods_ = *std::max_element(s.rackPod.begin(), s.rackPod.end()) + 1;
+    std::vector<char> used(static_cast<size_t>(std::max(pods_, 0)), 0);
+    for (int p : s.rackPod) {
+      if (p < 0)
+        RANKMAP_THROW(InvalidInput, "datacenter spec: rackPod has pod {} (expected >= 0)", p);
+      used[static_cast<size_t>(p)] = 1;
+    }
+    if (std::find(used.begin(), used.end(), 0) != used.end())
+      RANKMAP_THROW(InvalidInput, "datacenter spec: rackPod leaves a pod empty");
+    rackPod_ = s.rackPod;
+  }
+  const int racks = static_cast<int>(rackPod_.size());
   std::vector<int> rackSize(static_cast<size_t>(racks));
-  for (int r = 0; r < racks; ++r) rackPod_.push_back(r / s.racksPerPod);
   if (s.rackOfHost.empty()) {
     for (int r = 0; r < racks; ++r) {
       rackSize[static_cast<size_t>(r)] =
@@ -56,7 +76,7 @@ Datacenter::Datacenter(DatacenterSpec spec) : spec_(std::move(spec)), rng_(spec_
       RANKMAP_THROW(InvalidInput, "datacenter spec: deadHosts has {} (expected 0..{})", h, n - 1);
     alive_[static_cast<size_t>(h)] = 0;
   }
-  linkMbps_.assign(2 * (n + static_cast<size_t>(racks) + static_cast<size_t>(s.pods)), 0);
+  linkMbps_.assign(2 * (n + static_cast<size_t>(racks) + static_cast<size_t>(pods_)), 0);
   std::vector<double> hostRate(n, s.hostMbps);
   for (auto [h, f] : s.slowHosts) {
     if (h < 0 || static_cast<size_t>(h) >= n || !(f > 0 && f <= 1))
@@ -67,17 +87,36 @@ Datacenter::Datacenter(DatacenterSpec spec) : spec_(std::move(spec)), rng_(spec_
     hostRate[static_cast<size_t>(h)] = s.hostMbps * f;
   }
   for (size_t h = 0; h < n; ++h) linkMbps_[2 * h] = linkMbps_[2 * h + 1] = hostRate[h];
-  std::vector<double> podSum(static_cast<size_t>(s.pods), 0);
+  // Pods are sized from their racks' designed uplinks; a thinned uplink is a fault of its rack.
+  std::vector<double> podSum(static_cast<size_t>(pods_), 0);
   for (int r = 0; r < racks; ++r) {
     double up = s.rackUplinkMbps > 0
                     ? s.rackUplinkMbps
                     : rackSize[static_cast<size_t>(r)] * s.hostMbps / s.rackOversubscription;
-    linkMbps_[rackUp(r)] = linkMbps_[rackUp(r) + 1] = up;
+    linkMbps_[rackUp(r)] = up;
+    linkMbps_[rackUp(r) + 1] = up * s.uplinkDownFactor;
     podSum[static_cast<size_t>(rackPod_[static_cast<size_t>(r)])] += up;
   }
-  for (int p = 0; p < s.pods; ++p)
-    linkMbps_[podUp(p)] = linkMbps_[podUp(p) + 1] =
-        podSum[static_cast<size_t>(p)] / s.podOversubscription;
+  for (int p = 0; p < pods_; ++p) {
+    linkMbps_[podUp(p)] = podSum[static_cast<size_t>(p)] / s.podOversubscription;
+    linkMbps_[podUp(p) + 1] = linkMbps_[podUp(p)] * s.uplinkDownFactor;
+  }
+  for (auto [r, f] : s.thinRacks) {
+    if (r < 0 || r >= racks || !(f > 0 && f <= 1))
+      RANKMAP_THROW(InvalidInput,
+                    "datacenter spec: thinRacks has ({}, {}) (expected a rack 0..{} and a factor "
+                    "in (0, 1])",
+                    r, f, racks - 1);
+    linkMbps_[rackUp(r)] *= f;
+    linkMbps_[rackUp(r) + 1] *= f;
+  }
+  // A generator of its own, so that jitter leaves the other readings of a seed as they were.
+  std::mt19937_64 jitter(s.seed ^ 0x6a09e667f3bcc909ull);
+  std::uniform_real_distribution<double> delay(0, s.hostJitterUs);
+  hostDelayUs_.assign(n, 0);
+  if (s.hostJitterUs > 0)
+    for (double& d : hostDelayUs_) d = delay(jitter);
+  jitterRng_.seed(jitter());
   std::vector<int> live;
   for (size_t h = 0; h < n; ++h)
     if (alive_[h]) live.push_back(static_cast<int>(h));
@@ -150,12 +189,20 @@ std::vector<std::optional<double>> Datacenter::measure(
   return out;
 }
 
-std::optional<double> Datacenter::rttUs(int a, int b) {
-  if (!alive(a) || !alive(b)) return std::nullopt;
+double Datacenter::oneWayUs(int a, int b) const {
   double oneWay = 2 * spec_.hostLatencyUs;
   if (rackOf(a) != rackOf(b)) oneWay += 2 * spec_.rackLatencyUs;
   if (podOf(a) != podOf(b)) oneWay += 2 * spec_.podLatencyUs;
-  return noisy(2 * oneWay);
+  return oneWay;
+}
+
+std::optional<double> Datacenter::rttUs(int a, int b) {
+  if (!alive(a) || !alive(b)) return std::nullopt;
+  double rtt = noisy(2 * oneWayUs(a, b));
+  rtt += hostDelayUs_[static_cast<size_t>(a)] + hostDelayUs_[static_cast<size_t>(b)];
+  if (spec_.sampleJitterUs > 0)
+    rtt += std::uniform_real_distribution<double>(0, spec_.sampleJitterUs)(jitterRng_);
+  return rtt;
 }
 
 std::vector<double> Datacenter::pingStalls() {

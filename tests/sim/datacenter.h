@@ -11,7 +11,9 @@
 // background tenants' flows, through the one model the planner and the probe use
 // (common/maxmin.h); each reading is then scaled by an independent factor in
 // [1 - noise, 1 + noise]. Round trips add the latency of each tier crossed, with the same noise.
-// Dead hosts answer nothing; slow hosts have a slower host link.
+// Dead hosts answer nothing; slow hosts have a slower host link. A round trip may also carry
+// VM jitter: a fixed extra delay per host (its virtualisation stack) and a random extra delay per
+// sample (scheduling), so that small latency tiers do not show as clean steps.
 //
 // Deterministic: the same spec and the same sequence of calls give the same readings. One thread
 // uses a Datacenter at a time.
@@ -36,6 +38,9 @@ struct DatacenterSpec {
   // When not empty: the rack of each host (0 .. pods x racksPerPod - 1, every rack used), in
   // place of hostsPerRack.
   std::vector<int> rackOfHost;
+  // When not empty (with rackOfHost): the pod of each rack (0 .. pods - 1, every pod used), in
+  // place of pods x racksPerPod: pods of unequal sizes.
+  std::vector<int> rackPod;
   double hostMbps = 1000;
   double rackOversubscription = 4;  // 1 = full bisection
   double rackUplinkMbps = 0;        // > 0: every rack's uplink, in place of the oversubscription
@@ -44,6 +49,10 @@ struct DatacenterSpec {
   double rackLatencyUs = 10;  // one way, rack switch to pod switch
   double podLatencyUs = 20;   // one way, pod switch to core
   double noise = 0.1;         // readings scaled by a factor in [1 - noise, 1 + noise]
+  // Round trips: every host adds a fixed delay drawn once from [0, hostJitterUs] to each round
+  // trip it takes part in, and every sample an extra delay drawn from [0, sampleJitterUs].
+  double hostJitterUs = 0;
+  double sampleJitterUs = 0;
   // Share of hosts stalled during one latency step (an agent not scheduled for a while on a
   // busy machine): every round trip of such a host in that step is 2x to 40x slower. The
   // emulated cloud's flat round trips show such stalls, which can open a gap in the sorted
@@ -52,6 +61,9 @@ struct DatacenterSpec {
   std::vector<int> deadHosts;
   std::vector<std::pair<int, double>> slowHosts;  // host, factor on its host link (0.5 = half)
   int backgroundFlows = 0;  // other tenants' long flows between random live hosts
+  std::vector<std::pair<int, double>> thinRacks;  // rack, factor on its uplink (both directions)
+  double uplinkDownFactor = 1;  // the downward direction of every rack and pod uplink carries
+                                // this factor of the upward one (asymmetric links)
   uint64_t seed = 1;
 };
 
@@ -62,6 +74,7 @@ class Datacenter {
 
   size_t hosts() const { return rackOf_.size(); }
   int racks() const { return static_cast<int>(rackPod_.size()); }
+  int pods() const { return pods_; }
   int rackOf(int host) const { return rackOf_[static_cast<size_t>(host)]; }
   int podOf(int host) const { return rackPod_[static_cast<size_t>(rackOf(host))]; }
   bool alive(int host) const { return alive_[static_cast<size_t>(host)] != 0; }
@@ -85,6 +98,13 @@ class Datacenter {
   }
   double rackUplinkMbps(int rack) const { return linkMbps_[rackUp(rack)]; }
   double podUplinkMbps(int pod) const { return linkMbps_[podUp(pod)]; }
+  // Each direction of each link: out = away from the host or group (up), in = towards it.
+  double hostOutMbps(int host) const { return linkMbps_[hostUp(host)]; }
+  double hostInMbps(int host) const { return linkMbps_[hostUp(host) + 1]; }
+  double rackInMbps(int rack) const { return linkMbps_[rackUp(rack) + 1]; }
+  double podInMbps(int pod) const { return linkMbps_[podUp(pod) + 1]; }
+  // The one-way latency a -> b without jitter or noise (half the ideal round trip).
+  double oneWayUs(int a, int b) const;
 
   // Changes to the world between calls, for re-probe tests: a rack uplink's capacity (both
   // directions), a host that dies or comes back, a host moved to another rack (its links stay;
@@ -108,6 +128,9 @@ class Datacenter {
   std::vector<char> alive_;
   std::vector<double> linkMbps_;  // per directed link
   std::vector<std::pair<int, int>> background_;
+  std::vector<double> hostDelayUs_;  // each host's fixed round-trip delay (hostJitterUs)
+  std::mt19937_64 jitterRng_;        // sampleJitterUs
+  int pods_ = 0;
   std::mt19937_64 rng_;
 };
 

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "common/error.h"
 
 namespace rankmap::sim {
@@ -166,6 +169,62 @@ TEST(Datacenter, ThousandsOfHosts) {
   size_t answered = 0;
   for (auto& v : r) answered += v.has_value();
   EXPECT_EQ(answered, round.size() - 3);  // from 0, from 1000, and 2046 -> 4095
+}
+
+// Pods of unequal sizes, thinned and asymmetric uplinks.
+TEST(Datacenter, UnequalPodsThinnedAndAsymmetricUplinks) {
+  DatacenterSpec s = quiet();
+  s.rackOfHost = {0, 0, 1, 1, 2, 2};
+  s.rackPod = {0, 0, 1};  // pod 0: racks 0 and 1; pod 1: rack 2
+  s.rackUplinkMbps = 100;
+  s.thinRacks = {{1, 0.5}};
+  s.uplinkDownFactor = 0.8;
+  Datacenter dc(s);
+  EXPECT_EQ(dc.pods(), 2);
+  EXPECT_EQ(dc.podOf(3), 0);
+  EXPECT_EQ(dc.podOf(4), 1);
+  EXPECT_DOUBLE_EQ(dc.rackUplinkMbps(0), 100);
+  EXPECT_DOUBLE_EQ(dc.rackInMbps(0), 80);
+  EXPECT_DOUBLE_EQ(dc.rackUplinkMbps(1), 50);  // thinned
+  EXPECT_DOUBLE_EQ(dc.rackInMbps(1), 40);
+  EXPECT_DOUBLE_EQ(dc.podUplinkMbps(0), 100);  // (100 + 100) / 2: designed, not thinned
+  EXPECT_DOUBLE_EQ(dc.podInMbps(0), 80);
+  EXPECT_DOUBLE_EQ(*dc.measure({{2, 0}})[0], 50);  // out of the thinned rack
+  EXPECT_DOUBLE_EQ(*dc.measure({{0, 2}})[0], 40);  // into it
+  s.rackPod = {0, 2, 2};
+  EXPECT_THROW(Datacenter{s}, InvalidInput);  // pod 1 empty
+  s.rackPod = {0, 0, 1};
+  s.thinRacks = {{3, 0.5}};
+  EXPECT_THROW(Datacenter{s}, InvalidInput);
+  s.thinRacks = {};
+  s.uplinkDownFactor = 0;
+  EXPECT_THROW(Datacenter{s}, InvalidInput);
+}
+
+// VM jitter: a fixed delay per host and a random one per sample, both bounded; the ideal one-way
+// latency stays what the tiers say.
+TEST(Datacenter, JitterDelaysRoundTripsWithinItsBounds) {
+  DatacenterSpec s = quiet();
+  s.hostJitterUs = 4;
+  s.sampleJitterUs = 2;
+  Datacenter dc(s);
+  EXPECT_DOUBLE_EQ(dc.oneWayUs(0, 1), 10);
+  double lo = 1e9, hi = 0;
+  for (int i = 0; i < 500; ++i) {
+    double v = *dc.rttUs(0, 1);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  EXPECT_GE(lo, 20);
+  EXPECT_LE(hi, 20 + 2 * 4 + 2);
+  EXPECT_GT(hi - lo, 1);  // samples vary
+  // Another host pair carries other fixed delays: its floor differs.
+  double lo2 = 1e9;
+  for (int i = 0; i < 500; ++i) lo2 = std::min(lo2, *dc.rttUs(2, 3));
+  EXPECT_NE(std::round(lo * 10), std::round(lo2 * 10));
+  // Without jitter, readings of a seed are those of a spec without the fields.
+  Datacenter plain(quiet()), zero(quiet());
+  EXPECT_EQ(*plain.rttUs(0, 8), *zero.rttUs(0, 8));
 }
 
 TEST(Datacenter, BadSpecsNameTheField) {

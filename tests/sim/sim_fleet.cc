@@ -22,6 +22,8 @@ std::vector<bool> SimFleet::alive(Deadline) {
     up[h] = dc_.alive(static_cast<int>(h));
     anyDead |= !up[h];
   }
+  // The coordinator's hellos: one per host, and one more to each host that did not answer.
+  cost_.requests += size() + static_cast<size_t>(std::count(up.begin(), up.end(), false));
   cost_.seconds += (timing_.callOverheadMs + (anyDead ? timing_.deadHostMs : 0)) / 1000;
   return up;
 }
@@ -46,6 +48,7 @@ std::vector<probe::Outcome<LatencyStats>> SimFleet::latency(
       if (i >= opts.warmup) samples.push_back(std::round(*rtt * 1000) / 1000);
     }
     ++cost_.latencyPairs;
+    ++cost_.requests;
     if (samples.empty()) {
       out[k].culprit = dc_.alive(a) ? b : a;
       out[k].asked = !dc_.alive(a);
@@ -70,6 +73,7 @@ std::vector<probe::Outcome<double>> SimFleet::bandwidth(const std::vector<probe:
   double longestMs = 0;
   for (size_t k = 0; k < flows.size(); ++k) {
     ++cost_.bandwidthFlows;
+    ++cost_.requests;
     if (!rates[k]) {
       out[k].culprit = dc_.alive(flows[k].first) ? flows[k].second : flows[k].first;
       out[k].asked = !dc_.alive(flows[k].first);
@@ -99,19 +103,21 @@ Topology truthTopology(const Datacenter& dc, const SimFleet& fleet) {
   TopologyLinks links;
   links.hostLatencyUs = spec.hostLatencyUs;
   links.uplinkLatencyUs = {spec.rackLatencyUs, spec.podLatencyUs};
-  for (size_t h = 0; h < dc.hosts(); ++h) links.hosts.push_back({spec.hostMbps, spec.hostMbps});
+  for (size_t h = 0; h < dc.hosts(); ++h)
+    links.hosts.push_back(
+        {dc.hostOutMbps(static_cast<int>(h)), dc.hostInMbps(static_cast<int>(h))});
   HierarchyLevel racks{"rack", 1, {}}, pods{"pod", 1, {}};
   racks.groups.resize(static_cast<size_t>(dc.racks()));
-  pods.groups.resize(static_cast<size_t>(spec.pods));
+  pods.groups.resize(static_cast<size_t>(dc.pods()));
   for (size_t h = 0; h < dc.hosts(); ++h) {
     racks.groups[static_cast<size_t>(dc.rackOf(static_cast<int>(h)))].push_back(t.hosts[h].name);
     pods.groups[static_cast<size_t>(dc.podOf(static_cast<int>(h)))].push_back(t.hosts[h].name);
   }
   links.uplinks.resize(2);
   for (int r = 0; r < dc.racks(); ++r)
-    links.uplinks[0].push_back({dc.rackUplinkMbps(r), dc.rackUplinkMbps(r)});
-  for (int p = 0; p < spec.pods; ++p)
-    links.uplinks[1].push_back({dc.podUplinkMbps(p), dc.podUplinkMbps(p)});
+    links.uplinks[0].push_back({dc.rackUplinkMbps(r), dc.rackInMbps(r)});
+  for (int p = 0; p < dc.pods(); ++p)
+    links.uplinks[1].push_back({dc.podUplinkMbps(p), dc.podInMbps(p)});
   t.groups = {racks, pods};
   t.links = std::move(links);
   return t;
