@@ -1,5 +1,7 @@
 #include "probe/contention.h"
 
+#include "probe/partition.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -10,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/maxmin.h"
+#include "probe/partition.h"
 
 namespace rankmap::probe {
 namespace {
@@ -31,10 +34,6 @@ std::vector<int> normalize(const std::vector<int>& g) {
     out[i] = it->second;
   }
   return out;
-}
-
-int groupCountOf(const std::vector<int>& g) {
-  return g.empty() ? 0 : *std::max_element(g.begin(), g.end()) + 1;
 }
 
 class Fitter {
@@ -87,7 +86,7 @@ class Fitter {
     m.groupOf = groupOf;
     m.hostOut = hostOut_;
     m.hostIn = hostIn_;
-    auto groups = static_cast<size_t>(groupCountOf(groupOf));
+    auto groups = static_cast<size_t>(probe::groupCount(groupOf));
     size_t trials = trials_.size();
     // Per trial and group: aggregate out/in and whether a flow through it slowed down.
     // Flat arrays indexed [t * groups + g]; reused across calls of this thread.
@@ -270,7 +269,7 @@ double Inference::confidence() const {
   return std::clamp((baselineError - error) / baselineError, 0.0, 1.0);
 }
 
-int Inference::groupCount() const { return groupCountOf(model.groupOf); }
+int Inference::groupCount() const { return probe::groupCount(model.groupOf); }
 
 Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const InferOptions& opts) {
   Fitter fit(n, trials);
@@ -393,9 +392,8 @@ Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const Inf
 
   // Every partition with two of part's groups merged: the best one replaces (bestPart,
   // bestErr) if its error is lower.
-  auto tryMerges = [&](const std::vector<int>& part, double& bestErr,
-                       std::vector<int>& bestPart) {
-    int groups = groupCountOf(part);
+  auto tryMerges = [&](const std::vector<int>& part, double& bestErr, std::vector<int>& bestPart) {
+    int groups = probe::groupCount(part);
     for (int a = 0; a < groups; ++a)
       for (int b = a + 1; b < groups; ++b) {
         auto cand = part;
@@ -419,7 +417,7 @@ Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const Inf
     // Local search: the best single move (one host to another group or alone, or two groups
     // merged) while it gains more than the noise allowance.
     while (search && !outOfTime()) {
-      int groups = groupCountOf(part);
+      int groups = probe::groupCount(part);
       double moveErr = err;
       std::vector<int> movePart;
       for (int h = 0; h < n; ++h) {
@@ -458,8 +456,8 @@ Inference inferGroups(int n, const std::vector<ObservedTrial>& trials, const Inf
     // The best fit wins; fits within the noise allowance of each other are told apart by the
     // number of groups (fewer: simpler).
     bool better = bestPart.empty() || err < bestErr - 0.5 * minGain;
-    bool tie =
-        std::fabs(err - bestErr) <= 0.5 * minGain && groupCountOf(part) < groupCountOf(bestPart);
+    bool tie = std::fabs(err - bestErr) <= 0.5 * minGain &&
+               probe::groupCount(part) < probe::groupCount(bestPart);
     if (better || tie) {
       bestErr = err;
       bestPart = part;
