@@ -3,15 +3,45 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "common/deadline.h"
+
 namespace rankmap {
 
-// Writes `content` to `path` atomically: a temporary file in the same directory, fsync, rename,
-// fsync of the directory. Readers see the old file or the new one, never a torn one.
-// Throws IoError naming the path.
+// How long writeFileAtomic waits, by default, for a FIFO's reader to open it and to take every
+// byte (and for a character device to take them): a shell's `cat FIFO &` started just before or
+// just after rankmap has that long to come.
+inline constexpr std::chrono::seconds kOutputWait{30};
+
+// The one writer of every file rankmap makes for a user or for itself (plan --out, show --svg,
+// export -o, Topology::save, Plan::save, run directories, metrics). What happens depends on what
+// `path` names when it is called:
+//  - nothing, or a regular file: the content goes to a temporary file in the same folder, fsync,
+//    rename over `path`, fsync of the folder. Readers see the old file or the new one, never a
+//    torn one. A new file gets `mode` (less the umask). A replaced file keeps its permission bits
+//    (what users expect of a save), except that a `mode` with no group or other bits (a secret,
+//    0600) is never widened by them. Ownership is that of the writing process. The temporary
+//    file is hidden (`.NAME.rankmap-RANDOM`) and removed on every failure.
+//  - a symlink: followed to its final target, which is replaced as above, so the link stays a
+//    link; a dangling link's target is created. /dev/stdout naming a regular file replaces it.
+//  - a character device or a FIFO (/dev/null, a terminal, `mkfifo`, /dev/stdout into a pipe):
+//    never renamed over; the content is written in place (opened without creating or
+//    truncating; no fsync). A FIFO must get a reader by `deadline` (no reader: TimeoutError),
+//    and the reader must take every byte by `deadline` (TimeoutError); a reader that closes
+//    early is an IoError, and its SIGPIPE is caught in this thread and discarded (the process's
+//    signal dispositions are left alone: this code also runs inside other people's processes).
+//  - a block device, a socket or a folder: refused (IoError), nothing is written. Writing a plan
+//    onto a disk is never meant; a socket cannot be opened as a file.
+// Errors name `path` as the user gave it (and the link's target when they differ), never the
+// temporary file, with the reason and, where known, the fix (a missing folder, a folder without
+// write permission).
+void writeFileAtomic(const std::string& path, std::string_view content, int mode,
+                     Deadline deadline);
+// The same with a deadline of kOutputWait from now (it matters only for FIFOs and devices).
 void writeFileAtomic(const std::string& path, std::string_view content, int mode = 0644);
 
 // Reads a whole file; throws IoError naming the path. Refuses files larger than maxBytes.
