@@ -1,11 +1,15 @@
 // `rankmap plan`, `rankmap show` and `rankmap export` as a user runs them: the built binary on the
 // fixtures.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -13,6 +17,7 @@
 
 #include "common/json.h"
 #include "common/plan.h"
+#include "tests/unit/common/fifo_reader.h"
 #include "tests/unit/reorder/test_util.h"
 
 namespace rankmap::cli {
@@ -197,6 +202,84 @@ TEST_F(Cli, ShowPlanTopologyAndSvg) {
   Outcome noTopo = rankmap("show " + path("p.json") + " --svg " + path("x.svg"));
   EXPECT_EQ(noTopo.code, 2);
   EXPECT_NE(noTopo.err.find("--topology"), std::string::npos) << noTopo.err;
+}
+
+// Outputs named by a FIFO (`plan --out`, `show --svg`, `export -o`) arrive through it, and the
+// FIFO is still a FIFO: nothing is renamed over it.
+TEST_F(Cli, OutputsToAFifoArriveThroughIt) {
+  std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto isFifo = [&] {
+    struct stat st {};
+    return ::lstat(fifo.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+  };
+  {
+    rankmap::testing::FifoReader reader(fifo);
+    Outcome r = rankmap("plan -t " + test::fixture("testbed_8vm_2rack.json") + " --out " + fifo);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(Plan::parse(reader.data(), "fifo").hosts.size(), 8u);
+    EXPECT_TRUE(isFifo());
+  }
+  {
+    rankmap::testing::FifoReader reader(fifo);
+    Outcome r = rankmap("show " + test::fixture("bandwidth_only.json") + " --svg " + fifo);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(reader.data().rfind("<svg", 0), 0u);
+    EXPECT_TRUE(isFifo());
+  }
+  {
+    rankmap::testing::FifoReader reader(fifo);
+    Outcome r = rankmap("export --k8s-labels --topology " + test::fixture("links_sparse.json") +
+                        " -o " + fifo);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(reader.data().find("kubectl label nodes l0 "), std::string::npos) << reader.data();
+    EXPECT_TRUE(isFifo());
+  }
+}
+
+// Outputs named by a character device (the null device's numbers, made here: this needs root)
+// or by a link to one are written into it: it stays the same device. Root once replaced the
+// machine's /dev/null with a regular file this way.
+TEST_F(Cli, OutputsToACharacterDeviceLeaveItADevice) {
+  std::string dev = path("null");
+  if (::mknod(dev.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0)
+    GTEST_SKIP() << "mknod of a character device needs root (" << std::strerror(errno) << ")";
+  std::string link = path("stdout");
+  ASSERT_EQ(::symlink(dev.c_str(), link.c_str()), 0);
+  auto isTheDevice = [&] {
+    struct stat st {};
+    return ::lstat(dev.c_str(), &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
+  };
+  for (const std::string& out : {dev, link}) {
+    Outcome plan =
+        rankmap("plan --topology " + test::fixture("testbed_8vm_2rack.json") + " --out " + out);
+    EXPECT_EQ(plan.code, 0) << plan.err;
+    EXPECT_TRUE(isTheDevice()) << "plan --out " << out;
+    Outcome svg = rankmap("show " + test::fixture("bandwidth_only.json") + " --svg " + out);
+    EXPECT_EQ(svg.code, 0) << svg.err;
+    EXPECT_TRUE(isTheDevice()) << "show --svg " << out;
+    Outcome labels = rankmap("export --k8s-labels --topology " +
+                             test::fixture("links_sparse.json") + " -o " + out);
+    EXPECT_EQ(labels.code, 0) << labels.err;
+    EXPECT_TRUE(isTheDevice()) << "export -o " << out;
+    struct stat st {};
+    EXPECT_TRUE(::lstat(link.c_str(), &st) == 0 && S_ISLNK(st.st_mode));
+  }
+}
+
+// An output in a folder that does not exist: the error names the path as given and the missing
+// folder, not a temporary file, and no source location.
+TEST_F(Cli, AnOutputInAMissingFolderIsNamedAsGiven) {
+  std::string out = path("none/p.json");
+  Outcome r = rankmap("plan -t " + test::fixture("testbed_8vm_2rack.json") + " -o " + out);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(
+      r.err.find("rankmap plan: " + out + ": cannot write: No such file or directory (the folder " +
+                 path("none") + " does not exist)\n"),
+      std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find(".tmp"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(".cc:"), std::string::npos) << r.err;
 }
 
 TEST_F(Cli, BadInputsExitTwoNamingTheFileAndField) {
