@@ -377,6 +377,9 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
     rec.error += fmt::format("{}degraded host links: {}", rec.error.empty() ? "" : "; ",
                              fmt::join(r.degradedHosts, ", "));
   bool publish = rec.status != "failed";
+  // Rings measured under the job's traffic read its load, not the network: a plan must not be
+  // judged by them (reorder/planner.h, ring checks).
+  if (job.under) r.topology.rings.clear();
   if (publish && job.under && baseline) {
     std::string note;
     // A repair re-probed only the changed groups and placed their hosts itself.
@@ -607,9 +610,8 @@ bool Daemon::holdForPassive() {
     if (!replies[h]) continue;
     ++asked;
     try {
-      auto s = PassiveLedger::Summary::fromJson(*replies[h],
-                                                fmt::format("agent {}'s passive view",
-                                                            hosts_[h].name));
+      auto s = PassiveLedger::Summary::fromJson(
+          *replies[h], fmt::format("agent {}'s passive view", hosts_[h].name));
       fresh += s.fresh;
       for (const auto& d : s.drifting)
         drift.push_back(fmt::format("{} -> {} {:.0f} -> {:.0f} Mbit/s", d.src, d.dst,

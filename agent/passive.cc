@@ -38,9 +38,10 @@ uint64_t PassiveLedger::add(const Json& report, std::string_view source, Clock::
   if (reporter.size() > kMaxNameBytes) r.at("reporter").fail("at most 255 bytes");
   const std::string host = r.at("host", "the reporting rank's host").nonEmptyStr();
   if (host != self_)
-    r.at("host").fail(fmt::format("this agent's host '{}' (ranks report to their own host's "
-                                  "agent)",
-                                  self_));
+    r.at("host").fail(
+        fmt::format("this agent's host '{}' (ranks report to their own host's "
+                    "agent)",
+                    self_));
   const std::string plan = r.at("plan", "the plan hash in use (\"\" = none)").str();
   if (plan.size() > kMaxNameBytes) r.at("plan").fail("at most 255 bytes");
   const double windowS = r.at("window_s", "the report's window in seconds").nonNegative();
@@ -345,6 +346,7 @@ std::optional<Topology> patchBacklogged(const Topology& t,
   if (out) {
     out->time = utcNow();
     out->version = 0;
+    out->rings.clear();  // measured before the patch: no longer this network's rings
   }
   return out;
 }

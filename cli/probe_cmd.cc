@@ -7,13 +7,15 @@
 // hand, it coordinates the round itself, talking to the agents' probe ports with the job's
 // probe key (--key-file or RANKMAP_PROBE_KEY_FILE). Progress goes to stderr: a bar on a terminal,
 // one line per step otherwise. --contention is accepted for old scripts and ignored (every
-// round now loads the uplinks it suspects). The result line (or JSON with --json) goes to stdout. Exit status:
-// 0 when a topology was written (possibly with missing pairs, reported), 1 when the round failed, 2
-// on bad input.
+// round now loads the uplinks it suspects). The result line (or JSON with --json) goes to stdout.
+// Exit status: 0 when a topology was written (possibly with missing pairs, reported), 1 when the
+// round failed, 2 on bad input.
 #include <unistd.h>
 
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -26,6 +28,7 @@
 #include "common/http_client.h"
 #include "probe/hosts.h"
 #include "probe/round.h"
+#include "reorder/report.h"
 
 namespace rankmap::cli {
 namespace {
@@ -60,10 +63,9 @@ class ProgressView {
       constexpr int kWidth = 30;
       double f = total ? std::min(1.0, static_cast<double>(done) / static_cast<double>(total)) : 0;
       int fill = static_cast<int>(f * kWidth);
-      std::string line = fmt::format("[{}{}] {:3.0f}% {:<10} {}",
-                                     std::string(static_cast<size_t>(fill), '#'),
-                                     std::string(static_cast<size_t>(kWidth - fill), '.'), f * 100,
-                                     phase, detail);
+      std::string line =
+          fmt::format("[{}{}] {:3.0f}% {:<10} {}", std::string(static_cast<size_t>(fill), '#'),
+                      std::string(static_cast<size_t>(kWidth - fill), '.'), f * 100, phase, detail);
       line.resize(std::max<size_t>(line.size(), lastWidth_), ' ');
       lastWidth_ = std::min<size_t>(line.size(), 120);
       line.resize(lastWidth_);
@@ -98,6 +100,7 @@ struct Outcome {
   std::string via;
   std::vector<std::string> dead;
   std::vector<std::string> degraded;  // probe::degradedHosts of the topology written
+  std::optional<Topology> topology;   // the topology written
 };
 
 Outcome viaAgent(const ProbeArgs& a, const std::string& url, const std::string& token,
@@ -153,6 +156,7 @@ Outcome viaAgent(const ProbeArgs& a, const std::string& url, const std::string& 
   Topology topo = Topology::parse(t.body, fmt::format("agent {} topology", url));
   o.degraded = probe::degradedHosts(topo);
   topo.save(a.out);
+  o.topology = std::move(topo);
   return o;
 }
 
@@ -169,8 +173,8 @@ Outcome coordinateHere(const ProbeArgs& a, const CliContext& ctx, const std::vec
   opts.roundTimeout = std::chrono::duration_cast<std::chrono::milliseconds>(d.remaining());
   Coordinator coord(hosts, key, "rankmap-probe@" + localHostName(), opts);
   ProgressView view;
-  RoundResult r =
-      coord.runFull(d, [&](const RoundProgress& p) { view.update(p.phase, p.done, p.total, p.detail); });
+  RoundResult r = coord.runFull(
+      d, [&](const RoundProgress& p) { view.update(p.phase, p.done, p.total, p.detail); });
   view.finish();
   Outcome o;
   o.via = "coordinated here";
@@ -187,6 +191,7 @@ Outcome coordinateHere(const ProbeArgs& a, const CliContext& ctx, const std::vec
                     r.deadHosts.size(), hosts.size(), fmt::join(r.deadHosts, ", ")));
   o.degraded = probe::degradedHosts(r.topology);
   r.topology.save(a.out);
+  o.topology = std::move(r.topology);
   return o;
 }
 
@@ -196,8 +201,9 @@ int runProbe(const CliContext& ctx, const ProbeArgs& a) {
     throw InvalidInput(fmt::format("--timeout '{}': expected a duration such as 10m", a.timeout));
   Deadline d = Deadline::after(*timeout);
   if (a.contention)
-    fmt::print(stderr, "rankmap probe: --contention is ignored: every round loads the uplinks it "
-                       "suspects\n");
+    fmt::print(stderr,
+               "rankmap probe: --contention is ignored: every round loads the uplinks it "
+               "suspects\n");
   std::vector<Host> hosts = probe::loadHostsFile(a.hostsFile);
   std::string url = !a.agent.empty() ? a.agent : ctx.config.get(settings::kAgent);
   bool useAgent = !a.agent.empty();
@@ -234,9 +240,14 @@ int runProbe(const CliContext& ctx, const ProbeArgs& a) {
   } else {
     fmt::print("rankmap probe: wrote {}: {} hosts, {} pairs, {} missing, {:.1f} s, {} ({})\n",
                a.out, o.hosts, o.pairs, o.missing, o.seconds, o.status, o.via);
+    if (o.topology) {
+      std::istringstream lines(reorder::structureText(*o.topology));
+      for (std::string line; std::getline(lines, line);) fmt::print("rankmap probe: {}\n", line);
+    }
   }
   if (!o.degraded.empty())
-    fmt::print(stderr, "rankmap probe: warning: degraded host links (under {:.0f}% of the median): {}\n",
+    fmt::print(stderr,
+               "rankmap probe: warning: degraded host links (under {:.0f}% of the median): {}\n",
                probe::kDegradedHostRatio * 100, fmt::join(o.degraded, ", "));
   if (o.missing > 0 || !o.dead.empty())
     fmt::print(stderr, "rankmap probe: warning: {} pairs missing{}{}\n", o.missing,

@@ -197,6 +197,34 @@ std::vector<SharedLink> parseSharedLinks(const JsonReader& s, const Topology& t)
   return out;
 }
 
+std::vector<RingCheck> parseRings(const JsonReader& r, const Topology& t) {
+  std::vector<RingCheck> out;
+  const int64_t last = static_cast<int64_t>(t.size()) - 1;
+  for (size_t i = 0, m = r.arraySize(); i < m; ++i) {
+    auto e = r.at(i);
+    RingCheck c;
+    c.name = e.at("name", "a string").nonEmptyStr();
+    auto order = e.at("order", "an array of host indices");
+    std::set<int> seen;
+    for (size_t k = 0, n = order.arraySize(); k < n; ++k) {
+      auto h = order.at(k);
+      int v = static_cast<int>(h.integerIn(0, last));
+      if (!seen.insert(v).second) h.fail("a host index not listed before in this ring");
+      c.order.push_back(v);
+    }
+    if (c.order.size() < 2) order.fail("a ring of at least two hosts");
+    auto mbps = e.at("mbps", "an array of rates (Mbit/s) or nulls, one per host of the order");
+    if (mbps.arraySize() != c.order.size())
+      mbps.fail(fmt::format("{} rates, one per hop of the order", c.order.size()));
+    for (size_t k = 0; k < c.order.size(); ++k) {
+      auto v = mbps.at(k);
+      c.mbps.push_back(v.isNull() ? std::nullopt : std::optional<double>(v.nonNegative()));
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 Json capacityToJson(const LinkCapacity& c) {
   return {{"out_mbps", c.outMbps}, {"in_mbps", c.inMbps}};
 }
@@ -261,6 +289,20 @@ Json hierarchyToJson(const std::vector<HierarchyLevel>& levels) {
   return arr;
 }
 
+std::optional<double> RingCheck::bottleneckMbps() const {
+  std::vector<double> v;
+  for (const auto& x : mbps)
+    if (x) v.push_back(*x);
+  const size_t missing = mbps.size() - v.size();
+  if (v.empty() ||
+      static_cast<double>(missing) > kMaxMissingHops * static_cast<double>(mbps.size()))
+    return std::nullopt;
+  std::sort(v.begin(), v.end());
+  size_t band = 1;
+  while (band < v.size() && v[band] <= v.front() * (1 + 2 * kProbeNoise)) ++band;
+  return v[(band - 1) / 2];
+}
+
 int Topology::indexOf(std::string_view name) const {
   for (size_t i = 0; i < hosts.size(); ++i)
     if (hosts[i].name == name) return static_cast<int>(i);
@@ -297,6 +339,7 @@ Topology Topology::fromJson(const Json& doc, std::string_view source) {
   if (auto mr = schema >= 2 ? r.find("measured") : std::nullopt) t.measured = parseMeasured(*mr, t);
   parseProbeAndTime(r, t);
   if (auto s = r.find("shared_links")) t.sharedLinks = parseSharedLinks(*s, t);
+  if (auto rr = schema >= 2 ? r.find("rings") : std::nullopt) t.rings = parseRings(*rr, t);
   return t;
 }
 
@@ -349,6 +392,15 @@ Json Topology::toJson() const {
     Json m = Json::array();
     for (auto [src, dst] : measured) m.push_back({src, dst});
     j["measured"] = std::move(m);
+  }
+  if (!rings.empty()) {
+    Json arr = Json::array();
+    for (const auto& c : rings) {
+      Json mbps = Json::array();
+      for (const auto& v : c.mbps) mbps.push_back(optNumber(v));
+      arr.push_back({{"name", c.name}, {"order", c.order}, {"mbps", std::move(mbps)}});
+    }
+    j["rings"] = std::move(arr);
   }
   return j;
 }

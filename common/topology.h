@@ -49,17 +49,17 @@ struct LatencyStats {
 };
 
 struct ProbeSettings {
-  int64_t latencySamples = 0;       // round trips per pair after warm-up
-  int64_t bandwidthMaxMs = 0;       // bulk transfer bound in time ...
-  int64_t bandwidthMaxBytes = 0;    // ... and in bytes, whichever first
-  bool contention = false;          // whether the contention probe ran
+  int64_t latencySamples = 0;     // round trips per pair after warm-up
+  int64_t bandwidthMaxMs = 0;     // bulk transfer bound in time ...
+  int64_t bandwidthMaxBytes = 0;  // ... and in bytes, whichever first
+  bool contention = false;        // whether the contention probe ran
   bool operator==(const ProbeSettings&) const = default;
 };
 
 // One locality level of the inferred hierarchy ("rack", "pod"), innermost first.
 struct HierarchyLevel {
   std::string name;
-  double confidence = 0;  // 0..1
+  double confidence = 0;                         // 0..1
   std::vector<std::vector<std::string>> groups;  // host names; every host in exactly one group
   bool operator==(const HierarchyLevel&) const = default;
 };
@@ -112,6 +112,22 @@ struct TopologyLinks {
   bool operator==(const TopologyLinks&) const = default;
 };
 
+// A ring measured as a ring collective loads the network: every host of `order` sending to the
+// next at once (the probe round's last phase, probe/round.h), each hop's rate as its receiver
+// read it. The planner checks its link model against such rings and never prefers an order to
+// a measured one that its measurement does not support (reorder/planner.h).
+struct RingCheck {
+  std::string name;                         // "input" (the probe's host order), "structure", ...
+  std::vector<int> order;                   // host indices (Topology::hosts), distinct
+  std::vector<std::optional<double>> mbps;  // order[i] -> order[i + 1] (cyclic); null = failed
+  // The ring's bottleneck as measured: the median of the readings within 2 x kProbeNoise of the
+  // lowest (one slow hop stands, the noise of many equal hops does not pull it down); nullopt
+  // when more than kMaxMissingHops of the hops have no reading.
+  std::optional<double> bottleneckMbps() const;
+  bool operator==(const RingCheck&) const = default;
+};
+inline constexpr double kMaxMissingHops = 0.05;
+
 struct Topology {
   // 2: "links" (a link model), "measured" (which bandwidth entries were measured, the others
   // being inferred from the links) and matrices that may be omitted when "links" is present.
@@ -125,9 +141,10 @@ struct Topology {
   SquareMatrix<std::optional<double>> bandwidthMbps;
   SquareMatrix<std::optional<LatencyStats>> latencyUs;
   ProbeSettings probe;
-  std::string time;      // RFC 3339 UTC time of the measurement (parseUtcTime); may be empty for fixtures
-  int64_t version = 0;   // monotonic per agent state; 0 = unversioned
-  std::vector<HierarchyLevel> groups;  // optional; with `links`, the levels it refers to
+  std::string
+      time;  // RFC 3339 UTC time of the measurement (parseUtcTime); may be empty for fixtures
+  int64_t version = 0;                  // monotonic per agent state; 0 = unversioned
+  std::vector<HierarchyLevel> groups;   // optional; with `links`, the levels it refers to
   std::vector<SharedLink> sharedLinks;  // optional
   // Schema 2. When `links` is set, `groups` holds the levels it refers to, and the matrices may
   // be empty (0 x 0: a probe of more than kDenseMaxHosts hosts); otherwise they are N x N.
@@ -137,6 +154,8 @@ struct Topology {
   // every value present was measured (schema 1); non-empty only with `links` (the parser
   // refuses it otherwise). Distinct pairs, sender != receiver, in the probe's order.
   std::vector<std::pair<int, int>> measured;
+  // Schema 2, optional: rings measured as a collective runs them ("rings").
+  std::vector<RingCheck> rings;
 
   size_t size() const { return hosts.size(); }
   // Whether the matrices are N x N (always, unless `links` stands in for them).
@@ -164,7 +183,7 @@ struct Topology {
   static Topology load(const std::string& path);
 
   Json toJson() const;
-  std::string dump() const;  // pretty JSON text with a trailing newline
+  std::string dump() const;                  // pretty JSON text with a trailing newline
   void save(const std::string& path) const;  // atomic
   // SHA-256 of the canonical JSON (used as a plan's source reference).
   std::string contentHash() const;

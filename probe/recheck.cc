@@ -60,9 +60,12 @@ Structure structureOf(const std::vector<std::vector<int>>& levels, const std::ve
 }
 
 FleetCost spentSince(const FleetCost& before, const FleetCost& now) {
-  return {now.seconds - before.seconds, now.latencyPairs - before.latencyPairs,
-          now.bandwidthFlows - before.bandwidthFlows, now.trials - before.trials,
-          now.bulkBytes - before.bulkBytes, now.requests - before.requests};
+  return {now.seconds - before.seconds,
+          now.latencyPairs - before.latencyPairs,
+          now.bandwidthFlows - before.bandwidthFlows,
+          now.trials - before.trials,
+          now.bulkBytes - before.bulkBytes,
+          now.requests - before.requests};
 }
 
 // Hosts of the topology's round that are out of `s` now, by name.

@@ -483,7 +483,44 @@ TopologyLinks measureLinks(RoundState& s, const Structure& st) {
   return links;
 }
 
-// ---- 4. assemble ----------------------------------------------------------------------------
+// ---- 4. rings ------------------------------------------------------------------------------
+
+std::vector<int> structureRing(const RoundState& s, const Structure& st) {
+  std::vector<int> order = s.liveHosts();
+  auto key = [&](int h) {
+    std::vector<int> k;
+    for (size_t l = st.levels.size(); l-- > 0;) k.push_back(st.levels[l][static_cast<size_t>(h)]);
+    k.push_back(h);
+    return k;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key(a) < key(b); });
+  return order;
+}
+
+std::vector<RingCheck> measureRings(RoundState& s, const Structure& st) {
+  std::vector<RingCheck> out;
+  std::vector<std::pair<std::string, std::vector<int>>> rings = {{"input", s.liveHosts()}};
+  if (!st.levels.empty()) rings.emplace_back("structure", structureRing(s, st));
+  for (auto& [name, order] : rings) {
+    if (order.size() < 2 || s.stopped()) break;
+    std::vector<HostPair> flows;
+    for (size_t i = 0; i < order.size(); ++i)
+      flows.emplace_back(order[i], order[(i + 1) % order.size()]);
+    auto got = s.run(flows, "rings", false);
+    RingCheck c;
+    c.name = name;
+    c.order = order;
+    c.mbps = std::move(got);
+    // A host that left the round during the trial: its hops are not this ring's.
+    if (std::all_of(order.begin(), order.end(), [&](int h) { return s.live(h); }))
+      out.push_back(std::move(c));
+    s.report({"rings", out.size(), rings.size(),
+              fmt::format("{} ring of {} hosts", name, order.size())});
+  }
+  return out;
+}
+
+// ---- 5. assemble ----------------------------------------------------------------------------
 
 std::vector<SharedLink> oversubscribedGroups(const Topology& t) {
   std::vector<SharedLink> out;
@@ -621,7 +658,11 @@ RoundOutcome runRound(Fleet& fleet, const RoundOptions& opts, Deadline d,
   TopologyLinks links;
   if (opts.bandwidthEnabled && !s.stopped()) links = measureLinks(s, res.structure);
   endPhase("links");
+  std::vector<RingCheck> rings;
+  if (opts.bandwidthEnabled && !s.stopped()) rings = measureRings(s, res.structure);
+  endPhase("rings");
   res.topology = assembleTopology(s, res.structure, links);
+  res.topology.rings = std::move(rings);
   res.degradedHosts = degradedHosts(res.topology);
   if (!res.degradedHosts.empty())
     RANKMAP_WARN(Probe, "probe round: degraded host links: {}", fmt::join(res.degradedHosts, ", "));

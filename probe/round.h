@@ -28,12 +28,16 @@
 //                    sends to the next group (the uplink's capacity: what all of them get
 //                    together). No two probe flows share a suspected uplink unless the trial is
 //                    there to load it. Flows: about 2N per level plus 2N for host links.
-//   4. assemble      topology.json: the groups, the link model (`links`), the pairs measured
+//   4. rings         the input order's ring and the structure's (a depth-first walk of the
+//                    groups) measured as a ring collective loads the network, every host sending
+//                    to the next at once: what the planner checks its model and its order against
+//                    (topology.json "rings"; reorder/planner.h). One trial each.
+//   5. assemble      topology.json: the groups, the link model (`links`), the pairs measured
 //                    alone (`measured`), oversubscribed groups as `shared_links`, and, up to
 //                    kDenseMaxHosts, full matrices whose other
 //                    entries come from the link model (the narrowest link on the path) and the
 //                    per-tier latencies.
-//   5. degraded      hosts whose host link carries under kDegradedHostRatio of the round's median
+//   6. degraded      hosts whose host link carries under kDegradedHostRatio of the round's median
 //                    host link (a brown-out: a VM's NIC throttled) are named in the outcome. The
 //                    bandwidth structure may then also put such a host in a group of its own whose
 //                    uplink is its host link's rate: the name is how the round says so.
@@ -222,6 +226,13 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
 std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, size_t l,
                                          const std::vector<LinkCapacity>& hostLinks,
                                          const std::vector<char>& only = {});
+// Phase 4: the rings (see the file comment), the input order's first. The structure's ring is
+// left out without levels (it would be the input order).
+std::vector<RingCheck> measureRings(RoundState& s, const Structure& st);
+// The depth-first walk of `st`'s levels over the live hosts: outermost groups in order of their
+// lowest host, in each its groups likewise, in each innermost group its hosts ascending.
+std::vector<int> structureRing(const RoundState& s, const Structure& st);
+
 // Groups whose uplink carries less than 90% of their hosts' total, as shared links (what the
 // contention probe reported before links existed; older readers and the planner use them).
 std::vector<SharedLink> oversubscribedGroups(const Topology& t);

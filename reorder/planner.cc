@@ -128,10 +128,100 @@ RingParams ringParams(const PlanOptions& o) {
   return rp;
 }
 
+// Rings the probe measured as a collective runs them (topology.json "rings") over exactly
+// these hosts, each with its measured bottleneck, stand as candidates of their own: their
+// measurement decides, not the model. An order the probe did not measure (the planner's own,
+// when it differs) is priced by the model times the worst ratio of measured to modelled among
+// the checked rings (a model that missed a bottleneck there is trusted no more elsewhere), and
+// replaces the best measured ring only when faster by more than kProbeNoise; the input order is
+// kept unless another is faster by that much. Returns false when no check applies (the model
+// alone decides, as without them).
+constexpr double kRingCheckRefuted = 0.85;  // measured below this of the model: say so
+
+bool orderRingByChecks(const PlanOptions& o, const std::vector<RingCheck>& checks,
+                       const std::vector<int>& planned, PlanResult& r) {
+  const NetworkModel& net = r.model;
+  const size_t n = net.n;
+  const RingParams rp = ringParams(o);
+  const double world = static_cast<double>(n) * o.ranksPerHost;
+  auto priced = [&](const std::vector<int>& order, double mbps) {
+    RingCost c = evaluateRing(net, order, rp);
+    c.bottleneckMbps = mbps;
+    c.objectiveUs = ringAllreduceUs(c, static_cast<size_t>(world), static_cast<double>(rp.bytes));
+    return c;
+  };
+  // The same ring, read either way round from any host.
+  auto sameRing = [](const std::vector<int>& a, const std::vector<int>& b) {
+    if (a.size() != b.size() || a.empty()) return false;
+    auto at = std::find(b.begin(), b.end(), a[0]);
+    if (at == b.end()) return false;
+    const size_t m = a.size(), s0 = static_cast<size_t>(at - b.begin());
+    bool fwd = true, back = true;
+    for (size_t i = 0; i < m && (fwd || back); ++i) {
+      fwd = fwd && a[i] == b[(s0 + i) % m];
+      back = back && a[i] == b[(s0 + m - i) % m];
+    }
+    return fwd || back;
+  };
+  struct Candidate {
+    std::string name;
+    std::vector<int> order;
+    RingCost cost;
+    bool measured = false;
+  };
+  std::vector<Candidate> measured;
+  double calibration = 1;
+  for (const auto& c : checks) {
+    auto b = c.bottleneckMbps();
+    if (!b || c.order.size() != n) continue;
+    const double model = evaluateRing(net, c.order, rp).bottleneckMbps;
+    if (model > 0 && std::isfinite(model)) {
+      calibration = std::min(calibration, *b / model);
+      if (*b < kRingCheckRefuted * model) {
+        auto why = fmt::format(
+            "the {} ring measured {:.0f} Mbit/s where the link model predicts {:.0f}: the model "
+            "misses a bottleneck; orders not measured are priced {:.0f}% lower",
+            c.name, *b, model, 100 * (1 - calibration));
+        RANKMAP_WARN(Reorder, "plan: {}", why);
+        r.warnings.push_back(why);
+      }
+    }
+    measured.push_back({c.name, c.order, priced(c.order, *b), true});
+  }
+  if (measured.empty()) return false;
+  std::vector<int> input(n);
+  std::iota(input.begin(), input.end(), 0);
+  const Candidate* inputCand = nullptr;
+  for (const auto& c : measured)
+    if (sameRing(c.order, input)) inputCand = &c;
+  Candidate inputModel{"input", input, priced(input, r.inputRing.bottleneckMbps * calibration)};
+  if (!inputCand) inputCand = &inputModel;
+  const Candidate* best = inputCand;
+  for (const auto& c : measured)
+    if (c.cost.objectiveUs < best->cost.objectiveUs * (1 - kProbeNoise)) best = &c;
+  Candidate plan{"plan", planned, {}};
+  bool planMeasured = false;
+  for (const auto& c : measured) planMeasured = planMeasured || sameRing(c.order, planned);
+  if (!planMeasured) {
+    plan.cost = priced(planned, evaluateRing(net, planned, rp).bottleneckMbps * calibration);
+    if (plan.cost.objectiveUs < best->cost.objectiveUs * (1 - kProbeNoise)) best = &plan;
+  }
+  RANKMAP_INFO(
+      Reorder,
+      "plan: ring checks: {} ({:.0f} Mbit/s measured{}), the input order's {:.0f} Mbit/s{}",
+      best->name, best->cost.bottleneckMbps, best->measured ? "" : ", by the model",
+      inputCand->cost.bottleneckMbps, inputCand->measured ? " measured" : "");
+  r.order = best == inputCand ? input : rotateToBoundary(net, best->order);
+  r.planRing = best->cost;
+  r.inputRing = inputCand->cost;
+  return true;
+}
+
 // The ring: the hierarchy walk, improved, exact when small (and tidied again when the exact
 // search found a ring faster beyond the noise), rotated to a group boundary; the input order
 // unless the ring is at least minGain faster, or no slower and leximin-lower in link loads.
-void orderRing(const PlanOptions& o, PlanResult& r) {
+// With ring checks, orderRingByChecks() decides between it, the measured rings and the input.
+void orderRing(const PlanOptions& o, const std::vector<RingCheck>& checks, PlanResult& r) {
   const NetworkModel& net = r.model;
   size_t n = net.n;
   RingParams rp = ringParams(o);
@@ -144,6 +234,7 @@ void orderRing(const PlanOptions& o, PlanResult& r) {
     if (exact != ring) ring = improveRing(net, std::move(exact), rp);
   }
   ring = rotateToBoundary(net, ring);
+  if (orderRingByChecks(o, checks, ring, r)) return;
   RingCost best = evaluateRing(net, ring, rp);
   bool faster = best.objectiveUs < r.inputRing.objectiveUs * (1 - o.minGain);
   // As fast (never slower) and loading the links less: a shared network's other tenants and
@@ -477,7 +568,7 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   r.designBytes = o.ringBytes;
   r.model.fabricMbps = o.fabricMbps;
   r.model.fabricBurstBytes = o.fabricBurstBytes;
-  orderRing(o, r);
+  orderRing(o, t.rings, r);
   chooseAlgorithms(o, r);
   chooseOpenMpi(o, r);
   predict(o, r);
@@ -593,6 +684,14 @@ Topology selectHosts(const Topology& t, const std::vector<HostEntry>& hosts,
   for (auto [src, dst] : t.measured)
     if (newIndex[src] >= 0 && newIndex[dst] >= 0)
       s.measured.emplace_back(newIndex[src], newIndex[dst]);
+  // Rings measured over exactly the selected hosts (another set of hosts is another ring).
+  for (const auto& c : t.rings) {
+    if (c.order.size() != n) continue;
+    RingCheck k{c.name, {}, c.mbps};
+    for (int h : c.order)
+      if (newIndex[h] >= 0) k.order.push_back(newIndex[h]);
+    if (k.order.size() == n) s.rings.push_back(std::move(k));
+  }
   return s;
 }
 

@@ -34,12 +34,15 @@ std::string ompiChoiceText(std::string_view collective, const OmpiRange& r) {
   return out;
 }
 
+// "4 hosts each", or "3 of 4 hosts, 1 of 2 hosts" (largest first).
 std::string sizesText(const std::vector<std::vector<std::string>>& groups) {
   std::map<size_t, size_t> bySize;
   for (const auto& g : groups) ++bySize[g.size()];
+  auto hosts = [](size_t k) { return fmt::format("{} host{}", k, k == 1 ? "" : "s"); };
+  if (bySize.size() == 1) return hosts(bySize.begin()->first) + " each";
   std::string out;
   for (auto it = bySize.rbegin(); it != bySize.rend(); ++it)
-    out += fmt::format("{}{} of {}", out.empty() ? "" : ", ", it->second, it->first);
+    out += fmt::format("{}{} of {}", out.empty() ? "" : ", ", it->second, hosts(it->first));
   return out;
 }
 
@@ -597,8 +600,50 @@ std::string mediansByLevelText(const Topology& t, const PlanResult& r) {
 
 }  // namespace
 
+std::string structureText(const Topology& t) {
+  std::string out;
+  if (t.groups.empty()) {
+    out +=
+        "structure: none found (round trips showed no tiers, bandwidth trials no congested "
+        "uplink): plans keep the input order unless the link model shows a gain\n";
+  } else {
+    std::vector<std::string> levels;
+    for (const auto& l : t.groups)
+      levels.push_back(fmt::format("{} {} groups ({}), confidence {:.3g}", l.name, l.groups.size(),
+                                   sizesText(l.groups), l.confidence));
+    out += fmt::format("structure: {}\n", fmt::join(levels, "; "));
+    for (const auto& l : t.groups)
+      if (l.confidence < 0.9)
+        out += fmt::format(
+            "structure: {} is weak (confidence {:.3g}): some of its groups were never told apart "
+            "by a measurement\n",
+            l.name, l.confidence);
+  }
+  const RingCheck* input = nullptr;
+  const RingCheck* found = nullptr;
+  for (const auto& c : t.rings) {
+    if (c.name == "input") input = &c;
+    if (c.name == "structure") found = &c;
+  }
+  auto rate = [](const RingCheck* c) { return c ? c->bottleneckMbps() : std::nullopt; };
+  if (rate(input) && rate(found)) {
+    const double gain = *rate(found) / *rate(input);
+    out += fmt::format(
+        "ring check: the structure's ring measured {:.4g} Mbit/s, the input order's {:.4g} "
+        "({:.2f}x){}\n",
+        *rate(found), *rate(input), gain,
+        gain > 1 / (1 - kProbeNoise)
+            ? ""
+            : ": not faster beyond the probe's noise, plans keep the input order");
+  } else if (rate(input)) {
+    out += fmt::format("ring check: the input order's ring measured {:.4g} Mbit/s\n", *rate(input));
+  }
+  return out;
+}
+
 std::string describeTopology(const Topology& t, const PlanResult& r) {
   std::string out = topologyHeader(t);
+  out += structureText(t);
   for (const auto& w : r.warnings) out += "warning: " + w + "\n";
   if (r.fallback) {
     out += "not enough data to infer groups\n";

@@ -51,6 +51,12 @@ std::vector<double> treeLoads(const Plan& plan);
 // them), or that it agrees.
 std::string priorText(const PlanPrior& prior, size_t planHosts);
 
+// What a probe found, in a few lines for people (`rankmap probe`, `rankmap show TOPOLOGY`): the
+// levels with their groups and confidence, or that it found none; and the rings it measured as a
+// collective runs them, with what they mean for plans (the structure's ring must beat the input
+// order's by more than the probe's noise, or plans keep the input order).
+std::string structureText(const Topology& topology);
+
 // A topology.json for people: coverage, what each signal shows, the inferred groups, the
 // matrices summarised per level, the network model.
 std::string describeTopology(const Topology& topology, const PlanResult& result);

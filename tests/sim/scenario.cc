@@ -84,15 +84,6 @@ double ari(const Datacenter& dc, const std::vector<int>& found, bool pods) {
   return reorder::adjustedRandIndex(a, b);
 }
 
-// The ring in `order` (host names) as a plan: ring over every size, so that the planner's
-// prediction is the ring's.
-Plan ringPlan(const std::vector<std::string>& order) {
-  Plan p;
-  p.order = order;
-  p.collectives["allreduce"] = {AlgoRange{}};
-  return p;
-}
-
 // Share of live directed pairs whose stated rate is within 10% of the true alone rate.
 double pairsWithin(const Datacenter& dc, const Topology& t, const std::vector<int>& live,
                    uint64_t seed) {
@@ -344,10 +335,8 @@ ScenarioResult runScenario(const Scenario& sc) {
   const double providerUs = trueRingUs(dc, live, kRingBytes);
   const double truthUs = trueRingUs(dc, hostsOf(best.order), kRingBytes);
   const double optimumUs = std::min({truthUs, providerUs, planUs});
-  std::vector<std::string> planNames;
-  for (int i : planned.order) planNames.push_back(names[static_cast<size_t>(i)]);
-  const double predictedUs =
-      reorder::predictedAllreduceUs(planned.model, names, ringPlan(planNames), kRingBytes);
+  // What the plan states for its ring (Plan::predicted, the design size is kRingBytes).
+  const double predictedUs = planned.plan.predicted.planUs;
 
   const auto& lv = out.structure.levels;
   std::set<std::string> truthDead;

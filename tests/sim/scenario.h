@@ -42,7 +42,8 @@
 //   optimum_ms            the same for the best of the order planned from the true topology, the
 //                         provider order and the plan's order
 //   provider_ms           the same for the provider's order (the input order)
-//   plan_predicted_ms     what the planner predicts for that ring on the probe's topology
+//   plan_predicted_ms     what the plan states for that ring (Plan::predicted: the planner's model
+//                         of the probe's topology, checked against the rings the probe measured)
 //   pairs_within_10pct    share of live directed pairs whose stated single-flow rate is within 10%
 //                         of what a flow gets alone on the true network (all pairs up to 1024
 //                         hosts, else a fixed sample of 200 000)

@@ -47,18 +47,29 @@ TEST(Topology, MalformedDocumentsNameThePath) {
   } cases[] = {
       {R"([])", "at /: expected an object"},
       {R"({"hosts":[]})", "missing field 'schema_version'"},
-      {R"({"schema_version":3,"hosts":[]})", "at /schema_version: expected topology schema version 1 to 2, got 3"},
-      {R"({"schema_version":0,"hosts":[]})", "at /schema_version: expected topology schema version 1 to 2, got 0"},
+      {R"({"schema_version":3,"hosts":[]})",
+       "at /schema_version: expected topology schema version 1 to 2, got 3"},
+      {R"({"schema_version":0,"hosts":[]})",
+       "at /schema_version: expected topology schema version 1 to 2, got 0"},
       {R"({"schema_version":1,"hosts":[]})", "at /hosts: expected at least one host"},
-      {R"({"schema_version":1,"hosts":[{"name":""}]})", "at /hosts/0/name: expected a non-empty string"},
-      {R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"a"}]})", "at /hosts/1/name: expected a unique host name"},
-      {R"({"schema_version":1,"hosts":[{"name":"a"}],"bandwidth_mbps":[[null],[1]]})", "at /bandwidth_mbps: expected an array of 1 elements, got 2"},
-      {R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,-5],[1,null]],"latency_us":[[null,null],[null,null]]})", "at /bandwidth_mbps/0/1: expected a non-negative number"},
-      {R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,"fast"],[1,null]],"latency_us":[[null,null],[null,null]]})", "at /bandwidth_mbps/0/1: expected a number, got string"},
-      {R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,1],[1,null]],"latency_us":[[null,{"min":5,"median":1,"p99":9}],[null,null]]})", "at /latency_us/0/1: expected latency statistics with min <= median <= p99"},
-      {R"({"schema_version":1,"hosts":[{"name":"a"}],"bandwidth_mbps":[[null]],"latency_us":[[null]],"groups":[{"name":"rack","confidence":0.5,"groups":[["zz"]]}]})", "at /groups/0/groups/0/0: expected the name of a host listed in /hosts"},
-      {R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,1],[1,null]],"latency_us":[[null,null],[null,null]],"groups":[{"name":"rack","confidence":0.5,"groups":[["a"]]}]})", "expected every host in exactly one group"},
-      {R"({"schema_version":1,"hosts":[{"name":"a"}],"bandwidth_mbps":[[null]],"latency_us":[[null]],"groups":[{"name":"rack","confidence":7,"groups":[["a"]]}]})", "at /groups/0/confidence: expected a number in [0, 1]"},
+      {R"({"schema_version":1,"hosts":[{"name":""}]})",
+       "at /hosts/0/name: expected a non-empty string"},
+      {R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"a"}]})",
+       "at /hosts/1/name: expected a unique host name"},
+      {R"({"schema_version":1,"hosts":[{"name":"a"}],"bandwidth_mbps":[[null],[1]]})",
+       "at /bandwidth_mbps: expected an array of 1 elements, got 2"},
+      {R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,-5],[1,null]],"latency_us":[[null,null],[null,null]]})",
+       "at /bandwidth_mbps/0/1: expected a non-negative number"},
+      {R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,"fast"],[1,null]],"latency_us":[[null,null],[null,null]]})",
+       "at /bandwidth_mbps/0/1: expected a number, got string"},
+      {R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,1],[1,null]],"latency_us":[[null,{"min":5,"median":1,"p99":9}],[null,null]]})",
+       "at /latency_us/0/1: expected latency statistics with min <= median <= p99"},
+      {R"({"schema_version":1,"hosts":[{"name":"a"}],"bandwidth_mbps":[[null]],"latency_us":[[null]],"groups":[{"name":"rack","confidence":0.5,"groups":[["zz"]]}]})",
+       "at /groups/0/groups/0/0: expected the name of a host listed in /hosts"},
+      {R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,1],[1,null]],"latency_us":[[null,null],[null,null]],"groups":[{"name":"rack","confidence":0.5,"groups":[["a"]]}]})",
+       "expected every host in exactly one group"},
+      {R"({"schema_version":1,"hosts":[{"name":"a"}],"bandwidth_mbps":[[null]],"latency_us":[[null]],"groups":[{"name":"rack","confidence":7,"groups":[["a"]]}]})",
+       "at /groups/0/confidence: expected a number in [0, 1]"},
   };
   for (const auto& c : cases) {
     auto m = errorOf(c.doc);
@@ -135,7 +146,7 @@ TEST(Topology, PathMbpsIsTheNarrowestLinkOnThePath) {
   // Same rack: a's host link out, b's in.
   EXPECT_EQ(t.pathMbps(0, 1), 1000.0);  // a out 1000, b in 1000
   EXPECT_EQ(t.pathMbps(1, 0), 800.0);   // b out 800, a in 900
-  EXPECT_EQ(t.pathMbps(2, 3), 400.0);  // d in 400
+  EXPECT_EQ(t.pathMbps(2, 3), 400.0);   // d in 400
   // Across racks: a out 1000, rack 0 out 500, rack 1 in 600, c in 1000.
   EXPECT_EQ(t.pathMbps(0, 2), 500.0);
   // c out 1000, rack 1 out 300, rack 0 in 250, a in 900.
@@ -167,7 +178,8 @@ TEST(Topology, PathMbpsIsTheNarrowestLinkOnThePath) {
 TEST(Topology, SchemaOneDocumentsMigrate) {
   // tests/data keeps schema 1 fixtures on purpose: they load as schema 2 with no link model and
   // every value present measured, and are written back as schema 2.
-  Topology t = Topology::load(std::string(RANKMAP_TEST_DATA_DIR) + "/topologies/testbed_8vm_2rack.json");
+  Topology t =
+      Topology::load(std::string(RANKMAP_TEST_DATA_DIR) + "/topologies/testbed_8vm_2rack.json");
   EXPECT_EQ(t.size(), 8u);
   EXPECT_TRUE(t.hasMatrices());
   EXPECT_FALSE(t.links);
@@ -194,7 +206,8 @@ TEST(Topology, LinkModelErrorsNameThePath) {
       R"("groups":[{"name":"rack","confidence":1,"groups":[["a","b"],["c"]]}],)";
   const std::string hostsOk =
       R"("hosts":[{"out_mbps":1,"in_mbps":1},{"out_mbps":1,"in_mbps":1},{"out_mbps":1,"in_mbps":1}])";
-  const std::string uplinksOk = R"("uplinks":[[{"out_mbps":1,"in_mbps":1},{"out_mbps":2,"in_mbps":2}]])";
+  const std::string uplinksOk =
+      R"("uplinks":[[{"out_mbps":1,"in_mbps":1},{"out_mbps":2,"in_mbps":2}]])";
   auto links = [&](const std::string& hosts, const std::string& uplinks, const std::string& hostLat,
                    const std::string& upLat) {
     return R"("links":{)" + hosts + "," + uplinks + R"(,"host_latency_us":)" + hostLat +
@@ -210,7 +223,8 @@ TEST(Topology, LinkModelErrorsNameThePath) {
     std::string doc;
     const char* expect;
   } cases[] = {
-      {R"({"schema_version":2,"hosts":[{"name":"a"}],)" + links(R"("hosts":[{"out_mbps":1,"in_mbps":1}])", R"("uplinks":[])", "0", "[]") + "}",
+      {R"({"schema_version":2,"hosts":[{"name":"a"}],)" +
+           links(R"("hosts":[{"out_mbps":1,"in_mbps":1}])", R"("uplinks":[])", "0", "[]") + "}",
        "at /links: expected /groups beside it"},
       {head + links(R"("hosts":[{"out_mbps":1,"in_mbps":1}])", uplinksOk, "1", "[2]") + "}",
        "at /links/hosts: expected one entry per host of /hosts (3), got 1"},
@@ -218,11 +232,21 @@ TEST(Topology, LinkModelErrorsNameThePath) {
        "at /links/uplinks: expected one entry per level of /groups (1), got 0"},
       {head + links(hostsOk, R"("uplinks":[[{"out_mbps":1,"in_mbps":1}]])", "1", "[2]") + "}",
        "at /links/uplinks/0: expected one entry per group of /groups/0/groups (2), got 1"},
-      {head + links(hostsOk, R"("uplinks":[[{"out_mbps":1,"in_mbps":1},{"out_mbps":-2,"in_mbps":2}]])", "1", "[2]") + "}",
+      {head +
+           links(hostsOk, R"("uplinks":[[{"out_mbps":1,"in_mbps":1},{"out_mbps":-2,"in_mbps":2}]])",
+                 "1", "[2]") +
+           "}",
        "at /links/uplinks/0/1/out_mbps: expected a non-negative number, got -2"},
-      {head + links(hostsOk, R"("uplinks":[[{"out_mbps":1,"in_mbps":1},{"out_mbps":2}]])", "1", "[2]") + "}",
+      {head +
+           links(hostsOk, R"("uplinks":[[{"out_mbps":1,"in_mbps":1},{"out_mbps":2}]])", "1",
+                 "[2]") +
+           "}",
        "at /links/uplinks/0/1: missing field 'in_mbps'"},
-      {head + links(R"("hosts":[{"out_mbps":1,"in_mbps":1},{"out_mbps":"x","in_mbps":1},{"out_mbps":1,"in_mbps":1}])", uplinksOk, "1", "[2]") + "}",
+      {head +
+           links(
+               R"("hosts":[{"out_mbps":1,"in_mbps":1},{"out_mbps":"x","in_mbps":1},{"out_mbps":1,"in_mbps":1}])",
+               uplinksOk, "1", "[2]") +
+           "}",
        "at /links/hosts/1/out_mbps: expected a number, got string"},
       {head + links(hostsOk, uplinksOk, "-1", "[2]") + "}",
        "at /links/host_latency_us: expected a non-negative number, got -1"},
@@ -231,19 +255,27 @@ TEST(Topology, LinkModelErrorsNameThePath) {
       {head + links(hostsOk, uplinksOk, "1", "[1e999]") + "}", "not valid JSON"},
       // Matrices: omitted only with links, and then both.
       {R"({"schema_version":2,"hosts":[{"name":"a"}]})", "missing field 'bandwidth_mbps'"},
-      {head + R"("latency_us":[[null,null,null],[null,null,null],[null,null,null]],)" + linksOk + "}",
+      {head + R"("latency_us":[[null,null,null],[null,null,null],[null,null,null]],)" + linksOk +
+           "}",
        "missing field 'bandwidth_mbps'"},
-      {head + R"("bandwidth_mbps":[[null,1,null],[null,null,null],[null,null,null]],)" + linksOk + "}",
+      {head + R"("bandwidth_mbps":[[null,1,null],[null,null,null],[null,null,null]],)" + linksOk +
+           "}",
        "missing field 'latency_us'"},
       // Measured pairs.
-      {head + linksOk + R"(,"measured":[[0,3]]})", "at /measured/0/1: expected an integer in [0, 2], got 3"},
-      {head + linksOk + R"(,"measured":[[-1,0]]})", "at /measured/0/0: expected an integer in [0, 2], got -1"},
-      {head + linksOk + R"(,"measured":[[0,1],[1,1]]})", "at /measured/1: expected a pair of two different hosts, got [1, 1]"},
-      {head + linksOk + R"(,"measured":[[0,1],[2,0],[0,1]]})", "at /measured/2: expected a pair not listed before, got [0, 1] again"},
-      {head + linksOk + R"(,"measured":[[0,1,2]]})", "at /measured/0: expected an array of 2 elements, got 3"},
+      {head + linksOk + R"(,"measured":[[0,3]]})",
+       "at /measured/0/1: expected an integer in [0, 2], got 3"},
+      {head + linksOk + R"(,"measured":[[-1,0]]})",
+       "at /measured/0/0: expected an integer in [0, 2], got -1"},
+      {head + linksOk + R"(,"measured":[[0,1],[1,1]]})",
+       "at /measured/1: expected a pair of two different hosts, got [1, 1]"},
+      {head + linksOk + R"(,"measured":[[0,1],[2,0],[0,1]]})",
+       "at /measured/2: expected a pair not listed before, got [0, 1] again"},
+      {head + linksOk + R"(,"measured":[[0,1,2]]})",
+       "at /measured/0: expected an array of 2 elements, got 3"},
       {head + linksOk + R"(,"measured":{}})", "at /measured: expected an array, got object"},
       {head + matrices + linksOk + R"(,"measured":[[0,1],[1,0]]})",
-       "at /measured/1: expected a pair whose /bandwidth_mbps/1/0 is a number (it was measured), got null there"},
+       "at /measured/1: expected a pair whose /bandwidth_mbps/1/0 is a number (it was measured), "
+       "got null there"},
       {R"({"schema_version":2,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,1],[1,null]],)"
        R"("latency_us":[[null,null],[null,null]],"measured":[[0,1]]})",
        "at /measured: expected no measured pairs without /links"},
@@ -252,6 +284,57 @@ TEST(Topology, LinkModelErrorsNameThePath) {
     auto m = errorOf(c.doc);
     EXPECT_NE(m.find("topo.json"), std::string::npos) << c.doc << " -> " << m;
     EXPECT_NE(m.find(c.expect), std::string::npos) << c.doc << " -> " << m;
+  }
+}
+
+// Rings measured as a collective runs them ("rings"): round trip, the hash, what the parser
+// refuses, and the measured bottleneck.
+TEST(Topology, RingChecks) {
+  Topology t = sampleLinks();
+  t.rings = {{"input", {0, 1, 2, 3}, {900.0, 250.0, std::nullopt, 240.0}},
+             {"structure", {0, 1, 3, 2}, {1000.0, 990.0, 500.0, 980.0}}};
+  auto back = Topology::parse(t.dump(), "mem");
+  EXPECT_EQ(back, t);
+  EXPECT_EQ(back.dump(), t.dump());
+  Topology other = t;
+  other.rings[1].mbps[2] = 501.0;
+  EXPECT_NE(other.contentHash(), t.contentHash());
+  EXPECT_FALSE(sampleLinks().toJson().contains("rings"));
+  // The lowest band: the readings within 2 x the noise of the lowest, their median.
+  EXPECT_EQ(t.rings[1].bottleneckMbps(), 500.0);
+  RingCheck even{"r", {0, 1, 2, 3, 4}, {1000.0, 950.0, 1080.0, 910.0, 1050.0}};
+  EXPECT_EQ(even.bottleneckMbps(), 1000.0);  // 910 .. 1092: all five, median 1000
+  // One hop of four without a reading is too many (kMaxMissingHops).
+  EXPECT_FALSE(t.rings[0].bottleneckMbps());
+  RingCheck none{"r", {0, 1}, {std::nullopt, std::nullopt}};
+  EXPECT_FALSE(none.bottleneckMbps());
+
+  std::string doc = sampleLinks().toJson().dump();
+  doc.pop_back();
+  struct Case {
+    std::string rings;
+    const char* expect;
+  } cases[] = {
+      {R"([{"name":"x","order":[0,1],"mbps":[1,2]}])", ""},
+      {R"([{"name":"x","order":[0,4],"mbps":[1,2]}])",
+       "at /rings/0/order/1: expected an integer in [0, 3], got 4"},
+      {R"([{"name":"x","order":[0,1,0],"mbps":[1,2,3]}])",
+       "at /rings/0/order/2: expected a host index not listed before in this ring"},
+      {R"([{"name":"x","order":[0],"mbps":[1]}])",
+       "at /rings/0/order: expected a ring of at least two hosts"},
+      {R"([{"name":"x","order":[0,1],"mbps":[1]}])",
+       "at /rings/0/mbps: expected 2 rates, one per hop of the order"},
+      {R"([{"name":"x","order":[0,1],"mbps":[1,-1]}])",
+       "at /rings/0/mbps/1: expected a non-negative number, got -1"},
+      {R"([{"order":[0,1],"mbps":[1,1]}])", "at /rings/0: missing field 'name'"},
+  };
+  for (const auto& c : cases) {
+    auto m = errorOf(doc + R"(,"rings":)" + c.rings + "}");
+    if (std::string(c.expect).empty()) {
+      EXPECT_EQ(m, "") << c.rings;
+      continue;
+    }
+    EXPECT_NE(m.find(c.expect), std::string::npos) << c.rings << " -> " << m;
   }
 }
 
@@ -267,9 +350,11 @@ TEST(Topology, EveryTruncationFailsCleanly) {
 
 TEST(Topology, HostileValuesAreRejected) {
   // NaN/Infinity are not JSON; huge exponents overflow to inf and are refused as non-finite.
-  auto m = errorOf(R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,1e999],[1,null]],"latency_us":[[null,null],[null,null]]})");
+  auto m = errorOf(
+      R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,1e999],[1,null]],"latency_us":[[null,null],[null,null]]})");
   EXPECT_FALSE(m.empty());
-  m = errorOf(R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,NaN],[1,null]],"latency_us":[[null,null],[null,null]]})");
+  m = errorOf(
+      R"({"schema_version":1,"hosts":[{"name":"a"},{"name":"b"}],"bandwidth_mbps":[[null,NaN],[1,null]],"latency_us":[[null,null],[null,null]]})");
   EXPECT_NE(m.find("not valid JSON"), std::string::npos) << m;
 }
 

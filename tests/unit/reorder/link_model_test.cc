@@ -203,6 +203,101 @@ TEST(LinkModel, ReportsAndSvgSayWhatWasMeasured) {
   EXPECT_EQ(svg.find("fill=\"url(#missing)\"/>\n"), std::string::npos);  // no hatched cell
 }
 
+// Eight hosts at 1000 Mbit/s in two racks of four behind 1000 Mbit/s uplinks, listed alternating
+// racks (the input ring crosses each uplink four times each way: 250 Mbit/s), with the rings a
+// probe measured over them.
+Topology alternatingRacks(std::vector<RingCheck> rings) {
+  Topology t;
+  for (int h = 0; h < 8; ++h) t.hosts.push_back({fmt::format("h{}", h), ""});
+  t.groups = {{"rack", 1, {{"h0", "h2", "h4", "h6"}, {"h1", "h3", "h5", "h7"}}}};
+  TopologyLinks l;
+  l.hosts.assign(8, {1000, 1000});
+  l.uplinks = {{{1000, 1000}, {1000, 1000}}};
+  l.hostLatencyUs = 5;
+  l.uplinkLatencyUs = {5};
+  t.links = l;
+  t.rings = std::move(rings);
+  return t;
+}
+
+RingCheck measuredRing(std::string name, std::vector<int> order, double mbps) {
+  RingCheck c{std::move(name), std::move(order), {}};
+  c.mbps.assign(c.order.size(), mbps);
+  return c;
+}
+
+// Rings measured as a collective runs them decide the order and the prediction: a measured ring
+// that confirms the model is taken with its measured rate (whichever way round the probe read
+// it); one that refutes it keeps the input order, with a warning that names the gap.
+TEST(LinkModel, MeasuredRingsDecideTheOrderAndThePrediction) {
+  auto opts = quietOptions();
+  opts.hashTopology = false;
+  // Confirmed: the racks' ring read backwards from h6 at 980 Mbit/s.
+  auto r =
+      planTopology(alternatingRacks({measuredRing("input", {0, 1, 2, 3, 4, 5, 6, 7}, 250),
+                                     measuredRing("structure", {6, 4, 2, 0, 7, 5, 3, 1}, 980)}),
+                   opts);
+  EXPECT_DOUBLE_EQ(r.plan.predicted.bottleneckMbps, 980);
+  EXPECT_DOUBLE_EQ(r.plan.predicted.inputBottleneckMbps, 250);
+  EXPECT_NEAR(r.plan.predicted.speedup, 3.9, 0.2);
+  std::set<std::string> first(r.plan.order.begin(), r.plan.order.begin() + 4);
+  EXPECT_TRUE(first == std::set<std::string>({"h0", "h2", "h4", "h6"}) ||
+              first == std::set<std::string>({"h1", "h3", "h5", "h7"}));
+  EXPECT_TRUE(r.warnings.empty());
+  // Refuted: the racks' ring measured no faster than the input's (the groups are wrong).
+  r = planTopology(alternatingRacks({measuredRing("input", {0, 1, 2, 3, 4, 5, 6, 7}, 250),
+                                     measuredRing("structure", {0, 2, 4, 6, 1, 3, 5, 7}, 260)}),
+                   opts);
+  EXPECT_EQ(r.plan.order, r.plan.hosts);
+  EXPECT_DOUBLE_EQ(r.plan.predicted.bottleneckMbps, 250);
+  EXPECT_DOUBLE_EQ(r.plan.predicted.speedup, 1);
+  ASSERT_FALSE(r.warnings.empty());
+  EXPECT_NE(r.warnings[0].find("structure ring measured 260 Mbit/s where the link model predicts "
+                               "1000"),
+            std::string::npos)
+      << r.warnings[0];
+  // Only the input measured: the model's ring, priced by the input's measured-to-modelled ratio.
+  r = planTopology(alternatingRacks({measuredRing("input", {0, 1, 2, 3, 4, 5, 6, 7}, 200)}), opts);
+  EXPECT_NE(r.plan.order, r.plan.hosts);
+  EXPECT_DOUBLE_EQ(r.plan.predicted.inputBottleneckMbps, 200);
+  EXPECT_DOUBLE_EQ(r.plan.predicted.bottleneckMbps, 800);  // 1000 x 200 / 250
+  // Rings over other hosts than the plan's do not apply (a host subset, a ring of six).
+  auto t = alternatingRacks({measuredRing("structure", {0, 2, 4, 6, 1, 3, 5, 7}, 260)});
+  std::vector<HostEntry> six;
+  for (int h = 0; h < 6; ++h) six.push_back({fmt::format("h{}", h), "", h + 1});
+  auto subset = selectHosts(t, six, "hosts", "topo");
+  EXPECT_TRUE(subset.rings.empty());
+  EXPECT_DOUBLE_EQ(planTopology(subset, opts).plan.predicted.bottleneckMbps, 1000);
+}
+
+// What the probe found, in words: the levels and the ring check's verdict.
+TEST(LinkModel, StructureTextSaysWhatTheRingsShow) {
+  auto confirmed =
+      structureText(alternatingRacks({measuredRing("input", {0, 1, 2, 3, 4, 5, 6, 7}, 250),
+                                      measuredRing("structure", {0, 2, 4, 6, 1, 3, 5, 7}, 980)}));
+  EXPECT_NE(confirmed.find("structure: rack 2 groups (4 hosts each), confidence 1"),
+            std::string::npos)
+      << confirmed;
+  EXPECT_NE(confirmed.find("the structure's ring measured 980 Mbit/s, the input order's 250 "
+                           "(3.92x)\n"),
+            std::string::npos)
+      << confirmed;
+  auto refuted =
+      structureText(alternatingRacks({measuredRing("input", {0, 1, 2, 3, 4, 5, 6, 7}, 250),
+                                      measuredRing("structure", {0, 2, 4, 6, 1, 3, 5, 7}, 260)}));
+  EXPECT_NE(refuted.find("not faster beyond the probe's noise, plans keep the input order"),
+            std::string::npos)
+      << refuted;
+  Topology flat = alternatingRacks({});
+  flat.groups.clear();
+  flat.links->uplinks.clear();
+  flat.links->uplinkLatencyUs.clear();
+  EXPECT_NE(structureText(flat).find("structure: none found"), std::string::npos);
+  Topology weak = alternatingRacks({});
+  weak.groups[0].confidence = 0.4;
+  EXPECT_NE(structureText(weak).find("rack is weak (confidence 0.4)"), std::string::npos);
+}
+
 TEST(LinkModel, ANetworkWithoutLevelsIsOneSwitch) {
   auto syn = makeSynthetic(tree(2, 2, 3, Output::kLinks));
   Topology t = syn.topology;
