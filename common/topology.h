@@ -81,8 +81,10 @@ struct SharedLink {
 inline constexpr double kMaxDirectionRatio = 3.0;
 
 // Up to this many hosts a probe writes the full matrices (measured and inferred values); beyond
-// it, `links` and the measured pairs stand in for them (N^2 values stop being readable or small).
-inline constexpr size_t kDenseMaxHosts = 1024;
+// it, `links` and the measured pairs stand in for them: N^2 values stop being readable or small
+// (4.9 MB at 256 hosts, 79 MB at 1024, past what a push carries to every agent), while the link
+// model states every pair in O(N).
+inline constexpr size_t kDenseMaxHosts = 256;
 
 // One link's capacity in each direction (out = away from the host or group).
 struct LinkCapacity {

@@ -30,7 +30,9 @@
 // With --scenario, one scenario (tests/sim/scenario.h: its keys, defaults and scoring), printed
 // as one JSON line:
 //
-//   probe_scale_bench --scenario [KEY=VALUE ...]
+//   probe_scale_bench --scenario [--topology-out FILE] [KEY=VALUE ...]
+//
+//   --topology-out  also write the probe's topology.json there (for `rankmap plan` and `show`)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -441,8 +443,16 @@ void emucloudRun(const Args& args) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--scenario") {
     try {
-      auto sc = rankmap::sim::Scenario::parse(std::vector<std::string>(argv + 2, argv + argc));
-      std::printf("%s\n", rankmap::sim::runScenario(sc).line().c_str());
+      std::vector<std::string> settings(argv + 2, argv + argc);
+      std::string topologyOut;
+      if (settings.size() >= 2 && settings[0] == "--topology-out") {
+        topologyOut = settings[1];
+        settings.erase(settings.begin(), settings.begin() + 2);
+      }
+      auto sc = rankmap::sim::Scenario::parse(settings);
+      auto result = rankmap::sim::runScenario(sc);
+      if (!topologyOut.empty()) result.topology.save(topologyOut);
+      std::printf("%s\n", result.line().c_str());
     } catch (const rankmap::InvalidInput& e) {
       std::fprintf(stderr, "probe_scale_bench: %s\n", e.what());
       return 2;

@@ -294,10 +294,16 @@ double trueRingUs(const Datacenter& dc, const std::vector<int>& order, uint64_t 
   for (size_t i = 0; i < n; ++i) flows.emplace_back(order[i], order[(i + 1) % n]);
   const auto rates = dc.fairMbps(flows);
   const double chunkBits = 8.0 * static_cast<double>(bytes) / static_cast<double>(n);
-  double step = 0;
-  for (size_t i = 0; i < n; ++i)
-    step = std::max(step, chunkBits / rates[i] + dc.oneWayUs(flows[i].first, flows[i].second));
-  return 2.0 * static_cast<double>(n - 1) * step;
+  // A rank sends step s + 1 once it has sent step s and received it from its predecessor: the
+  // steady period is the larger of the slowest rank's send and the ring's mean hop (transfer
+  // and latency: the cycle around the ring takes n hops for n steps).
+  double slowest = 0, cycle = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double xfer = chunkBits / rates[i];
+    slowest = std::max(slowest, xfer);
+    cycle += xfer + dc.oneWayUs(flows[i].first, flows[i].second);
+  }
+  return 2.0 * static_cast<double>(n - 1) * std::max(slowest, cycle / static_cast<double>(n));
 }
 
 ScenarioResult runScenario(const Scenario& sc) {
@@ -355,6 +361,7 @@ ScenarioResult runScenario(const Scenario& sc) {
   const auto& c = out.cost;
 
   ScenarioResult r;
+  r.topology = out.topology;
   Json& j = r.json;
   j = Json::object();
   j["hosts"] = dc.hosts();

@@ -38,7 +38,9 @@
 //   plan_true_ms          16 MiB ring allreduce in the order planned from the probe's topology,
 //                         timed on the true network (max-min sharing of the ring's flows with the
 //                         tenants' on the datacenter's links, no noise): 2(w-1) steps, each the
-//                         slowest hop's chunk time plus its one-way latency
+//                         larger of the slowest hop's chunk time and the ring's mean hop (chunk
+//                         time plus one-way latency): a rank waits for its own send and for its
+//                         predecessor's
 //   optimum_ms            the same for the best of the order planned from the true topology, the
 //                         provider order and the plan's order
 //   provider_ms           the same for the provider's order (the input order)
@@ -92,7 +94,8 @@ struct Scenario {
 };
 
 struct ScenarioResult {
-  Json json;  // the keys out (the file comment)
+  Json json;          // the keys out (the file comment)
+  Topology topology;  // what the probe wrote
   std::string line() const { return json.dump(); }
 };
 

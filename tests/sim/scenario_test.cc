@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -77,10 +78,14 @@ TEST(Scenario, TrueRingTimeIsTheSlowestHopPerStep) {
   s.noise = 0;
   Datacenter dc(s);
   const uint64_t bytes = 4000000;  // a step's chunk: 1 MB = 8e6 bits
-  // Racks contiguous (0, 2 | 1, 3): two hops cross at 50 Mbit/s, one way 15 us.
-  EXPECT_NEAR(trueRingUs(dc, {0, 2, 1, 3}, bytes), 6 * (8e6 / 50 + 15), 1e-6);
+  // Racks contiguous (0, 2 | 1, 3): two hops cross at 50 Mbit/s (160000 us), two inside at
+  // 100 (80000 us); one way 15 us across, 5 inside. The slowest send decides.
+  EXPECT_NEAR(trueRingUs(dc, {0, 2, 1, 3}, bytes), 6 * (8e6 / 50), 1e-6);
   // Alternating (0, 1, 2, 3): four crossings, two per uplink direction: 25 Mbit/s.
   EXPECT_NEAR(trueRingUs(dc, {0, 1, 2, 3}, bytes), 6 * (8e6 / 25 + 15), 1e-6);
+  // Latency decides where transfers are short: the mean hop, not the slowest one.
+  EXPECT_NEAR(trueRingUs(dc, {0, 2, 1, 3}, 4),
+              6 * std::max(8.0 / 50, (2 * 8.0 / 50 + 2 * 8.0 / 100 + 2 * 15 + 2 * 5) / 4), 1e-9);
 }
 
 }  // namespace
