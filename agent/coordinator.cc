@@ -64,9 +64,12 @@ Json Coordinator::peerJson(int h) const {
   return {{"name", host.name}, {"address", host.address}};
 }
 
-Deadline Coordinator::latencyDeadline(Deadline round, const probe::LatencyOptions& lo) const {
-  // A round trip under a few ms is normal; allow 20 ms each before calling the pair slow.
-  auto expected = std::chrono::milliseconds(20 * (lo.warmup + lo.samples));
+Deadline Coordinator::latencyDeadline(Deadline round, const probe::LatencyOptions& lo,
+                                      size_t peers) const {
+  // A round trip under a few ms is normal; allow 20 ms each, and a connection's handshake,
+  // before calling a pair slow. The peers of one request are measured one after the other.
+  auto expected = std::chrono::milliseconds(20 * (lo.warmup + lo.samples + 3)) *
+                  static_cast<int64_t>(std::max<size_t>(1, peers));
   return Deadline::after(expected + opts_.taskSlack).min(round);
 }
 
@@ -177,45 +180,71 @@ probe::FleetCost Coordinator::cost() const {
 std::vector<probe::Outcome<LatencyStats>> Coordinator::latency(
     const std::vector<probe::HostPair>& pairs, const probe::LatencyOptions& lo, Deadline d) {
   std::vector<probe::Outcome<LatencyStats>> out(pairs.size());
-  std::vector<Task> tasks(pairs.size());
-  Deadline ld = latencyDeadline(d, lo);
-  for (size_t k = 0; k < pairs.size(); ++k) {
-    tasks[k].host = pairs[k].first;
-    tasks[k].request = {{"op", "latency"},
-                        {"peer", peerJson(pairs[k].second)},
-                        {"warmup", lo.warmup},
-                        {"samples", lo.samples}};
-    tasks[k].deadline = ld;
+  // One request per pinging agent, with every peer it is to ping ("peers"): the round's
+  // requests grow with the agents, not with the pairs. Each request's deadline is its own,
+  // sized by its peers.
+  std::map<int, std::vector<size_t>> byPinger;
+  for (size_t k = 0; k < pairs.size(); ++k) byPinger[pairs[k].first].push_back(k);
+  std::vector<Task> tasks;
+  std::vector<const std::vector<size_t>*> which;
+  for (const auto& [host, ks] : byPinger) {
+    Task t;
+    t.host = host;
+    Json peers = Json::array();
+    for (size_t k : ks) peers.push_back(peerJson(pairs[k].second));
+    t.request = {{"op", "latency"},
+                 {"peers", std::move(peers)},
+                 {"warmup", lo.warmup},
+                 {"samples", lo.samples}};
+    t.deadline = latencyDeadline(d, lo, ks.size());
+    tasks.push_back(std::move(t));
+    which.push_back(&ks);
   }
   runTasks(tasks);
   cost_.latencyPairs += pairs.size();
-  for (size_t k = 0; k < pairs.size(); ++k) {
-    const Task& t = tasks[k];
-    auto& o = out[k];
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Task& t = tasks[i];
+    const auto& ks = *which[i];
     if (!t.error.empty()) {
-      o.culprit = t.agentFailed ? pairs[k].first : pairs[k].second;
-      o.asked = t.agentFailed;
-      o.reason = t.reason;
-      o.message = t.error;
+      for (size_t k : ks) {
+        auto& o = out[k];
+        o.culprit = t.agentFailed ? pairs[k].first : pairs[k].second;
+        o.asked = t.agentFailed;
+        o.reason = t.reason;
+        o.message = t.error;
+      }
       continue;
     }
     try {
       JsonReader r(t.reply, "latency reply");
-      auto l = r.at("latency");
-      o.value = LatencyStats{l.at("min").nonNegative(), l.at("median").nonNegative(),
-                             l.at("p90").nonNegative(), l.at("p99").nonNegative()};
+      auto list = r.at("latencies", "one entry per peer asked");
+      list.arraySize(ks.size());
+      for (size_t j = 0; j < ks.size(); ++j) {
+        auto& o = out[ks[j]];
+        auto l = list.at(j);
+        if (auto err = l.find("error")) {
+          o.culprit = pairs[ks[j]].second;
+          o.reason = l.at("reason", "a failure reason").str();
+          o.message = err->str();
+          continue;
+        }
+        o.value = LatencyStats{l.at("min").nonNegative(), l.at("median").nonNegative(),
+                               l.at("p90").nonNegative(), l.at("p99").nonNegative()};
+      }
     } catch (const std::exception& e) {
-      o.culprit = pairs[k].first;
-      o.reason = "peer";
-      o.message = fmt::format("bad reply: {}", e.what());
+      for (size_t k : ks) {
+        if (out[k].value) continue;
+        out[k].culprit = pairs[k].first;
+        out[k].reason = "peer";
+        out[k].message = fmt::format("bad reply: {}", e.what());
+      }
     }
   }
   return out;
 }
 
-std::vector<probe::Outcome<double>> Coordinator::bandwidth(const std::vector<probe::HostPair>& flows,
-                                                           const probe::BandwidthOptions& bo,
-                                                           Deadline d) {
+std::vector<probe::Outcome<double>> Coordinator::bandwidth(
+    const std::vector<probe::HostPair>& flows, const probe::BandwidthOptions& bo, Deadline d) {
   std::vector<probe::Outcome<double>> out(flows.size());
   std::vector<Task> tasks(flows.size());
   // Every flow connects first, then all start together (probe/measure.h): the barrier is what

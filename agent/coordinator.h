@@ -72,10 +72,10 @@ struct CheckResult {
   std::map<std::string, uint64_t> failures;
   double seconds = 0;
   probe::RecheckVerdict verdict = probe::RecheckVerdict::Unchanged;
-  std::string reason;                       // why a full round is needed
-  std::vector<probe::GroupChange> groups;   // what a group re-probe re-measures
-  std::vector<std::string> changedGroups;   // "rack 5 uplink"
-  bool hostsInPlace = false;                // probe::RecheckResult::hostsInPlace
+  std::string reason;                      // why a full round is needed
+  std::vector<probe::GroupChange> groups;  // what a group re-probe re-measures
+  std::vector<std::string> changedGroups;  // "rack 5 uplink"
+  bool hostsInPlace = false;               // probe::RecheckResult::hostsInPlace
 };
 
 class Coordinator : public probe::Fleet {
@@ -134,7 +134,7 @@ class Coordinator : public probe::Fleet {
   // A round's outcome as the agent records it (names, missing pairs, status).
   RoundResult resultOf(probe::RoundOutcome&& out, std::chrono::steady_clock::time_point t0) const;
   Json peerJson(int h) const;
-  Deadline latencyDeadline(Deadline round, const probe::LatencyOptions& lo) const;
+  Deadline latencyDeadline(Deadline round, const probe::LatencyOptions& lo, size_t peers) const;
   Deadline bandwidthDeadline(Deadline round, const probe::BandwidthOptions& bo,
                              std::chrono::milliseconds barrier) const;
 

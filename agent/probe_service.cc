@@ -15,6 +15,55 @@ constexpr int kMaxLatencySamples = 100000;
 
 }  // namespace
 
+namespace {
+
+probe::LatencyOptions latencyOptions(const JsonReader& r) {
+  probe::LatencyOptions lo;
+  if (auto v = r.find("warmup")) lo.warmup = static_cast<int>(v->integerIn(0, kMaxLatencySamples));
+  if (auto v = r.find("samples"))
+    lo.samples = static_cast<int>(v->integerIn(1, kMaxLatencySamples));
+  return lo;
+}
+
+}  // namespace
+
+// {"op": "latency", "peers": [{name, address}, ...]}: round trips to each peer in turn, each on
+// its own connection and under its share of the deadline, so that one silent peer costs only
+// its own; the reply lists, in the same order, the statistics or the error.
+Json ProbeService::latencyList(const JsonReader& r, const std::string& source, Deadline d,
+                               const std::function<void(const std::string&)>& count) {
+  const auto lo = latencyOptions(r);
+  auto list = r.at("peers", "an array of {name, address}");
+  const size_t m = list.arraySize();
+  if (m > kMaxLatencyPeers) list.fail(fmt::format("at most {} peers", kMaxLatencyPeers));
+  std::vector<Host> peers;
+  for (size_t i = 0; i < m; ++i) {
+    auto e = list.at(i);
+    peers.push_back(
+        {e.at("name", "a host name").nonEmptyStr(), e.at("address", "an address").nonEmptyStr()});
+  }
+  Json out = Json::array();
+  for (size_t i = 0; i < peers.size(); ++i) {
+    // The time left, shared by the peers still to go.
+    const auto share = d.remaining() / static_cast<int64_t>(peers.size() - i);
+    const Deadline pd = Deadline::after(share).min(d);
+    try {
+      probe::Endpoint ep = probe::hostEndpoint(peers[i]);
+      LatencyStats s = probe::measureLatency(ep, key_, self_, lo, pd);
+      count("ok");
+      out.push_back({{"min", s.minUs}, {"median", s.medianUs}, {"p90", s.p90Us}, {"p99", s.p99Us}});
+    } catch (const InvalidInput&) {
+      throw;
+    } catch (const std::exception& e) {
+      count("failed");
+      RANKMAP_DEBUG(Agent, "latency to {} for {} failed: {}", peers[i].name, source, e.what());
+      out.push_back({{"error", fmt::format("latency {} -> {}: {}", self_, peers[i].name, e.what())},
+                     {"reason", std::string(probe::requestFailureName(probe::failureOf(e)))}});
+    }
+  }
+  return {{"latencies", std::move(out)}};
+}
+
 ProbeService::ProbeService(const probe::ProbeKey& key, std::string self, Hooks hooks,
                            Metrics* metrics)
     : key_(key), self_(std::move(self)), hooks_(std::move(hooks)), metrics_(metrics) {}
@@ -47,8 +96,8 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
       if (probed->from < probed->to || probed->from > 86400)
         v->fail("[from, to]: seconds ago, from >= to, at most 86400");
     }
-    if (!hooks_.passiveSummary) return {{"fresh", false}, {"series", 0}, {"baselined", 0},
-                                        {"drifting", Json::array()}};
+    if (!hooks_.passiveSummary)
+      return {{"fresh", false}, {"series", 0}, {"baselined", 0}, {"drifting", Json::array()}};
     return hooks_.passiveSummary(rebase, probed);
   }
   if (op == "topology") {
@@ -63,6 +112,7 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
       reply["relay"] = relayTopology(doc, list->json(), source, key_, self_, d);
     return reply;
   }
+  if (op == "latency" && r.find("peers")) return latencyList(r, source, d, count);
   if (op != "latency" && op != "bandwidth")
     throw InvalidInput(
         fmt::format("{}: unknown op '{}' (expected hello, passive, latency, bandwidth or "
@@ -75,11 +125,7 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
   probe::Endpoint ep = probe::hostEndpoint(target);
   try {
     if (op == "latency") {
-      probe::LatencyOptions lo;
-      if (auto v = r.find("warmup"))
-        lo.warmup = static_cast<int>(v->integerIn(0, kMaxLatencySamples));
-      if (auto v = r.find("samples"))
-        lo.samples = static_cast<int>(v->integerIn(1, kMaxLatencySamples));
+      const auto lo = latencyOptions(r);
       LatencyStats s = probe::measureLatency(ep, key_, self_, lo, d);
       count("ok");
       return {{"latency",

@@ -25,6 +25,10 @@
 
 namespace rankmap::agent {
 
+// At most this many peers in one latency request ("peers"): a round's latency step asks each
+// agent once, with all the peers it is to ping.
+inline constexpr size_t kMaxLatencyPeers = 4096;
+
 class ProbeService {
  public:
   struct Hooks {
@@ -43,6 +47,8 @@ class ProbeService {
   Json handle(const Json& request, const std::string& peer, Deadline d);
 
  private:
+  Json latencyList(const JsonReader& r, const std::string& source, Deadline d,
+                   const std::function<void(const std::string&)>& count);
   const probe::ProbeKey& key_;
   std::string self_;
   Hooks hooks_;
