@@ -1,8 +1,9 @@
 // What an agent does when another agent (the coordinator) asks over the probe protocol:
 // "hello" (liveness), "passive" (this host's view of job traffic: agent/passive.h, Summary; with
 // "rebase" the drift it reports counts as acted on; "probed_s": [from, to], seconds ago, the
-// coordinator's last probing, whose windows do not count), "latency" and "bandwidth" (measure
-// against a named peer), "topology" (store a topology the coordinator assembled, and forward it to
+// coordinator's last probing, whose windows do not count), "latency" (round trips to each peer
+// of "peers", in turn; or to one "peer") and "bandwidth" (measure against a named peer),
+// "topology" (store a topology the coordinator assembled, and forward it to
 // the hosts of its "relay" list: agent/topology_push.h). Runs on the probe server's connection
 // threads.
 //
