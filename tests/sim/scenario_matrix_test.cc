@@ -1,0 +1,63 @@
+// The scenario matrix at 1024 simulated hosts (tests/sim/scenario.h), three seeds each, provider
+// order shuffled, ±10% noise, 3 dead hosts: what holds in every scenario, whatever the structure
+// found. The plan is never slower than the provider's order beyond 2% (the ring checks keep it
+// from an order a measurement does not support), its prediction is within 10% of its time on the
+// true network, and every dead host is named. What the structure finds and costs in each
+// scenario, against the targets, is in docs/performance.md ("Scale: scenario matrix"),
+// from `probe_scale_bench --scenario`.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tests/sim/scenario.h"
+
+namespace rankmap::sim {
+namespace {
+
+struct Case {
+  const char* name;
+  std::vector<std::string> settings;
+};
+
+const Case kCases[] = {
+    {"flat_1_2", {"rack_over=2"}},
+    {"flat_1_3", {"rack_over=3"}},
+    {"flat_1_4", {"rack_over=4"}},
+    {"flat_1_8", {"rack_over=8"}},
+    {"close_tiers", {"rack_over=1.5", "pod_over=1.5", "rack_us=3", "pod_us=4", "jitter_us=5"}},
+    {"unequal", {"rack_sizes=1,48,7,33,16,2,40,24", "racks_per_pod=3,9,5,13"}},
+    {"slow_hosts", {"slow=0.1", "slow_factor=0.4"}},
+    {"thinned_and_tenants", {"thin=6", "background=2048"}},
+    {"racks_1_8_pods_1_1", {"rack_over=8", "pod_over=1"}},
+    {"racks_of_2", {"rack_sizes=2", "rack_over=2"}},
+};
+
+class ScenarioMatrix : public ::testing::TestWithParam<std::tuple<size_t, int>> {};
+
+TEST_P(ScenarioMatrix, NeverSlowerThanTheProviderAndPredictedWithinTenPercent) {
+  const auto& c = kCases[std::get<0>(GetParam())];
+  std::vector<std::string> settings = c.settings;
+  settings.push_back("hosts=1024");
+  settings.push_back("seed=" + std::to_string(std::get<1>(GetParam())));
+  const Json j = runScenario(Scenario::parse(settings)).json;
+  std::printf("%s %s\n", c.name, j.dump().c_str());
+  const double plan = j["plan_true_ms"], provider = j["provider_ms"],
+               predicted = j["plan_predicted_ms"];
+  EXPECT_LE(plan, 1.02 * provider) << j.dump();
+  EXPECT_LE(std::abs(predicted / plan - 1), 0.10) << j.dump();
+  EXPECT_EQ(j["dead_found"], 3) << j.dump();
+  RecordProperty("plan_over_optimum", std::to_string(plan / static_cast<double>(j["optimum_ms"])));
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts1024, ScenarioMatrix,
+                         ::testing::Combine(::testing::Range<size_t>(0, std::size(kCases)),
+                                            ::testing::Values(1, 2, 3)),
+                         [](const auto& info) {
+                           return std::string(kCases[std::get<0>(info.param)].name) + "_seed" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace rankmap::sim
