@@ -26,7 +26,8 @@ constexpr size_t kPairSampleWithTenants = 5000;
 const char* const kKeys[] = {
     "hosts",       "pods",    "racks_per_pod", "rack_sizes", "rack_over", "pod_over", "host_mbps",
     "host_us",     "rack_us", "pod_us",        "jitter_us",  "noise",     "dead",     "slow",
-    "slow_factor", "thin",    "thin_factor",   "background", "asym",      "shuffle",  "seed"};
+    "slow_factor", "thin",    "thin_factor",   "background", "asym",      "shuffle",  "seed",
+    "ring_checks"};
 
 double number(const std::string& key, const std::string& value) {
   size_t used = 0;
@@ -212,6 +213,8 @@ Scenario Scenario::parse(const std::vector<std::string>& settings) {
       sc.asym = fraction(key, value, false);
     } else if (key == "shuffle") {
       sc.shuffle = integer(key, value, 0) != 0;
+    } else if (key == "ring_checks") {
+      sc.ringChecks = integer(key, value, 0) != 0;
     } else if (key == "seed") {
       sc.seed = static_cast<uint64_t>(integer(key, value, 0));
     } else {
@@ -325,7 +328,8 @@ ScenarioResult runScenario(const Scenario& sc) {
   reorder::PlanOptions po;
   po.hashTopology = false;
   po.openMpi = false;
-  const Topology found = reorder::selectHosts(out.topology, entries, "hosts", "probe");
+  Topology found = reorder::selectHosts(out.topology, entries, "hosts", "probe");
+  if (!sc.ringChecks) found.rings.clear();
   const Topology truth = reorder::selectHosts(truthTopology(dc, fleet), entries, "hosts", "truth");
   const auto planned = reorder::planTopology(found, po);
   const auto best = reorder::planTopology(truth, po);

@@ -27,6 +27,8 @@
 //   shuffle [1]           1: the provider's order deals hosts across racks at random; 0: in rack
 //                         order
 //   seed [1]
+//   ring_checks [1]       0: the planner gets the probe's topology without its measured rings
+//                         (the comparison run for what the ring checks change)
 //
 // Keys out (one JSON object):
 //   hosts, racks, pods    what was built
@@ -85,6 +87,7 @@ struct Scenario {
   double asym = 1;
   bool shuffle = true;
   uint64_t seed = 1;
+  bool ringChecks = true;
   SimTiming timing;
 
   // KEY=VALUE settings over the defaults; InvalidInput naming the key and what was expected.
