@@ -497,16 +497,30 @@ std::vector<int> structureRing(const RoundState& s, const Structure& st) {
   return order;
 }
 
-std::vector<RingCheck> measureRings(RoundState& s, const Structure& st) {
+std::vector<RingCheck> measureRings(RoundState& s, const Structure& st,
+                                    const TopologyLinks& links) {
   std::vector<RingCheck> out;
   std::vector<std::pair<std::string, std::vector<int>>> rings = {{"input", s.liveHosts()}};
   if (!st.levels.empty()) rings.emplace_back("structure", structureRing(s, st));
+  // Equal bytes per flow, as a ring step moves (see round.h).
+  BandwidthOptions step = s.opts().bandwidth;
+  std::vector<double> rates;
+  for (int h : s.liveHosts())
+    if (static_cast<size_t>(h) < links.hosts.size() &&
+        links.hosts[static_cast<size_t>(h)].outMbps > 0)
+      rates.push_back(links.hosts[static_cast<size_t>(h)].outMbps);
+  if (!rates.empty())
+    step.maxBytes = std::min<uint64_t>(
+        step.maxBytes,
+        std::max<uint64_t>(64 * 1024,
+                           static_cast<uint64_t>(median(rates) * 1e6 / 8 * kRingWindowShare *
+                                                 static_cast<double>(step.maxMs) / 1000)));
   for (auto& [name, order] : rings) {
     if (order.size() < 2 || s.stopped()) break;
     std::vector<HostPair> flows;
     for (size_t i = 0; i < order.size(); ++i)
       flows.emplace_back(order[i], order[(i + 1) % order.size()]);
-    auto got = s.run(flows, "rings", false);
+    auto got = s.run(flows, "rings", false, {}, false, &step);
     RingCheck c;
     c.name = name;
     c.order = order;
@@ -659,7 +673,7 @@ RoundOutcome runRound(Fleet& fleet, const RoundOptions& opts, Deadline d,
   if (opts.bandwidthEnabled && !s.stopped()) links = measureLinks(s, res.structure);
   endPhase("links");
   std::vector<RingCheck> rings;
-  if (opts.bandwidthEnabled && !s.stopped()) rings = measureRings(s, res.structure);
+  if (opts.bandwidthEnabled && !s.stopped()) rings = measureRings(s, res.structure, links);
   endPhase("rings");
   res.topology = assembleTopology(s, res.structure, links);
   res.topology.rings = std::move(rings);

@@ -30,8 +30,8 @@
 //                    there to load it. Flows: about 2N per level plus 2N for host links.
 //   4. rings         the input order's ring and the structure's (a depth-first walk of the
 //                    groups) measured as a ring collective loads the network, every host sending
-//                    to the next at once: what the planner checks its model and its order against
-//                    (topology.json "rings"; reorder/planner.h). One trial each.
+//                    the same bytes to the next at once: what the planner checks its model and its
+//                    order against (topology.json "rings"; reorder/planner.h). One trial each.
 //   5. assemble      topology.json: the groups, the link model (`links`), the pairs measured
 //                    alone (`measured`), oversubscribed groups as `shared_links`, and, up to
 //                    kDenseMaxHosts, full matrices whose other
@@ -227,8 +227,15 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
                                          const std::vector<LinkCapacity>& hostLinks,
                                          const std::vector<char>& only = {});
 // Phase 4: the rings (see the file comment), the input order's first. The structure's ring is
-// left out without levels (it would be the input order).
-std::vector<RingCheck> measureRings(RoundState& s, const Structure& st);
+// left out without levels (it would be the input order). Every flow of a ring moves the same
+// bytes, as a ring collective's step does (what the median host link carries in a quarter of the
+// window): a flow that is done leaves the network, and the machines, to the slower ones, where
+// equal windows would have it compete with them to the end (on the 2-core emulated cloud the
+// flows inside racks then took the CPU the ring's crossing flows needed: 72 Mbit/s measured for
+// a ring the same job runs at 247).
+std::vector<RingCheck> measureRings(RoundState& s, const Structure& st, const TopologyLinks& links);
+// The bytes each flow of a ring trial moves: kRingWindowShare of a window at `hostMbps`.
+inline constexpr double kRingWindowShare = 0.25;
 // The depth-first walk of `st`'s levels over the live hosts: outermost groups in order of their
 // lowest host, in each its groups likewise, in each innermost group its hosts ascending.
 std::vector<int> structureRing(const RoundState& s, const Structure& st);
