@@ -386,12 +386,13 @@ int64_t Store::addTopology(Topology& t, std::optional<int64_t> roundId) {
   Stmt s(db_, path_,
          "INSERT INTO topologies(version, created_at, round_id, hash, hosts, document) "
          "VALUES(?, ?, ?, ?, ?, ?)");
+  const std::string doc = t.toJson().dump();
   s.bind(1, t.version)
       .bind(2, utcNow())
       .bind(3, roundId)
-      .bind(4, t.contentHash())
+      .bind(4, contentHashOf(doc))
       .bind(5, static_cast<int64_t>(t.size()))
-      .bind(6, t.toJson().dump())
+      .bind(6, doc)
       .run();
   tx.commit();
   return t.version;
@@ -404,11 +405,12 @@ bool Store::putTopology(const Topology& t) {
   Stmt s(db_, path_,
          "INSERT OR IGNORE INTO topologies(version, created_at, round_id, hash, hosts, document) "
          "VALUES(?, ?, NULL, ?, ?, ?)");
+  const std::string doc = t.toJson().dump();
   s.bind(1, t.version)
       .bind(2, utcNow())
-      .bind(3, t.contentHash())
+      .bind(3, contentHashOf(doc))
       .bind(4, static_cast<int64_t>(t.size()))
-      .bind(5, t.toJson().dump())
+      .bind(5, doc)
       .run();
   bool inserted = sqlite3_changes(db_) > 0;
   tx.commit();

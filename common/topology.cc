@@ -303,10 +303,32 @@ std::optional<double> RingCheck::bottleneckMbps() const {
   return v[(band - 1) / 2];
 }
 
+// Host name -> its first index. Heterogeneous lookup: a string_view finds a std::string key.
+struct Topology::NameIndex {
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, int, Hash, std::equal_to<>> byName;
+};
+
 int Topology::indexOf(std::string_view name) const {
-  for (size_t i = 0; i < hosts.size(); ++i)
-    if (hosts[i].name == name) return static_cast<int>(i);
-  return -1;
+  // Callers look up every host of a group or link list: a scan each would be O(N^2) per
+  // topology (1024 hosts: a third of what every agent spent storing a pushed version).
+  auto lookup = [&](const NameIndex& idx) {
+    auto it = idx.byName.find(name);
+    if (it == idx.byName.end()) return -1;
+    const auto i = static_cast<size_t>(it->second);
+    return i < hosts.size() && hosts[i].name == name ? it->second : -1;
+  };
+  if (auto cached = nameCache_.index.load()) {
+    if (int i = lookup(*cached); i >= 0) return i;
+  }
+  auto idx = std::make_shared<NameIndex>();
+  idx->byName.reserve(hosts.size());
+  for (size_t h = 0; h < hosts.size(); ++h) idx->byName.emplace(hosts[h].name, static_cast<int>(h));
+  nameCache_.index.store(idx);
+  return lookup(*idx);
 }
 
 Topology Topology::empty(std::vector<Host> hs) {
@@ -409,7 +431,11 @@ std::string Topology::dump() const { return toJson().dump(1) + "\n"; }
 
 void Topology::save(const std::string& path) const { writeFileAtomic(path, dump()); }
 
-std::string Topology::contentHash() const { return "sha256:" + sha256Hex(toJson().dump()); }
+std::string contentHashOf(std::string_view canonicalJson) {
+  return "sha256:" + sha256Hex(canonicalJson);
+}
+
+std::string Topology::contentHash() const { return contentHashOf(toJson().dump()); }
 
 // Host -> (group, place in the group) per level. An entry is current when that place of that
 // group still holds the host's name: pathIndex() checks the entries of the two hosts a call

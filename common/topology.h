@@ -187,29 +187,37 @@ struct Topology {
   Json toJson() const;
   std::string dump() const;                  // pretty JSON text with a trailing newline
   void save(const std::string& path) const;  // atomic
-  // SHA-256 of the canonical JSON (used as a plan's source reference).
+  // SHA-256 of the canonical JSON (used as a plan's source reference): contentHashOf(toJson().dump()).
   std::string contentHash() const;
 
   bool operator==(const Topology&) const = default;
 
  private:
-  // pathMbps()'s index of the groups: a cache, not content (equal whatever it holds; copied with
-  // the topology, and rebuilt when it no longer fits it).
-  struct PathIndex;
-  struct PathCache {
-    mutable std::atomic<std::shared_ptr<const PathIndex>> index;
-    PathCache() = default;
-    PathCache(const PathCache& o) : index(o.index.load()) {}
-    PathCache& operator=(const PathCache& o) {
+  // Indexes derived from the content: caches, not content (equal whatever they hold; copied with
+  // the topology, checked against it at each use and rebuilt when they no longer fit it).
+  template <typename T>
+  struct Cache {
+    mutable std::atomic<std::shared_ptr<const T>> index;
+    Cache() = default;
+    Cache(const Cache& o) : index(o.index.load()) {}
+    Cache& operator=(const Cache& o) {
       index.store(o.index.load());
       return *this;
     }
-    bool operator==(const PathCache&) const { return true; }
+    bool operator==(const Cache&) const { return true; }
   };
-  // The index, current for hosts a and b (built anew when not).
+  // pathMbps()'s index of the groups, current for hosts a and b (built anew when not).
+  struct PathIndex;
   std::shared_ptr<const PathIndex> pathIndex(int a, int b) const;
-  PathCache pathCache_;
+  Cache<PathIndex> pathCache_;
+  // indexOf()'s host names (a lookup is checked against hosts[]; a miss rebuilds it).
+  struct NameIndex;
+  Cache<NameIndex> nameCache_;
 };
+
+// contentHash() of the topology whose toJson().dump() is `canonicalJson`, for a caller that has
+// that text already (the store writes it too).
+std::string contentHashOf(std::string_view canonicalJson);
 
 // Shared by topology and plan parsers.
 // "YYYY-MM-DDTHH:MM:SS[.fraction]Z" (RFC 3339 in UTC, as rankmapd writes it, years 1970..2200)
