@@ -1,5 +1,7 @@
 #include "agent/daemon.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <random>
 #include <set>
@@ -21,13 +23,17 @@ namespace {
 constexpr size_t kMinTokenBytes = 16;
 constexpr size_t kKeepRounds = 1000;
 constexpr size_t kKeepTopologies = 200;
-// A push's first wave (the coordinator's group and one relay per other group) and the whole
-// push with its direct retries (agent/topology_push.h); the round ends after it.
-constexpr auto kPushRelayWave = std::chrono::seconds(8);
-constexpr auto kPushTimeout = std::chrono::seconds(12);
 // A host's job traffic counts as running when a rank reported within this (the engine reports
 // every RANKMAP_PASSIVE_REPORT, 5 s by default).
 constexpr auto kPassiveFresh = std::chrono::seconds(20);
+
+// CPU time (user and system) of the calling thread.
+double threadCpuSeconds() {
+  rusage u{};
+  if (getrusage(RUSAGE_THREAD, &u) != 0) return 0;
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
 
 std::set<std::string> namesOf(const std::vector<Host>& hosts) {
   std::set<std::string> s;
@@ -37,10 +43,11 @@ std::set<std::string> namesOf(const std::vector<Host>& hosts) {
 
 }  // namespace
 
-Daemon::Daemon(AgentConfig cfg)
+Daemon::Daemon(AgentConfig cfg, ProbeService::Measure measure)
     : cfg_(std::move(cfg)),
       name_(cfg_.name.empty() ? localHostName() : cfg_.name),
-      passive_(name_) {
+      passive_(name_),
+      measure_(std::move(measure)) {
   if (cfg_.keyFile.empty())
     throw InvalidInput(
         "no probe key: rankmapd needs --key-file (or key_file in the config), "
@@ -83,6 +90,11 @@ void Daemon::describeMetrics() {
   metrics_.describe("rankmap_probe_rounds_total", "counter", "Probe rounds by kind and result");
   metrics_.describe("rankmap_probe_round_duration_seconds", "histogram",
                     "Wall time of probe rounds");
+  metrics_.describe("rankmap_probe_round_cpu_seconds_total", "counter",
+                    "CPU time of the rounds this agent coordinated (the round's thread: its "
+                    "requests, inference, store and topology push)");
+  metrics_.describe("rankmap_probe_requests_total", "counter",
+                    "Control requests sent to agents in rounds this agent coordinated");
   metrics_.describe("rankmap_probe_failures_total", "counter",
                     "Failed probe requests in rounds this agent coordinated, by reason");
   metrics_.describe("rankmap_probe_auth_rejections_total", "counter",
@@ -148,13 +160,15 @@ void Daemon::start() {
   hooks.storeTopology = [this](const Topology& t) {
     bool fresh = store_->putTopology(t);
     if (fresh) {
-      auto latest = store_->latestTopology();
-      if (latest && latest->version == t.version) metrics_.setTopologySummary(t);
+      // The newest version's record, not its document: parsing it again would double what a
+      // push costs every agent.
+      auto latest = store_->topologies(1);
+      if (!latest.empty() && latest.front().version == t.version) metrics_.setTopologySummary(t);
       RANKMAP_INFO(Agent, "agent {}: stored pushed topology version {}", name_, t.version);
     }
     return fresh;
   };
-  service_ = std::make_unique<ProbeService>(key_, name_, std::move(hooks), &metrics_);
+  service_ = std::make_unique<ProbeService>(key_, name_, std::move(hooks), &metrics_, measure_);
   probe::ProbeServer::Options po;
   po.listen = cfg_.probeListen;
   po.name = name_;
@@ -245,6 +259,7 @@ Daemon::StartResult Daemon::startRound(std::optional<std::vector<Host>> hosts,
 
 void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, bool light,
                        std::optional<Topology> baseline) {
+  const double cpuFrom = threadCpuSeconds();
   // The round's probing: from its start to the end of its last measurement (job windows
   // reported after that, while the round is stored, are the network's again).
   const auto from = std::chrono::steady_clock::now();
@@ -252,6 +267,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
   auto measured = [&] { to = std::chrono::steady_clock::now(); };
   // Ends the round, however it ends: its span for the passive hold, then the round slot.
   auto done = [&] {
+    metrics_.add("rankmap_probe_round_cpu_seconds_total", "", threadCpuSeconds() - cpuFrom);
     {
       std::lock_guard<std::mutex> lock(probeSpanMu_);
       lastProbe_.emplace(from, to.value_or(std::chrono::steady_clock::now()));
@@ -417,6 +433,7 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
                fmt::format("kind=\"{}\",result=\"{}\"", kind, rec.status));
   metrics_.observe("rankmap_probe_round_duration_seconds", fmt::format("kind=\"{}\"", kind),
                    r.seconds);
+  metrics_.add("rankmap_probe_requests_total", "", static_cast<double>(r.cost.requests));
   for (const auto& [why, k] : r.failures)
     metrics_.add("rankmap_probe_failures_total", fmt::format("reason=\"{}\"", why),
                  static_cast<double>(k));
@@ -443,8 +460,10 @@ void Daemon::pushTopology(const Topology& t, const std::vector<Host>& hosts,
   for (const auto& h : hosts)
     if (std::find(dead.begin(), dead.end(), h.name) == dead.end()) to.push_back(h);
   auto t0 = std::chrono::steady_clock::now();
-  auto rep = agent::pushTopology(doc, pushRoutes(t, to, name_), key_, name_,
-                                 Deadline::after(kPushRelayWave), Deadline::after(kPushTimeout));
+  // The round ends after the push (agent/topology_push.h, pushDeadlines).
+  const auto routes = pushRoutes(t, to, name_);
+  const auto deadlines = pushDeadlines(routes, bytes);
+  auto rep = agent::pushTopology(doc, routes, key_, name_, deadlines.relayWave, deadlines.end);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string failed;
   for (const auto& [host, why] : rep.failed) failed += fmt::format("; {}: {}", host, why);

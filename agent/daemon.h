@@ -55,8 +55,9 @@ struct JobTraffic {
 class Daemon {
  public:
   // Loads the key, token and hosts files and opens the store. Throws InvalidInput (bad files)
-  // or IoError (state dir) naming what is wrong.
-  explicit Daemon(AgentConfig cfg);
+  // or IoError (state dir) naming what is wrong. `measure`: empty for every rankmapd; the
+  // hollow agents' simulated measurement (ProbeService::Measure).
+  explicit Daemon(AgentConfig cfg, ProbeService::Measure measure = {});
   ~Daemon();
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
@@ -162,6 +163,7 @@ class Daemon {
   std::optional<
       std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>>
       lastProbe_;
+  ProbeService::Measure measure_;
   std::unique_ptr<ProbeService> service_;
   std::unique_ptr<probe::ProbeServer> probeServer_;
   std::unique_ptr<ApiServer> http_;

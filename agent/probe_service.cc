@@ -48,8 +48,7 @@ Json ProbeService::latencyList(const JsonReader& r, const std::string& source, D
     const auto share = d.remaining() / static_cast<int64_t>(peers.size() - i);
     const Deadline pd = Deadline::after(share).min(d);
     try {
-      probe::Endpoint ep = probe::hostEndpoint(peers[i]);
-      LatencyStats s = probe::measureLatency(ep, key_, self_, lo, pd);
+      LatencyStats s = latency(peers[i], lo, pd);
       count("ok");
       out.push_back({{"min", s.minUs}, {"median", s.medianUs}, {"p90", s.p90Us}, {"p99", s.p99Us}});
     } catch (const InvalidInput&) {
@@ -65,8 +64,25 @@ Json ProbeService::latencyList(const JsonReader& r, const std::string& source, D
 }
 
 ProbeService::ProbeService(const probe::ProbeKey& key, std::string self, Hooks hooks,
-                           Metrics* metrics)
-    : key_(key), self_(std::move(self)), hooks_(std::move(hooks)), metrics_(metrics) {}
+                           Metrics* metrics, Measure measure)
+    : key_(key),
+      self_(std::move(self)),
+      hooks_(std::move(hooks)),
+      metrics_(metrics),
+      measure_(std::move(measure)) {}
+
+LatencyStats ProbeService::latency(const Host& peer, const probe::LatencyOptions& lo, Deadline d) {
+  if (measure_.latency) return measure_.latency(peer, lo, d);
+  return probe::measureLatency(probe::hostEndpoint(peer), key_, self_, lo, d);
+}
+
+probe::BulkResult ProbeService::bulk(const Host& peer, const probe::BandwidthOptions& bo,
+                                     bool send, Deadline d) {
+  if (measure_.bulk) return measure_.bulk(peer, bo, send, d);
+  const probe::Endpoint ep = probe::hostEndpoint(peer);
+  return send ? probe::measureSendTo(ep, key_, self_, bo, d)
+              : probe::measureReceiveFrom(ep, key_, self_, bo, d);
+}
 
 Json ProbeService::handle(const Json& request, const std::string& peer, Deadline d) {
   std::string source = fmt::format("request from agent {}", peer);
@@ -102,11 +118,22 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
   }
   if (op == "topology") {
     const Json& doc = r.at("topology", "a topology document").json();
-    Topology t = Topology::fromJson(doc, source);
-    if (t.version <= 0) r.at("topology").at("version").fail("a positive version");
-    bool stored = hooks_.storeTopology && hooks_.storeTopology(t);
+    // The version this agent stored last, pushed again (a direct retry after its relay answered
+    // late): known without reading the document again, a push's main cost on every agent.
+    const int64_t latest = hooks_.topologyVersion ? hooks_.topologyVersion().value_or(0) : 0;
+    const auto v = doc.is_object() ? doc.find("version") : doc.end();
+    bool stored = false;
+    int64_t version = 0;
+    if (latest > 0 && v != doc.end() && v->is_number_integer() && v->get<int64_t>() == latest) {
+      version = latest;
+    } else {
+      Topology t = Topology::fromJson(doc, source);
+      if (t.version <= 0) r.at("topology").at("version").fail("a positive version");
+      stored = hooks_.storeTopology && hooks_.storeTopology(t);
+      version = t.version;
+    }
     count(stored ? "stored" : "known");
-    Json reply = {{"stored", stored}, {"version", t.version}};
+    Json reply = {{"stored", stored}, {"version", version}};
     // A relay (agent/topology_push.h): forward to the group the coordinator named.
     if (auto list = r.find("relay"))
       reply["relay"] = relayTopology(doc, list->json(), source, key_, self_, d);
@@ -126,7 +153,7 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
   try {
     if (op == "latency") {
       const auto lo = latencyOptions(r);
-      LatencyStats s = probe::measureLatency(ep, key_, self_, lo, d);
+      LatencyStats s = latency(target, lo, d);
       count("ok");
       return {{"latency",
                {{"min", s.minUs}, {"median", s.medianUs}, {"p90", s.p90Us}, {"p99", s.p99Us}}}};
@@ -134,13 +161,8 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
     auto bo = probe::BandwidthOptions::fromJson(r.at("bulk", "bulk options").json(), source);
     if (auto v = r.find("start_in_ms")) bo.startInMs = v->integerIn(0, probe::kMaxBulkStartMs);
     std::string dir = r.at("direction", "\"send\" or \"recv\"").str();
-    probe::BulkResult b;
-    if (dir == "send")
-      b = probe::measureSendTo(ep, key_, self_, bo, d);
-    else if (dir == "recv")
-      b = probe::measureReceiveFrom(ep, key_, self_, bo, d);
-    else
-      r.at("direction").fail("\"send\" or \"recv\"");
+    if (dir != "send" && dir != "recv") r.at("direction").fail("\"send\" or \"recv\"");
+    probe::BulkResult b = bulk(target, bo, dir == "send", d);
     count("ok");
     return b.toJson();
   } catch (const InvalidInput&) {

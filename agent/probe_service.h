@@ -22,6 +22,7 @@
 #include "agent/metrics.h"
 #include "common/json.h"
 #include "common/topology.h"
+#include "probe/measure.h"
 #include "probe/wire.h"
 
 namespace rankmap::agent {
@@ -42,18 +43,34 @@ class ProbeService {
     };
     std::function<Json(bool rebase, std::optional<ProbedAgo> probed)> passiveSummary;
   };
+  // The measurement itself, against `peer`. Empty: probe/measure.h over the network, as every
+  // rankmapd measures. Set only by the hollow agents of tests/bench/hollow_agents, whose round
+  // trips and bulk flows a simulated datacenter answers (tests/sim/hollow_network.h) while
+  // everything around them (server, wire, key, store, push, coordinator) is the real agent.
+  struct Measure {
+    std::function<LatencyStats(const Host& peer, const probe::LatencyOptions&, Deadline)> latency;
+    // send: this host sends to `peer` (else receives from it); the receiver's reading.
+    std::function<probe::BulkResult(const Host& peer, const probe::BandwidthOptions&, bool send,
+                                    Deadline)>
+        bulk;
+  };
   // `key` must outlive the service.
-  ProbeService(const probe::ProbeKey& key, std::string self, Hooks hooks, Metrics* metrics);
+  ProbeService(const probe::ProbeKey& key, std::string self, Hooks hooks, Metrics* metrics,
+               Measure measure = {});
 
   Json handle(const Json& request, const std::string& peer, Deadline d);
 
  private:
   Json latencyList(const JsonReader& r, const std::string& source, Deadline d,
                    const std::function<void(const std::string&)>& count);
+  LatencyStats latency(const Host& peer, const probe::LatencyOptions& lo, Deadline d);
+  probe::BulkResult bulk(const Host& peer, const probe::BandwidthOptions& bo, bool send,
+                         Deadline d);
   const probe::ProbeKey& key_;
   std::string self_;
   Hooks hooks_;
   Metrics* metrics_;
+  Measure measure_;
 };
 
 }  // namespace rankmap::agent

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "common/error.h"
@@ -17,7 +18,17 @@ namespace {
 // deadline when it builds the request, less this, is the relay's budget ("timeout_ms").
 constexpr std::chrono::milliseconds kRelayAnswerMargin{300};
 
-Json pushBody(const Json& topology) { return Json{{"op", "topology"}, {"topology", topology}}; }
+// A push request to `to`: {"op": "topology", "topology": the document}, whose text is made once
+// for all the requests of a push.
+probe::PendingRequest pushRequest(const Host& to, const std::shared_ptr<const std::string>& doc,
+                                  Deadline d) {
+  probe::PendingRequest r;
+  r.agent = probe::hostEndpoint(to);
+  r.body = Json{{"op", "topology"}};
+  r.shared = {{"topology", doc}};
+  r.deadline = d;
+  return r;
+}
 
 Json hostsJson(const std::vector<Host>& hosts) {
   Json a = Json::array();
@@ -31,6 +42,11 @@ std::vector<PushRoute> pushRoutes(const Topology& t, const std::vector<Host>& ho
                                   std::string_view self) {
   std::vector<std::vector<Host>> groups;
   std::vector<Host> direct;  // the coordinator's own group, and hosts no group places
+  const size_t others = hosts.size() - static_cast<size_t>(std::count_if(
+                                           hosts.begin(), hosts.end(),
+                                           [&](const Host& h) { return h.name == self; }));
+  const size_t chunk =
+      std::max<size_t>(1, static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(others)))));
   if (!t.groups.empty()) {
     std::map<std::string, size_t> groupOf;
     const auto& level = t.groups.front().groups;
@@ -47,44 +63,56 @@ std::vector<PushRoute> pushRoutes(const Topology& t, const std::vector<Host>& ho
         groups[it->second].push_back(h);
     }
   } else {
-    std::vector<Host> others;
     for (const auto& h : hosts)
-      if (h.name != self) others.push_back(h);
-    size_t chunk = std::max<size_t>(
-        1, static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(others.size())))));
-    for (size_t i = 0; i < others.size(); i += chunk)
-      groups.emplace_back(others.begin() + static_cast<long>(i),
-                          others.begin() + static_cast<long>(std::min(others.size(), i + chunk)));
+      if (h.name != self) direct.push_back(h);
   }
+  // No sender sends more than ~2 sqrt(N) copies: the hosts to reach directly, when more than a
+  // chunk, and every group larger than a chunk are relayed in chunks (with the found groups of
+  // a weak structure, one group can hold most of the hosts).
   std::vector<PushRoute> routes;
-  for (auto& h : direct) routes.push_back({std::move(h), {}});
-  for (auto& g : groups) {
-    if (g.empty()) continue;
-    PushRoute r{g.front(), {}};
-    r.relay.assign(g.begin() + 1, g.end());
-    routes.push_back(std::move(r));
+  if (direct.size() > chunk) {
+    groups.insert(groups.begin(), std::move(direct));
+    direct.clear();
   }
+  for (auto& h : direct) routes.push_back({std::move(h), {}});
+  for (auto& g : groups)
+    for (size_t i = 0; i < g.size(); i += chunk) {
+      PushRoute r{g[i], {}};
+      r.relay.assign(g.begin() + static_cast<long>(i + 1),
+                     g.begin() + static_cast<long>(std::min(g.size(), i + chunk)));
+      routes.push_back(std::move(r));
+    }
   return routes;
+}
+
+PushDeadlines pushDeadlines(const std::vector<PushRoute>& routes, size_t bytes) {
+  size_t busiest = routes.size(), agents = 0;  // copies the coordinator sends in the first wave
+  for (const auto& r : routes) {
+    busiest = std::max(busiest, r.relay.size());
+    agents += 1 + r.relay.size();
+  }
+  auto sending = [&](size_t copies) {
+    return std::chrono::milliseconds(static_cast<int64_t>(
+        static_cast<double>(copies) * static_cast<double>(bytes) * 8 / (kPushFloorMbps * 1e3)));
+  };
+  const auto relayWave = kPushRelayWave + sending(busiest);
+  return {Deadline::after(relayWave), Deadline::after(relayWave + kPushDirectWave + sending(agents))};
 }
 
 PushReport pushTopology(const Json& topology, const std::vector<PushRoute>& routes,
                         const probe::ProbeKey& key, const std::string& self, Deadline relayWave,
                         Deadline end) {
   PushReport rep;
-  const Json body = pushBody(topology);
+  const auto doc = std::make_shared<const std::string>(topology.dump());
   std::vector<probe::PendingRequest> wave;
   std::vector<Host> second;  // hosts for the direct wave
   auto request = [&](const Host& h, Deadline d) -> bool {
-    probe::PendingRequest r;
     try {
-      r.agent = probe::hostEndpoint(h);
+      wave.push_back(pushRequest(h, doc, d));
     } catch (const std::exception& e) {
       rep.failed.emplace_back(h.name, e.what());
       return false;
     }
-    r.body = body;
-    r.deadline = d;
-    wave.push_back(std::move(r));
     return true;
   };
   std::vector<const PushRoute*> first;
@@ -159,16 +187,12 @@ Json relayTopology(const Json& topology, const Json& list, std::string_view sour
                      e.at("address", "a numeric address").nonEmptyStr()});
   }
   if (!hosts.empty()) probe::validateHosts(hosts, fmt::format("{} /relay", source));
-  const Json body = pushBody(topology);
+  const auto doc = std::make_shared<const std::string>(topology.dump());
   std::vector<probe::PendingRequest> wave;
   std::vector<const Host*> to;
   for (const auto& h : hosts) {
     if (h.name == self) continue;
-    probe::PendingRequest p;
-    p.agent = probe::hostEndpoint(h);
-    p.body = body;
-    p.deadline = d;
-    wave.push_back(std::move(p));
+    wave.push_back(pushRequest(h, doc, d));
     to.push_back(&h);
   }
   auto out = probe::requestAll(wave, key, self);

@@ -14,6 +14,7 @@
 // reported by name. Pushing is idempotent (an agent keeps the first copy of a version).
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,7 +36,9 @@ struct PushRoute {
 
 // The routes to every host of `hosts` except `self` (by name): groups from the topology's first
 // level where it has one (hosts it does not place go direct), else chunks of ceil(sqrt(N)) hosts
-// in `hosts` order. Every host other than `self` appears exactly once, as a `to` or in a relay.
+// in `hosts` order; a group larger than ceil(sqrt(N)) hosts is relayed in chunks of that size,
+// and so are the direct hosts when they are more. Every host other than `self` appears exactly
+// once, as a `to` or in a relay.
 std::vector<PushRoute> pushRoutes(const Topology& t, const std::vector<Host>& hosts,
                                   std::string_view self);
 
@@ -46,6 +49,19 @@ struct PushReport {
   size_t direct = 0;   // second-wave requests (relays that failed, members they missed)
   std::vector<std::pair<std::string, std::string>> failed;  // host name, why
 };
+
+// How long a push may take, from now: the first wave kPushRelayWave plus what the busiest
+// sender of it (the coordinator, or a relay) needs to send its copies of `bytes` at
+// kPushFloorMbps; the direct wave kPushDirectWave more, plus what the coordinator needs to send
+// a copy to every agent of `routes` at that rate. Fixed deadlines sized for 64 agents cut a push
+// to a thousand short (1020 copies of 185 KB: tests/bench/hollow_agents).
+inline constexpr auto kPushRelayWave = std::chrono::seconds(8);
+inline constexpr auto kPushDirectWave = std::chrono::seconds(4);
+inline constexpr double kPushFloorMbps = 100;
+struct PushDeadlines {
+  Deadline relayWave, end;
+};
+PushDeadlines pushDeadlines(const std::vector<PushRoute>& routes, size_t bytes);
 
 // Pushes `topology` (its JSON document) along `routes`: the first wave until `relayWave`, the
 // second (direct) until `end`. Blocks the calling thread until both waves have their outcomes;

@@ -402,6 +402,16 @@ void Fanout::sendRequest(size_t i) {
   } else {
     text = r.body.dump();
   }
+  if (!r.shared.empty()) {  // body is an object: its text ends with '}'
+    text.pop_back();
+    for (const auto& [name, value] : r.shared) {
+      if (text.size() > 1) text += ',';
+      text += Json(name).dump();
+      text += ':';
+      text += *value;
+    }
+    text += '}';
+  }
   c.out = c.wire->seal(MsgType::kRequest, text);
   c.sent = 0;
   c.stage = Stage::kRequest;

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -61,6 +62,10 @@ RequestFailure failureOf(const std::exception& e);
 struct PendingRequest {
   Endpoint agent;
   Json body;
+  // Members sent with `body` (then an object) as they are: a name and its value as JSON text,
+  // added to the object when the frame is built. For one large value that many requests carry
+  // (a topology pushed to many agents): serialized once and shared, not copied into each body.
+  std::vector<std::pair<std::string, std::shared_ptr<const std::string>>> shared;
   Deadline deadline = Deadline::after(std::chrono::seconds(0));
   size_t maxReply = kMaxControlPayload;
   // When set, the body gets the agent's time budget: "timeout_ms" = what is left of the deadline

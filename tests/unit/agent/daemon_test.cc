@@ -485,6 +485,24 @@ TEST(TopologyPush, RoutesWithoutGroupsAreChunksOfSquareRoot) {
   EXPECT_TRUE(pushRoutes(Topology::empty(hosts), {hosts[0]}, "h0").empty());
 }
 
+TEST(TopologyPush, GroupsLargerThanTheSquareRootAreRelayedInChunks) {
+  // A weak structure: one group of 90 hosts (the coordinator's own), another of 10.
+  std::vector<Host> hosts;
+  std::vector<std::string> big, small;
+  for (int i = 0; i < 101; ++i) {
+    hosts.push_back({fmt::format("h{}", i), "127.0.0.1:1"});
+    (i <= 90 ? big : small).push_back(hosts.back().name);
+  }
+  Topology t = Topology::empty(hosts);
+  t.groups = {{"rack", 1, {big, small}}};
+  auto routes = pushRoutes(t, hosts, "h0");
+  expectEachOnce(routes, 100);
+  // Own group's 90 others in 9 chunks of 10, the other group one chunk: 10 copies from the
+  // coordinator instead of 91, and 9 from each relay.
+  EXPECT_EQ(routes.size(), 10u);
+  for (const auto& r : routes) EXPECT_EQ(r.relay.size(), 9u) << r.to.name;
+}
+
 struct PushBed {
   Agents a;
   std::vector<Host> hosts;

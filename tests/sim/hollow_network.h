@@ -1,0 +1,66 @@
+// The network of hollow agents (tests/bench/hollow_agents): real rankmapd agents, many in one
+// process, whose measurements only (round trips and bulk flows, agent/probe_service.h Measure)
+// a simulated Datacenter answers. Everything around a measurement is real: the coordinator's
+// requests, the wire, the key, each agent's server, store and topology push.
+//
+// Bulk flows: the coordinator starts a trial's flows together (each request names its start,
+// probe/measure.h startInMs). A flow joins the trial of the flows that start within kTrialSlack
+// of it; half a window after the start (a real flow that starts later still overlaps the others
+// for half its window; and a thousand agents sharing two cores take their requests in late),
+// the first flow of the trial to wake asks the datacenter for the rates of all of them at once
+// (max-min sharing, measure()), and each flow returns its receiver's reading when the window a
+// real transfer would take (the shorter of maxMs and maxBytes at that rate) has passed. A flow
+// whose request arrives after its trial was priced runs alone, as a late real flow would find
+// the others done. Round trips: the datacenter's round trips, samples as a real ping takes
+// them, returned after the time they took. A flow or ping with a dead end (a datacenter dead
+// host) fails as a connection to a dead agent does.
+//
+// Thread-safe: agents' connection threads call it at once; the datacenter is used under one
+// lock.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/topology.h"
+#include "probe/measure.h"
+#include "tests/sim/datacenter.h"
+
+namespace rankmap::sim {
+
+class HollowNetwork {
+ public:
+  // `hosts[i]` is datacenter host i (by name, as the agents name their peers).
+  HollowNetwork(Datacenter& dc, const std::vector<Host>& hosts);
+
+  LatencyStats latency(int from, const Host& peer, const probe::LatencyOptions& opts, Deadline d);
+  // `from` sends to `peer` (send) or receives from it; what the receiver reads.
+  probe::BulkResult bulk(int from, const Host& peer, const probe::BandwidthOptions& opts,
+                         bool send, Deadline d);
+
+  // Flows that started within this of each other are one trial.
+  static constexpr std::chrono::milliseconds kTrialSlack{50};
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Trial {
+    Clock::time_point start;
+    std::vector<std::pair<int, int>> flows;
+    std::vector<std::optional<double>> mbps;  // once priced
+    bool priced = false;
+  };
+  int indexOf(const Host& peer) const;
+
+  Datacenter& dc_;
+  std::map<std::string, int> index_;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Trial>> open_;  // trials not yet priced
+};
+
+}  // namespace rankmap::sim
