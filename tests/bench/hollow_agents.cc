@@ -1,14 +1,16 @@
 // Hollow agents: the control plane at 1024-4096 agents on one machine, as Kubernetes proves its
 // own with kubemark. Every agent is a real rankmapd (agent::Daemon: probe server, wire, key,
-// SQLite store, HTTP API, topology push), all in this process, each on its own loopback ports;
-// the first live one coordinates a full round over the others (the real Coordinator and round)
-// and pushes the topology to all. Only the measurements themselves are simulated: round trips
-// and bulk flows are answered by a tests/sim datacenter (tests/sim/hollow_network.h), so a
-// figure from here is the control plane's, never the network's.
+// SQLite store, HTTP API, topology push), all in one process, each on its own loopback ports;
+// a coordinator, a real rankmapd in a process of its own, runs a full round over them (the real
+// Coordinator and round) and pushes the topology to all. Only the measurements themselves are
+// simulated: round trips and bulk flows are answered by a tests/sim datacenter
+// (tests/sim/hollow_network.h), so a figure from here is the control plane's, never the
+// network's. The agents share this machine's cores, which real agents do not: what each agent
+// does for the round (a measurement request, storing a pushed topology) is N times slower here.
 //
 //   hollow_agents --agents N [--timeout-s 900] [--verbose] [KEY=VALUE ...]
 //
-//   --verbose  the agents' log at info (stderr); otherwise errors only
+//   --verbose  the agents' and the coordinator's log at info (stderr); otherwise errors only
 //
 // KEY=VALUE: the datacenter, as tests/sim/scenario.h describes it (hosts is --agents; its dead
 // hosts get no agent: their address refuses connections). Prints one JSON line:
@@ -16,34 +18,43 @@
 //   present         live agents in the published topology
 //   dropped         live agents missing from it
 //   pushed          live agents that hold the published version when the round has ended
+//   status          the round's status (ok, partial: the dead hosts' pairs are missing)
 //   round_s         the round's wall time, from start to its record (push included)
 //   phases_s        where it went: seconds in each phase the round reported (liveness,
-//                   structure, links, rings, ...; "finish": store and push)
+//                   structure, links, rings; "done": storing and pushing the topology)
 //   coordinator_cpu_s   CPU time of the coordinator's round thread
-//                       (rankmap_probe_round_cpu_seconds_total)
-//   coordinator_peak_mib  growth of this process's peak resident memory over the round: the
-//                       coordinator's, plus what the agents' connection threads touched (an
-//                       upper bound of the coordinator's)
+//                       (rankmap_probe_round_cpu_seconds_total); coordinator_process_cpu_s:
+//                       of its whole process over the round
+//   coordinator_peak_mib  growth of the coordinator process's peak resident memory over the
+//                       round
 //   store_mib       growth of the coordinator's state directory over the round (its SQLite
 //                   files); store_max_mib: the largest state directory of any agent
 //   requests        control requests the coordinator sent (rankmap_probe_requests_total)
 //   start_s         time to construct and start every agent
 // Exits 1 when an agent was dropped or does not hold the topology, or the round failed.
+#include <poll.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "agent/daemon.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "tests/sim/datacenter.h"
@@ -128,19 +139,14 @@ double metric(agent::Daemon& d, const std::string& name) {
   return std::stod(text.substr(at + name.size() + 2));
 }
 
-struct Bed {
-  testing::TempDir dir;
-  std::vector<Host> hosts;                           // the hosts list: every agent, dead or live
-  std::vector<std::unique_ptr<agent::Daemon>> live;  // by host index; null for a dead host
-};
-
-// Starts an agent for every live host of `dc` (threads: 8 at once, each agent constructing its
-// store and binding its ports).
-void startAgents(Bed& bed, sim::Datacenter& dc, sim::HollowNetwork& net) {
+// The agents' process: an agent for every live host of `dc`, started 8 at a time (each
+// constructs its store and binds its ports). `hosts` gets their addresses.
+std::vector<std::unique_ptr<agent::Daemon>> startAgents(const testing::TempDir& dir,
+                                                        std::vector<Host>& hosts,
+                                                        sim::Datacenter& dc,
+                                                        sim::HollowNetwork& net) {
   const size_t n = dc.hosts();
-  const std::string key = bed.dir.write("key", std::string(64, 'k') + "\n");
-  const std::string token = bed.dir.write("token", std::string(32, 't') + "\n");
-  bed.live.resize(n);
+  std::vector<std::unique_ptr<agent::Daemon>> live(n);
   std::atomic<size_t> next{0};
   std::mutex mu;
   std::string failure;
@@ -149,13 +155,12 @@ void startAgents(Bed& bed, sim::Datacenter& dc, sim::HollowNetwork& net) {
       if (!dc.alive(static_cast<int>(h))) continue;
       try {
         agent::AgentConfig c;
-        c.name = bed.hosts[h].name;
+        c.name = hosts[h].name;
         c.listen = {"127.0.0.1", 0};
         c.probeListen = {"127.0.0.1", 0};
-        c.stateDir = bed.dir.file("state-" + c.name);
-        c.keyFile = key;
-        c.tokenFile = token;
-        c.probe.roundTimeout = std::chrono::seconds(1800);
+        c.stateDir = dir.file("state-" + c.name);
+        c.keyFile = dir.file("key");
+        c.tokenFile = dir.file("token");
         agent::ProbeService::Measure m;
         const int self = static_cast<int>(h);
         m.latency = [&net, self](const Host& p, const probe::LatencyOptions& o, Deadline d) {
@@ -165,11 +170,11 @@ void startAgents(Bed& bed, sim::Datacenter& dc, sim::HollowNetwork& net) {
                               Deadline d) { return net.bulk(self, p, o, send, d); };
         auto a = std::make_unique<agent::Daemon>(c, std::move(m));
         a->start();
-        bed.hosts[h].address = fmt::format("127.0.0.1:{}", a->probePort());
-        bed.live[h] = std::move(a);
+        hosts[h].address = fmt::format("127.0.0.1:{}", a->probePort());
+        live[h] = std::move(a);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mu);
-        failure = fmt::format("agent {}: {}", bed.hosts[h].name, e.what());
+        failure = fmt::format("agent {}: {}", hosts[h].name, e.what());
         next = n;
       }
     }
@@ -178,48 +183,108 @@ void startAgents(Bed& bed, sim::Datacenter& dc, sim::HollowNetwork& net) {
   for (int t = 0; t < 8; ++t) threads.emplace_back(worker);
   for (auto& t : threads) t.join();
   if (!failure.empty()) throw IoError(failure);
+  return live;
 }
 
-int run(const Args& args) {
+// One byte over a pipe, waited for with a deadline.
+void signal(int fd) {
+  const char c = 1;
+  if (::write(fd, &c, 1) != 1) throw IoError("hollow_agents: pipe write failed");
+}
+void await(int fd, Deadline d, const char* what) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, d.pollTimeoutMs()) != 1)
+    throw TimeoutError(fmt::format("hollow_agents: {} did not come in time", what));
+  char c;
+  if (::read(fd, &c, 1) != 1) throw IoError(fmt::format("hollow_agents: {}: the other side is gone", what));
+}
+
+// The agents' process: starts them, writes the hosts list (hosts.json), signals `ready`; when
+// `done` comes, writes what each holds (agents.json: name, topology version, state bytes) and
+// stops them.
+int agentsMain(const Args& args, const testing::TempDir& dir, int ready, int done) {
   std::vector<std::string> settings = args.settings;
   settings.push_back(fmt::format("hosts={}", args.agents));
-  const sim::Scenario sc = sim::Scenario::parse(settings);
-  sim::Datacenter dc(sc.spec());
-  raiseFileLimit(dc.hosts());
-
-  Bed bed;
+  sim::Datacenter dc(sim::Scenario::parse(settings).spec());
+  std::vector<Host> hosts;
   for (size_t h = 0; h < dc.hosts(); ++h)
     // Until its agent binds: an address of the loopback network where nothing listens (a dead
     // host keeps it, and refuses connections).
-    bed.hosts.push_back({fmt::format("h{:04}", h),
-                         fmt::format("127.1.{}.{}:1", h / 256 % 256, h % 256)});
-  sim::HollowNetwork net(dc, bed.hosts);
+    hosts.push_back({fmt::format("h{:04}", h), fmt::format("127.1.{}.{}:1", h / 256 % 256, h % 256)});
+  sim::HollowNetwork net(dc, hosts);
   const auto t0 = Clock::now();
-  startAgents(bed, dc, net);
-  const double startS = secondsSince(t0);
-  size_t coordIndex = 0;
-  while (!bed.live[coordIndex]) ++coordIndex;
-  agent::Daemon& coord = *bed.live[coordIndex];
-  size_t liveCount = 0;
-  for (const auto& a : bed.live) liveCount += a != nullptr;
+  auto live = startAgents(dir, hosts, dc, net);
+  Json list = Json::array();
+  for (const auto& h : hosts) list.push_back({{"name", h.name}, {"address", h.address}});
+  writeFileAtomic(dir.file("hosts.json"),
+                  Json{{"hosts", list}, {"start_s", secondsSince(t0)}}.dump());
+  signal(ready);
+  await(done, Deadline::after(std::chrono::seconds(args.timeoutS + 60)), "the coordinator's end");
+  Json held = Json::array();
+  for (auto& a : live) {
+    if (!a) continue;
+    auto v = a->store().topologies(1);
+    held.push_back({{"name", a->name()},
+                    {"version", v.empty() ? Json(nullptr) : Json(v.front().version)},
+                    {"bytes", dirBytes(a->config().stateDir)}});
+  }
+  writeFileAtomic(dir.file("agents.json"), held.dump());
+  signal(ready);
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> stoppers;
+  for (int t = 0; t < 8; ++t)
+    stoppers.emplace_back([&] {
+      for (size_t h; (h = next++) < live.size();)
+        if (live[h]) live[h]->stop();
+    });
+  for (auto& t : stoppers) t.join();
+  return 0;
+}
 
-  // The round, with what it spends.
-  const std::string state = coord.config().stateDir;
+double processCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+// The coordinator's process: a rankmapd that is none of the hosts, asked for a full round over
+// the agents' hosts list (as POST /v1/probe with "hosts" asks it).
+int coordinatorMain(const Args& args, const testing::TempDir& dir, int ready, int done) {
+  const Deadline until = Deadline::after(std::chrono::seconds(args.timeoutS));
+  await(ready, Deadline::after(std::chrono::seconds(600)), "the agents' start");
+  const Json list = parseJson(readFile(dir.file("hosts.json"), 1 << 30), "hosts.json");
+  std::vector<Host> hosts;
+  for (const auto& h : list.at("hosts"))
+    hosts.push_back({h.at("name").get<std::string>(), h.at("address").get<std::string>()});
+
+  agent::AgentConfig c;
+  c.name = "coordinator";
+  c.listen = {"127.0.0.1", 0};
+  c.probeListen = {"127.0.0.1", 0};
+  c.stateDir = dir.file("state-coordinator");
+  c.keyFile = dir.file("key");
+  c.tokenFile = dir.file("token");
+  c.probe.roundTimeout = std::chrono::seconds(args.timeoutS);
+  agent::Daemon coord(c);
+  coord.start();
+
+  const std::string state = c.stateDir;
   const uint64_t storeBefore = dirBytes(state);
   const double cpuBefore = metric(coord, "rankmap_probe_round_cpu_seconds_total");
+  const double processBefore = processCpuSeconds();
   const double requestsBefore = metric(coord, "rankmap_probe_requests_total");
   std::ofstream("/proc/self/clear_refs") << "5";  // peak resident memory from now
   const double rssBefore = statusKb("VmRSS");
   const auto started = Clock::now();
-  auto res = coord.startRound(bed.hosts, std::nullopt, "hollow agents bench");
+  auto res = coord.startRound(hosts, std::nullopt, "hollow agents bench");
   if (!res.id) throw IoError("the coordinator is busy");
   std::map<std::string, double> phases;
   std::string phase = "starting";
   auto phaseFrom = started;
-  const Deadline until = Deadline::after(std::chrono::seconds(args.timeoutS));
   for (;;) {
     const bool ended = coord.waitRound(*res.id, Deadline::after(std::chrono::milliseconds(50)));
-    std::string now = "finish";
+    std::string now = "done";
     if (!ended) {
       auto st = coord.roundStatus(*res.id);
       if (st && st->value("status", std::string()) == "running")
@@ -233,55 +298,84 @@ int run(const Args& args) {
     if (ended) break;
     if (until.expired()) throw TimeoutError(fmt::format("round not done in {} s", args.timeoutS));
   }
+  phases[phase] += secondsSince(phaseFrom);
   const double roundS = secondsSince(started);
   const double peakKb = statusKb("VmHWM");
+  const double processCpu = processCpuSeconds() - processBefore;
   auto record = coord.roundStatus(*res.id);
   const Json rec = record ? *record : Json::object();
 
-  // What every agent holds.
+  signal(done);
+  await(ready, Deadline::after(std::chrono::seconds(300)), "the agents' report");
+  const Json held = parseJson(readFile(dir.file("agents.json"), 1 << 30), "agents.json");
   auto latest = coord.store().latestTopology();
-  size_t present = 0, pushed = 0;
-  uint64_t storeMax = 0;
   std::set<std::string> inTopology;
   if (latest)
     for (const auto& h : latest->hosts) inTopology.insert(h.name);
-  for (size_t h = 0; h < bed.live.size(); ++h) {
-    if (!bed.live[h]) continue;
-    present += inTopology.count(bed.hosts[h].name);
-    auto v = bed.live[h]->store().topologies(1);
-    pushed += latest && !v.empty() && v.front().version == latest->version;
-    storeMax = std::max(storeMax, dirBytes(bed.live[h]->config().stateDir));
+  size_t live = 0, present = 0, pushed = 0;
+  uint64_t storeMax = 0;
+  for (const auto& a : held) {
+    ++live;
+    present += inTopology.count(a.at("name").get<std::string>());
+    pushed += latest && a.at("version").is_number() && a.at("version").get<int64_t>() == latest->version;
+    storeMax = std::max(storeMax, a.at("bytes").get<uint64_t>());
   }
-  Json out = {{"agents", dc.hosts()},
-              {"live", liveCount},
+  Json out = {{"agents", hosts.size()},
+              {"live", live},
               {"present", present},
-              {"dropped", liveCount - present},
+              {"dropped", live - present},
               {"pushed", pushed},
               {"status", rec.value("status", std::string("unknown"))},
               {"round_s", roundS},
               {"phases_s", phases},
               {"coordinator_cpu_s",
                metric(coord, "rankmap_probe_round_cpu_seconds_total") - cpuBefore},
+              {"coordinator_process_cpu_s", processCpu},
               {"coordinator_peak_mib", std::max(0.0, peakKb - rssBefore) / 1024},
               {"store_mib", static_cast<double>(dirBytes(state) - storeBefore) / (1 << 20)},
               {"store_max_mib", static_cast<double>(storeMax) / (1 << 20)},
               {"requests", metric(coord, "rankmap_probe_requests_total") - requestsBefore},
-              {"start_s", startS}};
+              {"start_s", list.at("start_s")}};
   fmt::print("{}\n", out.dump());
   std::fflush(stdout);
-
-  // Stop them all (8 at once: each joins its threads).
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> stoppers;
-  for (int t = 0; t < 8; ++t)
-    stoppers.emplace_back([&] {
-      for (size_t h; (h = next++) < bed.live.size();)
-        if (bed.live[h]) bed.live[h]->stop();
-    });
-  for (auto& t : stoppers) t.join();
-  const bool ok = latest && present == liveCount && pushed == liveCount &&
+  coord.stop();
+  const bool ok = latest && present == live && pushed == live &&
                   rec.value("status", std::string()) != "failed";
   return ok ? 0 : 1;
+}
+
+// Forks before any thread exists: the child runs the agents, this process the coordinator.
+int run(const Args& args) {
+  raiseFileLimit(static_cast<size_t>(args.agents));
+  testing::TempDir dir;
+  dir.write("key", std::string(64, 'k') + "\n");
+  dir.write("token", std::string(32, 't') + "\n");
+  int up[2], down[2];  // agents -> coordinator, coordinator -> agents
+  if (::pipe(up) != 0 || ::pipe(down) != 0) throw IoError("hollow_agents: pipe failed");
+  const pid_t child = ::fork();
+  if (child < 0) throw IoError("hollow_agents: fork failed");
+  if (child == 0) {
+    int rc = 2;
+    try {
+      rc = agentsMain(args, dir, up[1], down[0]);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "hollow_agents: agents: {}\n", e.what());
+    }
+    std::fflush(stderr);
+    ::_exit(rc);  // the directory is the coordinator's to remove
+  }
+  int rc = 2;
+  try {
+    rc = coordinatorMain(args, dir, up[0], down[1]);
+  } catch (...) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    throw;
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 2;
+  return rc;
 }
 
 }  // namespace
