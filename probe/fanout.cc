@@ -343,7 +343,7 @@ void Fanout::flush(size_t i) {
     watch(i, EPOLLIN | EPOLLOUT);
     return;
   }
-  c.out.clear();
+  std::string().swap(c.out);  // its memory too (closeSocket)
   c.sent = 0;
   watch(i, EPOLLIN);
 }
@@ -403,6 +403,9 @@ void Fanout::sendRequest(size_t i) {
     text = r.body.dump();
   }
   if (!r.shared.empty()) {  // body is an object: its text ends with '}'
+    size_t size = text.size() + 1;
+    for (const auto& [name, value] : r.shared) size += name.size() + value->size() + 4;
+    text.reserve(size);  // exactly, for the reason ChannelState::seal gives
     text.pop_back();
     for (const auto& [name, value] : r.shared) {
       if (text.size() > 1) text += ',';
@@ -443,6 +446,13 @@ void Fanout::closeSocket(Conn& c) {
   c.events = 0;
   c.sock.close();
   --open_;
+  // A request given up mid-send or mid-reply keeps no buffers: a push's frames are megabytes,
+  // one per agent, and an attempt that is retried seals its frame again. (Swapped out: assigning
+  // an empty string keeps the buffer.)
+  std::string().swap(c.out);
+  c.sent = 0;
+  std::string().swap(c.in);
+  c.header.reset();
 }
 
 void Fanout::finish(size_t i, Json reply) {

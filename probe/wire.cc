@@ -159,7 +159,11 @@ std::string ChannelState::seal(MsgType type, std::string_view payload) {
   if (payload.size() > kMaxDocumentPayload)
     RANKMAP_THROW(InternalError, "{} frame of {} bytes exceeds {}", msgTypeName(type),
                   payload.size(), kMaxDocumentPayload);
-  std::string frame(kMagic, 4);
+  std::string frame;
+  // The exact size, once: a document's frame is megabytes, and growing it by doubling left
+  // freed blocks of other sizes that malloc kept (a push to 253 agents: 1.9 GiB resident).
+  frame.reserve(kHeaderBytes + payload.size() + kMacBytes);
+  frame.append(kMagic, 4);
   frame += static_cast<char>(type);
   frame.append(3, '\0');
   putU64(frame, sendSeq_);
