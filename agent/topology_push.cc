@@ -85,6 +85,23 @@ std::vector<PushRoute> pushRoutes(const Topology& t, const std::vector<Host>& ho
   return routes;
 }
 
+namespace {
+
+// Sealed copies of a document held at once: about this many bytes. A direct wave to every agent
+// held one per agent (256 hosts with matrices: 252 copies of 4.9 MB, 2 GiB in the coordinator).
+constexpr size_t kPushBytesInFlight = 256 << 20;
+
+std::vector<probe::RequestOutcome> sendAll(const std::vector<probe::PendingRequest>& wave,
+                                           size_t bytes, const probe::ProbeKey& key,
+                                           const std::string& self) {
+  probe::RetryPolicy policy;
+  const size_t cap = std::max<size_t>(16, kPushBytesInFlight / std::max<size_t>(bytes, 1));
+  if (cap < wave.size()) policy.maxOpenSockets = cap;  // else the descriptors' budget
+  return probe::requestAll(wave, key, self, policy);
+}
+
+}  // namespace
+
 PushDeadlines pushDeadlines(const std::vector<PushRoute>& routes, size_t bytes) {
   size_t busiest = routes.size(), agents = 0;  // copies the coordinator sends in the first wave
   for (const auto& r : routes) {
@@ -129,7 +146,7 @@ PushReport pushTopology(const Json& topology, const std::vector<PushRoute>& rout
     }
     first.push_back(&route);
   }
-  auto out = probe::requestAll(wave, key, self);
+  auto out = sendAll(wave, doc->size(), key, self);
   for (size_t k = 0; k < out.size(); ++k) {
     const PushRoute& route = *first[k];
     if (!out[k].reply) {
@@ -164,7 +181,7 @@ PushReport pushTopology(const Json& topology, const std::vector<PushRoute>& rout
   for (const auto& h : second)
     if (request(h, end)) sent.push_back(h);
   rep.direct = wave.size();
-  out = probe::requestAll(wave, key, self);
+  out = sendAll(wave, doc->size(), key, self);
   for (size_t k = 0; k < out.size(); ++k) {
     if (out[k].reply)
       ++rep.reached;
@@ -195,7 +212,7 @@ Json relayTopology(const Json& topology, const Json& list, std::string_view sour
     wave.push_back(pushRequest(h, doc, d));
     to.push_back(&h);
   }
-  auto out = probe::requestAll(wave, key, self);
+  auto out = sendAll(wave, doc->size(), key, self);
   Json failed = Json::array();
   size_t sent = 0;
   for (size_t k = 0; k < out.size(); ++k) {
