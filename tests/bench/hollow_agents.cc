@@ -102,13 +102,18 @@ Args parseArgs(int argc, char** argv) {
 }
 
 // Every agent holds a few files and sockets, and a round's fan-out one connection per request:
-// the soft limit goes up to the hard one.
+// the soft limit goes up to what is needed, and the hard one with it where this process may
+// raise it (root).
 void raiseFileLimit(size_t agents) {
+  const rlim_t need = 16 * static_cast<rlim_t>(agents) + 1024;
   rlimit l{};
   getrlimit(RLIMIT_NOFILE, &l);
+  if (l.rlim_max < need) {
+    rlimit raised{need, need};
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) return;
+  }
   l.rlim_cur = l.rlim_max;
   setrlimit(RLIMIT_NOFILE, &l);
-  const rlim_t need = 16 * static_cast<rlim_t>(agents) + 1024;
   if (l.rlim_cur < need)
     fmt::print(stderr, "hollow_agents: open files limited to {} (about {} wanted)\n", l.rlim_cur,
                need);
@@ -355,6 +360,8 @@ int run(const Args& args) {
   const pid_t child = ::fork();
   if (child < 0) throw IoError("hollow_agents: fork failed");
   if (child == 0) {
+    ::close(up[0]);
+    ::close(down[1]);
     int rc = 2;
     try {
       rc = agentsMain(args, dir, up[1], down[0]);
@@ -364,6 +371,8 @@ int run(const Args& args) {
     std::fflush(stderr);
     ::_exit(rc);  // the directory is the coordinator's to remove
   }
+  ::close(up[1]);  // so that a child that dies is seen at once (the read end closes)
+  ::close(down[0]);
   int rc = 2;
   try {
     rc = coordinatorMain(args, dir, up[0], down[1]);
