@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -86,10 +87,19 @@ Args parseArgs(int argc, char** argv) {
       if (i + 1 >= argc) throw InvalidInput(fmt::format("{} needs {}", s, what));
       return argv[++i];
     };
+    // A whole number in [lo, hi] for `s`, or InvalidInput naming the flag.
+    auto number = [&](const char* what, int lo, int hi) {
+      const std::string v = value(what);
+      int n = 0;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || end != v.data() + v.size() || n < lo || n > hi)
+        throw InvalidInput(fmt::format("{}: expected {} from {} to {}, got '{}'", s, what, lo, hi, v));
+      return n;
+    };
     if (s == "--agents")
-      a.agents = std::stoi(value("a number of agents"));
+      a.agents = number("a number of agents", 2, 65536);
     else if (s == "--timeout-s")
-      a.timeoutS = std::stoi(value("seconds"));
+      a.timeoutS = number("seconds", 1, 86400);
     else if (s == "--verbose")
       a.verbose = true;
     else if (s.find('=') != std::string::npos)
@@ -97,7 +107,10 @@ Args parseArgs(int argc, char** argv) {
     else
       throw InvalidInput(fmt::format("unknown argument '{}' (see the file comment)", s));
   }
-  if (a.agents < 2) throw InvalidInput("--agents: at least 2");
+  // The datacenter, checked here: the agents' process would only die of it.
+  std::vector<std::string> settings = a.settings;
+  settings.push_back(fmt::format("hosts={}", a.agents));
+  sim::Datacenter check(sim::Scenario::parse(settings).spec());
   return a;
 }
 
@@ -194,14 +207,14 @@ std::vector<std::unique_ptr<agent::Daemon>> startAgents(const testing::TempDir& 
 // One byte over a pipe, waited for with a deadline.
 void signal(int fd) {
   const char c = 1;
-  if (::write(fd, &c, 1) != 1) throw IoError("hollow_agents: pipe write failed");
+  if (::write(fd, &c, 1) != 1) throw IoError("pipe write failed");
 }
 void await(int fd, Deadline d, const char* what) {
   pollfd p{fd, POLLIN, 0};
   if (::poll(&p, 1, d.pollTimeoutMs()) != 1)
-    throw TimeoutError(fmt::format("hollow_agents: {} did not come in time", what));
+    throw TimeoutError(fmt::format("{} did not come in time", what));
   char c;
-  if (::read(fd, &c, 1) != 1) throw IoError(fmt::format("hollow_agents: {}: the other side is gone", what));
+  if (::read(fd, &c, 1) != 1) throw IoError(fmt::format("{}: the other process ended (its error is above)", what));
 }
 
 // The agents' process: starts them, writes the hosts list (hosts.json), signals `ready`; when
@@ -356,9 +369,9 @@ int run(const Args& args) {
   dir.write("key", std::string(64, 'k') + "\n");
   dir.write("token", std::string(32, 't') + "\n");
   int up[2], down[2];  // agents -> coordinator, coordinator -> agents
-  if (::pipe(up) != 0 || ::pipe(down) != 0) throw IoError("hollow_agents: pipe failed");
+  if (::pipe(up) != 0 || ::pipe(down) != 0) throw IoError("pipe failed");
   const pid_t child = ::fork();
-  if (child < 0) throw IoError("hollow_agents: fork failed");
+  if (child < 0) throw IoError("fork failed");
   if (child == 0) {
     ::close(up[0]);
     ::close(down[1]);
