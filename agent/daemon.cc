@@ -446,8 +446,8 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
 
 void Daemon::pushTopology(const Topology& t, const std::vector<Host>& hosts,
                           const std::vector<std::string>& dead) {
-  Json doc = t.toJson();
-  size_t bytes = doc.dump().size();
+  auto doc = std::make_shared<const std::string>(t.toJson().dump());
+  size_t bytes = doc->size();
   if (bytes > probe::kMaxDocumentPayload - 4096) {
     RANKMAP_WARN(Agent,
                  "agent {}: topology version {} is {} bytes; too large to push, agents "

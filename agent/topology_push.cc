@@ -116,11 +116,10 @@ PushDeadlines pushDeadlines(const std::vector<PushRoute>& routes, size_t bytes) 
   return {Deadline::after(relayWave), Deadline::after(relayWave + kPushDirectWave + sending(agents))};
 }
 
-PushReport pushTopology(const Json& topology, const std::vector<PushRoute>& routes,
-                        const probe::ProbeKey& key, const std::string& self, Deadline relayWave,
-                        Deadline end) {
+PushReport pushTopology(std::shared_ptr<const std::string> doc,
+                        const std::vector<PushRoute>& routes, const probe::ProbeKey& key,
+                        const std::string& self, Deadline relayWave, Deadline end) {
   PushReport rep;
-  const auto doc = std::make_shared<const std::string>(topology.dump());
   std::vector<probe::PendingRequest> wave;
   std::vector<Host> second;  // hosts for the direct wave
   auto request = [&](const Host& h, Deadline d) -> bool {

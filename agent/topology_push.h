@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,10 +64,11 @@ struct PushDeadlines {
 };
 PushDeadlines pushDeadlines(const std::vector<PushRoute>& routes, size_t bytes);
 
-// Pushes `topology` (its JSON document) along `routes`: the first wave until `relayWave`, the
-// second (direct) until `end`. Blocks the calling thread until both waves have their outcomes;
-// starts no thread (probe::requestAll).
-PushReport pushTopology(const Json& topology, const std::vector<PushRoute>& routes,
+// Pushes `document` (the topology's JSON text, made once by the caller, who needs its size too)
+// along `routes`: the first wave until `relayWave`, the second (direct) until `end`. Blocks the
+// calling thread until both waves have their outcomes; starts no thread (probe::requestAll).
+PushReport pushTopology(std::shared_ptr<const std::string> document,
+                        const std::vector<PushRoute>& routes,
                         const probe::ProbeKey& key, const std::string& self, Deadline relayWave,
                         Deadline end);
 

@@ -517,7 +517,8 @@ struct PushBed {
     t = Topology::empty(hosts);
     t.version = 7;
     t.groups = {{"rack", 1, racks}};
-    return pushTopology(t.toJson(), pushRoutes(t, hosts, "x"), key, "x", Deadline::after(3s),
+    return pushTopology(std::make_shared<const std::string>(t.toJson().dump()),
+                        pushRoutes(t, hosts, "x"), key, "x", Deadline::after(3s),
                         Deadline::after(6s));
   }
   bool has(size_t i) { return a.d[i]->store().topology(7).has_value(); }
