@@ -1,9 +1,24 @@
 #include "collectives/reduce/reduction.h"
 
+#if RANKMAP_KERNELS_X86
+#include <cpuid.h>
+#endif
+
 #include "collectives/reduce/kernels.h"
 #include "common/error.h"
 
 namespace rankmap::coll {
+
+#if RANKMAP_KERNELS_X86
+namespace {
+// F16C from cpuid leaf 1: clang 14's __builtin_cpu_supports does not know "f16c", and the fuzz
+// tree builds this library with clang.
+bool cpuHasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+}  // namespace
+#endif
 
 bool kernelIsaAvailable(KernelIsa isa) {
   switch (isa) {
@@ -12,7 +27,7 @@ bool kernelIsaAvailable(KernelIsa isa) {
       return true;
     case KernelIsa::kAvx2:
 #if RANKMAP_KERNELS_X86
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && cpuHasF16c();
 #else
       return false;
 #endif
