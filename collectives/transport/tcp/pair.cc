@@ -1,12 +1,16 @@
 #include "collectives/transport/tcp/pair.h"
 
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
+#include <new>
+#include <utility>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -22,7 +26,43 @@ constexpr size_t kDirectMin = 16u << 10;
 constexpr size_t kReadBudget = 16u << 20;
 constexpr int kMaxIov = 64;
 constexpr size_t kHeaderBytes = sizeof(ChunkHeader);
+// Unexpected messages above this are mapped (MessageBuffer).
+constexpr uint64_t kHeapMessageMax = 1u << 20;
 }  // namespace
+
+MessageBuffer MessageBuffer::allocate(uint64_t bytes) {
+  MessageBuffer b;
+  if (bytes <= kHeapMessageMax) {
+    b.data_ = new (std::nothrow) char[std::max<uint64_t>(bytes, 1)];
+    return b;
+  }
+  if (bytes > std::numeric_limits<size_t>::max()) return b;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return b;
+  b.data_ = static_cast<char*>(p);
+  b.mapped_ = bytes;
+  return b;
+}
+
+MessageBuffer& MessageBuffer::operator=(MessageBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    data_ = std::exchange(o.data_, nullptr);
+    mapped_ = std::exchange(o.mapped_, 0);
+  }
+  return *this;
+}
+
+void MessageBuffer::release() {
+  if (data_ == nullptr) return;
+  if (mapped_ > 0)
+    ::munmap(data_, mapped_);
+  else
+    delete[] data_;
+  data_ = nullptr;
+  mapped_ = 0;
+}
 
 Pair::Pair(int rank, int peer, std::string peerName, std::vector<Socket> sockets, int epollFd,
            uint64_t stripeMin)
@@ -217,8 +257,12 @@ std::string Pair::beginChunkLocked(Stream& s) {
     }
     posted_.erase(p);
   } else {
-    // Unexpected: keep it until its receive is posted. new[] leaves it uninitialized.
-    in.buffer.reset(new char[std::max<uint64_t>(h.total, 1)]);
+    // Unexpected: keep it until its receive is posted.
+    in.buffer = MessageBuffer::allocate(h.total);
+    if (!in.buffer) {
+      return fmt::format("{} sent a message of {} bytes (tag {}) that this process cannot hold",
+                         *name_, h.total, h.tag);
+    }
     in.dest = in.buffer.get();
   }
   incoming_.emplace(key, std::move(in));

@@ -7,7 +7,8 @@
 // posting order on both sides, so chunks of one message may travel on different streams and
 // still land in the receive posted in the same position: that is the matching rule of
 // transport.h. A chunk whose receive is posted is read straight into the user's buffer; one
-// that arrives first is kept in an "unexpected" buffer until its receive is posted.
+// that arrives first is kept in an "unexpected" buffer until its receive is posted; a large one
+// is mapped so that only the bytes that arrive take memory (a header is the peer's word only).
 //
 // Threads: the context's caller calls send()/recv(); the progress thread calls onReadable()/
 // onWritable(). sendMu_ guards the send side (queues, sequence numbers), recvMu_ the receive
@@ -42,6 +43,26 @@ struct ChunkHeader {
   uint64_t length;
 };
 static_assert(sizeof(ChunkHeader) == 40);
+
+// Storage for a message that arrives before its receive is posted, uninitialized. Up to 1 MiB
+// from the heap; larger ones are mapped without reserving memory, so pages are taken only as
+// bytes are written: a corrupt or hostile `total` costs address space, not memory.
+class MessageBuffer {
+ public:
+  // Empty when the memory cannot be had (the size exceeds what the process can map).
+  static MessageBuffer allocate(uint64_t bytes);
+  MessageBuffer() = default;
+  MessageBuffer(MessageBuffer&& o) noexcept { *this = std::move(o); }
+  MessageBuffer& operator=(MessageBuffer&& o) noexcept;
+  ~MessageBuffer() { release(); }
+  char* get() const { return data_; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+ private:
+  void release();
+  char* data_ = nullptr;
+  uint64_t mapped_ = 0;  // > 0: an mmap of this many bytes, else new[] (or nothing)
+};
 
 class Pair {
  public:
@@ -102,7 +123,7 @@ class Pair {
   struct Incoming {
     RequestStatePtr req;              // the matched receive, if posted
     char* dest = nullptr;             // where chunks go: the receive's buffer or `buffer`
-    std::unique_ptr<char[]> buffer;   // unexpected message storage
+    MessageBuffer buffer;             // unexpected message storage
     char* copyTo = nullptr;           // receive posted while the message was still arriving
     uint64_t total = 0;
     uint64_t received = 0;
@@ -110,7 +131,7 @@ class Pair {
   };
   // An unexpected message that has fully arrived.
   struct Arrived {
-    std::unique_ptr<char[]> buffer;
+    MessageBuffer buffer;
     uint64_t total;
   };
 

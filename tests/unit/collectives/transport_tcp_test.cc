@@ -1,18 +1,24 @@
 // TCP-specific transport tests: a peer process killed with SIGKILL, options that disagree across
-// ranks, and connecting through the callback bootstrap (the MPI path).
+// ranks, connecting through the callback bootstrap (the MPI path), and one pair reading headers
+// it cannot trust.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <barrier>
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "collectives/bootstrap/callback_bootstrap.h"
 #include "collectives/bootstrap/root_bootstrap.h"
+#include "collectives/transport/tcp/pair.h"
 #include "collectives/transport/transport.h"
 #include "common/error.h"
 #include "tests/unit/collectives/harness.h"
@@ -188,6 +194,74 @@ TEST(TcpTransport, ConnectsThroughCallbackBootstrap) {
     bs->barrier(d);
   });
   for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// One stream of a tcp::Pair on a socketpair, driven by the test in place of the progress thread;
+// `peer` is the other end, written by hand.
+struct PairOnSocketpair {
+  int epollFd = ::epoll_create1(EPOLL_CLOEXEC);
+  Socket peer;
+  std::unique_ptr<tcp::Pair> pair;
+  PairOnSocketpair() {
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) != 0)
+      throw std::runtime_error("socketpair");
+    peer = Socket(fds[1]);
+    std::vector<Socket> mine;
+    mine.emplace_back(fds[0]);
+    pair = std::make_unique<tcp::Pair>(0, 1, "rank 1 (test)", std::move(mine), epollFd, 1);
+  }
+  ~PairOnSocketpair() {
+    pair.reset();
+    ::close(epollFd);
+  }
+  // Writes all of `bytes`, reading on the pair whenever the socket is full.
+  void write(const std::string& bytes) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::send(peer.fd(), bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n > 0) done += static_cast<size_t>(n);
+      pair->onReadable(0);
+    }
+    pair->onReadable(0);
+  }
+};
+
+std::string chunk(uint64_t tag, uint64_t total, uint64_t offset, const std::string& payload) {
+  tcp::ChunkHeader h{tag, 0, total, offset, payload.size()};
+  return std::string(reinterpret_cast<const char*>(&h), sizeof h) + payload;
+}
+
+// A header whose total no process can hold fails the pair with PeerError naming the peer; it
+// used to be allocated at once, and std::bad_alloc on the progress thread ended the process.
+TEST(TcpPair, MessageClaimingAPetabyteFailsThePairNotTheProcess) {
+  PairOnSocketpair p;
+  int buf = 0;
+  RequestPtr waiting = p.pair->recv(0, &buf, sizeof buf);
+  p.write(chunk(5, 1ull << 50, 0, "abcdef"));
+  try {
+    waiting->wait(Deadline::afterMs(2000));
+    FAIL() << "the receive should fail with the pair";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 (test) sent a message of 1125899906842624 bytes"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// An unexpected message above the heap's 1 MiB is mapped, its two chunks written out of order;
+// it arrives intact in the receive posted afterwards.
+TEST(TcpPair, LargeUnexpectedMessageArrivesIntact) {
+  PairOnSocketpair p;
+  const size_t total = 5u << 20;
+  std::string data(total, '\0');
+  for (size_t i = 0; i < total; ++i) data[i] = static_cast<char>(i * 131 % 251);
+  const size_t half = total / 2;
+  p.write(chunk(3, total, half, data.substr(half)) + chunk(3, total, 0, data.substr(0, half)));
+  std::string got(total, 'x');
+  RequestPtr r = p.pair->recv(3, got.data(), total);
+  r->wait(Deadline::afterMs(2000));
+  EXPECT_TRUE(got == data);
 }
 
 }  // namespace
