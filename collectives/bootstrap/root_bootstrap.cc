@@ -20,7 +20,9 @@ namespace {
 
 constexpr uint32_t kMagic = 0x524d4253;  // "RMBS"
 constexpr uint32_t kVersion = 1;
-constexpr uint64_t kMaxFrame = 1ull << 30;
+constexpr uint64_t kMaxFrame = 1ull << 30;  // an allgather's blob or result
+constexpr uint64_t kMaxErrorText = 64u << 10;
+constexpr size_t kReadStep = 1u << 20;  // the first step of a growing payload
 // A connection that does not say hello within this long is dropped (a port scanner, say).
 constexpr auto kHelloTimeout = std::chrono::seconds(10);
 // RANKMAP_ROOT: the port is required; a root may bind port 0 (tests, launchers).
@@ -47,22 +49,34 @@ void sendFrame(Socket& s, FrameType type, const std::string& payload, Deadline d
   if (!payload.empty()) s.sendAll(payload.data(), payload.size(), deadline, who);
 }
 
-// Reads one frame; an Error frame becomes PeerError carrying the sender's text.
-std::string recvFrame(Socket& s, FrameType expected, Deadline deadline, std::string_view who) {
+// Reads one frame of type `expected` and at most `maxBytes` (an Error frame: at most
+// kMaxErrorText), or throws PeerError: for an Error frame with the sender's text, for any other
+// type or length before reading its payload. The payload grows as its bytes arrive, so a header
+// that claims more than the sender sends costs no memory.
+std::string recvFrame(Socket& s, FrameType expected, uint64_t maxBytes, Deadline deadline,
+                      std::string_view who) {
   FrameHeader h{};
   s.recvAll(&h, sizeof(h), deadline, who);
-  if (h.magic != kMagic || h.length > kMaxFrame) {
+  const bool error = h.type == static_cast<uint32_t>(FrameType::Error);
+  if (h.magic != kMagic) {
     RANKMAP_THROW(PeerError, "bootstrap: {} does not speak the rankmap bootstrap protocol", who);
   }
-  std::string payload(h.length, '\0');
-  if (h.length > 0) s.recvAll(payload.data(), payload.size(), deadline, who);
-  if (h.type == static_cast<uint32_t>(FrameType::Error)) {
-    RANKMAP_THROW(PeerError, "bootstrap: {} reported: {}", who, payload);
-  }
-  if (h.type != static_cast<uint32_t>(expected)) {
+  if (!error && h.type != static_cast<uint32_t>(expected)) {
     RANKMAP_THROW(PeerError, "bootstrap: {} sent frame type {} where {} was expected", who,
                   h.type, static_cast<uint32_t>(expected));
   }
+  if (h.length > (error ? kMaxErrorText : maxBytes)) {
+    RANKMAP_THROW(PeerError, "bootstrap: {} sent a frame of {} bytes where at most {} fit", who,
+                  h.length, error ? kMaxErrorText : maxBytes);
+  }
+  std::string payload;
+  while (payload.size() < h.length) {
+    size_t have = payload.size();
+    size_t step = std::min<uint64_t>(h.length - have, std::max<size_t>(have, kReadStep));
+    payload.resize(have + step);
+    s.recvAll(payload.data() + have, step, deadline, who);
+  }
+  if (error) RANKMAP_THROW(PeerError, "bootstrap: {} reported: {}", who, payload);
   return payload;
 }
 
@@ -97,7 +111,7 @@ class RootBootstrap final : public Bootstrap {
     sendFrame(peers_[0], FrameType::Hello,
               std::string(reinterpret_cast<const char*>(&hello), sizeof(hello)), deadline,
               names_[0]);
-    recvFrame(peers_[0], FrameType::Welcome, deadline, names_[0]);
+    recvFrame(peers_[0], FrameType::Welcome, 0, deadline, names_[0]);
   }
 
   std::vector<std::string> allgather(const std::string& mine, Deadline deadline) override {
@@ -126,7 +140,7 @@ class RootBootstrap final : public Bootstrap {
       std::string from = s.peerAddr().str();
       Hello hello{};
       try {
-        std::string p = recvFrame(s, FrameType::Hello,
+        std::string p = recvFrame(s, FrameType::Hello, sizeof(Hello),
                                   deadline.min(Deadline::after(kHelloTimeout)), from);
         if (p.size() != sizeof(Hello)) RANKMAP_THROW(PeerError, "bad hello size {}", p.size());
         std::memcpy(&hello, p.data(), sizeof(hello));
@@ -184,7 +198,7 @@ class RootBootstrap final : public Bootstrap {
     all[0] = mine;
     try {
       for (int r = 1; r < size(); ++r) {
-        all[r] = recvFrame(peers_[r], FrameType::Data, deadline, names_[r]);
+        all[r] = recvFrame(peers_[r], FrameType::Data, kMaxFrame, deadline, names_[r]);
       }
     } catch (const Error& e) {
       failAll(e.what());
@@ -202,7 +216,7 @@ class RootBootstrap final : public Bootstrap {
 
   std::vector<std::string> rankAllgather(const std::string& mine, Deadline deadline) {
     sendFrame(peers_[0], FrameType::Data, mine, deadline, names_[0]);
-    std::string in = recvFrame(peers_[0], FrameType::Gathered, deadline, names_[0]);
+    std::string in = recvFrame(peers_[0], FrameType::Gathered, kMaxFrame, deadline, names_[0]);
     std::vector<std::string> all;
     all.reserve(size());
     size_t pos = 0;
@@ -217,6 +231,10 @@ class RootBootstrap final : public Bootstrap {
     }
     if (all.size() != static_cast<size_t>(size()) || pos != in.size()) {
       RANKMAP_THROW(PeerError, "bootstrap: malformed allgather result from {}", names_[0]);
+    }
+    if (all[static_cast<size_t>(rank())] != mine) {
+      RANKMAP_THROW(PeerError, "bootstrap: {} returned another blob for rank {} than it sent",
+                    names_[0], rank());
     }
     return all;
   }

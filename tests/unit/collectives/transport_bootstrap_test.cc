@@ -14,6 +14,7 @@
 #include "collectives/bootstrap/root_bootstrap.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/net.h"
 #include "tests/unit/common/config_util.h"
 
 namespace rankmap::coll::bootstrap {
@@ -169,6 +170,70 @@ TEST(RootBootstrap, RankLeavingBeforeAllgatherFailsEveryone) {
   EXPECT_NE(outcomes[0].error.find("rank 2"), std::string::npos) << outcomes[0].error;
   EXPECT_EQ(outcomes[1].type, "peer") << outcomes[1].error;
   EXPECT_NE(outcomes[1].error.find("rank 2"), std::string::npos) << outcomes[1].error;
+}
+
+// Frames as root_bootstrap.cc writes them: {u32 magic "RMBS", u32 type, u64 length}.
+std::string frameHeader(uint32_t type, uint64_t length) {
+  struct {
+    uint32_t magic = 0x524d4253;
+    uint32_t type;
+    uint64_t length;
+  } h;
+  h.type = type;
+  h.length = length;
+  return std::string(reinterpret_cast<const char*>(&h), sizeof h);
+}
+
+// A stranger whose hello claims 1 GiB and then sends nothing more is dropped at once: the root
+// neither allocates the gigabyte nor waits its 10 s for the hello's bytes.
+TEST(RootBootstrap, HelloClaimingAGigabyteIsDroppedAtOnce) {
+  RootListener listener("127.0.0.1:0");
+  std::string root = listener.address();
+  HostPort hp = parseHostPort(root, "root", {.defaultPort = std::nullopt});
+  Socket stranger = Socket::connect(resolve(hp.host, hp.port, Lookup::kNumericOnly),
+                                    Deadline::afterMs(2000), "root");
+  std::string header = frameHeader(1, 1ull << 30);
+  stranger.sendAll(header.data(), header.size(), Deadline::afterMs(2000), "root");
+  auto start = Clock::now();
+  auto outcomes = runRanks(2, [&](int r) {
+    Deadline d = Deadline::afterMs(8000);
+    auto bs = r == 0 ? makeRootBootstrap(std::move(listener), 2, d)
+                     : makeRootBootstrap(r, 2, root, d);
+    bs->allgather("x", d);
+  });
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(outcomes[0].error, "");
+  EXPECT_EQ(outcomes[1].error, "");
+}
+
+// A root that returns another blob in a rank's own place is refused by that rank.
+TEST(RootBootstrap, RootReturningAnotherOwnBlobIsRefused) {
+  Listener fake = Listener::bind(resolve("127.0.0.1", 0, Lookup::kNumericOnly));
+  std::string root = fake.localAddr().str();
+  std::thread server([&] {
+    std::optional<Socket> s = fake.accept(Deadline::afterMs(5000));
+    ASSERT_TRUE(s);
+    std::string gathered;
+    for (std::string blob : {"root", "not mine"}) {
+      uint64_t n = blob.size();
+      gathered.append(reinterpret_cast<const char*>(&n), sizeof n);
+      gathered += blob;
+    }
+    std::string answer = frameHeader(2, 0) + frameHeader(5, gathered.size()) + gathered;
+    s->sendAll(answer.data(), answer.size(), Deadline::afterMs(5000), "rank");
+    char sink[256];
+    while (s->recvSome(sink, sizeof sink, Deadline::afterMs(5000), "rank") > 0) {
+    }
+  });
+  auto outcomes = runRanks(1, [&](int) {
+    Deadline d = Deadline::afterMs(5000);
+    auto bs = makeRootBootstrap(1, 2, root, d);
+    bs->allgather("mine", d);
+  });
+  server.join();
+  EXPECT_EQ(outcomes[0].type, "peer") << outcomes[0].error;
+  EXPECT_NE(outcomes[0].error.find("another blob for rank 1"), std::string::npos)
+      << outcomes[0].error;
 }
 
 TEST(RootBootstrap, FromConfigValidatesSettings) {
