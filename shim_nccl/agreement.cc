@@ -123,8 +123,13 @@ void serve(std::shared_ptr<Listener> listener, uint64_t nonce, std::string creat
           clients.clear();
         }
       }
-      // Done once every rank has its answer (after Permute, or after Identity told to all).
-      if (verdict && static_cast<int>(voted.size()) >= votes.front().worldSize) break;
+      // Done once ranks 0..n-1 have voted exactly once each: nobody is left to answer. After any
+      // other vote (twice, out of range) a rank may still be coming, and it gets the same
+      // verdict until the deadline.
+      const int n = votes.front().worldSize;
+      if (verdict && static_cast<int>(votes.size()) == n && static_cast<int>(voted.size()) == n &&
+          *voted.begin() == 0 && *voted.rbegin() == n - 1)
+        break;
     }
   } catch (const std::exception& e) {
     RANKMAP_WARN(Shim, "plan agreement server: {}", e.what());

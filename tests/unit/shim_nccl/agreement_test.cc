@@ -92,6 +92,21 @@ TEST(Agreement, LateRankAfterIdentityStillGetsIdentity) {
   EXPECT_FALSE(agree(tail, vote(1, 2)).apply);
 }
 
+// A vote from outside 0..n-1 (here a rank of a larger job holding the id) makes the verdict
+// identity, and every real rank that votes afterwards is told why. It used to count towards
+// "every rank voted", so the server closed before the last real rank and that one read
+// "closed without an answer" instead.
+TEST(Agreement, VoteOutsideTheJobLeavesEveryRealRankTheSameIdentity) {
+  IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::seconds(20));
+  const int n = 3;
+  EXPECT_FALSE(agree(tail, vote(5, n)).apply);
+  for (int r = 0; r < n; ++r) {
+    PlanVerdict v = agree(tail, vote(r, n));
+    EXPECT_FALSE(v.apply);
+    EXPECT_EQ(v.reason, "rank 5 is outside 0..2") << "rank " << r;
+  }
+}
+
 TEST(Agreement, MissingRankTimesOutToIdentityForThoseWhoVoted) {
   IdTail tail = startAgreementServer("127.0.0.1", "sha256:a", std::chrono::milliseconds(300));
   auto start = std::chrono::steady_clock::now();
