@@ -95,10 +95,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   checkTail(data, size);
   const int n = 1 + data[0] % 8;
-  // Long enough for n votes on a loaded machine; a server that waits for more ranks than vote
-  // ends by it on its own (it is detached).
+  // The server's deadline: enough for n queued votes on a loaded machine (a late server is
+  // recognised below), and short, since it bounds an input's time: a real rank that finds the
+  // server gone retries its port until then, and a server waiting for more ranks than vote ends
+  // by it on its own (it is detached).
   const shim_nccl::IdTail tail =
-      shim_nccl::startAgreementServer("127.0.0.1", kCreatorHash, std::chrono::milliseconds(2000));
+      shim_nccl::startAgreementServer("127.0.0.1", kCreatorHash, std::chrono::milliseconds(400));
   SockAddr addr = resolve("127.0.0.1", tail.port, Lookup::kNumericOnly);
 
   std::vector<Socket> conns;
@@ -144,7 +146,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       finding("rank " + std::to_string(r) + " got no verdict: " + errors[static_cast<size_t>(r)]);
   // Bytes without this id's nonce, or that are no vote, must change nothing: every real rank
   // gets "apply" with one reason (unless the server passed its deadline first, "only k of n
-  // ranks voted", on a machine too loaded to take n votes in 2 s). A vote with the nonce comes
+  // ranks voted", on a machine too loaded to take n votes in 0.4 s). A vote with the nonce comes
   // from a rank of this job (the nonce travels only in the id); one that repeats a real rank's
   // number is a duplicated process, which the agreement cannot tell from the real one: then
   // only the absence of crashes, hangs and malformed answers is checked.
