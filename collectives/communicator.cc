@@ -8,10 +8,16 @@
 
 #include "collectives/algorithms/algorithms.h"
 #include "collectives/executor.h"
+#include "common/build_config.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/plan_agreement.h"
+#if RANKMAP_HAVE_CUDA
+#include "collectives/cuda/cuda_ops.h"
+#include "collectives/cuda/device.h"
+#include "collectives/cuda/device_executor.h"
+#endif
 
 namespace rankmap::coll {
 namespace {
@@ -203,10 +209,41 @@ Communicator::Communicator(std::shared_ptr<transport::Device> device,
   init(std::move(plan.plan));
 }
 
+void Communicator::DeleteDeviceOps::operator()(cuda::CudaOps* p) const {
+#if RANKMAP_HAVE_CUDA
+  delete p;
+#else
+  (void)p;  // never made without CUDA
+#endif
+}
+
+namespace {
+
+// Whether `p` is device memory. Without a visible device (checked once per process) every
+// pointer is host memory, so host-only machines make no CUDA call per collective.
+bool onDevice(const void* p) {
+#if RANKMAP_HAVE_CUDA
+  static const bool devices = cuda::deviceCount() > 0;
+  return devices && p != nullptr && cuda::isDevicePointer(p);
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+}  // namespace
+
 Communicator::~Communicator() {
   // A broken communicator whose context we do not own may still have transfers in flight into
   // scratch: the context keeps it until it is destroyed, so they never write into freed memory
   // (and it is not leaked, as it was before LeakSanitizer ran the failure tests).
+  if (broken() && !owned_ && ctx_ != nullptr && deviceOps_) {
+    // Its pinned mirrors may be written by transfers still in flight, as scratch below.
+    try {
+      ctx_->keepUntilDestroyed(std::shared_ptr<cuda::CudaOps>(deviceOps_.release(), DeleteDeviceOps{}));
+    } catch (...) {
+    }
+  }
   if (broken() && !owned_ && ctx_ != nullptr && scratch_) {
     try {
       auto held = std::make_shared<decltype(scratch_)>(std::move(scratch_));
@@ -494,9 +531,17 @@ void Communicator::run(Collective coll, const void* in, void* out, uint64_t coun
       count = 0;
       break;
   }
+  bool device = false;
   if (count > 0) {
     if (needIn && in == nullptr) RANKMAP_THROW(InvalidInput, "{}: null input buffer", what);
     if (needOut && out == nullptr) RANKMAP_THROW(InvalidInput, "{}: null output buffer", what);
+    const bool inDevice = needIn && onDevice(in), outDevice = needOut && onDevice(out);
+    if (needIn && needOut && inDevice != outDevice)
+      RANKMAP_THROW(InvalidInput,
+                    "{}: the input is {} memory and the output {} memory; both must be on the "
+                    "host or both on a device",
+                    what, inDevice ? "device" : "host", outDevice ? "device" : "host");
+    device = inDevice || outDevice;
     if (needIn && needOut && !inPlace && overlaps(in, inBytes, out, outBytes))
       RANKMAP_THROW(InvalidInput,
                     "{}: input and output overlap without being in place (see the API for the "
@@ -532,17 +577,21 @@ void Communicator::run(Collective coll, const void* in, void* out, uint64_t coun
                 reducing ? reduceOpName(op) : "-", root, algorithmName(algo), selection.source,
                 sched.steps.size());
 
-  std::optional<Reduction> reduction;
-  if (reducing) reduction.emplace(type, op, options_.isa);
-  ExecBuffers buffers;
-  buffers.input = const_cast<void*>(in);  // written only in place (see ExecBuffers)
-  buffers.output = out;
-  buffers.scratch = scratch(sched.scratchBytes());
   const uint64_t tagBase = ((seq & 0xFFFFFFull) << 40) | (signature(coll, type, op, root) << 32);
-  const int64_t started = meter_ ? PassiveMeter::nowNs() : 0;
+  const int64_t started = meter_ && !device ? PassiveMeter::nowNs() : 0;
   try {
-    execute(sched, *ctx_, buffers, reduction ? &*reduction : nullptr, tagBase,
-            Deadline::after(options_.timeout), meter_.get());
+    if (device) {
+      runOnDevice(sched, in, out, type, op, tagBase);
+    } else {
+      std::optional<Reduction> reduction;
+      if (reducing) reduction.emplace(type, op, options_.isa);
+      ExecBuffers buffers;
+      buffers.input = const_cast<void*>(in);  // written only in place (see ExecBuffers)
+      buffers.output = out;
+      buffers.scratch = scratch(sched.scratchBytes());
+      execute(sched, *ctx_, buffers, reduction ? &*reduction : nullptr, tagBase,
+              Deadline::after(options_.timeout), meter_.get());
+    }
   } catch (const Error& e) {
     failure_ = fmt::format("{} ({}): {}", what, algorithmName(algo), e.what());
     RANKMAP_ERROR(Coll, "{}", failure_);
@@ -554,13 +603,31 @@ void Communicator::run(Collective coll, const void* in, void* out, uint64_t coun
     abortContext();
     throw;
   }
-  if (meter_) meter_->addCollective(static_cast<uint64_t>(PassiveMeter::nowNs() - started));
+  if (meter_ && !device)
+    meter_->addCollective(static_cast<uint64_t>(PassiveMeter::nowNs() - started));
   if (link_ && !internal) {
     const int64_t now = PassiveMeter::nowNs();
     if (link_->due(now))
       link_->offer(meter_ ? meter_->totals() : std::vector<PeerTraffic>{},
                    meter_ ? meter_->collectiveNs() : 0, plan_ ? &*plan_ : nullptr, now);
   }
+}
+
+void Communicator::runOnDevice(const Schedule& sched, const void* in, void* out, DataType type,
+                               ReduceOp op, uint64_t tagBase) {
+#if RANKMAP_HAVE_CUDA
+  if (!deviceOps_) deviceOps_.reset(new cuda::CudaOps());
+  ExecBuffers buffers;
+  buffers.input = const_cast<void*>(in);  // written only in place (see ExecBuffers)
+  buffers.output = out;
+  buffers.scratch = sched.scratchBytes() > 0 ? deviceOps_->deviceScratch(sched.scratchBytes())
+                                             : nullptr;
+  cuda::executeDevice(sched, *ctx_, buffers, type, op, tagBase, Deadline::after(options_.timeout),
+                      *deviceOps_);
+#else
+  (void)sched, (void)in, (void)out, (void)type, (void)op, (void)tagBase;
+  RANKMAP_THROW(InvalidInput, "device buffers in a build without CUDA");
+#endif
 }
 
 void Communicator::allreduce(const void* in, void* out, uint64_t count, DataType type,

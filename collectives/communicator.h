@@ -53,6 +53,10 @@ namespace rankmap {
 class Config;
 }  // namespace rankmap
 
+namespace rankmap::coll::cuda {
+class CudaOps;
+}  // namespace rankmap::coll::cuda
+
 namespace rankmap::coll {
 
 struct CommOptions {
@@ -121,6 +125,11 @@ class Communicator {
   // "loopback", "tcp", "rdma"; "closed" once an owned context was closed after a failure.
   std::string backend() const { return ctx_ ? ctx_->backend() : "closed"; }
 
+  // Buffers are host memory or, in a CUDA build, device memory (cudaMalloc or managed): a call
+  // whose buffers are on a device runs on the device executor (collectives/cuda/
+  // device_executor.h), staged through pinned host memory, on the device current when the
+  // communicator first saw device buffers. A call that mixes host and device buffers is
+  // InvalidInput. Device calls are not counted by the passive meter.
   // out = reduction over ranks of in (count elements). in == out is in place.
   void allreduce(const void* in, void* out, uint64_t count, DataType type, ReduceOp op);
   // out (size * count) = every rank's in (count), ordered by rank. In place: in == out + rank
@@ -175,6 +184,9 @@ class Communicator {
   const Schedule& scheduleFor(Algorithm algo, Collective coll, uint64_t count, size_t es, int root,
                               bool inPlace);
   void* scratch(uint64_t bytes);
+  // Runs `sched` on device buffers through deviceOps_, made at the first call.
+  void runOnDevice(const Schedule& sched, const void* in, void* out, DataType type, ReduceOp op,
+                   uint64_t tagBase);
   void abortContext() noexcept;
 
   // Scratch memory is declared before the owned context: members are destroyed in reverse
@@ -184,6 +196,12 @@ class Communicator {
   };
   std::unique_ptr<std::byte, FreeAligned> scratch_;
   uint64_t scratchBytes_ = 0;
+  // The device side (CUDA builds): streams, pinned mirrors and device scratch, made at the first
+  // call with device buffers; like scratch_, destroyed after the context.
+  struct DeleteDeviceOps {
+    void operator()(cuda::CudaOps* p) const;
+  };
+  std::unique_ptr<cuda::CudaOps, DeleteDeviceOps> deviceOps_;
   std::shared_ptr<transport::Device> device_;
   std::unique_ptr<transport::Context> owned_;
   transport::Context* ctx_;  // null once an owned context was closed after a failure

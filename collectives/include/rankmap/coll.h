@@ -13,6 +13,11 @@
  * buffers of the failed call must stay valid until rankmapCommDestroy().
  *
  * Threads: one thread at a time per communicator; different communicators are independent.
+ *
+ * Buffers: host memory, or in a build with CUDA device memory (cudaMalloc or managed) of the
+ * device that was current at the communicator's first call with device buffers: such a call
+ * runs on the engine's device executor, staged through pinned host memory, and returns when the
+ * result is on the device. A call with one host and one device buffer is rankmapInvalidInput.
  */
 #ifndef RANKMAP_COLL_H_
 #define RANKMAP_COLL_H_
