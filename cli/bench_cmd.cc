@@ -17,6 +17,9 @@
 // --duration SECONDS repeats one size (-b) and prints a row per second with the plan in use, so
 // a person or a script sees the engine adopt a replaced plan (benchDuration below). --plan's file
 // is watched like RANKMAP_PLAN's (collectives/live_plan.h).
+// --device cuda puts every rank's buffers in GPU memory (nccl-tests' habit; CUDA builds): the
+// Communicator then runs each collective on the device executor, staged through pinned host
+// memory, and --check uploads the pattern and downloads the result around the checked call.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -25,6 +28,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -35,6 +39,10 @@
 #include "collectives/connect.h"
 #include "collectives/reference_values.h"
 #include "collectives/transport/loopback/device.h"
+#if RANKMAP_HAVE_CUDA
+#include "collectives/cuda/device.h"
+#endif
+#include "common/build_config.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/plan.h"
@@ -64,6 +72,7 @@ struct BenchArgs {
   bool inPlace = false;
   int loopback = 0;
   double duration = 0;  // seconds; > 0 = repeat one size, a row per second
+  std::string device = "host";  // where the buffers live: host or cuda
   bool maxBytesGiven = false;
 };
 
@@ -75,6 +84,55 @@ struct Resolved {
   coll::CommOptions options;
   std::optional<Plan> plan;  // an explicit --plan
   std::string planPath;      // else RANKMAP_PLAN, loaded by each rank (loadLocalPlan)
+  bool cuda = false;         // --device cuda
+};
+
+// The collective's buffers: host vectors, or with --device cuda GPU memory of the same sizes,
+// the host vectors then holding what --check writes and reads (upload/download around it).
+class BenchBuffers {
+ public:
+  BenchBuffers(size_t bytes, bool cuda) : hostIn(bytes), hostOut(bytes) {
+#if RANKMAP_HAVE_CUDA
+    if (cuda) {
+      devIn_.emplace(bytes);
+      devOut_.emplace(bytes);
+    }
+#else
+    if (cuda) RANKMAP_THROW(InvalidInput, "--device cuda: this rankmap was built without CUDA");
+#endif
+  }
+  std::byte* in() { return dev(devIn_, hostIn); }
+  std::byte* out() { return dev(devOut_, hostOut); }
+  void upload() {
+#if RANKMAP_HAVE_CUDA
+    if (devIn_) {
+      devIn_->upload(hostIn.data(), hostIn.size());
+      devOut_->upload(hostOut.data(), hostOut.size());
+    }
+#endif
+  }
+  void download() {
+#if RANKMAP_HAVE_CUDA
+    if (devIn_) {
+      devIn_->download(hostIn.data(), hostIn.size());
+      devOut_->download(hostOut.data(), hostOut.size());
+    }
+#endif
+  }
+  std::vector<std::byte> hostIn, hostOut;
+
+ private:
+#if RANKMAP_HAVE_CUDA
+  using Device = std::optional<coll::cuda::DeviceBuffer>;
+  static std::byte* dev(Device& d, std::vector<std::byte>& host) {
+    return d ? static_cast<std::byte*>(d->data()) : host.data();
+  }
+  Device devIn_, devOut_;
+#else
+  struct Device {};
+  static std::byte* dev(Device&, std::vector<std::byte>& host) { return host.data(); }
+  Device devIn_, devOut_;
+#endif
 };
 
 double busFactor(Collective c, int n) {
@@ -254,11 +312,13 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
   const Collective c = res.collective;
   const uint64_t maxCount = countFor(c, res.sizes.back(), es, n);
   const uint64_t perRank = blocksPerCall(c, n);
-  std::vector<std::byte> in(maxCount * perRank * es + es), out(maxCount * perRank * es + es);
+  BenchBuffers buf(maxCount * perRank * es + es, res.cuda);
+  std::vector<std::byte>& in = buf.hostIn;
+  std::vector<std::byte>& out = buf.hostOut;
   const bool print = me == 0;
   if (print && !a.json) {
-    fmt::print("# rankmap bench: {} over {} ranks ({} transport, {}), algo {}, plan {}\n",
-               coll::collectiveName(c), n, comm.backend(), launch, a.algo,
+    fmt::print("# rankmap bench: {} over {} ranks ({} transport, {}, {} buffers), algo {}, plan {}\n",
+               coll::collectiveName(c), n, comm.backend(), launch, a.device, a.algo,
                comm.plan() ? comm.plan()->hash
                            : std::string(comm.stats().planRejected ? "refused (identity order)"
                                                                    : "none (identity order)"));
@@ -272,26 +332,26 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
     std::fflush(stdout);
   }
   auto runOnce = [&](uint64_t count) {
-    const std::byte* ip = in.data();
-    std::byte* op = out.data();
+    std::byte* ip = buf.in();
+    std::byte* op = buf.out();
     const uint64_t block = count * es;
     switch (c) {
       case Collective::kAllreduce:
-        comm.allreduce(ip, a.inPlace ? in.data() : op, count, res.type, res.op);
+        comm.allreduce(ip, a.inPlace ? ip : op, count, res.type, res.op);
         break;
       case Collective::kAllgather:
         comm.allgather(a.inPlace ? op + block * static_cast<uint64_t>(me) : ip, op, count,
                        res.type);
         break;
       case Collective::kReduceScatter:
-        comm.reduceScatter(ip, a.inPlace ? in.data() + block * static_cast<uint64_t>(me) : op,
-                           count, res.type, res.op);
+        comm.reduceScatter(ip, a.inPlace ? ip + block * static_cast<uint64_t>(me) : op, count,
+                           res.type, res.op);
         break;
       case Collective::kBroadcast:
-        comm.broadcast(ip, a.inPlace ? in.data() : op, count, res.type, a.root);
+        comm.broadcast(ip, a.inPlace ? ip : op, count, res.type, a.root);
         break;
       case Collective::kReduce:
-        comm.reduce(ip, a.inPlace ? in.data() : op, count, res.type, res.op, a.root);
+        comm.reduce(ip, a.inPlace ? ip : op, count, res.type, res.op, a.root);
         break;
       case Collective::kBarrier:
         comm.barrier();
@@ -309,7 +369,9 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
       coll::referenceInput(res.type, res.op, src, i, in.data() + i * es);
     if (a.inPlace && c == Collective::kAllgather)
       std::memcpy(out.data() + count * es * static_cast<uint64_t>(me), in.data(), count * es);
+    buf.upload();
     runOnce(count);
+    buf.download();
     int64_t wrong = 0;
     std::vector<std::byte> want(es);
     auto cmp = [&](const std::byte* got) {
@@ -489,6 +551,16 @@ Resolved resolve(const BenchArgs& a, const Config& cfg) {
   }
   else if (const std::string& path = cfg.get(settings::kPlan); !path.empty())
     r.planPath = path;  // RANKMAP_PLAN: a broken one means identity order, agreed by all ranks
+  if (a.device != "host" && a.device != "cuda")
+    RANKMAP_THROW(InvalidInput, "--device {:?}: expected host or cuda", a.device);
+  r.cuda = a.device == "cuda";
+#if RANKMAP_HAVE_CUDA
+  if (r.cuda)
+    if (std::string why = coll::cuda::unavailableReason(); !why.empty())
+      RANKMAP_THROW(InvalidInput, "--device cuda: {}", why);
+#else
+  if (r.cuda) RANKMAP_THROW(InvalidInput, "--device cuda: this rankmap was built without CUDA");
+#endif
   return r;
 }
 
@@ -569,6 +641,10 @@ void registerBenchCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->add_flag("--json", a->json, "One JSON object per line instead of the table");
   cmd->add_option("--loopback", a->loopback, "Run N ranks as threads of this process over loopback")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--device", a->device,
+                  "Where the buffers live: host, or cuda (GPU memory of the current device; "
+                  "CUDA builds)")
+      ->capture_default_str();
   cmd->add_option("--duration", a->duration,
                   "Repeat the one size -b for this many seconds, a row per second with the plan "
                   "in use (shows live re-planning)");

@@ -3,6 +3,7 @@
 // compared byte for byte with the host executor on the same inputs. Label gpu.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,6 +28,10 @@ struct Case {
   ReduceOp op;
   testing::Backend backend;
 };
+
+// The test's name says it all; without this gtest prints the struct's bytes, padding included,
+// into CTest's test names.
+void PrintTo(const Case&, std::ostream* os) { *os << "(see the name)"; }
 
 class GpuDeviceExecutor : public ::testing::TestWithParam<Case> {
  protected:
