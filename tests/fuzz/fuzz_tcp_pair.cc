@@ -129,7 +129,8 @@ void raw(Reader& in, int streams) {
   std::vector<size_t> written(static_cast<size_t>(streams), 0);
   while (in.has(3)) {
     int s = in.u8() % streams;
-    size_t len = std::min<size_t>(in.u16(), in.size - in.pos);
+    size_t len = in.u16();  // before reading pos: argument order is unspecified
+    len = std::min(len, in.size - in.pos);
     const uint8_t* bytes = in.data + in.pos;
     in.pos += len;
     len = std::min(len, kMaxStreamBytes - written[static_cast<size_t>(s)]);
