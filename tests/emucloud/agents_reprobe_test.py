@@ -14,7 +14,7 @@ import emucloud_testlib as tl
 
 def extra(p):
     p.add_argument("--interval", default="4s")
-    p.add_argument("--noise-mbit", type=float, default=200)
+    p.add_argument("--noise-mbit", type=float, default=80)
     p.add_argument("--prefix", default="agreprobe")
 
 
@@ -46,7 +46,10 @@ def next_version(agents, vm, above, when, truth, src):
 def main():
     args = al.parse_args(extra)
     tl.require_environment(("ip", "tc", "ethtool", "unshare", "iperf3"))
-    up = ["--vms", "8", "--racks", "2", "--host-mbit", "1000", "--uplink-mbit", "250",
+    # Rates where two cores carry the shaped flows with room to spare: at 1000/250 Mbit/s two
+    # idle-priority processes beside the test slowed the flows by more than the light check's
+    # 25%, and it saw a change where there was none (docs/reliability.md, "In CI").
+    up = ["--vms", "8", "--racks", "2", "--host-mbit", "400", "--uplink-mbit", "100",
           "--seed", "11"]
     with tl.Testbed(args.emucloud, args.prefix, up) as tb:
         agents = al.Agents(tb, args.rankmapd, args.rankmap)
