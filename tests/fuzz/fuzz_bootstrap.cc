@@ -30,10 +30,12 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "tests/fuzz/fuzz_net.h"
 
 namespace {
 
 using namespace rankmap;
+using fuzz::closeHard;
 using namespace std::chrono_literals;
 
 [[noreturn]] void finding(const std::string& what) {
@@ -59,12 +61,6 @@ std::string frame(uint32_t type, const std::string& payload) {
 std::string hello(int rank, int size) {
   int32_t v[3] = {1, rank, size};
   return frame(1, std::string(reinterpret_cast<const char*>(v), sizeof v));
-}
-
-void closeHard(Socket& s) {
-  linger l{1, 0};
-  ::setsockopt(s.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
-  s.close();
 }
 
 Socket queue(const SockAddr& addr, const std::string& bytes) {

@@ -29,12 +29,14 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "tests/fuzz/fuzz_net.h"
 #include "common/plan_agreement.h"
 #include "shim_nccl/agreement.h"
 
 namespace {
 
 using namespace rankmap;
+using fuzz::closeHard;
 using namespace std::chrono_literals;
 
 [[noreturn]] void finding(const std::string& what) {
@@ -48,13 +50,6 @@ constexpr char kCreatorHash[] = "sha256:1111111111111111111111111111111111111111
 // nonce, in host order; the harness needs it to aim mutations past the header.
 constexpr uint32_t kVoteMagic = 0x524d5632;
 constexpr size_t kVoteHeader = 16;
-
-// Closes with a reset, so that no connection lingers in TIME_WAIT over millions of inputs.
-void closeHard(Socket& s) {
-  linger l{1, 0};
-  ::setsockopt(s.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
-  s.close();
-}
 
 // Whether `frame` is a vote the server counts: its header names this id and the vote decodes.
 bool isVote(const std::string& frame, uint64_t nonce) {

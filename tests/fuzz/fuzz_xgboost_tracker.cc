@@ -23,11 +23,13 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "tests/fuzz/fuzz_net.h"
 #include "launch/xgboost_tracker.h"
 
 namespace {
 
 using namespace rankmap;
+using fuzz::closeHard;
 using namespace std::chrono_literals;
 
 [[noreturn]] void finding(const std::string& what) {
@@ -36,13 +38,6 @@ using namespace std::chrono_literals;
 }
 
 constexpr size_t kMaxConnections = 16;
-
-// Closes with a reset, so that no connection lingers in TIME_WAIT over millions of inputs.
-void closeHard(Socket& s) {
-  linger l{1, 0};
-  ::setsockopt(s.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
-  s.close();
-}
 
 }  // namespace
 
