@@ -103,19 +103,15 @@ class BenchBuffers {
   }
   std::byte* in() { return dev(devIn_, hostIn); }
   std::byte* out() { return dev(devOut_, hostOut); }
-  void upload() {
+  // Copies the host vectors to the device buffers (toDevice) or back; nothing on host buffers.
+  void sync([[maybe_unused]] bool toDevice) {
 #if RANKMAP_HAVE_CUDA
-    if (devIn_) {
-      devIn_->upload(hostIn.data(), hostIn.size());
-      devOut_->upload(hostOut.data(), hostOut.size());
-    }
-#endif
-  }
-  void download() {
-#if RANKMAP_HAVE_CUDA
-    if (devIn_) {
-      devIn_->download(hostIn.data(), hostIn.size());
-      devOut_->download(hostOut.data(), hostOut.size());
+    if (!devIn_) return;
+    for (auto [dev, host] : {std::pair{&*devIn_, &hostIn}, std::pair{&*devOut_, &hostOut}}) {
+      if (toDevice)
+        dev->upload(host->data(), host->size());
+      else
+        dev->download(host->data(), host->size());
     }
 #endif
   }
@@ -369,9 +365,9 @@ int64_t benchRank(coll::Communicator& comm, const BenchArgs& a, const Resolved& 
       coll::referenceInput(res.type, res.op, src, i, in.data() + i * es);
     if (a.inPlace && c == Collective::kAllgather)
       std::memcpy(out.data() + count * es * static_cast<uint64_t>(me), in.data(), count * es);
-    buf.upload();
+    buf.sync(/*toDevice=*/true);
     runOnce(count);
-    buf.download();
+    buf.sync(/*toDevice=*/false);
     int64_t wrong = 0;
     std::vector<std::byte> want(es);
     auto cmp = [&](const std::byte* got) {
