@@ -39,6 +39,18 @@ def check(cond, msg):
     print(f"ok: {msg}", flush=True)
 
 
+def figure(name, value, limit, unit="x", lower_is_better=False):
+    """A measured figure against its floor (or ceiling, lower_is_better). Prints `figure NAME
+    VALUE` before the check, so a failing run still reports what it measured;
+    tests/emucloud/floors_bench.py collects these lines into the distributions that set the
+    limits (docs/reliability.md, "Floors")."""
+    print(f"figure {name} {value:.4g}", flush=True)
+    if lower_is_better:
+        check(value <= limit, f"{name} {value:.3g}{unit} (at most {limit:g}{unit})")
+    else:
+        check(value >= limit, f"{name} {value:.3g}{unit} (at least {limit:g}{unit})")
+
+
 def parse_args(extra=None):
     p = argparse.ArgumentParser()
     p.add_argument("--emucloud", required=True, help="path to the emucloud script")

@@ -120,8 +120,7 @@ def main():
                                "grad_bytes": plain[0]["grad_bytes"],
                                "predicted": plan["predicted"]["speedup"],
                                "losses": plain[0]["losses"]}, f, indent=1)
-            lib.check(speedup >= args.min_speedup,
-                      f"speedup {speedup:.2f}x >= {args.min_speedup}x")
+            lib.figure("fw_torchrun.ddp_step_speedup", speedup, args.min_speedup)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("PASS", flush=True)

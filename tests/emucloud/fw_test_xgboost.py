@@ -145,8 +145,7 @@ def main():
                     json.dump({"plain": plain, "rankmap": ours, "train_speedup": tp / tr,
                                "allreduce_speedup": ap / ar, "train_args": args.train_args,
                                "predicted": plan["predicted"]}, f, indent=1)
-            lib.check(ap / ar >= args.min_speedup,
-                      f"histogram allreduce speedup {ap / ar:.2f}x >= {args.min_speedup}x")
+            lib.figure("fw_xgboost.histogram_allreduce_speedup", ap / ar, args.min_speedup)
 
             # Bad input: no VM can reach the tracker (a tracker address that is loopback in the
             # VMs): an error naming the workers, and nothing hangs.

@@ -14,7 +14,8 @@ rankmap run sees exactly the command emucloud builds. Checks, for every program 
   - ranks as planned: MPI_COMM_WORLD rank r runs on the plan's order[r] (the programs print
     their rank and hostname), and in shim mode the launcher's rank is unchanged;
   - one line from rankmap run (and in shim mode one from the shim) saying what was applied;
-  - the timed allreduce (Open MPI's ring, --bytes) faster than plain.
+  - the timed allreduce (Open MPI's ring, --bytes) faster than plain, and the median speedup
+    over programs and modes at least --min-speedup (docs/reliability.md, "Floors").
 """
 
 import os
@@ -43,8 +44,10 @@ def add_args(p):
     p.add_argument("--proof-f", default="")
     p.add_argument("--proof-py", required=True)
     al.add_source_args(p)
-    p.add_argument("--bytes", type=int, default=4 << 20)
-    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--bytes", type=int, default=16 << 20)
+    p.add_argument("--iters", type=int, default=2)
+    p.add_argument("--min-speedup", type=float, default=1.0,
+                   help="floor for the median speedup over programs and modes")
 
 
 def check_agent_plan(tb, args, order):
@@ -179,6 +182,8 @@ def run_proof(tb, args, programs):
                 lib.check(t < ptime, f"{name} {mode}: allreduce {args.bytes >> 20} MiB "
                           f"{t:.3f} s vs plain {ptime:.3f} s ({ptime / t:.2f}x)")
         print(f"speedups: {' '.join(f'{s:.2f}' for s in speedups)}")
+        lib.figure(f"mpi_path.ring_{args.bytes >> 20}MiB_speedup", lib.median(speedups),
+                   args.min_speedup)
         lib.check(not os.listdir(rundir), "rankmap run removed its files")
 
 

@@ -10,13 +10,15 @@ Checks:
   - every job ends (exit 0) -- MPICH 4.0's finalize hang over UCX's TCP transport is worked
     around by preloading ucx_keep_endpoints.c into the ranks (docs/mpi.md, "MPICH");
   - the bytes crossed the emulated links: the uplinks carried at least the buffer during a run
-    with a 1 MiB allreduce (UCX would otherwise use shared memory between the "VMs");
+    with a 4 MiB allreduce (UCX would otherwise use shared memory between the "VMs");
   - rankmap run recognises Hydra and launches in plan order: rank r runs on the plan's r-th host;
   - in shim mode (`--mode shim`: librankmap_mpich.so preloaded with -genv, after the UCX preload
     it keeps), Hydra places the ranks in the provider's order and the shim reorders
     MPI_COMM_WORLD: rank r on the plan's r-th host, launcher ranks unchanged, one line from the
     shim;
   - results (check digests) identical to the plain run;
+  - the median allreduce speedup over programs and modes at least --min-speedup
+    (docs/reliability.md, "Floors");
 for the C proof and, where MPICH's Fortran bindings are installed, the Fortran one.
 The Done-when measurement (8 VMs, 16 MiB) is mpich_bench.py.
 """
@@ -42,6 +44,8 @@ def add_args(p):
     p.add_argument("--shim", required=True, help="librankmap_mpich.so")
     p.add_argument("--proof", required=True, help="emucloud_mpi_proof_mpich")
     p.add_argument("--proof-f", default="", help="emucloud_mpi_proof_mpich_f (optional)")
+    p.add_argument("--min-speedup", type=float, default=1.0,
+                   help="floor for the median allreduce speedup over programs and modes")
     p.add_argument("--ucx-preload", required=True,
                    help="libemucloud_ucx_keep_endpoints.so (MPICH 4.0's finalize hang)")
 
@@ -88,6 +92,12 @@ def checks(out):
     return [line for line in out.splitlines() if line.startswith("check ")]
 
 
+def allreduce_seconds(out, nbytes):
+    """The program's median time of one allreduce of nbytes (its `time allreduce` line)."""
+    m = re.search(rf"time allreduce bytes={nbytes} iters=\d+ median_s=([0-9.]+)", out)
+    return float(m.group(1)) if m else None
+
+
 def rank_hosts(out):
     return {int(r): h for r, h in re.findall(r"rank (\d+) of \d+ on (\S+) launcher", out)}
 
@@ -116,7 +126,8 @@ def main():
         rundir = os.path.join(tmp, "run")
         os.makedirs(rundir)
         os.chmod(rundir, 0o755)
-        buf = 1 << 20
+        buf = 4 << 20
+        speedups = []
         programs = [("c", args.proof)]
         if args.proof_f and os.path.exists(args.proof_f):
             programs.append(("fortran", args.proof_f))
@@ -131,6 +142,8 @@ def main():
                       f"({moved / (1 << 20):.1f} MiB for a {buf >> 20} MiB allreduce x 3)")
             lib.check(rank_hosts(plain.stdout) == dict(enumerate(provider)),
                       f"{name} plain: rank r on the provider's r-th host")
+            tplain = allreduce_seconds(plain.stdout, buf)
+            lib.check(tplain, f"{name} plain: the program timed its allreduce")
 
             for mode in ("launch", "shim"):
                 p, moved = run_mpiexec(tb, args, bindir, None, [buf], 2, program=program,
@@ -156,6 +169,13 @@ def main():
                 lib.check(checks(p.stdout) == checks(plain.stdout) and len(checks(p.stdout)) >= 4,
                           f"{name} {mode}: results identical to the plain run "
                           f"({len(checks(p.stdout))} checks)")
+                t = allreduce_seconds(p.stdout, buf)
+                lib.check(t, f"{name} {mode}: the program timed its allreduce")
+                print(f"{name} {mode}: allreduce {buf >> 20} MiB {t:.3f} s vs plain "
+                      f"{tplain:.3f} s ({tplain / t:.2f}x)", flush=True)
+                speedups.append(tplain / t)
+        lib.figure(f"mpich.allreduce_{buf >> 20}MiB_speedup", lib.median(speedups),
+                   args.min_speedup)
         lib.check(not os.listdir(rundir), "rankmap run removed its files")
     print("PASS")
 
