@@ -520,7 +520,16 @@ std::vector<RingCheck> measureRings(RoundState& s, const Structure& st,
     std::vector<HostPair> flows;
     for (size_t i = 0; i < order.size(); ++i)
       flows.emplace_back(order[i], order[(i + 1) % order.size()]);
+    // Twice, each hop keeping its better reading: a slow reading counts once, as for host links
+    // (a short ring window that loses a packet waits out a retransmission timeout: one
+    // structure-ring hop on the emulated cloud read 57 Mbit/s of 250, and the planner then kept
+    // the provider's order).
     auto got = s.run(flows, "rings", false, {}, false, &step);
+    if (!s.stopped()) {
+      auto again = s.run(flows, "rings", false, {}, false, &step);
+      for (size_t i = 0; i < got.size() && i < again.size(); ++i)
+        if (again[i] && (!got[i] || *again[i] > *got[i])) got[i] = again[i];
+    }
     RingCheck c;
     c.name = name;
     c.order = order;

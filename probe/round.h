@@ -31,7 +31,8 @@
 //   4. rings         the input order's ring and the structure's (a depth-first walk of the
 //                    groups) measured as a ring collective loads the network, every host sending
 //                    the same bytes to the next at once: what the planner checks its model and its
-//                    order against (topology.json "rings"; reorder/planner.h). One trial each.
+//                    order against (topology.json "rings"; reorder/planner.h). Two trials
+//                    each, every hop keeping its better reading.
 //   5. assemble      topology.json: the groups, the link model (`links`), the pairs measured
 //                    alone (`measured`), oversubscribed groups as `shared_links`, and, up to
 //                    kDenseMaxHosts, full matrices whose other

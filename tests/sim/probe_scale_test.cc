@@ -328,6 +328,58 @@ TEST(ProbeScale, OneBusyTrialSplitsNoRack) {
   }
 }
 
+// A fleet whose first trial of a ring with at most `crossings` cross-rack hops (the structure's
+// ring: ring trials are the calls with a byte cap, probe::kRingWindowShare) reads its slowest hop
+// at 23% of its rate, once: on the emulated cloud (8 VMs, host 1000, uplink 250 Mbit/s) one
+// structure-ring hop read 57 Mbit/s, and the plan kept the provider's order (1.00x).
+class SlowRingHop : public ForwardingFleet {
+ public:
+  SlowRingHop(SimFleet& inner, const Datacenter& dc, size_t crossings)
+      : ForwardingFleet(inner), dc_(dc), crossings_(crossings) {}
+  std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
+                                                const probe::BandwidthOptions& opts,
+                                                Deadline d) override {
+    auto out = inner_.bandwidth(flows, opts, d);
+    if (held_ || opts.maxBytes >= probe::BandwidthOptions{}.maxBytes ||
+        flows.size() != dc_.hosts())
+      return out;
+    size_t cross = 0, slowest = 0;
+    for (size_t k = 0; k < flows.size(); ++k) {
+      cross += dc_.rackOf(flows[k].first) != dc_.rackOf(flows[k].second);
+      if (out[k].value && (!out[slowest].value || *out[k].value < *out[slowest].value))
+        slowest = k;
+    }
+    if (cross <= crossings_ && out[slowest].value) {
+      *out[slowest].value *= 0.23;
+      held_ = true;
+    }
+    return out;
+  }
+  bool held() const { return held_; }
+
+ private:
+  const Datacenter& dc_;
+  size_t crossings_;
+  bool held_ = false;
+};
+
+// One slow hop in one trial of the structure's ring does not decide the plan: each ring is
+// measured twice and every hop keeps its better reading, so the plan still groups the racks.
+TEST(ProbeScale, OneSlowRingHopKeepsTheRackOrder) {
+  DatacenterSpec spec = emucloudShape(2, 4, 1000, 250);
+  spec.rackOfHost = {0, 1, 0, 1, 0, 1, 0, 1};  // the provider's order alternates the racks
+  Datacenter dc(spec);
+  SimFleet sim(dc);
+  SlowRingHop fleet(sim, dc, 2);
+  auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+  ASSERT_TRUE(fleet.held());
+  auto r = reorder::planTopology(out.topology, reorder::PlanOptions{});
+  size_t cross = 0;
+  for (size_t i = 0; i < r.order.size(); ++i)
+    cross += dc.rackOf(r.order[i]) != dc.rackOf(r.order[(i + 1) % r.order.size()]);
+  EXPECT_EQ(cross, 2u) << "the plan's ring crosses the uplinks " << cross << " times";
+}
+
 // A host that dies after some of its pairs were measured alone (an agent killed mid-round, the
 // fault matrix's first agent row) is out of the round: the topology lists none of its pairs as
 // measured, since its matrix entries are null, and it loads again from its own JSON (a store
