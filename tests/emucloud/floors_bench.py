@@ -17,6 +17,7 @@ Root, nothing else running (the tests measure what two cores carry).
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -27,10 +28,13 @@ kFigure = re.compile(r"^(?:\d+: )?figure (\S+) (\S+)$", re.M)
 kRegression = 0.25
 
 
-def run_test(build, name, timeout):
+def run_test(build, name, timeout, log=None):
     t0 = time.time()
     p = subprocess.run(["ctest", "--test-dir", build, "-R", f"^{name}$", "-V", "--timeout",
                         str(timeout)], capture_output=True, text=True, timeout=timeout + 60)
+    if log:
+        with open(log, "w") as f:
+            f.write(p.stdout + p.stderr)
     figures = {k: float(v) for k, v in kFigure.findall(p.stdout)}
     failed = [line.split("FAIL: ", 1)[1] for line in p.stdout.splitlines() if "FAIL: " in line]
     return {"test": name, "rc": p.returncode, "seconds": round(time.time() - t0, 1),
@@ -62,6 +66,8 @@ def main():
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--timeout", type=int, default=1200, help="seconds per test run")
     p.add_argument("--out", help="append one JSON line per test run here")
+    p.add_argument("--log-dir", help="keep each run's whole output here (TEST-ROUND.log)")
+    p.add_argument("--first-round", type=int, default=0, help="continue an earlier --out")
     p.add_argument("--summary", help="only summarize this --out file")
     p.add_argument("--lower-is-better", action="append",
                    default=["seconds$", "error$", "over_best"],
@@ -75,10 +81,13 @@ def main():
     if not args.tests:
         p.error("name at least one test")
     records = []
-    for i in range(args.runs):
+    if args.log_dir:
+        os.makedirs(args.log_dir, exist_ok=True)
+    for i in range(args.first_round, args.runs):
         k = i % len(args.tests)
         for name in args.tests[k:] + args.tests[:k]:
-            r = run_test(args.build, name, args.timeout)
+            log = os.path.join(args.log_dir, f"{name}-{i}.log") if args.log_dir else None
+            r = run_test(args.build, name, args.timeout, log)
             r["round"] = i
             records.append(r)
             print(json.dumps(r), flush=True)

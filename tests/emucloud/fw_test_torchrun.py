@@ -4,8 +4,8 @@
 
 Checks: rankmap run gives every node a distinct node rank in plan order and adds torch 1.13's
 --redirects/--tee fix; the loss curve is bit-identical to the plain run's; the median step time
-is at least --min-speedup times faster (a sanity margin below the 1.8x target; the number for
-docs/performance.md comes from a longer run of this same script, see docs/frameworks.md).
+is at least --min-speedup times faster (CTest's floor: docs/reliability.md, "Floors"; the number
+for docs/performance.md comes from a longer run of this same script, see docs/frameworks.md).
 
   fw_test_torchrun.py --emucloud PATH --rankmap BIN [--steps N] [--repeat R]
                       [--min-speedup X] [--json OUT]

@@ -14,8 +14,9 @@ rankmap run sees exactly the command emucloud builds. Checks, for every program 
   - ranks as planned: MPI_COMM_WORLD rank r runs on the plan's order[r] (the programs print
     their rank and hostname), and in shim mode the launcher's rank is unchanged;
   - one line from rankmap run (and in shim mode one from the shim) saying what was applied;
-  - the timed allreduce (Open MPI's ring, --bytes) faster than plain, and the median speedup
-    over programs and modes at least --min-speedup (docs/reliability.md, "Floors").
+  - the timed allreduce (Open MPI's ring; 16 MiB for C, 4 MiB for the others) faster than plain,
+    and the C program's speedup (median of its two modes) at least --min-speedup
+    (docs/reliability.md, "Floors").
 """
 
 import os
@@ -44,10 +45,12 @@ def add_args(p):
     p.add_argument("--proof-f", default="")
     p.add_argument("--proof-py", required=True)
     al.add_source_args(p)
-    p.add_argument("--bytes", type=int, default=16 << 20)
+    p.add_argument("--bytes", type=int, default=16 << 20, help="the C program's allreduce")
     p.add_argument("--iters", type=int, default=2)
+    p.add_argument("--other-bytes", type=int, default=4 << 20,
+                   help="the Fortran and mpi4py programs' allreduce (3 timed calls)")
     p.add_argument("--min-speedup", type=float, default=1.0,
-                   help="floor for the median speedup over programs and modes")
+                   help="floor for the C program's speedup (median of launch and shim mode)")
 
 
 def check_agent_plan(tb, args, order):
@@ -132,7 +135,8 @@ def run_proof(tb, args, programs):
         os.makedirs(rundir)
         os.chmod(rundir, 0o755)
 
-        def run(words, mode):
+        def run(name, words, mode):
+            nbytes, iters = (args.bytes, args.iters) if name == "c" else (args.other_bytes, 3)
             env = dict(os.environ, RANKMAP_MPI_SHIM=args.shim, RANKMAP_RUN_DIR=rundir)
             for k in ("RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "LD_PRELOAD"):
                 env.pop(k, None)
@@ -140,8 +144,8 @@ def run_proof(tb, args, programs):
                 env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
                 env["RANKMAP_TEST_MODE"] = mode
             argv = tb.cmd("mpirun", "--prefix", kPrefix, "--timeout", str(kRunTimeoutS), "--",
-                          *kRingMca, *words, "--bytes", str(args.bytes), "--iters",
-                          str(args.iters), "--warmup", "1")
+                          *kRingMca, *words, "--bytes", str(nbytes), "--iters",
+                          str(iters), "--warmup", "1")
             p = subprocess.run(argv, capture_output=True, text=True, env=env,
                                timeout=kRunTimeoutS + 60)
             if p.returncode != 0:
@@ -151,7 +155,7 @@ def run_proof(tb, args, programs):
 
         speedups = []
         for name, words in programs:
-            plain = run(words, "plain")
+            plain = run(name, words, "plain")
             pr, pchecks, ptime = parse_run(plain.stdout)
             lib.check(sorted(pr) == list(range(8)) and
                       all(pr[r][0] == provider[r] for r in range(8)),
@@ -159,7 +163,7 @@ def run_proof(tb, args, programs):
             lib.check(len(pchecks) >= 4 and ptime, f"{name} plain: {len(pchecks)} checks, "
                       f"allreduce {ptime:.3f} s")
             for mode in ("launch", "shim"):
-                p = run(words, mode)
+                p = run(name, words, mode)
                 ranks, checks, t = parse_run(p.stdout)
                 lib.check(checks == pchecks, f"{name} {mode}: results identical to plain")
                 placed = sorted(ranks) == list(range(8)) and \
@@ -178,8 +182,9 @@ def run_proof(tb, args, programs):
                               f"{name} shim: one line from the shim")
                 lib.check(p.stderr.count(f"rankmap run: {mode} mode: plan {plan['hash'][:19]}") == 1,
                           f"{name} {mode}: one line from rankmap run")
-                speedups.append(ptime / t)
-                lib.check(t < ptime, f"{name} {mode}: allreduce {args.bytes >> 20} MiB "
+                if name == "c":
+                    speedups.append(ptime / t)
+                lib.check(t < ptime, f"{name} {mode}: allreduce "
                           f"{t:.3f} s vs plain {ptime:.3f} s ({ptime / t:.2f}x)")
         print(f"speedups: {' '.join(f'{s:.2f}' for s in speedups)}")
         lib.figure(f"mpi_path.ring_{args.bytes >> 20}MiB_speedup", lib.median(speedups),

@@ -19,11 +19,11 @@ emucloud_add_test(emucloud_mpi_path mpi_path_test.py 1200
                   --shim $<TARGET_FILE:rankmap_mpi>
                   --proof-c $<TARGET_FILE:emucloud_mpi_proof_c>
                   --proof-f "${RANKMAP_MPI_PROOF_F}"
-                  --proof-py ${CMAKE_CURRENT_SOURCE_DIR}/mpi_proof.py)
+                  --proof-py ${CMAKE_CURRENT_SOURCE_DIR}/mpi_proof.py --min-speedup 2.8)
 # Open MPI's decision from the plan (coll_tuned rules) under `rankmap run -- mpirun`.
 emucloud_add_test(emucloud_mpi_rules mpi_rules_test.py 600
                   --rankmap $<TARGET_FILE:rankmap>
-                  --proof $<TARGET_FILE:emucloud_mpi_proof_c>)
+                  --proof $<TARGET_FILE:emucloud_mpi_proof_c> --max-over-best 1.15)
 
 # MPICH (Hydra, UCX over TCP) on the emulated cloud: the C proof built against MPICH, plain and
 # under `rankmap run -- mpiexec` (tests/emucloud/mpich_test.py).
@@ -47,5 +47,5 @@ if(RANKMAP_HAVE_MPICH AND RANKMAP_MPICH_MPIEXEC)
                     --shim $<TARGET_FILE:rankmap_mpich>
                     --proof $<TARGET_FILE:emucloud_mpi_proof_mpich>
                     --proof-f "${RANKMAP_MPICH_PROOF_F}"
-                    --ucx-preload $<TARGET_FILE:emucloud_ucx_keep_endpoints>)
+                    --ucx-preload $<TARGET_FILE:emucloud_ucx_keep_endpoints> --min-speedup 1.35)
 endif()
