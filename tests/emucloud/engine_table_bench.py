@@ -10,11 +10,14 @@ or from truth.json (--source truth); `rankmap plan -c all` makes plan.json. Then
 
   engine  `rankmap bench --algo A --plan plan.json` (A = ring, tree, hier, rhd, auto) launched in
           the provider's order (the engine applies the plan's permutation), and `--algo ring`
-          without a plan (provider order). Time = the slowest rank's mean per iteration.
+          without a plan (provider order).
   mpi     emucloud_mpi_proof_c (MPI_Allreduce, int32 sum) with Open MPI's default choice and
-          with its ring (coll_tuned_allreduce_algorithm 4), hostfile in the provider's order and
-          in the plan's (`--mca rmaps seq`: rank i on line i). Time = the median over calls of
-          the slowest rank's time per call.
+          its ring (coll_tuned_allreduce_algorithm 4) in the provider's order, and its default
+          and every algorithm forced (1-6) in the plan's (hostfile, `--mca rmaps seq`: rank i on
+          line i). `--back-to-back`: the engine's statistic, below.
+
+Both sides sum int32 (--dtype) and are timed alike: after the warm-up, one barrier, then the
+timed calls back to back; time = the slowest rank's total over the calls / their number.
 
 Sizes below --large-from run --small-iters timed iterations, the others --large-iters (after
 --warmup untimed ones). The first run checks every element of every engine result (--check).
@@ -44,8 +47,6 @@ import agents_lib as al  # noqa: E402
 import emucloud_testlib as lib  # noqa: E402
 
 kTimeoutS = 900
-kRingMca = ["--mca", "coll_tuned_use_dynamic_rules", "1",
-            "--mca", "coll_tuned_allreduce_algorithm", "4"]
 # name -> (kind, algorithm or MCA, order)
 kSeries = {
     "eng-ring-plan": ("engine", "ring", "plan"),
@@ -57,8 +58,12 @@ kSeries = {
     "mpi-default-prov": ("mpi", "default", "provider"),
     "mpi-ring-prov": ("mpi", "ring", "provider"),
     "mpi-default-plan": ("mpi", "default", "plan"),
-    "mpi-ring-plan": ("mpi", "ring", "plan"),
+    # coll_tuned_allreduce_algorithm N in the plan's order: 1 basic_linear, 2 nonoverlapping,
+    # 3 recursive_doubling, 4 ring, 5 segmented_ring, 6 rabenseifner.
+    **{f"mpi-{n}-plan": ("mpi", str(n), "plan") for n in range(1, 7)},
 }
+kForcedMca = ["--mca", "coll_tuned_use_dynamic_rules", "1", "--mca",
+              "coll_tuned_allreduce_algorithm"]
 
 
 def parse_size(text):
@@ -84,6 +89,8 @@ def add_args(p):
     p.add_argument("--small-iters", type=int, default=20)
     p.add_argument("--large-iters", type=int, default=2)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--dtype", default="int32",
+                   help="the engine's element type (Open MPI's program sums int32)")
     p.add_argument("--series", default=",".join(kSeries), help="comma list of " + ",".join(kSeries))
     al.add_source_args(p)
     p.add_argument("--segment", default="",
@@ -115,7 +122,7 @@ def main():
 
 
 def run_engine(tb, rankmap, prefix, port, algo, sizes, factor, iters, warmup, plan_path=None,
-               check=False, segment=""):
+               check=False, segment="", dtype="float"):
     """`rankmap bench --algo ALGO` on every VM of the testbed `tb`, launched in the provider's
     order (with plan_path the engine applies the plan's permutation), sizes[0] to sizes[-1] by
     `factor`, rank 0's root on the first VM at `port`. Returns {size: (seconds, algo)}: the
@@ -127,7 +134,7 @@ def run_engine(tb, rankmap, prefix, port, algo, sizes, factor, iters, warmup, pl
     words = ["-x", f"RANKMAP_ROOT={root_addr}:{port}",
              *(["-x", f"RANKMAP_SEGMENT_SIZE={segment}"] if segment else []), rankmap, "bench",
              "-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", str(factor), "-n", str(iters),
-             "-w", str(warmup), "--algo", algo, "--json"]
+             "-w", str(warmup), "--algo", algo, "-d", dtype, "--json"]
     if plan_path:
         words += ["--plan", plan_path]
     if check:
@@ -190,20 +197,21 @@ def bench(tb, args):
             port[0] += 1
             return run_engine(tb, args.rankmap, args.prefix, port[0], algo, group, args.factor,
                               iters, args.warmup, plan_path if order == "plan" else None, check,
-                              args.segment)
+                              args.segment, args.dtype)
 
         def mpi(which, order, group, iters, check):
             argv = tb.cmd("mpirun", "--prefix", args.prefix, "--hostfile", hostfiles[order],
                           "--timeout", str(kTimeoutS), "--",
-                          *(kRingMca if which == "ring" else []), args.proof,
+                          *({"default": [], "ring": kForcedMca + ["4"]}.get(
+                              which, kForcedMca + [which])), args.proof,
                           "--bytes", ",".join(str(b) for b in group), "--iters", str(iters),
-                          "--warmup", str(args.warmup))
+                          "--warmup", str(args.warmup), "--back-to-back")
             p = subprocess.run(argv, capture_output=True, text=True, timeout=kTimeoutS + 60)
             if p.returncode != 0:
                 lib.fail(f"mpi {which} {order}: exit {p.returncode}: {p.stdout[-1000:]} "
                          f"{p.stderr[-2000:]}")
             return {int(m.group(1)): (float(m.group(2)), which) for m in re.finditer(
-                r"time allreduce bytes=(\d+) iters=\d+ median_s=([0-9.]+)", p.stdout)}
+                r"time allreduce bytes=(\d+) iters=\d+ mean_s=([0-9.]+)", p.stdout)}
 
         series = args.series.split(",")
         results = {name: [] for name in series}  # per run: {size: (seconds, algo)}

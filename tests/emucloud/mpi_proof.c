@@ -11,6 +11,9 @@
  * With --bytes B[,B2,...] it also times MPI_Allreduce (MPI_SUM over int32) of B bytes (each size
  * in turn), --iters times after --warmup untimed calls, each started after a barrier and timed as
  * the slowest rank, and rank 0 prints "time allreduce bytes=B iters=K median_s=S" per size.
+ * With --back-to-back the K calls run after one barrier with nothing between them, timed as
+ * `rankmap bench` times the engine (the slowest rank's total over K), and the line reads
+ * "time allreduce bytes=B iters=K mean_s=S"; the last call's result is checked.
  * A wrong element makes the rank print it on stderr and the job abort with exit code 3.
  */
 #include <mpi.h>
@@ -57,25 +60,44 @@ static int compareDoubles(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
-static void timeAllreduce(long bytes, long iters, long warmup) {
+static void checkAllreduce(const int32_t* out, size_t count) {
+  const int64_t base = (int64_t)size_ * (size_ - 1) / 2;
+  for (size_t j = 0; j < count; ++j)
+    expect("allreduce", j, out[j], (int32_t)(base + (int64_t)size_ * (int64_t)(j % 7919)));
+}
+
+/* The engine's statistic: iters calls after one barrier, the slowest rank's total / iters. */
+static double backToBackSeconds(const int32_t* in, int32_t* out, size_t count, long iters) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  for (long it = 0; it < iters; ++it)
+    MPI_Allreduce(in, out, (int)count, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD);
+  double dt = MPI_Wtime() - t0, slowest = 0;
+  MPI_Reduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  checkAllreduce(out, count);
+  return slowest / (double)iters;
+}
+
+static void timeAllreduce(long bytes, long iters, long warmup, int backToBack) {
   size_t count = (size_t)bytes / sizeof(int32_t);
   int32_t* in = malloc(count * sizeof(int32_t) + 1);
   int32_t* out = malloc(count * sizeof(int32_t) + 1);
   double* times = malloc((size_t)iters * sizeof(double));
   if (!in || !out || !times) MPI_Abort(MPI_COMM_WORLD, 1);
   for (size_t j = 0; j < count; ++j) in[j] = (int32_t)(rank_ + (int)(j % 7919));
-  const int64_t base = (int64_t)size_ * (size_ - 1) / 2;
-  for (long it = -warmup; it < iters; ++it) {
+  for (long it = -warmup; it < (backToBack ? 0 : iters); ++it) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     MPI_Allreduce(in, out, (int)count, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD);
     double dt = MPI_Wtime() - t0, slowest = 0;
     MPI_Reduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    for (size_t j = 0; j < count; ++j)
-      expect("allreduce", j, out[j], (int32_t)(base + (int64_t)size_ * (int64_t)(j % 7919)));
+    checkAllreduce(out, count);
     if (it >= 0) times[it] = slowest;
   }
-  if (rank_ == 0) {
+  if (backToBack) {
+    double mean = backToBackSeconds(in, out, count, iters);
+    if (rank_ == 0) printf("time allreduce bytes=%ld iters=%ld mean_s=%.6f\n", bytes, iters, mean);
+  } else if (rank_ == 0) {
     qsort(times, (size_t)iters, sizeof(double), compareDoubles);
     double median = iters % 2 ? times[iters / 2] : 0.5 * (times[iters / 2 - 1] + times[iters / 2]);
     printf("time allreduce bytes=%ld iters=%ld median_s=%.6f min_s=%.6f max_s=%.6f\n", bytes,
@@ -92,8 +114,12 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   enum { kMaxSizes = 64 };
   long sizes[kMaxSizes], iters = 5, warmup = 1;
-  int nsizes = 0;
+  int nsizes = 0, backToBack = 0;
   for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--back-to-back") == 0) {
+      backToBack = 1;
+      continue;
+    }
     if (i + 1 < argc && strcmp(argv[i], "--bytes") == 0) {
       char* list = argv[i + 1];
       for (char* item = strtok(list, ","); item != NULL && nsizes < kMaxSizes; item = strtok(NULL, ","))
@@ -103,7 +129,7 @@ int main(int argc, char** argv) {
     } else if (i + 1 < argc && strcmp(argv[i], "--warmup") == 0) {
       warmup = parseLong(argv[i], argv[i + 1], 0);
     } else {
-      if (rank_ == 0) fprintf(stderr, "usage: mpi_proof [--bytes N[,N...]] [--iters K] [--warmup W]\n");
+      if (rank_ == 0) fprintf(stderr, "usage: mpi_proof [--bytes N[,N...]] [--iters K] [--warmup W] [--back-to-back]\n");
       MPI_Abort(MPI_COMM_WORLD, kExitUsage);
     }
     ++i;
@@ -178,7 +204,7 @@ int main(int argc, char** argv) {
   free(out);
   free(in);
 
-  for (int k = 0; k < nsizes; ++k) timeAllreduce(sizes[k], iters, warmup);
+  for (int k = 0; k < nsizes; ++k) timeAllreduce(sizes[k], iters, warmup, backToBack);
   fflush(stdout);
   MPI_Finalize();
   return 0;
