@@ -11,6 +11,7 @@ Every test:
 import argparse
 import json
 import os
+import re
 import shlex
 import selectors
 import shutil
@@ -49,6 +50,13 @@ def figure(name, value, limit, unit="x", lower_is_better=False):
         check(value <= limit, f"{name} {value:.3g}{unit} (at most {limit:g}{unit})")
     else:
         check(value >= limit, f"{name} {value:.3g}{unit} (at least {limit:g}{unit})")
+
+
+def allreduce_seconds(out, nbytes):
+    """mpi_proof's median time of one allreduce of nbytes (its `time allreduce ... median_s=`
+    line in `out`), or None when it printed none."""
+    m = re.search(rf"time allreduce bytes={nbytes} iters=\d+ median_s=([0-9.]+)", out)
+    return float(m.group(1)) if m else None
 
 
 def parse_args(extra=None):

@@ -50,11 +50,10 @@ def add_args(p):
 
 
 def seconds(out, nbytes):
-    """The program's median time of one allreduce of nbytes (its `time allreduce` line)."""
-    m = re.search(rf"time allreduce bytes={nbytes} iters=\d+ median_s=([0-9.]+)", out)
-    if not m:
+    t = lib.allreduce_seconds(out, nbytes)
+    if t is None:
         lib.fail(f"no time for {nbytes} bytes in the program's output: {out[-1000:]}")
-    return float(m.group(1))
+    return t
 
 
 def uplink_tx_bytes(tb):

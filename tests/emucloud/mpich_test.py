@@ -92,12 +92,6 @@ def checks(out):
     return [line for line in out.splitlines() if line.startswith("check ")]
 
 
-def allreduce_seconds(out, nbytes):
-    """The program's median time of one allreduce of nbytes (its `time allreduce` line)."""
-    m = re.search(rf"time allreduce bytes={nbytes} iters=\d+ median_s=([0-9.]+)", out)
-    return float(m.group(1)) if m else None
-
-
 def rank_hosts(out):
     return {int(r): h for r, h in re.findall(r"rank (\d+) of \d+ on (\S+) launcher", out)}
 
@@ -142,7 +136,7 @@ def main():
                       f"({moved / (1 << 20):.1f} MiB for a {buf >> 20} MiB allreduce x 3)")
             lib.check(rank_hosts(plain.stdout) == dict(enumerate(provider)),
                       f"{name} plain: rank r on the provider's r-th host")
-            tplain = allreduce_seconds(plain.stdout, buf)
+            tplain = lib.allreduce_seconds(plain.stdout, buf)
             lib.check(tplain, f"{name} plain: the program timed its allreduce")
 
             for mode in ("launch", "shim"):
@@ -169,7 +163,7 @@ def main():
                 lib.check(checks(p.stdout) == checks(plain.stdout) and len(checks(p.stdout)) >= 4,
                           f"{name} {mode}: results identical to the plain run "
                           f"({len(checks(p.stdout))} checks)")
-                t = allreduce_seconds(p.stdout, buf)
+                t = lib.allreduce_seconds(p.stdout, buf)
                 lib.check(t, f"{name} {mode}: the program timed its allreduce")
                 print(f"{name} {mode}: allreduce {buf >> 20} MiB {t:.3f} s vs plain "
                       f"{tplain:.3f} s ({tplain / t:.2f}x)", flush=True)
