@@ -28,7 +28,9 @@ kHostMbit = 1000
 kUpArgs = ["--vms", "8", "--racks", "2", "--host-mbit", str(kHostMbit), "--uplink-mbit", "250",
            "--seed", "1"]
 kRunTimeoutS = 150
-kBench = ["bench", "-b", "1M", "-e", "16M", "-f", "4", "-n", "5", "-w", "1", "--check"]
+# Two sizes, two timed iterations: what is checked is the launch, the rendezvous and that bytes
+# cross the links, not the figure (1M-16M with 5 iterations took 23 s of the test's 32 s).
+kBench = ["bench", "-b", "1M", "-e", "4M", "-f", "4", "-n", "2", "-w", "1", "--check"]
 kNode = re.compile(r"Data for node: (\S+)")
 kRank = re.compile(r"Process rank: (\d+)")
 kHeader = re.compile(r"rank from Open MPI, root (\S+):(\d+) by MPI_Bcast")
@@ -94,12 +96,12 @@ def main():
                   f"rank i on VM i, 8 different VMs ({hosts})")
         results = [(int(s), float(alg), float(bus), int(wrong))
                    for s, alg, bus, wrong in kResult.findall(p.stdout)]
-        lib.check([r[0] for r in results] == [1 << 20, 4 << 20, 16 << 20],
-                  f"results for 1M, 4M, 16M ({results})")
+        lib.check([r[0] for r in results] == [1 << 20, 4 << 20],
+                  f"results for 1M and 4M ({results})")
         lib.check(all(r[3] == 0 for r in results), "0 wrong on every line")
         link_gbs = kHostMbit / 8 / 1000
         lib.check(0 < results[-1][2] <= link_gbs * 1.1,
-                  f"16M busbw {results[-1][2]:.3f} GB/s within the host link's "
+                  f"4M busbw {results[-1][2]:.3f} GB/s within the host link's "
                   f"{link_gbs:.3f} GB/s: the bytes crossed the emulated links")
     # Other tests' testbeds may come and go meanwhile: only this prefix's namespaces count.
     ours = [n for n in lib.netns_names() if n.startswith(kPrefix)]
