@@ -282,6 +282,28 @@ TEST_F(Cli, AnOutputInAMissingFolderIsNamedAsGiven) {
   EXPECT_EQ(r.err.find(".cc:"), std::string::npos) << r.err;
 }
 
+// Usage errors as git and kubectl treat them: exit 2 (not CLI11's 105/106/109), a mistyped
+// subcommand answered with the nearest names, global flags anywhere on the line.
+TEST_F(Cli, UsageErrorsExitTwoAndSuggestTheNearestCommand) {
+  Outcome typo = rankmap("plna");
+  EXPECT_EQ(typo.code, 2);
+  EXPECT_NE(typo.err.find("'plna' is not a rankmap command"), std::string::npos) << typo.err;
+  EXPECT_NE(typo.err.find("\tplan\n"), std::string::npos) << typo.err;
+  Outcome far = rankmap("xyzzy");
+  EXPECT_EQ(far.code, 2);
+  EXPECT_EQ(far.err.find("most similar"), std::string::npos) << far.err;
+  EXPECT_NE(far.err.find("See 'rankmap --help'."), std::string::npos) << far.err;
+  EXPECT_EQ(rankmap("").code, 2);                   // no subcommand
+  EXPECT_EQ(rankmap("plan").code, 2);               // a required option missing
+  EXPECT_EQ(rankmap("plan --no-such-flag -t x").code, 2);
+  EXPECT_EQ(rankmap("--version").code, 0);
+  EXPECT_EQ(rankmap("plan --help").code, 0);
+  std::string topo = test::fixture("testbed_8vm_2rack.json");
+  Outcome late = rankmap("plan -t " + topo + " -o " + path("p.json") + " -v");
+  EXPECT_EQ(late.code, 0) << late.err;
+  EXPECT_NE(late.err.find("debug"), std::string::npos) << "-v after the subcommand: " << late.err;
+}
+
 TEST_F(Cli, BadInputsExitTwoNamingTheFileAndField) {
   struct Case {
     std::string args, needle;
