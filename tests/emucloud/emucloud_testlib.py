@@ -9,6 +9,7 @@ Every test:
 """
 
 import argparse
+import collections
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 kSkip = 77
@@ -161,6 +163,101 @@ def snapshot():
     return {"netns": netns_names(), "links": link_names()}
 
 
+class ForeignLoad:
+    """CPU time used while a test runs by processes that are not the test's: not its
+    descendants, not in a network namespace of their own (the emulated VMs' processes are), not
+    kernel threads (the emulated links' shaping runs there). Sampled from /proc once a second,
+    so a process that lives less than that between two samples is missed. Other load on the
+    machine is the one proven cause of an emulated-cloud failure that is the testbed's and not
+    rankmap's: the 2-core machine's shaped TCP slows with it (docs/reliability.md, "In CI")."""
+
+    kPeriod = 1.0
+    # At least this share of one core, on average over the test, and kMinCpuS in all.
+    kBusyShare = 0.1
+    kMinCpuS = 2.0
+
+    def __init__(self):
+        self.root = os.getpid()
+        self.hz = os.sysconf("SC_CLK_TCK")
+        self.netns = self._netns(self.root)
+        self.started = self._stat(self.root)[3]  # ticks since boot
+        self.base = {}  # (pid, starttime) -> CPU ticks at the last sample
+        self.used = collections.Counter()  # command name -> ticks
+        self.t0 = time.monotonic()
+        self.done = threading.Event()
+        self._sample()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _stat(pid):
+        """(ppid, CPU ticks, command name, start ticks) of a process, or None when it is gone."""
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+        except OSError:
+            return None
+        name = text[text.find("(") + 1:text.rfind(")")]
+        fields = text[text.rfind(")") + 2:].split()
+        return int(fields[1]), int(fields[11]) + int(fields[12]), name, int(fields[19])
+
+    @staticmethod
+    def _netns(pid):
+        try:
+            return os.readlink(f"/proc/{pid}/ns/net")
+        except OSError:
+            return None
+
+    def _sample(self):
+        procs = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                st = self._stat(int(entry))
+                if st:
+                    procs[int(entry)] = st
+
+        def ours(pid):
+            for _ in range(64):
+                if pid == self.root:
+                    return True
+                if pid not in procs or pid <= 2:
+                    return False
+                pid = procs[pid][0]
+            return False
+
+        for pid, (ppid, ticks, name, start) in procs.items():
+            if pid == 2 or ppid == 2 or ours(pid):
+                continue
+            key = (pid, start)
+            if key not in self.base:
+                # A process that started after the test counts from its start.
+                self.base[key] = 0 if start >= self.started else ticks
+                if start >= self.started and self._netns(pid) != self.netns:
+                    self.base[key] = None  # a VM's process: the testbed's own
+            if self.base[key] is None:
+                continue
+            self.used[name] += max(0, ticks - self.base[key])
+            self.base[key] = ticks
+
+    def _run(self):
+        while not self.done.wait(self.kPeriod):
+            self._sample()
+
+    def stop(self):
+        """The 'testbed: ...' line when other processes kept the machine busy, else None."""
+        self.done.set()
+        self.thread.join(timeout=5)
+        self._sample()
+        wall = time.monotonic() - self.t0
+        cpu = sum(self.used.values()) / self.hz
+        if wall <= 0 or cpu < self.kMinCpuS or cpu < self.kBusyShare * wall:
+            return None
+        top = ", ".join(f"{n} {t / self.hz:.1f} s" for n, t in self.used.most_common(3))
+        return (f"testbed: other processes used {cpu:.1f} CPU-s in the {wall:.0f} s of this test "
+                f"({cpu / wall:.2f} of a core of {os.cpu_count()}; most: {top}): the emulated "
+                f"cloud's flows share the machine with them")
+
+
 def _raise_on_sigterm(signum, _frame):
     raise SystemExit(f"signal {signum}")
 
@@ -194,6 +291,7 @@ class Testbed:
         return f"/run/rankmap-emucloud-{self.prefix}"
 
     def __enter__(self):
+        self.load = ForeignLoad()
         self.down()
         if self.up_args is not None:
             t0 = time.monotonic()
@@ -203,7 +301,14 @@ class Testbed:
                 self.truth = json.load(f)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, _tb):
+        # A failing test names other load on the machine (scripts/test runs such a test again,
+        # alone, and names the cause).
+        failing = exc_type is not None and not (
+            exc_type is SystemExit and exc.code in (0, None, kSkip))
+        busy = self.load.stop()
+        if failing and busy:
+            print(busy, flush=True)
         p = self.down()
         if p.returncode != 0:
             print(f"warning: emucloud down failed: {p.stderr.strip()}", flush=True)
