@@ -4,8 +4,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "common/deadline.h"
@@ -84,6 +87,10 @@ class ConnectionStream : public httplib::Stream {
     }
   }
   std::string_view buffered() const { return std::string_view(buf_).substr(pos_); }
+  // Adds a header line ("Name: value\r\n") to the buffered head of `headBytes` bytes.
+  void addHeader(size_t headBytes, std::string_view line) {
+    buf_.insert(pos_ + headBytes - 2, line);
+  }
 
   bool is_readable() const override {
     return pos_ < buf_.size() || (pollFd(fd_, POLLIN, readDeadline_) & (POLLIN | POLLHUP)) != 0;
@@ -181,8 +188,61 @@ RejectAnswer answerFor(ApiServer::Reject r) {
       return {431, "Request Header Fields Too Large", "too many header lines"};
     case ApiServer::Reject::kTargetTooLong:
       return {414, "URI Too Long", "request target too long"};
+    case ApiServer::Reject::kBodyTooLarge:
+      return {413, "Payload Too Large",
+              "request body too large: its Content-Length is over http.max_body_bytes"};
   }
   return {500, "Internal Server Error", "internal error"};
+}
+
+// What a request head says of its body: the Content-Length (nullopt when absent or not a
+// number, which httplib answers itself) and whether it is chunked or its method carries one.
+struct BodyOfHead {
+  bool hasLength = false;
+  std::optional<uint64_t> length;
+  bool chunked = false;
+  bool methodWithBody = false;
+};
+
+BodyOfHead bodyOfHead(std::string_view head) {
+  BodyOfHead b;
+  size_t lineEnd = head.find("\r\n");
+  std::string_view method = head.substr(0, head.find(' '));
+  b.methodWithBody = method == "POST" || method == "PUT" || method == "PATCH";
+  auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  for (size_t p = lineEnd; p != std::string_view::npos && p + 2 < head.size();) {
+    size_t next = head.find("\r\n", p + 2);
+    std::string_view line = head.substr(p + 2, next == std::string_view::npos ? next : next - p - 2);
+    p = next;
+    size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    std::string name = lower(line.substr(0, colon));
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    if (name == "content-length") {
+      b.hasLength = true;
+      uint64_t v = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (ec == std::errc() && end == value.data() + value.size()) b.length = v;
+    } else if (name == "transfer-encoding") {
+      b.chunked = true;
+    }
+  }
+  return b;
+}
+
+// Reads and drops what `fd` receives until its end, an error or `d`.
+void drain(int fd, Deadline d) {
+  char buf[16384];
+  while ((pollFd(fd, POLLIN, d) & (POLLIN | POLLHUP)) != 0) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) return;
+  }
 }
 
 }  // namespace
@@ -199,6 +259,8 @@ std::string_view ApiServer::rejectName(Reject r) {
       return "too_many_headers";
     case Reject::kTargetTooLong:
       return "target_too_long";
+    case Reject::kBodyTooLarge:
+      return "body_too_large";
   }
   return "unknown";
 }
@@ -293,6 +355,21 @@ bool ApiServer::process_and_close_socket(socket_t sock) {
         reject(sock, Reject::kTooManyHeaders);
         break;
       }
+      // A declared body over the limit is refused before any of it is read (httplib would read
+      // it to its end first, bounded only by the request deadline). A POST, PUT or PATCH with
+      // neither Content-Length nor Transfer-Encoding has an empty body (RFC 9112, 6.3: `curl -X
+      // POST` sends one so); httplib would answer 400, so its head gets "Content-Length: 0".
+      BodyOfHead body = bodyOfHead(h);
+      if (body.length && *body.length > limits_.maxBodyBytes) {
+        reject(sock, Reject::kBodyTooLarge);
+        // A close with the client's body unread would reset the connection, and the client
+        // could lose the answer: read and drop what comes for a moment first.
+        ::shutdown(sock, SHUT_WR);
+        drain(sock, Deadline::after(std::chrono::milliseconds(200)));
+        break;
+      }
+      if (body.methodWithBody && !body.hasLength && !body.chunked)
+        s.addHeader(headBytes, "Content-Length: 0\r\n");
       s.setReadDeadline(d);
       bool closed = false;
       bool last = n + 1 == limits_.maxRequestsPerConnection || stopping_;

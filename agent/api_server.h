@@ -46,12 +46,22 @@ class ApiServer : public httplib::Server {
     size_t maxHeaders = 64;
     // httplib 0.11 refuses targets over 8192 bytes itself (CPPHTTPLIB_REQUEST_URI_MAX_LENGTH).
     size_t maxTargetBytes = 8192;
+    // A declared Content-Length over this is answered 413 before any body byte is read.
+    size_t maxBodyBytes = 1 << 20;
   };
 
   // Why a connection was answered by this layer instead of a handler; each is counted.
-  enum class Reject { kBusy, kTimeout, kHeadTooLarge, kTooManyHeaders, kTargetTooLong };
-  static constexpr Reject kAllRejects[] = {Reject::kBusy, Reject::kTimeout, Reject::kHeadTooLarge,
-                                           Reject::kTooManyHeaders, Reject::kTargetTooLong};
+  enum class Reject {
+    kBusy,
+    kTimeout,
+    kHeadTooLarge,
+    kTooManyHeaders,
+    kTargetTooLong,
+    kBodyTooLarge
+  };
+  static constexpr Reject kAllRejects[] = {Reject::kBusy,          Reject::kTimeout,
+                                           Reject::kHeadTooLarge,  Reject::kTooManyHeaders,
+                                           Reject::kTargetTooLong, Reject::kBodyTooLarge};
   static std::string_view rejectName(Reject r);
 
   explicit ApiServer(Limits limits);

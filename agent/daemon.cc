@@ -183,6 +183,7 @@ void Daemon::start() {
   limits.maxConnections = cfg_.maxConnections;
   limits.requestTimeout = cfg_.httpTimeout;
   limits.writeTimeout = cfg_.httpTimeout;
+  limits.maxBodyBytes = cfg_.maxBodyBytes;
   http_ = std::make_unique<ApiServer>(limits);
   installApi(*http_, *this);
   int port = http_->bindTo(cfg_.listen.host, cfg_.listen.port);
@@ -520,6 +521,23 @@ Json Daemon::health() {
                    ? Json{{"id", *runningId_}, {"kind", runningKind_}, {"phase", progress_.phase}}
                    : Json(nullptr);
   return j;
+}
+
+Json Daemon::readiness() {
+  Json reasons = Json::array();
+  auto t = store_->topologies(1);
+  if (t.empty()) reasons.push_back("no topology yet: no probe round has finished and none was pushed");
+  for (const auto& r : store_->rounds(8)) {
+    if (r.status == "running") continue;
+    if (r.status == "failed")
+      reasons.push_back(fmt::format("the last probe round ({}, {}) failed: {}", r.id,
+                                    r.finishedAt, r.error.empty() ? "no reason recorded" : r.error));
+    break;
+  }
+  if (auto why = store_->writeProblem()) reasons.push_back("the store cannot be written: " + *why);
+  return Json{{"ready", reasons.empty()},
+              {"reasons", reasons},
+              {"topology_version", t.empty() ? Json(nullptr) : Json(t.front().version)}};
 }
 
 std::string Daemon::renderMetrics() {

@@ -92,7 +92,11 @@ class Daemon {
   std::optional<Json> roundStatus(int64_t id);
   // Waits until round `id` is no longer running or `d` passes; true if it finished.
   bool waitRound(int64_t id, Deadline d);
+  // Liveness: cheap, answered whatever the state.
   Json health();
+  // Readiness: {"ready": bool, "reasons": [...]}; not ready while there is no topology, the
+  // last finished probe round failed, or the store cannot be written.
+  Json readiness();
   // Prometheus text: the metrics plus the probe server's counters.
   std::string renderMetrics();
   const std::vector<Host>& hosts() const { return hosts_; }

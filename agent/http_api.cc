@@ -3,6 +3,8 @@
 #include <httplib.h>
 
 #include <charconv>
+#include <memory>
+#include <regex>
 #include <unordered_map>
 
 #include "agent/daemon.h"
@@ -221,6 +223,36 @@ void postProbe(Daemon& d, const httplib::Request& req, httplib::Response& res) {
   sendJson(res, 202, Json{{"round_id", id}, {"status_url", fmt::format("/v1/rounds/{}", id)}});
 }
 
+// The routes as they are added, with their methods: a path that a route serves with other
+// methods is answered 405 with Allow (RFC 9110), not 404. The error handler shares the table.
+class Routes {
+ public:
+  using Table = std::vector<std::pair<std::regex, std::string>>;
+
+  explicit Routes(httplib::Server& s) : s_(s), table_(std::make_shared<Table>()) {}
+  void get(const std::string& pattern, httplib::Server::Handler h) {
+    s_.Get(pattern, std::move(h));
+    table_->emplace_back(std::regex(pattern), "GET, HEAD");  // httplib answers HEAD with GET's
+  }
+  void post(const std::string& pattern, httplib::Server::Handler h) {
+    s_.Post(pattern, std::move(h));
+    table_->emplace_back(std::regex(pattern), "POST");
+  }
+  std::shared_ptr<const Table> table() const { return table_; }
+
+  // The methods some route of `table` serves `path` with ("GET, HEAD, POST"; "" for none).
+  static std::string allowed(const Table& table, const std::string& path) {
+    std::string out;
+    for (const auto& [re, methods] : table)
+      if (std::regex_match(path, re)) out += (out.empty() ? "" : ", ") + methods;
+    return out;
+  }
+
+ private:
+  httplib::Server& s_;
+  std::shared_ptr<Table> table_;
+};
+
 }  // namespace
 
 void installApi(httplib::Server& s, Daemon& d) {
@@ -233,10 +265,17 @@ void installApi(httplib::Server& s, Daemon& d) {
   s.set_write_timeout(std::max<int64_t>(1, secs), 0);
   s.set_keep_alive_max_count(100);
   s.set_keep_alive_timeout(5);
+  Routes r(s);
 
-  s.Get("/v1/health",
+  // Liveness and readiness apart, as Kubernetes' probes expect: /v1/health answers 200 whenever
+  // the agent answers at all; /v1/ready answers 503 with the reasons while it cannot serve a plan.
+  r.get("/v1/health",
         [&d](const httplib::Request&, httplib::Response& res) { sendJson(res, 200, d.health()); });
-  s.Get("/v1/topology", [&d](const httplib::Request& req, httplib::Response& res) {
+  r.get("/v1/ready", [&d](const httplib::Request&, httplib::Response& res) {
+    Json j = d.readiness();
+    sendJson(res, j["ready"].get<bool>() ? 200 : 503, j);
+  });
+  r.get("/v1/topology", [&d](const httplib::Request& req, httplib::Response& res) {
     std::optional<Topology> t;
     if (req.has_param("version")) {
       auto v = intParam(req, res, "version", 0, INT64_MAX);
@@ -251,7 +290,7 @@ void installApi(httplib::Server& s, Daemon& d) {
     res.status = 200;
     res.set_content(t->dump(), kJson);
   });
-  s.Get("/v1/topologies", [&d](const httplib::Request& req, httplib::Response& res) {
+  r.get("/v1/topologies", [&d](const httplib::Request& req, httplib::Response& res) {
     auto limit = intParam(req, res, "limit", 50, kMaxListLimit);
     if (!limit) return;
     Json arr = Json::array();
@@ -259,9 +298,9 @@ void installApi(httplib::Server& s, Daemon& d) {
       arr.push_back(t.toJson());
     sendJson(res, 200, Json{{"versions", arr}});
   });
-  s.Post("/v1/probe",
+  r.post("/v1/probe",
          [&d](const httplib::Request& req, httplib::Response& res) { postProbe(d, req, res); });
-  s.Get("/v1/rounds", [&d](const httplib::Request& req, httplib::Response& res) {
+  r.get("/v1/rounds", [&d](const httplib::Request& req, httplib::Response& res) {
     auto limit = intParam(req, res, "limit", 20, kMaxListLimit);
     if (!limit) return;
     Json arr = Json::array();
@@ -271,17 +310,17 @@ void installApi(httplib::Server& s, Daemon& d) {
     }
     sendJson(res, 200, Json{{"rounds", arr}});
   });
-  s.Get(R"(/v1/rounds/(\d{1,18}))", [&d](const httplib::Request& req, httplib::Response& res) {
+  r.get(R"(/v1/rounds/(\d{1,18}))", [&d](const httplib::Request& req, httplib::Response& res) {
     int64_t id = std::stoll(req.matches[1]);
     auto st = d.roundStatus(id);
     if (!st) return sendError(res, 404, fmt::format("no round {}", id));
     sendJson(res, 200, *st);
   });
-  s.Get("/v1/plan",
+  r.get("/v1/plan",
         [&d](const httplib::Request& req, httplib::Response& res) { getPlan(d, req, res); });
   // Engine ranks on this host report their traffic (collectives/agent_link.h); it can make the
   // coordinator probe, so it needs the token. The summary is read-only, like /metrics.
-  s.Post("/v1/observations", [&d](const httplib::Request& req, httplib::Response& res) {
+  r.post("/v1/observations", [&d](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(d, req, res, "observations")) return;
     try {
       Json body = parseJson(req.body, "POST /v1/observations body");
@@ -291,10 +330,10 @@ void installApi(httplib::Server& s, Daemon& d) {
       sendError(res, 400, e.what());
     }
   });
-  s.Get("/v1/observations", [&d](const httplib::Request&, httplib::Response& res) {
+  r.get("/v1/observations", [&d](const httplib::Request&, httplib::Response& res) {
     sendJson(res, 200, d.passiveSummary(false));
   });
-  s.Get("/metrics", [&d](const httplib::Request&, httplib::Response& res) {
+  r.get("/metrics", [&d](const httplib::Request&, httplib::Response& res) {
     res.status = 200;
     res.set_content(d.renderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
   });
@@ -320,9 +359,18 @@ void installApi(httplib::Server& s, Daemon& d) {
         RANKMAP_ERROR(Agent, "HTTP handler failed: {}", what);
         sendError(res, 500, what);
       });
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  s.set_error_handler([table = r.table()](const httplib::Request& req, httplib::Response& res) {
     const_cast<httplib::Request&>(req).ranges.clear();
     if (!res.body.empty()) return;  // a handler already explained itself
+    if (res.status == 404) {
+      if (std::string allow = Routes::allowed(*table, req.path); !allow.empty()) {
+        res.status = 405;
+        res.set_header("Allow", allow);
+        return sendError(res, 405,
+                         fmt::format("method {:.20} not allowed on {:.100} (allowed: {})",
+                                     req.method, req.path, allow));
+      }
+    }
     std::string msg = res.status == 404   ? fmt::format("no such endpoint: {:.100}", req.path)
                       : res.status == 413 ? "request body too large"
                       : res.status == 405 ? "method not allowed"

@@ -1,11 +1,15 @@
-// rankmapd's HTTP API (cpp-httplib). JSON in and out; errors are {"error": "..."}.
+// rankmapd's HTTP API (cpp-httplib). JSON in and out; errors are {"error": "..."}. A path served
+// with other methods answers 405 with Allow; unknown paths 404.
 //
 //   GET  /v1/health                 200 {status, name, version, hosts, topology_version, round,
-//                                        store, store_recovered_from}
+//                                        store, store_recovered_from}: liveness, whatever the state
+//   GET  /v1/ready                  200 | 503 {ready, reasons, topology_version}: not ready while
+//                                   there is no topology, the last finished round failed, or the
+//                                   store cannot be written
 //   GET  /v1/topology[?version=V]   200 topology.json (docs/formats.md) | 404
 //   GET  /v1/topologies[?limit=N]   200 {"versions": [{version, created_at, round_id, hash,
 //                                                     hosts}]}
-//   POST /v1/probe                  bearer token; body (optional, <= http.max_body_bytes):
+//   POST /v1/probe                  bearer token; body (optional: none is {}; <= http.max_body_bytes):
 //                                   {"hosts": [{"name", "address"}] | ["name address", ...],
 //                                    "contention": bool, "probe": {probe options}, "wait": bool}
 //                                   202 {"round_id", "status_url"} | 200 {"round": status} (wait)

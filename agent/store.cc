@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -231,6 +232,22 @@ void Store::exec(const char* sql) {
     sqlite3_free(err);
     throw IoError(fmt::format("{}: {:.60}: {}", path_, sql, msg));
   }
+}
+
+std::optional<std::string> Store::writeProblem() {
+  if (::access(dir_.c_str(), W_OK) != 0)
+    return fmt::format("state dir {}: not writable: {}", dir_, std::strerror(errno));
+  std::lock_guard<std::mutex> lock(mu_);
+  // A readiness check waits for another writer a moment, not the store's 5 s.
+  sqlite3_busy_timeout(db_, 200);
+  std::optional<std::string> problem;
+  try {
+    Transaction t(db_, path_);  // BEGIN IMMEDIATE: the write lock; rolled back at scope end
+  } catch (const IoError& e) {
+    problem = e.what();
+  }
+  sqlite3_busy_timeout(db_, kBusyTimeoutMs);
+  return problem;
 }
 
 void Store::open() {

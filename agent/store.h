@@ -90,6 +90,11 @@ class Store {
   int64_t addPlan(const Plan& p, const std::string& hostsKey);
   std::optional<Plan> latestPlan(const std::string& hostsKey);
 
+  // Why a write would fail now (the state dir not writable, the database read-only or locked
+  // by another process), or nullopt. Cheap: it takes the write lock and rolls back at once, so
+  // it cannot see a full disk (a round that could not store its results fails, and says so).
+  std::optional<std::string> writeProblem();
+
   // Keeps the newest `keepRounds` rounds (and their measurements) and `keepTopologies`
   // topology versions.
   void prune(size_t keepRounds, size_t keepTopologies);

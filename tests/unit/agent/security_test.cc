@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <thread>
 
+#include <sqlite3.h>
+
 #include "agent/daemon.h"
 #include "common/files.h"
 #include "common/http_client.h"
@@ -108,6 +110,24 @@ std::string answerOf(int fd, Deadline d) {
     out.append(buf, static_cast<size_t>(n));
   }
   return out;
+}
+
+// Sends one request on a fresh connection and returns the whole answer (until the server
+// closes, or `d`).
+std::string exchange(uint16_t port, std::string_view request, Deadline d) {
+  int fd = rawConnect(port);
+  sendText(fd, request);
+  std::string out = answerOf(fd, d);
+  ::close(fd);
+  return out;
+}
+std::string statusLine(const std::string& answer) { return answer.substr(0, answer.find("\r\n")); }
+// The value of header `name` in an answer ("" when absent).
+std::string headerOf(const std::string& answer, const std::string& name) {
+  size_t at = answer.find("\r\n" + name + ": ");
+  if (at == std::string::npos || at > answer.find("\r\n\r\n")) return "";
+  at += name.size() + 4;
+  return answer.substr(at, answer.find("\r\n", at) - at);
 }
 
 // The finding: eight connections that sent a request line and one header and then nothing made
@@ -206,11 +226,7 @@ TEST(HttpSecurity, ConnectionsBeyondTheCapAreRefusedAtOnce) {
 TEST(HttpSecurity, RequestHeadsAndBodiesAreBounded) {
   Agent a;
   auto ask = [&](const std::string& request) {
-    int fd = rawConnect(a.d->httpPort());
-    sendText(fd, request);
-    std::string out = answerOf(fd, Deadline::after(5s));
-    ::close(fd);
-    return out.substr(0, out.find("\r\n"));
+    return statusLine(exchange(a.d->httpPort(), request, Deadline::after(5s)));
   };
   std::string many = "GET /v1/health HTTP/1.1\r\n";
   for (int i = 0; i < 65; ++i) many += fmt::format("X-H{}: v\r\n", i);
@@ -223,8 +239,8 @@ TEST(HttpSecurity, RequestHeadsAndBodiesAreBounded) {
   EXPECT_EQ(ask("GET /v1/plan?hosts=" + std::string(8200, 'h') + " HTTP/1.1\r\n\r\n"),
             "HTTP/1.1 414 URI Too Long");
   {
-    // httplib reads an oversized body to its end before answering 413 (bounded by the request
-    // deadline): send all of it.
+    // An oversized body that is sent is answered 413 too (the client's bytes are drained, so
+    // the answer is not lost to a reset).
     int fd = rawConnect(a.d->httpPort());
     std::string req = "POST /v1/probe HTTP/1.1\r\nAuthorization: Bearer " + std::string(kToken) +
                       "\r\nContent-Length: 2000000\r\nConnection: close\r\n\r\n" +
@@ -244,6 +260,95 @@ TEST(HttpSecurity, RequestHeadsAndBodiesAreBounded) {
   EXPECT_GE(a.metric("rankmap_http_rejected_connections_total{reason=\"too_many_headers\"}"), 1);
   EXPECT_GE(a.metric("rankmap_http_rejected_connections_total{reason=\"head_too_large\"}"), 1);
   EXPECT_GE(a.metric("rankmap_http_rejected_connections_total{reason=\"target_too_long\"}"), 1);
+}
+
+// What clients of an HTTP API expect (issue 45): a path served with other methods answers 405
+// with Allow, not 404; a POST without a body and without Content-Length (`curl -X POST`) has an
+// empty body (RFC 9112), not "HTTP 400"; a declared body over http.max_body_bytes is refused at
+// once, not after the request deadline (10 s here) while the agent waits for bytes.
+TEST(HttpConventions, MethodsBodiesAndLengthsAsRfc9110Says) {
+  Agent a;
+  const uint16_t port = a.d->httpPort();
+  auto ask = [&](const std::string& request) {
+    return exchange(port, request + "Connection: close\r\n\r\n", Deadline::after(5s));
+  };
+  std::string post = ask("POST /v1/health HTTP/1.1\r\n");
+  EXPECT_EQ(statusLine(post), "HTTP/1.1 405 Method Not Allowed") << post;
+  EXPECT_EQ(headerOf(post, "Allow"), "GET, HEAD") << post;
+  EXPECT_NE(post.find("not allowed on /v1/health"), std::string::npos) << post;
+  std::string get = ask("GET /v1/probe HTTP/1.1\r\n");
+  EXPECT_EQ(statusLine(get), "HTTP/1.1 405 Method Not Allowed") << get;
+  EXPECT_EQ(headerOf(get, "Allow"), "POST") << get;
+  std::string del = ask("DELETE /v1/observations HTTP/1.1\r\n");
+  EXPECT_EQ(headerOf(del, "Allow"), "POST, GET, HEAD") << del;
+  EXPECT_EQ(statusLine(ask("GET /v1/rounds/12 HTTP/1.1\r\n")), "HTTP/1.1 404 Not Found");
+  std::string rounds = ask("PUT /v1/rounds/12 HTTP/1.1\r\nContent-Length: 0\r\n");
+  EXPECT_EQ(headerOf(rounds, "Allow"), "GET, HEAD") << rounds;
+  EXPECT_EQ(statusLine(ask("POST /v1/nothing-here HTTP/1.1\r\n")), "HTTP/1.1 404 Not Found");
+
+  // No body, no length: answered as an empty body is (the agent has no hosts to probe here).
+  const std::string auth = fmt::format("Authorization: Bearer {}\r\n", kToken);
+  std::string bare = ask("POST /v1/probe HTTP/1.1\r\n" + auth);
+  std::string empty = ask("POST /v1/probe HTTP/1.1\r\n" + auth + "Content-Length: 0\r\n");
+  EXPECT_EQ(statusLine(bare), statusLine(empty)) << bare << "\n" << empty;
+  EXPECT_EQ(bare.find("HTTP 400"), std::string::npos) << bare;
+  EXPECT_NE(bare.find("no hosts to probe"), std::string::npos) << bare;
+
+  // A declared body over the limit: 413 at once, with nothing of the body sent.
+  const auto t0 = Clock::now();
+  std::string big = exchange(
+      port, "POST /v1/probe HTTP/1.1\r\n" + auth + "Content-Length: 99999999999\r\n\r\n",
+      Deadline::after(5s));
+  EXPECT_EQ(statusLine(big), "HTTP/1.1 413 Payload Too Large") << big;
+  EXPECT_LT(Clock::now() - t0, 2s);
+  EXPECT_GE(a.metric("rankmap_http_rejected_connections_total{reason=\"body_too_large\"}"), 1);
+}
+
+// Liveness and readiness apart: /v1/health answers 200 whatever the state; /v1/ready answers 503
+// naming each reason while there is no topology, the store cannot be written (here: another
+// connection holds its write lock, as a second rankmapd would), or the last round failed.
+TEST(HttpConventions, ReadinessSaysWhyNotAndHealthStaysCheap) {
+  Agent a;
+  auto ready = [&] { return a.get("/v1/ready"); };
+  EXPECT_EQ(a.get("/v1/health").status, 200);
+  HttpResponse r = ready();
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("no topology yet"), std::string::npos) << r.body;
+
+  Topology t = Topology::load(std::string(RANKMAP_TEST_DATA_DIR) +
+                              "/topologies/testbed_8vm_2rack.json");
+  t.version = 7;
+  ASSERT_TRUE(a.d->store().putTopology(t));
+  r = ready();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("\"topology_version\": 7"), std::string::npos) << r.body;
+
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(a.d->store().path().c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  const auto t0 = Clock::now();
+  r = ready();
+  EXPECT_LT(Clock::now() - t0, 2s) << "readiness waited for the lock";
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("the store cannot be written"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("locked"), std::string::npos) << r.body;
+  EXPECT_EQ(a.get("/v1/health").status, 200);
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  EXPECT_EQ(ready().status, 200);
+
+  // A round over hosts that do not answer fails: not ready, naming it, until a later one works.
+  HttpResponse failed =
+      HttpClient(a.url(), kToken)
+          .post("/v1/probe",
+                R"({"hosts": ["p 127.0.0.1:1", "q 127.0.0.1:2"], "wait": true})",
+                Deadline::after(60s));
+  EXPECT_EQ(failed.status, 200) << failed.body;
+  EXPECT_NE(failed.body.find("\"failed\""), std::string::npos) << failed.body;
+  r = ready();
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("failed: "), std::string::npos) << r.body;
+  EXPECT_EQ(a.get("/v1/health").status, 200);
 }
 
 // Range headers are ignored: every answer is a whole JSON document (tests/fuzz: httplib cut a
