@@ -2,8 +2,10 @@
 
 #include <cctype>
 #include <charconv>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "common/error.h"
@@ -194,9 +196,15 @@ Config Config::load(const LoadOptions& opts) {
     }
   }
 
-  auto readFile = [&](const std::string& path, Origin origin) {
+  // A missing file is skipped unless the user named it (RANKMAP_CONF_FILE): a setting that
+  // points nowhere is a mistake to say, not a default to keep quietly.
+  auto readFile = [&](const std::string& path, Origin origin, const char* namedBy = nullptr) {
     std::ifstream in(path);
-    if (!in) return;  // A missing configuration file is not an error.
+    if (!in) {
+      if (!namedBy) return;
+      throw InvalidInput(fmt::format("setting RANKMAP_CONF_FILE={:?} ({}): cannot read it: {}",
+                                     path, namedBy, std::strerror(errno)));
+    }
     std::string line;
     int lineNo = 0;
     while (std::getline(in, line)) {
@@ -219,13 +227,16 @@ Config Config::load(const LoadOptions& opts) {
 
   readFile(opts.systemFile, Origin::SystemFile);
   std::string userFile;
+  const char* namedBy = nullptr;
   if (opts.userFile) {
     userFile = *opts.userFile;
+  } else if (auto it = env.find("RANKMAP_CONF_FILE"); it != env.end()) {
+    userFile = it->second;
+    namedBy = "environment";
   } else {
-    auto it = env.find("RANKMAP_CONF_FILE");
-    userFile = it != env.end() ? it->second : std::string(settingInfo(SettingId::kConfFile).defaultValue);
+    userFile = std::string(settingInfo(SettingId::kConfFile).defaultValue);
   }
-  if (!userFile.empty()) readFile(expandHome(userFile), Origin::UserFile);
+  if (!userFile.empty()) readFile(expandHome(userFile), Origin::UserFile, namedBy);
 
   for (const auto& [name, value] : env) {
     if (name.rfind("RANKMAP_", 0) != 0) continue;

@@ -94,6 +94,25 @@ TEST(Config, BadFileLineNamesFileAndLine) {
   unlink(path);
 }
 
+// A configuration file the user named that cannot be read is an error naming the setting; the
+// default user file, missing, is skipped as before.
+TEST(Config, ANamedConfigurationFileThatIsMissingIsAnError) {
+  auto o = isolatedLoad({{"RANKMAP_CONF_FILE", "/nonexistent/rankmap-user.conf"}});
+  o.userFile.reset();
+  try {
+    Config::load(o);
+    FAIL() << "a missing RANKMAP_CONF_FILE was accepted";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("RANKMAP_CONF_FILE=\"/nonexistent/rankmap-user.conf\" "
+                                         "(environment): cannot read it: No such file"),
+              std::string::npos)
+        << e.what();
+  }
+  auto quiet = isolatedLoad();
+  quiet.userFile.reset();  // the default (~/.config/rankmap/config), wherever HOME is
+  EXPECT_NO_THROW(Config::load(quiet));
+}
+
 TEST(Config, UnknownNamesAreReportedNotFatal) {
   auto cfg = Config::load(isolatedLoad({{"RANKMAP_TIMEOTU", "5s"}}));
   ASSERT_EQ(cfg.unknownNames().size(), 1u);
