@@ -1,8 +1,15 @@
 #include "agent/daemon.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <random>
 #include <set>
 
@@ -43,6 +50,46 @@ std::set<std::string> namesOf(const std::vector<Host>& hosts) {
 
 }  // namespace
 
+namespace {
+
+// Takes STATE_DIR/rankmapd.lock (creating the dir), held while the returned Fd is open, with this
+// process's id in it. A second agent on the same state dir would mark the first's running rounds
+// failed and interleave its writes: refused, naming the holder.
+Fd lockStateDir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw IoError(fmt::format("state dir {}: cannot create: {}", dir, std::strerror(errno)));
+  const std::string path = dir + "/rankmapd.lock";
+  Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!fd.valid())
+    throw IoError(fmt::format("state dir {}: cannot open {}: {}", dir, path, std::strerror(errno)));
+  if (::flock(fd.fd(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK)
+      throw IoError(fmt::format("state dir {}: cannot lock {}: {}", dir, path, std::strerror(errno)));
+    char pid[32] = {};
+    ssize_t n = ::pread(fd.fd(), pid, sizeof(pid) - 1, 0);
+    std::string holder = n > 0 ? std::string(pid, static_cast<size_t>(n)) : "";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    throw InvalidInput(fmt::format(
+        "state dir {}: in use by another rankmapd{}: one agent per state dir (give this one "
+        "--state-dir)",
+        dir, holder.empty() ? "" : fmt::format(" (pid {})", holder)));
+  }
+  std::string me = fmt::format("{}\n", ::getpid());
+  if (::ftruncate(fd.fd(), 0) != 0 || ::pwrite(fd.fd(), me.data(), me.size(), 0) < 0)
+    RANKMAP_WARN(Agent, "state dir {}: cannot write this agent's pid to {}: {}", dir, path,
+                 std::strerror(errno));
+  return fd;
+}
+
+// Whether `host` is a loopback address or name (127.0.0.0/8, ::1, localhost).
+bool loopbackHost(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr a{};
+  return inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+}  // namespace
+
 Daemon::Daemon(AgentConfig cfg, ProbeService::Measure measure)
     : cfg_(std::move(cfg)),
       name_(cfg_.name.empty() ? localHostName() : cfg_.name),
@@ -68,6 +115,7 @@ Daemon::Daemon(AgentConfig cfg, ProbeService::Measure measure)
                  "agent {}: not in hosts file {}; it serves probes but never coordinates "
                  "periodic rounds (set --name)",
                  name_, cfg_.hostsFile);
+  stateLock_ = lockStateDir(cfg_.stateDir);
   store_ = std::make_unique<Store>(cfg_.stateDir);
   if (int64_t n = store_->abandonRunningRounds())
     RANKMAP_WARN(Agent,
@@ -193,6 +241,18 @@ void Daemon::start() {
   }
   httpPort_ = static_cast<uint16_t>(port);
   httpThread_ = std::thread([this] { http_->listen_after_bind(); });
+  // httplib's stop() does nothing until its listen loop runs, and the loop then runs forever: a
+  // Daemon stopped right after start() hung in its destructor. Wait for the loop (bounded).
+  for (Deadline running = Deadline::after(std::chrono::seconds(10));
+       !http_->is_running() && !running.expired();)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!http_->is_running())
+    RANKMAP_WARN(Agent, "agent {}: the HTTP API's listen loop did not start within 10 s", name_);
+  if (!loopbackHost(cfg_.listen.host))
+    RANKMAP_WARN(Agent,
+                 "agent {}: HTTP API on {}:{}, not loopback: the network can read topologies, "
+                 "plans already made and /metrics without the token (writes still need it)",
+                 name_, cfg_.listen.host, httpPort_);
   RANKMAP_INFO(Agent, "agent {}: HTTP API on {}:{}, probes on {}:{}, {} hosts, state {}", name_,
                cfg_.listen.host, httpPort_, cfg_.probeListen.host, probePort(), hosts_.size(),
                store_->path());

@@ -150,6 +150,7 @@ class Daemon {
   std::vector<Host> hosts_;
   std::optional<reorder::DeclaredPlacement> prior_;
   std::string priorKey_;
+  Fd stateLock_;  // flock on STATE_DIR/rankmapd.lock: one agent per state dir; outlives store_
   std::unique_ptr<Store> store_;
   Metrics metrics_;
   PassiveLedger passive_;

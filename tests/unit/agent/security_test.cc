@@ -351,6 +351,26 @@ TEST(HttpConventions, ReadinessSaysWhyNotAndHealthStaysCheap) {
   EXPECT_EQ(a.get("/v1/health").status, 200);
 }
 
+// Two agents on one state dir: the second would mark the first's running rounds failed and
+// interleave its writes. It is refused, naming the holder; once the first is gone it starts.
+TEST(HttpConventions, ASecondAgentOnTheSameStateDirIsRefused) {
+  auto a = std::make_unique<Agent>();
+  AgentConfig c = a->config(10s, 256);
+  try {
+    Daemon second(c);
+    FAIL() << "a second agent started on " << c.stateDir;
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("in use by another rankmapd (pid {})",
+                                                     ::getpid())),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(a->get("/v1/health").status, 200);
+  a->d.reset();
+  Daemon next(c);  // the lock went with the first
+  EXPECT_NO_THROW(next.start());
+}
+
 // Range headers are ignored: every answer is a whole JSON document (tests/fuzz: httplib cut a
 // 404's JSON to `Range: bytes=0-10`, with Content-Range and the JSON content type).
 TEST(HttpSecurity, RangeHeadersAreIgnored) {

@@ -61,7 +61,7 @@ class RunCli : public ::testing::Test {
     argv.insert(argv.end(), args.begin(), args.end());
     env["RANKMAP_RUN_DIR"] = dir_.file("run");
     env["RANKMAP_MPI_SHIM"] = "/opt/rankmap/librankmap_mpi.so";
-    env["RANKMAP_CONF_FILE"] = dir_.file("none.conf");
+    env["RANKMAP_CONF_FILE"] = "";  // no user file: only what the test sets
     return testing::runCommand(argv, env, Deadline::afterMs(kTimeoutMs),
                                {"RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "RANKMAP_AGENT", "RANKMAP_LOG",
                                 "RANKMAP_PLAN_MAX_AGE"});
@@ -255,7 +255,7 @@ TEST_F(RunCli, UnwritableRunDirRunsTheOriginalCommand) {
   for (auto& w : seqJob()) argv.push_back(w);
   Completed c = testing::runCommand(
       argv,
-      {{"RANKMAP_RUN_DIR", dir_.file("absent/dir")}, {"RANKMAP_CONF_FILE", dir_.file("none.conf")}},
+      {{"RANKMAP_RUN_DIR", dir_.file("absent/dir")}, {"RANKMAP_CONF_FILE", ""}},
       Deadline::afterMs(kTimeoutMs), {"RANKMAP_PLAN", "RANKMAP_LOG"});
   EXPECT_EQ(c.status, 7) << c.err;
   EXPECT_EQ(testing::lines(c.out)[0],
