@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <charconv>
 #include <memory>
 #include <regex>
@@ -29,6 +30,20 @@ void sendJson(httplib::Response& res, int status, const Json& body) {
 
 void sendError(httplib::Response& res, int status, const std::string& msg) {
   sendJson(res, status, Json{{"error", msg}});
+}
+
+// Whether every query parameter of `req` is one of `known`; if not, sends 400 naming the first
+// unknown one (a misspelt `ranks_per_hosts=4` would otherwise give a plan for 1 rank per host).
+bool knownParams(const httplib::Request& req, httplib::Response& res,
+                 std::initializer_list<std::string_view> known) {
+  for (const auto& [name, value] : req.params) {
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    std::string list;
+    for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+    sendError(res, 400, fmt::format("query parameter {:.40}: unknown (expected {})", name, list));
+    return false;
+  }
+  return true;
 }
 
 // A non-negative integer query parameter, or `def`; nullopt (and a 400 sent) if malformed.
@@ -102,6 +117,7 @@ bool authorized(Daemon& d, const httplib::Request& req, httplib::Response& res,
 // topology names or addresses (with or without the probe port). Plans are stored by host set
 // (and by the configured prior's content: with one, each plan records how it compares).
 void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
+  if (!knownParams(req, res, {"hosts", "ranks_per_host"})) return;
   std::string list = req.has_param("hosts") ? req.get_param_value("hosts") : "";
   if (list.empty())
     return sendError(res, 400, "query parameter hosts: expected a,b,c (job hosts in rank order)");
@@ -276,6 +292,7 @@ void installApi(httplib::Server& s, Daemon& d) {
     sendJson(res, j["ready"].get<bool>() ? 200 : 503, j);
   });
   r.get("/v1/topology", [&d](const httplib::Request& req, httplib::Response& res) {
+    if (!knownParams(req, res, {"version"})) return;
     std::optional<Topology> t;
     if (req.has_param("version")) {
       auto v = intParam(req, res, "version", 0, INT64_MAX);
@@ -291,6 +308,7 @@ void installApi(httplib::Server& s, Daemon& d) {
     res.set_content(t->dump(), kJson);
   });
   r.get("/v1/topologies", [&d](const httplib::Request& req, httplib::Response& res) {
+    if (!knownParams(req, res, {"limit"})) return;
     auto limit = intParam(req, res, "limit", 50, kMaxListLimit);
     if (!limit) return;
     Json arr = Json::array();
@@ -301,6 +319,7 @@ void installApi(httplib::Server& s, Daemon& d) {
   r.post("/v1/probe",
          [&d](const httplib::Request& req, httplib::Response& res) { postProbe(d, req, res); });
   r.get("/v1/rounds", [&d](const httplib::Request& req, httplib::Response& res) {
+    if (!knownParams(req, res, {"limit"})) return;
     auto limit = intParam(req, res, "limit", 20, kMaxListLimit);
     if (!limit) return;
     Json arr = Json::array();

@@ -285,6 +285,14 @@ TEST(HttpConventions, MethodsBodiesAndLengthsAsRfc9110Says) {
   std::string rounds = ask("PUT /v1/rounds/12 HTTP/1.1\r\nContent-Length: 0\r\n");
   EXPECT_EQ(headerOf(rounds, "Allow"), "GET, HEAD") << rounds;
   EXPECT_EQ(statusLine(ask("POST /v1/nothing-here HTTP/1.1\r\n")), "HTTP/1.1 404 Not Found");
+  // A misspelt query parameter is an error naming it, not a default taken quietly.
+  std::string typo = ask("GET /v1/plan?hosts=a,b&ranks_per_hosts=4 HTTP/1.1\r\n");
+  EXPECT_EQ(statusLine(typo), "HTTP/1.1 400 Bad Request") << typo;
+  EXPECT_NE(typo.find("query parameter ranks_per_hosts: unknown (expected hosts, ranks_per_host)"),
+            std::string::npos)
+      << typo;
+  EXPECT_EQ(statusLine(ask("GET /v1/rounds?limt=3 HTTP/1.1\r\n")), "HTTP/1.1 400 Bad Request");
+  EXPECT_EQ(statusLine(ask("GET /v1/rounds?limit=3 HTTP/1.1\r\n")), "HTTP/1.1 200 OK");
 
   // No body, no length: answered as an empty body is (the agent has no hosts to probe here).
   const std::string auth = fmt::format("Authorization: Bearer {}\r\n", kToken);
