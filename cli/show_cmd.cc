@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <fmt/format.h>
@@ -46,6 +47,28 @@ Json readUserJson(const std::string& path) {
 
 // The planner's network model of `t`: host link rates, and the uplink rate of each host's
 // innermost group (Mbit/s by host name).
+// The topology given with a plan must be one it can have been made from: every plan host in it
+// (a plan made with --hosts covers part of its topology). The same hosts measured another time
+// are named in a warning: the rates shown are not the ones the plan was made with.
+void checkPlanTopology(const Plan& plan, const Topology& t, const ShowArgs& a) {
+  std::set<std::string> names;
+  for (const auto& h : t.hosts) names.insert(h.name);
+  std::vector<std::string> missing;
+  for (const auto& h : plan.hosts)
+    if (!names.count(h)) missing.push_back(h);
+  if (!missing.empty())
+    throw InvalidInput(fmt::format(
+        "--topology {}: not the topology {} was made from: {} of its {} hosts are not in it ({}{})",
+        a.topology, a.file, missing.size(), plan.hosts.size(),
+        fmt::join(missing.begin(), missing.begin() + std::min<size_t>(missing.size(), 5), ", "),
+        missing.size() > 5 ? ", ..." : ""));
+  if (!plan.topologyHash.empty() && plan.hosts.size() == t.hosts.size() &&
+      plan.topologyHash != t.contentHash())
+    RANKMAP_WARN(Cli, "--topology {}: the same hosts as {}, measured another time (the plan's "
+                 "topology {}, this one {}): the rates below are this topology's",
+                 a.topology, a.file, plan.topologyHash.substr(0, 19), t.contentHash().substr(0, 19));
+}
+
 struct Rates {
   std::map<std::string, double> host, uplink;
 };
@@ -94,6 +117,7 @@ int runShow(const ShowArgs& a) {
     Rates rates;
     if (!a.topology.empty()) {
       t = Topology::fromJson(readUserJson(a.topology), a.topology);
+      checkPlanTopology(plan, *t, a);
       if (!plan.chunkWeights.empty() || !plan.trees.empty()) rates = linkRates(*t, a);
     }
     std::fputs(reorder::describePlan(plan, rates.host, rates.uplink).c_str(), stdout);

@@ -304,6 +304,42 @@ TEST_F(Cli, UsageErrorsExitTwoAndSuggestTheNearestCommand) {
   EXPECT_NE(late.err.find("debug"), std::string::npos) << "-v after the subcommand: " << late.err;
 }
 
+// `show PLAN --topology T` with a T the plan cannot have been made from is bad input naming the
+// hosts it lacks; a plan made with --hosts (part of T) is shown; the same hosts measured another
+// time are shown with a warning.
+TEST_F(Cli, ShowRefusesATopologyThePlanWasNotMadeFrom) {
+  std::string topo = test::fixture("testbed_8vm_2rack.json");
+  ASSERT_EQ(rankmap("plan -t " + topo + " -o " + path("p.json")).code, 0);
+  Outcome other = rankmap("show " + path("p.json") + " -t " +
+                          test::fixture("two_racks_slow_uplinks.json"));
+  EXPECT_EQ(other.code, 2) << other.err;
+  EXPECT_NE(other.err.find("not the topology " + path("p.json") + " was made from: 8 of its 8 "
+                           "hosts are not in it (vm0, vm1, vm2, vm3, vm4, ...)"),
+            std::string::npos)
+      << other.err;
+  ASSERT_EQ(rankmap("plan -t " + topo + " --hosts " + test::fixture("testbed_8vm_2rack.hosts") +
+                    " -o " + path("part.json"))
+                .code,
+            0);
+  Outcome part = rankmap("show " + path("part.json") + " -t " + topo);
+  EXPECT_EQ(part.code, 0) << part.err;
+  EXPECT_EQ(part.err.find("measured another time"), std::string::npos) << part.err;
+  // The same hosts, one latency's 99th percentile 10 us higher: another measurement.
+  std::string text = slurp(topo);
+  size_t at = text.find("\"p99\":", text.find("\"latency_us\""));
+  ASSERT_NE(at, std::string::npos);
+  at += 6;
+  ASSERT_TRUE(text[at] >= '1' && text[at] <= '8') << text.substr(at, 8);
+  ++text[at];
+  {
+    std::ofstream f(path("again.json"));
+    f << text;
+  }
+  Outcome again = rankmap("show " + path("p.json") + " -t " + path("again.json"));
+  EXPECT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.err.find("measured another time"), std::string::npos) << again.err;
+}
+
 TEST_F(Cli, BadInputsExitTwoNamingTheFileAndField) {
   struct Case {
     std::string args, needle;
