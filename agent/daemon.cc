@@ -1,6 +1,7 @@
 #include "agent/daemon.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -10,7 +11,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <random>
+#include <sstream>
 #include <set>
 
 #include "agent/api_server.h"
@@ -191,6 +194,17 @@ void Daemon::describeMetrics() {
                     "head limits), by reason");
   metrics_.describe("rankmap_http_open_connections", "gauge",
                     "HTTP connections open now (at most http.max_connections)");
+  metrics_.describe("rankmap_build_info", "gauge", "Always 1; the version of this rankmapd");
+  metrics_.set("rankmap_build_info", fmt::format("version=\"{}\"", RANKMAP_VERSION), 1);
+  metrics_.describe("rankmap_last_successful_round_timestamp_seconds", "gauge",
+                    "Unix time at which the last probe round or light check that did not fail "
+                    "ended (absent until one has)");
+  metrics_.describe("process_cpu_seconds_total", "counter", "User and system CPU time");
+  metrics_.describe("process_resident_memory_bytes", "gauge", "Resident memory");
+  metrics_.describe("process_virtual_memory_bytes", "gauge", "Virtual memory");
+  metrics_.describe("process_open_fds", "gauge", "Open file descriptors");
+  metrics_.describe("process_max_fds", "gauge", "The open file descriptor limit");
+  metrics_.describe("process_start_time_seconds", "gauge", "Unix time the process started");
 }
 
 uint16_t Daemon::probePort() const { return probeServer_ ? probeServer_->port() : 0; }
@@ -384,6 +398,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
         metrics_.add("rankmap_probe_failures_total", fmt::format("reason=\"{}\"", why),
                      static_cast<double>(k));
       metrics_.add("rankmap_light_checks_total", fmt::format("result=\"{}\"", rec.status));
+      if (rec.status != "failed") markRoundSucceeded();
       metrics_.observe("rankmap_probe_round_duration_seconds", "kind=\"light\"", c.seconds);
       RANKMAP_INFO(Agent, "agent {}: light check {}: {} flows, {}{}{}", name_, id, c.flows,
                    probe::recheckVerdictName(c.verdict), rec.error.empty() ? "" : ": ", rec.error);
@@ -490,6 +505,7 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
   }
   store_->finishRound(rec);
   store_->prune(kKeepRounds, kKeepTopologies);
+  if (rec.status != "failed") markRoundSucceeded();
   metrics_.add("rankmap_probe_rounds_total",
                fmt::format("kind=\"{}\",result=\"{}\"", kind, rec.status));
   metrics_.observe("rankmap_probe_round_duration_seconds", fmt::format("kind=\"{}\"", kind),
@@ -600,7 +616,58 @@ Json Daemon::readiness() {
               {"topology_version", t.empty() ? Json(nullptr) : Json(t.front().version)}};
 }
 
+void Daemon::markRoundSucceeded() {
+  metrics_.set("rankmap_last_successful_round_timestamp_seconds", "",
+               std::chrono::duration<double>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count());
+}
+
+namespace {
+
+// The process_* series Prometheus' client libraries export, from /proc/self (Linux).
+void setProcessMetrics(Metrics& m) {
+  static const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  static const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
+  std::string stat;
+  try {
+    stat = readFile("/proc/self/stat", 4096);
+  } catch (const std::exception&) {
+    return;
+  }
+  // Fields after the command name in parentheses: state is field 3; utime 14, stime 15,
+  // starttime 22, vsize 23, rss 24 (pages).
+  std::istringstream in(stat.substr(stat.rfind(')') + 2));
+  std::vector<std::string> f{std::istream_iterator<std::string>(in), {}};
+  if (f.size() < 22) return;
+  auto field = [&](size_t n) { return std::stod(f[n - 3]); };
+  m.set("process_cpu_seconds_total", "", (field(14) + field(15)) / ticks);
+  m.set("process_virtual_memory_bytes", "", field(23));
+  m.set("process_resident_memory_bytes", "", field(24) * page);
+  double bootTime = 0;
+  try {
+    std::istringstream sys(readFile("/proc/stat", 1 << 20));
+    for (std::string key; sys >> key;)
+      if (key == "btime" && (sys >> bootTime)) break;
+  } catch (const std::exception&) {
+  }
+  if (bootTime > 0) m.set("process_start_time_seconds", "", bootTime + field(22) / ticks);
+  size_t fds = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (const dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') ++fds;
+    ::closedir(d);
+    m.set("process_open_fds", "", static_cast<double>(fds - 1));  // less opendir's own
+  }
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0)
+    m.set("process_max_fds", "", static_cast<double>(lim.rlim_cur));
+}
+
+}  // namespace
+
 std::string Daemon::renderMetrics() {
+  setProcessMetrics(metrics_);
   if (http_) {
     for (auto r : ApiServer::kAllRejects)
       metrics_.set("rankmap_http_rejected_connections_total",

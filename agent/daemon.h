@@ -150,6 +150,8 @@ class Daemon {
   std::vector<Host> hosts_;
   std::optional<reorder::DeclaredPlacement> prior_;
   std::string priorKey_;
+  // rankmap_last_successful_round_timestamp_seconds: now.
+  void markRoundSucceeded();
   Fd stateLock_;  // flock on STATE_DIR/rankmapd.lock: one agent per state dir; outlives store_
   std::unique_ptr<Store> store_;
   Metrics metrics_;

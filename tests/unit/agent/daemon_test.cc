@@ -205,6 +205,14 @@ TEST(Daemon, MetricsAreValidPrometheusTextWithoutPairSeries) {
   EXPECT_NE(text.find("rankmap_probe_round_duration_seconds_bucket{kind=\"full\",le=\"+Inf\"} 1"),
             std::string::npos);
   EXPECT_NE(text.find("rankmap_topology_bandwidth_mbps{tier="), std::string::npos);
+  // The round above ended a moment ago.
+  {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    size_t at = text.find("\nrankmap_last_successful_round_timestamp_seconds ");
+    ASSERT_NE(at, std::string::npos) << text;
+    EXPECT_NEAR(std::stod(text.substr(at + 49)), now, 60) << text.substr(at, 80);
+  }
   std::regex sample(
       R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? [-+0-9.eEInfa]+$)");
   std::regex comment(R"(^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$)");

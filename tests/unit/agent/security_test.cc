@@ -19,6 +19,7 @@
 #include <sqlite3.h>
 
 #include "agent/daemon.h"
+#include "common/build_config.h"
 #include "common/files.h"
 #include "common/http_client.h"
 #include "probe/wire.h"
@@ -377,6 +378,24 @@ TEST(HttpConventions, ASecondAgentOnTheSameStateDirIsRefused) {
   a->d.reset();
   Daemon next(c);  // the lock went with the first
   EXPECT_NO_THROW(next.start());
+}
+
+// What an operator's dashboards expect of /metrics (issue 45): the build, the process's own
+// series, and when the last probe round that did not fail ended (absent before one has).
+TEST(HttpConventions, MetricsCarryBuildProcessAndLastRound) {
+  Agent a;
+  std::string text = a.get("/metrics").body;
+  EXPECT_NE(text.find(fmt::format("rankmap_build_info{{version=\"{}\"}} 1", RANKMAP_VERSION)),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos) << text;
+  EXPECT_GT(a.metric("process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GT(a.metric("process_open_fds"), 3);
+  EXPECT_GT(a.metric("process_max_fds"), 0);
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_NEAR(a.metric("process_start_time_seconds"), now, 120);
+  EXPECT_EQ(a.metric("rankmap_last_successful_round_timestamp_seconds"), -1);
 }
 
 // Range headers are ignored: every answer is a whole JSON document (tests/fuzz: httplib cut a
