@@ -300,6 +300,7 @@ std::optional<double> RingCheck::bottleneckMbps() const {
   std::sort(v.begin(), v.end());
   size_t band = 1;
   while (band < v.size() && v[band] <= v.front() * (1 + 2 * kProbeNoise)) ++band;
+  if (band < kRingBandForMedian) return v.front();
   return v[(band - 1) / 2];
 }
 

@@ -123,12 +123,15 @@ struct RingCheck {
   std::vector<int> order;                   // host indices (Topology::hosts), distinct
   std::vector<std::optional<double>> mbps;  // order[i] -> order[i + 1] (cyclic); null = failed
   // The ring's bottleneck as measured: the median of the readings within 2 x kProbeNoise of the
-  // lowest (one slow hop stands, the noise of many equal hops does not pull it down); nullopt
-  // when more than kMaxMissingHops of the hops have no reading.
+  // lowest when there are kRingBandForMedian of them (the noise of many equal hops does not pull
+  // it down), else the lowest (one slow hop stands: a step waits for it, not for the next ones
+  // up, where other tenants' flows spread the hops' rates); nullopt when more than
+  // kMaxMissingHops of the hops have no reading.
   std::optional<double> bottleneckMbps() const;
   bool operator==(const RingCheck&) const = default;
 };
 inline constexpr double kMaxMissingHops = 0.05;
+inline constexpr size_t kRingBandForMedian = 8;
 
 struct Topology {
   // 2: "links" (a link model), "measured" (which bandwidth entries were measured, the others
