@@ -16,7 +16,17 @@
 //                    hosts share the innermost group; a slow one ("far") separates their
 //                    groups. Each trial tests pairs of groups not yet decided, every host
 //                    loaded so that a shared uplink is congested if the guess of "far" is
-//                    right. Ends when every pair of groups is decided: O(groups) trials.
+//                    right. Ends when every pair of groups is decided: O(groups) trials. That
+//                    shows the most congested boundary (pods, where pod uplinks bind first);
+//                    the same search then runs inside each group found of at least 17 hosts,
+//                    all at once (no flow crosses the boundary found, so the next one in
+//                    shows: racks inside pods), and again inside those, up to three levels.
+//                    Where the slow band is close to the host rate (an uplink oversubscribed
+//                    1:2 leaves a crossing flow about half), near and far are cut around the
+//                    midpoint of the two bands and joining takes two near readings; a split is
+//                    kept only where a check bears it out: each group's members all sending
+//                    out of it read a band below what they read inside it (noise and other
+//                    tenants slow both alike).
 //        contention  when those trials show one band in a small fleet (a permutation sends only
 //                    about 1 - k/N of a group's flows across its uplink, too few to congest a
 //                    mildly oversubscribed one): more permutations and the contention fit

@@ -2,6 +2,7 @@
 // bandwidth trials, else (small fleets) the contention fit.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -249,18 +250,48 @@ std::optional<Structure> latencyStructure(RoundState& s) {
   return st;
 }
 
-// Near/far trials when round trips show nothing; see the file comment of round.h.
-Structure bandwidthStructure(RoundState& s, double flatRttUs) {
-  Structure st;
-  st.signal = "bandwidth";
-  st.levelRttUs.push_back(flatRttUs);
+// Where a reading is near or far: kNearFraction and kFarFraction of the host rate, or, when the
+// slow band sits closer to the host rate than those allow (an uplink oversubscribed 1:2 leaves a
+// crossing flow about half: between the two), around the geometric midpoint of the two bands,
+// kBandCutMargin either side of it.
+// Near there also takes kNarrowNearReadings readings from as many trials, and more near than
+// far ones: max-min sharing leaves a flow across an uplink oversubscribed 1:2 its host rate now
+// and then (about 1% of such readings in the simulator, when the flows competing for its uplink
+// are held elsewhere), and one such reading would join two racks.
+struct Cuts {
+  double near = 0, far = 0;
+  size_t nearReadings = 1;
+};
+inline constexpr double kBandCutMargin = 1.2;
+inline constexpr size_t kNarrowNearReadings = 2;
+Cuts nearFarCuts(double hostRate, double slowBand) {
+  const double mid = std::sqrt(hostRate * slowBand);
+  Cuts c{std::max(kNearFraction * hostRate, mid * kBandCutMargin),
+         std::max(kFarFraction * hostRate, mid / kBandCutMargin), 1};
+  if (c.near > kNearFraction * hostRate) c.nearReadings = kNarrowNearReadings;
+  return c;
+}
+
+using TrialFn = std::function<std::vector<std::optional<double>>(const std::vector<HostPair>&)>;
+
+struct NearFar {
+  std::vector<int> groupOf;  // host -> group (its component's root), -1 off the search
+  double hostRate = 0;       // the top band of rates; 0: one band (no congested uplink seen)
+};
+
+// The near/far trials (see the file comment of round.h) inside every group of `parentOf` at once:
+// flows only between two live hosts of one group (-1: the host takes no part), so that a group's
+// own uplink carries none of them and the next uplinks inside it show. `hostRate` is the top band
+// when known (0: found from the readings). Stops when every pair of groups under each parent is
+// decided, nothing is left to test, after `oneBandTrials` trials showing one band, or after
+// opts().maxStructureTrials. With `check`, after kEarlyCheckTrials trials the groups so far are
+// checked and the parents whose split it refutes leave the search (their hosts -1 in the result).
+using SplitCheck = std::function<std::set<int>(const std::vector<int>& groupOf)>;
+inline constexpr int kEarlyCheckTrials = 4;
+NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
+                      int oneBandTrials, const TrialFn& runTrial, std::mt19937_64& rng,
+                      const SplitCheck& check = {}) {
   const size_t n = s.fleet().size();
-  std::vector<int> hosts = s.liveHosts();
-  if (hosts.size() < 2) {
-    st.signal = "none";
-    return st;
-  }
-  std::mt19937_64 rng(s.opts().seed ^ 0x9e3779b97f4a7c15ull);
   Components comp(n);
   // Pairs of component roots (lower first) decided apart: kFarReadings slow readings between
   // them (one can be a descheduled near flow; two independent ones are not).
@@ -276,70 +307,68 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
       if (comp.find(a) != comp.find(b)) next.insert(key(a, b));
     far = std::move(next);
   };
-  // Every trial as evidence for the contention fit (the fallback below), over the hosts live
-  // at the start, renumbered.
-  const std::vector<int> initial = hosts;
-  std::vector<int> index(n, -1);
-  for (size_t i = 0; i < initial.size(); ++i)
-    index[static_cast<size_t>(initial[i])] = static_cast<int>(i);
-  std::vector<ObservedTrial> evidence;
-  auto runTrial = [&](const std::vector<HostPair>& flows) {
-    auto got = s.run(flows, "structure", false);
-    ObservedTrial t;
-    for (size_t k = 0; k < flows.size(); ++k)
-      if (got[k])
-        t.push_back({index[static_cast<size_t>(flows[k].first)],
-                     index[static_cast<size_t>(flows[k].second)], *got[k]});
-    evidence.push_back(std::move(t));
-    return got;
+  auto byParent = [&] {
+    std::map<int, std::vector<int>> out;
+    for (int h : s.liveHosts())
+      if (parentOf[static_cast<size_t>(h)] >= 0) out[parentOf[static_cast<size_t>(h)]].push_back(h);
+    return out;
   };
-  // Readings of the structure trials: every host sends one flow and receives one, so a near
-  // flow gets its host rate and a far one what a congested uplink leaves it.
+  // Readings of the trials: every host sends one flow and receives one, so a near flow gets its
+  // host rate and a far one what a congested uplink leaves it.
   struct Obs {
     int src, dst;
     double mbps;
     int trial;
   };
   std::vector<Obs> obs;
-  double hostRate = 0;  // the top band of single-flow trials, once two bands were seen
-  int bandsSeenAfter = -1;
+  // Group pairs with a near reading but not yet joined (two readings needed): tested first.
+  std::set<std::pair<int, int>> pending;
+  const bool rateKnown = hostRate > 0;
+  bool twoBands = false;
   for (int trial = 0; trial < s.opts().maxStructureTrials && !s.stopped(); ++trial) {
-    hosts = s.liveHosts();
-    std::shuffle(hosts.begin(), hosts.end(), rng);
     std::vector<char> receiving(n, 0);
     std::set<std::pair<int, int>> testing;
     std::vector<HostPair> flows;
     size_t informative = 0;
-    for (size_t i = 0; i < hosts.size(); ++i) {
-      int h = hosts[i];
-      int best = -1, second = -1, filler = -1;
-      for (size_t j = 1; j < hosts.size() && best < 0; ++j) {
-        int r = hosts[(i + j) % hosts.size()];
-        if (receiving[static_cast<size_t>(r)]) continue;
-        if (comp.find(r) == comp.find(h)) {
-          if (filler < 0) filler = r;
-          continue;
+    for (auto& [parent, hosts] : byParent()) {
+      std::shuffle(hosts.begin(), hosts.end(), rng);
+      for (size_t i = 0; i < hosts.size(); ++i) {
+        int h = hosts[i];
+        int preferred = -1, best = -1, second = -1, filler = -1;
+        for (size_t j = 1; j < hosts.size() && preferred < 0; ++j) {
+          int r = hosts[(i + j) % hosts.size()];
+          if (receiving[static_cast<size_t>(r)]) continue;
+          if (comp.find(r) == comp.find(h)) {
+            if (filler < 0) filler = r;
+            continue;
+          }
+          auto k = key(h, r);
+          if (far.count(k)) {
+            if (filler < 0 || comp.find(filler) == comp.find(h)) filler = r;
+            continue;
+          }
+          if (!testing.count(k)) {
+            if (pending.count(k))
+              preferred = r;
+            else if (best < 0)
+              best = r;
+          } else if (second < 0) {
+            second = r;
+          }
+          if (best >= 0 && pending.empty()) break;
         }
-        auto k = key(h, r);
-        if (far.count(k)) {
-          if (filler < 0 || comp.find(filler) == comp.find(h)) filler = r;
-          continue;
+        if (preferred >= 0) best = preferred;
+        int r = best >= 0 ? best : second >= 0 ? second : filler;
+        if (r < 0) continue;
+        if (r == best || r == second) {
+          ++informative;
+          testing.insert(key(h, r));
         }
-        if (!testing.count(k))
-          best = r;
-        else if (second < 0)
-          second = r;
+        receiving[static_cast<size_t>(r)] = 1;
+        flows.emplace_back(h, r);
       }
-      int r = best >= 0 ? best : second >= 0 ? second : filler;
-      if (r < 0) continue;
-      if (r == best || r == second) {
-        ++informative;
-        testing.insert(key(h, r));
-      }
-      receiving[static_cast<size_t>(r)] = 1;
-      flows.emplace_back(h, r);
     }
-    if (informative == 0 && bandsSeenAfter >= 0) break;
+    if (flows.empty() || (informative == 0 && twoBands)) break;
     auto got = runTrial(flows);
     for (size_t k = 0; k < flows.size(); ++k)
       if (got[k]) obs.push_back({flows[k].first, flows[k].second, *got[k], trial});
@@ -349,53 +378,218 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
         line += fmt::format(" {}>{}:{:.0f}", flows[k].first, flows[k].second, got[k].value_or(-1));
       RANKMAP_DEBUG(Probe, "structure trial {} (host rate {:.0f}):{}", trial + 1, hostRate, line);
     }
-    if (hostRate == 0) {
+    if (!rateKnown) {
       // The top band of single flows: readings within kBandwidthLevelRatio of the best (flows
-      // inside a group, at their host rate). Two bands once some reading is below kFarFraction
-      // of it.
+      // inside a group, at their host rate).
       double best = 0;
       for (const auto& o : obs) best = std::max(best, o.mbps);
       std::vector<double> band;
       for (const auto& o : obs)
         if (o.mbps * kBandwidthLevelRatio >= best) band.push_back(o.mbps);
-      const double top = median(band);
-      const bool twoBands = std::any_of(obs.begin(), obs.end(),
-                                        [&](const Obs& o) { return o.mbps < kFarFraction * top; });
-      if (!twoBands) {
-        // One band so far: either a network with no congested uplink, or no flow has yet run
-        // inside a group. A few fresh trials decide which.
-        s.report({"structure", static_cast<size_t>(trial + 1), 4,
-                  fmt::format("trial {}: one band of rates so far", trial + 1)});
-        if (trial >= 3) break;
-        continue;
-      }
-      hostRate = top;
-      bandsSeenAfter = trial;
+      hostRate = median(band);
     }
+    // The slow band: readings a band below the host rate. Two bands once there is one below
+    // kFarFraction of the host rate, or, with the host rate known from an enclosing search, a
+    // band (kBandwidthLevelRatio) below it.
+    std::vector<double> slowBand;
+    for (const auto& o : obs)
+      if (o.mbps * kBandwidthLevelRatio < hostRate) slowBand.push_back(o.mbps);
+    if (!twoBands)
+      twoBands = std::any_of(obs.begin(), obs.end(), [&](const Obs& o) {
+        return o.mbps < (rateKnown ? hostRate / kBandwidthLevelRatio : kFarFraction * hostRate);
+      });
+    if (!twoBands) {
+      // One band so far: either no congested uplink, or no flow has yet crossed one. A few fresh
+      // trials decide which.
+      s.report({"structure", static_cast<size_t>(trial + 1), static_cast<size_t>(oneBandTrials),
+                fmt::format("trial {}: one band of rates so far", trial + 1)});
+      if (trial + 1 >= oneBandTrials) break;
+      continue;
+    }
+    const Cuts cuts = nearFarCuts(hostRate, median(slowBand));
     // Near unites; far separates (kFarReadings of them from as many trials, or one below
     // kVeryFarFraction), unless a near reading between the two groups exists: a low reading can
     // be a descheduled sender, a high one cannot come from a congested uplink. In between a
     // reading decides nothing.
-    for (const auto& o : obs)
-      if (o.mbps >= kNearFraction * hostRate) comp.unite(o.src, o.dst);
-    normalize();
-    std::map<std::pair<int, int>, std::set<int>> slow;  // group pair -> trials with a slow one
-    for (const auto& o : obs) {
-      if (o.mbps >= kFarFraction * hostRate || comp.find(o.src) == comp.find(o.dst)) continue;
-      auto& trials = slow[key(o.src, o.dst)];
-      trials.insert(o.trial);
-      if (o.mbps < kVeryFarFraction * hostRate || trials.size() >= kFarReadings)
-        far.insert(key(o.src, o.dst));
+    // group pair -> trials with a fast (near) or slow (far) reading between the two groups
+    using TrialsOf = std::map<std::pair<int, int>, std::set<int>>;
+    TrialsOf fast, slow;
+    auto tally = [&] {
+      fast.clear();
+      slow.clear();
+      for (const auto& o : obs) {
+        if (comp.find(o.src) == comp.find(o.dst)) continue;
+        if (o.mbps >= cuts.near) fast[key(o.src, o.dst)].insert(o.trial);
+        if (o.mbps < cuts.far) slow[key(o.src, o.dst)].insert(o.trial);
+      }
+    };
+    // Each pass joins disjoint pairs of groups only (a joined group's tallies are stale until
+    // the next pass counts them again).
+    for (bool united = true; united;) {
+      united = false;
+      tally();
+      std::set<int> touched;
+      for (const auto& [k, trials] : fast) {
+        auto it = slow.find(k);
+        const size_t slowTrials = it == slow.end() ? 0 : it->second.size();
+        if (trials.size() < cuts.nearReadings ||
+            (cuts.nearReadings > 1 && slowTrials >= trials.size()) || touched.count(k.first) ||
+            touched.count(k.second))
+          continue;
+        touched.insert(k.first);
+        touched.insert(k.second);
+        united |= comp.unite(k.first, k.second);
+      }
     }
-    std::set<int> roots;
-    for (int h : s.liveHosts()) roots.insert(comp.find(h));
-    size_t pairsOfGroups = roots.size() * (roots.size() - 1) / 2;
-    s.report({"structure", far.size(), pairsOfGroups,
-              fmt::format("trial {}: {} groups, {} of {} group pairs decided", trial + 1,
-                          roots.size(), far.size(), pairsOfGroups)});
-    if (far.size() >= pairsOfGroups) break;
+    normalize();
+    pending.clear();
+    for (const auto& [k, trials] : fast)
+      if (comp.find(k.first) != comp.find(k.second)) pending.insert(k);
+    for (const auto& o : obs) {
+      if (o.mbps >= cuts.far || comp.find(o.src) == comp.find(o.dst)) continue;
+      auto k = key(o.src, o.dst);
+      auto it = fast.find(k);
+      const size_t fastTrials = it == fast.end() ? 0 : it->second.size();
+      const size_t slowTrials = slow[k].size();
+      if (fastTrials > 0 && cuts.nearReadings == 1) continue;
+      if (o.mbps < kVeryFarFraction * hostRate ||
+          (slowTrials >= kFarReadings && slowTrials > fastTrials)) {
+        far.insert(k);
+        pending.erase(k);
+      }
+    }
+    if (check && trial + 1 == kEarlyCheckTrials) {
+      std::vector<int> groupOf(n, -1);
+      for (int h : s.liveHosts())
+        if (parentOf[static_cast<size_t>(h)] >= 0)
+          groupOf[static_cast<size_t>(h)] = comp.find(h);
+      const std::set<int> refuted = check(groupOf);
+      for (auto& p : parentOf)
+        if (refuted.count(p)) p = -1;
+    }
+    size_t groups = 0, pairsOfGroups = 0, decided = 0;
+    for (const auto& [parent, hosts] : byParent()) {
+      std::set<int> roots;
+      for (int h : hosts) roots.insert(comp.find(h));
+      groups += roots.size();
+      pairsOfGroups += roots.size() * (roots.size() - 1) / 2;
+    }
+    for (auto [a, b] : far) decided += parentOf[static_cast<size_t>(a)] >= 0;
+    s.report({"structure", decided, pairsOfGroups,
+              fmt::format("trial {}: {} groups, {} of {} group pairs decided", trial + 1, groups,
+                          decided, pairsOfGroups)});
+    if (decided >= pairsOfGroups) break;
   }
-  if (bandsSeenAfter < 0) {
+  NearFar out;
+  out.hostRate = twoBands ? hostRate : 0;
+  out.groupOf.assign(n, -1);
+  for (int h : s.liveHosts())
+    if (parentOf[static_cast<size_t>(h)] >= 0) out.groupOf[static_cast<size_t>(h)] = comp.find(h);
+  return out;
+}
+
+// A group of fewer hosts is not searched for groups inside it: a few hosts behind one more switch
+// cost a ring little, while the search runs every host of the group at its host rate at once
+// for several trials (on the 2-core emulated cloud, racks of 8 read as many bands as that machine's
+// cores left the flows).
+inline constexpr size_t kMinSearchedGroup = 17;
+
+// The check of a split (two trials). Across: in each split parent, its hosts ordered by group,
+// the largest group first, each sends to the host half-way round the order, so that every group
+// sends all its members' flows out of it at once (each to another group while no group holds more
+// than half the parent) and an uplink around the group, if there is one, is as loaded as it can
+// be. Inside: each host sends to the next host of its own group. A parent keeps its split when
+// the median crossing reading is a band (kBandwidthLevelRatio) below the median inside one: an
+// uplink slows only the crossing flows, while what made a group of noise (a busy machine, other
+// tenants' flows on a host's link) slows both alike. Returns the parents that keep their split
+// (true) and those whose split it refutes (false); a parent with no group of two hosts yet, or
+// with a single group, is in neither.
+std::map<int, bool> checkSplits(RoundState& s, const std::vector<int>& parentOf,
+                                const std::vector<int>& groupOf, const TrialFn& runTrial) {
+  std::map<int, std::map<int, std::vector<int>>> split;  // parent -> group -> live hosts
+  for (int h : s.liveHosts())
+    if (parentOf[static_cast<size_t>(h)] >= 0)
+      split[parentOf[static_cast<size_t>(h)]][groupOf[static_cast<size_t>(h)]].push_back(h);
+  std::vector<HostPair> across, inside;
+  std::vector<int> acrossParent, insideParent;
+  for (const auto& [parent, groups] : split) {
+    if (groups.size() < 2) continue;
+    std::vector<std::vector<int>> bySize;
+    for (const auto& [g, hosts] : groups) bySize.push_back(hosts);
+    std::stable_sort(bySize.begin(), bySize.end(),
+                     [](const auto& a, const auto& b) { return a.size() > b.size(); });
+    std::vector<int> order;
+    for (const auto& hosts : bySize) {
+      order.insert(order.end(), hosts.begin(), hosts.end());
+      for (size_t k = 0; hosts.size() >= 2 && k < hosts.size(); ++k) {
+        inside.emplace_back(hosts[k], hosts[(k + 1) % hosts.size()]);
+        insideParent.push_back(parent);
+      }
+    }
+    for (size_t k = 0; k < order.size(); ++k) {
+      const int dst = order[(k + order.size() / 2) % order.size()];
+      if (groupOf[static_cast<size_t>(order[k])] == groupOf[static_cast<size_t>(dst)]) continue;
+      across.emplace_back(order[k], dst);
+      acrossParent.push_back(parent);
+    }
+  }
+  std::map<int, bool> verdict;
+  if (across.empty() || inside.empty()) return verdict;
+  auto medians = [&](const std::vector<HostPair>& flows, const std::vector<int>& parents) {
+    auto got = runTrial(flows);
+    std::map<int, std::vector<double>> rates;
+    for (size_t k = 0; k < flows.size(); ++k)
+      if (got[k]) rates[parents[k]].push_back(*got[k]);
+    std::map<int, double> out;
+    for (const auto& [parent, r] : rates) out[parent] = median(r);
+    return out;
+  };
+  const auto crossing = medians(across, acrossParent);
+  const auto within = medians(inside, insideParent);
+  for (const auto& [parent, rate] : crossing) {
+    auto it = within.find(parent);
+    if (it != within.end()) verdict[parent] = rate * kBandwidthLevelRatio <= it->second;
+  }
+  return verdict;
+}
+// Bandwidth levels at most (racks, pods, a spine above them).
+inline constexpr size_t kMaxBandwidthLevels = 3;
+
+// Near/far trials when round trips show nothing: first over all hosts (the most congested
+// boundary shows: pods where pod uplinks bind before rack uplinks), then inside each group found,
+// where that boundary carries nothing and the next one in shows (racks inside pods), until a
+// search splits nothing. Without two bands at the top, the contention fit (small fleets).
+Structure bandwidthStructure(RoundState& s, double flatRttUs) {
+  Structure st;
+  st.signal = "bandwidth";
+  st.levelRttUs.push_back(flatRttUs);
+  const size_t n = s.fleet().size();
+  if (s.liveHosts().size() < 2) {
+    st.signal = "none";
+    return st;
+  }
+  std::mt19937_64 rng(s.opts().seed ^ 0x9e3779b97f4a7c15ull);
+  // Every trial as evidence for the contention fit (the fallback below), over the hosts live
+  // at the start, renumbered.
+  const std::vector<int> initial = s.liveHosts();
+  std::vector<int> index(n, -1);
+  for (size_t i = 0; i < initial.size(); ++i)
+    index[static_cast<size_t>(initial[i])] = static_cast<int>(i);
+  std::vector<ObservedTrial> evidence;
+  TrialFn runTrial = [&](const std::vector<HostPair>& flows) {
+    auto got = s.run(flows, "structure", false);
+    ObservedTrial t;
+    for (size_t k = 0; k < flows.size(); ++k)
+      if (got[k])
+        t.push_back({index[static_cast<size_t>(flows[k].first)],
+                     index[static_cast<size_t>(flows[k].second)], *got[k]});
+    evidence.push_back(std::move(t));
+    return got;
+  };
+  std::vector<int> all(n, -1);
+  for (int h : initial) all[static_cast<size_t>(h)] = 0;
+  NearFar top = nearFarSearch(s, all, 0, 4, runTrial, rng);
+  if (top.hostRate == 0) {
     // One band: no uplink congested enough in a blind permutation to stand out (a permutation
     // sends only about 1 - k/N of a group's flows across its uplink). A slight slow-down shared
     // by the hosts behind one uplink can still be explained by a fit over more permutations
@@ -436,11 +630,57 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
     }
     return st;
   }
-  std::vector<int> rackOf(n, -1);
-  for (int h : s.liveHosts()) rackOf[static_cast<size_t>(h)] = comp.find(h);
-  rackOf = renumber(rackOf);
-  if (groupCount(rackOf) >= 2) {
-    st.levels.push_back(rackOf);
+  // Levels outermost first while searching; the top is a level when it found two groups.
+  std::vector<std::vector<int>> found;
+  std::vector<int> inner = renumber(top.groupOf);
+  if (groupCount(inner) >= 2) found.push_back(inner);
+  while (found.size() < kMaxBandwidthLevels && !s.stopped()) {
+    std::vector<int> parentOf(n, -1);
+    size_t searched = 0;
+    for (const auto& members : membersOf(inner)) {
+      size_t live = 0;
+      for (int h : members) live += s.live(h);
+      if (live < kMinSearchedGroup) continue;
+      ++searched;
+      for (int h : members) parentOf[static_cast<size_t>(h)] = inner[static_cast<size_t>(h)];
+    }
+    if (searched == 0) break;
+    const size_t trialsBefore = evidence.size();
+    SplitCheck early = [&](const std::vector<int>& groupOf) {
+      std::set<int> refuted;
+      for (auto [parent, keeps] : checkSplits(s, parentOf, groupOf, runTrial))
+        if (!keeps) refuted.insert(parent);
+      return refuted;
+    };
+    NearFar sub = nearFarSearch(s, parentOf, top.hostRate, 2, runTrial, rng, early);
+    if (sub.hostRate == 0) {
+      RANKMAP_INFO(Probe, "probe round: bandwidth structure: one band inside {} groups ({} trials)",
+                   searched, evidence.size() - trialsBefore);
+      break;
+    }
+    std::set<int> kept;
+    for (auto [parent, keeps] : checkSplits(s, parentOf, sub.groupOf, runTrial))
+      if (keeps) kept.insert(parent);
+    // Hosts of groups not searched, or whose split the check did not bear out, keep their group,
+    // as one group of the new level.
+    std::vector<int> next(n, -1);
+    for (int h : s.liveHosts()) {
+      auto i = static_cast<size_t>(h);
+      next[i] = sub.groupOf[i] >= 0 && kept.count(parentOf[i]) ? sub.groupOf[i]
+                                                                : static_cast<int>(n) + inner[i];
+    }
+    next = renumber(next);
+    RANKMAP_INFO(Probe,
+                 "probe round: bandwidth structure: {} groups inside {} ({} trials; the split of "
+                 "{} of {} groups borne out by the check)",
+                 groupCount(next), groupCount(inner), evidence.size() - trialsBefore, kept.size(),
+                 searched);
+    if (groupCount(next) <= groupCount(inner)) break;
+    found.push_back(next);
+    inner = next;
+  }
+  for (auto it = found.rbegin(); it != found.rend(); ++it) {
+    st.levels.push_back(*it);
     st.levelRttUs.push_back(flatRttUs);
   }
   return st;

@@ -43,8 +43,10 @@
 #include <vector>
 
 #include "agent/topology_push.h"
+#include "common/config.h"
 #include "common/error.h"
 #include "common/json.h"
+#include "common/log.h"
 #include "probe/recheck.h"
 #include "probe/round.h"
 #include "probe/stats.h"
@@ -443,6 +445,7 @@ void emucloudRun(const Args& args) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--scenario") {
     try {
+      rankmap::log::configure(rankmap::Config::load());  // RANKMAP_LOG=debug: the trials
       std::vector<std::string> settings(argv + 2, argv + argc);
       std::string topologyOut;
       if (settings.size() >= 2 && settings[0] == "--topology-out") {

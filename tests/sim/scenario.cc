@@ -375,6 +375,12 @@ ScenarioResult runScenario(const Scenario& sc) {
   j["levels"] = lv.size();
   j["rack_ari"] = rounded(ari(dc, lv.empty() ? std::vector<int>{} : lv[0], false), 1e3);
   j["pod_ari"] = rounded(ari(dc, lv.size() < 2 ? std::vector<int>{} : lv[1], true), 1e3);
+  // Every found level (innermost first) against the true racks and pods.
+  Json levelAri = Json::array();
+  for (const auto& level : lv)
+    levelAri.push_back(Json::array({rounded(ari(dc, level, false), 1e3),
+                                    rounded(ari(dc, level, true), 1e3)}));
+  j["level_ari"] = levelAri;
   j["flows_per_host"] = rounded(static_cast<double>(c.bandwidthFlows) / n, 1e2);
   j["trials"] = c.trials;
   j["requests"] = c.requests;

@@ -35,6 +35,7 @@
 //   signal, levels        what found the structure (probe::Structure), and how many levels
 //   rack_ari, pod_ari     adjusted Rand index of the found levels against the true racks and pods
 //                         (live hosts; a level not found scores as one group)
+//   level_ari             [rack ARI, pod ARI] of every found level, innermost first
 //   flows_per_host, trials, requests, pings, sim_s
 //                         what the round spent (probe::FleetCost; sim_s by the fleet's clock)
 //   plan_true_ms          16 MiB ring allreduce in the order planned from the probe's topology,

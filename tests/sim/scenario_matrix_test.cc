@@ -2,7 +2,9 @@
 // order shuffled, ±10% noise, 3 dead hosts: what holds in every scenario, whatever the structure
 // found. The plan is never slower than the provider's order beyond 2% (the ring checks keep it
 // from an order a measurement does not support), its prediction is within 10% of its time on the
-// true network, and every dead host is named. What the structure finds and costs in each
+// true network, and every dead host is named. Where the bandwidth structure finds the racks (every
+// scenario but close latency tiers at 1:1.5 and racks of two: `nearOptimum`), the plan is within
+// 5% of the optimum (issue 43's target). What the structure finds and costs in each
 // scenario, against the issue's targets, is in docs/performance.md ("Scale: scenario matrix"),
 // from `probe_scale_bench --scenario`.
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@ namespace {
 struct Case {
   const char* name;
   std::vector<std::string> settings;
+  bool nearOptimum = true;  // the plan within 5% of the optimum
 };
 
 const Case kCases[] = {
@@ -26,12 +29,14 @@ const Case kCases[] = {
     {"flat_1_3", {"rack_over=3"}},
     {"flat_1_4", {"rack_over=4"}},
     {"flat_1_8", {"rack_over=8"}},
-    {"close_tiers", {"rack_over=1.5", "pod_over=1.5", "rack_us=3", "pod_us=4", "jitter_us=5"}},
+    {"close_tiers",
+     {"rack_over=1.5", "pod_over=1.5", "rack_us=3", "pod_us=4", "jitter_us=5"},
+     false},
     {"unequal", {"rack_sizes=1,48,7,33,16,2,40,24", "racks_per_pod=3,9,5,13"}},
     {"slow_hosts", {"slow=0.1", "slow_factor=0.4"}},
     {"thinned_and_tenants", {"thin=6", "background=2048"}},
     {"racks_1_8_pods_1_1", {"rack_over=8", "pod_over=1"}},
-    {"racks_of_2", {"rack_sizes=2", "rack_over=2"}},
+    {"racks_of_2", {"rack_sizes=2", "rack_over=2"}, false},
 };
 
 class ScenarioMatrix : public ::testing::TestWithParam<std::tuple<size_t, int>> {};
@@ -48,6 +53,9 @@ TEST_P(ScenarioMatrix, NeverSlowerThanTheProviderAndPredictedWithinTenPercent) {
   EXPECT_LE(plan, 1.02 * provider) << j.dump();
   EXPECT_LE(std::abs(predicted / plan - 1), 0.10) << j.dump();
   EXPECT_EQ(j["dead_found"], 3) << j.dump();
+  if (c.nearOptimum) {
+    EXPECT_LE(plan, 1.05 * static_cast<double>(j["optimum_ms"])) << j.dump();
+  }
   RecordProperty("plan_over_optimum", std::to_string(plan / static_cast<double>(j["optimum_ms"])));
 }
 
