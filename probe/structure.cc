@@ -258,14 +258,21 @@ std::optional<Structure> latencyStructure(RoundState& s) {
 // far ones: max-min sharing leaves a flow across an uplink oversubscribed 1:2 its host rate now
 // and then (about 1% of such readings in the simulator, when the flows competing for its uplink
 // are held elsewhere), and one such reading would join two racks.
+// The midpoint needs a band: kMinSlowBand slow readings at least. Fewer are noise as often as
+// an uplink (two agents on loopback under ASan read 15 and 56 Gbit/s in one trial, which a
+// midpoint cut took for two close bands and never joined), and a search of so few flows is
+// not the one a narrow cut is for.
 struct Cuts {
   double near = 0, far = 0;
   size_t nearReadings = 1;
 };
 inline constexpr double kBandCutMargin = 1.2;
 inline constexpr size_t kNarrowNearReadings = 2;
-Cuts nearFarCuts(double hostRate, double slowBand) {
-  const double mid = std::sqrt(hostRate * slowBand);
+inline constexpr size_t kMinSlowBand = 16;
+Cuts nearFarCuts(double hostRate, const std::vector<double>& slowBand) {
+  if (slowBand.size() < kMinSlowBand)
+    return {kNearFraction * hostRate, kFarFraction * hostRate, 1};
+  const double mid = std::sqrt(hostRate * median(slowBand));
   Cuts c{std::max(kNearFraction * hostRate, mid * kBandCutMargin),
          std::max(kFarFraction * hostRate, mid / kBandCutMargin), 1};
   if (c.near > kNearFraction * hostRate) c.nearReadings = kNarrowNearReadings;
@@ -406,7 +413,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       if (trial + 1 >= oneBandTrials) break;
       continue;
     }
-    const Cuts cuts = nearFarCuts(hostRate, median(slowBand));
+    const Cuts cuts = nearFarCuts(hostRate, slowBand);
     // Near unites; far separates (kFarReadings of them from as many trials, or one below
     // kVeryFarFraction), unless a near reading between the two groups exists: a low reading can
     // be a descheduled sender, a high one cannot come from a congested uplink. In between a
