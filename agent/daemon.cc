@@ -150,6 +150,8 @@ void Daemon::describeMetrics() {
                     "Failed probe requests in rounds this agent coordinated, by reason");
   metrics_.describe("rankmap_probe_auth_rejections_total", "counter",
                     "Probe connections rejected by this agent's server, by reason");
+  metrics_.describe("rankmap_probe_refused_connections_total", "counter",
+                    "Probe connections this agent's server closed unanswered, by reason");
   metrics_.describe("rankmap_probe_tasks_total", "counter",
                     "Measurements this agent ran for a coordinator, by op and result");
   metrics_.describe("rankmap_probe_missing_pairs", "gauge", "Host pairs missing in the last round");
@@ -676,11 +678,16 @@ std::string Daemon::renderMetrics() {
     metrics_.set("rankmap_http_open_connections", "",
                  static_cast<double>(http_->openConnections()));
   }
-  if (probeServer_)
+  if (probeServer_) {
     for (auto f : probe::kAllAuthFailures)
       metrics_.set("rankmap_probe_auth_rejections_total",
                    fmt::format("reason=\"{}\"", probe::authFailureName(f)),
                    static_cast<double>(probeServer_->authFailures(f)));
+    for (auto r : probe::ProbeServer::kAllRefusals)
+      metrics_.set("rankmap_probe_refused_connections_total",
+                   fmt::format("reason=\"{}\"", probe::ProbeServer::refusalName(r)),
+                   static_cast<double>(probeServer_->connectionsRefused(r)));
+  }
   return metrics_.render();
 }
 

@@ -3,6 +3,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "common/log.h"
 
 namespace rankmap::probe {
@@ -65,26 +68,42 @@ void ProbeServer::acceptLoop() {
     if (!s) continue;
     std::lock_guard<std::mutex> lock(mu_);
     reapFinished();
-    if (stopping_.load() || running_ >= opts_.maxConnections) {
-      ++refused_;
-      continue;  // closes the socket
+    if (stopping_.load()) continue;  // closes the socket
+    if (running_ >= opts_.maxConnections) {
+      refuse(Refusal::kBusy, fmt::format("{} connections open, its cap", running_));
+      continue;
     }
     // A duplicate descriptor names the connection for stop(): it stays valid (and is not
     // reused for another connection) until serve() has finished and closes it.
     int dupFd = ::dup(s->fd());
     if (dupFd < 0) {
-      ++refused_;
+      refuse(Refusal::kNoDescriptors, std::strerror(errno));
       continue;
     }
     ++running_;
     ++accepted_;
     active_.insert(dupFd);
-    std::thread t([this, dupFd, sock = std::move(*s)]() mutable {
-      serve(std::move(sock), dupFd);
-    });
+    std::thread t([this, dupFd, sock = std::move(*s)]() mutable { serve(std::move(sock), dupFd); });
     const auto id = t.get_id();
     threads_.emplace(id, std::move(t));
   }
+}
+
+const char* ProbeServer::refusalName(Refusal r) {
+  switch (r) {
+    case Refusal::kBusy:
+      return "busy";
+    case Refusal::kNoDescriptors:
+      return "no_descriptors";
+  }
+  return "unknown";
+}
+
+void ProbeServer::refuse(Refusal r, const std::string& detail) {
+  const uint64_t n = ++refused_[static_cast<size_t>(r)];
+  if ((n & (n - 1)) == 0)  // the first, then every power of two: a flood stays readable
+    RANKMAP_WARN(Probe, "probe server {}: closed a connection unanswered ({}: {}); {} so far",
+                 opts_.name, refusalName(r), detail, n);
 }
 
 void ProbeServer::serve(Socket s, int dupFd) {
@@ -145,7 +164,8 @@ void ProbeServer::serveChannel(Channel& c) {
         }
         // The bytes start bo.startInMs from now and end by bulkEnd(); the deadline only
         // bounds a peer that stops reading or answering.
-        const auto start = std::chrono::steady_clock::now() + std::chrono::milliseconds(bo.startInMs);
+        const auto start =
+            std::chrono::steady_clock::now() + std::chrono::milliseconds(bo.startInMs);
         Deadline d =
             Deadline::at(start + std::chrono::milliseconds(bo.maxMs * 4) + opts_.idleTimeout);
         if (f.type == MsgType::kBulkSink) {

@@ -1,7 +1,9 @@
 // The probe server: answers pings, bulk transfers and control requests from other agents.
 //
 // Threads: start() spawns one accept thread; each accepted connection gets its own thread, up to
-// maxConnections (more are closed at once). A connection must finish its handshake within
+// maxConnections (more are closed at once, as is one that finds the process out of file
+// descriptors; both counted by reason, see connectionsRefused(), and logged at the first and
+// every power of two). A connection must finish its handshake within
 // handshakeTimeout and then send a frame at least every idleTimeout, so a silent or slow peer
 // holds a thread for a bounded time. Control requests (kRequest) go to the RequestHandler,
 // which runs on the connection's thread and may block (an agent measuring a pair) up to the
@@ -61,13 +63,18 @@ class ProbeServer {
     return authFailures_[static_cast<size_t>(f)].load();
   }
   uint64_t connectionsAccepted() const { return accepted_.load(); }
-  uint64_t connectionsRefused() const { return refused_.load(); }
+  // Why a connection was closed unanswered, right after it was accepted.
+  enum class Refusal { kBusy, kNoDescriptors };
+  static constexpr std::array<Refusal, 2> kAllRefusals{Refusal::kBusy, Refusal::kNoDescriptors};
+  static const char* refusalName(Refusal r);
+  uint64_t connectionsRefused(Refusal r) const { return refused_[static_cast<size_t>(r)].load(); }
 
  private:
   void acceptLoop();
   void serve(Socket s, int dupFd);
   void reapFinished();  // joins the threads in finished_; called with mu_ held
   void serveChannel(Channel& c);
+  void refuse(Refusal r, const std::string& detail);  // called with mu_ held
 
   Options opts_;
   ProbeKey key_;
@@ -88,7 +95,7 @@ class ProbeServer {
   std::vector<std::thread::id> finished_;
   std::array<std::atomic<uint64_t>, 5> authFailures_{};
   std::atomic<uint64_t> accepted_{0};
-  std::atomic<uint64_t> refused_{0};
+  std::array<std::atomic<uint64_t>, kAllRefusals.size()> refused_{};
 };
 
 }  // namespace rankmap::probe

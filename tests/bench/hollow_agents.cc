@@ -30,6 +30,8 @@
 //   store_mib       growth of the coordinator's state directory over the round (its SQLite
 //                   files); store_max_mib: the largest state directory of any agent
 //   requests        control requests the coordinator sent (rankmap_probe_requests_total)
+//   refused         connections the agents' probe servers closed unanswered, by reason
+//                   (rankmap_probe_refused_connections_total: busy, no_descriptors)
 //   start_s         time to construct and start every agent
 // Exits 1 when an agent was dropped or does not hold the topology, or the round failed.
 #include <poll.h>
@@ -39,8 +41,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -58,6 +60,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "probe/server.h"
 #include "tests/sim/datacenter.h"
 #include "tests/sim/hollow_network.h"
 #include "tests/sim/scenario.h"
@@ -93,7 +96,8 @@ Args parseArgs(int argc, char** argv) {
       int n = 0;
       auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
       if (ec != std::errc() || end != v.data() + v.size() || n < lo || n > hi)
-        throw InvalidInput(fmt::format("{}: expected {} from {} to {}, got '{}'", s, what, lo, hi, v));
+        throw InvalidInput(
+            fmt::format("{}: expected {} from {} to {}, got '{}'", s, what, lo, hi, v));
       return n;
     };
     if (s == "--agents")
@@ -214,7 +218,8 @@ void await(int fd, Deadline d, const char* what) {
   if (::poll(&p, 1, d.pollTimeoutMs()) != 1)
     throw TimeoutError(fmt::format("{} did not come in time", what));
   char c;
-  if (::read(fd, &c, 1) != 1) throw IoError(fmt::format("{}: the other process ended (its error is above)", what));
+  if (::read(fd, &c, 1) != 1)
+    throw IoError(fmt::format("{}: the other process ended (its error is above)", what));
 }
 
 // The agents' process: starts them, writes the hosts list (hosts.json), signals `ready`; when
@@ -228,7 +233,8 @@ int agentsMain(const Args& args, const testing::TempDir& dir, int ready, int don
   for (size_t h = 0; h < dc.hosts(); ++h)
     // Until its agent binds: an address of the loopback network where nothing listens (a dead
     // host keeps it, and refuses connections).
-    hosts.push_back({fmt::format("h{:04}", h), fmt::format("127.1.{}.{}:1", h / 256 % 256, h % 256)});
+    hosts.push_back(
+        {fmt::format("h{:04}", h), fmt::format("127.1.{}.{}:1", h / 256 % 256, h % 256)});
   sim::HollowNetwork net(dc, hosts);
   const auto t0 = Clock::now();
   auto live = startAgents(dir, hosts, dc, net);
@@ -242,9 +248,16 @@ int agentsMain(const Args& args, const testing::TempDir& dir, int ready, int don
   for (auto& a : live) {
     if (!a) continue;
     auto v = a->store().topologies(1);
+    Json refused = Json::object();
+    for (auto r : probe::ProbeServer::kAllRefusals) {
+      const std::string reason = probe::ProbeServer::refusalName(r);
+      refused[reason] = metric(
+          *a, fmt::format("rankmap_probe_refused_connections_total{{reason=\"{}\"}}", reason));
+    }
     held.push_back({{"name", a->name()},
                     {"version", v.empty() ? Json(nullptr) : Json(v.front().version)},
-                    {"bytes", dirBytes(a->config().stateDir)}});
+                    {"bytes", dirBytes(a->config().stateDir)},
+                    {"refused", refused}});
   }
   writeFileAtomic(dir.file("agents.json"), held.dump());
   signal(ready);
@@ -332,33 +345,39 @@ int coordinatorMain(const Args& args, const testing::TempDir& dir, int ready, in
     for (const auto& h : latest->hosts) inTopology.insert(h.name);
   size_t live = 0, present = 0, pushed = 0;
   uint64_t storeMax = 0;
+  Json refused = Json::object();
+  for (const auto& a : held)
+    for (const auto& [reason, n] : a.at("refused").items())
+      refused[reason] = refused.value(reason, 0.0) + n.get<double>();
   for (const auto& a : held) {
     ++live;
     present += inTopology.count(a.at("name").get<std::string>());
-    pushed += latest && a.at("version").is_number() && a.at("version").get<int64_t>() == latest->version;
+    pushed +=
+        latest && a.at("version").is_number() && a.at("version").get<int64_t>() == latest->version;
     storeMax = std::max(storeMax, a.at("bytes").get<uint64_t>());
   }
-  Json out = {{"agents", hosts.size()},
-              {"live", live},
-              {"present", present},
-              {"dropped", live - present},
-              {"pushed", pushed},
-              {"status", rec.value("status", std::string("unknown"))},
-              {"round_s", roundS},
-              {"phases_s", phases},
-              {"coordinator_cpu_s",
-               metric(coord, "rankmap_probe_round_cpu_seconds_total") - cpuBefore},
-              {"coordinator_process_cpu_s", processCpu},
-              {"coordinator_peak_mib", std::max(0.0, peakKb - rssBefore) / 1024},
-              {"store_mib", static_cast<double>(dirBytes(state) - storeBefore) / (1 << 20)},
-              {"store_max_mib", static_cast<double>(storeMax) / (1 << 20)},
-              {"requests", metric(coord, "rankmap_probe_requests_total") - requestsBefore},
-              {"start_s", list.at("start_s")}};
+  Json out = {
+      {"agents", hosts.size()},
+      {"live", live},
+      {"present", present},
+      {"dropped", live - present},
+      {"pushed", pushed},
+      {"status", rec.value("status", std::string("unknown"))},
+      {"round_s", roundS},
+      {"phases_s", phases},
+      {"coordinator_cpu_s", metric(coord, "rankmap_probe_round_cpu_seconds_total") - cpuBefore},
+      {"coordinator_process_cpu_s", processCpu},
+      {"coordinator_peak_mib", std::max(0.0, peakKb - rssBefore) / 1024},
+      {"store_mib", static_cast<double>(dirBytes(state) - storeBefore) / (1 << 20)},
+      {"store_max_mib", static_cast<double>(storeMax) / (1 << 20)},
+      {"requests", metric(coord, "rankmap_probe_requests_total") - requestsBefore},
+      {"refused", refused},
+      {"start_s", list.at("start_s")}};
   fmt::print("{}\n", out.dump());
   std::fflush(stdout);
   coord.stop();
-  const bool ok = latest && present == live && pushed == live &&
-                  rec.value("status", std::string()) != "failed";
+  const bool ok =
+      latest && present == live && pushed == live && rec.value("status", std::string()) != "failed";
   return ok ? 0 : 1;
 }
 

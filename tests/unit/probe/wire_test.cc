@@ -486,6 +486,34 @@ TEST(Server, RefusesBulkRequestsBeyondItsLimits) {
   }
 }
 
+// Beyond maxConnections a connection is closed unanswered at once and counted as busy; the
+// cap frees when the silent ones reach their handshake timeout.
+TEST(Server, ConnectionsBeyondTheCapAreClosedAndCounted) {
+  ProbeServer::Options o;
+  o.maxConnections = 2;
+  TestServer s(keyA(), o);
+  Socket idle1 = connectTo(s.ep(), Deadline::after(1s));  // never send a Hello
+  Socket idle2 = connectTo(s.ep(), Deadline::after(1s));
+  ASSERT_TRUE(eventually([&] { return s.server->connectionsAccepted() == 2; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(request(s.ep(), keyA(), "c", Json{{"op", "x"}}, Deadline::after(2s)), PeerError);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 400ms);  // not after a handshake timeout
+  EXPECT_EQ(s.server->connectionsRefused(ProbeServer::Refusal::kBusy), 1u);
+  EXPECT_EQ(s.server->connectionsRefused(ProbeServer::Refusal::kNoDescriptors), 0u);
+  EXPECT_EQ(s.requests.load(), 0);
+  // The two silent ones end at the 500 ms handshake timeout; then a request is answered.
+  Json reply;
+  EXPECT_TRUE(eventually([&] {
+    try {
+      reply = request(s.ep(), keyA(), "c", Json{{"op", "x"}}, Deadline::after(1s));
+      return true;
+    } catch (const PeerError&) {
+      return false;
+    }
+  }));
+  EXPECT_EQ(reply["echo"]["op"], "x");
+}
+
 TEST(Server, StopsPromptlyWithIdleAndHalfOpenConnections) {
   auto s = std::make_unique<TestServer>();
   Socket idle = connectTo(s->ep(), Deadline::after(1s));                       // never sends Hello
