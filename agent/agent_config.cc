@@ -148,7 +148,7 @@ AgentConfig AgentConfig::load(const std::string& path) {
   try {
     doc = Json::parse(text, nullptr, true, /*ignore_comments=*/true);
   } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
-    throw InvalidInput(fmt::format("{}: not valid JSON: {}", path, e.what()));
+    throw InvalidInput(fmt::format("{}: not valid JSON: {}", path, jsonErrorText(e)));
   }
   return fromJson(doc, path);
 }

@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
       cfg.reprobe.interval = *d;
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rankmapd: %s\n", e.what());
+    std::fprintf(stderr, "rankmapd: %s\n",
+                 describe(e, log::enabled(log::Subsys::Agent, log::Level::Debug)).c_str());
     return 2;
   }
 
@@ -90,10 +91,12 @@ int main(int argc, char** argv) {
     signals.join();
     return 0;
   } catch (const InvalidInput& e) {
-    std::fprintf(stderr, "rankmapd: %s\n", e.what());
+    std::fprintf(stderr, "rankmapd: %s\n",
+                 describe(e, log::enabled(log::Subsys::Agent, log::Level::Debug)).c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rankmapd: %s\n", e.what());
+    std::fprintf(stderr, "rankmapd: %s\n",
+                 describe(e, log::enabled(log::Subsys::Agent, log::Level::Debug)).c_str());
     return 1;
   }
 }

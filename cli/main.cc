@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
     ctx.config = Config::load();
     log::configure(ctx.config);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rankmap: configuration: %s\n", e.what());
+    std::fprintf(stderr, "rankmap: configuration: %s\n",
+                 describe(e, log::enabled(log::Subsys::Cli, log::Level::Debug)).c_str());
     return 2;
   }
   if (std::string msg = unknownCommand(app, argc, argv); !msg.empty()) {
@@ -114,10 +115,12 @@ int main(int argc, char** argv) {
   try {
     return run ? run() : 0;
   } catch (const InvalidInput& e) {
-    std::fprintf(stderr, "%s: %s\n", cmdName.c_str(), e.what());
+    std::fprintf(stderr, "%s: %s\n", cmdName.c_str(),
+                 describe(e, log::enabled(log::Subsys::Cli, log::Level::Debug)).c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", cmdName.c_str(), e.what());
+    std::fprintf(stderr, "%s: %s\n", cmdName.c_str(),
+                 describe(e, log::enabled(log::Subsys::Cli, log::Level::Debug)).c_str());
     return 1;
   }
 }

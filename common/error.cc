@@ -31,6 +31,12 @@ ErrorCode toCode(const std::exception& e) noexcept {
   return ErrorCode::kInternal;
 }
 
+std::string describe(const std::exception& e, bool withWhere) {
+  auto* r = dynamic_cast<const Error*>(&e);
+  if (!withWhere || !r || r->where().empty()) return e.what();
+  return fmt::format("{} (at {})", e.what(), r->where());
+}
+
 namespace detail {
 std::string_view baseName(const char* file) {
   std::string_view f(file);

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -29,13 +30,18 @@ enum class ErrorCode : int {
 
 std::string_view errorCodeName(ErrorCode code);
 
+// what() is for users: their words, no source location. where() is the "file.cc:123" that threw
+// (RANKMAP_THROW, RANKMAP_CHECK_SYS; empty otherwise), shown at debug level (describe()).
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& msg) : std::runtime_error(msg), code_(code) {}
   ErrorCode code() const noexcept { return code_; }
+  const std::string& where() const noexcept { return where_; }
+  void setWhere(std::string where) { where_ = std::move(where); }
 
  private:
   ErrorCode code_;
+  std::string where_;
 };
 
 class InvalidInput : public Error {
@@ -78,17 +84,25 @@ class InternalError : public Error {
 // Maps any exception (rankmap or std) to a code; for `catch (...)` guards at ABI borders.
 ErrorCode toCode(const std::exception& e) noexcept;
 
+// The message of `e`, with its source location after it when `withWhere` (debug level).
+std::string describe(const std::exception& e, bool withWhere);
+
 namespace detail {
 std::string_view baseName(const char* file);
+// `e` with where() set to file:line.
+template <typename E>
+E located(E e, const char* file, int line) {
+  e.setWhere(fmt::format("{}:{}", baseName(file), line));
+  return e;
+}
 }  // namespace detail
 
 }  // namespace rankmap
 
-// Throws Type with "message (file.cc:123)". Type must be one of the classes above
-// except SystemError (use RANKMAP_CHECK_SYS).
-#define RANKMAP_THROW(Type, ...)                                                      \
-  throw Type(fmt::format("{} ({}:{})", fmt::format(__VA_ARGS__),                      \
-                         ::rankmap::detail::baseName(__FILE__), __LINE__))
+// Throws Type with the message, and where() "file.cc:123". Type must be one of the classes
+// above except SystemError (use RANKMAP_CHECK_SYS).
+#define RANKMAP_THROW(Type, ...) \
+  throw ::rankmap::detail::located(Type(fmt::format(__VA_ARGS__)), __FILE__, __LINE__)
 
 // Throws InvalidInput unless a == b, printing both: "expected 8 ranks vs plan for 6".
 #define RANKMAP_ENFORCE_EQ(a, b, what)                                                \
@@ -101,21 +115,23 @@ std::string_view baseName(const char* file);
     }                                                                                 \
   } while (0)
 
-// Throws InternalError when a rankmap invariant is broken (never for user errors).
-#define RANKMAP_ASSERT(cond)                                                          \
-  do {                                                                                \
-    if (!(cond)) RANKMAP_THROW(::rankmap::InternalError, "assertion failed: {}", #cond); \
+// Throws InternalError when a rankmap invariant is broken (never for user errors); the message
+// keeps the location, for the bug report.
+#define RANKMAP_ASSERT(cond)                                                         \
+  do {                                                                               \
+    if (!(cond))                                                                     \
+      RANKMAP_THROW(::rankmap::InternalError, "assertion failed: {} ({}:{})", #cond, \
+                    ::rankmap::detail::baseName(__FILE__), __LINE__);                \
   } while (0)
 
 // For system calls returning -1 on error: throws SystemError naming the call and errno.
-#define RANKMAP_CHECK_SYS(call)                                                       \
-  ([&]() {                                                                            \
-    auto rankmap_rv_ = (call);                                                        \
-    if (rankmap_rv_ == -1) {                                                          \
-      int rankmap_err_ = errno;                                                       \
-      throw ::rankmap::SystemError(                                                   \
-          fmt::format("{} ({}:{})", #call, ::rankmap::detail::baseName(__FILE__), __LINE__), \
-          rankmap_err_);                                                              \
-    }                                                                                 \
-    return rankmap_rv_;                                                               \
+#define RANKMAP_CHECK_SYS(call)                                                               \
+  ([&]() {                                                                                    \
+    auto rankmap_rv_ = (call);                                                                \
+    if (rankmap_rv_ == -1) {                                                                  \
+      int rankmap_err_ = errno;                                                               \
+      throw ::rankmap::detail::located(::rankmap::SystemError(#call, rankmap_err_), __FILE__, \
+                                       __LINE__);                                             \
+    }                                                                                         \
+    return rankmap_rv_;                                                                       \
   }())

@@ -46,8 +46,15 @@ Json parseJson(std::string_view text, std::string_view source) {
   try {
     return Json::parse(text.begin(), text.end());
   } catch (const Json::exception& e) {
-    throw InvalidInput(fmt::format("{}: not valid JSON: {}", source, e.what()));
+    throw InvalidInput(fmt::format("{}: not valid JSON: {}", source, jsonErrorText(e)));
   }
+}
+
+std::string jsonErrorText(const std::exception& e) {
+  std::string_view w = e.what();
+  if (w.rfind("[json.exception.", 0) == 0)
+    if (auto end = w.find("] "); end != std::string_view::npos) w.remove_prefix(end + 2);
+  return std::string(w);
 }
 
 Json readJsonFile(const std::string& path) {

@@ -22,6 +22,9 @@ constexpr int kMaxJsonDepth = 64;
 
 // Throws InvalidInput("<source>: not valid JSON: ...") on bad syntax, excess depth or size.
 Json parseJson(std::string_view text, std::string_view source);
+// nlohmann's message without its "[json.exception.parse_error.101] " tag: "parse error at line
+// 1, column 3: syntax error while parsing value - invalid literal; last read: 'x'".
+std::string jsonErrorText(const std::exception& e);
 // Reads a whole file (IoError naming it if unreadable) and parses it.
 Json readJsonFile(const std::string& path);
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -385,6 +386,9 @@ TEST_F(Cli, BadInputsExitTwoNamingTheFileAndField) {
     Outcome r = rankmap(c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
     EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+    // The user's words: no source location, no library tag (issue 45).
+    EXPECT_FALSE(std::regex_search(r.err, std::regex(R"(\w\.(cc|h):\d+)"))) << c.args << "\n" << r.err;
+    EXPECT_EQ(r.err.find("json.exception"), std::string::npos) << c.args << "\n" << r.err;
   }
 }
 
