@@ -87,11 +87,7 @@ CommOptions CommOptions::fromConfig(const Config& config) {
   if (o.segmentBytes == 0) RANKMAP_THROW(InvalidInput, "RANKMAP_SEGMENT_SIZE must be positive");
   o.algorithm = parseAlgorithmOverride(config.get(settings::kAlgo), "RANKMAP_ALGO");
   o.live.enabled = config.get(settings::kLivePlan);
-  const int64_t every = config.get(settings::kPlanVoteEvery);
-  if (every < 1)
-    RANKMAP_THROW(InvalidInput, "RANKMAP_PLAN_VOTE_EVERY={}: expected a number of calls >= 1",
-                  every);
-  o.live.voteEvery = static_cast<uint64_t>(every);
+  o.live.voteEvery = static_cast<uint64_t>(config.get(settings::kPlanVoteEvery));  // >= 1
   o.live.margin = config.get(settings::kPlanSwitchMargin);
   if (!(o.live.margin >= 0 && o.live.margin < 1))
     RANKMAP_THROW(InvalidInput, "RANKMAP_PLAN_SWITCH_MARGIN={}: expected a fraction in [0, 1)",

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -15,12 +16,21 @@ extern char** environ;
 namespace rankmap {
 namespace {
 
-const std::vector<SettingInfo> kRegistry = {
+const std::vector<SettingInfo> kRegistry = [] {
+  std::vector<SettingInfo> r = {
 #define RANKMAP_SETTING(id, name, type, def, doc) \
-  SettingInfo{SettingId::id, name, SettingType::type, def, doc},
+  SettingInfo{SettingId::id, name, SettingType::type, def, doc, std::nullopt},
 #include "common/settings.def"
 #undef RANKMAP_SETTING
-};
+  };
+#define RANKMAP_SETTING(id, name, type, def, doc)
+#define RANKMAP_RANGE(id, lo, hi) \
+  r[static_cast<size_t>(SettingId::id)].range = std::make_pair<int64_t, int64_t>(lo, hi);
+#include "common/settings.def"
+#undef RANKMAP_RANGE
+#undef RANKMAP_SETTING
+  return r;
+}();
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
@@ -130,8 +140,13 @@ SettingValue parseSettingValue(const SettingInfo& info, std::string_view text,
     case SettingType::Int: {
       int64_t v = 0;
       auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-      if (ec != std::errc() || p != t.data() + t.size() || t.empty())
-        return fail("an integer");
+      const bool whole = ec == std::errc() && p == t.data() + t.size() && !t.empty();
+      if (info.range && (!whole || v < info.range->first || v > info.range->second))
+        return fail(info.range->second == INT64_MAX
+                        ? fmt::format("a whole number of at least {}", info.range->first)
+                        : fmt::format("a whole number from {} to {}", info.range->first,
+                                      info.range->second));
+      if (!whole) return fail("an integer");
       return v;
     }
     case SettingType::Double: {

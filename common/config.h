@@ -33,6 +33,8 @@ struct SettingInfo {
   SettingType type;
   std::string_view defaultValue;
   std::string_view doc;
+  // Int settings with a RANKMAP_RANGE: the whole numbers taken (inclusive).
+  std::optional<std::pair<int64_t, int64_t>> range;
 };
 
 template <SettingType T> struct SettingValueType;

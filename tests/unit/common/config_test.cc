@@ -77,6 +77,35 @@ TEST(Config, BadValueNamesSourceSettingAndExpectation) {
   EXPECT_THROW(Config::load(isolatedLoad({{"RANKMAP_TIMEOUT", "-5s"}})), InvalidInput);
 }
 
+// Ranges are declared with the setting (settings.def) and checked on load, whatever the source:
+// RANKMAP_TCP_STREAMS=-5 was taken until a transport was made, and not at all by commands
+// that make none (issue 45).
+TEST(Config, IntegersOutsideTheirDeclaredRangeAreRefused) {
+  auto refusal = [](const std::string& name, const std::string& value) {
+    try {
+      Config::load(isolatedLoad({{name, value}}));
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(refusal("RANKMAP_TCP_STREAMS", "-5"),
+            "environment: RANKMAP_TCP_STREAMS=\"-5\": expected a whole number from 1 to 64");
+  EXPECT_NE(refusal("RANKMAP_TCP_STREAMS", "65"), "");
+  EXPECT_NE(refusal("RANKMAP_TCP_STREAMS", "two"), "");
+  EXPECT_EQ(refusal("RANKMAP_PLAN_VOTE_EVERY", "0"),
+            "environment: RANKMAP_PLAN_VOTE_EVERY=\"0\": expected a whole number of at least 1");
+  EXPECT_NE(refusal("RANKMAP_IB_GID_INDEX", "-2"), "");
+  auto ok = Config::load(isolatedLoad({{"RANKMAP_TCP_STREAMS", "64"}, {"RANKMAP_IB_GID_INDEX", "-1"}}));
+  EXPECT_EQ(ok.get(settings::kTcpStreams), 64);
+  EXPECT_EQ(ok.get(settings::kIbGidIndex), -1);
+  const SettingInfo* streams = findSetting("RANKMAP_TCP_STREAMS");
+  ASSERT_NE(streams, nullptr);
+  const std::pair<int64_t, int64_t> oneTo64{1, 64};
+  EXPECT_EQ(streams->range, oneTo64);
+  EXPECT_FALSE(findSetting("RANKMAP_RANK")->range);
+}
+
 TEST(Config, BadFileLineNamesFileAndLine) {
   char path[] = "/tmp/rankmap_bad_XXXXXX";
   int fd = mkstemp(path);
@@ -151,7 +180,7 @@ TEST(Config, ParseSize) {
 }
 
 TEST(Config, ParseBool) {
-  const SettingInfo info{SettingId::kCount, "RANKMAP_X", SettingType::Bool, "0", "doc"};
+  const SettingInfo info{SettingId::kCount, "RANKMAP_X", SettingType::Bool, "0", "doc", {}};
   EXPECT_EQ(std::get<bool>(parseSettingValue(info, "yes", "t")), true);
   EXPECT_EQ(std::get<bool>(parseSettingValue(info, "OFF", "t")), false);
   EXPECT_THROW(parseSettingValue(info, "maybe", "t"), InvalidInput);
