@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/deadline.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/net.h"
 
@@ -172,27 +173,25 @@ class ConnectionStream : public httplib::Stream {
 // The status line and JSON error body this layer answers with.
 struct RejectAnswer {
   int status;
-  const char* reason;
   const char* message;
 };
 
 RejectAnswer answerFor(ApiServer::Reject r) {
   switch (r) {
     case ApiServer::Reject::kBusy:
-      return {503, "Service Unavailable", "too many open connections; try again"};
+      return {503, "too many open connections; try again"};
     case ApiServer::Reject::kTimeout:
-      return {408, "Request Timeout", "the request did not arrive within the request timeout"};
+      return {408, "the request did not arrive within the request timeout"};
     case ApiServer::Reject::kHeadTooLarge:
-      return {431, "Request Header Fields Too Large", "request head too large"};
+      return {431, "request head too large"};
     case ApiServer::Reject::kTooManyHeaders:
-      return {431, "Request Header Fields Too Large", "too many header lines"};
+      return {431, "too many header lines"};
     case ApiServer::Reject::kTargetTooLong:
-      return {414, "URI Too Long", "request target too long"};
+      return {414, "request target too long"};
     case ApiServer::Reject::kBodyTooLarge:
-      return {413, "Payload Too Large",
-              "request body too large: its Content-Length is over http.max_body_bytes"};
+      return {413, "request body too large: its Content-Length is over http.max_body_bytes"};
   }
-  return {500, "Internal Server Error", "internal error"};
+  return {500, "internal error"};
 }
 
 // What a request head says of its body: the Content-Length (nullopt when absent or not a
@@ -247,6 +246,37 @@ void drain(int fd, Deadline d) {
 
 }  // namespace
 
+namespace {
+// The reason phrases of the statuses the API answers with (RFC 9110; 431 RFC 6585).
+const char* reasonPhrase(int status) {
+  switch (status) {
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 416: return "Range Not Satisfiable";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return status >= 500 ? "Server Error" : "Client Error";
+  }
+}
+}  // namespace
+
+std::string errorBody(int status, std::string_view message) {
+  const char* reason = reasonPhrase(status);
+  // Not UTF-8 (a request's path echoed in the message): U+FFFD in place of the bad bytes, where
+  // dump() would throw.
+  return Json{{"error", message}, {"code", status}, {"reason", reason}}.dump(
+             1, ' ', false, Json::error_handler_t::replace) +
+         "\n";
+}
+
 std::string_view ApiServer::rejectName(Reject r) {
   switch (r) {
     case Reject::kBusy:
@@ -297,13 +327,22 @@ size_t ApiServer::openConnections() const {
 }
 
 void ApiServer::reject(int fd, Reject why) {
-  rejected_[static_cast<size_t>(why)]++;
+  const size_t i = static_cast<size_t>(why);
+  rejected_[i]++;
   RejectAnswer a = answerFor(why);
-  std::string body = fmt::format("{{\"error\": \"{}\"}}\n", a.message);
+  if (uint64_t left = 0; rejectLog_[i].allow(left)) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    const std::string peer =
+        ::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 ? sockaddrHost(ss) : "?";
+    RANKMAP_WARN(Agent, "HTTP {} to {}: {}{}", a.status, peer, a.message,
+                 left ? fmt::format(" ({} more since the last line of this kind)", left) : "");
+  }
+  std::string body = errorBody(a.status, a.message);
   std::string text = fmt::format(
       "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
       "Connection: close\r\n\r\n{}",
-      a.status, a.reason, body.size(), body);
+      a.status, reasonPhrase(a.status), body.size(), body);
   // Best effort and never blocking: the answer fits the socket buffer of a fresh connection.
   (void)::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }

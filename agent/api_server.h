@@ -16,6 +16,7 @@
 //     set_payload_max_length (413, by httplib);
 //   - each write of an answer must complete within limits.writeTimeout (a client that does not
 //     read its answer is dropped).
+// Each refusal is counted by reason and logged with the client's address (rate-limited).
 // What passes goes to httplib's own request parser and router (Server::process_request, the
 // protected seam its SSLServer uses too) over a stream that keeps the same deadlines.
 //
@@ -33,7 +34,14 @@
 #include <set>
 #include <string_view>
 
+#include "common/log.h"
+
 namespace rankmap::agent {
+
+// Every error answer of the API, from this layer or a handler: {"error": message, "code":
+// status, "reason": the status's name}, as Kubernetes' Status carries message, code and reason:
+// a client branches on code or reason and shows the message.
+std::string errorBody(int status, std::string_view message);
 
 class ApiServer : public httplib::Server {
  public:
@@ -90,6 +98,7 @@ class ApiServer : public httplib::Server {
   mutable std::mutex mu_;
   std::set<int> open_;  // fds of admitted connections, to shut them down on stopServing()
   std::array<std::atomic<uint64_t>, std::size(kAllRejects)> rejected_{};
+  std::array<log::RateLimit, std::size(kAllRejects)> rejectLog_{};  // a line per reason per 10 s
 };
 
 }  // namespace rankmap::agent

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <memory>
 #include <regex>
 #include <unordered_map>
@@ -29,7 +30,8 @@ void sendJson(httplib::Response& res, int status, const Json& body) {
 }
 
 void sendError(httplib::Response& res, int status, const std::string& msg) {
-  sendJson(res, status, Json{{"error", msg}});
+  res.status = status;
+  res.set_content(errorBody(status, msg), kJson);
 }
 
 // Whether every query parameter of `req` is one of `known`; if not, sends 400 naming the first
@@ -221,10 +223,10 @@ void postProbe(Daemon& d, const httplib::Request& req, httplib::Response& res) {
     return;
   }
   if (!started.id) {
-    sendJson(res, 409,
-             Json{{"error", "a probe round is already running"},
-                  {"round_id", *started.busyId},
-                  {"status_url", fmt::format("/v1/rounds/{}", *started.busyId)}});
+    Json body = parseJson(errorBody(409, "a probe round is already running"), "error body");
+    body["round_id"] = *started.busyId;
+    body["status_url"] = fmt::format("/v1/rounds/{}", *started.busyId);
+    sendJson(res, 409, body);
     return;
   }
   int64_t id = *started.id;
@@ -397,8 +399,21 @@ void installApi(httplib::Server& s, Daemon& d) {
                                           : fmt::format("HTTP {}", res.status);
     sendError(res, res.status, msg);
   });
-  s.set_logger([&d](const httplib::Request&, const httplib::Response& res) {
+  // Requests refused for their token are logged with the client's address, at most a line per
+  // status every 10 s (a client retrying a wrong token must not flood the log).
+  auto refusedLog = std::make_shared<std::map<int, log::RateLimit>>();
+  (*refusedLog)[401];
+  (*refusedLog)[403];
+  s.set_logger([&d, refusedLog](const httplib::Request& req, const httplib::Response& res) {
     d.metrics().add("rankmap_http_requests_total", fmt::format("code=\"{}\"", res.status));
+    auto it = refusedLog->find(res.status);
+    if (uint64_t left = 0; it != refusedLog->end() && it->second.allow(left)) {
+      const Json body = Json::parse(res.body, nullptr, false);  // discarded, not thrown
+      const std::string why = body.is_object() ? body.value("error", std::string()) : "";
+      RANKMAP_WARN(Agent, "HTTP {} to {} for {:.10} {:.100}: {}{}", res.status, req.remote_addr,
+                   req.method, req.path, why,
+                   left ? fmt::format(" ({} more since the last line of this kind)", left) : "");
+    }
   });
 }
 

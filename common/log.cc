@@ -1,9 +1,12 @@
 #include "common/log.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <ctime>
 #include <mutex>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +29,7 @@ constexpr std::pair<Subsys, std::string_view> kSubsysNames[] = {
 std::atomic<int> gLevel{static_cast<int>(Level::Info)};
 std::atomic<uint32_t> gMask{~0u};
 std::atomic<bool> gJson{false};
+std::atomic<bool> gStamp{true};  // text lines start with the time (not where journald adds it)
 std::mutex gMu;
 std::shared_ptr<spdlog::logger> gLogger;  // guarded by gMu for replacement
 
@@ -102,6 +106,25 @@ std::string expandFileName(std::string pattern) {
   return out;
 }
 
+// Whether stderr is the journal's stream (systemd sets JOURNAL_STREAM to its "device:inode"),
+// which stamps every line itself.
+bool stderrIsJournal() {
+  const char* js = std::getenv("JOURNAL_STREAM");
+  struct stat st {};
+  if (!js || ::fstat(STDERR_FILENO, &st) != 0) return false;
+  return fmt::format("{}:{}", st.st_dev, st.st_ino) == js;
+}
+
+// UTC, to the millisecond: 2026-12-03T03:21:04.123Z.
+std::string utcStamp(std::chrono::system_clock::time_point now) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch());
+  const std::time_t secs = static_cast<std::time_t>(ms.count() / 1000);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms.count() % 1000);
+}
+
 }  // namespace
 
 std::string_view subsysName(Subsys s) {
@@ -117,7 +140,10 @@ void configure(const Config& cfg) {
   if (format != "text" && format != "json")
     throw InvalidInput(fmt::format("setting RANKMAP_LOG_FORMAT={:?}: expected text or json", format));
   const auto& file = cfg.get(settings::kLogFile);
-  if (!file.empty()) {
+  if (file.empty()) {
+    std::lock_guard<std::mutex> lk(gMu);
+    gLogger.reset();  // stderr again (logger() makes it), also after a file
+  } else {
     std::shared_ptr<spdlog::logger> l;
     try {
       l = std::make_shared<spdlog::logger>(
@@ -134,6 +160,7 @@ void configure(const Config& cfg) {
   gLevel = static_cast<int>(level);
   gMask = mask;
   gJson = format == "json";
+  gStamp = !file.empty() || !stderrIsJournal();
 }
 
 void setLevel(Level level) { gLevel = static_cast<int>(level); }
@@ -149,6 +176,7 @@ void write(Subsys s, Level level, std::string_view msg) {
   if (gJson) {
     nlohmann::json j;
     j["ts"] = std::chrono::duration<double>(now.time_since_epoch()).count();
+    j["time"] = utcStamp(now);
     j["level"] = levelName(level);
     j["subsys"] = subsysName(s);
     j["pid"] = getpid();
@@ -156,9 +184,23 @@ void write(Subsys s, Level level, std::string_view msg) {
     j["msg"] = std::string(msg);
     line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   } else {
-    line = fmt::format("rankmap {} [{}] {}", levelName(level), subsysName(s), msg);
+    line = fmt::format("{}rankmap {} [{}] {}", gStamp ? utcStamp(now) + " " : std::string(),
+                       levelName(level), subsysName(s), msg);
   }
   logger()->log(spdlog::level::info, line);
+}
+
+bool RateLimit::allow(uint64_t& left) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (last_ && now - *last_ < interval_) {
+    ++left_;
+    return false;
+  }
+  last_ = now;
+  left = left_;
+  left_ = 0;
+  return true;
 }
 
 }  // namespace rankmap::log

@@ -5,7 +5,10 @@
 // defaults apply (level info, all subsystems, text). Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -40,6 +43,24 @@ void setLevel(Level level);
 
 bool enabled(Subsys s, Level level);
 void write(Subsys s, Level level, std::string_view msg);
+
+// For events that can come in floods (refused connections and requests): at most one line per
+// interval for one kind of event, which says how many were left out since the line before.
+// Thread-safe.
+class RateLimit {
+ public:
+  RateLimit() = default;
+  explicit RateLimit(std::chrono::steady_clock::duration interval) : interval_(interval) {}
+  // Whether to log this event; if so, `left` is how many events were not logged since the last
+  // line.
+  bool allow(uint64_t& left);
+
+ private:
+  std::chrono::steady_clock::duration interval_ = std::chrono::seconds(10);
+  std::mutex mu_;
+  std::optional<std::chrono::steady_clock::time_point> last_;
+  uint64_t left_ = 0;
+};
 
 }  // namespace log
 }  // namespace rankmap

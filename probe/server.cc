@@ -100,10 +100,13 @@ const char* ProbeServer::refusalName(Refusal r) {
 }
 
 void ProbeServer::refuse(Refusal r, const std::string& detail) {
-  const uint64_t n = ++refused_[static_cast<size_t>(r)];
-  if ((n & (n - 1)) == 0)  // the first, then every power of two: a flood stays readable
-    RANKMAP_WARN(Probe, "probe server {}: closed a connection unanswered ({}: {}); {} so far",
-                 opts_.name, refusalName(r), detail, n);
+  const size_t i = static_cast<size_t>(r);
+  ++refused_[i];
+  uint64_t left = 0;
+  if (refusedLog_[i].allow(left))
+    RANKMAP_WARN(Probe, "probe server {}: closed a connection unanswered ({}: {}){}", opts_.name,
+                 refusalName(r), detail,
+                 left ? fmt::format("; {} more since the last such line", left) : "");
 }
 
 void ProbeServer::serve(Socket s, int dupFd) {

@@ -2,13 +2,13 @@
 //
 // Threads: start() spawns one accept thread; each accepted connection gets its own thread, up to
 // maxConnections (more are closed at once, as is one that finds the process out of file
-// descriptors; both counted by reason, see connectionsRefused(), and logged at the first and
-// every power of two). A connection must finish its handshake within
-// handshakeTimeout and then send a frame at least every idleTimeout, so a silent or slow peer
-// holds a thread for a bounded time. Control requests (kRequest) go to the RequestHandler,
-// which runs on the connection's thread and may block (an agent measuring a pair) up to the
-// deadline it is given. stop() closes the listener and every connection and joins them all.
-// Authentication failures are counted by reason (see authFailures()).
+// descriptors; both counted by reason, see connectionsRefused(), and logged, rate-limited). A
+// connection must finish its handshake within handshakeTimeout and then send a frame at least
+// every idleTimeout, so a silent or slow peer holds a thread for a bounded time. Control requests
+// (kRequest) go to the RequestHandler, which runs on the connection's thread and may block (an
+// agent measuring a pair) up to the deadline it is given. stop() closes the listener and every
+// connection and joins them all. Authentication failures are counted by reason (see
+// authFailures()).
 #pragma once
 
 #include <array>
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "common/log.h"
 #include "probe/measure.h"
 #include "probe/wire.h"
 
@@ -96,6 +97,7 @@ class ProbeServer {
   std::array<std::atomic<uint64_t>, 5> authFailures_{};
   std::atomic<uint64_t> accepted_{0};
   std::array<std::atomic<uint64_t>, kAllRefusals.size()> refused_{};
+  std::array<log::RateLimit, kAllRefusals.size()> refusedLog_{};
 };
 
 }  // namespace rankmap::probe

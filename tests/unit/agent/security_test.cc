@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 #include <thread>
 
 #include <sqlite3.h>
@@ -24,6 +25,7 @@
 #include "common/http_client.h"
 #include "probe/wire.h"
 #include "tests/unit/agent/agent_test_util.h"
+#include "tests/unit/common/config_util.h"
 #include "tests/unit/common/temp_dir.h"
 
 namespace rankmap::agent {
@@ -447,6 +449,49 @@ TEST(HttpSecurity, PlanningNeedsTheTokenAndMadePlansDoNot) {
   // More hosts than the topology has: refused before any lookup.
   EXPECT_EQ(a.get("/v1/plan?hosts=x,y,x").status, 400);
   y.stop();
+}
+
+// Refused requests are answered {error, code, reason} and logged with the client's address, a
+// line per kind every 10 s: a wrong token (401) and a declared body over the limit (413), each
+// sent three times.
+TEST(HttpSecurity, RefusedRequestsAreLoggedRateLimited) {
+  TempDir logDir;
+  const std::string logFile = logDir.file("log");
+  log::configure(rankmap::testing::configFrom({{"RANKMAP_LOG_FILE", logFile}}));
+  {
+    Agent a;
+    for (int i = 0; i < 3; ++i) {
+      // Each error answer names its code and reason beside the message, from a handler and
+      // from the connection layer alike.
+      auto wrong = HttpClient(a.url(), "wrong-token-0123456789")
+                       .post("/v1/probe", "{}", Deadline::after(5s));
+      EXPECT_EQ(wrong.status, 401);
+      EXPECT_EQ(parseJson(wrong.body, "401 body"),
+                (Json{{"error", "writes refused: wrong bearer token"},
+                      {"code", 401},
+                      {"reason", "Unauthorized"}}))
+          << wrong.body;
+      std::string out = exchange(a.d->httpPort(),
+                                 "POST /v1/probe HTTP/1.1\r\nContent-Length: 99999999999\r\n"
+                                 "Connection: close\r\n\r\n",
+                                 Deadline::after(5s));
+      EXPECT_EQ(out.rfind("HTTP/1.1 413 Payload Too Large", 0), 0u) << out;
+      const Json big = parseJson(out.substr(out.find("\r\n\r\n") + 4), "413 body");
+      EXPECT_EQ(big.value("code", 0), 413) << out;
+      EXPECT_EQ(big.value("reason", ""), "Payload Too Large") << out;
+    }
+  }
+  log::configure(Config());
+  size_t wrongToken = 0, tooLarge = 0;
+  std::string all, line;
+  for (std::istringstream in(readFile(logFile, 1 << 20)); std::getline(in, line);) {
+    all += line + "\n";
+    wrongToken += line.find("HTTP 401 to 127.0.0.1 for POST /v1/probe: ") != std::string::npos &&
+                  line.find("wrong bearer token") != std::string::npos;
+    tooLarge += line.find("HTTP 413 to 127.0.0.1: request body too large") != std::string::npos;
+  }
+  EXPECT_EQ(wrongToken, 1u) << all;
+  EXPECT_EQ(tooLarge, 1u) << all;
 }
 
 // rankmapd started with a token file and a probe key that every local user could read (0644).

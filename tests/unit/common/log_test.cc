@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -50,6 +51,30 @@ TEST(Log, BadSettingsNameTheVariable) {
   EXPECT_THROW(log::configure(configFrom({{"RANKMAP_LOG_FORMAT", "xml"}})), InvalidInput);
 }
 
+// 2026-12-03T03:21:04.123Z
+const std::regex kUtcStamp(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)");
+
+// Text lines start with the UTC time, as a log collector or a reader comparing two hosts' logs
+// expects.
+TEST(Log, TextLinesStartWithTheTime) {
+  char path[] = "/tmp/rankmap_log_XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  log::configure(configFrom({{"RANKMAP_LOG_FILE", path}}));
+  RANKMAP_WARN(Agent, "agent a: {}", "something");
+  log::configure(Config());
+  std::ifstream in(path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_match(line, m, std::regex(R"((\S+) rankmap warn \[agent\] agent a: something)")))
+      << line;
+  EXPECT_TRUE(std::regex_match(m[1].str(), kUtcStamp)) << line;
+  unlink(path);
+}
+
 TEST(Log, JsonLinesAreValidJsonEvenWithHostileText) {
   char path[] = "/tmp/rankmap_log_XXXXXX";
   int fd = mkstemp(path);
@@ -65,6 +90,7 @@ TEST(Log, JsonLinesAreValidJsonEvenWithHostileText) {
     ++lines;
     auto j = parseJson(line, "log line");
     EXPECT_EQ(j["subsys"], "probe");
+    EXPECT_TRUE(std::regex_match(j["time"].get<std::string>(), kUtcStamp)) << j["time"];
     EXPECT_EQ(j["level"], "info");
     EXPECT_NE(j["msg"].get<std::string>().find("pair 3->5"), std::string::npos);
   }
