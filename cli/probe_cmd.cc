@@ -103,19 +103,23 @@ struct Outcome {
   std::optional<Topology> topology;   // the topology written
 };
 
-Outcome viaAgent(const ProbeArgs& a, const std::string& url, const std::string& token,
+// `tokenFile` is where `token` came from, for the error when the agent refuses it.
+Outcome viaAgent(const ProbeArgs& a, const std::string& url, const std::string& tokenFile,
                  const std::vector<Host>& hosts, Deadline d) {
-  HttpClient client(url, token);
+  HttpClient client(url, readSecretFile(tokenFile, 1, "token file"));
   Json body = {{"hosts", Json::array()}};
   for (const auto& h : hosts) body["hosts"].push_back({{"name", h.name}, {"address", h.address}});
   auto t0 = std::chrono::steady_clock::now();
   HttpResponse r =
       client.post("/v1/probe", body.dump(), Deadline::after(std::chrono::seconds(30)).min(d));
-  if (r.status == 401 || r.status == 403)
-    throw InvalidInput(
-        fmt::format("agent {}: {} (HTTP {}); pass --token-file or set "
-                    "RANKMAP_TOKEN_FILE",
-                    url, r.errorText(), r.status));
+  // A token was sent (the caller refuses to go on without one): the hint is about which.
+  if (r.status == 401)
+    throw InvalidInput(fmt::format(
+        "agent {}: {} (HTTP 401): the token in {} is not this agent's; pass the token file the "
+        "agent was started with (its --token-file)",
+        url, r.errorText(), tokenFile));
+  if (r.status == 403)
+    throw InvalidInput(fmt::format("agent {}: {} (HTTP 403)", url, r.errorText()));
   if (r.status == 409)
     throw PeerError(fmt::format("agent {}: {}; try again when it is done", url, r.errorText()));
   if (r.status == 400) throw InvalidInput(fmt::format("agent {}: {}", url, r.errorText()));
@@ -227,7 +231,7 @@ int runProbe(const CliContext& ctx, const ProbeArgs& a) {
           fmt::format("agent {} needs a bearer token to start a round: pass "
                       "--token-file or set RANKMAP_TOKEN_FILE",
                       url));
-    o = viaAgent(a, url, readSecretFile(tokenFile, 1, "token file"), hosts, d);
+    o = viaAgent(a, url, tokenFile, hosts, d);
   } else {
     o = coordinateHere(a, ctx, hosts, d);
   }

@@ -1,12 +1,17 @@
 // `rankmap plan`, `rankmap show` and `rankmap export` as a user runs them: the built binary on the
 // fixtures.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,8 +19,10 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/http_client.h"
 #include "common/json.h"
 #include "common/plan.h"
 #include "tests/unit/common/fifo_reader.h"
@@ -390,6 +397,60 @@ TEST_F(Cli, BadInputsExitTwoNamingTheFileAndField) {
     EXPECT_FALSE(std::regex_search(r.err, std::regex(R"(\w\.(cc|h):\d+)"))) << c.args << "\n" << r.err;
     EXPECT_EQ(r.err.find("json.exception"), std::string::npos) << c.args << "\n" << r.err;
   }
+}
+
+// `rankmap probe --agent` with a token file that is not the agent's: the error names the file
+// and says which token to pass, not "pass --token-file" (it was passed). A real rankmapd on a
+// loopback port.
+TEST_F(Cli, AWrongTokenFileIsNamedNotAskedFor) {
+  std::ofstream(path("key")) << std::string(64, 'k') << "\n";
+  std::ofstream(path("token")) << std::string(32, 't') << "\n";
+  std::ofstream(path("other")) << std::string(32, 'o') << "\n";
+  for (const char* f : {"key", "token", "other"}) ::chmod(path(f).c_str(), 0600);
+  std::ofstream(path("hosts")) << "a 127.0.0.1:1\nb 127.0.0.2:1\n";
+  // Free loopback ports for the agent's API and probes (bound, then released for the agent).
+  auto freePort = [] {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    int port = 0;
+    if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+      port = ntohs(addr.sin_port);
+    if (fd >= 0) ::close(fd);
+    return port;
+  };
+  const int port = freePort(), probePort = freePort();
+  ASSERT_TRUE(port > 0 && probePort > 0);
+  const std::string url = fmt::format("http://127.0.0.1:{}", port);
+  const std::string agent = fmt::format(
+      "timeout 60 '{}' --name a --listen 127.0.0.1:{} --probe-listen 127.0.0.1:{} --state-dir '{}' "
+      "--token-file '{}' --key-file '{}' 2>'{}' & echo $! >'{}'",
+      RANKMAPD, port, probePort, path("state"), path("token"), path("key"), path("agent.log"), path("pid"));
+  ASSERT_EQ(std::system(agent.c_str()), 0);
+  struct Stop {
+    std::string pidFile;
+    ~Stop() { std::system(("kill $(cat '" + pidFile + "') 2>/dev/null; wait").c_str()); }
+  } stop{path("pid")};
+  bool up = false;
+  for (int i = 0; i < 100 && !up; ++i) {
+    try {
+      up = HttpClient(url).get("/v1/health", Deadline::after(std::chrono::seconds(1))).status == 200;
+    } catch (const std::exception&) {
+    }
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(up) << slurp(path("agent.log"));
+  Outcome r = rankmap("probe --hosts " + path("hosts") + " --out " + path("t.json") + " --agent " +
+                      url + " --token-file " + path("other"));
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("wrong bearer token (HTTP 401): the token in " + path("other") +
+                       " is not this agent's"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("pass --token-file or set"), std::string::npos) << r.err;
 }
 
 TEST_F(Cli, PlanAndShowATopologyWithoutMatrices) {
