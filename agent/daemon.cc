@@ -161,10 +161,12 @@ void Daemon::describeMetrics() {
   metrics_.describe("rankmap_topology_version", "gauge", "Latest topology version");
   metrics_.describe("rankmap_topology_hosts", "gauge", "Hosts in the latest topology");
   metrics_.describe("rankmap_topology_shared_links", "gauge", "Shared uplinks found");
-  metrics_.describe("rankmap_topology_bandwidth_mbps", "gauge",
-                    "Bandwidth of the latest topology by tier (intra/cross group) and quantile");
-  metrics_.describe("rankmap_topology_latency_us", "gauge",
-                    "Median latency of the latest topology by tier and quantile");
+  metrics_.describe("rankmap_topology_bandwidth_bytes_per_second", "gauge",
+                    "Bandwidth of the latest topology's host pairs by tier (intra/cross group) "
+                    "and quantile over the pairs");
+  metrics_.describe("rankmap_topology_latency_seconds", "gauge",
+                    "Median round trip of the latest topology's host pairs by tier and quantile "
+                    "over the pairs");
   metrics_.describe("rankmap_topology_changes_total", "counter", "New topology versions published");
   metrics_.describe("rankmap_light_checks_total", "counter",
                     "Periodic light checks by result (held: steady job traffic, no probe)");

@@ -97,17 +97,22 @@ void Metrics::setTopologySummary(const Topology& t) {
       if (auto b = t.bandwidthMbps.at(i, j)) bw[tier].push_back(*b);
       if (auto l = t.latencyUs.at(i, j)) lat[tier].push_back(l->medianUs);
     }
+  // Prometheus' base units (bytes per second, seconds); the label is not `quantile`, which
+  // Prometheus reserves for a summary's observations over time: these are over host pairs.
   std::lock_guard<std::mutex> lock(mu_);
-  values_.erase("rankmap_topology_bandwidth_mbps");
-  values_.erase("rankmap_topology_latency_us");
+  constexpr const char* kBandwidth = "rankmap_topology_bandwidth_bytes_per_second";
+  constexpr const char* kLatency = "rankmap_topology_latency_seconds";
+  values_.erase(kBandwidth);
+  values_.erase(kLatency);
   for (auto* src : {&bw, &lat}) {
-    const char* name =
-        src == &bw ? "rankmap_topology_bandwidth_mbps" : "rankmap_topology_latency_us";
+    const char* name = src == &bw ? kBandwidth : kLatency;
+    const double unit = src == &bw ? 1e6 / 8 : 1e-6;  // from Mbit/s, from µs
     for (auto& [tier, v] : *src) {
       if (v.empty()) continue;
       std::sort(v.begin(), v.end());
       for (double q : {0.0, 0.1, 0.5, 0.9, 1.0})
-        values_[name][fmt::format("tier=\"{}\",quantile=\"{}\"", tier, q)] = quantileOf(v, q);
+        values_[name][fmt::format("tier=\"{}\",pair_quantile=\"{}\"", tier, q)] =
+            quantileOf(v, q) * unit;
     }
   }
   values_["rankmap_topology_hosts"][""] = static_cast<double>(t.size());

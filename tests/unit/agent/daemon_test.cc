@@ -204,7 +204,8 @@ TEST(Daemon, MetricsAreValidPrometheusTextWithoutPairSeries) {
       << text;
   EXPECT_NE(text.find("rankmap_probe_round_duration_seconds_bucket{kind=\"full\",le=\"+Inf\"} 1"),
             std::string::npos);
-  EXPECT_NE(text.find("rankmap_topology_bandwidth_mbps{tier="), std::string::npos);
+  EXPECT_NE(text.find("rankmap_topology_bandwidth_bytes_per_second{tier="), std::string::npos);
+  EXPECT_NE(text.find("rankmap_topology_latency_seconds{tier="), std::string::npos);
   // The round above ended a moment ago.
   {
     const double now =
@@ -227,6 +228,11 @@ TEST(Daemon, MetricsAreValidPrometheusTextWithoutPairSeries) {
     }
     EXPECT_TRUE(std::regex_match(line, sample)) << line;
     ++samples;
+    // Prometheus' conventions: base units in the name, `quantile` only on a summary (none here).
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    EXPECT_FALSE(std::regex_search(name, std::regex("_(mbps|gbps|us|ms|mib|kib|mb|kb)(_|$)")))
+        << line;
+    EXPECT_FALSE(std::regex_search(line, std::regex(R"([{,]quantile=)"))) << line;
     // No series names a host: the label sets are bounded.
     EXPECT_EQ(line.find("\"x\""), std::string::npos) << line;
     EXPECT_EQ(line.find("\"y\""), std::string::npos) << line;

@@ -26,14 +26,14 @@ TEST(Metrics, TopologyWithoutMatricesIsSummarisedFromItsLinkModel) {
   Metrics m;
   m.setTopologySummary(t);
   std::string text = m.render();
-  EXPECT_NE(text.find(R"(rankmap_topology_bandwidth_mbps{tier="intra",quantile="0.5"} 1000)"),
+  EXPECT_NE(text.find(R"(rankmap_topology_bandwidth_bytes_per_second{tier="intra",pair_quantile="0.5"} 125000000)"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find(R"(rankmap_topology_bandwidth_mbps{tier="cross",quantile="0.5"} 250)"),
+  EXPECT_NE(text.find(R"(rankmap_topology_bandwidth_bytes_per_second{tier="cross",pair_quantile="0.5"} 31250000)"),
             std::string::npos)
       << text;
   // No round-trip medians to report: the link model has one-way latencies per tier only.
-  EXPECT_EQ(text.find("rankmap_topology_latency_us"), std::string::npos) << text;
+  EXPECT_EQ(text.find("rankmap_topology_latency_seconds"), std::string::npos) << text;
   EXPECT_NE(text.find("rankmap_topology_hosts 4"), std::string::npos) << text;
 }
 
