@@ -1,6 +1,6 @@
 // `rankmap export`: writes files other systems read, from a topology or a plan.
-//   --slurm-topology: Slurm's topology.conf (tree plugin) from the inferred hierarchy, taken from
-//                     --topology T (its "groups") or --plan P (the plan's "groups"); with
+//   --slurm-topology: Slurm's topology.conf (tree plugin) from the inferred hierarchy: the one
+//                     `rankmap plan` infers from --topology T, or --plan P's "groups"; with
 //                     --format yaml Slurm 25.05's topology.yaml (tree and block) instead; with
 //                     -o DIR (an existing directory) both, as DIR/topology.conf and
 //                     DIR/topology.yaml.
@@ -23,6 +23,7 @@
 #include "common/topology.h"
 #include "launch/kubernetes.h"
 #include "launch/slurm.h"
+#include "reorder/planner.h"
 
 namespace rankmap::cli {
 namespace {
@@ -41,8 +42,14 @@ Hierarchy loadHierarchy(const std::string& topologyPath, const std::string& plan
   Hierarchy h;
   if (!topologyPath.empty()) {
     Topology t = Topology::load(topologyPath);
-    for (const auto& host : t.hosts) h.hosts.push_back(host.name);
-    h.levels = t.groups;
+    // The hierarchy `rankmap plan` finds in this topology (the planner's own inference, with
+    // plan's defaults): export never states one switch where plan finds racks.
+    reorder::PlanOptions options;
+    options.hashTopology = false;
+    options.source = topologyPath;
+    const Plan p = reorder::makePlan(t, options);
+    h.hosts = p.hosts;
+    h.levels = p.groups;
     h.links = t.links;
     h.time = t.time;
     h.source = "topology " + topologyPath;

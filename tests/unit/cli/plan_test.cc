@@ -166,6 +166,24 @@ TEST_F(Cli, ExportWritesTheSchedulersFiles) {
   EXPECT_NE(fromPlan.out.find("kubectl label nodes l0 rankmap.io/level-1="), std::string::npos);
   EXPECT_EQ(fromPlan.out.find("kubectl annotate"), std::string::npos) << fromPlan.out;
 
+  // One inference: from a topology whose file declares no groups, export finds the racks that
+  // plan finds (it said "0 inferred level(s) (none: one switch)").
+  {
+    const std::string bare = test::fixture("testbed_8vm_2rack.json");
+    ASSERT_EQ(rankmap("plan -t " + bare + " -o " + path("bare.json")).code, 0);
+    Outcome fromTopology = rankmap("export --slurm-topology --topology " + bare);
+    Outcome fromItsPlan = rankmap("export --slurm-topology --plan " + path("bare.json"));
+    ASSERT_EQ(fromTopology.code, 0) << fromTopology.err;
+    ASSERT_EQ(fromItsPlan.code, 0) << fromItsPlan.err;
+    EXPECT_NE(fromTopology.out.find("1 inferred level(s)"), std::string::npos) << fromTopology.out;
+    auto switches = [](const std::string& conf) {  // the lines after the two comment lines
+      return conf.substr(conf.find("\nSwitchName="));
+    };
+    EXPECT_EQ(switches(fromTopology.out), switches(fromItsPlan.out)) << fromTopology.out;
+    Outcome labels = rankmap("export --k8s-labels --topology " + bare);
+    EXPECT_NE(labels.out.find("rankmap.io/level-1="), std::string::npos) << labels.out;
+  }
+
   Outcome kueue = rankmap("export --kueue-topology --kueue-name tas --topology " + topo);
   ASSERT_EQ(kueue.code, 0) << kueue.err;
   EXPECT_NE(kueue.out.find("  name: tas\n"), std::string::npos) << kueue.out;
