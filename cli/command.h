@@ -55,5 +55,6 @@ void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerShowCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerBenchCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerDoctorCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerCompletionCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 
 }  // namespace rankmap::cli

@@ -23,6 +23,7 @@ constexpr rankmap::cli::CommandRegistrar kCommands[] = {
     rankmap::cli::registerShowCommand,
     rankmap::cli::registerBenchCommand,
     rankmap::cli::registerDoctorCommand,
+    rankmap::cli::registerCompletionCommand,
 };
 
 // Edit distance between two words (insertions, deletions, substitutions).

@@ -471,6 +471,38 @@ TEST_F(Cli, AWrongTokenFileIsNamedNotAskedFor) {
   EXPECT_EQ(r.err.find("pass --token-file or set"), std::string::npos) << r.err;
 }
 
+// `rankmap completion bash`, sourced by a real bash: subcommands, a subcommand's options (an
+// option group's too), the global ones anywhere; another shell is a usage error.
+TEST_F(Cli, BashCompletionCompletesSubcommandsAndOptions) {
+  Outcome script = rankmap("completion bash");
+  ASSERT_EQ(script.code, 0) << script.err;
+  std::ofstream(path("completion.bash")) << script.out;
+  std::ofstream(path("complete.sh"))
+      << "source '" << path("completion.bash") << "'\n"
+      << "while IFS= read -r line; do read -ra COMP_WORDS <<<\"$line\"; "
+         "COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _rankmap; echo \"${COMPREPLY[*]}\"; done\n";
+  std::ofstream(path("lines")) << "rankmap pl\nrankmap plan --to\nrankmap -v show --sv\n"
+                                  "rankmap export --k8\nrankmap --vers\nrankmap bench -\n";
+  ASSERT_EQ(std::system(("bash '" + path("complete.sh") + "' <'" + path("lines") + "' >'" +
+                         path("got") + "'")
+                            .c_str()),
+            0);
+  std::istringstream got(slurp(path("got")));
+  std::vector<std::string> answers;
+  for (std::string line; std::getline(got, line);) answers.push_back(line);
+  ASSERT_EQ(answers.size(), 6u) << slurp(path("got"));
+  EXPECT_EQ(answers[0], "plan");
+  EXPECT_EQ(answers[1], "--topology");
+  EXPECT_EQ(answers[2], "--svg");
+  EXPECT_EQ(answers[3], "--k8s-labels");
+  EXPECT_EQ(answers[4], "--version");
+  EXPECT_NE(answers[5].find("--minbytes"), std::string::npos) << answers[5];
+  EXPECT_NE(answers[5].find("--verbose"), std::string::npos) << answers[5];
+  Outcome zsh = rankmap("completion zsh");
+  EXPECT_EQ(zsh.code, 2);
+  EXPECT_NE(zsh.err.find("shell 'zsh': expected bash"), std::string::npos) << zsh.err;
+}
+
 TEST_F(Cli, PlanAndShowATopologyWithoutMatrices) {
   // A sparse probe's topology.json (schema 2): a link model, measured pairs, no matrices.
   std::string topo = test::fixture("links_sparse.json");
