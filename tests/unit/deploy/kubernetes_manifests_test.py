@@ -8,6 +8,7 @@ Usage: kubernetes_manifests_test.py RANKMAP_BINARY
 import copy
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -16,6 +17,8 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__)))))
 DEPLOY = os.path.join(ROOT, "deploy", "kubernetes")
+BASE = os.path.join(DEPLOY, "base")
+OVERLAY = os.path.join(DEPLOY, "overlays", "example")
 sys.path.insert(0, DEPLOY)
 import check_manifests  # noqa: E402
 
@@ -30,7 +33,7 @@ def expect(cond, what):
 
 
 def load(name):
-    with open(os.path.join(DEPLOY, name), encoding="utf-8") as f:
+    with open(os.path.join(BASE, name), encoding="utf-8") as f:
         return f.read()
 
 
@@ -127,8 +130,12 @@ def main():
     rp = c["readinessProbe"]["httpGet"]
     expect((rp["host"], rp["path"], rp["port"]) == ("127.0.0.1", "/v1/health", 7410),
            "readiness on the loopback API's /v1/health")
-    expect(all(k in c["resources"].get(x, {}) for x in ("requests", "limits")
-               for k in ("cpu", "memory")), "requests and limits")
+    expect(all(k in c["resources"]["requests"] for k in ("cpu", "memory")) and
+           "memory" in c["resources"]["limits"], "requests, and a memory limit")
+    expect("cpu" not in c["resources"]["limits"],
+           "no CPU limit (its quota would throttle a measurement)")
+    expect({"operator": "Exists"} in p.get("tolerations", []),
+           "tolerates every taint (tainted GPU nodes get their agent)")
     secrets = {v["name"]: v["secret"] for v in p["volumes"] if "secret" in v}
     # rankmapd's secret-file check (common/files.h checkPrivateFile) accepts group read on a
     # kubelet-projected Secret only when the file's group is one of the agent's groups: the
@@ -149,7 +156,37 @@ def main():
                f"config {key} {path} lies in a mount")
     expect('"listen": "127.0.0.1:7410"' in config, "the API listens on loopback")
 
-    # 4. What `rankmap export` renders from a topology is valid.
+    # 4. kustomize renders the base and the example overlay into valid manifests: one image
+    # reference (the kustomization's) in both containers, and the overlay's hosts ConfigMap
+    # generated with a content hash that the DaemonSet's volume follows.
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        print("skipped: the kustomize checks (kubectl not installed; Debian: kubernetes-client)")
+    else:
+        for where in (BASE, OVERLAY):
+            r = subprocess.run([kubectl, "kustomize", where], capture_output=True, text=True,
+                               timeout=60)
+            expect(r.returncode == 0, f"kubectl kustomize {where}: {r.stderr.strip()}")
+            if r.returncode != 0:
+                continue
+            errs = check_manifests.check_text(r.stdout, where)
+            expect(not errs, f"{where} renders valid manifests: {errs}")
+            docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+            dss = [d for d in docs if d["kind"] == "DaemonSet"]
+            expect(len(dss) == 1, f"{where}: one DaemonSet")
+            spec = dss[0]["spec"]["template"]["spec"]
+            images = {x["image"] for x in spec["initContainers"] + spec["containers"]}
+            want = ("registry.example.com/rankmap:0.1.0" if where == OVERLAY
+                    else "rankmap:0.1.0")
+            expect(images == {want}, f"{where}: every container runs {want}: {images}")
+            if where == OVERLAY:
+                hosts = [d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap" and
+                         d["metadata"]["name"].startswith("rankmapd-hosts-")]
+                used = [v["configMap"]["name"] for v in spec["volumes"] if v["name"] == "hosts"]
+                expect(len(hosts) == 1 and used == hosts,
+                       f"the generated hosts ConfigMap {hosts} is the one mounted {used}")
+
+    # 5. What `rankmap export` renders from a topology is valid.
     kueue = subprocess.run([rankmap, "export", "--kueue-topology", "--topology", FIXTURE],
                            capture_output=True, text=True, check=True).stdout
     errs = check_manifests.check_text(kueue, "kueue")
