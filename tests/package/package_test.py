@@ -12,7 +12,8 @@ the installed MPI shim, `systemd-analyze verify --root R` on the installed unit 
 must resolve in R), rankmapd serving /v1/health with the installed config, librankmap exporting
 only rankmap* symbols, and tests/package/consumer built with find_package(rankmap) and with
 pkg-config against R/usr, each running one allreduce of 3 processes over loopback, checked
-exactly.
+exactly. Then remove (conffile and the agent's state stay) and purge (both go; the rankmapd
+user stays).
 
 Needs root (dpkg installs root-owned files and useradd writes R/etc/passwd) and the Debian tools;
 without them it prints the reason and exits 77 (skipped)."""
@@ -364,6 +365,29 @@ def checkConsumer(args, root, tmp):
     runRanks(binary, "consumer (pkg-config)", env)
 
 
+def checkRemoveAndPurge(root):
+    """Remove keeps the conffile and the agent's state; purge removes both; the user stays."""
+    state = os.path.join(root, "var/lib/rankmapd")
+    os.makedirs(state, exist_ok=True)
+    with open(os.path.join(state, "rankmapd.db"), "w") as f:
+        f.write("state")
+    dpkg = ["dpkg", f"--root={root}", "--force-script-chrootless", "--force-depends"]
+    run(dpkg + ["--remove", "rankmap"])
+    if os.path.exists(os.path.join(root, "usr/bin/rankmap")):
+        raise Failure("remove left R/usr/bin/rankmap")
+    for kept in ["etc/rankmap/rankmapd.json", "var/lib/rankmapd/rankmapd.db"]:
+        if not os.path.exists(os.path.join(root, kept)):
+            raise Failure(f"remove took R/{kept}, which only a purge removes")
+    run(dpkg + ["--purge", "rankmap"])
+    for gone in ["etc/rankmap/rankmapd.json", "var/lib/rankmapd"]:
+        if os.path.exists(os.path.join(root, gone)):
+            raise Failure(f"purge left R/{gone}")
+    with open(os.path.join(root, "etc/passwd")) as f:
+        if not any(line.startswith("rankmapd:") for line in f):
+            raise Failure("purge removed the rankmapd user (Debian keeps system users)")
+    print("remove: binaries gone, conffile and state kept; purge: both gone, the user kept")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build-dir", required=True)
@@ -392,6 +416,7 @@ def main():
         checkInstalled(args, root)
         checkAgent(root, tmp)
         checkConsumer(args, root, tmp)
+        checkRemoveAndPurge(root)
     except (Failure, subprocess.TimeoutExpired) as e:
         print(f"FAIL: {e}")
         return 1
