@@ -272,13 +272,13 @@ void Daemon::start() {
                  "plans already made and /metrics without the token (writes still need it)",
                  name_, cfg_.listen.host, httpPort_);
   RANKMAP_INFO(Agent, "agent {}: HTTP API on {}:{}, probes on {}:{}, {} hosts, state {}", name_,
-               cfg_.listen.host, httpPort_, cfg_.probeListen.host, probePort(), hosts_.size(),
+               cfg_.listen.host, httpPort_, cfg_.probeListen.host, probePort(), hosts().size(),
                store_->path());
   {
     std::lock_guard<std::mutex> lock(mu_);
     started_ = true;
   }
-  if (cfg_.reprobe.interval.count() > 0 && !hosts_.empty())
+  if (cfg_.reprobe.interval.count() > 0 && !hosts().empty())
     reprobeThread_ = std::thread([this] { reprobeLoop(); });
 }
 
@@ -314,7 +314,7 @@ bool Daemon::checkToken(std::string_view presented) const {
 Daemon::StartResult Daemon::startRound(std::optional<std::vector<Host>> hosts,
                                        std::optional<ProbeOptions> opts,
                                        const std::string& reason) {
-  std::vector<Host> list = hosts ? std::move(*hosts) : hosts_;
+  std::vector<Host> list = hosts ? std::move(*hosts) : this->hosts();
   if (list.empty())
     throw InvalidInput("no hosts to probe: start rankmapd with --hosts FILE or pass \"hosts\"");
   probe::validateHosts(list, "probe request");
@@ -590,7 +590,7 @@ Json Daemon::health() {
   Json j = {{"status", "ok"},
             {"name", name_},
             {"version", RANKMAP_VERSION},
-            {"hosts", hosts_.size()},
+            {"hosts", hosts().size()},
             {"store", store_->path()}};
   auto t = store_->topologies(1);
   j["topology_version"] = t.empty() ? Json(nullptr) : Json(t.front().version);
@@ -693,10 +693,47 @@ std::string Daemon::renderMetrics() {
   return metrics_.render();
 }
 
+std::vector<Host> Daemon::hosts() const {
+  std::lock_guard<std::mutex> lock(hostsMu_);
+  return hosts_;
+}
+
+bool Daemon::reloadHosts() {
+  if (cfg_.hostsFile.empty()) {
+    RANKMAP_WARN(Agent, "agent {}: reload: no hosts file configured (hosts_file, --hosts)", name_);
+    return false;
+  }
+  std::vector<Host> fresh;
+  try {
+    fresh = probe::loadHostsFile(cfg_.hostsFile);
+    if (fresh.empty())
+      throw InvalidInput(fmt::format("{}: no hosts (expected `name address[:port]` lines)",
+                                     cfg_.hostsFile));
+  } catch (const std::exception& e) {
+    RANKMAP_WARN(Agent, "agent {}: reload: keeping the {} hosts it had: {}", name_, hosts().size(),
+                 e.what());
+    return false;
+  }
+  if (!namesOf(fresh).count(name_))
+    RANKMAP_WARN(Agent,
+                 "agent {}: not in hosts file {}; it serves probes but never coordinates "
+                 "periodic rounds (set --name)",
+                 name_, cfg_.hostsFile);
+  size_t before = 0;
+  {
+    std::lock_guard<std::mutex> lock(hostsMu_);
+    before = hosts_.size();
+    hosts_ = std::move(fresh);
+  }
+  RANKMAP_INFO(Agent, "agent {}: reloaded hosts file {}: {} hosts (had {})", name_,
+               cfg_.hostsFile, hosts().size(), before);
+  return true;
+}
+
 bool Daemon::isCoordinator() {
   if (!cfg_.coordinator.empty()) return cfg_.coordinator == name_;
   std::vector<Host> before;
-  for (const auto& h : hosts_) {
+  for (const auto& h : hosts()) {
     if (h.name == name_) {
       if (before.empty()) return true;
       Coordinator probeBefore(before, key_, name_, cfg_.probe);
@@ -711,13 +748,14 @@ bool Daemon::isCoordinator() {
 }
 
 void Daemon::reprobeOnce() {
+  const std::vector<Host> hostsNow = hosts();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (runningId_ || stopping_ || hosts_.empty()) return;
+    if (runningId_ || stopping_ || hostsNow.empty()) return;
   }
   if (!isCoordinator()) return;
   auto current = store_->latestTopology();
-  if (!current || namesOf(current->hosts) != namesOf(hosts_)) {
+  if (!current || namesOf(current->hosts) != namesOf(hostsNow)) {
     startRound(std::nullopt, std::nullopt, current ? "hosts changed" : "no topology yet");
     return;
   }
@@ -731,12 +769,12 @@ void Daemon::reprobeOnce() {
   if (runningId_ || stopping_) return;
   if (roundThread_.joinable()) roundThread_.join();
   lastActiveCheck_ = std::chrono::steady_clock::now();
-  int64_t id = store_->beginRound("light", static_cast<int64_t>(hosts_.size()), 0);
+  int64_t id = store_->beginRound("light", static_cast<int64_t>(hostsNow.size()), 0);
   runningId_ = id;
   runningKind_ = "light";
   progress_ = RoundProgress{"check", 0, 0, ""};
   cancel_ = false;
-  roundThread_ = std::thread([this, id, hosts = hosts_, baseline = std::move(*current)]() mutable {
+  roundThread_ = std::thread([this, id, hosts = hostsNow, baseline = std::move(*current)]() mutable {
     roundMain(id, std::move(hosts), cfg_.probe, true, std::move(baseline));
   });
 }
@@ -762,7 +800,8 @@ Json Daemon::passiveSummary(bool rebase, std::optional<ProbeService::Hooks::Prob
 
 bool Daemon::holdForPassive() {
   // Every agent's view of the job traffic on its host, drift taken as acted on.
-  Coordinator coord(hosts_, key_, name_, cfg_.probe);
+  const std::vector<Host> list = hosts();  // this step's list (a reload may replace hosts_)
+  Coordinator coord(list, key_, name_, cfg_.probe);
   Json ask = {{"op", "passive"}, {"rebase", true}};
   {
     std::lock_guard<std::mutex> lock(probeSpanMu_);
@@ -784,16 +823,16 @@ bool Daemon::holdForPassive() {
     ++asked;
     try {
       auto s = PassiveLedger::Summary::fromJson(
-          *replies[h], fmt::format("agent {}'s passive view", hosts_[h].name));
+          *replies[h], fmt::format("agent {}'s passive view", list[h].name));
       fresh += s.fresh;
       for (const auto& d : s.drifting)
         drift.push_back(fmt::format("{} -> {} {:.0f} -> {:.0f} Mbit/s", d.src, d.dst,
                                     d.baselineMbps, d.nowMbps));
       // Each agent speaks for its own host's sends only.
       for (auto& b : s.backlogged)
-        if (b.src == hosts_[h].name) backlog.push_back(std::move(b));
-      if (s.fresh && s.sendBusy > 0) sendBusy[hosts_[h].name] = s.sendBusy;
-      if (s.fresh && s.sendBusyPeak > 0) sendPeak[hosts_[h].name] = s.sendBusyPeak;
+        if (b.src == list[h].name) backlog.push_back(std::move(b));
+      if (s.fresh && s.sendBusy > 0) sendBusy[list[h].name] = s.sendBusy;
+      if (s.fresh && s.sendBusyPeak > 0) sendPeak[list[h].name] = s.sendBusyPeak;
     } catch (const InvalidInput& e) {
       RANKMAP_WARN(Agent, "agent {}: {}", name_, e.what());
     }
@@ -836,7 +875,8 @@ bool Daemon::publishPassivePatch(const std::vector<PassiveLedger::Backlog>& back
   std::vector<std::string> notes;
   auto patched = patchBacklogged(*current, backlog, sendBusy, cfg_.reprobe.changeThreshold, notes);
   if (!patched) return false;
-  const auto n = static_cast<int64_t>(hosts_.size());
+  const std::vector<Host> hostsNow = hosts();
+  const auto n = static_cast<int64_t>(hostsNow.size());
   int64_t id = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -852,7 +892,7 @@ bool Daemon::publishPassivePatch(const std::vector<PassiveLedger::Backlog>& back
     RoundResult r;
     r.topology = std::move(*patched);
     r.pairsTotal = static_cast<size_t>(n * (n - 1) / 2);
-    version = finishRound(id, "passive", r, current, hosts_);
+    version = finishRound(id, "passive", r, current, hostsNow);
   } catch (const std::exception& e) {
     RANKMAP_ERROR(Agent, "agent {}: passive patch {} failed: {}", name_, id, e.what());
   }

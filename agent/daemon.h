@@ -99,7 +99,13 @@ class Daemon {
   Json readiness();
   // Prometheus text: the metrics plus the probe server's counters.
   std::string renderMetrics();
-  const std::vector<Host>& hosts() const { return hosts_; }
+  // The hosts list (hosts file) as it stands now: SIGHUP may replace it (reloadHosts).
+  std::vector<Host> hosts() const;
+  // Reads the hosts file again (rankmapd on SIGHUP, `systemctl reload`): a valid list replaces
+  // the current one, and the next periodic step sees the change and probes the new hosts; a
+  // missing or invalid file keeps the current list, with a warning naming the file and the
+  // problem. Returns whether the list was replaced.
+  bool reloadHosts();
 
   // Bearer token check, constant time. False when no token is configured.
   bool checkToken(std::string_view presented) const;
@@ -147,6 +153,7 @@ class Daemon {
   std::string name_;
   probe::ProbeKey key_;
   std::string token_;
+  mutable std::mutex hostsMu_;  // guards hosts_: read by every thread, replaced by reloadHosts
   std::vector<Host> hosts_;
   std::optional<reorder::DeclaredPlacement> prior_;
   std::string priorKey_;

@@ -1,8 +1,16 @@
 // rankmapd: the per-VM agent (agent/daemon.h). `rankmapd --config FILE [overrides]`.
 // Exit status: 0 after SIGTERM/SIGINT, 1 on a runtime failure, 2 on bad configuration.
+// SIGHUP reloads the hosts file (Daemon::reloadHosts). Under systemd (Type=notify) it reports
+// READY=1 once serving, RELOADING=1 and READY=1 around a reload, STOPPING=1 when stopping.
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +20,29 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+
+namespace {
+
+// systemd's readiness protocol (sd_notify(3), Type=notify): `state` as one datagram to the
+// socket NOTIFY_SOCKET names (a path, or '@' for the abstract namespace); nothing without it.
+// Best effort: the service runs the same whether or not systemd hears it.
+void notifySystemd(const char* state) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (!path || !*path) return;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const size_t len = std::strlen(path);
+  if (len >= sizeof(addr.sun_path)) return;
+  std::memcpy(addr.sun_path, path, len);
+  if (path[0] == '@') addr.sun_path[0] = '\0';
+  int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  (void)::sendto(fd, state, std::strlen(state), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr),
+                 static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
+  ::close(fd);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace rankmap;
@@ -68,21 +99,34 @@ int main(int argc, char** argv) {
   }
 
   // Signals are taken by one thread with sigwait(); every other thread inherits the mask.
+  // SIGHUP reloads the hosts file; SIGINT and SIGTERM stop.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   try {
     agent::Daemon daemon(cfg);
     daemon.start();
+    notifySystemd("READY=1");
     std::thread signals([&] {
-      int sig = 0;
-      sigwait(&set, &sig);
-      RANKMAP_INFO(Agent, "agent {}: signal {}, stopping", daemon.name(), sig);
-      daemon.requestStop();
+      for (;;) {
+        int sig = 0;
+        sigwait(&set, &sig);
+        if (sig == SIGHUP) {
+          notifySystemd("RELOADING=1");
+          daemon.reloadHosts();
+          notifySystemd("READY=1");
+          continue;
+        }
+        RANKMAP_INFO(Agent, "agent {}: signal {}, stopping", daemon.name(), sig);
+        notifySystemd("STOPPING=1");
+        daemon.requestStop();
+        return;
+      }
     });
     daemon.wait();
     daemon.stop();

@@ -187,7 +187,7 @@ def install(deb, root):
     run(["dpkg", f"--root={root}", "--force-script-chrootless", "--force-depends", "-i", deb])
 
 
-def checkInstalled(args, root):
+def checkInstalled(args, deb, root):
     with open(os.path.join(root, "etc/passwd")) as f:
         users = [line.split(":") for line in f if line.startswith("rankmapd:")]
     if len(users) != 1:
@@ -237,6 +237,13 @@ def checkInstalled(args, root):
         text = f.read()
     if "ExecStart=/usr/sbin/rankmapd --config /etc/rankmap/rankmapd.json\n" not in text:
         raise Failure(f"{unit}: ExecStart does not run /usr/sbin/rankmapd with /etc's config")
+    # ExecReload runs /bin/kill, which the package's procps dependency provides: R has none of
+    # the dependencies installed, so the host's copy stands in for it there.
+    depends = run(["dpkg-deb", "-f", deb, "Depends"]).stdout
+    if not re.search(r"(^|,\s*)procps(\s|,|$)", depends):
+        raise Failure(f"Depends lacks procps (the unit's ExecReload runs /bin/kill): {depends}")
+    os.makedirs(os.path.join(root, "bin"), exist_ok=True)
+    shutil.copy2("/bin/kill", os.path.join(root, "bin", "kill"))
     # --recursive-errors=no: R has no systemd of its own (sysinit.target and the like); the unit
     # itself is parsed and its ExecStart resolved inside R.
     proc = run(["systemd-analyze", "verify", f"--root={root}", "--recursive-errors=no",
@@ -413,7 +420,7 @@ def main():
         install(deb, root)
         install(deb, root)  # again: postinst must not add a second user
         checkDepends(deb, root)
-        checkInstalled(args, root)
+        checkInstalled(args, deb, root)
         checkAgent(root, tmp)
         checkConsumer(args, root, tmp)
         checkRemoveAndPurge(root)

@@ -3,9 +3,12 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -417,50 +420,74 @@ TEST_F(Cli, BadInputsExitTwoNamingTheFileAndField) {
   }
 }
 
-// `rankmap probe --agent` with a token file that is not the agent's: the error names the file
-// and says which token to pass, not "pass --token-file" (it was passed). A real rankmapd on a
-// loopback port.
-TEST_F(Cli, AWrongTokenFileIsNamedNotAskedFor) {
-  std::ofstream(path("key")) << std::string(64, 'k') << "\n";
-  std::ofstream(path("token")) << std::string(32, 't') << "\n";
-  std::ofstream(path("other")) << std::string(32, 'o') << "\n";
-  for (const char* f : {"key", "token", "other"}) ::chmod(path(f).c_str(), 0600);
-  std::ofstream(path("hosts")) << "a 127.0.0.1:1\nb 127.0.0.2:1\n";
-  // Free loopback ports for the agent's API and probes (bound, then released for the agent).
-  auto freePort = [] {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    int port = 0;
-    if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-      port = ntohs(addr.sin_port);
-    if (fd >= 0) ::close(fd);
-    return port;
-  };
-  const int port = freePort(), probePort = freePort();
-  ASSERT_TRUE(port > 0 && probePort > 0);
-  const std::string url = fmt::format("http://127.0.0.1:{}", port);
-  const std::string agent = fmt::format(
-      "timeout 60 '{}' --name a --listen 127.0.0.1:{} --probe-listen 127.0.0.1:{} --state-dir '{}' "
-      "--token-file '{}' --key-file '{}' 2>'{}' & echo $! >'{}'",
-      RANKMAPD, port, probePort, path("state"), path("token"), path("key"), path("agent.log"), path("pid"));
-  ASSERT_EQ(std::system(agent.c_str()), 0);
-  struct Stop {
-    std::string pidFile;
-    ~Stop() { std::system(("kill $(cat '" + pidFile + "') 2>/dev/null; wait").c_str()); }
-  } stop{path("pid")};
-  bool up = false;
-  for (int i = 0; i < 100 && !up; ++i) {
-    try {
-      up = HttpClient(url).get("/v1/health", Deadline::after(std::chrono::seconds(1))).status == 200;
-    } catch (const std::exception&) {
+// A free loopback port (bound, then released for the agent that is started next).
+int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+// A real rankmapd on loopback ports, named `a`, with the fixture's key and token: started by
+// the constructor (its stderr in DIR/agent.log), stopped (SIGTERM) by stop() or the destructor.
+struct RunningAgent {
+  RunningAgent(const std::string& dir, const std::string& extraArgs, const std::string& env = "")
+      : dir(dir) {
+    std::ofstream(dir + "/key") << std::string(64, 'k') << "\n";
+    std::ofstream(dir + "/token") << std::string(32, 't') << "\n";
+    for (const char* f : {"/key", "/token"}) ::chmod((dir + f).c_str(), 0600);
+    const int port = freePort(), probePort = freePort();
+    url = fmt::format("http://127.0.0.1:{}", port);
+    const std::string cmd = fmt::format(
+        "{} '{}' --name a --listen 127.0.0.1:{} --probe-listen 127.0.0.1:{} --state-dir '{}/state' "
+        "--token-file '{}/token' --key-file '{}/key' {} 2>'{}/agent.log' & echo $! >'{}/pid'",
+        env, RANKMAPD, port, probePort, dir, dir, dir, extraArgs, dir, dir);
+    if (port > 0 && probePort > 0 && std::system(cmd.c_str()) == 0)
+      pid = std::stoi(slurp(dir + "/pid"));
+    for (int i = 0; i < 100 && pid > 0 && !up; ++i) {
+      try {
+        up = HttpClient(url).get("/v1/health", Deadline::after(std::chrono::seconds(1))).status ==
+             200;
+      } catch (const std::exception&) {
+      }
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  ASSERT_TRUE(up) << slurp(path("agent.log"));
+  ~RunningAgent() { stop(); }
+  void stop() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGTERM);
+    for (int i = 0; i < 100 && ::kill(pid, 0) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ::kill(pid, SIGKILL);
+    pid = -1;
+  }
+  Json health() const {
+    return parseJson(
+        HttpClient(url).get("/v1/health", Deadline::after(std::chrono::seconds(5))).body, "health");
+  }
+  std::string log() const { return slurp(dir + "/agent.log"); }
+  std::string dir, url;
+  int pid = -1;
+  bool up = false;
+};
+
+// `rankmap probe --agent` with a token file that is not the agent's: the error names the file
+// and says which token to pass, not "pass --token-file" (it was passed).
+TEST_F(Cli, AWrongTokenFileIsNamedNotAskedFor) {
+  std::ofstream(path("other")) << std::string(32, 'o') << "\n";
+  ::chmod(path("other").c_str(), 0600);
+  std::ofstream(path("hosts")) << "a 127.0.0.1:1\nb 127.0.0.2:1\n";
+  RunningAgent agent(dir_, "");
+  ASSERT_TRUE(agent.up) << agent.log();
+  const std::string url = agent.url;
   Outcome r = rankmap("probe --hosts " + path("hosts") + " --out " + path("t.json") + " --agent " +
                       url + " --token-file " + path("other"));
   EXPECT_EQ(r.code, 2) << r.err;
@@ -469,6 +496,55 @@ TEST_F(Cli, AWrongTokenFileIsNamedNotAskedFor) {
             std::string::npos)
       << r.err;
   EXPECT_EQ(r.err.find("pass --token-file or set"), std::string::npos) << r.err;
+}
+
+// rankmapd under systemd's readiness protocol (Type=notify): READY=1 once it serves; SIGHUP
+// (`systemctl reload`) reloads the hosts file, between RELOADING=1 and READY=1, and keeps the
+// list it had when the new file is bad; STOPPING=1 on SIGTERM. A real rankmapd and a datagram
+// socket standing in for systemd's.
+TEST_F(Cli, RankmapdNotifiesSystemdAndReloadsItsHostsOnSighup) {
+  const std::string sockPath = path("notify");
+  int sock = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(sockPath.size(), sizeof(addr.sun_path));
+  std::memcpy(addr.sun_path, sockPath.c_str(), sockPath.size());
+  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } closeSock{sock};
+  auto next = [&] {  // the next datagram within 10 s, or ""
+    pollfd p{sock, POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1) return std::string();
+    char buf[256];
+    ssize_t n = ::recv(sock, buf, sizeof(buf), 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  };
+  std::ofstream(path("hosts")) << "a 127.0.0.1:7411\n";
+  RunningAgent agent(dir_, "--hosts '" + path("hosts") + "'", "NOTIFY_SOCKET='" + sockPath + "'");
+  ASSERT_TRUE(agent.up) << agent.log();
+  EXPECT_EQ(next(), "READY=1");
+  EXPECT_EQ(agent.health()["hosts"], 1);
+
+  std::ofstream(path("hosts")) << "a 127.0.0.1:7411\nb 127.0.0.2:7411\n";
+  ASSERT_EQ(::kill(agent.pid, SIGHUP), 0);
+  EXPECT_EQ(next(), "RELOADING=1");
+  EXPECT_EQ(next(), "READY=1");
+  EXPECT_EQ(agent.health()["hosts"], 2) << agent.log();
+
+  std::ofstream(path("hosts")) << "a 127.0.0.1:7411\nb not-an-address\n";
+  ASSERT_EQ(::kill(agent.pid, SIGHUP), 0);
+  EXPECT_EQ(next(), "RELOADING=1");
+  EXPECT_EQ(next(), "READY=1");
+  EXPECT_EQ(agent.health()["hosts"], 2);
+  EXPECT_NE(agent.log().find("reload: keeping the 2 hosts it had: " + path("hosts")),
+            std::string::npos)
+      << agent.log();
+
+  agent.stop();
+  EXPECT_EQ(next(), "STOPPING=1");
 }
 
 // `rankmap completion bash`, sourced by a real bash: subcommands, a subcommand's options (an
