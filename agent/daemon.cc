@@ -113,11 +113,7 @@ Daemon::Daemon(AgentConfig cfg, ProbeService::Measure measure)
         reorder::parseLabelKeys(cfg_.priorLabels, fmt::format("{}: prior_labels", cfg_.priorFile)));
     priorKey_ = "/prior:" + sha256Hex(text).substr(0, 16);
   }
-  if (!hosts_.empty() && !namesOf(hosts_).count(name_))
-    RANKMAP_WARN(Agent,
-                 "agent {}: not in hosts file {}; it serves probes but never coordinates "
-                 "periodic rounds (set --name)",
-                 name_, cfg_.hostsFile);
+  warnIfNotListed(hosts_);
   stateLock_ = lockStateDir(cfg_.stateDir);
   store_ = std::make_unique<Store>(cfg_.stateDir);
   if (int64_t n = store_->abandonRunningRounds())
@@ -693,6 +689,14 @@ std::string Daemon::renderMetrics() {
   return metrics_.render();
 }
 
+void Daemon::warnIfNotListed(const std::vector<Host>& hosts) const {
+  if (!hosts.empty() && !namesOf(hosts).count(name_))
+    RANKMAP_WARN(Agent,
+                 "agent {}: not in hosts file {}; it serves probes but never coordinates "
+                 "periodic rounds (set --name)",
+                 name_, cfg_.hostsFile);
+}
+
 std::vector<Host> Daemon::hosts() const {
   std::lock_guard<std::mutex> lock(hostsMu_);
   return hosts_;
@@ -714,11 +718,7 @@ bool Daemon::reloadHosts() {
                  e.what());
     return false;
   }
-  if (!namesOf(fresh).count(name_))
-    RANKMAP_WARN(Agent,
-                 "agent {}: not in hosts file {}; it serves probes but never coordinates "
-                 "periodic rounds (set --name)",
-                 name_, cfg_.hostsFile);
+  warnIfNotListed(fresh);
   size_t before = 0;
   {
     std::lock_guard<std::mutex> lock(hostsMu_);

@@ -137,6 +137,8 @@ class Daemon {
   void pushTopology(const Topology& t, const std::vector<Host>& hosts,
                     const std::vector<std::string>& dead);
   bool isCoordinator();
+  // Warns when this agent's name is not in `hosts` (read from the hosts file; empty: no file).
+  void warnIfNotListed(const std::vector<Host>& hosts) const;
   void reprobeLoop();
   // The passive hold (coordinator): asks every agent for its view of the job traffic. True
   // when the light check is held back: some host's job traffic is fresh, none drifted, and the

@@ -153,12 +153,14 @@ double statusKb(const std::string& key) {
   return 0;
 }
 
-// A counter of the agent's Prometheus text without labels (0 when absent).
-double metric(agent::Daemon& d, const std::string& name) {
-  std::string text = d.renderMetrics();
+// A series of the agent's Prometheus text, labels included in `name` (0 when absent).
+double metricIn(const std::string& text, const std::string& name) {
   size_t at = text.find("\n" + name + " ");
   if (at == std::string::npos) return 0;
   return std::stod(text.substr(at + name.size() + 2));
+}
+double metric(agent::Daemon& d, const std::string& name) {
+  return metricIn(d.renderMetrics(), name);
 }
 
 // The agents' process: an agent for every live host of `dc`, started 8 at a time (each
@@ -249,10 +251,11 @@ int agentsMain(const Args& args, const testing::TempDir& dir, int ready, int don
     if (!a) continue;
     auto v = a->store().topologies(1);
     Json refused = Json::object();
+    const std::string metrics = a->renderMetrics();  // once per agent, for every reason
     for (auto r : probe::ProbeServer::kAllRefusals) {
       const std::string reason = probe::ProbeServer::refusalName(r);
-      refused[reason] = metric(
-          *a, fmt::format("rankmap_probe_refused_connections_total{{reason=\"{}\"}}", reason));
+      refused[reason] = metricIn(
+          metrics, fmt::format("rankmap_probe_refused_connections_total{{reason=\"{}\"}}", reason));
     }
     held.push_back({{"name", a->name()},
                     {"version", v.empty() ? Json(nullptr) : Json(v.front().version)},
