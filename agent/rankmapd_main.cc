@@ -47,6 +47,7 @@ void notifySystemd(const char* state) {
 int main(int argc, char** argv) {
   using namespace rankmap;
   CLI::App app{"rankmapd: measures the network between a job's VMs and serves topology.json"};
+  app.name("rankmapd");  // usage lines say "rankmapd", not the path it was started by
   app.set_version_flag("--version", RANKMAP_VERSION);
   std::string configFile, listen, probeListen, hosts, stateDir, tokenFile, keyFile, name,
       coordinator, interval;

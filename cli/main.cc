@@ -81,6 +81,7 @@ std::string unknownCommand(const CLI::App& app, int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace rankmap;
   CLI::App app{"rankmap: puts ranks in the right order for collectives in public clouds"};
+  app.name("rankmap");  // usage lines say "rankmap", not the path it was started by
   app.set_version_flag("--version", RANKMAP_VERSION);
   app.require_subcommand(1);
   // Global flags anywhere on the line (`rankmap plan -v`): a subcommand hands what it does not

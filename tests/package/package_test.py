@@ -56,7 +56,7 @@ def checkTools(args):
     if os.geteuid() != 0:
         skip("needs root: dpkg --root installs root-owned files and useradd writes R/etc/passwd")
     for tool in ["dpkg", "dpkg-deb", "dpkg-query", "dpkg-shlibdeps", "useradd", "readelf", "nm",
-                 "ldd", "systemd-analyze", "pkg-config", args.cc]:
+                 "man", "ldd", "systemd-analyze", "pkg-config", args.cc]:
         if shutil.which(tool) is None:
             skip(f"{tool} is not installed")
     if "--prefix" not in run(["useradd", "--help"], check=False).stdout:
@@ -251,6 +251,25 @@ def checkInstalled(args, deb, root):
     if proc.returncode != 0 or proc.stderr.strip():
         raise Failure(f"systemd-analyze verify: exit {proc.returncode}\n{proc.stderr}")
     print("unit: systemd-analyze verify --root clean")
+    proc = run(["systemd-analyze", "security", "--offline=true", f"--root={root}",
+                "rankmapd.service"], check=False)
+    m = re.search(r"Overall exposure level for rankmapd.service: ([0-9.]+)", proc.stdout)
+    if not m or float(m.group(1)) > 2.0:
+        raise Failure(f"systemd-analyze security: expected an exposure of at most 2.0\n"
+                      f"{proc.stdout}{proc.stderr}")
+    print(f"unit: systemd-analyze security --offline=true: exposure {m.group(1)}")
+
+    # Every man page renders without a warning and names its program.
+    pages = sorted(glob.glob(os.path.join(root, "usr/share/man/man*/*.gz")))
+    for page in pages:
+        proc = run(["man", "--warnings", "-l", page], env=dict(os.environ, MANWIDTH="80"),
+                   check=False)
+        name = os.path.basename(page).rsplit(".", 2)[0]
+        if proc.returncode != 0 or proc.stderr.strip() or \
+                not re.search(rf"^NAME\n\s+{re.escape(name)} ", proc.stdout, re.M):
+            raise Failure(f"man {page}: exit {proc.returncode}, no NAME line for {name}\n"
+                          f"{proc.stderr}{proc.stdout[:400]}")
+    print(f"man pages: {len(pages)} render without warnings")
 
     lib = os.path.join(root, "usr", args.libdir, f"librankmap.so.{args.version}")
     symbols = run(["nm", "-D", "--defined-only", lib]).stdout.split("\n")
