@@ -438,19 +438,7 @@ except Exception:
 print(json.dumps(out))
 )";
 
-// A library of ours beside this rankmap: in the build tree (`folder`) or installed.
-std::string findBeside(const std::string& folder, const std::string& file) {
-  std::string dir = launch::executableDir();
-  for (const std::string& rel :
-       {"/../" + folder + "/", std::string("/../lib/"), std::string("/../lib/x86_64-linux-gnu/"),
-        std::string("/../lib64/")}) {
-    std::string p = dir + rel + file;
-    if (readable(p)) return realPath(p);
-  }
-  return "";
-}
-
-std::string findNcclShim() { return findBeside("shim_nccl", "librankmap_nccl.so"); }
+std::string findNcclShim() { return launch::findOurLibrary("shim_nccl", "librankmap_nccl.so"); }
 
 // Whether NCCL would load rankmap's tuner plugin (NCCL_TUNER_PLUGIN), and what it chains to.
 struct TunerReport {
@@ -464,7 +452,7 @@ struct TunerReport {
 
 TunerReport tunerReport(const Config& config) {
   TunerReport t;
-  t.library = findBeside("nccl_tuner", std::string(nccl_tuner::kTunerLibrary));
+  t.library = launch::findOurLibrary("nccl_tuner", std::string(nccl_tuner::kTunerLibrary));
   t.chain = config.get(settings::kNcclTunerChain);
   t.adjusts = config.get(settings::kNcclTuner);
   // NCCL's variable, not a RANKMAP_* setting: read where it is judged.
@@ -587,7 +575,8 @@ int runDoctor(const CliContext& ctx, const DoctorArgs& a) {
   std::string mpiShim;
   if (mpi.family != launch::MpiFamily::kUnknown) {
     const bool mpich = mpi.family == launch::MpiFamily::kMpich;
-    mpiShim = findBeside("shim_mpi", mpich ? "librankmap_mpich.so" : "librankmap_mpi.so");
+    mpiShim =
+        launch::findOurLibrary("shim_mpi", mpich ? "librankmap_mpich.so" : "librankmap_mpi.so");
     mpiText = fmt::format("{} ({}, needed by {}); its shim: {}", launch::mpiFamilyName(mpi.family),
                           mpi.library, mpi.neededBy,
                           !mpiShim.empty() ? mpiShim

@@ -94,15 +94,7 @@ void chooseShimLib(const Config& cfg, const launch::LaunchCommand& cmd, launch::
     opts.shimLib = set;
     return;
   }
-  std::string dir = launch::executableDir();
-  for (const char* rel : {"/../shim_mpi/", "/../lib/", "/../lib/x86_64-linux-gnu/", "/../lib64/"}) {
-    std::string p = dir + rel + file;
-    char buf[4096];
-    if (::access(p.c_str(), R_OK) == 0 && ::realpath(p.c_str(), buf) != nullptr) {
-      opts.shimLib = buf;
-      return;
-    }
-  }
+  opts.shimLib = launch::findOurLibrary("shim_mpi", file);
 }
 
 // Runs the job, with a StalePlanWatch beside it when its order was fixed at launch from a plan

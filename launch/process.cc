@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <thread>
 
@@ -304,6 +305,16 @@ int runAndWait(const std::vector<std::string>& argv) {
   Child child = spawn(argv, opts);
   gChild = child.pid();
   return child.wait().code();
+}
+
+std::string findOurLibrary(const std::string& buildFolder, const std::string& file) {
+  const std::string dir = executableDir();
+  for (const std::string& sub : {"../" + buildFolder, std::string(RANKMAP_PLUGINDIR_FROM_BINDIR)}) {
+    const std::string p = dir + "/" + sub + "/" + file;
+    char buf[PATH_MAX];
+    if (::access(p.c_str(), R_OK) == 0 && ::realpath(p.c_str(), buf) != nullptr) return buf;
+  }
+  return "";
 }
 
 std::string executableDir() {

@@ -118,4 +118,10 @@ int runAndWait(const std::vector<std::string>& argv);
 // Directory of the running executable (/proc/self/exe), for finding files installed beside it.
 std::string executableDir();
 
+// One of our libraries that is loaded by path (the MPI and NCCL shims, the tuner plugin), for
+// the running rankmap: in the build tree (../<buildFolder>/<file>) or where it is installed (the
+// plugin directory, RANKMAP_INSTALL_PLUGINDIR, relative to the binary's). The resolved path, or
+// "" when neither exists.
+std::string findOurLibrary(const std::string& buildFolder, const std::string& file);
+
 }  // namespace rankmap::launch

@@ -1,15 +1,18 @@
 #!/usr/bin/python3
-"""The Debian package, built from the current build tree and installed into a scratch root.
+"""The Debian packages, built from the current build tree and installed into a scratch root.
 
-cpack builds rankmap_<version>.deb; its file list must be tests/package/expected_files.txt plus
-the docs; its Depends must name the Debian package of every library its ELF files link (found
-here independently: readelf, ldd, dpkg -S). `dpkg --root R --force-script-chrootless`
-installs it (the empty database has none of the dependencies, hence --force-depends; the
+cpack builds one .deb per role (packaging/CMakeLists.txt); each one's file list must be its
+section of tests/package/expected_files.txt (plus the docs, in `rankmap`); each one's Depends
+must name the Debian package of every library its own ELF files link (found here independently:
+readelf, ldd, dpkg -S), and rankmapd's must not pull an MPI or libibverbs. lintian must report
+exactly the tags packaging/lintian.md justifies. `dpkg --root R --force-script-chrootless`
+installs them (the empty database has none of the dependencies, hence --force-depends; the
 maintainer scripts run on the host with DPKG_ROOT=R, the mode dpkg provides for this), twice, so
 postinst must create the rankmapd system user exactly once; the config must be a registered
-conffile. Then, from R: `rankmap --version`, `rankmapd --help`, `rankmap run --mode shim` finding
+conffile. An upgrade to a rebuilt version keeps the operator's edited config and the user. Then,
+from R: `rankmap --version`, `rankmapd --help`, `rankmap run --mode shim` finding
 the installed MPI shim, `systemd-analyze verify --root R` on the installed unit (its ExecStart
-must resolve in R), rankmapd serving /v1/health with the installed config, librankmap exporting
+must resolve in R) and its `security` exposure (at most 2.0), every man page rendering, rankmapd serving /v1/health with the installed config, librankmap exporting
 only rankmap* symbols, and tests/package/consumer built with find_package(rankmap) and with
 pkg-config against R/usr, each running one allreduce of 3 processes over loopback, checked
 exactly. Then remove (conffile and the agent's state stay) and purge (both go; the rankmapd
@@ -56,61 +59,92 @@ def checkTools(args):
     if os.geteuid() != 0:
         skip("needs root: dpkg --root installs root-owned files and useradd writes R/etc/passwd")
     for tool in ["dpkg", "dpkg-deb", "dpkg-query", "dpkg-shlibdeps", "useradd", "readelf", "nm",
-                 "man", "ldd", "systemd-analyze", "pkg-config", args.cc]:
+                 "man", "lintian", "ldd", "systemd-analyze", "pkg-config", args.cc]:
         if shutil.which(tool) is None:
             skip(f"{tool} is not installed")
     if "--prefix" not in run(["useradd", "--help"], check=False).stdout:
         skip("this useradd has no --prefix (shadow < 4.6): postinst cannot write into a root")
 
 
-def buildDeb(args, tmp):
-    out = os.path.join(tmp, "out")
-    run([args.cpack, "--config", os.path.join(args.build_dir, "CPackConfig.cmake"), "-B", out],
-        timeout=120)
-    debs = glob.glob(os.path.join(out, "rankmap_*.deb"))
-    if len(debs) != 1:
-        raise Failure(f"cpack made {debs}, expected one rankmap_*.deb")
-    return debs[0]
+def buildDebs(args, tmp, version=None):
+    """package name -> .deb, from cpack (at `version` instead of the project's, for an upgrade)."""
+    out = os.path.join(tmp, "out-" + (version or "current"))
+    cmd = [args.cpack, "--config", os.path.join(args.build_dir, "CPackConfig.cmake"), "-B", out]
+    if version:
+        cmd += ["-D", f"CPACK_PACKAGE_VERSION={version}"]
+    run(cmd, timeout=180)
+    debs = {}
+    for deb in glob.glob(os.path.join(out, "*.deb")):
+        debs[run(["dpkg-deb", "-f", deb, "Package"]).stdout.strip()] = deb
+    expected = set(expectedFiles(args))
+    if set(debs) != expected:
+        raise Failure(f"cpack made packages {sorted(debs)}, expected {sorted(expected)}")
+    return debs
 
 
 def expectedFiles(args):
+    """package -> its expected files (expected_files.txt; the docs go with `rankmap`)."""
     version = args.version
     fields = {"libdir": args.libdir, "version": version,
               "soversion": ".".join(version.split(".")[:2]), "config": args.config.lower()}
-    expected = set()
+    expected, current = {}, None
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected_files.txt")) as f:
         for line in f:
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
-            if line.startswith("mpi:"):
-                if not args.mpi:
-                    continue
-                line = line[len("mpi:"):]
-            if line.startswith("mpich:"):
-                if not args.mpich:
-                    continue
-                line = line[len("mpich:"):]
-            expected.add(line.format(**fields))
+            if line.startswith("["):
+                name = line.strip("[]")
+                wanted = {"mpi": args.mpi, "mpich": args.mpich}.get(name.split(":")[0], True) \
+                    if ":" in name else True
+                current = name.split(":")[-1].format(**fields) if wanted else None
+                if current:
+                    expected[current] = set()
+            elif current:
+                expected[current].add(line.format(**fields))
     docs = ["README.md"] + [os.path.basename(p)
                             for p in glob.glob(os.path.join(args.source_dir, "docs", "*.md"))]
-    expected.update(f"usr/share/doc/rankmap/{d}" for d in docs)
+    expected["rankmap"].update(f"usr/share/doc/rankmap/{d}" for d in docs)
     return expected
 
 
-def checkFileList(args, deb):
-    listing = run(["dpkg-deb", "-c", deb]).stdout
+def debFiles(deb):
     files = set()
-    for line in listing.splitlines():
+    for line in run(["dpkg-deb", "-c", deb]).stdout.splitlines():
         mode, path = line.split()[0], line.split()[5]
-        if mode.startswith("d"):
-            continue
-        files.add(path[2:] if path.startswith("./") else path)
+        if not mode.startswith("d"):
+            files.add(path[2:] if path.startswith("./") else path)
+    return files
+
+
+def checkFileLists(args, debs):
     expected = expectedFiles(args)
-    missing, extra = sorted(expected - files), sorted(files - expected)
-    if missing or extra:
-        raise Failure(f"{deb}: file list differs; missing {missing}, unexpected {extra}")
-    print(f"file list: {len(files)} files as expected")
+    for package, deb in sorted(debs.items()):
+        files = debFiles(deb)
+        missing = sorted(expected[package] - files)
+        extra = sorted(files - expected[package])
+        if missing or extra:
+            raise Failure(f"{deb}: file list differs; missing {missing}, unexpected {extra}")
+        print(f"file list: {package}: {len(files)} files as expected")
+
+
+def checkLintian(args, debs):
+    """lintian reports exactly the (package, tag) pairs that packaging/lintian.md justifies."""
+    justified = set()
+    with open(os.path.join(args.source_dir, "packaging", "lintian.md")) as f:
+        for m in re.finditer(r"^\| ([*a-z0-9.+-]+) \| ([a-z0-9.+-]+) \|", f.read(), re.M):
+            if m.group(1) == "package":  # the table's head
+                continue
+            for package in (debs if m.group(1) == "*" else [m.group(1)]):
+                justified.add((package, m.group(2)))
+    proc = run(["lintian", "--tag-display-limit", "0", *sorted(debs.values())], check=False,
+               timeout=300)
+    reported = set(re.findall(r"^[EWI]: ([a-z0-9.+-]+): ([a-z0-9.+-]+)", proc.stdout, re.M))
+    if reported - justified or justified - reported:
+        raise Failure(f"lintian: not justified in packaging/lintian.md: "
+                      f"{sorted(reported - justified)}; justified but no longer reported: "
+                      f"{sorted(justified - reported)}\n{proc.stdout}")
+    print(f"lintian: {len(reported)} reports, each justified in packaging/lintian.md")
 
 
 def ownerPackage(path):
@@ -129,43 +163,48 @@ def ownerPackage(path):
     raise Failure(f"no Debian package owns {path} (tried {candidates})")
 
 
-def checkDepends(deb, root):
+kNotOnAgentNodes = ("libopenmpi3", "libmpich12", "libibverbs1")
+
+
+def checkDepends(package, deb, root):
     depends = run(["dpkg-deb", "-f", deb, "Depends"]).stdout
     declared = {re.split(r"[\s(]", d.strip())[0] for d in depends.split(",") if d.strip()}
+    if package == "rankmapd" and declared & set(kNotOnAgentNodes):
+        raise Failure(f"rankmapd Depends on {sorted(declared & set(kNotOnAgentNodes))}: an "
+                      f"agent-only node should not need them")
     needed = {}  # soname -> (the host library ldd resolves it to, the first file needing it)
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(dirpath, name)
-            if os.path.islink(path) or not os.path.isfile(path):
+    for rel in sorted(debFiles(deb)):
+        path = os.path.join(root, rel)
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            if f.read(4) != b"\x7fELF":
                 continue
-            with open(path, "rb") as f:
-                if f.read(4) != b"\x7fELF":
-                    continue
-            ldd = run(["ldd", path]).stdout
-            resolved = dict(re.findall(r"^\s*(\S+) => (/\S+)", ldd, re.M))
-            # The dynamic loader is listed by its path alone.
-            resolved.update((os.path.basename(p), p)
-                            for p in re.findall(r"^\s*(/\S+) \(0x", ldd, re.M))
-            for soname in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]",
-                                     run(["readelf", "-d", path]).stdout):
-                if soname.startswith("librankmap"):
-                    continue
-                if soname not in resolved:
-                    raise Failure(f"{path} needs {soname}, which ldd does not resolve")
-                needed.setdefault(soname, (resolved[soname], path))
+        ldd = run(["ldd", path]).stdout
+        resolved = dict(re.findall(r"^\s*(\S+) => (/\S+)", ldd, re.M))
+        # The dynamic loader is listed by its path alone.
+        resolved.update((os.path.basename(p), p)
+                        for p in re.findall(r"^\s*(/\S+) \(0x", ldd, re.M))
+        for soname in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]",
+                                 run(["readelf", "-d", path]).stdout):
+            if soname.startswith("librankmap"):
+                continue
+            if soname not in resolved:
+                raise Failure(f"{path} needs {soname}, which ldd does not resolve")
+            needed.setdefault(soname, (resolved[soname], path))
     missing = []
     for soname, (library, user) in sorted(needed.items()):
-        package = ownerPackage(library)
+        owner = ownerPackage(library)
         # A shlibs file may name a virtual package the owner provides (libspdlog1.10 provides
         # libspdlog1.10-fmt9: the fmt ABI it was built with).
-        provides = run(["dpkg-query", "-W", "-f=${Provides}", package]).stdout
-        names = {package} | {re.split(r"[\s(]", p.strip())[0]
-                             for p in provides.split(",") if p.strip()}
+        provides = run(["dpkg-query", "-W", "-f=${Provides}", owner]).stdout
+        names = {owner} | {re.split(r"[\s(]", p.strip())[0]
+                           for p in provides.split(",") if p.strip()}
         if not names & declared:
-            missing.append(f"{package} (for {soname} of {os.path.relpath(user, root)})")
+            missing.append(f"{owner} (for {soname} of {os.path.relpath(user, root)})")
     if missing:
-        raise Failure(f"Depends: {depends.strip()}\nlacks {missing}")
-    print(f"Depends: {depends.strip()}")
+        raise Failure(f"{package}: Depends: {depends.strip()}\nlacks {missing}")
+    print(f"Depends of {package}: {depends.strip()}")
 
 
 def prepareRoot(root):
@@ -183,11 +222,12 @@ def prepareRoot(root):
     os.chmod(os.path.join(root, "etc/gshadow"), 0o640)
 
 
-def install(deb, root):
-    run(["dpkg", f"--root={root}", "--force-script-chrootless", "--force-depends", "-i", deb])
+def install(debs, root):
+    run(["dpkg", f"--root={root}", "--force-script-chrootless", "--force-depends",
+         "--force-confold", "-i", *sorted(debs.values())])
 
 
-def checkInstalled(args, deb, root):
+def checkInstalled(args, debs, root):
     with open(os.path.join(root, "etc/passwd")) as f:
         users = [line.split(":") for line in f if line.startswith("rankmapd:")]
     if len(users) != 1:
@@ -201,7 +241,7 @@ def checkInstalled(args, deb, root):
     print(f"user: rankmapd uid {uid}, created once over two installs")
 
     query = run(["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W",
-                 "-f=${Status}\n${Conffiles}\n", "rankmap"]).stdout
+                 "-f=${Status}\n${Conffiles}\n", "rankmapd"]).stdout
     if "install ok installed" not in query or not re.search(
             r"^ /etc/rankmap/rankmapd\.json [0-9a-f]{32}$", query, re.M):
         raise Failure(f"dpkg-query: expected installed with conffile /etc/rankmap/rankmapd.json, "
@@ -218,7 +258,7 @@ def checkInstalled(args, deb, root):
 
     if args.mpi:
         # The installed rankmap finds the installed MPI shim beside it (no RANKMAP_MPI_SHIM).
-        shim = os.path.join(root, "usr", args.libdir, "librankmap_mpi.so")
+        shim = os.path.join(root, "usr", args.libdir, "rankmap", "librankmap_mpi.so")
         topology = os.path.join(args.source_dir, "tests/data/topologies/noisy.json")
         hostfile = os.path.join(os.path.dirname(root), "hostfile")
         with open(hostfile, "w") as f:
@@ -239,7 +279,7 @@ def checkInstalled(args, deb, root):
         raise Failure(f"{unit}: ExecStart does not run /usr/sbin/rankmapd with /etc's config")
     # ExecReload runs /bin/kill, which the package's procps dependency provides: R has none of
     # the dependencies installed, so the host's copy stands in for it there.
-    depends = run(["dpkg-deb", "-f", deb, "Depends"]).stdout
+    depends = run(["dpkg-deb", "-f", debs["rankmapd"], "Depends"]).stdout
     if not re.search(r"(^|,\s*)procps(\s|,|$)", depends):
         raise Failure(f"Depends lacks procps (the unit's ExecReload runs /bin/kill): {depends}")
     os.makedirs(os.path.join(root, "bin"), exist_ok=True)
@@ -391,20 +431,43 @@ def checkConsumer(args, root, tmp):
     runRanks(binary, "consumer (pkg-config)", env)
 
 
-def checkRemoveAndPurge(root):
+def checkUpgrade(args, tmp, root):
+    """The same packages rebuilt at a later version install over the first: the operator's edited
+    config stays (a conffile), the user is not added again, dpkg records the new version."""
+    config = os.path.join(root, "etc/rankmap/rankmapd.json")
+    with open(config, "a") as f:
+        f.write("// edited by the operator\n")
+    newer = args.version + "+upgrade1"
+    install(buildDebs(args, tmp, newer), root)
+    with open(config) as f:
+        if "// edited by the operator" not in f.read():
+            raise Failure("upgrade replaced the operator's edited R/etc/rankmap/rankmapd.json")
+    with open(os.path.join(root, "etc/passwd")) as f:
+        if sum(line.startswith("rankmapd:") for line in f) != 1:
+            raise Failure("upgrade: R/etc/passwd lacks exactly one rankmapd user")
+    for package in expectedFiles(args):
+        got = run(["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f=${Version}",
+                   package]).stdout
+        if got != newer:
+            raise Failure(f"upgrade: {package} is at {got}, expected {newer}")
+    print(f"upgrade: every package at {newer}, edited conffile kept, one rankmapd user")
+
+
+def checkRemoveAndPurge(args, root):
     """Remove keeps the conffile and the agent's state; purge removes both; the user stays."""
     state = os.path.join(root, "var/lib/rankmapd")
     os.makedirs(state, exist_ok=True)
     with open(os.path.join(state, "rankmapd.db"), "w") as f:
         f.write("state")
     dpkg = ["dpkg", f"--root={root}", "--force-script-chrootless", "--force-depends"]
-    run(dpkg + ["--remove", "rankmap"])
-    if os.path.exists(os.path.join(root, "usr/bin/rankmap")):
-        raise Failure("remove left R/usr/bin/rankmap")
+    run(dpkg + ["--remove", *sorted(expectedFiles(args))])
+    for gone in ["usr/bin/rankmap", "usr/sbin/rankmapd"]:
+        if os.path.exists(os.path.join(root, gone)):
+            raise Failure(f"remove left R/{gone}")
     for kept in ["etc/rankmap/rankmapd.json", "var/lib/rankmapd/rankmapd.db"]:
         if not os.path.exists(os.path.join(root, kept)):
             raise Failure(f"remove took R/{kept}, which only a purge removes")
-    run(dpkg + ["--purge", "rankmap"])
+    run(dpkg + ["--purge", *sorted(expectedFiles(args))])
     for gone in ["etc/rankmap/rankmapd.json", "var/lib/rankmapd"]:
         if os.path.exists(os.path.join(root, gone)):
             raise Failure(f"purge left R/{gone}")
@@ -432,17 +495,20 @@ def main():
 
     tmp = tempfile.mkdtemp(prefix="rankmap-package-")
     try:
-        deb = buildDeb(args, tmp)
-        checkFileList(args, deb)
+        debs = buildDebs(args, tmp)
+        checkFileLists(args, debs)
+        checkLintian(args, debs)
         root = os.path.join(tmp, "root")
         prepareRoot(root)
-        install(deb, root)
-        install(deb, root)  # again: postinst must not add a second user
-        checkDepends(deb, root)
-        checkInstalled(args, deb, root)
+        install(debs, root)
+        install(debs, root)  # again: postinst must not add a second user
+        for package, deb in sorted(debs.items()):
+            checkDepends(package, deb, root)
+        checkInstalled(args, debs, root)
         checkAgent(root, tmp)
         checkConsumer(args, root, tmp)
-        checkRemoveAndPurge(root)
+        checkUpgrade(args, tmp, root)
+        checkRemoveAndPurge(args, root)
     except (Failure, subprocess.TimeoutExpired) as e:
         print(f"FAIL: {e}")
         return 1
