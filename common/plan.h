@@ -29,7 +29,7 @@ struct AlgoRange {
   Algorithm algorithm = Algorithm::kRing;  // a plan algorithm (isPlanAlgorithm)
   double predictedUs = 0;         // at the geometric middle of the range (or minBytes*2 if open)
   double predictedBusbwGBps = 0;  // nccl-tests busbw, GB/s
-  double lowerBoundUs = 0;        // 2(n-1)/n * S / B_bottleneck for allreduce
+  double lowerBoundUs = 0;        // any algorithm's bound at predictedAtBytes (lowerBoundUsPerByte)
   bool operator==(const AlgoRange&) const = default;
 };
 
@@ -68,7 +68,7 @@ struct AlgoModel {
 
 // The planner's model of one collective, for consumers that choose among algorithms themselves
 // (the NCCL tuner, nccl_tuner/): every algorithm it could model, and the bound no algorithm
-// beats (moving the data through the slowest link every ring must cross).
+// beats (reorder/cost_model.h lowerBoundUsPerByte: host links and uplink cuts).
 struct CollectiveModel {
   std::map<Algorithm, AlgoModel> algorithms;
   double lowerBoundUsPerByte = 0;

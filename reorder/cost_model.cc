@@ -1060,12 +1060,29 @@ std::vector<AlgoCost> algorithmCosts(const CostContext& ctx, std::string_view co
 }
 
 double lowerBoundUsPerByte(const CostContext& ctx, std::string_view collective) {
-  size_t world = ctx.order.size() * static_cast<size_t>(ctx.ring.ranksPerHost);
-  if (world < 2) return 0;
-  double bound = ctx.net->ringBoundMbps();
-  if (ctx.ring.ranksPerHost > 1) bound = std::min(bound, ctx.ring.intraHostMbps);
-  if (!std::isfinite(bound)) return 0;
-  return busFactor(collective, world) / bytesPerUs(bound);
+  const NetworkModel& net = *ctx.net;
+  const size_t n = net.n;
+  if (n < 2) return 0;  // ranks of one host: its memory, which the model does not bound
+  // Every host sends and receives busFactor(n) S over its own link (its ranks may combine
+  // first, so the host, not the rank, is the unit).
+  double bound = 0;
+  for (double mbps : net.hostMbps)
+    if (std::isfinite(mbps) && mbps > 0)
+      bound = std::max(bound, busFactor(collective, n) / bytesPerUs(mbps));
+  // Every uplink is a cut between the k hosts below it and the other n - k: allreduce and
+  // broadcast move at least S across it in one direction (a side learns the other side's sum or
+  // the root's data); allgather and reducescatter at least the larger side's share,
+  // max(k, n - k) / n S.
+  for (size_t s = 0; s < net.switches(); ++s) {
+    const double k = net.switchSize[s], rest = static_cast<double>(n) - k;
+    const double mbps = net.uplinkMbps[s];
+    if (rest <= 0 || !std::isfinite(mbps) || mbps <= 0) continue;
+    const double bytes = collective == "allreduce" || collective == "broadcast"
+                             ? 1.0
+                             : std::max(k, rest) / static_cast<double>(n);
+    bound = std::max(bound, bytes / bytesPerUs(mbps));
+  }
+  return bound;
 }
 
 std::vector<EnvelopePiece> lowerEnvelope(const std::vector<std::pair<double, double>>& lines) {
@@ -1130,13 +1147,12 @@ std::vector<std::pair<std::pair<uint64_t, uint64_t>, size_t>> integerRanges(
   return out;
 }
 
-// The size a range's prediction is given at: its geometric middle, or twice its start when open.
+}  // namespace
+
 double representativeBytes(uint64_t minBytes, uint64_t maxBytes) {
   double lo = std::max<double>(1.0, static_cast<double>(minBytes));
   return maxBytes == AlgoRange::kUnbounded ? 2 * lo : std::sqrt(lo * static_cast<double>(maxBytes));
 }
-
-}  // namespace
 
 std::vector<AlgoRange> chooseRanges(const std::vector<AlgoCost>& costs, std::string_view collective,
                                     size_t world, double lowerBoundPerByte) {

@@ -76,9 +76,16 @@ struct CostContext {
 // Models of every algorithm of `collective` (available or not, with the reason).
 std::vector<AlgoCost> algorithmCosts(const CostContext& ctx, std::string_view collective);
 
-// Lower bound per byte: 2(w-1)/w (allreduce), (w-1)/w (allgather, reducescatter) or 1
-// (broadcast) over the bottleneck rate every ring must cross (NetworkModel::ringBoundMbps).
+// Lower bound per byte of the message for any algorithm on this network (no in-network
+// reduction): the larger of every host link's busFactor(hosts) bytes and every uplink's cut (S
+// across it for allreduce and broadcast, the larger side's share for allgather and
+// reducescatter), each over that link's rate. Not a ring bound: hier beats a ring's 2(n-1)/n S
+// across a slow uplink, never this.
 double lowerBoundUsPerByte(const CostContext& ctx, std::string_view collective);
+
+// The message size a range's predictions are given at (AlgoRange and OmpiRange predictedUs):
+// its geometric middle, or twice its start when it is open.
+double representativeBytes(uint64_t minBytes, uint64_t maxBytes);
 
 // nccl-tests bus bandwidth factor of `collective` over `world` ranks.
 double busFactor(std::string_view collective, size_t world);

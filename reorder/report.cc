@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "common/openmpi.h"
+#include "reorder/cost_model.h"
 #include "reorder/numeric.h"
 
 namespace rankmap::reorder {
@@ -34,7 +35,7 @@ std::string ompiChoiceText(std::string_view collective, const OmpiRange& r) {
   return out;
 }
 
-// "4 hosts each", or "3 of 4 hosts, 1 of 2 hosts" (largest first).
+// "4 hosts each", or "3 groups of 4 hosts, 1 group of 2 hosts" (largest first).
 std::string sizesText(const std::vector<std::vector<std::string>>& groups) {
   std::map<size_t, size_t> bySize;
   for (const auto& g : groups) ++bySize[g.size()];
@@ -42,8 +43,20 @@ std::string sizesText(const std::vector<std::vector<std::string>>& groups) {
   if (bySize.size() == 1) return hosts(bySize.begin()->first) + " each";
   std::string out;
   for (auto it = bySize.rbegin(); it != bySize.rend(); ++it)
-    out += fmt::format("{}{} of {}", out.empty() ? "" : ", ", it->second, hosts(it->first));
+    out += fmt::format("{}{} group{} of {}", out.empty() ? "" : ", ", it->second,
+                       it->second == 1 ? "" : "s", hosts(it->first));
   return out;
+}
+
+// A rate in bytes per second with an SI prefix, three significant digits: "41.3 kB/s".
+std::string rateText(double bytesPerSecond) {
+  const char* units[] = {"B/s", "kB/s", "MB/s", "GB/s", "TB/s"};
+  int u = 0;
+  while (bytesPerSecond >= 999.5 && u < 4) {
+    bytesPerSecond /= 1000;
+    ++u;
+  }
+  return fmt::format("{:.3g} {}", bytesPerSecond, units[u]);
 }
 
 // The levels the clustering found that are rate classes, not switches (Hierarchy::rateClasses).
@@ -94,9 +107,10 @@ std::string sizeText(uint64_t bytes) {
 }
 
 std::string timeText(double us) {
-  if (us < 1000) return fmt::format("{:.3g} us", us);
-  if (us < 1e6) return fmt::format("{:.3g} ms", us / 1e3);
-  return fmt::format("{:.3g} s", us / 1e6);
+  if (us < 999.5) return fmt::format("{:.3g} us", us);
+  if (us < 999.5e3) return fmt::format("{:.3g} ms", us / 1e3);
+  if (us < 999.5e6) return fmt::format("{:.3g} s", us / 1e6);
+  return fmt::format("{:.0f} s", us / 1e6);  // never an exponent
 }
 
 std::string planSummary(const PlanResult& r) {
@@ -483,21 +497,36 @@ std::string describePlan(const Plan& p, const std::map<std::string, double>& hos
   if (p.order.size() > limit) out += fmt::format(" ... ({} more)", p.order.size() - limit);
   out += "\n";
 
+  // Every prediction is for one size of its range (representativeBytes), named in the row; the
+  // lower bound is any algorithm's at that size (lowerBoundUsPerByte), so never above it.
   for (const auto& [coll, ranges] : p.collectives) {
-    out += fmt::format("\n{}:\n  {:<24} {:<9} {:>12} {:>12} {:>12}\n", coll, "message size",
-                       "algorithm", "predicted", "busbw GB/s", "lower bound");
+    out += fmt::format("\n{} ({} ranks):\n  {:<24} {:<9} {:>12} {:>11} {:>12} {:>12}\n", coll,
+                       p.worldSize(), "message size", "algorithm", "at", "predicted", "busbw",
+                       "lower bound");
     for (const auto& r : ranges)
-      out += fmt::format("  {:<24} {:<9} {:>12} {:>12.4g} {:>12}\n", rangeText(r), r.algorithm,
-                         timeText(r.predictedUs), r.predictedBusbwGBps, timeText(r.lowerBoundUs));
+      out += fmt::format(
+          "  {:<24} {:<9} {:>12} {:>11} {:>12} {:>12}\n", rangeText(r), r.algorithm,
+          sizeText(
+              static_cast<uint64_t>(std::llround(representativeBytes(r.minBytes, r.maxBytes)))),
+          timeText(r.predictedUs), rateText(r.predictedBusbwGBps * 1e9), timeText(r.lowerBoundUs));
   }
   for (const auto& [coll, ranges] : p.openMpi) {
     out += fmt::format(
-        "\nOpen MPI {} (coll_tuned rules for {} ranks):\n  {:<24} {:<30} {:>12} {:>12}\n", coll,
-        p.worldSize(), "message size", "algorithm", "predicted", "engine");
-    for (const auto& r : ranges)
-      out += fmt::format("  {:<24} {:<30} {:>12} {:>12}\n", rangeText(r.minBytes, r.maxBytes),
-                         ompiChoiceText(coll, r), timeText(r.predictedUs),
-                         r.engineUs > 0 ? timeText(r.engineUs) : std::string("-"));
+        "\nOpen MPI {} (coll_tuned rules for {} ranks):\n  {:<24} {:<30} {:>12} {:>11} {:>16}\n",
+        coll, p.worldSize(), "message size", "algorithm", "at", "predicted", "engine");
+    for (const auto& r : ranges) {
+      // Rows with the same algorithm differ in whether the included engine is kEngineAdviceRatio
+      // faster there (the planner's advice): said, so that no two rows read alike.
+      std::string engine = "-";
+      if (r.engineUs > 0)
+        engine = timeText(r.engineUs) +
+                 (kEngineAdviceRatio * r.engineUs < r.predictedUs ? ", faster" : "");
+      out += fmt::format("  {:<24} {:<30} {:>12} {:>11} {:>16}\n",
+                         rangeText(r.minBytes, r.maxBytes), ompiChoiceText(coll, r),
+                         sizeText(static_cast<uint64_t>(
+                             std::llround(representativeBytes(r.minBytes, r.maxBytes)))),
+                         timeText(r.predictedUs), engine);
+    }
   }
   out += chunkWeightsText(p, hostMbps, uplinkMbps);
   out += ringWeightsText(p);

@@ -244,10 +244,20 @@ TEST(CostModel, RangesAreContiguousFromZeroAndPickTheFastest) {
 }
 
 TEST(CostModel, LowerBoundFormula) {
+  // Two racks of four behind 250 Mbit/s uplinks: the cut, S across it for allreduce (a ring's
+  // 2 (n-1)/n S is no bound: hier sends S), half of S for allgather.
   NetworkModel net = twoRacks(1000, 250);
   CostContext ctx = context(net, {0, 1, 2, 3, 4, 5, 6, 7});
-  EXPECT_NEAR(lowerBoundUsPerByte(ctx, "allreduce"), 2.0 * 7 / 8 / bytesPerUs(250), 1e-15);
+  EXPECT_NEAR(lowerBoundUsPerByte(ctx, "allreduce"), 1.0 / bytesPerUs(250), 1e-15);
   EXPECT_NEAR(lowerBoundUsPerByte(ctx, "broadcast"), 1.0 / bytesPerUs(250), 1e-15);
+  EXPECT_NEAR(lowerBoundUsPerByte(ctx, "allgather"), 0.5 / bytesPerUs(250), 1e-15);
+  EXPECT_LE(lowerBoundUsPerByte(ctx, "allreduce"),
+            find(algorithmCosts(ctx, "allreduce"), "hier").betaUsPerByte);
+  // Uplinks faster than the rack's hosts together: the host links bound, 2 (n-1)/n S each.
+  NetworkModel flat = twoRacks(1000, 8000);
+  CostContext fctx = context(flat, {0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_NEAR(lowerBoundUsPerByte(fctx, "allreduce"), 2.0 * 7 / 8 / bytesPerUs(1000), 1e-15);
+  EXPECT_NEAR(lowerBoundUsPerByte(fctx, "reducescatter"), 7.0 / 8 / bytesPerUs(1000), 1e-15);
 }
 
 TEST(CostModel, PackedTreesBeatTheRingWhenHostRatesDiffer) {
