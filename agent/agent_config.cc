@@ -94,8 +94,9 @@ Json probeOptionsToJson(const ProbeOptions& p) {
 
 AgentConfig AgentConfig::fromJson(const Json& doc, std::string_view source) {
   JsonReader r(doc, source);
-  checkKeys(r, {"name", "listen", "probe_listen", "hosts_file", "state_dir", "token_file",
-                "key_file", "coordinator", "prior", "prior_labels", "probe", "reprobe", "http"});
+  checkKeys(r, {"name", "listen", "probe_listen", "metrics_listen", "hosts_file", "state_dir",
+                "token_file", "key_file", "coordinator", "prior", "prior_labels", "probe",
+                "reprobe", "http"});
   AgentConfig c;
   if (auto v = r.find("name")) c.name = v->str();
   if (auto v = r.find("listen"))
@@ -103,6 +104,9 @@ AgentConfig AgentConfig::fromJson(const Json& doc, std::string_view source) {
   if (auto v = r.find("probe_listen"))
     c.probeListen = probe::parseEndpoint(v->nonEmptyStr(), probe::kDefaultProbePort,
                                          fmt::format("{}: probe_listen", source));
+  if (auto v = r.find("metrics_listen"); v && !v->str().empty())
+    c.metricsListen = probe::parseEndpoint(v->str(), kDefaultMetricsPort,
+                                           fmt::format("{}: metrics_listen", source));
   if (auto v = r.find("hosts_file")) c.hostsFile = v->str();
   if (auto v = r.find("state_dir")) c.stateDir = v->nonEmptyStr();
   if (auto v = r.find("token_file")) c.tokenFile = v->str();
@@ -157,6 +161,7 @@ Json AgentConfig::toJson() const {
   return {{"name", name},
           {"listen", listen.text()},
           {"probe_listen", probeListen.text()},
+          {"metrics_listen", metricsListen ? metricsListen->text() : ""},
           {"hosts_file", hostsFile},
           {"state_dir", stateDir},
           {"token_file", tokenFile},

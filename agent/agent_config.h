@@ -49,10 +49,16 @@ struct ReprobeOptions {
   std::chrono::milliseconds passiveHold{1800000};
 };
 
+// The port of `metrics_listen` when it names none (the API's 7410 and the probes' 7411 next).
+inline constexpr uint16_t kDefaultMetricsPort = 7412;
+
 struct AgentConfig {
   std::string name;  // this agent in the hosts file; empty = hostname
   probe::Endpoint listen{"127.0.0.1", 7410};
   probe::Endpoint probeListen{"0.0.0.0", probe::kDefaultProbePort};
+  // A second listener that serves GET /metrics alone, without the token, for a Prometheus that
+  // cannot reach the API's loopback address (a Kubernetes pod scraping the node): nullopt = none.
+  std::optional<probe::Endpoint> metricsListen;
   std::string hostsFile;
   std::string stateDir = "/var/lib/rankmapd";
   std::string tokenFile;

@@ -241,35 +241,26 @@ void Daemon::start() {
       });
   probeServer_->start();
 
-  ApiServer::Limits limits;
-  limits.maxConnections = cfg_.maxConnections;
-  limits.requestTimeout = cfg_.httpTimeout;
-  limits.writeTimeout = cfg_.httpTimeout;
-  limits.maxBodyBytes = cfg_.maxBodyBytes;
-  http_ = std::make_unique<ApiServer>(limits);
-  installApi(*http_, *this);
-  int port = http_->bindTo(cfg_.listen.host, cfg_.listen.port);
-  if (port == 0) {
+  try {
+    startHttp(api_, cfg_.listen, ApiRoutes::kAll, "HTTP API");
+    if (cfg_.metricsListen)
+      startHttp(metricsHttp_, *cfg_.metricsListen, ApiRoutes::kMetricsOnly, "metrics_listen");
+  } catch (...) {
+    stopHttp(api_);
     probeServer_->stop();
-    throw SystemError(fmt::format("HTTP API: cannot listen on {}", cfg_.listen.text()), EADDRINUSE);
+    throw;
   }
-  httpPort_ = static_cast<uint16_t>(port);
-  httpThread_ = std::thread([this] { http_->listen_after_bind(); });
-  // httplib's stop() does nothing until its listen loop runs, and the loop then runs forever: a
-  // Daemon stopped right after start() hung in its destructor. Wait for the loop (bounded).
-  for (Deadline running = Deadline::after(std::chrono::seconds(10));
-       !http_->is_running() && !running.expired();)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (!http_->is_running())
-    RANKMAP_WARN(Agent, "agent {}: the HTTP API's listen loop did not start within 10 s", name_);
   if (!loopbackHost(cfg_.listen.host))
     RANKMAP_WARN(Agent,
                  "agent {}: HTTP API on {}:{}, not loopback: the network can read topologies, "
                  "plans already made and /metrics without the token (writes still need it)",
-                 name_, cfg_.listen.host, httpPort_);
-  RANKMAP_INFO(Agent, "agent {}: HTTP API on {}:{}, probes on {}:{}, {} hosts, state {}", name_,
-               cfg_.listen.host, httpPort_, cfg_.probeListen.host, probePort(), hosts().size(),
-               store_->path());
+                 name_, cfg_.listen.host, api_.port);
+  RANKMAP_INFO(Agent, "agent {}: HTTP API on {}:{}, probes on {}:{}, {} hosts, state {}{}", name_,
+               cfg_.listen.host, api_.port, cfg_.probeListen.host, probePort(), hosts().size(),
+               store_->path(),
+               cfg_.metricsListen ? fmt::format(", /metrics also on {}:{}",
+                                                cfg_.metricsListen->host, metricsHttp_.port)
+                                  : "");
   {
     std::lock_guard<std::mutex> lock(mu_);
     started_ = true;
@@ -294,11 +285,41 @@ void Daemon::stop() {
   requestStop();
   if (reprobeThread_.joinable()) reprobeThread_.join();
   if (roundThread_.joinable()) roundThread_.join();
-  if (http_) {
-    http_->stopServing();
-    if (httpThread_.joinable()) httpThread_.join();
-  }
+  stopHttp(metricsHttp_);
+  stopHttp(api_);
   if (probeServer_) probeServer_->stop();
+}
+
+void Daemon::startHttp(HttpListener& l, const probe::Endpoint& at, ApiRoutes which,
+                       std::string_view what) {
+  ApiServer::Limits limits;
+  limits.maxConnections = cfg_.maxConnections;
+  limits.requestTimeout = cfg_.httpTimeout;
+  limits.writeTimeout = cfg_.httpTimeout;
+  limits.maxBodyBytes = cfg_.maxBodyBytes;
+  l.server = std::make_unique<ApiServer>(limits);
+  installApi(*l.server, *this, which);
+  int port = l.server->bindTo(at.host, at.port);
+  if (port == 0) {
+    l.server.reset();
+    throw SystemError(fmt::format("{}: cannot listen on {}", what, at.text()), EADDRINUSE);
+  }
+  l.port = static_cast<uint16_t>(port);
+  ApiServer* server = l.server.get();
+  l.thread = std::thread([server] { server->listen_after_bind(); });
+  // httplib's stop() does nothing until its listen loop runs, and the loop then runs forever: a
+  // Daemon stopped right after start() hung in its destructor. Wait for the loop (bounded).
+  for (Deadline running = Deadline::after(std::chrono::seconds(10));
+       !server->is_running() && !running.expired();)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!server->is_running())
+    RANKMAP_WARN(Agent, "agent {}: the {} listen loop did not start within 10 s", name_, what);
+}
+
+void Daemon::stopHttp(HttpListener& l) {
+  if (!l.server) return;
+  l.server->stopServing();
+  if (l.thread.joinable()) l.thread.join();
 }
 
 bool Daemon::checkToken(std::string_view presented) const {
@@ -668,13 +689,18 @@ void setProcessMetrics(Metrics& m) {
 
 std::string Daemon::renderMetrics() {
   setProcessMetrics(metrics_);
-  if (http_) {
+  if (api_.server) {
+    // The API's and metrics_listen's servers together.
+    auto total = [&](auto get) {
+      return static_cast<double>(get(*api_.server) +
+                                 (metricsHttp_.server ? get(*metricsHttp_.server) : 0));
+    };
     for (auto r : ApiServer::kAllRejects)
       metrics_.set("rankmap_http_rejected_connections_total",
                    fmt::format("reason=\"{}\"", ApiServer::rejectName(r)),
-                   static_cast<double>(http_->rejected(r)));
+                   total([r](const ApiServer& s) { return s.rejected(r); }));
     metrics_.set("rankmap_http_open_connections", "",
-                 static_cast<double>(http_->openConnections()));
+                 total([](const ApiServer& s) { return s.openConnections(); }));
   }
   if (probeServer_) {
     for (auto f : probe::kAllAuthFailures)

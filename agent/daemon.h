@@ -34,6 +34,7 @@
 
 #include "agent/agent_config.h"
 #include "agent/coordinator.h"
+#include "agent/http_api.h"
 #include "agent/metrics.h"
 #include "agent/passive.h"
 #include "agent/probe_service.h"
@@ -69,7 +70,9 @@ class Daemon {
   void wait();
   void requestStop();
 
-  uint16_t httpPort() const { return httpPort_; }
+  uint16_t httpPort() const { return api_.port; }
+  // The metrics_listen port; 0 when not configured.
+  uint16_t metricsPort() const { return metricsHttp_.port; }
   uint16_t probePort() const;
   const std::string& name() const { return name_; }
   const AgentConfig& config() const { return cfg_; }
@@ -182,9 +185,19 @@ class Daemon {
   ProbeService::Measure measure_;
   std::unique_ptr<ProbeService> service_;
   std::unique_ptr<probe::ProbeServer> probeServer_;
-  std::unique_ptr<ApiServer> http_;
-  std::thread httpThread_;
-  uint16_t httpPort_ = 0;
+  // One HTTP server with its listen thread: the API (cfg_.listen), and /metrics alone on
+  // cfg_.metricsListen when set.
+  struct HttpListener {
+    std::unique_ptr<ApiServer> server;
+    std::thread thread;
+    uint16_t port = 0;
+  };
+  // Binds `l` to `at` with `which` routes and starts its listen loop; throws SystemError naming
+  // `what` when it cannot listen.
+  void startHttp(HttpListener& l, const probe::Endpoint& at, ApiRoutes which,
+                 std::string_view what);
+  static void stopHttp(HttpListener& l);
+  HttpListener api_, metricsHttp_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -271,20 +271,8 @@ class Routes {
   std::shared_ptr<Table> table_;
 };
 
-}  // namespace
-
-void installApi(httplib::Server& s, Daemon& d) {
-  const AgentConfig& cfg = d.config();
-  // Threads and connection limits are the server's (ApiServer gives each connection a thread);
-  // the timeouts below bound each read and write of a plain httplib::Server.
-  s.set_payload_max_length(cfg.maxBodyBytes);
-  auto secs = std::chrono::duration_cast<std::chrono::seconds>(cfg.httpTimeout).count();
-  s.set_read_timeout(std::max<int64_t>(1, secs), 0);
-  s.set_write_timeout(std::max<int64_t>(1, secs), 0);
-  s.set_keep_alive_max_count(100);
-  s.set_keep_alive_timeout(5);
-  Routes r(s);
-
+// Every route but /metrics: health, readiness, topologies, rounds, plans, observations.
+void addApiRoutes(Routes& r, Daemon& d) {
   // Liveness and readiness apart, as Kubernetes' probes expect: /v1/health answers 200 whenever
   // the agent answers at all; /v1/ready answers 503 with the reasons while it cannot serve a plan.
   r.get("/v1/health",
@@ -354,10 +342,27 @@ void installApi(httplib::Server& s, Daemon& d) {
   r.get("/v1/observations", [&d](const httplib::Request&, httplib::Response& res) {
     sendJson(res, 200, d.passiveSummary(false));
   });
+}
+
+}  // namespace
+
+void installApi(httplib::Server& s, Daemon& d, ApiRoutes which) {
+  const AgentConfig& cfg = d.config();
+  // Threads and connection limits are the server's (ApiServer gives each connection a thread);
+  // the timeouts below bound each read and write of a plain httplib::Server.
+  s.set_payload_max_length(cfg.maxBodyBytes);
+  auto secs = std::chrono::duration_cast<std::chrono::seconds>(cfg.httpTimeout).count();
+  s.set_read_timeout(std::max<int64_t>(1, secs), 0);
+  s.set_write_timeout(std::max<int64_t>(1, secs), 0);
+  s.set_keep_alive_max_count(100);
+  s.set_keep_alive_timeout(5);
+  Routes r(s);
+
   r.get("/metrics", [&d](const httplib::Request&, httplib::Response& res) {
     res.status = 200;
     res.set_content(d.renderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
   });
+  if (which == ApiRoutes::kAll) addApiRoutes(r, d);
   // Range headers are ignored, as RFC 9110 allows: an answer is one JSON document, and httplib
   // cuts any answer to the requested bytes, a 404 included (tests/fuzz: `Range: bytes=0-10` gave
   // truncated JSON under Content-Type: application/json). httplib's Request is its own non-const

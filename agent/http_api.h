@@ -40,8 +40,12 @@ namespace rankmap::agent {
 
 class Daemon;
 
+// Which routes a server gets: the whole API, or GET /metrics alone (rankmapd's metrics_listen,
+// for a Prometheus that cannot reach the API's address; nothing else is served there).
+enum class ApiRoutes { kAll, kMetricsOnly };
+
 // Installs the routes, the body limit and the handlers on `s` (rankmapd's is an ApiServer, any
 // httplib::Server works, e.g. a fuzz target's); `d` must outlive the server.
-void installApi(httplib::Server& s, Daemon& d);
+void installApi(httplib::Server& s, Daemon& d, ApiRoutes which = ApiRoutes::kAll);
 
 }  // namespace rankmap::agent

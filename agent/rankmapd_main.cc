@@ -49,12 +49,15 @@ int main(int argc, char** argv) {
   CLI::App app{"rankmapd: measures the network between a job's VMs and serves topology.json"};
   app.name("rankmapd");  // usage lines say "rankmapd", not the path it was started by
   app.set_version_flag("--version", RANKMAP_VERSION);
-  std::string configFile, listen, probeListen, hosts, stateDir, tokenFile, keyFile, name,
-      coordinator, interval;
+  std::string configFile, listen, probeListen, metricsListen, hosts, stateDir, tokenFile, keyFile,
+      name, coordinator, interval;
   bool verbose = false;
   app.add_option("--config", configFile, "rankmapd.json (JSON with // comments)");
   app.add_option("--listen", listen, "HTTP API address ADDR:PORT (default 127.0.0.1:7410)");
   app.add_option("--probe-listen", probeListen, "Probe address ADDR:PORT (default 0.0.0.0:7411)");
+  app.add_option("--metrics-listen", metricsListen,
+                 "Also serve GET /metrics alone, without the token, on ADDR[:PORT] (port 7412 by "
+                 "default; default: only on the API)");
   app.add_option("--hosts", hosts, "Hosts file: one `name address[:port]` per line");
   app.add_option("--state-dir", stateDir,
                  "Directory of the SQLite store (default /var/lib/rankmapd)");
@@ -77,6 +80,9 @@ int main(int argc, char** argv) {
     if (verbose) log::setLevel(log::Level::Debug);
     if (!configFile.empty()) cfg = agent::AgentConfig::load(configFile);
     if (!listen.empty()) cfg.listen = probe::parseEndpoint(listen, 7410, "--listen");
+    if (!metricsListen.empty())
+      cfg.metricsListen =
+          probe::parseEndpoint(metricsListen, agent::kDefaultMetricsPort, "--metrics-listen");
     if (!probeListen.empty())
       cfg.probeListen =
           probe::parseEndpoint(probeListen, probe::kDefaultProbePort, "--probe-listen");

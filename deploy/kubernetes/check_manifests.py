@@ -5,12 +5,14 @@ Usage: check_manifests.py FILE.yaml... ("-" = stdin). Exit 0 when every document
 one line per problem ("FILE: doc N (Kind name): at spec.x: expected ...") otherwise.
 
 Written against the published field rules (Kubernetes API reference for core/v1 Namespace,
-ServiceAccount, ConfigMap, Secret and apps/v1 DaemonSet; Kueue's Topology in kueue.x-k8s.io
-v1alpha1/v1beta1/v1beta2), for exactly these kinds: unknown fields are rejected at every level,
+ServiceAccount, ConfigMap, Secret, Service and apps/v1 DaemonSet; Kueue's Topology in
+kueue.x-k8s.io v1alpha1/v1beta1/v1beta2; the Prometheus Operator's PodMonitor in
+monitoring.coreos.com/v1), for exactly these kinds: unknown fields are rejected at every level,
 required fields, types, enums, DNS-1123 names, label keys and values, quantities, and a few
 cross-field rules the API server enforces (the selector matches the template's labels, volume
 mounts name declared volumes, a volume has exactly one source, a probe exactly one handler, a
-DaemonSet's pods restart Always, Kueue's levels are unique with kubernetes.io/hostname last).
+DaemonSet's pods restart Always, Kueue's levels are unique with kubernetes.io/hostname last, a
+Service's ports have distinct names).
 Fields that rankmap's manifests do not use are known by name (so they are not "unknown") but
 their contents are only type-checked as objects or lists. Needs python3-yaml only.
 """
@@ -416,8 +418,52 @@ class Checker:
                            "metadata": self.metadata(False), "spec": spec},
                  required=("apiVersion", "kind", "metadata", "spec"))
 
+    def service(self, doc):
+        def port(x, p):
+            self.obj(x, p, {"name": self.dns_label, "port": self.int_range(1, 65535),
+                            "targetPort": "intstr", "protocol": self.enum("TCP", "UDP", "SCTP"),
+                            "appProtocol": "str", "nodePort": self.int_range(1, 65535)},
+                     required=("port",))
+
+        def spec(v, path):
+            self.obj(v, path, {
+                "selector": self.labels, "ports": self.list_of(port),
+                "clusterIP": "str", "clusterIPs": self.list_of("str"),
+                "type": self.enum("ClusterIP", "NodePort", "LoadBalancer", "ExternalName"),
+                "publishNotReadyAddresses": "bool", "sessionAffinity": self.enum("None",
+                                                                                 "ClientIP"),
+                "internalTrafficPolicy": self.enum("Cluster", "Local"),
+                "ipFamilyPolicy": "str", "ipFamilies": self.list_of("str")})
+            ports = v.get("ports") if isinstance(v, dict) else None
+            names = [x.get("name") for x in ports or [] if isinstance(x, dict)]
+            if len(names) > 1 and (None in names or len(set(names)) != len(names)):
+                self.err(f"{path}.ports", "expected a distinct name on every port")
+        self.obj(doc, "", {"apiVersion": self.enum("v1"), "kind": "str",
+                           "metadata": self.metadata(True, self.dns_label), "spec": spec},
+                 required=("apiVersion", "kind", "metadata", "spec"))
+
+    def pod_monitor(self, doc):
+        def endpoint(x, p):
+            self.obj(x, p, {"port": self.dns_label, "path": "str", "interval": "str",
+                            "scrapeTimeout": "str", "scheme": self.enum("http", "https"),
+                            "honorLabels": "bool", "relabelings": self.list_of("obj"),
+                            "metricRelabelings": self.list_of("obj")},
+                     required=("port",))
+
+        def spec(v, path):
+            self.obj(v, path, {
+                "selector": self.label_selector, "podMetricsEndpoints": self.list_of(endpoint),
+                "namespaceSelector": lambda x, p: self.obj(x, p, {
+                    "any": "bool", "matchNames": self.list_of("str")}),
+                "jobLabel": "str", "podTargetLabels": self.list_of("str")},
+                required=("selector", "podMetricsEndpoints"))
+        self.obj(doc, "", {"apiVersion": self.enum("monitoring.coreos.com/v1"), "kind": "str",
+                           "metadata": self.metadata(True), "spec": spec},
+                 required=("apiVersion", "kind", "metadata", "spec"))
+
     KINDS = {"DaemonSet": daemonset, "Namespace": namespace, "ServiceAccount": service_account,
-             "ConfigMap": config_map, "Secret": secret, "Topology": kueue_topology}
+             "ConfigMap": config_map, "Secret": secret, "Service": service,
+             "PodMonitor": pod_monitor, "Topology": kueue_topology}
 
     def document(self, doc):
         if not isinstance(doc, dict):

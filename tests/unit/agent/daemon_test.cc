@@ -42,8 +42,9 @@ struct Agents {
   std::vector<std::unique_ptr<Daemon>> d;
 
   Daemon& add(const std::string& name, size_t maxBody = 1 << 20, std::string keyFile = "",
-              std::string priorFile = "") {
+              std::string priorFile = "", std::optional<probe::Endpoint> metricsListen = {}) {
     AgentConfig c;
+    c.metricsListen = metricsListen;
     c.name = name;
     c.listen = {"127.0.0.1", 0};
     c.probeListen = {"127.0.0.1", 0};
@@ -87,6 +88,27 @@ TEST(Daemon, HealthAndNoTopologyYet) {
   EXPECT_EQ(get(x, "/v1/nothing").status, 404);
   EXPECT_EQ(get(x, "/v1/topology?version=abc").status, 400);
   EXPECT_EQ(get(x, "/v1/rounds/999").status, 404);
+}
+
+// metrics_listen: a second address that serves GET /metrics alone, without the token, for a
+// Prometheus that cannot reach the API's loopback address; every other path is 404 there, a
+// write included (with the token), and /metrics stays on the API too.
+TEST(Daemon, MetricsListenServesMetricsAlone) {
+  Agents a;
+  Daemon& x = a.add("x", 1 << 20, "", "", probe::Endpoint{"127.0.0.1", 0});
+  ASSERT_GT(x.metricsPort(), 0);
+  ASSERT_NE(x.metricsPort(), x.httpPort());
+  HttpClient metrics(fmt::format("http://127.0.0.1:{}", x.metricsPort()), kToken);
+  auto m = metrics.get("/metrics", Deadline::after(10s));
+  ASSERT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("rankmap_build_info{"), std::string::npos) << m.body;
+  EXPECT_EQ(metrics.get("/v1/health", Deadline::after(10s)).status, 404);
+  EXPECT_EQ(metrics.get("/v1/topology", Deadline::after(10s)).status, 404);
+  EXPECT_EQ(metrics.post("/v1/probe", "{}", Deadline::after(10s)).status, 404);
+  EXPECT_EQ(metrics.post("/metrics", "{}", Deadline::after(10s)).status, 405);
+  EXPECT_EQ(get(x, "/metrics").status, 200);
+  // Without it, no second listener.
+  EXPECT_EQ(a.add("y").metricsPort(), 0);
 }
 
 TEST(Daemon, WritesNeedTheBearerToken) {

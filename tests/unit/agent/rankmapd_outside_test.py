@@ -2,8 +2,9 @@
 """rankmapd as the tools around it see it: two real agents on loopback run one probe round, then
 
   promtool    `promtool check metrics` (Debian's prometheus package) finds nothing in /metrics;
-  prometheus  a real Prometheus server, started here on loopback, scrapes the agent: the target is
-              up and rankmap_build_info, the round's timestamp and the process metrics are stored;
+  prometheus  a real Prometheus server, started here on loopback, scrapes the agent's metrics_listen
+              port (GET /metrics alone, no token): the target is up and rankmap_build_info, the
+              round's timestamp and the process metrics are stored;
   syscalls    every system call the agent makes (strace -f: start, a round, /metrics, SIGHUP,
               SIGTERM) is one that the unit's SystemCallFilter= lines allow, so the hardening of
               configs/rankmapd.service cannot kill it with SIGSYS;
@@ -69,7 +70,7 @@ class Agents:
     """Agents a (127.0.0.1) and b (127.0.0.2) with one hosts file, key and token; `wrapA` is a
     command prefix for a (strace), `ownerA` the uid it runs as (its files are given to it)."""
 
-    def __init__(self, rankmapd, tmp, wrapA=(), ownerA=None):
+    def __init__(self, rankmapd, tmp, wrapA=(), ownerA=None, argsA=()):
         self.tmp, self.procs, self.wrapped = tmp, [], []
         self.token = "t" * 32
         for name, text in (("key", "k" * 64), ("token", self.token)):
@@ -95,6 +96,7 @@ class Agents:
                    "--key-file", os.path.join(tmp, "key")]
             log = open(os.path.join(tmp, f"{name}.log"), "w")
             wrap = list(wrapA if name == "a" else ())
+            cmd += list(argsA if name == "a" else ())
             self.procs.append(subprocess.Popen(wrap + cmd, stdout=log, stderr=log))
             self.wrapped.append(bool(wrap))
         for name in probe:
@@ -160,7 +162,8 @@ def checkPrometheus(rankmapd, tmp):
     server = shutil.which("prometheus")
     if not server:
         skip("prometheus not installed (Debian package prometheus; scripts/setup-deps installs it)")
-    agents = Agents(rankmapd, tmp)
+    metricsPort = freePort()
+    agents = Agents(rankmapd, tmp, argsA=("--metrics-listen", f"127.0.0.1:{metricsPort}"))
     prom = None
     try:
         agents.round()
@@ -169,7 +172,7 @@ def checkPrometheus(rankmapd, tmp):
         with open(config, "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
                     "scrape_configs:\n  - job_name: rankmapd\n    static_configs:\n"
-                    f"      - targets: ['127.0.0.1:{agents.port['a']}']\n")
+                    f"      - targets: ['127.0.0.1:{metricsPort}']\n")
         promLog = open(os.path.join(tmp, "prometheus.log"), "w")
         prom = subprocess.Popen([server, f"--config.file={config}",
                                  f"--storage.tsdb.path={os.path.join(tmp, 'tsdb')}",

@@ -44,10 +44,16 @@ def problems(doc):
 def main():
     rankmap = sys.argv[1]
     # 1. The shipped manifests pass.
-    manifests = {n: load(n) for n in ("namespace.yaml", "configmap.yaml", "daemonset.yaml")}
+    manifests = {n: load(n) for n in ("namespace.yaml", "configmap.yaml", "daemonset.yaml",
+                                      "service.yaml")}
+    with open(os.path.join(DEPLOY, "components", "podmonitor", "podmonitor.yaml"),
+              encoding="utf-8") as f:
+        manifests["podmonitor.yaml"] = f.read()
     for name, text in manifests.items():
         errs = check_manifests.check_text(text, name)
         expect(not errs, f"{name} passes: {errs}")
+    svc = yaml.safe_load(manifests["service.yaml"])
+    pm = yaml.safe_load(manifests["podmonitor.yaml"])
     ds = yaml.safe_load(manifests["daemonset.yaml"])
     ns, sa = list(yaml.safe_load_all(manifests["namespace.yaml"]))
     cm = yaml.safe_load(manifests["configmap.yaml"])
@@ -107,6 +113,14 @@ def main():
         ("config key", cm, lambda d: d["data"].update({"bad key": "x"}), "data.bad key"),
         ("config value type", cm, lambda d: d["data"].update({"n": 3}), "data.n"),
         ("unknown kind", cm, lambda d: d.update(kind="Deployment"), "kind"),
+        ("service port names", svc, lambda d: d["spec"]["ports"][1].update(name="metrics"),
+         "spec.ports"),
+        ("service port", svc, lambda d: d["spec"]["ports"][0].update(port=70000),
+         "spec.ports[0].port"),
+        ("pod monitor field", pm, lambda d: d["spec"].update(endpoints=[]),
+         "unknown field 'endpoints'"),
+        ("pod monitor endpoint", pm, lambda d: d["spec"]["podMetricsEndpoints"][0].pop("port"),
+         "podMetricsEndpoints[0]"),
     ]
     for what, doc, fn, needle in cases:
         errs = problems(mutate(doc, fn))
@@ -156,6 +170,31 @@ def main():
                f"config {key} {path} lies in a mount")
     expect('"listen": "127.0.0.1:7410"' in config, "the API listens on loopback")
 
+    # Metrics: the agent serves /metrics alone on the node's address (metrics_listen), a port
+    # named for it, and every scraper finds it: pod annotations, the headless Service, the
+    # PodMonitor, each naming that port and selecting the pods.
+    ports = {x["name"]: x["containerPort"] for x in c["ports"]}
+    args = c["args"]
+    expect("--metrics-listen" in args and
+           args[args.index("--metrics-listen") + 1] == f"$(POD_IP):{ports.get('metrics')}",
+           f"--metrics-listen on the node's address at the metrics port: {args}")
+    env = {e["name"]: e for e in c["env"]}
+    expect(env.get("POD_IP", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") ==
+           "status.podIP", "POD_IP from status.podIP")
+    notes = ds["spec"]["template"]["metadata"].get("annotations", {})
+    expect(notes.get("prometheus.io/scrape") == "true" and
+           notes.get("prometheus.io/port") == str(ports.get("metrics")),
+           f"pod annotations for Prometheus' pod discovery: {notes}")
+    pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    expect(svc["spec"].get("clusterIP") == "None" and
+           all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items()),
+           "a headless Service selecting the agents")
+    expect({"name": "metrics", "port": ports.get("metrics"), "targetPort": "metrics",
+            "protocol": "TCP"} in svc["spec"]["ports"], "the Service names the metrics port")
+    expect(all(pod_labels.get(k) == v for k, v in pm["spec"]["selector"]["matchLabels"].items())
+           and [e["port"] for e in pm["spec"]["podMetricsEndpoints"]] == ["metrics"],
+           "the PodMonitor selects the agents and scrapes their metrics port")
+
     # 4. kustomize renders the base and the example overlay into valid manifests: one image
     # reference (the kustomization's) in both containers, and the overlay's hosts ConfigMap
     # generated with a content hash that the DaemonSet's volume follows.
@@ -179,6 +218,9 @@ def main():
             want = ("registry.example.com/rankmap:0.1.0" if where == OVERLAY
                     else "rankmap:0.1.0")
             expect(images == {want}, f"{where}: every container runs {want}: {images}")
+            kinds = sorted(d["kind"] for d in docs)
+            expect(("PodMonitor" in kinds) == (where == OVERLAY) and "Service" in kinds,
+                   f"{where}: a Service, and the PodMonitor in the overlay only: {kinds}")
             if where == OVERLAY:
                 hosts = [d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap" and
                          d["metadata"]["name"].startswith("rankmapd-hosts-")]
