@@ -35,6 +35,7 @@ struct ShowArgs {
   int ranksPerHost = 1;
   std::string prior;  // with a topology: compare this declared placement
   std::string priorLabels;
+  bool json = false;  // reorder::planReport / topologyReport instead of the text
 };
 
 Json readUserJson(const std::string& path) {
@@ -88,6 +89,16 @@ Rates linkRates(const Topology& t, const ShowArgs& a) {
   return rates;
 }
 
+// Writes --svg and says so: after the text on stdout, or on stderr beside --json (whose stdout is
+// one JSON document).
+void writeSvg(const ShowArgs& a, const std::string& svg) {
+  writeFileAtomic(a.svg, svg);
+  if (a.json)
+    fmt::print(stderr, "svg written to {}\n", a.svg);
+  else
+    fmt::print("\nsvg written to {}\n", a.svg);
+}
+
 int runShow(const ShowArgs& a) {
   Json doc = readUserJson(a.file);
   bool isPlan = doc.is_object() && doc.contains("order") && doc.contains("permutation");
@@ -120,11 +131,11 @@ int runShow(const ShowArgs& a) {
       checkPlanTopology(plan, *t, a);
       if (!plan.chunkWeights.empty() || !plan.trees.empty()) rates = linkRates(*t, a);
     }
-    std::fputs(reorder::describePlan(plan, rates.host, rates.uplink).c_str(), stdout);
-    if (!a.svg.empty()) {
-      writeFileAtomic(a.svg, reorder::renderSvg(*t, plan));
-      fmt::print("\nsvg written to {}\n", a.svg);
-    }
+    if (a.json)
+      fmt::print("{}\n", reorder::planReport(plan).dump(1));
+    else
+      std::fputs(reorder::describePlan(plan, rates.host, rates.uplink).c_str(), stdout);
+    if (!a.svg.empty()) writeSvg(a, reorder::renderSvg(*t, plan));
     return 0;
   }
   Topology t = Topology::fromJson(doc, a.file);
@@ -133,11 +144,11 @@ int runShow(const ShowArgs& a) {
   o.ranksPerHost = a.ranksPerHost;
   o.prior = readPrior(a.prior, a.priorLabels);
   reorder::PlanResult r = reorder::planTopology(t, o);
-  std::fputs(reorder::describeTopology(t, r).c_str(), stdout);
-  if (!a.svg.empty()) {
-    writeFileAtomic(a.svg, reorder::renderSvg(t, r.plan));
-    fmt::print("\nsvg written to {}\n", a.svg);
-  }
+  if (a.json)
+    fmt::print("{}\n", reorder::topologyReport(t, r).dump(1));
+  else
+    std::fputs(reorder::describeTopology(t, r).c_str(), stdout);
+  if (!a.svg.empty()) writeSvg(a, reorder::renderSvg(t, r.plan));
   return 0;
 }
 
@@ -163,6 +174,8 @@ void registerShowCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                   "(as rankmap plan --prior); a plan shows the prior it was made with");
   cmd->add_option("--prior-labels", args->priorLabels,
                   "Node label keys of --prior, top level first, comma-separated");
+  cmd->add_flag("--json", args->json,
+                "Print the same numbers as one JSON object (bytes, microseconds, bytes/s)");
   cmd->callback([&run, args] { run = [args] { return runShow(*args); }; });
 }
 

@@ -703,4 +703,98 @@ std::string describeTopology(const Topology& t, const PlanResult& r) {
   return out;
 }
 
+namespace {
+
+Json groupsJson(const std::vector<HierarchyLevel>& levels) {
+  Json out = Json::array();
+  for (const auto& l : levels)
+    out.push_back({{"name", l.name}, {"confidence", l.confidence}, {"groups", l.groups}});
+  return out;
+}
+
+Json predictionJson(const Prediction& p) {
+  return {{"basis", p.basis},
+          {"plan_us", p.planUs},
+          {"input_order_us", p.inputOrderUs},
+          {"speedup", p.speedup},
+          {"bottleneck_mbps", p.bottleneckMbps},
+          {"input_bottleneck_mbps", p.inputBottleneckMbps}};
+}
+
+Json maxBytesJson(uint64_t maxBytes) {
+  return maxBytes == AlgoRange::kUnbounded ? Json(nullptr) : Json(maxBytes);
+}
+
+}  // namespace
+
+Json planReport(const Plan& p) {
+  Json collectives = Json::object();
+  for (const auto& [coll, ranges] : p.collectives) {
+    Json rows = Json::array();
+    for (const auto& r : ranges)
+      rows.push_back({{"min_bytes", r.minBytes},
+                      {"max_bytes", maxBytesJson(r.maxBytes)},
+                      {"algorithm", algorithmName(r.algorithm)},
+                      {"at_bytes", std::llround(representativeBytes(r.minBytes, r.maxBytes))},
+                      {"predicted_us", r.predictedUs},
+                      {"busbw_bytes_per_second", r.predictedBusbwGBps * 1e9},
+                      {"lower_bound_us", r.lowerBoundUs}});
+    collectives[coll] = std::move(rows);
+  }
+  Json openMpi = Json::object();
+  for (const auto& [coll, ranges] : p.openMpi) {
+    const OmpiCollective* c = findOmpiCollective(coll);
+    Json rows = Json::array();
+    for (const auto& r : ranges) {
+      const OmpiAlgorithm* a = c ? findOmpiAlgorithm(*c, r.algorithm) : nullptr;
+      rows.push_back(
+          {{"min_bytes", r.minBytes},
+           {"max_bytes", maxBytesJson(r.maxBytes)},
+           {"algorithm", a ? std::string(a->name) : std::to_string(r.algorithm)},
+           {"segsize", r.segsize},
+           {"fan_in_out", r.faninout},
+           {"at_bytes", std::llround(representativeBytes(r.minBytes, r.maxBytes))},
+           {"predicted_us", r.predictedUs},
+           {"engine_us", r.engineUs > 0 ? Json(r.engineUs) : Json(nullptr)},
+           {"engine_faster", r.engineUs > 0 && kEngineAdviceRatio * r.engineUs < r.predictedUs}});
+    }
+    openMpi[coll] = std::move(rows);
+  }
+  return {{"kind", "plan"},
+          {"hosts", p.hosts.size()},
+          {"ranks_per_host", p.ranksPerHost},
+          {"ranks", p.worldSize()},
+          {"confidence", p.confidence},
+          {"epoch", p.epoch},
+          {"topology_hash", p.topologyHash},
+          {"groups", groupsJson(p.groups)},
+          {"order", p.order},
+          {"collectives", std::move(collectives)},
+          {"open_mpi", std::move(openMpi)},
+          {"predicted", predictionJson(p.predicted)}};
+}
+
+Json topologyReport(const Topology& t, const PlanResult& r) {
+  Json out = {{"kind", "topology"},
+              {"hosts", t.hosts.size()},
+              {"warnings", r.warnings},
+              {"groups", r.fallback ? Json::array() : groupsJson(r.plan.groups)}};
+  if (r.fallback) return out;
+  const NetworkModel& net = r.model;
+  auto [lo, hi] = std::minmax_element(net.hostMbps.begin(), net.hostMbps.end());
+  Json uplinks = Json::array();
+  for (size_t l = 0; l < net.levels; ++l) {
+    double a = 1e300, b = 0;
+    for (size_t s = 0; s < net.switches(); ++s)
+      if (net.switchLevel[s] == static_cast<int>(l)) {
+        a = std::min(a, net.uplinkMbps[s]);
+        b = std::max(b, net.uplinkMbps[s]);
+      }
+    uplinks.push_back({{"level", r.hierarchy.levels[l].name}, {"min_mbps", a}, {"max_mbps", b}});
+  }
+  out["network_model"] = {{"host_min_mbps", *lo}, {"host_max_mbps", *hi}, {"uplinks", uplinks}};
+  out["predicted"] = predictionJson(r.plan.predicted);
+  return out;
+}
+
 }  // namespace rankmap::reorder

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json.h"
 #include "common/plan.h"
 #include "common/topology.h"
 #include "reorder/planner.h"
@@ -60,5 +61,15 @@ std::string structureText(const Topology& topology);
 // A topology.json for people: coverage, what each signal shows, the inferred groups, the
 // matrices summarised per level, the network model.
 std::string describeTopology(const Topology& topology, const PlanResult& result);
+
+// What describePlan and describeTopology say, for programs (`rankmap show --json`): the same
+// numbers in base units (bytes, microseconds, bytes per second, Mbit/s where the plan states
+// Mbit/s), one object. A plan: {kind "plan", hosts, ranks_per_host, ranks, confidence, epoch,
+// topology_hash, groups, order, collectives (each range with at_bytes, predicted_us,
+// busbw_bytes_per_second, lower_bound_us), open_mpi (with engine_us and engine_faster),
+// predicted}. A topology: {kind "topology", hosts, groups inferred, network_model (host and
+// uplink rates), predicted for the best order, warnings}.
+Json planReport(const Plan& plan);
+Json topologyReport(const Topology& topology, const PlanResult& result);
 
 }  // namespace rankmap::reorder

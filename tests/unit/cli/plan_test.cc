@@ -233,6 +233,43 @@ TEST_F(Cli, ShowPlanTopologyAndSvg) {
   EXPECT_NE(noTopo.err.find("--topology"), std::string::npos) << noTopo.err;
 }
 
+// `show --json`: the same numbers as the text, as one JSON document on stdout (even with --svg,
+// whose note goes to stderr): every range's at_bytes inside it and its lower bound not above its
+// prediction; a topology's inferred groups and network model.
+TEST_F(Cli, ShowJsonIsTheSameNumbersForPrograms) {
+  ASSERT_EQ(
+      rankmap("plan -t " + test::fixture("testbed_8vm_2rack.json") + " -o " + path("p.json")).code,
+      0);
+  Outcome show = rankmap("show " + path("p.json") + " --json -t " +
+                         test::fixture("testbed_8vm_2rack.json") + " --svg " + path("p.svg"));
+  ASSERT_EQ(show.code, 0) << show.err;
+  Json j = parseJson(show.out, "show --json");
+  EXPECT_EQ(j["kind"], "plan");
+  EXPECT_EQ(j["hosts"], 8);
+  EXPECT_EQ(j["order"].size(), 8u);
+  EXPECT_EQ(j["groups"][0]["groups"].size(), 2u);
+  for (const auto& r : j["collectives"]["allreduce"]) {
+    EXPECT_GE(r["at_bytes"].get<double>(), r["min_bytes"].get<double>());
+    if (!r["max_bytes"].is_null()) {
+      EXPECT_LT(r["at_bytes"].get<double>(), r["max_bytes"].get<double>());
+    }
+    EXPECT_LE(r["lower_bound_us"].get<double>(), r["predicted_us"].get<double>());
+    EXPECT_GT(r["busbw_bytes_per_second"].get<double>(), 0);
+  }
+  EXPECT_EQ(j["collectives"]["allreduce"].back()["algorithm"], "hier");
+  EXPECT_TRUE(j["open_mpi"].contains("allreduce"));
+  EXPECT_NE(show.err.find("svg written to " + path("p.svg")), std::string::npos) << show.err;
+  EXPECT_NE(slurp(path("p.svg")).find("</svg>"), std::string::npos);
+
+  Outcome topo = rankmap("show --json " + test::fixture("testbed_8vm_2rack.json"));
+  ASSERT_EQ(topo.code, 0) << topo.err;
+  Json t = parseJson(topo.out, "show --json (topology)");
+  EXPECT_EQ(t["kind"], "topology");
+  EXPECT_EQ(t["groups"][0]["groups"].size(), 2u);
+  EXPECT_EQ(t["network_model"]["uplinks"][0]["level"], "rack");
+  EXPECT_NEAR(t["predicted"]["speedup"].get<double>(), 3.0, 0.45);
+}
+
 // Outputs named by a FIFO (`plan --out`, `show --svg`, `export -o`) arrive through it, and the
 // FIFO is still a FIFO: nothing is renamed over it.
 TEST_F(Cli, OutputsToAFifoArriveThroughIt) {
