@@ -500,10 +500,13 @@ Resolved resolve(const BenchArgs& a, const Config& cfg) {
   Resolved r;
   auto coll = coll::parseCollective(a.collective);
   if (!coll || *coll == Collective::kBarrier)
-    RANKMAP_THROW(
-        InvalidInput,
-        "--collective {:?}: expected allreduce, allgather, reducescatter, broadcast or reduce",
-        a.collective);
+    RANKMAP_THROW(InvalidInput,
+                  "--collective {:?}: expected allreduce, allgather, reducescatter, broadcast or "
+                  "reduce{}",
+                  a.collective,
+                  a.collective == "0" || a.collective == "1"
+                      ? " (nccl-tests' -c 0/1 is --check here; -c is the collective)"
+                      : "");
   r.collective = *coll;
   auto t = coll::parseDataType(a.dtype);
   if (!t)
@@ -617,7 +620,10 @@ void registerBenchCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
       cmd->add_option("-e,--maxbytes", a->maxBytes, "Largest size")->capture_default_str();
   cmd->add_option("-f,--stepfactor", a->factor, "Multiply the size by this between steps")
       ->capture_default_str();
-  cmd->add_option("-o,--op", a->op, "Reduction: sum, prod, min, max, avg")->capture_default_str();
+  // Short options mean one thing in every subcommand (-o an output file, -c the collective), so
+  // nccl-tests' -o (operation) and -c (check) are --op and --check here.
+  cmd->add_option("--op", a->op, "Reduction: sum, prod, min, max, avg (nccl-tests' -o)")
+      ->capture_default_str();
   cmd->add_option("-d,--dtype", a->dtype,
                   "Type: int8, uint8, int32, uint32, int64, uint64, half, bfloat16, float, double")
       ->capture_default_str();
@@ -626,13 +632,14 @@ void registerBenchCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
       ->capture_default_str();
   cmd->add_option("--plan", a->plan,
                   "plan.json for rank order and algorithms (default: RANKMAP_PLAN)");
-  cmd->add_option("--collective", a->collective,
+  cmd->add_option("-c,--collective", a->collective,
                   "allreduce, allgather, reducescatter, broadcast or reduce")
       ->capture_default_str();
   cmd->add_option("-n,--iters", a->iters, "Timed iterations per size")->capture_default_str();
   cmd->add_option("-w,--warmup", a->warmup, "Untimed iterations per size")->capture_default_str();
   cmd->add_option("-r,--root", a->root, "Root of broadcast and reduce")->capture_default_str();
-  cmd->add_flag("-c,--check", a->check, "Verify every element once per size (#wrong column)");
+  cmd->add_flag("--check", a->check,
+                "Verify every element once per size (#wrong column; nccl-tests' -c)");
   cmd->add_flag("--inplace", a->inPlace, "Run in place (output == input)");
   cmd->add_flag("--json", a->json, "One JSON object per line instead of the table");
   cmd->add_option("--loopback", a->loopback, "Run N ranks as threads of this process over loopback")

@@ -76,6 +76,18 @@ std::string unknownCommand(const CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+// `rankmap bench` takes nccl-tests' letters but -o, which is an output file in every other
+// subcommand: the hint for a user who typed nccl-tests' `-o sum`; "" otherwise.
+std::string ncclTestsHint(const CLI::App& app, int argc, char** argv) {
+  bool bench = false;
+  for (const auto* sub : app.get_subcommands()) bench |= sub->get_name() == "bench";
+  for (int i = 1; bench && i < argc; ++i)
+    if (std::string_view(argv[i]) == "-o")
+      return "rankmap bench: the reduction is --op (nccl-tests' -o); -o is an output file in "
+             "rankmap's other subcommands";
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,7 +122,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // --help and --version end here with 0; every usage error exits 2 (as git, kubectl and the
     // docs say), not CLI11's own codes.
-    return app.exit(e) == 0 ? 0 : 2;
+    if (app.exit(e) == 0) return 0;
+    std::string hint = ncclTestsHint(app, argc, argv);
+    if (!hint.empty()) std::fprintf(stderr, "%s\n", hint.c_str());
+    return 2;
   }
   if (ctx.verbose) log::setLevel(log::Level::Debug);
   for (auto* sub : app.get_subcommands()) cmdName = "rankmap " + sub->get_name();

@@ -266,7 +266,7 @@ void registerProbeCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   auto a = std::make_shared<ProbeArgs>();
   cmd->add_option("--hosts", a->hostsFile, "Hosts file: one `name address[:port]` per line")
       ->required();
-  cmd->add_option("--out", a->out, "Where to write topology.json (default ./topology.json)");
+  cmd->add_option("-o,--out", a->out, "Where to write topology.json (default ./topology.json)");
   cmd->add_option("--agent", a->agent, "rankmapd API URL (default RANKMAP_AGENT when it answers)");
   cmd->add_option("--token-file", a->tokenFile,
                   "Bearer token for the agent (or RANKMAP_TOKEN_FILE)");

@@ -138,7 +138,7 @@ def run_engine(tb, rankmap, prefix, port, algo, sizes, factor, iters, warmup, pl
     if plan_path:
         words += ["--plan", plan_path]
     if check:
-        words.append("-c")
+        words.append("--check")
     argv = tb.cmd("mpirun", "--prefix", prefix, "--timeout", str(kTimeoutS), "--", *words)
     order = "plan" if plan_path else "provider"
     p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=kTimeoutS + 60)

@@ -224,7 +224,7 @@ def start_ranks(ctx, tag, algo, plans, iters, size=kBigBytes, env=()):
         words = ["env", f"RANKMAP_RANK={i}", f"RANKMAP_WORLD_SIZE={len(ctx.vms)}",
                  f"RANKMAP_ROOT={ctx.addr[0]}:{ctx.port}", f"RANKMAP_TIMEOUT={kEngineTimeoutS}s",
                  *env, ctx.args.rankmap, "bench", "-b", str(size), "-e", str(size), "-n",
-                 str(iters), "-w", "0", "--algo", algo, "-c", "--json"]
+                 str(iters), "-w", "0", "--algo", algo, "--check", "--json"]
         if plans[i]:
             words += ["--plan", plans[i]]
         out = open(ctx.path(f"{tag}.r{i}.out"), "w")

@@ -180,7 +180,7 @@ class Job:
                  "-x", f"RANKMAP_PLAN_FROM_AGENT={1 if args.route == 'agent' else 0}",
                  "-x", f"RANKMAP_TOKEN_FILE={token_file}",
                  args.rankmap, "bench", "-b", str(kSize), "--duration", str(seconds), "-w", "1",
-                 "-c", "--json", "--plan", plan_path, "--algo", algo]
+                 "--check", "--json", "--plan", plan_path, "--algo", algo]
         argv = tb.cmd("mpirun", "--prefix", tb.prefix, "--timeout", str(seconds + 180), "--",
                       *words)
         self.rows, self.summary, self.err = [], None, ""

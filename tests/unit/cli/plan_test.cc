@@ -19,7 +19,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -231,6 +233,37 @@ TEST_F(Cli, ShowPlanTopologyAndSvg) {
   Outcome noTopo = rankmap("show " + path("p.json") + " --svg " + path("x.svg"));
   EXPECT_EQ(noTopo.code, 2);
   EXPECT_NE(noTopo.err.find("--topology"), std::string::npos) << noTopo.err;
+}
+
+// One meaning per short option across subcommands (-o an output file, -c the collective, -t a
+// topology, ...), read from every subcommand's --help; nccl-tests' -o and -c in bench are
+// --op and --check, and typing them the nccl-tests way says so.
+TEST_F(Cli, ShortOptionsMeanOneThingInEverySubcommand) {
+  std::map<std::string, std::set<std::string>> meanings;  // "-o" -> {"--out", "--output"}
+  const std::regex shortLong(R"(^\s+(-[A-Za-z]),(--[a-z][a-z-]*))");
+  for (const char* sub :
+       {"config", "run", "export", "probe", "plan", "show", "bench", "doctor", "completion"}) {
+    Outcome help = rankmap(std::string(sub) + " --help");
+    ASSERT_EQ(help.code, 0) << sub << help.err;
+    std::istringstream lines(help.out);
+    for (std::string line; std::getline(lines, line);)
+      if (std::smatch m; std::regex_search(line, m, shortLong)) {
+        std::string name = m[2];
+        if (name == "--output") name = "--out";  // export's spelling of the same thing
+        meanings[m[1]].insert(name);
+      }
+  }
+  ASSERT_TRUE(meanings.count("-o") && meanings.count("-c")) << "no short options read";
+  for (const auto& [opt, names] : meanings)
+    EXPECT_EQ(names.size(), 1u) << opt << " means " << ::testing::PrintToString(names);
+  EXPECT_EQ(*meanings["-o"].begin(), "--out");
+  EXPECT_EQ(*meanings["-c"].begin(), "--collective");
+  Outcome op = rankmap("bench --loopback 2 -b 1K -e 1K -o sum");
+  EXPECT_EQ(op.code, 2);
+  EXPECT_NE(op.err.find("the reduction is --op (nccl-tests' -o)"), std::string::npos) << op.err;
+  Outcome check = rankmap("bench --loopback 2 -b 1K -e 1K -c 1");
+  EXPECT_EQ(check.code, 2);
+  EXPECT_NE(check.err.find("nccl-tests' -c 0/1 is --check here"), std::string::npos) << check.err;
 }
 
 // `show --json`: the same numbers as the text, as one JSON document on stdout (even with --svg,
