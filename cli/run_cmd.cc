@@ -44,6 +44,7 @@ struct RunArgs {
   std::string rsh = "ssh";
   std::string trackerAddr;
   std::string rulesOut;  // keep Open MPI's coll_tuned rules in this file
+  bool strict = false;   // --strict (RANKMAP_RUN_STRICT): an unreadable command line is an error
 };
 
 // coll_tuned settings of the user's outside the command line: OMPI_MCA_* variables of this
@@ -165,7 +166,9 @@ int runCommand(const CliContext& ctx, const RunArgs& a) {
       staleName = "plan file " + planFile;
     }
   } else if (!cmd) {
-    d = launch::unchanged(a.command, why);
+    if (a.strict || cfg.get(settings::kRunStrict))
+      RANKMAP_THROW(InvalidInput, "{} (--strict or RANKMAP_RUN_STRICT: nothing was run)", why);
+    d = launch::unchanged(a.command, why + "; --strict (RANKMAP_RUN_STRICT=1) makes this an error");
   } else {
     launch::PlanResult pr;
     std::string planPath =
@@ -286,12 +289,15 @@ void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                   "launch: rewrite the hostfile in plan order; shim: preload librankmap_mpi.so; "
                   "auto: launch (default)");
   cmd->add_flag("--dry-run", a->dryRun, "Print the command (and files) instead of running it");
+  cmd->add_flag("--strict", a->strict,
+                "A launcher command line rankmap run cannot read is an error (exit 2) instead of "
+                "a warning with the command run unchanged (RANKMAP_RUN_STRICT)");
   cmd->add_option(
       "--xgboost", a->xgboost,
       "Run an XGBoost job of N workers: rankmap run is its tracker, ranks in plan order");
   cmd->add_option("--hosts", a->hostsFile,
-                  "--xgboost: hosts file, one host per line, launcher order "
-                  "(default the plan's hosts)");
+                  "--xgboost: hosts file, `name [address]` per line (rankmap's), launcher order; "
+                  "the addresses reach hosts no topology names (default the plan's hosts)");
   cmd->add_option("--rsh", a->rsh,
                   "--xgboost: remote start command, called as RSH HOST COMMAND "
                   "(default ssh)");

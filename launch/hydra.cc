@@ -114,6 +114,13 @@ HostEntry parseEntry(std::string_view item, const std::string& where) {
 std::vector<HostEntry> parseHydraHostfile(std::string_view text, std::string_view source) {
   std::vector<HostEntry> out;
   forEachHostfileLine(text, [&](size_t lineNo, const std::vector<std::string_view>& words) {
+    if (words.size() == 2 && words[1].find('=') == std::string_view::npos)
+      RANKMAP_THROW(NotSupported,
+                    "{}:{}: \"{} {}\" reads as rankmap's hosts file (`name address`), not "
+                    "MPICH's hostfile (`host[:N]` per line); give mpiexec one of its own, e.g. "
+                    "`{}:1`",
+                    source, lineNo, std::string(words[0]), std::string(words[1]),
+                    std::string(words[0]));
     if (words.size() > 1)
       RANKMAP_THROW(NotSupported,
                     "{}:{}: hostfile token {:?} not understood (rankmap run knows host[:N])",

@@ -165,6 +165,15 @@ std::vector<HostEntry> parseOmpiHostfile(std::string_view text, std::string_view
       bool isSlots = false, isMax = false;
       for (auto k : kSlotKeys) isSlots |= key == k;
       for (auto k : kMaxSlotKeys) isMax |= key == k;
+      // `name address` is rankmap's own hosts file (rankmapd, rankmap probe), which mpirun
+      // cannot read either: say so, with the line mpirun wants.
+      if (eq == std::string_view::npos && words.size() == 2)
+        RANKMAP_THROW(NotSupported,
+                      "{}:{}: {:?} reads as rankmap's hosts file (`name address`), not Open MPI's "
+                      "hostfile (`host slots=N` per line); give mpirun one of its own, e.g. "
+                      "`{} slots=1`",
+                      source, lineNo, fmt::format("{} {}", e.spelling, std::string(word)),
+                      e.spelling);
       if (eq == std::string_view::npos || (!isSlots && !isMax))
         RANKMAP_THROW(NotSupported,
                       "{}:{}: hostfile token {:?} not understood (rankmap run "

@@ -23,6 +23,7 @@
 #include "launch/plan_source.h"
 #include "launch/process.h"
 #include "launch/xgboost_tracker.h"
+#include "reorder/planner.h"
 
 namespace rankmap::launch {
 namespace {
@@ -115,22 +116,6 @@ std::vector<std::string> splitWords(const std::string& text) {
 std::string xgboostTaskId(int rank, int workers) {
   int width = static_cast<int>(std::to_string(std::max(0, workers - 1)).size());
   return fmt::format("rankmap-{:0{}}", rank, width);
-}
-
-std::vector<std::string> readHostsFile(const std::string& path) {
-  std::string text = readFile(path, 64u << 20);
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string line;
-  while (std::getline(ss, line)) {
-    line = line.substr(0, line.find('#'));
-    std::stringstream ws(line);
-    std::string first;
-    if (ws >> first) out.push_back(first);
-  }
-  if (out.empty())
-    RANKMAP_THROW(InvalidInput, "hosts file {}: expected at least one host line", path);
-  return out;
 }
 
 std::vector<XgboostWorker> placeXgboostWorkers(int workers, const std::vector<std::string>& hosts,
@@ -306,7 +291,14 @@ int runXgboost(const XgboostOptions& opts, const std::vector<std::string>& progr
 int runXgboostJob(XgboostOptions opts, const std::string& hostsFile,
                   const std::vector<std::string>& program, const std::string& planPath,
                   const std::string& topologyPath, const PlanChecks& checks) {
-  if (!hostsFile.empty()) opts.hosts = readHostsFile(hostsFile);
+  // The hosts file is rankmap's (`name [address]`, reorder::readHostsFile): the names in
+  // launcher order, and the addresses, when given, reach the hosts a topology does not name.
+  std::vector<Host> fileHosts;
+  if (!hostsFile.empty())
+    for (const auto& h : reorder::readHostsFile(hostsFile)) {
+      opts.hosts.push_back(h.name);
+      if (!h.address.empty()) fileHosts.push_back({h.name, h.address});
+    }
   PlanResult pr = planForFramework(
       planPath, topologyPath,
       [&] {
@@ -324,6 +316,10 @@ int runXgboostJob(XgboostOptions opts, const std::string& hostsFile,
         return job;
       },
       "no --plan or --topology (RANKMAP_PLAN / RANKMAP_TOPOLOGY)", checks);
+  for (const auto& h : fileHosts)
+    if (std::none_of(pr.known.begin(), pr.known.end(),
+                     [&](const Host& k) { return k.name == h.name; }))
+      pr.known.push_back(h);
   return runXgboost(opts, program, pr.plan, pr.error, pr.source, pr.known);
 }
 

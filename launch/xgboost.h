@@ -55,10 +55,6 @@ std::vector<std::string> splitWords(const std::string& text);
 // The task id of rank `rank` of `workers`: "rankmap-" + zero-padded rank.
 std::string xgboostTaskId(int rank, int workers);
 
-// Reads a hosts file: the first word of each line (`#` comments; `name address` lines give the
-// name), in order. Throws IoError/InvalidInput naming the file.
-std::vector<std::string> readHostsFile(const std::string& path);
-
 struct XgboostOptions {
   int workers = 0;
   std::vector<std::string> hosts;          // empty = the plan's hosts, or local workers

@@ -34,6 +34,7 @@
 #include "launch/torchrun.h"
 #include "launch/xgboost.h"
 #include "probe/hosts.h"
+#include "reorder/planner.h"
 
 namespace {
 
@@ -191,9 +192,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (int fd = ::memfd_create("hosts", MFD_CLOEXEC); fd >= 0) {
     if (::write(fd, file.data(), file.size()) == static_cast<ssize_t>(file.size())) {
       try {
-        for (const auto& h : readHostsFile("/proc/self/fd/" + std::to_string(fd)))
-          if (h.empty() || h.find_first_of(" \t\n#") != std::string::npos)
-            finding("xgboost hosts file gave the host '" + h + "'", argv);
+        for (const auto& h : reorder::readHostsFile("/proc/self/fd/" + std::to_string(fd)))
+          if (h.name.empty() || h.name.find_first_of(" \t\n#") != std::string::npos ||
+              h.address.find_first_of(" \t\n#") != std::string::npos)
+            finding("the hosts file gave the host '" + h.name + " " + h.address + "'", argv);
       } catch (const InvalidInput&) {
       }
     }

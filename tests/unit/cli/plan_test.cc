@@ -235,6 +235,53 @@ TEST_F(Cli, ShowPlanTopologyAndSvg) {
   EXPECT_NE(noTopo.err.find("--topology"), std::string::npos) << noTopo.err;
 }
 
+// A launcher command line rankmap run cannot read (README's quick start once handed rankmapd's
+// hosts file to mpirun): a warning that says why, what mpirun wants, and that --strict makes it
+// an error; with --strict or RANKMAP_RUN_STRICT=1, exit 2 and nothing runs.
+TEST_F(Cli, RunSaysWhatItCannotReadAndStrictRefusesIt) {
+  ASSERT_EQ(
+      rankmap("plan -t " + test::fixture("testbed_8vm_2rack.json") + " -o " + path("p.json")).code,
+      0);
+  std::ofstream(path("hosts")) << "vm0 10.0.0.1\nvm1 10.0.0.2\n";
+  const std::string job =
+      " --plan " + path("p.json") + " -- mpirun --hostfile " + path("hosts") + " -np 2 ./prog";
+  Outcome lax = rankmap("run --dry-run" + job);
+  EXPECT_EQ(lax.code, 0) << lax.err;
+  EXPECT_NE(lax.err.find("running the original command unchanged"), std::string::npos) << lax.err;
+  EXPECT_NE(lax.err.find("reads as rankmap's hosts file"), std::string::npos) << lax.err;
+  EXPECT_NE(lax.err.find("--strict (RANKMAP_RUN_STRICT=1) makes this an error"), std::string::npos)
+      << lax.err;
+  Outcome strict = rankmap("run --strict --dry-run" + job);
+  EXPECT_EQ(strict.code, 2) << strict.err;
+  EXPECT_EQ(strict.out, "");
+  EXPECT_NE(strict.err.find(path("hosts") + ":1"), std::string::npos) << strict.err;
+  ::setenv("RANKMAP_RUN_STRICT", "1", 1);
+  Outcome setting = rankmap("run --dry-run" + job);
+  ::unsetenv("RANKMAP_RUN_STRICT");
+  EXPECT_EQ(setting.code, 2) << setting.err;
+}
+
+// `rankmap run --xgboost N --hosts H` reads rankmap's hosts file (README's quick start gives it
+// the one rankmapd reads): the names in order, and the addresses reach hosts no topology names
+// (the tracker's address is the local one that routes to the first host).
+TEST_F(Cli, XgboostRunReadsTheAddressesOfRankmapsHostsFile) {
+  ASSERT_EQ(
+      rankmap("plan -t " + test::fixture("testbed_8vm_2rack.json") + " -o " + path("p.json")).code,
+      0);
+  std::ofstream(path("hosts")) << "# rankmap's hosts file\nvm0 127.0.0.1:7411\nvm2 127.0.0.2\n";
+  Outcome r = rankmap("run --plan " + path("p.json") + " --xgboost 2 --hosts " + path("hosts") +
+                      " --dry-run -- /usr/bin/python3 train.py");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("tracker 127.0.0.1:"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("ssh vm0 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ssh vm2 "), std::string::npos) << r.out;
+  std::ofstream(path("names")) << "vm0\nvm2\n";  // names alone: nothing tells where vm0 is
+  Outcome bare = rankmap("run --plan " + path("p.json") + " --xgboost 2 --hosts " + path("names") +
+                         " --dry-run -- /usr/bin/python3 train.py");
+  EXPECT_EQ(bare.code, 2) << bare.err;
+  EXPECT_NE(bare.err.find("no local address reaches host \"vm0\""), std::string::npos) << bare.err;
+}
+
 // One meaning per short option across subcommands (-o an output file, -c the collective, -t a
 // topology, ...), read from every subcommand's --help; nccl-tests' -o and -c in bench are
 // --op and --check, and typing them the nccl-tests way says so.

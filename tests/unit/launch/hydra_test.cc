@@ -65,6 +65,14 @@ TEST(HydraHostfile, BadLinesNameTheSourceAndLine) {
     EXPECT_NE(std::string(e.what()).find("hosts.txt:2"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("ifhn=10.0.0.2"), std::string::npos) << e.what();
   }
+  try {
+    parseHydraHostfile("vm1 10.0.0.1\n", "hosts");
+    FAIL() << "expected NotSupported";
+  } catch (const NotSupported& e) {
+    EXPECT_NE(std::string(e.what()).find("reads as rankmap's hosts file"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("`vm1:1`"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(parseHydraHostfile("vm0:x\n", "hf"), InvalidInput);
   EXPECT_THROW(parseHydraHostfile("vm0:0\n", "hf"), InvalidInput);
 }

@@ -72,6 +72,20 @@ TEST(OmpiHostfile, UnknownTokensAreRefusedWithTheLine) {
   EXPECT_THROW(parseOmpiHostfile("slots=2\n", "hf"), NotSupported);
 }
 
+// rankmap's own hosts file (`name address`, README's quick start) handed to mpirun: named as
+// such, with the line mpirun wants.
+TEST(OmpiHostfile, RankmapsHostsFileIsNamedWithTheFix) {
+  try {
+    parseOmpiHostfile("vm1 10.0.0.1\nvm2 10.0.0.2\n", "hosts");
+    FAIL() << "expected NotSupported";
+  } catch (const NotSupported& e) {
+    EXPECT_NE(std::string(e.what()).find("hosts:1: \"vm1 10.0.0.1\" reads as rankmap's hosts file"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("`vm1 slots=1`"), std::string::npos) << e.what();
+  }
+}
+
 TEST(OmpiHostList, SlotsAndForms) {
   auto e = parseOmpiHostList("a,b:2,10.1.2.3:4,a");
   ASSERT_EQ(e.size(), 4u);
