@@ -670,6 +670,21 @@ std::string structureText(const Topology& t) {
   return out;
 }
 
+namespace {
+
+// The lowest and the highest uplink rate of the switches of level `l`.
+std::pair<double, double> uplinkRange(const NetworkModel& net, size_t l) {
+  double lo = 1e300, hi = 0;
+  for (size_t s = 0; s < net.switches(); ++s)
+    if (net.switchLevel[s] == static_cast<int>(l)) {
+      lo = std::min(lo, net.uplinkMbps[s]);
+      hi = std::max(hi, net.uplinkMbps[s]);
+    }
+  return {lo, hi};
+}
+
+}  // namespace
+
 std::string describeTopology(const Topology& t, const PlanResult& r) {
   std::string out = topologyHeader(t);
   out += structureText(t);
@@ -687,12 +702,7 @@ std::string describeTopology(const Topology& t, const PlanResult& r) {
   if (*hi > *lo) out += fmt::format(" .. {:.4g}", *hi);
   out += " Mbit/s";
   for (size_t l = 0; l < net.levels; ++l) {
-    double a = 1e300, b = 0;
-    for (size_t s = 0; s < net.switches(); ++s)
-      if (net.switchLevel[s] == static_cast<int>(l)) {
-        a = std::min(a, net.uplinkMbps[s]);
-        b = std::max(b, net.uplinkMbps[s]);
-      }
+    auto [a, b] = uplinkRange(net, l);
     out += fmt::format("; {} uplinks {:.4g}", r.hierarchy.levels[l].name, a);
     if (b > a) out += fmt::format(" .. {:.4g}", b);
     out += " Mbit/s";
@@ -784,12 +794,7 @@ Json topologyReport(const Topology& t, const PlanResult& r) {
   auto [lo, hi] = std::minmax_element(net.hostMbps.begin(), net.hostMbps.end());
   Json uplinks = Json::array();
   for (size_t l = 0; l < net.levels; ++l) {
-    double a = 1e300, b = 0;
-    for (size_t s = 0; s < net.switches(); ++s)
-      if (net.switchLevel[s] == static_cast<int>(l)) {
-        a = std::min(a, net.uplinkMbps[s]);
-        b = std::max(b, net.uplinkMbps[s]);
-      }
+    auto [a, b] = uplinkRange(net, l);
     uplinks.push_back({{"level", r.hierarchy.levels[l].name}, {"min_mbps", a}, {"max_mbps", b}});
   }
   out["network_model"] = {{"host_min_mbps", *lo}, {"host_max_mbps", *hi}, {"uplinks", uplinks}};
