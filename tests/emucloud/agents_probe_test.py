@@ -27,8 +27,8 @@ def extra(p):
     p.add_argument("--contention", action="store_true")
     p.add_argument("--expect-shared", action="store_true")
     p.add_argument("--max-seconds", type=float, default=120)
-    # Margins for a loaded 2-core machine: 21 of 21 16-VM runs had every flow within 10%
-    # (docs/performance.md), earlier builds at worst 98.3% and 14.8%.
+    # Margins for a loaded 2-core machine: the 16-VM runs of docs/performance.md ("Full probe on
+    # the CI machine") had every flow within 10%, the 8-VM 1000/250 ones down to 89.3%.
     p.add_argument("--min-within", type=float, default=0.95,
                    help="share of flows that must be within +-10%% of the shaped rate")
     p.add_argument("--max-error", type=float, default=0.25,
