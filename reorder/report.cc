@@ -713,63 +713,26 @@ std::string describeTopology(const Topology& t, const PlanResult& r) {
   return out;
 }
 
-namespace {
-
-Json groupsJson(const std::vector<HierarchyLevel>& levels) {
-  Json out = Json::array();
-  for (const auto& l : levels)
-    out.push_back({{"name", l.name}, {"confidence", l.confidence}, {"groups", l.groups}});
-  return out;
-}
-
-Json predictionJson(const Prediction& p) {
-  return {{"basis", p.basis},
-          {"plan_us", p.planUs},
-          {"input_order_us", p.inputOrderUs},
-          {"speedup", p.speedup},
-          {"bottleneck_mbps", p.bottleneckMbps},
-          {"input_bottleneck_mbps", p.inputBottleneckMbps}};
-}
-
-Json maxBytesJson(uint64_t maxBytes) {
-  return maxBytes == AlgoRange::kUnbounded ? Json(nullptr) : Json(maxBytes);
-}
-
-}  // namespace
-
+// The plan's own JSON (Plan::toJson: groups, ranges, prediction, under its field names) with what
+// `show` derives: each range's size (at_bytes), busbw in bytes/s, the engine's advice.
 Json planReport(const Plan& p) {
-  Json collectives = Json::object();
-  for (const auto& [coll, ranges] : p.collectives) {
-    Json rows = Json::array();
-    for (const auto& r : ranges)
-      rows.push_back({{"min_bytes", r.minBytes},
-                      {"max_bytes", maxBytesJson(r.maxBytes)},
-                      {"algorithm", algorithmName(r.algorithm)},
-                      {"at_bytes", std::llround(representativeBytes(r.minBytes, r.maxBytes))},
-                      {"predicted_us", r.predictedUs},
-                      {"busbw_bytes_per_second", r.predictedBusbwGBps * 1e9},
-                      {"lower_bound_us", r.lowerBoundUs}});
-    collectives[coll] = std::move(rows);
-  }
-  Json openMpi = Json::object();
-  for (const auto& [coll, ranges] : p.openMpi) {
-    const OmpiCollective* c = findOmpiCollective(coll);
-    Json rows = Json::array();
-    for (const auto& r : ranges) {
-      const OmpiAlgorithm* a = c ? findOmpiAlgorithm(*c, r.algorithm) : nullptr;
-      rows.push_back(
-          {{"min_bytes", r.minBytes},
-           {"max_bytes", maxBytesJson(r.maxBytes)},
-           {"algorithm", a ? std::string(a->name) : std::to_string(r.algorithm)},
-           {"segsize", r.segsize},
-           {"fan_in_out", r.faninout},
-           {"at_bytes", std::llround(representativeBytes(r.minBytes, r.maxBytes))},
-           {"predicted_us", r.predictedUs},
-           {"engine_us", r.engineUs > 0 ? Json(r.engineUs) : Json(nullptr)},
-           {"engine_faster", r.engineUs > 0 && kEngineAdviceRatio * r.engineUs < r.predictedUs}});
+  const Json doc = p.toJson();
+  Json collectives = doc.at("collectives");
+  for (const auto& [coll, ranges] : p.collectives)
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const AlgoRange& r = ranges[i];
+      Json& row = collectives[coll][i];
+      row["at_bytes"] = std::llround(representativeBytes(r.minBytes, r.maxBytes));
+      row["busbw_bytes_per_second"] = r.predictedBusbwGBps * 1e9;
     }
-    openMpi[coll] = std::move(rows);
-  }
+  Json openMpi = doc.value("open_mpi", Json::object());
+  for (const auto& [coll, ranges] : p.openMpi)
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const OmpiRange& r = ranges[i];
+      Json& row = openMpi[coll][i];
+      row["at_bytes"] = std::llround(representativeBytes(r.minBytes, r.maxBytes));
+      row["engine_faster"] = r.engineUs > 0 && kEngineAdviceRatio * r.engineUs < r.predictedUs;
+    }
   return {{"kind", "plan"},
           {"hosts", p.hosts.size()},
           {"ranks_per_host", p.ranksPerHost},
@@ -777,18 +740,18 @@ Json planReport(const Plan& p) {
           {"confidence", p.confidence},
           {"epoch", p.epoch},
           {"topology_hash", p.topologyHash},
-          {"groups", groupsJson(p.groups)},
+          {"groups", doc.at("groups")},
           {"order", p.order},
           {"collectives", std::move(collectives)},
           {"open_mpi", std::move(openMpi)},
-          {"predicted", predictionJson(p.predicted)}};
+          {"predicted", doc.at("predicted")}};
 }
 
 Json topologyReport(const Topology& t, const PlanResult& r) {
   Json out = {{"kind", "topology"},
               {"hosts", t.hosts.size()},
               {"warnings", r.warnings},
-              {"groups", r.fallback ? Json::array() : groupsJson(r.plan.groups)}};
+              {"groups", r.fallback ? Json::array() : hierarchyToJson(r.plan.groups)}};
   if (r.fallback) return out;
   const NetworkModel& net = r.model;
   auto [lo, hi] = std::minmax_element(net.hostMbps.begin(), net.hostMbps.end());
@@ -798,7 +761,7 @@ Json topologyReport(const Topology& t, const PlanResult& r) {
     uplinks.push_back({{"level", r.hierarchy.levels[l].name}, {"min_mbps", a}, {"max_mbps", b}});
   }
   out["network_model"] = {{"host_min_mbps", *lo}, {"host_max_mbps", *hi}, {"uplinks", uplinks}};
-  out["predicted"] = predictionJson(r.plan.predicted);
+  out["predicted"] = r.plan.toJson().at("predicted");
   return out;
 }
 

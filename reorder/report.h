@@ -63,12 +63,12 @@ std::string structureText(const Topology& topology);
 std::string describeTopology(const Topology& topology, const PlanResult& result);
 
 // What describePlan and describeTopology say, for programs (`rankmap show --json`): the same
-// numbers in base units (bytes, microseconds, bytes per second, Mbit/s where the plan states
-// Mbit/s), one object. A plan: {kind "plan", hosts, ranks_per_host, ranks, confidence, epoch,
-// topology_hash, groups, order, collectives (each range with at_bytes, predicted_us,
-// busbw_bytes_per_second, lower_bound_us), open_mpi (with engine_us and engine_faster),
-// predicted}. A topology: {kind "topology", hosts, groups inferred, network_model (host and
-// uplink rates), predicted for the best order, warnings}.
+// numbers, one object. A plan: {kind "plan", hosts, ranks_per_host, ranks, confidence, epoch,
+// topology_hash, order, and groups, collectives, open_mpi and predicted as plan.json writes them
+// (docs/formats.md), each range with at_bytes (the size of its prediction), a collective's with
+// busbw_bytes_per_second, an Open MPI one's with engine_faster (the planner's advice). A topology:
+// {kind "topology", hosts, groups inferred, network_model (host and uplink rates), predicted for
+// the best order, warnings}.
 Json planReport(const Plan& plan);
 Json topologyReport(const Topology& topology, const PlanResult& result);
 

@@ -14,6 +14,7 @@
 Usage: rankmapd_outside_test.py RANKMAPD UNIT_FILE CHECK
 A missing tool is a skip (exit 77) with the reason; every wait has a deadline.
 """
+import json
 import os
 import re
 import shutil
@@ -181,7 +182,6 @@ def checkPrometheus(rankmapd, tmp):
         api = f"http://127.0.0.1:{promPort}/api/v1/query?query="
 
         def value(query):
-            import json
             got = json.loads(http(api + urllib.request.quote(query)))["data"]["result"]
             return got[0]["value"][1] if got else None
 
