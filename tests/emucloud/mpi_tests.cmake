@@ -20,6 +20,14 @@ emucloud_add_test(emucloud_mpi_path mpi_path_test.py 1200
                   --proof-c $<TARGET_FILE:emucloud_mpi_proof_c>
                   --proof-f "${RANKMAP_MPI_PROOF_F}"
                   --proof-py ${CMAKE_CURRENT_SOURCE_DIR}/mpi_proof.py --min-speedup 2.8)
+# README's quick-start block, run as written (tests/emucloud/quickstart_test.py): the agents,
+# probe, plan, show and the three launchers of its last step.
+emucloud_add_test(emucloud_quickstart quickstart_test.py 900
+                  --readme ${PROJECT_SOURCE_DIR}/README.md
+                  --config ${PROJECT_SOURCE_DIR}/configs/rankmapd.json
+                  --rankmap $<TARGET_FILE:rankmap>
+                  --rankmapd $<TARGET_FILE:rankmapd>
+                  --mpi-program $<TARGET_FILE:emucloud_mpi_proof_c>)
 # Open MPI's decision from the plan (coll_tuned rules) under `rankmap run -- mpirun`.
 emucloud_add_test(emucloud_mpi_rules mpi_rules_test.py 600
                   --rankmap $<TARGET_FILE:rankmap>
