@@ -68,7 +68,7 @@ std::vector<Host> hostsFromJson(const JsonReader& r) {
   std::vector<Host> hosts;
   size_t n = r.arraySize();
   if (n == 0) r.fail("a non-empty array of hosts");
-  if (n > probe::kMaxHosts) r.fail(fmt::format("at most {} hosts", probe::kMaxHosts));
+  if (n > kMaxHosts) r.fail(fmt::format("at most {} hosts", kMaxHosts));
   std::string text;
   for (size_t i = 0; i < n; ++i) {
     auto h = r.at(i);
@@ -138,7 +138,7 @@ void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
   }
   for (auto it = topo->hosts.rbegin(); it != topo->hosts.rend(); ++it) spelled[it->name] = it->name;
   spelled.erase("");
-  std::vector<reorder::HostEntry> entries;
+  std::vector<HostsEntry> entries;
   std::string key;
   size_t pos = 0;
   while (pos <= list.size()) {

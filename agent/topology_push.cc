@@ -194,7 +194,7 @@ Json relayTopology(const Json& topology, const Json& list, std::string_view sour
                    const probe::ProbeKey& key, const std::string& self, Deadline d) {
   JsonReader r(list, source, "/relay");
   size_t n = r.arraySize();
-  if (n > probe::kMaxHosts) r.fail(fmt::format("at most {} hosts", probe::kMaxHosts));
+  if (n > kMaxHosts) r.fail(fmt::format("at most {} hosts", kMaxHosts));
   std::vector<Host> hosts;
   for (size_t i = 0; i < n; ++i) {
     auto e = r.at(i);

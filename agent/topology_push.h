@@ -75,7 +75,7 @@ PushReport pushTopology(std::shared_ptr<const std::string> document,
 // The relay's half, run by the agent that received a push with a "relay" list (`list`, read
 // from the request as `source` describes it): forwards `topology` to each listed host before
 // `d`. Returns the reply's "relay" object: {"sent": n, "failed": [{"name", "error"}...]}.
-// InvalidInput, naming the field, for a list that is not an array of at most probe::kMaxHosts
+// InvalidInput, naming the field, for a list that is not an array of at most kMaxHosts
 // {"name", "address"} objects that a hosts file would accept (probe::validateHosts).
 Json relayTopology(const Json& topology, const Json& list, std::string_view source,
                    const probe::ProbeKey& key, const std::string& self, Deadline d);

@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/hosts_file.h"
 #include "common/json.h"
 #include "common/openmpi.h"
 #include "reorder/planner.h"
@@ -160,9 +161,9 @@ int runPlan(const PlanArgs& a, const Config& config) {
 
   Topology t = loadTopology(a.topology);
   if (!a.hosts.empty()) {
-    std::vector<reorder::HostEntry> hosts;
+    std::vector<HostsEntry> hosts;
     try {
-      hosts = reorder::readHostsFile(a.hosts);
+      hosts = readHostsFile(a.hosts, HostAddress::kOptional);
     } catch (const IoError& e) {
       throw InvalidInput(e.what());
     }

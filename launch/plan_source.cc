@@ -67,7 +67,7 @@ PlanResult planFromTopology(const std::string& topologyPath, const Job& job) {
     Topology t = Topology::load(topologyPath);
     r.known = t.hosts;
     // The job's hosts by name or address, in launcher order: that order is the plan's input order.
-    std::vector<reorder::HostEntry> entries;
+    std::vector<HostsEntry> entries;
     for (size_t i = 0; i < job.hosts.size(); ++i) {
       std::string s = job.hosts[i].spelling.substr(job.hosts[i].spelling.find('@') + 1);
       std::string name;

@@ -17,6 +17,7 @@
 #include "common/deadline.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/hosts_file.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/plan_agreement.h"
@@ -291,11 +292,11 @@ int runXgboost(const XgboostOptions& opts, const std::vector<std::string>& progr
 int runXgboostJob(XgboostOptions opts, const std::string& hostsFile,
                   const std::vector<std::string>& program, const std::string& planPath,
                   const std::string& topologyPath, const PlanChecks& checks) {
-  // The hosts file is rankmap's (`name [address]`, reorder::readHostsFile): the names in
+  // The hosts file is rankmap's (`name [address]`, common/hosts_file.h): the names in
   // launcher order, and the addresses, when given, reach the hosts a topology does not name.
   std::vector<Host> fileHosts;
   if (!hostsFile.empty())
-    for (const auto& h : reorder::readHostsFile(hostsFile)) {
+    for (const auto& h : readHostsFile(hostsFile, HostAddress::kOptional)) {
       opts.hosts.push_back(h.name);
       if (!h.address.empty()) fileHosts.push_back({h.name, h.address});
     }

@@ -1,20 +1,17 @@
-// Hosts files: the agents of a job, one `name address` or `name address:port` per line.
-//
-// Blank lines and lines starting with '#' are ignored. Names are 1..64 characters of
-// [A-Za-z0-9._-]; addresses are numeric IPv4/IPv6 literals (see probe/socket.h); the port
-// defaults to the probe port. Names and endpoints must be unique.
+// The probe's reading of rankmap's hosts file (common/hosts_file.h): every line needs its
+// address, a numeric IPv4/IPv6 literal (probe/socket.h) with the port defaulting to the probe
+// port, and endpoints are unique too.
 #pragma once
 
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/hosts_file.h"
 #include "common/topology.h"
 #include "probe/socket.h"
 
 namespace rankmap::probe {
-
-inline constexpr size_t kMaxHosts = 4096;
 
 // Throws InvalidInput naming `source`, the line and what was expected.
 std::vector<Host> parseHosts(std::string_view text, std::string_view source);

@@ -586,34 +586,7 @@ Plan makePlan(const Topology& topology, const PlanOptions& options) {
   return planTopology(topology, options).plan;
 }
 
-std::vector<HostEntry> readHostsFile(const std::string& path) {
-  std::string text = readFile(path, 64u << 20);
-  std::vector<HostEntry> out;
-  std::set<std::string> seen;
-  std::istringstream in(text);
-  std::string line;
-  int no = 0;
-  while (std::getline(in, line)) {
-    ++no;
-    auto hash = line.find('#');
-    if (hash != std::string::npos) line.resize(hash);
-    std::istringstream fields(line);
-    std::vector<std::string> f;
-    std::string w;
-    while (fields >> w) f.push_back(w);
-    if (f.empty()) continue;
-    if (f.size() > 2)
-      throw InvalidInput(fmt::format("{}:{}: expected 'name' or 'name address', got {} fields",
-                                     path, no, f.size()));
-    if (!seen.insert(f[0]).second)
-      throw InvalidInput(fmt::format("{}:{}: host '{}' listed twice", path, no, f[0]));
-    out.push_back({f[0], f.size() > 1 ? f[1] : "", no});
-  }
-  if (out.empty()) throw InvalidInput(fmt::format("{}: no hosts listed", path));
-  return out;
-}
-
-Topology selectHosts(const Topology& t, const std::vector<HostEntry>& hosts,
+Topology selectHosts(const Topology& t, const std::vector<HostsEntry>& hosts,
                      std::string_view hostsSource, std::string_view topologySource) {
   std::vector<int> idx;
   std::vector<Host> hs;

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/hosts_file.h"
 #include "common/plan.h"
 #include "common/topology.h"
 #include "reorder/cost_model.h"
@@ -89,21 +90,12 @@ PlanResult planTopology(const Topology& topology, const PlanOptions& options);
 // The plan alone.
 Plan makePlan(const Topology& topology, const PlanOptions& options);
 
-// A hosts file: one host per line, "name" or "name address"; blank lines and '#' comments are
-// skipped. Throws InvalidInput naming the file and line.
-struct HostEntry {
-  std::string name;
-  std::string address;
-  int line = 0;
-};
-std::vector<HostEntry> readHostsFile(const std::string& path);
-
 // The topology restricted to `hosts`, in their order (that order becomes the input order): the
 // matrices (when it has them), shared links, groups (emptied groups dropped), the link model
 // (host links in the new order, the uplinks of the groups kept) and the measured pairs between
 // kept hosts (in the new indices). Throws InvalidInput naming `hostsSource` and the line of a
 // host the topology lacks.
-Topology selectHosts(const Topology& topology, const std::vector<HostEntry>& hosts,
+Topology selectHosts(const Topology& topology, const std::vector<HostsEntry>& hosts,
                      std::string_view hostsSource, std::string_view topologySource);
 
 }  // namespace rankmap::reorder

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/hosts_file.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/plan.h"
@@ -192,7 +193,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (int fd = ::memfd_create("hosts", MFD_CLOEXEC); fd >= 0) {
     if (::write(fd, file.data(), file.size()) == static_cast<ssize_t>(file.size())) {
       try {
-        for (const auto& h : reorder::readHostsFile("/proc/self/fd/" + std::to_string(fd)))
+        for (const auto& h :
+             readHostsFile("/proc/self/fd/" + std::to_string(fd), HostAddress::kOptional))
           if (h.name.empty() || h.name.find_first_of(" \t\n#") != std::string::npos ||
               h.address.find_first_of(" \t\n#") != std::string::npos)
             finding("the hosts file gave the host '" + h.name + " " + h.address + "'", argv);

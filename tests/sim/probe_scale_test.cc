@@ -38,7 +38,7 @@ double ari(const Datacenter& dc, const std::vector<int>& found, bool pods) {
 // The plan from the probe's topology and the plan from the truth, both scored on the true
 // network (16 MiB allreduce, live hosts only): the gap is what the probe's errors cost.
 double planGap(const Datacenter& dc, const SimFleet& fleet, const Topology& probed) {
-  std::vector<reorder::HostEntry> live;
+  std::vector<HostsEntry> live;
   for (size_t h = 0; h < dc.hosts(); ++h)
     if (dc.alive(static_cast<int>(h)))
       live.push_back({fleet.host(static_cast<int>(h)).name, "", 0});

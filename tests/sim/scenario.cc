@@ -319,7 +319,7 @@ ScenarioResult runScenario(const Scenario& sc) {
 
   // The job: the live hosts in the provider's order.
   std::vector<int> live;
-  std::vector<reorder::HostEntry> entries;
+  std::vector<HostsEntry> entries;
   for (size_t h = 0; h < dc.hosts(); ++h)
     if (dc.alive(static_cast<int>(h))) {
       live.push_back(static_cast<int>(h));

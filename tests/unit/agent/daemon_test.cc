@@ -610,7 +610,7 @@ TEST(TopologyPush, BadRelayListsAreRefusedNamingTheField) {
   refuse(Json::array({{{"name", "b"}}}), "address");
   refuse(Json::array({{{"name", "b"}, {"address", "example.com"}}}), "push from a /relay");
   Json many = Json::array();
-  for (size_t i = 0; i <= probe::kMaxHosts; ++i)
+  for (size_t i = 0; i <= kMaxHosts; ++i)
     many.push_back({{"name", fmt::format("h{}", i)}, {"address", "10.0.0.1"}});
   refuse(many, "at most");
   EXPECT_EQ(relayTopology(doc, Json::array(), "push from a", key, "a", Deadline::after(1s))["sent"],

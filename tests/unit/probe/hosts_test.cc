@@ -26,7 +26,7 @@ TEST(HostsFile, RejectsMalformedFilesNamingTheLine) {
   for (auto [text, mention] :
        {Bad{"", "no hosts"}, Bad{"# only comments\n", "no hosts"}, Bad{"vm0\n", "hosts:1"},
         Bad{"vm0 1.2.3.4 extra\n", "extra"},
-        Bad{"vm0 1.2.3.4\nvm0 1.2.3.5\n", "duplicate host 'vm0'"},
+        Bad{"vm0 1.2.3.4\nvm0 1.2.3.5\n", "duplicate host \"vm0\""},
         Bad{"a 1.2.3.4\nb 1.2.3.4:7411\n", "duplicate address"}, Bad{"a host.example\n", "numeric"},
         Bad{"a 1.2.3.4:99999\n", "port"}, Bad{"bad/name 1.2.3.4\n", "host name"}}) {
     try {

@@ -140,7 +140,7 @@ TEST(LinkModel, HostSubsetsKeepLinksGroupsAndMeasuredConsistent) {
   const Topology& t = syn.topology;
   // Every host of the second rack (document order) goes; the rest in reverse order.
   std::set<std::string> gone(t.groups[0].groups[1].begin(), t.groups[0].groups[1].end());
-  std::vector<HostEntry> keep;
+  std::vector<HostsEntry> keep;
   for (int i = static_cast<int>(t.size()) - 1; i >= 0; --i)
     if (!gone.count(t.hosts[i].name)) keep.push_back({t.hosts[i].name, "", i + 1});
   Topology s = selectHosts(t, keep, "hosts", "t.json");
@@ -263,7 +263,7 @@ TEST(LinkModel, MeasuredRingsDecideTheOrderAndThePrediction) {
   EXPECT_DOUBLE_EQ(r.plan.predicted.bottleneckMbps, 800);  // 1000 x 200 / 250
   // Rings over other hosts than the plan's do not apply (a host subset, a ring of six).
   auto t = alternatingRacks({measuredRing("structure", {0, 2, 4, 6, 1, 3, 5, 7}, 260)});
-  std::vector<HostEntry> six;
+  std::vector<HostsEntry> six;
   for (int h = 0; h < 6; ++h) six.push_back({fmt::format("h{}", h), "", h + 1});
   auto subset = selectHosts(t, six, "hosts", "topo");
   EXPECT_TRUE(subset.rings.empty());

@@ -495,7 +495,7 @@ TEST(HostsFile, SubsetInFileOrder) {
     std::ofstream f(path);
     f << "# launcher order\nvm5 10.0.0.5\n\nvm0\nvm3   # trailing comment\nvm6\n";
   }
-  auto hosts = readHostsFile(path);
+  auto hosts = readHostsFile(path, HostAddress::kOptional);
   ASSERT_EQ(hosts.size(), 4u);
   EXPECT_EQ(hosts[0].name, "vm5");
   EXPECT_EQ(hosts[0].address, "10.0.0.5");
@@ -521,16 +521,16 @@ TEST(HostsFile, UnknownDuplicateAndMalformedLinesAreNamed) {
       f << text;
     }
     try {
-      selectHosts(t, readHostsFile(path), path, "t.json");
+      selectHosts(t, readHostsFile(path, HostAddress::kOptional), path, "t.json");
       ADD_FAILURE() << "expected InvalidInput for " << text;
     } catch (const InvalidInput& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
   expectError("vm0\nvm99\n", path + ":2: host 'vm99' is not in t.json");
-  expectError("vm0\nvm0\n", path + ":2: host 'vm0' listed twice");
-  expectError("vm0 a b\n", path + ":1: expected 'name' or 'name address'");
-  expectError("# nothing\n", path + ": no hosts listed");
+  expectError("vm0\nvm0\n", path + ":2: duplicate host \"vm0\"");
+  expectError("vm0 a b\n", path + ":1: expected 'NAME [ADDRESS[:PORT]]'");
+  expectError("# nothing\n", path + ": no hosts");
   std::remove(path.c_str());
 }
 
