@@ -94,9 +94,9 @@ Json probeOptionsToJson(const ProbeOptions& p) {
 
 AgentConfig AgentConfig::fromJson(const Json& doc, std::string_view source) {
   JsonReader r(doc, source);
-  checkKeys(r, {"name", "listen", "probe_listen", "metrics_listen", "hosts_file", "state_dir",
-                "token_file", "key_file", "coordinator", "prior", "prior_labels", "probe",
-                "reprobe", "http"});
+  checkKeys(r, {"name", "listen", "probe_listen", "metrics_listen", "hosts_file", "hosts_watch",
+                "state_dir", "token_file", "key_file", "coordinator", "prior", "prior_labels",
+                "probe", "reprobe", "http"});
   AgentConfig c;
   if (auto v = r.find("name")) c.name = v->str();
   if (auto v = r.find("listen"))
@@ -108,6 +108,7 @@ AgentConfig AgentConfig::fromJson(const Json& doc, std::string_view source) {
     c.metricsListen = probe::parseEndpoint(v->str(), kDefaultMetricsPort,
                                            fmt::format("{}: metrics_listen", source));
   if (auto v = r.find("hosts_file")) c.hostsFile = v->str();
+  if (auto v = r.find("hosts_watch")) c.hostsWatch = durationOf(*v);
   if (auto v = r.find("state_dir")) c.stateDir = v->nonEmptyStr();
   if (auto v = r.find("token_file")) c.tokenFile = v->str();
   if (auto v = r.find("key_file")) c.keyFile = v->str();
@@ -163,6 +164,7 @@ Json AgentConfig::toJson() const {
           {"probe_listen", probeListen.text()},
           {"metrics_listen", metricsListen ? metricsListen->text() : ""},
           {"hosts_file", hostsFile},
+          {"hosts_watch", durationText(hostsWatch)},
           {"state_dir", stateDir},
           {"token_file", tokenFile},
           {"key_file", keyFile},

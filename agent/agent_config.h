@@ -60,6 +60,10 @@ struct AgentConfig {
   // cannot reach the API's loopback address (a Kubernetes pod scraping the node): nullopt = none.
   std::optional<probe::Endpoint> metricsListen;
   std::string hostsFile;
+  // How often the hosts file is looked at (one stat) and read again when it changed, as on
+  // SIGHUP; 0 = only on SIGHUP. A Kubernetes ConfigMap or a file the cluster rewrites
+  // (deploy/kubernetes) so reaches the agent without a restart.
+  std::chrono::milliseconds hostsWatch{10000};
   std::string stateDir = "/var/lib/rankmapd";
   std::string tokenFile;
   std::string keyFile;

@@ -105,7 +105,10 @@ Daemon::Daemon(AgentConfig cfg, ProbeService::Measure measure)
   key_ = probe::ProbeKey::load(cfg_.keyFile);
   if (!cfg_.tokenFile.empty())
     token_ = readSecretFile(cfg_.tokenFile, kMinTokenBytes, "token file");
-  if (!cfg_.hostsFile.empty()) hosts_ = probe::loadHostsFile(cfg_.hostsFile);
+  if (!cfg_.hostsFile.empty()) {
+    hostsSeen_ = fileIdentity(cfg_.hostsFile);  // before the read: a change during it is seen
+    hosts_ = probe::loadHostsFile(cfg_.hostsFile);
+  }
   if (!cfg_.priorFile.empty()) {
     std::string text = readFile(cfg_.priorFile, kMaxJsonBytes);
     prior_ = reorder::parseDeclaredPlacement(
@@ -135,6 +138,9 @@ Daemon::~Daemon() { stop(); }
 
 void Daemon::describeMetrics() {
   metrics_.describe("rankmap_probe_rounds_total", "counter", "Probe rounds by kind and result");
+  metrics_.describe("rankmap_hosts_reloads_total", "counter",
+                    "Hosts file changes seen by the hosts watch, by result (replaced: a valid list "
+                    "took over; kept: the file was invalid and the list stayed)");
   metrics_.describe("rankmap_probe_round_duration_seconds", "histogram",
                     "Wall time of probe rounds");
   metrics_.describe("rankmap_probe_round_cpu_seconds_total", "counter",
@@ -267,6 +273,8 @@ void Daemon::start() {
   }
   if (cfg_.reprobe.interval.count() > 0 && !hosts().empty())
     reprobeThread_ = std::thread([this] { reprobeLoop(); });
+  if (cfg_.hostsWatch.count() > 0 && !cfg_.hostsFile.empty())
+    hostsWatchThread_ = std::thread([this] { hostsWatchLoop(); });
 }
 
 void Daemon::requestStop() {
@@ -284,6 +292,7 @@ void Daemon::wait() {
 void Daemon::stop() {
   requestStop();
   if (reprobeThread_.joinable()) reprobeThread_.join();
+  if (hostsWatchThread_.joinable()) hostsWatchThread_.join();
   if (roundThread_.joinable()) roundThread_.join();
   stopHttp(metricsHttp_);
   stopHttp(api_);
@@ -733,6 +742,10 @@ bool Daemon::reloadHosts() {
     RANKMAP_WARN(Agent, "agent {}: reload: no hosts file configured (hosts_file, --hosts)", name_);
     return false;
   }
+  {
+    std::lock_guard<std::mutex> lock(hostsMu_);
+    hostsSeen_ = fileIdentity(cfg_.hostsFile);
+  }
   std::vector<Host> fresh;
   try {
     fresh = probe::loadHostsFile(cfg_.hostsFile);
@@ -928,6 +941,29 @@ bool Daemon::publishPassivePatch(const std::vector<PassiveLedger::Backlog>& back
   runningId_.reset();
   cv_.notify_all();
   return version.has_value();
+}
+
+void Daemon::hostsWatchLoop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, cfg_.hostsWatch, [&] { return stopping_; })) return;
+    }
+    FileIdentity now = fileIdentity(cfg_.hostsFile);
+    bool changed = false;
+    {
+      std::lock_guard<std::mutex> lock(hostsMu_);
+      changed = now != hostsSeen_;
+    }
+    if (!changed) continue;
+    RANKMAP_INFO(Agent, "agent {}: hosts file {} changed", name_, cfg_.hostsFile);
+    try {
+      metrics_.add("rankmap_hosts_reloads_total",
+                   reloadHosts() ? "result=\"replaced\"" : "result=\"kept\"");
+    } catch (const std::exception& e) {
+      RANKMAP_ERROR(Agent, "agent {}: hosts watch: {}", name_, e.what());
+    }
+  }
 }
 
 void Daemon::reprobeLoop() {

@@ -39,6 +39,7 @@
 #include "agent/passive.h"
 #include "agent/probe_service.h"
 #include "agent/store.h"
+#include "common/files.h"
 #include "probe/server.h"
 #include "reorder/prior.h"
 
@@ -102,9 +103,11 @@ class Daemon {
   Json readiness();
   // Prometheus text: the metrics plus the probe server's counters.
   std::string renderMetrics();
-  // The hosts list (hosts file) as it stands now: SIGHUP may replace it (reloadHosts).
+  // The hosts list (hosts file) as it stands now: SIGHUP, or a change of the file seen by the
+  // hosts watch (hosts_watch), may replace it (reloadHosts).
   std::vector<Host> hosts() const;
-  // Reads the hosts file again (rankmapd on SIGHUP, `systemctl reload`): a valid list replaces
+  // Reads the hosts file again (rankmapd on SIGHUP, `systemctl reload`, or the hosts watch when
+  // the file's identity changed: common/files.h FileIdentity): a valid list replaces
   // the current one, and the next periodic step sees the change and probes the new hosts; a
   // missing or invalid file keeps the current list, with a warning naming the file and the
   // problem. Returns whether the list was replaced.
@@ -143,6 +146,9 @@ class Daemon {
   // Warns when this agent's name is not in `hosts` (read from the hosts file; empty: no file).
   void warnIfNotListed(const std::vector<Host>& hosts) const;
   void reprobeLoop();
+  // Every hosts_watch: reloadHosts() when the hosts file's identity differs from the one last
+  // read (so a file that stays invalid is warned about once, not at every look).
+  void hostsWatchLoop();
   // The passive hold (coordinator): asks every agent for its view of the job traffic. True
   // when the light check is held back: some host's job traffic is fresh, none drifted, and the
   // last active check is younger than reprobe.passive_hold.
@@ -160,6 +166,7 @@ class Daemon {
   std::string token_;
   mutable std::mutex hostsMu_;  // guards hosts_: read by every thread, replaced by reloadHosts
   std::vector<Host> hosts_;
+  FileIdentity hostsSeen_;  // the hosts file as last read (under hostsMu_)
   std::optional<reorder::DeclaredPlacement> prior_;
   std::string priorKey_;
   // rankmap_last_successful_round_timestamp_seconds: now.
@@ -209,6 +216,7 @@ class Daemon {
   RoundProgress progress_;
   std::string runningKind_;
   std::thread reprobeThread_;
+  std::thread hostsWatchThread_;
 };
 
 }  // namespace rankmap::agent

@@ -2,6 +2,7 @@
 // driven through the HTTP API (common/http_client.h) and the probe protocol.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <regex>
 #include <set>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "agent/daemon.h"
 #include "agent/store.h"
 #include "agent/topology_push.h"
+#include "common/files.h"
 #include "common/http_client.h"
 #include "probe/hosts.h"
 #include "probe/measure.h"
@@ -109,6 +111,52 @@ TEST(Daemon, MetricsListenServesMetricsAlone) {
   EXPECT_EQ(get(x, "/metrics").status, 200);
   // Without it, no second listener.
   EXPECT_EQ(a.add("y").metricsPort(), 0);
+}
+
+// hosts_watch: a hosts file that changes (replaced by rename, as kubelet swaps a ConfigMap, or
+// rewritten in place) is read again without a signal; a bad one keeps the list, once.
+TEST(Daemon, HostsWatchReloadsAChangedHostsFileAndKeepsTheListOnABadOne) {
+  Agents a;
+  std::string hosts = a.dir.write("hosts", "a 127.0.0.1:7411\n");
+  AgentConfig c;
+  c.name = "a";
+  c.listen = {"127.0.0.1", 0};
+  c.probeListen = {"127.0.0.1", 0};
+  c.stateDir = a.dir.file("state");
+  c.keyFile = a.key;
+  c.hostsFile = hosts;
+  c.hostsWatch = 20ms;
+  Daemon d(c);
+  d.start();
+  ASSERT_EQ(d.hosts().size(), 1u);
+  auto waitFor = [&](auto done) {
+    for (auto until = std::chrono::steady_clock::now() + 10s;
+         !done() && std::chrono::steady_clock::now() < until;)
+      std::this_thread::sleep_for(10ms);
+    return done();
+  };
+  writeFileAtomic(hosts, "a 127.0.0.1:7411\nb 127.0.0.2:7411\n");
+  EXPECT_TRUE(waitFor([&] { return d.hosts().size() == 2; }));
+  std::ofstream(hosts) << "a 127.0.0.1:7411\nb 127.0.0.2:7411\nc 127.0.0.3:7411\n";
+  EXPECT_TRUE(waitFor([&] { return d.hosts().size() == 3; }));
+  // The count of a reload result (an in-place rewrite may have been seen half-written once).
+  auto reloads = [&](const std::string& result) {
+    std::smatch m;
+    std::string text = d.renderMetrics();
+    return std::regex_search(
+               text, m,
+               std::regex("rankmap_hosts_reloads_total\\{result=\"" + result + "\"\\} (\\d+)"))
+               ? std::stoi(m[1])
+               : 0;
+  };
+  int keptBefore = reloads("kept");
+  writeFileAtomic(hosts, "a 127.0.0.1:7411\nb not-an-address\n");
+  EXPECT_TRUE(waitFor([&] { return reloads("kept") == keptBefore + 1; })) << d.renderMetrics();
+  std::this_thread::sleep_for(100ms);  // five more looks at the unchanged bad file: no reload
+  EXPECT_EQ(reloads("kept"), keptBefore + 1);
+  EXPECT_EQ(d.hosts().size(), 3u);
+  EXPECT_GE(reloads("replaced"), 2);
+  d.stop();
 }
 
 TEST(Daemon, WritesNeedTheBearerToken) {
