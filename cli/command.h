@@ -54,6 +54,7 @@ void registerProbeCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerShowCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerBenchCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
+void registerHostsCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerDoctorCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerCompletionCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 

@@ -15,15 +15,11 @@ namespace {
 
 // Every subcommand, in the order `rankmap --help` lists them.
 constexpr rankmap::cli::CommandRegistrar kCommands[] = {
-    rankmap::cli::registerConfigCommand,
-    rankmap::cli::registerRunCommand,
-    rankmap::cli::registerExportCommand,
-    rankmap::cli::registerProbeCommand,
-    rankmap::cli::registerPlanCommand,
-    rankmap::cli::registerShowCommand,
-    rankmap::cli::registerBenchCommand,
-    rankmap::cli::registerDoctorCommand,
-    rankmap::cli::registerCompletionCommand,
+    rankmap::cli::registerConfigCommand, rankmap::cli::registerRunCommand,
+    rankmap::cli::registerExportCommand, rankmap::cli::registerProbeCommand,
+    rankmap::cli::registerPlanCommand,   rankmap::cli::registerShowCommand,
+    rankmap::cli::registerBenchCommand,  rankmap::cli::registerHostsCommand,
+    rankmap::cli::registerDoctorCommand, rankmap::cli::registerCompletionCommand,
 };
 
 // Edit distance between two words (insertions, deletions, substitutions).

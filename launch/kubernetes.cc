@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/hosts_file.h"
 
 namespace rankmap::launch {
 namespace {
@@ -189,6 +190,56 @@ std::string kueueTopologyYaml(const std::vector<HierarchyLevel>& levels, std::st
     out += fmt::format("    - nodeLabel: {}{}\n", kLevelLabelPrefix, j + 1);
   out += fmt::format("    - nodeLabel: {}\n", kHostnameLabel);
   return out;
+}
+
+std::vector<Host> hostsFromEndpointSlices(const Json& doc, std::string_view source) {
+  JsonReader r(doc, source);
+  r.expectObject();
+  std::vector<JsonReader> slices;
+  if (doc.contains("items")) {
+    auto items = r.at("items", "a list of EndpointSlices");
+    for (size_t i = 0, n = items.arraySize(); i < n; ++i) slices.push_back(items.at(i));
+  } else {
+    slices.push_back(r);
+  }
+  // Per node: its address, and whether that address is IPv4 (which an IPv6 one never replaces).
+  std::map<std::string, std::pair<std::string, bool>> nodes;
+  for (const auto& s : slices) {
+    s.expectObject();
+    std::string kind = s.find("kind") ? s.at("kind").str() : "EndpointSlice";
+    if (kind != "EndpointSlice")
+      s.at("kind").fail("an EndpointSlice (kubectl get endpointslices -o json)");
+    std::string type = s.at("addressType", "IPv4, IPv6 or FQDN").str();
+    if (type == "FQDN") continue;  // names the probe would have to resolve
+    if (type != "IPv4" && type != "IPv6") s.at("addressType").fail("IPv4, IPv6 or FQDN");
+    auto eps = s.find("endpoints");
+    if (!eps) continue;  // a slice with no endpoint is valid (and empty)
+    for (size_t i = 0, n = eps->arraySize(); i < n; ++i) {
+      auto e = eps->at(i);
+      if (auto c = e.find("conditions"))
+        if (auto t = c->find("terminating"); t && t->boolean()) continue;
+      auto name = e.find("nodeName");
+      if (!name) e.fail("an endpoint with nodeName (the agents' pods name the node they run on)");
+      auto addrs = e.at("addresses", "the endpoint's addresses");
+      if (addrs.arraySize() == 0) addrs.fail("at least one address");
+      std::string address = addrs.at(size_t{0}).nonEmptyStr();
+      if (type == "IPv6") address = "[" + address + "]";
+      auto [it, fresh] = nodes.try_emplace(name->nonEmptyStr(), address, type == "IPv4");
+      if (!fresh && !it->second.second && type == "IPv4") it->second = {address, true};
+    }
+  }
+  if (nodes.empty())
+    throw InvalidInput(
+        fmt::format("{}: no endpoint (expected the agents' EndpointSlices, with "
+                    "at least one endpoint that is not terminating)",
+                    source));
+  std::string text;
+  for (const auto& [name, addr] : nodes) text += name + " " + addr.first + "\n";
+  std::vector<Host> hosts;
+  for (auto& e :
+       parseHostsFile(text, fmt::format("{} (as a hosts file)", source), HostAddress::kRequired))
+    hosts.push_back({std::move(e.name), std::move(e.address)});
+  return hosts;
 }
 
 }  // namespace rankmap::launch

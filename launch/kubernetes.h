@@ -10,6 +10,9 @@
 // - `rankmap export --kueue-topology`: a Kueue Topology object whose levels are those label keys,
 //   outermost first, and kubernetes.io/hostname last (as Kueue recommends).
 // The node name is the topology's host name: hosts must be named as their Kubernetes nodes.
+// - `rankmap hosts --from-endpointslices`: rankmap's hosts file (common/hosts_file.h) from the
+//   EndpointSlices of the agents' headless Service, so the DaemonSet's agents learn their peers
+//   from the cluster (deploy/kubernetes).
 // Kubernetes is not needed to build or test any of this: the output is plain text.
 #pragma once
 
@@ -18,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/json.h"
 #include "common/topology.h"
 
 namespace rankmap::launch {
@@ -67,5 +71,14 @@ std::string k8sLabelCommands(const std::vector<NodeMarks>& marks, std::string_vi
 // than 15 levels (Kueue allows 16 with the host level), or an unknown apiVersion.
 std::string kueueTopologyYaml(const std::vector<HierarchyLevel>& levels, std::string_view name,
                               std::string_view apiVersion, std::string_view source);
+
+// The agents of a headless Service from its EndpointSlices (`kubectl get endpointslices -l
+// kubernetes.io/service-name=SERVICE -o json`: a List of them, or one EndpointSlice): one host per
+// node, named by the endpoint's nodeName (the DaemonSet names each agent after its node), at the
+// endpoint's first address; a node's IPv4 address before an IPv6 one, FQDN slices and terminating
+// endpoints left out; sorted by name, so the same cluster gives the same file. Throws
+// InvalidInput naming `source` and the JSON path: not a list of EndpointSlices, an endpoint
+// without nodeName or addresses, no endpoint at all, or a name the hosts file cannot hold.
+std::vector<Host> hostsFromEndpointSlices(const Json& doc, std::string_view source);
 
 }  // namespace rankmap::launch

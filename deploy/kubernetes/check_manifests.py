@@ -5,13 +5,14 @@ Usage: check_manifests.py FILE.yaml... ("-" = stdin). Exit 0 when every document
 one line per problem ("FILE: doc N (Kind name): at spec.x: expected ...") otherwise.
 
 Written against the published field rules (Kubernetes API reference for core/v1 Namespace,
-ServiceAccount, ConfigMap, Secret, Service and apps/v1 DaemonSet; Kueue's Topology in
+ServiceAccount, ConfigMap, Secret, Service, apps/v1 DaemonSet and rbac.authorization.k8s.io/v1
+Role and RoleBinding; Kueue's Topology in
 kueue.x-k8s.io v1alpha1/v1beta1/v1beta2; the Prometheus Operator's PodMonitor in
 monitoring.coreos.com/v1), for exactly these kinds: unknown fields are rejected at every level,
 required fields, types, enums, DNS-1123 names, label keys and values, quantities, and a few
 cross-field rules the API server enforces (the selector matches the template's labels, volume
 mounts name declared volumes, a volume has exactly one source, a probe exactly one handler, a
-DaemonSet's pods restart Always, Kueue's levels are unique with kubernetes.io/hostname last, a
+DaemonSet's pods restart Always, a RoleBinding's roleRef and subjects name their kinds, Kueue's levels are unique with kubernetes.io/hostname last, a
 Service's ports have distinct names).
 Fields that rankmap's manifests do not use are known by name (so they are not "unknown") but
 their contents are only type-checked as objects or lists. Needs python3-yaml only.
@@ -461,9 +462,40 @@ class Checker:
                            "metadata": self.metadata(True), "spec": spec},
                  required=("apiVersion", "kind", "metadata", "spec"))
 
+    def role(self, doc):
+        def rule(x, p):
+            self.obj(x, p, {"apiGroups": self.list_of("str"), "resources": self.list_of("str"),
+                            "resourceNames": self.list_of("str"),
+                            "nonResourceURLs": self.list_of("str"),
+                            "verbs": self.list_of(self.enum(
+                                "get", "list", "watch", "create", "update", "patch", "delete",
+                                "deletecollection", "*"))},
+                     required=("verbs",))
+        self.obj(doc, "", {"apiVersion": self.enum("rbac.authorization.k8s.io/v1"), "kind": "str",
+                           "metadata": self.metadata(True), "rules": self.list_of(rule)},
+                 required=("apiVersion", "kind", "metadata"))
+
+    def role_binding(self, doc):
+        def role_ref(x, p):
+            self.obj(x, p, {"apiGroup": self.enum("rbac.authorization.k8s.io"),
+                            "kind": self.enum("Role", "ClusterRole"), "name": "str"},
+                     required=("apiGroup", "kind", "name"))
+
+        def subject(x, p):
+            self.obj(x, p, {"kind": self.enum("ServiceAccount", "User", "Group"),
+                            "name": "str", "namespace": "str", "apiGroup": "str"},
+                     required=("kind", "name"))
+            if isinstance(x, dict) and x.get("kind") == "ServiceAccount" and "namespace" not in x:
+                self.err(p, "expected a namespace for a ServiceAccount subject")
+        self.obj(doc, "", {"apiVersion": self.enum("rbac.authorization.k8s.io/v1"), "kind": "str",
+                           "metadata": self.metadata(True), "roleRef": role_ref,
+                           "subjects": self.list_of(subject)},
+                 required=("apiVersion", "kind", "metadata", "roleRef"))
+
     KINDS = {"DaemonSet": daemonset, "Namespace": namespace, "ServiceAccount": service_account,
              "ConfigMap": config_map, "Secret": secret, "Service": service,
-             "PodMonitor": pod_monitor, "Topology": kueue_topology}
+             "PodMonitor": pod_monitor, "Topology": kueue_topology, "Role": role,
+             "RoleBinding": role_binding}
 
     def document(self, doc):
         if not isinstance(doc, dict):

@@ -288,8 +288,8 @@ TEST_F(Cli, XgboostRunReadsTheAddressesOfRankmapsHostsFile) {
 TEST_F(Cli, ShortOptionsMeanOneThingInEverySubcommand) {
   std::map<std::string, std::set<std::string>> meanings;  // "-o" -> {"--out", "--output"}
   const std::regex shortLong(R"(^\s+(-[A-Za-z]),(--[a-z][a-z-]*))");
-  for (const char* sub :
-       {"config", "run", "export", "probe", "plan", "show", "bench", "doctor", "completion"}) {
+  for (const char* sub : {"config", "run", "export", "probe", "plan", "show", "bench", "hosts",
+                          "doctor", "completion"}) {
     Outcome help = rankmap(std::string(sub) + " --help");
     ASSERT_EQ(help.code, 0) << sub << help.err;
     std::istringstream lines(help.out);
@@ -613,6 +613,45 @@ TEST_F(Cli, AWrongTokenFileIsNamedNotAskedFor) {
             std::string::npos)
       << r.err;
   EXPECT_EQ(r.err.find("pass --token-file or set"), std::string::npos) << r.err;
+}
+
+// `rankmap hosts --from-endpointslices`: the DaemonSet's peers from kubectl's EndpointSlices as
+// a hosts file a real rankmapd reads; written atomically, and left alone (same inode, nothing for
+// the agent's watch to see) when it already holds the list; bad input is exit 2 naming the file.
+TEST_F(Cli, HostsFromEndpointSlicesFeedTheAgentAndAreRewrittenOnlyOnChange) {
+  std::string slices = std::string(RANKMAP_TEST_DATA_DIR) + "/kubernetes/endpointslices.json";
+  Outcome printed = rankmap("hosts --from-endpointslices '" + slices + "'");
+  ASSERT_EQ(printed.code, 0) << printed.err;
+  EXPECT_NE(printed.out.find("\ncpu-node-c [fd00:10::13]\ngpu-node-a 10.0.1.11\n"
+                             "gpu-node-b 10.0.1.12\n"),
+            std::string::npos)
+      << printed.out;
+  Outcome wrote =
+      rankmap("hosts --from-endpointslices '" + slices + "' -o '" + path("hosts") + "'");
+  ASSERT_EQ(wrote.code, 0) << wrote.err;
+  EXPECT_NE(wrote.err.find("wrote 3 hosts to"), std::string::npos) << wrote.err;
+  struct stat first {};
+  ASSERT_EQ(::stat(path("hosts").c_str(), &first), 0);
+  Outcome again =
+      rankmap("hosts --from-endpointslices '" + slices + "' -o '" + path("hosts") + "' --json");
+  ASSERT_EQ(again.code, 0) << again.err;
+  Json j = parseJson(again.out, "hosts --json");
+  EXPECT_EQ(j["written"], false);
+  EXPECT_EQ(j["hosts"].size(), 3u);
+  struct stat second {};
+  ASSERT_EQ(::stat(path("hosts").c_str(), &second), 0);
+  EXPECT_EQ(first.st_ino, second.st_ino);
+  EXPECT_EQ(first.st_mtim.tv_nsec, second.st_mtim.tv_nsec);
+
+  RunningAgent agent(dir_, "--hosts '" + path("hosts") + "'");
+  ASSERT_TRUE(agent.up) << agent.log();
+  EXPECT_EQ(agent.health()["hosts"], 3) << agent.log();
+  agent.stop();
+
+  std::ofstream(path("pods.json")) << R"({"items": [{"kind": "Pod"}]})";
+  Outcome bad = rankmap("hosts --from-endpointslices '" + path("pods.json") + "'");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find(path("pods.json") + ": at /items/0/kind"), std::string::npos) << bad.err;
 }
 
 // rankmapd under systemd's readiness protocol (Type=notify): READY=1 once it serves; SIGHUP

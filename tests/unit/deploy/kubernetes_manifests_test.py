@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """deploy/kubernetes: the shipped manifests pass the offline schema check, the checker rejects
-broken ones (each mutation names the field), the DaemonSet keeps its hardening, and what
-`rankmap export --k8s-labels / --kueue-topology` renders from a fixture is valid.
+broken ones (each mutation names the field), the DaemonSet keeps its hardening, its hosts.sh
+turns EndpointSlices into the hosts file with the real `rankmap` (kubectl is a stand-in: no API
+server here), and what `rankmap export --k8s-labels / --kueue-topology` renders from a fixture is
+valid.
 
 Usage: kubernetes_manifests_test.py RANKMAP_BINARY
 """
@@ -11,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import yaml
 
@@ -41,11 +44,55 @@ def problems(doc):
     return check_manifests.check_text(yaml.safe_dump(doc), "mutated")
 
 
+def check_hosts_script(script, rankmap):
+    """hosts.sh as the containers run it, with the real `rankmap` and a stand-in for kubectl
+    (there is no API server here) that prints a recorded EndpointSlice list, or fails."""
+    slices = os.path.join(ROOT, "tests", "data", "kubernetes", "endpointslices.json")
+    with tempfile.TemporaryDirectory(prefix="hosts_sh.") as tmp:
+        bindir = os.path.join(tmp, "bin")
+        os.makedirs(bindir)
+        os.symlink(os.path.abspath(rankmap), os.path.join(bindir, "rankmap"))
+        with open(os.path.join(bindir, "kubectl"), "w") as f:
+            f.write('#!/bin/sh\n# Test stand-in for kubectl: the arguments hosts.sh must pass, '
+                    'then the recorded list.\necho "$*" >>"$KUBECTL_LOG"\n'
+                    '[ -n "$KUBECTL_FAIL" ] && exit 1\n'
+                    f'exec cat {slices}\n')
+        os.chmod(os.path.join(bindir, "kubectl"), 0o755)
+        hosts = os.path.join(tmp, "hosts")
+        env = dict(os.environ, PATH=bindir + ":" + os.environ["PATH"], HOSTS_FILE=hosts,
+                   POD_NAMESPACE="rankmap", ONCE="1", KUBECTL_LOG=os.path.join(tmp, "log"),
+                   INTERVAL="0")
+        env.pop("KUBECTL_FAIL", None)
+
+        def run(**more):
+            return subprocess.run(["/bin/sh", "-c", script], env=dict(env, **more),
+                                  capture_output=True, text=True, timeout=60)
+        r = run()
+        expect(r.returncode == 0, f"hosts.sh once: exit {r.returncode}: {r.stderr}")
+        with open(hosts) as f:
+            text = f.read()
+        expect(text.endswith("cpu-node-c [fd00:10::13]\ngpu-node-a 10.0.1.11\n"
+                             "gpu-node-b 10.0.1.12\n"), f"hosts.sh wrote the agents: {text!r}")
+        with open(env["KUBECTL_LOG"]) as f:
+            call = f.read().split()
+        expect(call[:2] == ["get", "endpointslices"] and "rankmap" in call and
+               "kubernetes.io/service-name=rankmapd" in call and "json" in call,
+               f"hosts.sh asks for the agents' EndpointSlices as JSON: {call}")
+        inode = os.stat(hosts).st_ino
+        r = run()
+        expect(r.returncode == 0 and os.stat(hosts).st_ino == inode,
+               "an unchanged list leaves the file alone")
+        r = run(KUBECTL_FAIL="1")
+        expect(r.returncode == 1 and "no hosts file after 60 tries" in r.stderr and
+               os.stat(hosts).st_ino == inode,
+               f"a cluster that does not answer: the init gives up, the file stays: {r.stderr}")
+
+
 def main():
     rankmap = sys.argv[1]
     # 1. The shipped manifests pass.
     manifests = {n: load(n) for n in ("namespace.yaml", "configmap.yaml", "daemonset.yaml",
-                                      "service.yaml")}
+                                      "service.yaml", "rbac.yaml")}
     with open(os.path.join(DEPLOY, "components", "podmonitor", "podmonitor.yaml"),
               encoding="utf-8") as f:
         manifests["podmonitor.yaml"] = f.read()
@@ -57,6 +104,7 @@ def main():
     ds = yaml.safe_load(manifests["daemonset.yaml"])
     ns, sa = list(yaml.safe_load_all(manifests["namespace.yaml"]))
     cm = yaml.safe_load(manifests["configmap.yaml"])
+    role, binding = list(yaml.safe_load_all(manifests["rbac.yaml"]))
 
     # 2. Broken manifests fail, each naming where.
     def mutate(doc, fn):
@@ -119,6 +167,12 @@ def main():
          "spec.ports[0].port"),
         ("pod monitor field", pm, lambda d: d["spec"].update(endpoints=[]),
          "unknown field 'endpoints'"),
+        ("role verb", role, lambda d: d["rules"][0].update(verbs=["read"]),
+         "rules[0].verbs[0]"),
+        ("role binding subject", binding, lambda d: d["subjects"][0].pop("namespace"),
+         "namespace for a ServiceAccount subject"),
+        ("role binding kind", binding, lambda d: d["roleRef"].update(kind="Roles"),
+         "roleRef.kind"),
         ("pod monitor endpoint", pm, lambda d: d["spec"]["podMetricsEndpoints"][0].pop("port"),
          "podMetricsEndpoints[0]"),
     ]
@@ -195,9 +249,41 @@ def main():
            and [e["port"] for e in pm["spec"]["podMetricsEndpoints"]] == ["metrics"],
            "the PodMonitor selects the agents and scrapes their metrics port")
 
+    # Hosts from the cluster: the hosts containers (init: once; then every 30 s) run hosts.sh with
+    # the service account's token mounted in them alone, into the volume where the agent's
+    # hosts_file lies and that it mounts read-only; the agent watches the file; the Service lists
+    # not-ready agents too; the account may list EndpointSlices and nothing else.
+    conts = {x["name"]: x for x in p["initContainers"] + p["containers"]}
+    hosts_path = re.search(r'"hosts_file": "([^"]+)"', config).group(1)
+    for name in ("hosts-init", "hosts"):
+        h = conts.get(name, {})
+        env = {e["name"]: e.get("value") for e in h.get("env", [])}
+        mounts = {m["mountPath"]: m["name"] for m in h.get("volumeMounts", [])}
+        expect(h.get("command") == ["/bin/sh", "/etc/rankmap/hosts.sh"] and
+               env.get("HOSTS_FILE") == hosts_path and
+               mounts.get(os.path.dirname(hosts_path)) == "hosts" and
+               mounts.get("/var/run/secrets/kubernetes.io/serviceaccount") == "kube-api",
+               f"container {name} runs hosts.sh into {hosts_path} with the API token: {h}")
+    expect(conts["hosts-init"]["env"][-1] == {"name": "ONCE", "value": "1"},
+           "the init container writes the first list and ends")
+    agent_mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    expect(agent_mounts.get(os.path.dirname(hosts_path), {}).get("readOnly") is True and
+           "kube-api" not in {m["name"] for m in c["volumeMounts"]} and
+           p.get("automountServiceAccountToken") is False,
+           "the agent reads the hosts volume and gets no API token")
+    expect('"hosts_watch": "10s"' in config, "the agent watches its hosts file")
+    expect(svc["spec"].get("publishNotReadyAddresses") is True,
+           "the Service lists agents that are not ready yet")
+    expect(role["rules"] == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                              "verbs": ["get", "list"]}] and
+           binding["roleRef"]["name"] == role["metadata"]["name"] and
+           binding["subjects"] == [{"kind": "ServiceAccount", "name": p["serviceAccountName"],
+                                    "namespace": ds["metadata"]["namespace"]}],
+           "the agents' account may read EndpointSlices, nothing else")
+    check_hosts_script(cm["data"]["hosts.sh"], rankmap)
+
     # 4. kustomize renders the base and the example overlay into valid manifests: one image
-    # reference (the kustomization's) in both containers, and the overlay's hosts ConfigMap
-    # generated with a content hash that the DaemonSet's volume follows.
+    # reference (the kustomization's) in every container.
     kubectl = shutil.which("kubectl")
     if not kubectl:
         print("skipped: the kustomize checks (kubectl not installed; Debian: kubernetes-client)")
@@ -221,13 +307,6 @@ def main():
             kinds = sorted(d["kind"] for d in docs)
             expect(("PodMonitor" in kinds) == (where == OVERLAY) and "Service" in kinds,
                    f"{where}: a Service, and the PodMonitor in the overlay only: {kinds}")
-            if where == OVERLAY:
-                hosts = [d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap" and
-                         d["metadata"]["name"].startswith("rankmapd-hosts-")]
-                used = [v["configMap"]["name"] for v in spec["volumes"] if v["name"] == "hosts"]
-                expect(len(hosts) == 1 and used == hosts,
-                       f"the generated hosts ConfigMap {hosts} is the one mounted {used}")
-
     # 5. What `rankmap export` renders from a topology is valid.
     kueue = subprocess.run([rankmap, "export", "--kueue-topology", "--topology", FIXTURE],
                            capture_output=True, text=True, check=True).stdout

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
 
 namespace rankmap::launch {
 namespace {
@@ -124,6 +126,67 @@ TEST(KubernetesTest, KueueTopologyListsLevelsOutermostFirstThenTheHost) {
   EXPECT_THROW(kueueTopologyYaml({}, "x", "kueue.x-k8s.io/v9", "t.json"), InvalidInput);
   EXPECT_THROW(kueueTopologyYaml(std::vector<HierarchyLevel>(16), "x", kKueueApiVersion, "t.json"),
                InvalidInput);
+}
+
+}  // namespace
+}  // namespace rankmap::launch
+
+namespace rankmap::launch {
+namespace {
+
+std::string hostsError(const std::string& json) {
+  try {
+    hostsFromEndpointSlices(parseJson(json, "slices.json"), "slices.json");
+  } catch (const InvalidInput& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The agents' peers from their headless Service: one host per node, IPv4 before IPv6 (a node of
+// a dual-stack cluster is in both slices), a node only in the IPv6 slice at its IPv6 address,
+// terminating agents left out, a not-ready agent kept (it answers probes before its first
+// topology), sorted by name.
+TEST(KubernetesTest, HostsFromTheAgentsEndpointSlices) {
+  std::string path = std::string(RANKMAP_TEST_DATA_DIR) + "/kubernetes/endpointslices.json";
+  auto hosts = hostsFromEndpointSlices(parseJson(readFile(path), path), path);
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[0].name, "cpu-node-c");
+  EXPECT_EQ(hosts[0].address, "[fd00:10::13]");
+  EXPECT_EQ(hosts[1].name, "gpu-node-a");
+  EXPECT_EQ(hosts[1].address, "10.0.1.11");
+  EXPECT_EQ(hosts[2].name, "gpu-node-b");
+  EXPECT_EQ(hosts[2].address, "10.0.1.12");
+  // One EndpointSlice alone (kubectl get endpointslice NAME -o json) is read too.
+  Json one = parseJson(readFile(path), path)["items"][0];
+  EXPECT_EQ(hostsFromEndpointSlices(one, "one").size(), 2u);
+}
+
+TEST(KubernetesTest, EndpointSlicesThatGiveNoHostsFileAreNamed) {
+  EXPECT_EQ(hostsError(R"({"items": []})"),
+            "slices.json: no endpoint (expected the agents' EndpointSlices, with at least one "
+            "endpoint that is not terminating)");
+  EXPECT_NE(hostsError(R"({"items": [{"kind": "Pod"}]})").find("at /items/0/kind"),
+            std::string::npos);
+  EXPECT_NE(hostsError(R"({"items": [{"kind": "EndpointSlice", "addressType": "IPv4",
+      "endpoints": [{"addresses": ["10.0.0.1"]}]}]})")
+                .find("at /items/0/endpoints/0: expected an endpoint with nodeName"),
+            std::string::npos)
+      << hostsError(R"({"items": [{"kind": "EndpointSlice", "addressType": "IPv4",
+      "endpoints": [{"addresses": ["10.0.0.1"]}]}]})");
+  EXPECT_NE(hostsError(R"({"kind": "EndpointSlice", "addressType": "IPv4",
+      "endpoints": [{"nodeName": "n", "addresses": []}]})")
+                .find("at /endpoints/0/addresses: expected at least one address"),
+            std::string::npos);
+  EXPECT_NE(hostsError(R"({"kind": "EndpointSlice", "addressType": "IPv4",
+      "endpoints": [{"nodeName": "a/b", "addresses": ["10.0.0.1"]}]})")
+                .find("host name \"a/b\""),
+            std::string::npos);
+  // FQDN slices name hosts the probe would have to resolve: not hosts.
+  EXPECT_NE(hostsError(R"({"kind": "EndpointSlice", "addressType": "FQDN",
+      "endpoints": [{"nodeName": "n", "addresses": ["n.example"]}]})")
+                .find("no endpoint"),
+            std::string::npos);
 }
 
 }  // namespace
