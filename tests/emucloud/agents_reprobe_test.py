@@ -82,6 +82,15 @@ def main():
         al.report(f"measured: noise on: new version {v2} after {dt:.1f} s; "
                   f"cross out of the noisy rack: median {statistics.median(before):.0f} -> "
                   f"{statistics.median(during):.0f} Mbit/s")
+        # How that version came about (a failing run says which path it took): the rounds since
+        # v1, and the rates stated for the pairs and the uplinks.
+        _, rounds = agents.get_json(vm0, "/v1/rounds?limit=20")
+        al.report("rounds: " + "; ".join(
+            f"{r.get('kind')} {r.get('status')} v{r.get('topology_version')}"
+            for r in reversed(rounds["rounds"]) if (r.get("topology_version") or 0) >= v1))
+        _, t2 = agents.get_json(vm0, f"/v1/topology?version={v2}")
+        al.report(f"cross pairs out of the noisy rack: {sorted(round(x) for x in during)}; "
+                  f"uplinks stated: {(t2.get('links') or {}).get('uplinks')}")
         tl.check(statistics.median(during) < 0.75 * statistics.median(before),
                  "the new version shows the shared uplink slowed by the neighbour")
 
