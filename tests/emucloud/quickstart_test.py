@@ -13,7 +13,7 @@ Where a line runs, from the block's own words:
   - any other line: on the first VM of the provider's order.
 Every VM works in one shared directory, which holds what the block takes as the user's: `hosts`
 (the testbed's `name address` lines, provider order), `my_mpi_program` (mpi_proof), `train.py`
-(fw_ddp_train.py) and `train_xgb.py` (fw_xgb_train.py).
+(fw_ddp_train.py, 2 steps) and `train_xgb.py` (fw_xgb_train.py, 2 rounds).
 
 What a VM image and its user would supply, the test supplies:
   - /etc/rankmap/rankmapd.json = configs/rankmapd.json, what the package installs; each VM has its
@@ -58,9 +58,12 @@ kAgentWaitS = 30
 # What `rankmap run` prints when it runs a command as the user gave it (a plan it could not use).
 kFallback = re.compile(r"unchanged|launcher's (node|host) order|not added|not used")
 kMpiRank = re.compile(r"rank (\d+) of (\d+) on (\S+?) launcher (-?\d+)")
-# Files the block names as the user's, and what the test puts there.
-kUserFiles = {"my_mpi_program": None, "train.py": "fw_ddp_train.py",
-              "train_xgb.py": "fw_xgb_train.py"}
+# Files the block names as the user's, and what the test puts there: the MPI program (a link to
+# --mpi-program), and the frameworks' jobs as small runs of the framework tests' scripts (two DDP
+# steps of a narrower model, two boosting rounds: the quick start is about running, not timing).
+kUserFiles = {"my_mpi_program": None,
+              "train.py": ("fw_ddp_train.py", ["--steps", "2", "--width", "1024"]),
+              "train_xgb.py": ("fw_xgb_train.py", ["--rounds", "2", "--features", "500"])}
 # Directories the VMs bind their own copies on (mount points on the machine).
 kEtcDir = "/etc/rankmap"
 kStateDir = "/var/lib/rankmapd"
@@ -323,9 +326,13 @@ def main():
             os.chmod(os.path.join(bindir, "ssh"), 0o755)
             shutil.copy(os.path.join(tb.state_dir(), "hosts"), os.path.join(work, "hosts"))
             os.symlink(os.path.abspath(args.mpi_program), os.path.join(work, "my_mpi_program"))
-            for name, src in kUserFiles.items():
-                if src:
-                    shutil.copy(os.path.join(kHere, src), os.path.join(work, name))
+            for name, job in kUserFiles.items():
+                if job:
+                    script, argv = job
+                    with open(os.path.join(work, name), "w") as f:
+                        f.write(f"import runpy, sys\nsys.argv[1:1] = {argv!r}\n"
+                                f"runpy.run_path({os.path.join(kHere, script)!r}, "
+                                f"run_name='__main__')\n")
             machine.mount_point(kEtcDir)
             machine.mount_point(kStateDir)
             etc_hosts = "127.0.0.1 localhost\n" + "".join(
