@@ -1,6 +1,8 @@
 // Fuzz target for the declared-placement prior (reorder/prior.h): `rankmap plan --prior FILE
 // [--prior-labels KEYS]` reads AWS DescribeInstanceTopology output, GCP instance lists,
-// `kubectl get nodes -o json` or the native form, all written by other tools.
+// `kubectl get nodes -o json` or the native form, all written by other tools; and for the other
+// kubectl JSON rankmap reads, the agents' EndpointSlices of `rankmap hosts --from-endpointslices`
+// (launch/kubernetes.h hostsFromEndpointSlices), given the same document.
 //
 // Input: the first line is the --prior-labels value (may be empty), the rest the file. The file
 // is parsed with parseJson + parseDeclaredPlacement, then compared with a 9-host topology in 3
@@ -10,7 +12,9 @@
 // parsers or any exception out of comparePrior; a parsed placement that breaks the contract of
 // prior.h (every host with as many groups as there are levels, at least one, no empty or twice
 // declared ID, no empty group ID); a comparison that counts a host the prior does not cover, or
-// names a host or switch in a disagreement that is not in the topology or the prior.
+// names a host or switch in a disagreement that is not in the topology or the prior; hosts from
+// EndpointSlices that are not a valid hosts file (common/hosts_file.h: names, one per node,
+// sorted, each with an address) or an exception other than InvalidInput from them.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -20,8 +24,10 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "common/hosts_file.h"
 #include "common/json.h"
 #include "common/topology.h"
+#include "launch/kubernetes.h"
 #include "reorder/prior.h"
 
 namespace {
@@ -84,6 +90,28 @@ void checkComparison(const reorder::DeclaredPlacement& d, const Topology& t,
   }
 }
 
+void checkEndpointSlices(const Json& doc) {
+  std::vector<Host> hosts;
+  try {
+    hosts = launch::hostsFromEndpointSlices(doc, "slices.json");
+  } catch (const InvalidInput&) {
+    return;
+  }
+  if (hosts.empty()) finding("EndpointSlices gave an empty hosts list");
+  std::string text;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    if (i > 0 && !(hosts[i - 1].name < hosts[i].name)) finding("hosts not sorted or repeated");
+    if (hosts[i].address.empty()) finding("host " + hosts[i].name + " without an address");
+    text += hosts[i].name + " " + hosts[i].address + "\n";
+  }
+  try {
+    if (parseHostsFile(text, "hosts", HostAddress::kRequired).size() != hosts.size())
+      finding("the hosts file written reads back with another count");
+  } catch (const InvalidInput& e) {
+    finding(std::string("the hosts file written does not read back: ") + e.what());
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -93,10 +121,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view labels = nl == std::string_view::npos ? std::string_view() : in.substr(0, nl);
   std::string_view text = nl == std::string_view::npos ? in : in.substr(nl + 1);
 
+  Json doc;
+  try {
+    doc = parseJson(text, "prior.json");
+  } catch (const InvalidInput&) {
+    return 0;
+  }
+  checkEndpointSlices(doc);
   reorder::DeclaredPlacement d;
   try {
     std::vector<std::string> keys = reorder::parseLabelKeys(labels, "--prior-labels");
-    d = reorder::parseDeclaredPlacement(parseJson(text, "prior.json"), "prior.json", keys);
+    d = reorder::parseDeclaredPlacement(doc, "prior.json", keys);
   } catch (const InvalidInput&) {
     return 0;
   }
