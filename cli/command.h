@@ -36,17 +36,6 @@ std::optional<reorder::DeclaredPlacement> readPrior(const std::string& file,
                                                     const std::string& labelKeys,
                                                     const std::string& source = "--prior");
 
-// Which MPI a program uses: the first MPI library (launch/mpi_family.h) among its dynamic
-// dependencies, breadth first (DT_NEEDED resolved as the loader would: RUNPATH, LD_LIBRARY_PATH,
-// the system directories), read from the ELF files, never by running the program. `family` is
-// kUnknown when there is none (a script, Python, a static build). In doctor_cmd.cc.
-struct ProgramMpi {
-  launch::MpiFamily family = launch::MpiFamily::kUnknown;
-  std::string library;   // the MPI library, resolved when the loader would find it
-  std::string neededBy;  // the ELF file that needs it
-};
-ProgramMpi programMpi(const std::string& path);
-
 void registerConfigCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);

@@ -19,6 +19,7 @@
 #include "cli/command.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "launch/elf.h"
 #include "launch/launch.h"
 #include "launch/ompi_rules.h"
 #include "launch/plan_source.h"
@@ -73,7 +74,7 @@ void chooseShimLib(const Config& cfg, const launch::LaunchCommand& cmd, launch::
   const std::string program = cmd.program();
   if (!program.empty()) {
     if (auto path = launch::findOnPath(program)) {
-      ProgramMpi m = programMpi(*path);
+      launch::ProgramMpi m = launch::programMpi(*path);
       family = m.family;
       because = fmt::format("{} needs {}", program, m.library);
     }
