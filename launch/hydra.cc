@@ -21,11 +21,7 @@ enum class HydraOptKind {
   kPlacement,  // places ranks in a way rankmap run does not model: refuse
 };
 
-struct HydraOptSpec {
-  std::string_view name;  // without leading dashes; Hydra accepts one or two
-  int args;
-  HydraOptKind kind;
-};
+using HydraOptSpec = LauncherOption<HydraOptKind>;
 
 // MPICH 4.0's mpiexec.hydra options (`mpiexec.hydra -h`, and the aliases its parser takes). An
 // option not listed here is unknown: its word count is unknown, so the program cannot be found.
@@ -90,12 +86,6 @@ constexpr HydraOptSpec kHydraOptions[] = {
     {"pmi-port", 0, HydraOptKind::kPlain},
 };
 
-const HydraOptSpec* findHydraOption(std::string_view name) {
-  for (const auto& o : kHydraOptions)
-    if (o.name == name) return &o;
-  return nullptr;
-}
-
 // One `host[:N]` (hostfile word or list item).
 HostEntry parseEntry(std::string_view item, const std::string& where) {
   HostEntry e;
@@ -115,12 +105,9 @@ std::vector<HostEntry> parseHydraHostfile(std::string_view text, std::string_vie
   std::vector<HostEntry> out;
   forEachHostfileLine(text, [&](size_t lineNo, const std::vector<std::string_view>& words) {
     if (words.size() == 2 && words[1].find('=') == std::string_view::npos)
-      RANKMAP_THROW(NotSupported,
-                    "{}:{}: \"{} {}\" reads as rankmap's hosts file (`name address`), not "
-                    "MPICH's hostfile (`host[:N]` per line); give mpiexec one of its own, e.g. "
-                    "`{}:1`",
-                    source, lineNo, std::string(words[0]), std::string(words[1]),
-                    std::string(words[0]));
+      refuseRankmapHostsLine(source, lineNo, words[0], words[1],
+                             "MPICH's hostfile (`host[:N]` per line)", "mpiexec",
+                             std::string(words[0]) + ":1");
     if (words.size() > 1)
       RANKMAP_THROW(NotSupported,
                     "{}:{}: hostfile token {:?} not understood (rankmap run knows host[:N])",
@@ -153,21 +140,13 @@ std::unique_ptr<HydraCommand> HydraCommand::parse(const std::vector<std::string>
   std::optional<int> ppn;
   bool envNone = false;
   std::optional<std::string> preload;
-  size_t i = 1;
-  for (; i < argv.size(); ++i) {
+  auto walk = walkOptions<HydraOptKind>(argv, kHydraOptions, HydraOptKind::kPlacement);
+  for (const auto& [item, spec] : walk.options) {
+    const size_t i = item.index;
     const std::string& w = argv[i];
-    if (w == ":") RANKMAP_THROW(NotSupported, "MPMD form (':' between programs)");
-    if (w.size() < 2 || w[0] != '-') break;  // the program
-    std::string_view name(w);
-    name.remove_prefix(name.substr(0, 2) == "--" ? 2 : 1);
-    const HydraOptSpec* spec = findHydraOption(name);
-    if (!spec) RANKMAP_THROW(NotSupported, "option {:?} not understood", w);
-    if (spec->kind == HydraOptKind::kPlacement)
-      RANKMAP_THROW(NotSupported, "option {} places ranks in a way rankmap run does not model", w);
-    if (i + spec->args >= argv.size())
-      RANKMAP_THROW(NotSupported, "option {} expects {} value(s)", w, spec->args);
+    const std::string_view name = item.name;
     size_t idx = c->items_.size();
-    c->items_.push_back({i, static_cast<size_t>(1 + spec->args)});
+    c->items_.push_back(item);
     switch (spec->kind) {
       case HydraOptKind::kNp:
         c->np_ = parsePositiveInt(argv[i + 1], w);
@@ -201,12 +180,8 @@ std::unique_ptr<HydraCommand> HydraCommand::parse(const std::vector<std::string>
       case HydraOptKind::kPlacement:
         break;
     }
-    i += spec->args;
   }
-  if (i >= argv.size()) RANKMAP_THROW(NotSupported, "no program to run");
-  c->program_ = i;
-  for (size_t k = i; k < argv.size(); ++k)
-    if (argv[k] == ":") RANKMAP_THROW(NotSupported, "MPMD form (':' between programs)");
+  c->program_ = walk.program;
   // Hydra passes the launching environment to the ranks unless told not to: an LD_PRELOAD there
   // reaches them, and shim mode keeps it after the shim.
   if (!preload && !envNone) preload = env("LD_PRELOAD");

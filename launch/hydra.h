@@ -26,6 +26,7 @@
 
 #include "launch/launch.h"
 #include "launch/mpirun.h"
+#include "launch/option_table.h"
 
 namespace rankmap::launch {
 
@@ -58,10 +59,7 @@ class HydraCommand final : public LaunchCommand {
   std::optional<int> np() const { return np_; }
   size_t programIndex() const { return program_; }
 
-  struct Item {
-    size_t index = 0;
-    size_t words = 1;
-  };
+  using Item = OptionItem;
 
  private:
   HydraCommand() = default;

@@ -437,6 +437,15 @@ void forEachHostfileLine(
   }
 }
 
+void refuseRankmapHostsLine(std::string_view source, size_t lineNo, std::string_view name,
+                            std::string_view address, std::string_view hostfile,
+                            std::string_view launcher, std::string_view example) {
+  RANKMAP_THROW(NotSupported,
+                "{}:{}: {:?} reads as rankmap's hosts file (`name address`), not {}; give {} one "
+                "of its own, e.g. `{}`",
+                source, lineNo, fmt::format("{} {}", name, address), hostfile, launcher, example);
+}
+
 LongOption splitLongOption(const std::string& word) {
   LongOption o{word.substr(2), std::nullopt};
   auto eq = o.name.find('=');

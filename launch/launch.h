@@ -226,6 +226,15 @@ void forEachHostfileLine(
     std::string_view text,
     const std::function<void(size_t lineNo, const std::vector<std::string_view>& words)>& fn);
 
+// Line `lineNo` of a launcher's hostfile `source` reads `name address`: rankmap's own hosts file
+// (rankmapd, rankmap probe), which the launcher cannot read. Throws NotSupported saying so, with
+// the launcher's format (`hostfile`, e.g. "Open MPI's hostfile (`host slots=N` per line)") and
+// the line it would take for this host (`example`).
+[[noreturn]] void refuseRankmapHostsLine(std::string_view source, size_t lineNo,
+                                         std::string_view name, std::string_view address,
+                                         std::string_view hostfile, std::string_view launcher,
+                                         std::string_view example);
+
 // A long option word, "--name" or "--name=value": the name without the dashes and, when the
 // word has an '=', the value after the first one. The word must start with "--".
 struct LongOption {

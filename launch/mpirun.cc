@@ -24,11 +24,7 @@ enum class OptKind {
   kPlacement,  // places ranks in a way rankmap run does not model: refuse
 };
 
-struct OptSpec {
-  std::string_view name;  // without leading dashes; Open MPI accepts one or two
-  int args;
-  OptKind kind;
-};
+using OptSpec = LauncherOption<OptKind>;
 
 // Open MPI 4.1 mpirun options (orte/orted/orted_submit.c and schizo/ompi). An option not listed
 // here is unknown: its word count is unknown, so the program cannot be found reliably.
@@ -136,12 +132,6 @@ constexpr OptSpec kOptions[] = {
     {"fwd-mpirun-port", 0, OptKind::kPlain},
 };
 
-const OptSpec* findOption(std::string_view name) {
-  for (const auto& o : kOptions)
-    if (o.name == name) return &o;
-  return nullptr;
-}
-
 // Slot-count synonyms Open MPI's hostfile lexer accepts.
 constexpr std::string_view kSlotKeys[] = {"slots", "slot", "cpu", "cpus", "count"};
 constexpr std::string_view kMaxSlotKeys[] = {"max_slots", "max-slots", "max_slot", "max-slot"};
@@ -165,15 +155,10 @@ std::vector<HostEntry> parseOmpiHostfile(std::string_view text, std::string_view
       bool isSlots = false, isMax = false;
       for (auto k : kSlotKeys) isSlots |= key == k;
       for (auto k : kMaxSlotKeys) isMax |= key == k;
-      // `name address` is rankmap's own hosts file (rankmapd, rankmap probe), which mpirun
-      // cannot read either: say so, with the line mpirun wants.
       if (eq == std::string_view::npos && words.size() == 2)
-        RANKMAP_THROW(NotSupported,
-                      "{}:{}: {:?} reads as rankmap's hosts file (`name address`), not Open MPI's "
-                      "hostfile (`host slots=N` per line); give mpirun one of its own, e.g. "
-                      "`{} slots=1`",
-                      source, lineNo, fmt::format("{} {}", e.spelling, std::string(word)),
-                      e.spelling);
+        refuseRankmapHostsLine(source, lineNo, e.spelling, word,
+                               "Open MPI's hostfile (`host slots=N` per line)", "mpirun",
+                               e.spelling + " slots=1");
       if (eq == std::string_view::npos || (!isSlots && !isMax))
         RANKMAP_THROW(NotSupported,
                       "{}:{}: hostfile token {:?} not understood (rankmap run "
@@ -243,20 +228,10 @@ std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::strin
   }
   std::vector<std::string> hostfiles;
   std::vector<HostEntry> hostList;
-  size_t i = 1;
-  for (; i < argv.size(); ++i) {
+  auto walk = walkOptions<OptKind>(argv, kOptions, OptKind::kPlacement);
+  for (auto& [item, spec] : walk.options) {
+    const size_t i = item.index;
     const std::string& w = argv[i];
-    if (w == ":") RANKMAP_THROW(NotSupported, "MPMD form (':' between programs)");
-    if (w.size() < 2 || w[0] != '-') break;  // the program
-    std::string_view name(w);
-    name.remove_prefix(name.substr(0, 2) == "--" ? 2 : 1);
-    const OptSpec* spec = findOption(name);
-    if (!spec) RANKMAP_THROW(NotSupported, "option {:?} not understood", w);
-    if (spec->kind == OptKind::kPlacement)
-      RANKMAP_THROW(NotSupported, "option {} places ranks in a way rankmap run does not model", w);
-    if (i + spec->args >= argv.size())
-      RANKMAP_THROW(NotSupported, "option {} expects {} value(s)", w, spec->args);
-    Item item{i, static_cast<size_t>(1 + spec->args), std::string(name)};
     size_t idx = c->items_.size();
     switch (spec->kind) {
       case OptKind::kNp:
@@ -318,12 +293,8 @@ std::unique_ptr<MpirunCommand> MpirunCommand::parse(const std::vector<std::strin
         break;
     }
     c->items_.push_back(std::move(item));
-    i += spec->args;
   }
-  if (i >= argv.size()) RANKMAP_THROW(NotSupported, "no program to run");
-  c->program_ = i;
-  for (size_t k = i; k < argv.size(); ++k)
-    if (argv[k] == ":") RANKMAP_THROW(NotSupported, "MPMD form (':' between programs)");
+  c->program_ = walk.program;
 
   if (rmaps && *rmaps != "seq")
     RANKMAP_THROW(NotSupported, "--mca rmaps {} (rankmap run models the default mapper and seq)",

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "launch/launch.h"
+#include "launch/option_table.h"
 
 namespace rankmap::launch {
 
@@ -77,11 +78,7 @@ class MpirunCommand final : public LaunchCommand {
   size_t programIndex() const { return program_; }
 
   // One option occurrence: argv_[index, index + words).
-  struct Item {
-    size_t index = 0;
-    size_t words = 1;
-    std::string name;  // without leading dashes
-  };
+  using Item = OptionItem;
 
  private:
   MpirunCommand() = default;
