@@ -12,11 +12,8 @@
 
 #include "common/error.h"
 #include "common/plan_agreement.h"
-#include "launch/hydra.h"
 #include "launch/mpi_family.h"
-#include "launch/mpirun.h"
 #include "launch/ompi_rules.h"
-#include "launch/slurm.h"
 
 namespace rankmap::launch {
 namespace {
@@ -110,45 +107,6 @@ std::optional<int> Job::uniformRanksPerHost() const {
   for (const auto& h : hosts)
     if (h.ranks != hosts[0].ranks) return std::nullopt;
   return hosts[0].ranks;
-}
-
-std::unique_ptr<LaunchCommand> parseLaunchCommand(const std::vector<std::string>& argv,
-                                                  std::string& why) {
-  if (argv.empty()) {
-    why = "no command given";
-    return nullptr;
-  }
-  if (isSrun(argv[0])) {  // launch/slurm.h
-    try {
-      return SrunCommand::parse(argv);
-    } catch (const Error& e) {
-      why = fmt::format("srun arguments not understood: {}", e.what());
-      return nullptr;
-    }
-  }
-  if (!isMpirun(argv[0])) {
-    why = fmt::format(
-        "{} is not a launcher rankmap run knows (mpirun, mpiexec, orterun, mpiexec.hydra, srun)",
-        argv[0]);
-    return nullptr;
-  }
-  // mpirun/mpiexec are Open MPI's or MPICH's (Hydra) by the alternatives in force: the real name,
-  // else the launcher's --version. Unknown keeps Open MPI's parser, which refuses what it does not
-  // know.
-  if (launcherFamily(argv[0], Deadline::after(kLauncherVersionTimeout)) == MpiFamily::kMpich) {
-    try {
-      return HydraCommand::parse(argv);
-    } catch (const Error& e) {
-      why = fmt::format("mpiexec (MPICH Hydra) arguments not understood: {}", e.what());
-      return nullptr;
-    }
-  }
-  try {
-    return MpirunCommand::parse(argv);
-  } catch (const Error& e) {
-    why = fmt::format("mpirun arguments not understood: {}", e.what());
-    return nullptr;
-  }
 }
 
 Mode parseMode(const std::string& text) {

@@ -102,14 +102,6 @@ class LaunchCommand {
 // The bound on running a launcher's `--version` to learn its MPI (launch/mpi_family.h).
 inline constexpr std::chrono::seconds kLauncherVersionTimeout{5};
 
-// Reads argv with the launcher that recognises argv[0] (mpirun/mpiexec: Open MPI's or MPICH's
-// Hydra, launch/mpi_family.h). Returns nullptr with `why` set when no
-// launcher does, or when the recognised one does not understand the command line (an unknown
-// option, an unsupported form); `why` then names the word or the reason. May read files named on
-// the command line (hostfiles) and the process environment (the launcher's own variables).
-std::unique_ptr<LaunchCommand> parseLaunchCommand(const std::vector<std::string>& argv,
-                                                  std::string& why);
-
 enum class Mode { kLaunch, kShim, kAuto };
 Mode parseMode(const std::string& text);  // throws InvalidInput naming --mode
 const char* modeName(Mode m);

@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "launch/elf.h"
 #include "launch/launch.h"
+#include "launch/launchers.h"
 #include "launch/ompi_rules.h"
 #include "launch/plan_source.h"
 #include "launch/process.h"
@@ -127,12 +128,14 @@ int runJob(const Config& cfg, const RunArgs& a) {
   }
 
   std::string why;
-  auto cmd = parseLaunchCommand(a.command, why);
+  const Launcher* launcher = findLauncher(a.command);
+  std::unique_ptr<LaunchCommand> cmd;
+  if (!launcher || launcher->parse) cmd = parseLaunchCommand(launcher, a.command, why);
   std::unique_ptr<RunDir> dir;
   RunDecision d;
   StalePlanSource staleSource;  // where to ask whether the job's plan went stale
   std::string staleName;
-  if (isTorchrun(a.command)) {  // frameworks: launch/torchrun.h
+  if (launcher && !launcher->parse) {  // torchrun, its own flow: launch/torchrun.h
     const std::string planFile = a.plan.empty() ? cfg.get(settings::kPlan) : a.plan;
     const FileIdentity planId = fileIdentity(planFile);
     d = prepareTorchrun(a.command, planFile,

@@ -3,6 +3,7 @@
 // unchanged; the pieces launcher modules share (sequential hostfiles, long options, the
 // environment). No processes, no network.
 #include "launch/launch.h"
+#include "launch/launchers.h"
 
 #include <stdlib.h>
 

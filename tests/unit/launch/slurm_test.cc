@@ -1,5 +1,6 @@
 // Slurm: hostlists, SLURM_HOSTFILE, topology.conf, and srun command lines (no Slurm needed).
 #include "launch/slurm.h"
+#include "launch/launchers.h"
 
 #include <map>
 
