@@ -5,6 +5,9 @@
 //     `hosts` container runs this every 30 s (deploy/kubernetes).
 // Output goes to stdout, or atomically to -o FILE, which is left untouched when it already holds
 // that list (an agent watching the file then reads nothing again).
+#include <filesystem>
+#include <system_error>
+
 #include <fmt/format.h>
 
 #include "cli/command.h"
@@ -32,9 +35,11 @@ int runHosts(const HostsArgs& a) {
   for (const auto& h : hosts) file += h.name + " " + h.address + "\n";
   bool written = false;
   if (!a.out.empty()) {
-    FileIdentity before = fileIdentity(a.out);
+    // What a regular file holds now ("" when there is none, or it cannot be read: written anew);
+    // a FIFO or a device is never read back (that could block), only written.
     std::string old;
-    if (before.exists) try {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(a.out, ec)) try {
         old = readFile(a.out, kMaxHostsFileBytes);
       } catch (const IoError&) {
       }

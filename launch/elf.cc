@@ -86,6 +86,18 @@ std::string versionString(const Mapped& m) {
   return "";
 }
 
+// The directories of a colon-separated list (DT_RUNPATH, DT_RPATH, LD_LIBRARY_PATH), empty
+// entries left out, appended to `out`.
+void appendPathList(const std::string& list, std::vector<std::string>& out) {
+  size_t b = 0;
+  while (b <= list.size()) {
+    size_t e = list.find(':', b);
+    if (e == std::string::npos) e = list.size();
+    if (e > b) out.push_back(list.substr(b, e - b));
+    b = e + 1;
+  }
+}
+
 std::string dirOf(const std::string& path) {
   size_t slash = path.rfind('/');
   return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
@@ -171,17 +183,8 @@ ElfFacts readElf(const std::string& path) {
         std::string s = cstr(m, strtab->sh_offset, strtab->sh_size, d->d_un.d_val);
         if (d->d_tag == DT_NEEDED) f.needed.push_back(s);
         if (d->d_tag == DT_SONAME) f.soname = s;
-        auto split = [&](std::vector<std::string>& out) {
-          size_t b = 0;
-          while (b <= s.size()) {
-            size_t e = s.find(':', b);
-            if (e == std::string::npos) e = s.size();
-            if (e > b) out.push_back(s.substr(b, e - b));
-            b = e + 1;
-          }
-        };
-        if (d->d_tag == DT_RUNPATH) split(f.runpath);
-        if (d->d_tag == DT_RPATH) split(rpath);
+        if (d->d_tag == DT_RUNPATH) appendPathList(s, f.runpath);
+        if (d->d_tag == DT_RPATH) appendPathList(s, rpath);
       }
     }
     if (sh->sh_type == SHT_DYNSYM || sh->sh_type == SHT_SYMTAB) {
@@ -223,16 +226,7 @@ std::string resolveLibrary(const std::string& name, const ElfFacts& from) {
     dirs.push_back(d);
   }
   // LD_LIBRARY_PATH is the environment's business, not a RANKMAP_* setting: the loader reads it.
-  if (const char* llp = std::getenv("LD_LIBRARY_PATH")) {
-    std::string s = llp;
-    size_t b = 0;
-    while (b <= s.size()) {
-      size_t e = s.find(':', b);
-      if (e == std::string::npos) e = s.size();
-      if (e > b) dirs.push_back(s.substr(b, e - b));
-      b = e + 1;
-    }
-  }
+  if (const char* llp = std::getenv("LD_LIBRARY_PATH")) appendPathList(llp, dirs);
   static const std::vector<std::string> system = systemLibraryDirs();
   dirs.insert(dirs.end(), system.begin(), system.end());
   for (const auto& d : dirs) {
