@@ -25,11 +25,9 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -50,9 +48,6 @@ using launch::ElfFacts;
 using launch::ProgramMpi;
 using launch::programMpi;
 using launch::readable;
-using launch::readElf;
-using launch::realPath;
-using launch::resolveLibrary;
 
 bool isNcclLibrary(const std::string& nameOrPath) {
   std::string base = nameOrPath.substr(nameOrPath.rfind('/') + 1);
@@ -73,45 +68,32 @@ struct Verdict {
 Verdict inspect(const std::string& target, const std::vector<std::string>& roots) {
   Verdict v;
   v.target = target;
-  std::deque<std::pair<std::string, int>> queue;
-  for (const auto& r : roots) queue.push_back({r, 0});
-  std::set<std::string> seen;
   std::string staticIn, exportedIn;
   std::string staticVersion;
-  while (!queue.empty() && seen.size() < 256) {
-    auto [path, depth] = queue.front();
-    queue.pop_front();
-    if (!seen.insert(realPath(path)).second) continue;
-    ElfFacts f;
-    try {
-      f = readElf(path);
-    } catch (const Error&) {
-      if (depth == 0) throw;
-      continue;
-    }
-    if (isNcclLibrary(f.soname.empty() ? path : f.soname)) continue;  // found through a parent
-    if (f.ncclStaticOnly && staticIn.empty()) {
-      staticIn = path;
-      staticVersion = f.ncclVersion;
-    }
-    if (f.ncclExported && !f.executable && exportedIn.empty()) {
-      exportedIn = path;
-      if (staticVersion.empty()) staticVersion = f.ncclVersion;
-    }
-    for (const auto& n : f.needed) {
-      std::string p = resolveLibrary(n, f);
-      if (isNcclLibrary(n)) {
+  launch::walkDependencies(
+      roots, true,
+      [&](const std::string& path, const ElfFacts& f) {
+        if (isNcclLibrary(f.soname.empty() ? path : f.soname)) return false;  // via a parent
+        if (f.ncclStaticOnly && staticIn.empty()) {
+          staticIn = path;
+          staticVersion = f.ncclVersion;
+        }
+        if (f.ncclExported && !f.executable && exportedIn.empty()) {
+          exportedIn = path;
+          if (staticVersion.empty()) staticVersion = f.ncclVersion;
+        }
+        return true;
+      },
+      [&](const std::string& name, const std::string& resolved, const std::string& by) {
+        if (!isNcclLibrary(name)) return launch::Needed::kFollow;
         if (v.linkage != "dynamic") {
           v.linkage = "dynamic";
-          v.library = p.empty() ? n : p;
-          v.neededBy = path;
-          if (!p.empty()) v.version = launch::ncclVersionOfFile(p);
+          v.library = resolved.empty() ? name : resolved;
+          v.neededBy = by;
+          if (!resolved.empty()) v.version = launch::ncclVersionOfFile(resolved);
         }
-        continue;
-      }
-      if (!p.empty() && depth < 6) queue.push_back({p, depth + 1});
-    }
-  }
+        return launch::Needed::kSkip;
+      });
   if (v.linkage == "dynamic") {
     v.shimmable = v.library.find('/') != std::string::npos;
     v.reason = v.shimmable ? fmt::format(

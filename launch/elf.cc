@@ -250,33 +250,47 @@ std::string ncclVersionOfFile(const std::string& path) {
   }
 }
 
-ProgramMpi programMpi(const std::string& path) {
-  ProgramMpi out;
-  std::deque<std::pair<std::string, int>> queue{{path, 0}};
+void walkDependencies(
+    const std::vector<std::string>& roots, bool rootsMustBeElf,
+    const std::function<bool(const std::string& path, const ElfFacts& facts)>& file,
+    const std::function<Needed(const std::string& name, const std::string& resolved,
+                               const std::string& by)>& needed) {
+  std::deque<std::pair<std::string, int>> queue;
+  for (const auto& r : roots) queue.push_back({r, 0});
   std::set<std::string> seen;
   while (!queue.empty() && seen.size() < 256) {
-    auto [p, depth] = queue.front();
+    auto [path, depth] = queue.front();
     queue.pop_front();
-    if (!seen.insert(realPath(p)).second) continue;
+    if (!seen.insert(realPath(path)).second) continue;
     ElfFacts f;
     try {
-      f = readElf(p);
+      f = readElf(path);
     } catch (const Error&) {
+      if (depth == 0 && rootsMustBeElf) throw;
       continue;  // not ELF (a script): nothing to say
     }
+    if (!file(path, f)) continue;
     for (const auto& n : f.needed) {
-      auto family = mpiFamilyOfLibrary(n);
-      if (family != MpiFamily::kUnknown) {
-        std::string lib = resolveLibrary(n, f);
-        out.family = family;
-        out.library = lib.empty() ? n : lib;
-        out.neededBy = p;
-        return out;
-      }
       std::string r = resolveLibrary(n, f);
-      if (!r.empty() && depth < 6) queue.push_back({r, depth + 1});
+      Needed what = needed(n, r, path);
+      if (what == Needed::kStop) return;
+      if (what == Needed::kFollow && !r.empty() && depth < 6) queue.push_back({r, depth + 1});
     }
   }
+}
+
+ProgramMpi programMpi(const std::string& path) {
+  ProgramMpi out;
+  walkDependencies(
+      {path}, false, [](const std::string&, const ElfFacts&) { return true; },
+      [&](const std::string& name, const std::string& resolved, const std::string& by) {
+        auto family = mpiFamilyOfLibrary(name);
+        if (family == MpiFamily::kUnknown) return Needed::kFollow;
+        out.family = family;
+        out.library = resolved.empty() ? name : resolved;
+        out.neededBy = by;
+        return Needed::kStop;
+      });
   return out;
 }
 

@@ -5,6 +5,7 @@
 // the system directories). 64-bit little-endian ELF only.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,21 @@ ElfFacts readElf(const std::string& path);
 // Where the loader would find `name` needed by `from`: RUNPATH/RPATH ($ORIGIN expanded),
 // LD_LIBRARY_PATH, the system directories. Empty when not found.
 std::string resolveLibrary(const std::string& name, const ElfFacts& from);
+
+// What walkDependencies does with one library a file needs.
+enum class Needed { kFollow, kSkip, kStop };
+
+// Walks the ELF files `roots` and what they need, breadth first, each library found as the loader
+// would (resolveLibrary), each file once: at most 256 files, 6 levels below the roots. For each
+// file read, `file(path, facts)` says whether to look at the libraries it needs; for each of those,
+// `needed(name, resolved, by)` ("" resolved: not found, never walked into) says whether to follow
+// it, skip it or end the walk. A file that is not ELF is passed over, a root too unless
+// `rootsMustBeElf` (its InvalidInput or IoError then escapes).
+void walkDependencies(
+    const std::vector<std::string>& roots, bool rootsMustBeElf,
+    const std::function<bool(const std::string& path, const ElfFacts& facts)>& file,
+    const std::function<Needed(const std::string& name, const std::string& resolved,
+                               const std::string& by)>& needed);
 
 // The NCCL version a library carries: from a versioned file name (libnccl.so.2.21.5), else its
 // "NCCL version X.Y.Z" string; "" when neither.
