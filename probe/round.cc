@@ -65,10 +65,11 @@ void RoundState::judge(const std::vector<HostPair>& pairs, const std::vector<Out
 }
 
 std::vector<std::optional<LatencyStats>> RoundState::ping(const std::vector<HostPair>& pairs,
-                                                          const std::string& phase) {
+                                                          const std::string& phase,
+                                                          const LatencyOptions* latency) {
   std::vector<std::optional<LatencyStats>> res(pairs.size());
   if (pairs.empty() || stopped()) return res;
-  auto out = fleet_.latency(pairs, opts_.latency, deadline_);
+  auto out = fleet_.latency(pairs, latency ? *latency : opts_.latency, deadline_);
   judge(pairs, out);
   for (size_t k = 0; k < pairs.size(); ++k) {
     res[k] = out[k].value;

@@ -10,6 +10,9 @@
 //                    the gaps in the sorted round trips (kLatencyLevelRatio). The leaders of
 //                    the racks then ping each other, and the next gaps group racks into pods.
 //                    Pings: O(N x leaders), rounds: O(log racks).
+//        latency     (soft; 128 hosts or more, no gaps) the same on round trips without each
+//                    host's own offset, tiers as clusters: +10-20% per tier under VM jitter
+//                    (probe/structure.cc, kSoftLatencySamples).
 //        bandwidth   when round trips show no levels (an emulated cloud, some clouds): trials
 //                    in which every host sends one flow and receives one; a flow that reaches
 //                    the top band of rates ("near") crossed no congested uplink, so its two
@@ -190,8 +193,10 @@ class RoundState {
   std::vector<int> liveHosts() const;
   void drop(int h, const std::string& why);  // out of the round
   // Round trips (us) of pairs measured at once; nullopt for a failed one.
+  // `latency` replaces opts().latency.
   std::vector<std::optional<LatencyStats>> ping(const std::vector<HostPair>& pairs,
-                                                const std::string& phase);
+                                                const std::string& phase,
+                                                const LatencyOptions* latency = nullptr);
   // Rates (Mbit/s) of flows run at once, each recorded as a Reading; with `splittable` and
   // opts().maxFlowsPerTrial, in consecutive parts of whole `units` (flows of one unit, e.g. one
   // group, stay together; empty = each flow its own unit); `window` replaces opts().bandwidth.

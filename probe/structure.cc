@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -34,6 +35,84 @@ std::vector<double> levelBoundaries(std::vector<double> values, double ratio,
   return out;
 }
 
+// Round trips as a soft signal: tiers a few microseconds apart (+10-20% per switch tier) under
+// each VM's own extra delay (its virtualisation stack: up to 2 x 5 us on a pair in the
+// simulator's close-tier scenario, more than a tier step), where sorted round trips show no gap.
+// The round then pings with kSoftLatencySamples (in the simulator, ±10% per ping plus up to 5 us,
+// the floor of 100 pings has a spread of 0.3 us, that of 10 of 0.9 us: a +10% tier on 20 us is 6
+// spreads up, not 2), removes each host's share of its round trips (hostOffsets), and looks for
+// tiers as clusters rather than gaps (softBoundaries).
+inline constexpr int kSoftLatencySamples = 100;
+inline constexpr int kSoftLeaders = 24;  // first leaders: each host's offset is a median of these
+// Below this many hosts the soft signal is not tried: its clusters need many pings, and on 16
+// flat hosts with agents stalled as on a busy machine it read tiers that were none.
+inline constexpr size_t kSoftMinHosts = 128;
+// A host whose offset is more than this share of the median round trip was stalled while it was
+// measured (offsets of VMs differ by a few microseconds): its pings read nothing.
+inline constexpr double kSoftMaxOffsetShare = 0.5;
+// Two clusters are tiers when their medians are this many (robust) standard deviations apart,
+// and at least kSoftMinStep of the upper one: one noisy tier split in two is 2.4-2.7 apart.
+inline constexpr double kSoftTierSeparation = 4;
+inline constexpr double kSoftMinStep = 0.05;
+
+// 1.4826 x the median absolute deviation of sorted[b, e) from its median: sigma of a normal.
+double robustSigma(const std::vector<double>& sorted, size_t b, size_t e, double med) {
+  std::vector<double> dev;
+  for (size_t i = b; i < e; ++i) dev.push_back(std::abs(sorted[i] - med));
+  return 1.4826 * median(dev);
+}
+
+// The two-means split of sorted[b, e) (least squares within), kept when it separates two tiers
+// (kSoftTierSeparation), then each side split again: the boundaries found, in no order.
+void splitTiers(const std::vector<double>& x, size_t b, size_t e, size_t minUpper, int depth,
+                std::vector<double>& out) {
+  // Fewer pings than this below a split are a few hosts whose offsets are wrong (agents stalled
+  // while offsets were measured), not a tier: a rack tier of racks of two has about a ping per
+  // leader.
+  constexpr size_t kMinLower = 8;
+  if (depth == 0 || e - b < kMinLower + minUpper) return;
+  std::vector<double> s1(e - b + 1, 0), s2(e - b + 1, 0);
+  for (size_t i = b; i < e; ++i) {
+    s1[i - b + 1] = s1[i - b] + x[i];
+    s2[i - b + 1] = s2[i - b] + x[i] * x[i];
+  }
+  auto sse = [&](size_t from, size_t to) {  // offsets into s1/s2
+    const double k = static_cast<double>(to - from), s = s1[to] - s1[from];
+    return s2[to] - s2[from] - s * s / k;
+  };
+  size_t best = 0;
+  double bestSse = 0;
+  for (size_t i = b + kMinLower; i + minUpper <= e; ++i) {
+    const double v = sse(0, i - b) + sse(i - b, e - b);
+    if (best == 0 || v < bestSse) {
+      best = i;
+      bestSse = v;
+    }
+  }
+  if (best == 0) return;
+  auto mid = [&](size_t from, size_t to) {
+    return x[from + (to - from - 1) / 2] / 2 + x[from + (to - from) / 2] / 2;
+  };
+  const double lo = mid(b, best), hi = mid(best, e);
+  const double sl = robustSigma(x, b, best, lo), su = robustSigma(x, best, e, hi);
+  if (hi - lo < kSoftMinStep * hi || hi - lo < kSoftTierSeparation * (sl + su) / 2) return;
+  out.push_back(sl + su > 0 ? lo + (hi - lo) * sl / (sl + su) : (lo + hi) / 2);
+  splitTiers(x, b, best, kMinLower, depth - 1, out);
+  splitTiers(x, best, e, minUpper, depth - 1, out);
+}
+
+// Boundaries between tiers of `values` as clusters (see above), ascending; the uppermost tier
+// holds at least two values and `minUpperFraction` of all.
+std::vector<double> softBoundaries(std::vector<double> values, double minUpperFraction) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  std::vector<double> out;
+  splitTiers(values, 0, n,
+             std::max<size_t>(2, static_cast<size_t>(std::ceil(minUpperFraction * n))), 3, out);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
 // ---- 2. structure ---------------------------------------------------------------------------
@@ -44,14 +123,79 @@ struct Ping {
   double rttUs;
 };
 
-// Fresh pings that the racks of `rackOf` predict: inside each rack of two or more, up to
-// kConfirmPairs pairs of members, and from each rack to each of the next kConfirmPairs racks a
-// pair across, each not pinged before where the racks allow it (leader clustering pings only
-// host-leader pairs, so a rack made by noise is a star around its leader that no other pair
-// has tested). True when at most kMaxConfirmDisagreement of those inside racks, and of those
-// across, contradict the racks (below `boundary` inside, above across).
+// What a ping of a pair reads for the structure: nullopt when it failed or cannot be read.
+using RttReader =
+    std::function<std::optional<double>(const HostPair&, const std::optional<LatencyStats>&)>;
+
+// Each host's own share of its round trips, from rtt(a, b) = t(a, b) + d(a) + d(b) over `pings`,
+// t the tier of the pair, the median host's 0. First t is taken as one constant: a polish (sweeps
+// of every host's residual quantile, damped: each moves half way) at the upper quartile, which
+// takes for each host the tier across its top groups wherever there are two or more of them
+// (half or more of a host's leaders, drawn at random, lie across: a median would sit on the
+// edge between two tiers, and in two pods it sat on a different side for each pod, shifting one
+// pod's offsets against the other's). Then the tiers are found on the corrected round trips
+// (softBoundaries), each pair's tier taken off at its median, and the offsets polished again at
+// the median, kSoftRefinements times.
+inline constexpr int kSoftRefinements = 3;
+inline constexpr double kFirstQuantile = 0.75;
+std::vector<double> hostOffsets(size_t n, const std::vector<Ping>& pings) {
+  std::vector<double> d(n, 0.0);
+  std::vector<double> tierOf(pings.size(), 0.0);  // t of each ping; one constant at first
+  std::vector<std::vector<double>> residual(n);
+  auto quantile = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return percentile(v, q);
+  };
+  auto polish = [&](int sweeps, double q) {  // q: the residuals' quantile each host moves to
+    for (int sweep = 0; sweep < sweeps; ++sweep) {
+      for (auto& r : residual) r.clear();
+      for (size_t k = 0; k < pings.size(); ++k) {
+        const auto& p = pings[k];
+        const double r = p.rttUs - tierOf[k];
+        residual[static_cast<size_t>(p.a)].push_back(r - d[static_cast<size_t>(p.b)]);
+        residual[static_cast<size_t>(p.b)].push_back(r - d[static_cast<size_t>(p.a)]);
+      }
+      for (size_t h = 0; h < n; ++h)
+        if (!residual[h].empty()) d[h] += 0.5 * (quantile(residual[h], q) - d[h]);
+    }
+  };
+  auto corrected = [&] {
+    std::vector<double> v;
+    for (const auto& p : pings)
+      v.push_back(p.rttUs - d[static_cast<size_t>(p.a)] - d[static_cast<size_t>(p.b)]);
+    return v;
+  };
+  {
+    std::vector<double> rtt;
+    for (const auto& p : pings) rtt.push_back(p.rttUs);
+    std::fill(tierOf.begin(), tierOf.end(), quantile(rtt, kFirstQuantile));
+    polish(6, kFirstQuantile);
+  }
+  for (int refine = 0; refine < kSoftRefinements; ++refine) {
+    const std::vector<double> v = corrected();
+    const std::vector<double> bounds = softBoundaries(v, 0.05);
+    if (bounds.empty()) break;
+    std::vector<std::vector<double>> members(bounds.size() + 1);
+    std::vector<size_t> tier(v.size());
+    for (size_t k = 0; k < v.size(); ++k) {
+      tier[k] = static_cast<size_t>(std::upper_bound(bounds.begin(), bounds.end(), v[k]) -
+                                    bounds.begin());
+      members[tier[k]].push_back(v[k]);
+    }
+    for (size_t k = 0; k < v.size(); ++k) tierOf[k] = median(members[tier[k]]);
+    polish(8, 0.5);  // the median: every pair's tier is taken off
+  }
+  std::vector<double> measured;  // centred on the median: a stalled host's offset is far out
+  for (size_t h = 0; h < n; ++h)
+    if (!residual[h].empty()) measured.push_back(d[h]);
+  const double centre = median(measured);
+  for (double& x : d) x -= centre;
+  return d;
+}
+
+// `read` gives what a ping reads, `latency` is how they are pinged.
 bool confirmRacks(RoundState& s, const std::vector<int>& rackOf, const std::vector<Ping>& pinged,
-                  double boundary) {
+                  double boundary, const RttReader& read, const LatencyOptions& latency) {
   constexpr size_t kConfirmPairs = 3;
   std::set<HostPair> seen;
   auto key = [](int a, int b) { return HostPair{std::min(a, b), std::max(a, b)}; };
@@ -91,15 +235,16 @@ bool confirmRacks(RoundState& s, const std::vector<int>& rackOf, const std::vect
       pick(members[r], members[(r + k) % racks], false);
   }
   if (pairs.empty()) return true;
-  auto rtt = s.ping(pairs, "confirm");
+  auto rtt = s.ping(pairs, "confirm", &latency);
   // Inside and across judged apart: noise that stalls most agents makes every ping slow (the
   // pairs across agree, those inside do not), noise that stalls a few makes most fast.
   size_t answered[2] = {0, 0}, disagree[2] = {0, 0};
   for (size_t k = 0; k < pairs.size(); ++k) {
-    if (!rtt[k]) continue;
+    const auto v = read(pairs[k], rtt[k]);
+    if (!v) continue;
     const size_t in = inside[k] ? 1 : 0;
     ++answered[in];
-    disagree[in] += (rtt[k]->minUs <= boundary) != (in == 1);
+    disagree[in] += (*v <= boundary) != (in == 1);
   }
   for (size_t in : {1, 0})
     if (static_cast<double>(disagree[in]) >
@@ -113,13 +258,141 @@ bool confirmRacks(RoundState& s, const std::vector<int>& rackOf, const std::vect
   return true;
 }
 
-// Leader clustering on round trips; nullopt when the round trips show no levels.
-std::optional<Structure> latencyStructure(RoundState& s) {
+// The pairs whose pings hostOffsets reads: every host to kSoftOffsetPeers others, picked by
+// shifts of `hosts` (random, distinct), so that every host is in about twice as many pairs and
+// no set of hosts is pinged by all (leaders pinged by every host would let their offsets move
+// against everyone else's, as one side of a bipartite graph: pairs between two others would read
+// off). In a step of their own: pinged in one step with the first leaders, flat round trips with
+// a fifth of the agents stalled read as tiers in the simulator; apart, a stalled agent's offset
+// is far out and it is distrusted.
+inline constexpr size_t kSoftOffsetPeers = 16;
+std::vector<HostPair> offsetPairs(const std::vector<int>& hosts, std::mt19937_64& rng) {
+  const size_t m = hosts.size();
+  std::vector<size_t> shifts(m - 1);
+  std::iota(shifts.begin(), shifts.end(), size_t{1});
+  std::shuffle(shifts.begin(), shifts.end(), rng);
+  shifts.resize(std::min(shifts.size(), kSoftOffsetPeers));
+  std::vector<HostPair> pairs;
+  for (size_t i = 0; i < m; ++i)
+    for (size_t shift : shifts) pairs.emplace_back(hosts[i], hosts[(i + shift) % m]);
+  return pairs;
+}
+
+// A host below `boundary` to more than `share` of the hosts it was paired with (four at least)
+// is not in all their groups: its offset is wrong (it was stalled, or its partners were, while
+// offsets were measured) and its low round trips would make a tier of their own. Its pings read
+// nothing
+// (`trusted`); true when there was such a host.
+inline constexpr int kSoftDistrustPasses = 3;
+bool distrustNearMost(const std::vector<HostPair>& pairs,
+                      const std::vector<std::optional<double>>& value, double boundary,
+                      double share, std::vector<char>& trusted) {
+  std::map<int, std::pair<size_t, size_t>> count;  // host -> (below, read)
+  for (size_t k = 0; k < pairs.size(); ++k)
+    if (value[k])
+      for (int h : {pairs[k].first, pairs[k].second}) {
+        auto& c = count[h];
+        c.first += *value[k] <= boundary;
+        ++c.second;
+      }
+  bool any = false;
+  for (const auto& [h, c] : count) {
+    if (c.second >= 4 && static_cast<double>(c.first) > share * static_cast<double>(c.second)) {
+      trusted[static_cast<size_t>(h)] = 0;
+      any = true;
+    }
+  }
+  // A tier whose every pair has one host in common is that host's offset, not a tier.
+  size_t total = 0;
+  for (size_t k = 0; k < pairs.size(); ++k) total += value[k] && *value[k] <= boundary;
+  for (const auto& [h, c] : count)
+    if (total >= 2 && c.first == total) {
+      trusted[static_cast<size_t>(h)] = 0;
+      any = true;
+    }
+  return any;
+}
+
+// Soft tiers overlap a little (a pair of the next tier below the boundary about once in a
+// thousand at 1024 hosts), and one such ping would join two racks: a host joins only the rack of
+// its nearest leader below `boundary`, and two leaders join only when both their pings are below.
+void joinNearest(const std::vector<HostPair>& pairs,
+                 const std::vector<std::optional<double>>& value, double boundary,
+                 std::vector<char>& placed, Components& racks, std::vector<double>& rackRtts) {
+  std::map<int, std::pair<double, int>> nearest;  // unplaced host -> (round trip, leader)
+  std::map<HostPair, int> below;                  // leader pair -> pings below the boundary
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    if (!value[k] || *value[k] > boundary) continue;
+    auto [u, l] = pairs[k];
+    if (placed[static_cast<size_t>(u)]) {
+      if (++below[{std::min(u, l), std::max(u, l)}] == 2) {
+        racks.unite(u, l);
+        rackRtts.push_back(*value[k]);
+      }
+      continue;
+    }
+    auto it = nearest.find(u);
+    if (it == nearest.end() || *value[k] < it->second.first) nearest[u] = {*value[k], l};
+  }
+  for (const auto& [u, near] : nearest) {
+    placed[static_cast<size_t>(u)] = 1;
+    racks.unite(u, near.second);
+    rackRtts.push_back(near.first);
+  }
+}
+
+// Leader clustering on round trips; nullopt when the round trips show no levels. `soft`: tiers as
+// clusters of round trips without each host's offset (see kSoftLatencySamples), else as gaps.
+std::optional<Structure> latencyStructure(RoundState& s, bool soft) {
   std::vector<int> hosts = s.liveHosts();
   const size_t n = s.fleet().size();
-  if (hosts.size() < 2) return std::nullopt;
+  if (hosts.size() < (soft ? kSoftMinHosts : 2)) return std::nullopt;
+  const LatencyOptions latency =
+      soft ? LatencyOptions{s.opts().latency.warmup, kSoftLatencySamples} : s.opts().latency;
+  auto tiers = [soft](const std::vector<double>& v, double minUpperFraction) {
+    return soft ? softBoundaries(v, minUpperFraction)
+                : levelBoundaries(v, kLatencyLevelRatio, minUpperFraction);
+  };
   std::mt19937_64 rng(s.opts().seed);
   std::shuffle(hosts.begin(), hosts.end(), rng);
+  // Soft: each host's offset, the typical round trip without them, and the hosts whose offset
+  // can be trusted (one stalled while its offset was measured has all its pings many times
+  // slower: its offset says nothing about later pings).
+  std::vector<double> offset;
+  std::vector<char> trusted;
+  double typical = 0;
+  auto learnOffsets = [&](const std::vector<Ping>& first) {
+    offset = hostOffsets(n, first);
+    std::vector<double> raw, v;
+    for (const auto& p : first) {
+      raw.push_back(p.rttUs);
+      v.push_back(p.rttUs - offset[static_cast<size_t>(p.a)] - offset[static_cast<size_t>(p.b)]);
+    }
+    typical = median(v);
+    const double plausible = kSoftMaxOffsetShare * median(raw);
+    trusted.assign(n, 0);
+    for (size_t h = 0; h < n; ++h) trusted[h] = std::abs(offset[h]) <= plausible ? 1 : 0;
+  };
+  if (soft) {
+    const std::vector<HostPair> pairs = offsetPairs(hosts, rng);
+    auto rtt = s.ping(pairs, "structure", &latency);
+    std::vector<Ping> first;
+    for (size_t k = 0; k < pairs.size(); ++k)
+      if (rtt[k]) first.push_back({pairs[k].first, pairs[k].second, rtt[k]->minUs});
+    learnOffsets(first);
+  }
+  // Soft tiers are steps of less than kLatencyLevelRatio (larger ones are levels without offsets):
+  // a round trip further from the typical one is a stall, not a tier, and reads nothing.
+  const RttReader read = [&](const HostPair& p,
+                             const std::optional<LatencyStats>& r) -> std::optional<double> {
+    if (!r) return std::nullopt;
+    if (!soft) return r->minUs;
+    const auto a = static_cast<size_t>(p.first), b = static_cast<size_t>(p.second);
+    if (!trusted[a] || !trusted[b]) return std::nullopt;
+    const double v = r->minUs - offset[a] - offset[b];
+    if (v > typical * kLatencyLevelRatio || v < typical / kLatencyLevelRatio) return std::nullopt;
+    return v;
+  };
 
   Components racks(n);
   std::vector<char> placed(n, 0);
@@ -128,7 +401,7 @@ std::optional<Structure> latencyStructure(RoundState& s) {
   std::optional<double> rackBoundary;
   std::vector<int> unplaced = hosts;
   std::vector<Ping> pinged;
-  size_t want = static_cast<size_t>(std::max(1, s.opts().firstLeaders));
+  size_t want = static_cast<size_t>(soft ? kSoftLeaders : std::max(1, s.opts().firstLeaders));
   for (int round = 0; !unplaced.empty() && !s.stopped(); ++round) {
     std::vector<int> fresh;
     for (int h : unplaced)
@@ -138,35 +411,47 @@ std::optional<Structure> latencyStructure(RoundState& s) {
     for (int u : unplaced)
       for (int l : fresh)
         if (u != l) pairs.emplace_back(u, l);
-    auto rtt = s.ping(pairs, "structure");
-    for (size_t k = 0; k < pairs.size(); ++k)
-      if (rtt[k]) pinged.push_back({pairs[k].first, pairs[k].second, rtt[k]->minUs});
+    auto rtt = s.ping(pairs, "structure", &latency);
+    std::vector<std::optional<double>> value(pairs.size());
+    for (size_t k = 0; k < pairs.size(); ++k) value[k] = read(pairs[k], rtt[k]);
     if (!rackBoundary) {
       std::vector<double> v;
-      for (const auto& r : rtt)
-        if (r) v.push_back(r->minUs);
-      auto b = levelBoundaries(v, kLatencyLevelRatio, 0.05);
+      for (const auto& x : value)
+        if (x) v.push_back(*x);
+      auto b = tiers(v, 0.05);
+      for (int again = 0; again < kSoftDistrustPasses && soft && !b.empty() &&
+                          distrustNearMost(pairs, value, b.front(), 0.5, trusted);
+           ++again) {
+        v.clear();
+        for (size_t k = 0; k < pairs.size(); ++k)
+          if ((value[k] = read(pairs[k], rtt[k]))) v.push_back(*value[k]);
+        b = tiers(v, 0.05);
+      }
       if (b.empty()) {
-        RANKMAP_INFO(Probe, "probe round: round trips show no levels ({} pings, {:.1f}-{:.1f} us)",
-                     v.size(), v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()),
-                     v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()));
+        RANKMAP_INFO(Probe, "probe round: round trips show no {} ({} pings, {:.1f}-{:.1f} us{})",
+                     soft ? "tiers" : "levels", v.size(),
+                     v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()),
+                     v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()),
+                     soft ? " without each host's offset" : "");
         return std::nullopt;
       }
       rackBoundary = b.front();
     }
+    for (size_t k = 0; k < pairs.size(); ++k)
+      if (value[k]) pinged.push_back({pairs[k].first, pairs[k].second, *value[k]});
     for (int l : fresh) {
       placed[static_cast<size_t>(l)] = 1;
       leaders.push_back(l);
     }
-    for (size_t k = 0; k < pairs.size(); ++k) {
-      if (!rtt[k] || rtt[k]->minUs > *rackBoundary) continue;
-      auto [u, l] = pairs[k];
-      rackRtts.push_back(rtt[k]->minUs);
-      if (placed[static_cast<size_t>(u)]) {
-        racks.unite(u, l);  // a second leader of the same rack, or a host close to two leaders
-      } else {
+    if (soft) {
+      joinNearest(pairs, value, *rackBoundary, placed, racks, rackRtts);
+    } else {
+      for (size_t k = 0; k < pairs.size(); ++k) {
+        if (!value[k] || *value[k] > *rackBoundary) continue;
+        auto [u, l] = pairs[k];
+        rackRtts.push_back(*value[k]);
         placed[static_cast<size_t>(u)] = 1;
-        racks.unite(u, l);
+        racks.unite(u, l);  // also a second leader of the same rack, or a host close to two
       }
     }
     std::vector<int> still;
@@ -201,7 +486,7 @@ std::optional<Structure> latencyStructure(RoundState& s) {
                  disagree, pinged.size());
     return std::nullopt;
   }
-  if (!confirmRacks(s, rackOf, pinged, *rackBoundary)) return std::nullopt;
+  if (!confirmRacks(s, rackOf, pinged, *rackBoundary, read, latency)) return std::nullopt;
   st.levelRttUs.push_back(median(rackRtts));
   int nRacks = groupCount(rackOf);
   if (nRacks >= 2) st.levels.push_back(rackOf);
@@ -215,21 +500,31 @@ std::optional<Structure> latencyStructure(RoundState& s) {
   std::vector<HostPair> pairs;
   for (size_t a = 0; a < rep.size(); ++a)
     for (size_t b = a + 1; b < rep.size(); ++b) pairs.emplace_back(rep[a], rep[b]);
-  auto rtt = s.ping(pairs, "structure");
+  auto rtt = s.ping(pairs, "structure", &latency);
+  std::vector<std::optional<double>> value(pairs.size());
   std::vector<double> v;
-  for (const auto& r : rtt)
-    if (r) v.push_back(r->minUs);
-  auto bounds = levelBoundaries(v, kLatencyLevelRatio, 0.0);
+  for (size_t k = 0; k < pairs.size(); ++k)
+    if ((value[k] = read(pairs[k], rtt[k]))) v.push_back(*value[k]);
+  auto bounds = tiers(v, 0.0);
+  // Between racks a host is close to all of its pod's: half of them and more in two pods.
+  for (int again = 0; again < kSoftDistrustPasses && soft && !bounds.empty() &&
+                      distrustNearMost(pairs, value, bounds.front(), 0.75, trusted);
+       ++again) {
+    v.clear();
+    for (size_t k = 0; k < pairs.size(); ++k)
+      if ((value[k] = read(pairs[k], rtt[k]))) v.push_back(*value[k]);
+    bounds = tiers(v, 0.0);
+  }
   double below = *rackBoundary;
   std::vector<int> prev = rackOf;
   for (double b : bounds) {
     Components up(static_cast<size_t>(nRacks));
     std::vector<double> band;
     for (size_t k = 0; k < pairs.size(); ++k)
-      if (rtt[k] && rtt[k]->minUs <= b) {
+      if (value[k] && *value[k] <= b) {
         up.unite(rackOf[static_cast<size_t>(pairs[k].first)],
                  rackOf[static_cast<size_t>(pairs[k].second)]);
-        if (rtt[k]->minUs > below) band.push_back(rtt[k]->minUs);
+        if (*value[k] > below) band.push_back(*value[k]);
       }
     std::vector<int> level(n, -1);
     for (size_t h = 0; h < n; ++h)
@@ -244,8 +539,8 @@ std::optional<Structure> latencyStructure(RoundState& s) {
     below = b;
   }
   std::vector<double> top;
-  for (const auto& r : rtt)
-    if (r && r->minUs > below) top.push_back(r->minUs);
+  for (size_t k = 0; k < pairs.size(); ++k)
+    if (value[k] && *value[k] > below) top.push_back(*value[k]);
   if (!st.levels.empty()) st.levelRttUs.push_back(median(top));
   return st;
 }
@@ -696,7 +991,8 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
 }  // namespace
 
 Structure findStructure(RoundState& s) {
-  if (auto st = latencyStructure(s)) return *st;
+  if (auto st = latencyStructure(s, false)) return *st;
+  if (auto st = latencyStructure(s, true)) return *st;
   double flat = 0;
   {
     std::vector<double> v;

@@ -496,6 +496,52 @@ TEST(ProbeScale, StalledPingsOnFlatRoundTripsAreNoTier) {
   }
 }
 
+// Tiers of +10% (rack) and +15% (pod) on 20 us round trips, under VM jitter of up to 5 us per
+// host and per ping (more than a tier step on a pair), in two pods (half of a host's leaders share
+// its pod, so a median over them is no longer the tier across pods): round trips without each
+// host's offset show the racks and pods; bandwidth alone would not (1:1.25 everywhere).
+TEST(ProbeScale, CloseTiersUnderVmJitterFromRoundTrips) {
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    DatacenterSpec spec;
+    spec.pods = 2;
+    spec.racksPerPod = 8;
+    spec.hostsPerRack = {16};
+    spec.rackOversubscription = 1.25;
+    spec.podOversubscription = 1.25;
+    spec.hostLatencyUs = 5;    // round trip 20 us
+    spec.rackLatencyUs = 0.5;  // +2 us across racks
+    spec.podLatencyUs = 0.75;  // +3 us across pods
+    spec.hostJitterUs = 5;
+    spec.sampleJitterUs = 5;
+    spec.noise = 0.1;
+    spec.deadHosts = {3};
+    spec.seed = seed;
+    probe::RoundOptions opts;
+    opts.seed = seed;
+    Scored s = probeOnce(spec, opts);
+    EXPECT_EQ(s.out.structure.signal, "latency") << "seed " << seed;
+    EXPECT_GE(s.rackAri, 0.95) << "seed " << seed;
+    EXPECT_DOUBLE_EQ(s.podAri, 1.0) << "seed " << seed;
+  }
+}
+
+// The same jitter on flat round trips, with agents stalled during a step (a tenth to a third of
+// them, each by 2-40x), is no tier: neither kind of latency structure is taken.
+TEST(ProbeScale, VmJitterOnFlatRoundTripsIsNoTier) {
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    DatacenterSpec spec = emucloudShape(8, 32, 1000, 8000);
+    spec.hostJitterUs = 5;
+    spec.sampleJitterUs = 5;
+    spec.noise = 0.1;
+    spec.stalledHostFraction = 0.1 * static_cast<double>(seed);
+    spec.seed = seed;
+    probe::RoundOptions opts;
+    opts.seed = seed;
+    Scored s = probeOnce(spec, opts);
+    EXPECT_NE(s.out.structure.signal, "latency") << "seed " << seed;
+  }
+}
+
 // Two racks of four behind an uplink of twice the host rate (2:1): no single flow and few blind
 // permutations show it; the contention fit does.
 TEST(ProbeScale, MildOversubscriptionFromTheContentionFit) {
