@@ -93,12 +93,23 @@ void splitTiers(const std::vector<double>& x, size_t b, size_t e, size_t minUppe
   auto mid = [&](size_t from, size_t to) {
     return x[from + (to - from - 1) / 2] / 2 + x[from + (to - from) / 2] / 2;
   };
-  const double lo = mid(b, best), hi = mid(best, e);
-  const double sl = robustSigma(x, b, best, lo), su = robustSigma(x, best, e, hi);
-  if (hi - lo < kSoftMinStep * hi || hi - lo < kSoftTierSeparation * (sl + su) / 2) return;
-  out.push_back(sl + su > 0 ? lo + (hi - lo) * sl / (sl + su) : (lo + hi) / 2);
-  splitTiers(x, b, best, kMinLower, depth - 1, out);
-  splitTiers(x, best, e, minUpper, depth - 1, out);
+  auto accept = [&](size_t split) {
+    const double lo = mid(b, split), hi = mid(split, e);
+    const double sl = robustSigma(x, b, split, lo), su = robustSigma(x, split, e, hi);
+    if (hi - lo < kSoftMinStep * hi || hi - lo < kSoftTierSeparation * (sl + su) / 2) return false;
+    out.push_back(sl + su > 0 ? lo + (hi - lo) * sl / (sl + su) : (lo + hi) / 2);
+    splitTiers(x, b, split, kMinLower, depth - 1, out);
+    splitTiers(x, split, e, minUpper, depth - 1, out);
+    return true;
+  };
+  if (accept(best)) return;
+  // Least squares split a large tier's noise rather than cut off a small tier (racks of two: a
+  // ping per leader in the rack tier, thousands in the next): the widest gap is the other
+  // candidate.
+  size_t gap = 0;
+  for (size_t i = b + kMinLower; i + minUpper <= e; ++i)
+    if (gap == 0 || x[i] - x[i - 1] > x[gap] - x[gap - 1]) gap = i;
+  if (gap != best) accept(gap);
 }
 
 // Boundaries between tiers of `values` as clusters (see above), ascending; the uppermost tier
