@@ -405,6 +405,25 @@ std::optional<Structure> latencyStructure(RoundState& s, bool soft) {
     return v;
   };
 
+  // What the pings of `pairs` read (`value`, and the readable ones in `v`) and the boundaries of
+  // their tiers (`tiers`); soft: hosts below the lowest boundary to more than `share` of their
+  // pairs are distrusted (distrustNearMost) and the pings read again.
+  auto readTiers = [&](const std::vector<HostPair>& pairs,
+                       const std::vector<std::optional<LatencyStats>>& rtt, double minUpperFraction,
+                       double share, std::vector<std::optional<double>>& value,
+                       std::vector<double>& v) {
+    for (int pass = 0;; ++pass) {
+      value.assign(pairs.size(), std::nullopt);
+      v.clear();
+      for (size_t k = 0; k < pairs.size(); ++k)
+        if ((value[k] = read(pairs[k], rtt[k]))) v.push_back(*value[k]);
+      std::vector<double> bounds = tiers(v, minUpperFraction);
+      if (!soft || bounds.empty() || pass == kSoftDistrustPasses ||
+          !distrustNearMost(pairs, value, bounds.front(), share, trusted))
+        return bounds;
+    }
+  };
+
   Components racks(n);
   std::vector<char> placed(n, 0);
   std::vector<int> leaders;  // every leader, in order of election
@@ -427,17 +446,7 @@ std::optional<Structure> latencyStructure(RoundState& s, bool soft) {
     for (size_t k = 0; k < pairs.size(); ++k) value[k] = read(pairs[k], rtt[k]);
     if (!rackBoundary) {
       std::vector<double> v;
-      for (const auto& x : value)
-        if (x) v.push_back(*x);
-      auto b = tiers(v, 0.05);
-      for (int again = 0; again < kSoftDistrustPasses && soft && !b.empty() &&
-                          distrustNearMost(pairs, value, b.front(), 0.5, trusted);
-           ++again) {
-        v.clear();
-        for (size_t k = 0; k < pairs.size(); ++k)
-          if ((value[k] = read(pairs[k], rtt[k]))) v.push_back(*value[k]);
-        b = tiers(v, 0.05);
-      }
+      const std::vector<double> b = readTiers(pairs, rtt, 0.05, 0.5, value, v);
       if (b.empty()) {
         RANKMAP_INFO(Probe, "probe round: round trips show no {} ({} pings, {:.1f}-{:.1f} us{})",
                      soft ? "tiers" : "levels", v.size(),
@@ -512,20 +521,10 @@ std::optional<Structure> latencyStructure(RoundState& s, bool soft) {
   for (size_t a = 0; a < rep.size(); ++a)
     for (size_t b = a + 1; b < rep.size(); ++b) pairs.emplace_back(rep[a], rep[b]);
   auto rtt = s.ping(pairs, "structure", &latency);
-  std::vector<std::optional<double>> value(pairs.size());
+  std::vector<std::optional<double>> value;
   std::vector<double> v;
-  for (size_t k = 0; k < pairs.size(); ++k)
-    if ((value[k] = read(pairs[k], rtt[k]))) v.push_back(*value[k]);
-  auto bounds = tiers(v, 0.0);
   // Between racks a host is close to all of its pod's: half of them and more in two pods.
-  for (int again = 0; again < kSoftDistrustPasses && soft && !bounds.empty() &&
-                      distrustNearMost(pairs, value, bounds.front(), 0.75, trusted);
-       ++again) {
-    v.clear();
-    for (size_t k = 0; k < pairs.size(); ++k)
-      if ((value[k] = read(pairs[k], rtt[k]))) v.push_back(*value[k]);
-    bounds = tiers(v, 0.0);
-  }
+  const std::vector<double> bounds = readTiers(pairs, rtt, 0.0, 0.75, value, v);
   double below = *rackBoundary;
   std::vector<int> prev = rackOf;
   for (double b : bounds) {
