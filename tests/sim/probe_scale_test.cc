@@ -76,6 +76,14 @@ Scored probeOnce(const DatacenterSpec& spec, probe::RoundOptions opts = {}) {
   return s;
 }
 
+// probeOnce with `seed` for both the datacenter and the round.
+Scored probeSeeded(DatacenterSpec spec, uint64_t seed) {
+  spec.seed = seed;
+  probe::RoundOptions opts;
+  opts.seed = seed;
+  return probeOnce(spec, opts);
+}
+
 TEST(ProbeScale, ThreeTiersFromRoundTrips) {
   DatacenterSpec spec;
   spec.pods = 2;
@@ -486,10 +494,7 @@ TEST(ProbeScale, StalledPingsOnFlatRoundTripsAreNoTier) {
   for (uint64_t seed = 1; seed <= 24; ++seed) {
     DatacenterSpec spec = emucloudShape(4, 4, 1000, 250);
     spec.stalledHostFraction = 0.1 * static_cast<double>(1 + seed % 9);  // 0.1 .. 0.9
-    spec.seed = seed;
-    probe::RoundOptions opts;
-    opts.seed = seed;
-    Scored s = probeOnce(spec, opts);
+    Scored s = probeSeeded(spec, seed);
     EXPECT_EQ(s.out.structure.signal, "bandwidth")
         << "seed " << seed << ", stalled " << spec.stalledHostFraction;
     EXPECT_DOUBLE_EQ(s.rackAri, 1.0) << "seed " << seed << ", stalled " << spec.stalledHostFraction;
@@ -515,10 +520,7 @@ TEST(ProbeScale, CloseTiersUnderVmJitterFromRoundTrips) {
     spec.sampleJitterUs = 5;
     spec.noise = 0.1;
     spec.deadHosts = {3};
-    spec.seed = seed;
-    probe::RoundOptions opts;
-    opts.seed = seed;
-    Scored s = probeOnce(spec, opts);
+    Scored s = probeSeeded(spec, seed);
     EXPECT_EQ(s.out.structure.signal, "latency") << "seed " << seed;
     EXPECT_GE(s.rackAri, 0.95) << "seed " << seed;
     EXPECT_DOUBLE_EQ(s.podAri, 1.0) << "seed " << seed;
@@ -534,10 +536,7 @@ TEST(ProbeScale, VmJitterOnFlatRoundTripsIsNoTier) {
     spec.sampleJitterUs = 5;
     spec.noise = 0.1;
     spec.stalledHostFraction = 0.1 * static_cast<double>(seed);
-    spec.seed = seed;
-    probe::RoundOptions opts;
-    opts.seed = seed;
-    Scored s = probeOnce(spec, opts);
+    Scored s = probeSeeded(spec, seed);
     EXPECT_NE(s.out.structure.signal, "latency") << "seed " << seed;
   }
 }
