@@ -499,7 +499,7 @@ Topology repairGroups(RoundState& s, const Topology& t, const std::vector<GroupC
   };
   std::map<HostPair, double> alone;
   for (const auto& r : s.readings)
-    if (r.kind == "bandwidth" && r.alone && affected(r.src, r.dst)) {
+    if (r.kind == "bandwidth" && r.alone && !r.overruled && affected(r.src, r.dst)) {
       auto& v = alone[{r.src, r.dst}];
       v = std::max(v, r.value);
     }

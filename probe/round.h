@@ -153,6 +153,9 @@ struct Reading {
   double value = 0;
   std::string phase;   // "structure", "hosts", "confirm", "uplinks", "load"
   bool alone = false;  // bandwidth measured with no other probe flow on its links
+  // A single flow across uplinks that the readings of other hosts of the same groups outvoted
+  // (measureUplinks): kept as measured, but not taken as its pair's rate.
+  bool overruled = false;
 };
 
 struct Structure {

@@ -68,6 +68,11 @@ def main():
         light = [r for r in rounds["rounds"] if r["kind"] == "light"]
         _, h = agents.get_json(vm0, "/v1/health")
         tl.check(len(light) >= 1, f"{len(light)} light checks ran while nothing changed")
+        if h["topology_version"] != v1:
+            # What the checks saw (their verdicts and changed flows are in the agent's log).
+            al.report("light checks: " + "; ".join(
+                f"{r.get('status')} {r.get('error') or ''}".strip() for r in reversed(light)))
+            al.report(agents.log_tail(vm0, 30))
         tl.check(h["topology_version"] == v1,
                  f"version stays {v1} without a change (now {h['topology_version']})")
 

@@ -234,6 +234,53 @@ TEST(ProbeScale, ALowUplinkReadingIsMeasuredAgain) {
   EXPECT_NEAR(*got, 25, 0.5) << a << " -> " << b;
 }
 
+// A fleet where one VM also sends another tenant's traffic across its rack's uplink: its own
+// single flows across the uplink (the flows with the uplink trial's longer window) read
+// `factor` of what its rack-mates get, since it shares its class on the uplink with that
+// traffic (emucloud_agents_reprobe: 62 Mbit/s where the rack's other hosts got 50). The VM is
+// the sender of the first such flow, the one the round picks first.
+class NoisyUplinkSender : public ForwardingFleet {
+ public:
+  NoisyUplinkSender(SimFleet& inner, double factor) : ForwardingFleet(inner), factor_(factor) {}
+  std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
+                                                const probe::BandwidthOptions& opts,
+                                                Deadline d) override {
+    auto out = inner_.bandwidth(flows, opts, d);
+    if (opts.maxMs != probe::kUplinkWindowFactor * probe::BandwidthOptions{}.maxMs) return out;
+    if (!noisy_ && !flows.empty()) noisy_ = flows.front().first;
+    for (size_t k = 0; k < flows.size(); ++k)
+      if (flows[k].first == *noisy_ && out[k].value) *out[k].value *= factor_;
+    return out;
+  }
+  std::optional<int> noisy() const { return noisy_; }
+
+ private:
+  double factor_;
+  std::optional<int> noisy_;
+};
+
+// The noisy VM's flow is not its rack's: its rack's uplink is stated at what the other hosts
+// get, whether that VM reads high or low (it was stated at the noisy VM's reading, the round's
+// first pick, before 2026-12-03).
+TEST(ProbeScale, OneSendersUplinkReadingIsNotItsRacks) {
+  for (double factor : {1.3, 1.6, 0.7}) {
+    DatacenterSpec spec = emucloudShape(8, 8, 100, 25);
+    spec.noise = 0;
+    Datacenter dc(spec);
+    SimFleet sim(dc);
+    NoisyUplinkSender fleet(sim, factor);
+    auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+    ASSERT_TRUE(fleet.noisy().has_value());
+    const auto& t = out.topology;
+    ASSERT_TRUE(t.links.has_value());
+    ASSERT_EQ(t.groups.size(), 1u);
+    for (const auto& up : t.links->uplinks.at(0)) {
+      EXPECT_NEAR(up.outMbps, 25, 0.5) << "factor " << factor;
+      EXPECT_NEAR(up.inMbps, 25, 0.5) << "factor " << factor;
+    }
+  }
+}
+
 // A fleet whose flow `held` reads `factor` of its rate (30% low unless told) in its first
 // `times` readings (every reading with times < 0), as a sender descheduled on a loaded machine
 // does; the emulated cloud at 64 VMs had one in-rack pair at 64-74% after its confirmation in 5
