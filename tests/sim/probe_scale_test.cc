@@ -548,24 +548,33 @@ TEST(ProbeScale, StalledPingsOnFlatRoundTripsAreNoTier) {
   }
 }
 
+// Two pods of `racksPerPod` racks of `hostsPerRack`, both levels oversubscribed `over`, with
+// 20 us round trips, `rackStepUs` more across racks and `podStepUs` more across pods, under VM
+// jitter of up to 5 us per host and per ping, and ±10% bandwidth noise.
+DatacenterSpec closeTiers(int racksPerPod, int hostsPerRack, double over, double rackStepUs,
+                          double podStepUs) {
+  DatacenterSpec spec;
+  spec.pods = 2;
+  spec.racksPerPod = racksPerPod;
+  spec.hostsPerRack = {hostsPerRack};
+  spec.rackOversubscription = over;
+  spec.podOversubscription = over;
+  spec.hostLatencyUs = 5;  // one way per host link: round trip 20 us
+  spec.rackLatencyUs = rackStepUs / 4;
+  spec.podLatencyUs = podStepUs / 4;
+  spec.hostJitterUs = 5;
+  spec.sampleJitterUs = 5;
+  spec.noise = 0.1;
+  return spec;
+}
+
 // Tiers of +10% (rack) and +15% (pod) on 20 us round trips, under VM jitter of up to 5 us per
 // host and per ping (more than a tier step on a pair), in two pods (half of a host's leaders share
 // its pod, so a median over them is no longer the tier across pods): round trips without each
 // host's offset show the racks and pods; bandwidth alone would not (1:1.25 everywhere).
 TEST(ProbeScale, CloseTiersUnderVmJitterFromRoundTrips) {
   for (uint64_t seed = 1; seed <= 3; ++seed) {
-    DatacenterSpec spec;
-    spec.pods = 2;
-    spec.racksPerPod = 8;
-    spec.hostsPerRack = {16};
-    spec.rackOversubscription = 1.25;
-    spec.podOversubscription = 1.25;
-    spec.hostLatencyUs = 5;    // round trip 20 us
-    spec.rackLatencyUs = 0.5;  // +2 us across racks
-    spec.podLatencyUs = 0.75;  // +3 us across pods
-    spec.hostJitterUs = 5;
-    spec.sampleJitterUs = 5;
-    spec.noise = 0.1;
+    DatacenterSpec spec = closeTiers(8, 16, 1.25, 2, 3);
     spec.deadHosts = {3};
     Scored s = probeSeeded(spec, seed);
     EXPECT_EQ(s.out.structure.signal, "latency") << "seed " << seed;
@@ -583,18 +592,7 @@ TEST(ProbeScale, CloseTiersUnderVmJitterFromRoundTrips) {
 // alone fails this test; with both, seeds 1-16 pass.
 TEST(ProbeScale, RacksOfTwoUnderCloseTiersStayWhole) {
   for (uint64_t seed : {1, 3, 4, 9}) {
-    DatacenterSpec spec;
-    spec.pods = 2;
-    spec.racksPerPod = 128;
-    spec.hostsPerRack = {2};
-    spec.rackOversubscription = 1.5;
-    spec.podOversubscription = 1.5;
-    spec.hostLatencyUs = 5;     // round trip 20 us
-    spec.rackLatencyUs = 0.75;  // +3 us across racks
-    spec.podLatencyUs = 1;      // +4 us across pods
-    spec.hostJitterUs = 5;
-    spec.sampleJitterUs = 5;
-    spec.noise = 0.1;
+    DatacenterSpec spec = closeTiers(128, 2, 1.5, 3, 4);
     Scored s = probeSeeded(spec, seed);
     EXPECT_EQ(s.out.structure.signal, "latency") << "seed " << seed;
     EXPECT_DOUBLE_EQ(s.rackAri, 1.0) << "seed " << seed;
