@@ -183,18 +183,30 @@ std::vector<double> hostOffsets(size_t n, const std::vector<Ping>& pings) {
     std::fill(tierOf.begin(), tierOf.end(), quantile(rtt, kFirstQuantile));
     polish(6, kFirstQuantile);
   }
-  for (int refine = 0; refine < kSoftRefinements; ++refine) {
-    const std::vector<double> v = corrected();
+  // The tiers of the corrected round trips `v`: each one's tier and each tier's centre (its
+  // median; NaN for a tier without pings); empty without tiers.
+  struct Tiers {
+    std::vector<size_t> of;
+    std::vector<double> centre;
+  };
+  auto tiersOf = [](const std::vector<double>& v) {
+    Tiers t;
     const std::vector<double> bounds = softBoundaries(v, 0.05);
-    if (bounds.empty()) break;
+    if (bounds.empty()) return t;
     std::vector<std::vector<double>> members(bounds.size() + 1);
-    std::vector<size_t> tier(v.size());
-    for (size_t k = 0; k < v.size(); ++k) {
-      tier[k] = static_cast<size_t>(std::upper_bound(bounds.begin(), bounds.end(), v[k]) -
-                                    bounds.begin());
-      members[tier[k]].push_back(v[k]);
+    for (double x : v) {
+      t.of.push_back(
+          static_cast<size_t>(std::upper_bound(bounds.begin(), bounds.end(), x) - bounds.begin()));
+      members[t.of.back()].push_back(x);
     }
-    for (size_t k = 0; k < v.size(); ++k) tierOf[k] = median(members[tier[k]]);
+    for (const auto& m : members)
+      t.centre.push_back(m.empty() ? std::numeric_limits<double>::quiet_NaN() : median(m));
+    return t;
+  };
+  for (int refine = 0; refine < kSoftRefinements; ++refine) {
+    const Tiers t = tiersOf(corrected());
+    if (t.of.empty()) break;
+    for (size_t k = 0; k < pings.size(); ++k) tierOf[k] = t.centre[t.of[k]];
     polish(8, 0.5);  // the median: every pair's tier is taken off
   }
   // An offset off by a whole tier step is a fixed point of the median polish: the host's pings
@@ -204,16 +216,11 @@ std::vector<double> hostOffsets(size_t n, const std::vector<Ping>& pings) {
   // to the tiers' centres, when that at least halves their distance from them.
   {
     const std::vector<double> v = corrected();
-    const std::vector<double> bounds = softBoundaries(v, 0.05);
-    if (!bounds.empty()) {
-      std::vector<std::vector<double>> members(bounds.size() + 1);
-      for (double x : v)
-        members[static_cast<size_t>(std::upper_bound(bounds.begin(), bounds.end(), x) -
-                                    bounds.begin())]
-            .push_back(x);
+    const Tiers t = tiersOf(v);
+    if (!t.of.empty()) {
       std::vector<double> centre;
-      for (const auto& m : members)
-        if (!m.empty()) centre.push_back(median(m));
+      for (double c : t.centre)
+        if (!std::isnan(c)) centre.push_back(c);
       std::vector<std::vector<double>> own(n);  // each host's corrected pings
       for (size_t k = 0; k < pings.size(); ++k) {
         own[static_cast<size_t>(pings[k].a)].push_back(v[k]);
