@@ -40,6 +40,8 @@ struct PlanArgs {
   std::string sizes = "64K,256K,1M,4M,16M,64M";
   std::string prior;        // empty = RANKMAP_PRIOR
   std::string priorLabels;  // empty = RANKMAP_PRIOR_LABELS
+  std::string mesh;         // empty = the world ring alone
+  std::string traffic;
 };
 
 // A file the user named that cannot be read is bad input (exit 2), not a failure of ours.
@@ -158,6 +160,12 @@ int runPlan(const PlanArgs& a, const Config& config) {
     throw InvalidInput(
         fmt::format("--ring-size '{}': expected a size such as 16MiB or 4M", a.ringSize));
   o.ringBytes = *size;
+  if (!a.traffic.empty() && a.mesh.empty())
+    throw InvalidInput("--traffic: expected together with --mesh (the traffic of its dimensions)");
+  if (!a.mesh.empty()) {
+    o.mesh = reorder::parseMesh(a.mesh, "--mesh");
+    reorder::meshTraffic(o.mesh, a.traffic, "--traffic");
+  }
 
   Topology t = loadTopology(a.topology);
   if (!a.hosts.empty()) {
@@ -222,6 +230,13 @@ void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                   "plan's order, to this JSON file");
   cmd->add_option("--sizes", args->sizes,
                   "Message sizes for --predictions (default 64K,256K,1M,4M,16M,64M)");
+  cmd->add_option("--mesh", args->mesh,
+                  "The job's device mesh, outermost first (PyTorch's init_device_mesh order): "
+                  "NAME=SIZE[,NAME=SIZE...], e.g. pp=2,dp=4,tp=8; the order is chosen for every "
+                  "group's traffic at once");
+  cmd->add_option("--traffic", args->traffic,
+                  "Each mesh dimension's traffic per step: DIM=COLLECTIVE:SIZE[,...], e.g. "
+                  "dp=allreduce:256MiB,pp=sendrecv:8MiB (defaults by name: docs/planner.md)");
   cmd->add_option("--out,-o", args->out, "Write the plan here (default: stdout)");
   cmd->add_option("--prior", args->prior,
                   "Declared placement to compare with the measured groups and record in the plan: "

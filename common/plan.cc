@@ -142,9 +142,59 @@ PlanPrior priorFromJson(const JsonReader& r, const Plan& plan) {
   return p;
 }
 
+Json meshToJson(const PlanMesh& m) {
+  Json dims = Json::array();
+  for (const auto& d : m.dims)
+    dims.push_back({{"name", d.name},
+                    {"size", d.size},
+                    {"collective", d.collective},
+                    {"bytes", d.bytes},
+                    {"predicted_us", d.predictedUs}});
+  return {{"dims", std::move(dims)},
+          {"step_us", m.stepUs},
+          {"world_ring_step_us", m.worldRingStepUs},
+          {"input_step_us", m.inputStepUs}};
+}
+
+// "mesh": dimensions with unique names, known collectives and sizes whose product is the world.
+PlanMesh meshFromJson(const JsonReader& r, size_t world) {
+  r.expectObject();
+  PlanMesh m;
+  auto dims = r.at("dims", "an array of mesh dimensions");
+  std::set<std::string> names;
+  size_t product = 1;
+  for (size_t i = 0, n = dims.arraySize(); i < n; ++i) {
+    auto e = dims.at(i);
+    e.expectObject();
+    MeshDim d;
+    auto name = e.at("name", "a dimension name");
+    d.name = name.nonEmptyStr();
+    if (!names.insert(d.name).second) name.fail("a dimension name not used twice");
+    d.size = static_cast<int>(e.at("size", "an integer").integerIn(1, 1 << 24));
+    auto coll = e.at("collective", "a collective");
+    d.collective = coll.str();
+    if (std::find(std::begin(kMeshCollectives), std::end(kMeshCollectives), d.collective) ==
+        std::end(kMeshCollectives))
+      coll.fail("allreduce, allgather, reducescatter, broadcast, sendrecv or alltoall");
+    d.bytes = e.at("bytes", "a byte count").unsignedInt();
+    d.predictedUs = e.at("predicted_us", "a number").nonNegative();
+    product *= static_cast<size_t>(d.size);
+    if (product > world) break;
+    m.dims.push_back(std::move(d));
+  }
+  if (product != world || m.dims.empty())
+    dims.fail(fmt::format("dimensions whose sizes multiply to the world size {}", world));
+  m.stepUs = r.at("step_us", "a number").nonNegative();
+  m.worldRingStepUs = r.at("world_ring_step_us", "a number").nonNegative();
+  m.inputStepUs = r.at("input_step_us", "a number").nonNegative();
+  return m;
+}
+
 Json contentJson(const Plan& p) {
   Json j;
-  j["schema_version"] = Plan::kSchemaVersion;
+  // A plan without a mesh is written as version 1, byte for byte as before (its hash and the
+  // readers of version 1 unchanged); "mesh" needs version 2.
+  j["schema_version"] = p.mesh ? Plan::kSchemaVersion : Plan::kMinSchemaVersion;
   j["hosts"] = p.hosts;
   j["order"] = p.order;
   j["permutation"] = p.permutation;
@@ -220,6 +270,7 @@ Json contentJson(const Plan& p) {
   if (!p.topologyTime.empty()) j["topology_time"] = p.topologyTime;
   // Written only when present, so that plans without a prior keep their hash.
   if (p.prior) j["prior"] = priorToJson(*p.prior);
+  if (p.mesh) j["mesh"] = meshToJson(*p.mesh);
   return j;
 }
 // The bounds of range i of a table of n ranges contiguous from 0, the last open (max_bytes
@@ -265,8 +316,9 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
   JsonReader r(doc, source);
   r.expectObject();
   auto sv = r.at("schema_version", "an integer");
-  if (sv.integer() != kSchemaVersion)
-    sv.fail(fmt::format("plan schema version {}", kSchemaVersion));
+  int64_t version = sv.integer();
+  if (version < kMinSchemaVersion || version > kSchemaVersion)
+    sv.fail(fmt::format("plan schema version {} to {}", kMinSchemaVersion, kSchemaVersion));
 
   Plan p;
   auto readNames = [&](const JsonReader& a, std::vector<std::string>& out) {
@@ -455,6 +507,10 @@ Plan Plan::fromJson(const Json& doc, std::string_view source) {
     if (!parseUtcTime(p.topologyTime)) v->fail("an RFC 3339 UTC time (\"2026-11-21T12:00:00Z\")");
   }
   if (auto v = r.find("prior")) p.prior = priorFromJson(*v, p);
+  if (auto v = r.find("mesh")) {
+    if (version < 2) v->fail("no \"mesh\" in a plan of schema version 1 (version 2 has it)");
+    p.mesh = meshFromJson(*v, p.worldSize());
+  }
   auto hashR = r.at("hash", "a string \"sha256:<hex>\"");
   p.hash = hashR.str();
   std::string expect = p.computeHash();

@@ -127,8 +127,34 @@ struct PlanPrior {
   bool operator==(const PlanPrior&) const = default;
 };
 
+// One dimension of a job's device mesh (`rankmap plan --mesh`, PyTorch's init_device_mesh
+// convention: outermost first, the last varies fastest; rank r sits on host position
+// r / ranks_per_host of the plan's order) and the traffic each of its groups moves per step.
+struct MeshDim {
+  std::string name;        // "dp", "pp", "tp", ...: unique within the mesh
+  int size = 1;            // ranks per group
+  std::string collective;  // kMeshCollectives
+  uint64_t bytes = 0;      // the collective's buffer per step (sendrecv: each way per stage pair)
+  double predictedUs = 0;  // this dimension's groups alone, all at once, in the plan's order
+  bool operator==(const MeshDim&) const = default;
+};
+inline constexpr std::string_view kMeshCollectives[] = {"allreduce", "allgather", "reducescatter",
+                                                        "broadcast", "sendrecv",  "alltoall"};
+
+// The job's groups the plan placed (reorder/mesh.h): predicted step times with every
+// dimension's traffic on the links at once, in three orders.
+struct PlanMesh {
+  std::vector<MeshDim> dims;   // outermost first
+  double stepUs = 0;           // the plan's order
+  double worldRingStepUs = 0;  // the order a plan for the world ring alone would take
+  double inputStepUs = 0;      // the input order
+  bool operator==(const PlanMesh&) const = default;
+};
+
 struct Plan {
-  static constexpr int kSchemaVersion = 1;
+  // 1: the world ring's plan; 2: adds "mesh" (written only by plans with one; 1 is read).
+  static constexpr int kSchemaVersion = 2;
+  static constexpr int kMinSchemaVersion = 1;
 
   std::vector<std::string> hosts;  // input order (rank order the launcher would use)
   std::vector<std::string> order;  // host names in new rank order
@@ -166,6 +192,9 @@ struct Plan {
   // The declared placement compared with the measurements (`rankmap plan --prior`); absent in
   // plans made without one ("prior" absent in JSON).
   std::optional<PlanPrior> prior;
+  // The job's mesh the order was chosen for (`rankmap plan --mesh`); absent in plans for the
+  // world ring alone ("mesh" absent in JSON, schema_version 1).
+  std::optional<PlanMesh> mesh;
 
   size_t worldSize() const { return hosts.size() * static_cast<size_t>(ranksPerHost); }
   // Identity plan: order = hosts, permutation = identity, confidence 0.

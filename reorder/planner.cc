@@ -50,6 +50,9 @@ PlanResult fallbackPlan(PlanResult r, const std::vector<std::string>& names, con
                         std::string why) {
   RANKMAP_WARN(Reorder, "plan: {}: identity order, confidence 0", why);
   r.warnings.push_back(why + ": identity order, confidence 0");
+  if (!o.mesh.empty())
+    r.warnings.push_back(fmt::format("the mesh {} was not placed (identity order for every group)",
+                                     meshText(o.mesh)));
   r.fallback = true;
   std::string hash = r.plan.topologyHash;
   int64_t epoch = r.plan.epoch;
@@ -257,6 +260,28 @@ void orderRing(const PlanOptions& o, const std::vector<RingCheck>& checks, PlanR
   }
   r.order = ring;
   r.planRing = best;
+}
+
+// With a mesh: the order for every group's traffic at once (mesh.h), replacing the world ring's
+// order (kept in worldRingOrder); the plan's ring is then the world ring in that order.
+void orderMesh(const PlanOptions& o, PlanResult& r) {
+  if (o.mesh.empty()) return;
+  RingParams rp = ringParams(o);
+  MeshModel model(r.model, o.mesh, rp);
+  r.worldRingOrder = r.order;
+  MeshPlacement m = placeMesh(model, r.order, o.minGain);
+  std::vector<int> input(r.model.n);
+  std::iota(input.begin(), input.end(), 0);
+  PlanMesh pm;
+  pm.dims = o.mesh;
+  for (size_t d = 0; d < pm.dims.size(); ++d) pm.dims[d].predictedUs = m.times.dimUs[d];
+  pm.stepUs = m.times.stepUs;
+  pm.worldRingStepUs = model.stepUs(r.worldRingOrder);
+  pm.inputStepUs = model.stepUs(input);
+  r.plan.mesh = std::move(pm);
+  r.meshBasis = m.basis;
+  r.order = std::move(m.order);
+  r.planRing = evaluateRing(r.model, r.order, rp);
 }
 
 // Chunk weights per position of `order` in proportion to the host link rates.
@@ -553,6 +578,8 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   r.plan.epoch = t.version;
   r.plan.topologyTime = t.time;
   if (n == 0) throw InvalidInput(fmt::format("{}: no hosts to plan", o.source));
+  if (!o.mesh.empty())
+    checkMeshWorld(o.mesh, n * static_cast<size_t>(o.ranksPerHost), o.meshSource);
   if (n == 1) {
     r = fallbackPlan(std::move(r), names, o, "a single host: nothing to reorder");
     attachPrior(t, o, r);
@@ -569,6 +596,7 @@ PlanResult planTopology(const Topology& t, const PlanOptions& o) {
   r.model.fabricMbps = o.fabricMbps;
   r.model.fabricBurstBytes = o.fabricBurstBytes;
   orderRing(o, t.rings, r);
+  orderMesh(o, r);
   chooseAlgorithms(o, r);
   chooseOpenMpi(o, r);
   predict(o, r);

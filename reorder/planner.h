@@ -4,9 +4,10 @@
 //
 // Steps: clean the measurements (measurements.h), infer the hierarchy (hierarchy.h), infer the
 // network model (network_model.h), order the ring (ring.h), model every algorithm and choose one
-// per size range (cost_model.h), model Open MPI's algorithms in the plan's order and choose its
-// decision per size range (Plan::openMpi), predict the gain over the input order. Deterministic:
-// the same topology and options give the same plan, byte for byte.
+// per size range (cost_model.h) -- with a job's mesh (mesh.h), the order for all its groups
+// comes between the ring and the algorithms -- model Open MPI's algorithms in the plan's order and
+// choose its decision per size range (Plan::openMpi), predict the gain over the input order.
+// Deterministic: the same topology and options give the same plan, byte for byte.
 //
 // A topology with a link model (topology.json "links", schema 2) skips the first three: the
 // hierarchy is its groups, the network model its links (networkFromLinks); the matrices, when
@@ -33,6 +34,7 @@
 #include "common/topology.h"
 #include "reorder/cost_model.h"
 #include "reorder/hierarchy.h"
+#include "reorder/mesh.h"
 #include "reorder/network_model.h"
 #include "reorder/prior.h"
 #include "reorder/ring.h"
@@ -67,6 +69,11 @@ struct PlanOptions {
   // A declared placement to compare with the measured groups and record in Plan::prior
   // (`rankmap plan --prior`); it changes nothing else in the plan (measured groups win).
   std::optional<DeclaredPlacement> prior;
+  // The job's mesh with each dimension's traffic (reorder/mesh.h; empty = the world ring alone):
+  // the order is chosen for every group's traffic at once (Plan::mesh), and the algorithms are
+  // then chosen in that order. `meshSource` names it in messages.
+  std::vector<MeshDim> mesh;
+  std::string meshSource = "--mesh";
 };
 
 struct PlanResult {
@@ -83,6 +90,8 @@ struct PlanResult {
   double coverage = 0;       // of pairs measured; 1 with a link model (complete by the model)
   bool linkModel = false;    // planned from topology.json "links"
   size_t measuredPairs = 0;  // with a link model: directed pairs measured; the others inferred
+  std::vector<int> worldRingOrder;  // with a mesh: the order the world ring alone would take
+  std::string meshBasis;            // with a mesh: which candidate order won (MeshPlacement)
 };
 
 // The plan with everything that went into it (for `rankmap plan`/`show` and tests).

@@ -113,6 +113,28 @@ std::string timeText(double us) {
   return fmt::format("{:.0f} s", us / 1e6);  // never an exponent
 }
 
+namespace {
+// The mesh's predicted step in the plan's order against the world ring's plan and the input
+// order, and each dimension alone.
+std::string meshText(const PlanMesh& m, size_t world, const std::string& basis) {
+  std::string dims;
+  for (const auto& d : m.dims)
+    dims += fmt::format("{}{}={}", dims.empty() ? "" : ",", d.name, d.size);
+  auto ratio = [&](double other) {
+    return m.stepUs > 0 ? fmt::format("{:.2f}x", other / m.stepUs) : std::string("-");
+  };
+  std::string out = fmt::format(
+      "  mesh {}: step {} ({}); world ring's order {} ({}), input order {} ({})\n", dims,
+      timeText(m.stepUs), basis.empty() ? "placed" : basis, timeText(m.worldRingStepUs),
+      ratio(m.worldRingStepUs), timeText(m.inputStepUs), ratio(m.inputStepUs));
+  for (const auto& d : m.dims)
+    out += fmt::format("    {} ({} groups of {}): {} {} each, alone {}\n", d.name,
+                       world / static_cast<size_t>(d.size), d.size, d.collective, sizeText(d.bytes),
+                       timeText(d.predictedUs));
+  return out;
+}
+}  // namespace
+
 std::string planSummary(const PlanResult& r) {
   const Plan& p = r.plan;
   std::string out =
@@ -128,6 +150,7 @@ std::string planSummary(const PlanResult& r) {
                          sizesText(g.groups), g.confidence);
     out += rateClassesText(r.hierarchy, "  ");
     out += "  predicted: " + gainText(p.predicted) + "\n";
+    if (p.mesh) out += meshText(*p.mesh, p.worldSize(), r.meshBasis);
     for (const auto& [coll, ranges] : p.collectives) {
       out += fmt::format("  {}:", coll);
       for (const auto& range : ranges)

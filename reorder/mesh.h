@@ -1,0 +1,144 @@
+// Placing a job's communication groups: a device mesh (data, pipeline, tensor, expert parallel)
+// instead of the world ring alone.
+//
+// The job's ranks form a mesh (PyTorch's init_device_mesh: outermost dimension first, the last
+// varies fastest); rank r runs on host position r / ranksPerHost of the order. A group of
+// dimension d is the ranks that differ only in their coordinate d, in ascending rank (the
+// group's own rank order, which the job's library runs its ring in). So the mesh fixes which
+// positions talk to which; the plan chooses which host takes each position.
+//
+// Step model (MeshModel): every dimension's groups run their collective at once and share the
+// links max-min fairly (network_model.h completionUs, common/maxmin.h), per group:
+//   allreduce      a ring in group order: each member sends 2(k-1)/k of the buffer to the next
+//   allgather, reducescatter   the same ring, (k-1)/k each
+//   broadcast      a pipelined chain in group order: the buffer over each of the k-1 hops
+//   sendrecv       pipeline stages: the buffer each way between consecutive members (no wrap)
+//   alltoall       every member sends 1/k of the buffer to every other
+// Traffic between ranks of one host moves at the intra-host rate. The step time is the slower
+// of the network's and the busiest host's intra-host completion, plus the latency of the
+// slowest dimension's critical path (its steps times its slowest hop).
+//
+// Placement (placeMesh): candidate orders are the input order, the world ring's plan and, for
+// each ranking of the dimensions by locality, the mesh's host positions sorted so that the
+// dimensions to keep local vary fastest, laid onto the world ring's walk (rack by rack, racks of
+// a pod together) so that their groups fill racks first. Each candidate is improved by swapping
+// hosts between positions while the busiest link's load falls (the link-load bound, updated per
+// swap from the flows of the two positions; up to kMeshPolishMaxHosts hosts, then by the step
+// model itself, and from kMeshPolishStarts random orders too), and the fastest by the step model
+// wins; the input order stays unless the winner is faster by the plan's minimum gain.
+// exactMeshOrder() searches every arrangement of hosts the model cannot tell apart, for small jobs
+// and for tests.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/plan.h"
+#include "reorder/network_model.h"
+#include "reorder/ring.h"
+
+namespace rankmap::reorder {
+
+// Up to this many hosts, placeMesh() also polishes each candidate by the step model.
+inline constexpr size_t kMeshPolishMaxHosts = 32;
+// ... from this many random starts besides the layouts.
+inline constexpr size_t kMeshPolishStarts = 8;
+
+// "pp=2,dp=4,tp=8": dimensions outermost first. Traffic is left empty (meshTraffic fills it).
+// Throws InvalidInput naming `source` and the item: not NAME=SIZE, a size below 1, a name twice.
+std::vector<MeshDim> parseMesh(std::string_view text, std::string_view source);
+
+// Sets each dimension's collective and bytes: from `traffic` ("dp=allreduce:256MiB,
+// pp=sendrecv:8MiB"; may be empty) where it names the dimension, else the default of its role
+// (meshDefaultTraffic). Throws InvalidInput naming `source`: a dimension the mesh lacks, a
+// dimension given twice, an unknown collective, a bad size, a dimension with neither.
+void meshTraffic(std::vector<MeshDim>& dims, std::string_view traffic, std::string_view source);
+
+// The traffic of a dimension by its conventional name, or nullopt: dp/ddp/data allreduce 256 MiB
+// (gradients), fsdp/shard allgather 256 MiB, tp/tensor allreduce 32 MiB, pp/pipe/pipeline
+// sendrecv 8 MiB (activations), ep/expert alltoall 32 MiB, cp/sp/context allgather 32 MiB.
+std::optional<std::pair<std::string, uint64_t>> meshDefaultTraffic(std::string_view name);
+
+// Throws InvalidInput naming `source` unless the sizes multiply to `world`.
+void checkMeshWorld(const std::vector<MeshDim>& dims, size_t world, std::string_view source);
+
+// "pp=2,dp=4,tp=8" back from the dimensions, and their traffic as meshTraffic() reads it
+// ("pp=sendrecv:8388608,dp=allreduce:268435456": what a client sends the agent).
+std::string meshText(const std::vector<MeshDim>& dims);
+std::string meshTrafficText(const std::vector<MeshDim>& dims);
+
+// The ranks of every group of dimension `d`, each in group rank order (ascending).
+std::vector<std::vector<int>> meshGroups(const std::vector<MeshDim>& dims, size_t d);
+
+struct MeshTimes {
+  double stepUs = 0;          // every dimension at once
+  std::vector<double> dimUs;  // each dimension alone
+};
+
+// The step model of a mesh on a network (see the file comment). Positions are host positions
+// of an order; evaluate() takes the order (host index by position).
+class MeshModel {
+ public:
+  MeshModel(const NetworkModel& net, std::vector<MeshDim> dims, const RingParams& params);
+
+  MeshTimes evaluate(const std::vector<int>& order) const;
+  double stepUs(const std::vector<int>& order) const { return evaluate(order).stepUs; }
+  // The link-load bound of the step's network traffic, microseconds: the busiest link direction's
+  // bytes over its rate (what the swaps lower).
+  double loadBoundUs(const std::vector<int>& order) const;
+  // Swaps hosts between positions while the link-load bound falls (or stays and the sum of the
+  // squared link times falls), at most `passes` passes over
+  // the positions; each position tries up to `tries` partners per pass (all of them when the
+  // job is small), chosen by a generator seeded with `seed` (deterministic).
+  std::vector<int> improve(std::vector<int> order, int passes, size_t tries, uint64_t seed) const;
+
+  // The same by the step model itself (every swap evaluated in full): small jobs only.
+  std::vector<int> polish(std::vector<int> order, int passes) const;
+
+  const NetworkModel& net() const { return net_; }
+  const std::vector<MeshDim>& dims() const { return dims_; }
+  int ranksPerHost() const { return std::max(1, params_.ranksPerHost); }
+  size_t positions() const { return net_.n; }
+
+ private:
+  // Bytes per step from position a to position b (a != b), per dimension.
+  struct Traffic {
+    int a = 0, b = 0;
+    double bytes = 0;
+  };
+  // A dimension's critical path: `steps` times the slowest of `hops` (position pairs).
+  struct LatencyPath {
+    double steps = 0;
+    std::vector<std::pair<int, int>> hops;
+  };
+  double networkUs(const std::vector<int>& order, int dim) const;  // dim -1 = all
+
+  const NetworkModel& net_;
+  std::vector<MeshDim> dims_;
+  RingParams params_;
+  std::vector<std::vector<Traffic>> traffic_;  // per dimension
+  std::vector<Traffic> all_;                   // every dimension's, merged per position pair
+  std::vector<std::vector<double>> intra_;     // per dimension, bytes inside each position
+  std::vector<LatencyPath> latency_;           // per dimension
+};
+
+struct MeshPlacement {
+  std::vector<int> order;  // host index by position
+  MeshTimes times;
+  std::string basis;  // which candidate won: "input order", "world ring", "layout tp,dp,pp"
+};
+
+// The order for the mesh (see the file comment). `walk` is the world ring's plan order (host
+// index by position, groups contiguous); `minGain` as PlanOptions::minGain.
+MeshPlacement placeMesh(const MeshModel& model, const std::vector<int>& walk, double minGain);
+
+// The fastest order by the step model over every arrangement of hosts that the model cannot tell
+// apart (same innermost group, same host rate, no latency matrix); nullopt when there are more
+// than `maxArrangements` arrangements.
+std::optional<MeshPlacement> exactMeshOrder(const MeshModel& model, size_t maxArrangements);
+
+}  // namespace rankmap::reorder

@@ -1,0 +1,222 @@
+// The job's mesh: parsing, groups, the step model, placement against the exact search, and
+// plan.json's "mesh".
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/plan.h"
+#include "common/topology.h"
+#include "reorder/mesh.h"
+#include "reorder/planner.h"
+#include "tests/unit/reorder/test_util.h"
+
+namespace rankmap::reorder {
+namespace {
+
+using test::hierarchyOf;
+using test::isPermutation;
+
+std::vector<MeshDim> mesh(const std::string& text, const std::string& traffic = "") {
+  auto dims = parseMesh(text, "--mesh");
+  meshTraffic(dims, traffic, "--traffic");
+  return dims;
+}
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InvalidInput& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Racks of the given sizes, host links `host`, uplinks `uplink`, 2 us per link.
+NetworkModel racks(const std::vector<int>& sizes, double host = 1000, double uplink = 250) {
+  std::vector<int> label;
+  for (size_t r = 0; r < sizes.size(); ++r)
+    label.insert(label.end(), sizes[r], static_cast<int>(r));
+  return modelFromHierarchy(hierarchyOf({label}), std::vector<double>(label.size(), host), {uplink},
+                            2, {10});
+}
+
+// The racks that the ranks of each group of dimension `d` land in under `order`.
+std::vector<std::set<int>> groupRacks(const NetworkModel& net, const std::vector<MeshDim>& dims,
+                                      size_t d, const std::vector<int>& order, int rph = 1) {
+  std::vector<std::set<int>> out;
+  for (const auto& g : meshGroups(dims, d)) {
+    std::set<int> r;
+    for (int rank : g) r.insert(net.switchAt(order[rank / rph], 0));
+    out.push_back(r);
+  }
+  return out;
+}
+
+TEST(Mesh, ParsesDimensionsOutermostFirstWithDefaultTraffic) {
+  auto dims = mesh("pp=2, dp=4,tp=8");
+  ASSERT_EQ(dims.size(), 3u);
+  EXPECT_EQ(dims[0].name, "pp");
+  EXPECT_EQ(dims[1].size, 4);
+  EXPECT_EQ(dims[0].collective, "sendrecv");
+  EXPECT_EQ(dims[1].collective, "allreduce");
+  EXPECT_EQ(dims[1].bytes, 256ull << 20);
+  EXPECT_EQ(meshText(dims), "pp=2,dp=4,tp=8");
+  dims = mesh("dp=4,pp=2", "pp=sendrecv:1MiB, dp=reducescatter:64M");
+  EXPECT_EQ(dims[0].collective, "reducescatter");
+  EXPECT_EQ(dims[0].bytes, 64ull << 20);
+  EXPECT_EQ(dims[1].bytes, 1ull << 20);
+}
+
+TEST(Mesh, BadInputNamesTheFieldAndWhatWasExpected) {
+  EXPECT_NE(errorOf([] { mesh("pp=2,dp"); }).find("an item without '='"), std::string::npos);
+  EXPECT_NE(errorOf([] { mesh("pp=0"); }).find("a whole number from 1"), std::string::npos);
+  EXPECT_NE(errorOf([] { mesh("pp=2,,dp=2"); }).find("--mesh"), std::string::npos);
+  EXPECT_NE(errorOf([] { mesh("dp=2,dp=4"); }).find("dimension 'dp' is named twice"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] {
+              mesh("dp=4", "tp=allreduce:1M");
+            }).find("'tp' is not a dimension of the mesh (dp)"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] {
+              mesh("dp=4", "dp=allreduce:1M,dp=allgather:1M");
+            }).find("dimension 'dp' is given twice"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] { mesh("dp=4", "dp=allsum:1M"); }).find("collective 'allsum'"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] { mesh("dp=4", "dp=allreduce:lots"); }).find("'lots' is not a size"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] { mesh("rows=4"); }).find("dimension 'rows' of the mesh has no traffic"),
+            std::string::npos);
+  EXPECT_EQ(errorOf([] { mesh("rows=4", "rows=allreduce:1M"); }), "");
+  EXPECT_NE(errorOf([] {
+              checkMeshWorld(mesh("pp=2,dp=3"), 8, "--mesh");
+            }).find("the mesh has 6 ranks but the job has 8"),
+            std::string::npos);
+}
+
+TEST(Mesh, GroupsFollowPyTorchsConventionTheLastDimensionFastest) {
+  auto dims = mesh("pp=2,dp=4,tp=2");
+  auto tp = meshGroups(dims, 2), dp = meshGroups(dims, 1), pp = meshGroups(dims, 0);
+  ASSERT_EQ(tp.size(), 8u);
+  EXPECT_EQ(tp[0], (std::vector<int>{0, 1}));
+  ASSERT_EQ(dp.size(), 4u);
+  EXPECT_EQ(dp[0], (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(dp[1], (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(dp[2], (std::vector<int>{8, 10, 12, 14}));
+  ASSERT_EQ(pp.size(), 8u);
+  EXPECT_EQ(pp[3], (std::vector<int>{3, 11}));
+}
+
+// The example: 8 VMs in 2 racks, mesh dp=4 x pp=2. The world ring's order (racks
+// contiguous) puts each data-parallel group {0,2,4,6} across both racks; the mesh plan keeps each
+// in one rack and sends only the activations across.
+TEST(Mesh, DataParallelGroupsLandInOneRackEach) {
+  NetworkModel net = racks({4, 4});
+  auto dims = mesh("dp=4,pp=2");
+  MeshModel model(net, dims, RingParams{});
+  std::vector<int> walk = {0, 1, 2, 3, 4, 5, 6, 7};
+  MeshPlacement p = placeMesh(model, walk, 0.01);
+  ASSERT_TRUE(isPermutation(p.order, 8));
+  for (const auto& r : groupRacks(net, dims, 0, p.order)) EXPECT_EQ(r.size(), 1u);
+  EXPECT_LT(p.times.stepUs * 1.5, model.stepUs(walk));
+  // Nothing crosses the uplink but the activations: the step is the gradients' in-rack ring.
+  EXPECT_NEAR(p.times.stepUs, p.times.dimUs[0], 0.2 * p.times.stepUs);
+}
+
+// The heuristic against every arrangement the model can tell apart, on small jobs.
+TEST(Mesh, PlacementIsWithinFivePercentOfTheExactSearch) {
+  struct Case {
+    std::vector<int> racks;
+    std::string mesh, traffic;
+    int rph;
+  };
+  const Case cases[] = {
+      {{4, 4}, "dp=4,pp=2", "", 1},
+      {{4, 4}, "pp=2,dp=4", "", 1},
+      {{4, 4}, "dp=2,pp=2,tp=2", "", 1},
+      {{4, 4}, "ep=8", "", 1},
+      {{4, 4}, "dp=4,pp=2,tp=2", "", 2},
+      {{5, 4, 3}, "dp=3,pp=4", "", 1},
+      {{5, 4, 3}, "dp=4,pp=3", "", 1},
+      {{5, 4, 3}, "pp=2,dp=6", "dp=allreduce:64MiB,pp=sendrecv:64MiB", 1},
+      {{6, 6}, "dp=6,pp=2", "", 1},
+      {{3, 3, 3}, "dp=3,tp=3", "dp=allreduce:64MiB,tp=allreduce:64MiB", 1},
+      {{2, 2, 2, 2}, "dp=4,pp=2", "", 1},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.mesh);
+    NetworkModel net = racks(c.racks);
+    RingParams rp;
+    rp.ranksPerHost = c.rph;
+    MeshModel model(net, mesh(c.mesh, c.traffic), rp);
+    std::vector<int> walk(net.n);
+    std::iota(walk.begin(), walk.end(), 0);
+    MeshPlacement p = placeMesh(model, walk, 0.01);
+    auto exact = exactMeshOrder(model, 200000);
+    ASSERT_TRUE(exact);
+    EXPECT_LE(exact->times.stepUs, p.times.stepUs * (1 + 1e-9));
+    EXPECT_LE(p.times.stepUs, exact->times.stepUs * 1.05)
+        << p.basis << " " << ::testing::PrintToString(p.order) << " exact "
+        << ::testing::PrintToString(exact->order) << " dims "
+        << ::testing::PrintToString(p.times.dimUs) << " vs "
+        << ::testing::PrintToString(exact->times.dimUs);
+  }
+}
+
+TEST(Mesh, ExactSearchDeclinesTooManyArrangements) {
+  NetworkModel net = racks({4, 4});
+  MeshModel model(net, mesh("dp=4,pp=2"), RingParams{});
+  EXPECT_FALSE(exactMeshOrder(model, 10));  // 8! / (4! 4!) = 70
+  EXPECT_TRUE(exactMeshOrder(model, 70));
+}
+
+TEST(Mesh, PlanCarriesTheMeshAndReadsItBack) {
+  Topology t = Topology::load(test::fixture("testbed_8vm_2rack.json"));
+  PlanOptions o = test::quietOptions();
+  o.mesh = mesh("dp=4,pp=2");
+  PlanResult r = planTopology(t, o);
+  ASSERT_TRUE(r.plan.mesh);
+  const PlanMesh& m = *r.plan.mesh;
+  EXPECT_EQ(m.dims.size(), 2u);
+  EXPECT_GT(m.stepUs, 0);
+  EXPECT_LT(m.stepUs * 1.5, m.worldRingStepUs);
+  EXPECT_LE(m.stepUs, m.inputStepUs);
+  // Each data-parallel group inside one of the plan's racks.
+  std::map<std::string, size_t> rackOf;
+  ASSERT_FALSE(r.plan.groups.empty());
+  for (size_t g = 0; g < r.plan.groups[0].groups.size(); ++g)
+    for (const auto& h : r.plan.groups[0].groups[g]) rackOf[h] = g;
+  for (const auto& g : meshGroups(m.dims, 0)) {
+    std::set<size_t> in;
+    for (int rank : g) in.insert(rackOf.at(r.plan.order[rank]));
+    EXPECT_EQ(in.size(), 1u);
+  }
+  std::string text = r.plan.dump();
+  EXPECT_NE(text.find("\"schema_version\": 2"), std::string::npos);
+  EXPECT_EQ(Plan::parse(text, "plan.json"), r.plan);
+
+  // Without a mesh: version 1, as before.
+  PlanResult plain = planTopology(t, test::quietOptions());
+  EXPECT_NE(plain.plan.dump().find("\"schema_version\": 1"), std::string::npos);
+  EXPECT_FALSE(Plan::parse(plain.plan.dump(), "plan.json").mesh);
+
+  // A mesh in a version 1 plan, or one that does not cover the world, is refused by name.
+  Json doc = r.plan.toJson();
+  doc["schema_version"] = 1;
+  EXPECT_NE(errorOf([&] { Plan::fromJson(doc, "plan.json"); }).find("schema version 1"),
+            std::string::npos);
+  doc = r.plan.toJson();
+  doc["mesh"]["dims"][0]["size"] = 3;
+  EXPECT_NE(errorOf([&] { Plan::fromJson(doc, "plan.json"); }).find("multiply to the world size 8"),
+            std::string::npos);
+  // The world must match when planning too.
+  o.mesh = mesh("dp=4,pp=4");
+  EXPECT_NE(errorOf([&] { planTopology(t, o); }).find("--mesh 'dp=4,pp=4': the mesh has 16 ranks"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace rankmap::reorder
