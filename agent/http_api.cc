@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "probe/hosts.h"
+#include "reorder/mesh.h"
 #include "reorder/planner.h"
 
 namespace rankmap::agent {
@@ -114,18 +115,32 @@ bool authorized(Daemon& d, const httplib::Request& req, httplib::Response& res,
   return true;
 }
 
-// GET /v1/plan?hosts=a,b,c[&ranks_per_host=K]: the planner (reorder::makePlan) over the
+// GET /v1/plan?hosts=a,b,c[&ranks_per_host=K][&mesh=pp=2,dp=4[&traffic=...]]: the planner
+// (reorder::makePlan; with a mesh, for the job's groups: reorder/mesh.h) over the
 // latest topology restricted to the job's hosts, in the job's order. Hosts may be spelled as
 // topology names or addresses (with or without the probe port). Plans are stored by host set
 // (and by the configured prior's content: with one, each plan records how it compares).
 void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
-  if (!knownParams(req, res, {"hosts", "ranks_per_host"})) return;
+  if (!knownParams(req, res, {"hosts", "ranks_per_host", "mesh", "traffic"})) return;
   std::string list = req.has_param("hosts") ? req.get_param_value("hosts") : "";
   if (list.empty())
     return sendError(res, 400, "query parameter hosts: expected a,b,c (job hosts in rank order)");
   auto rph = intParam(req, res, "ranks_per_host", 1, 4096);
   if (!rph) return;
   if (*rph < 1) return sendError(res, 400, "query parameter ranks_per_host: expected >= 1");
+  std::vector<MeshDim> mesh;
+  try {
+    std::string meshText = req.has_param("mesh") ? req.get_param_value("mesh") : "";
+    std::string traffic = req.has_param("traffic") ? req.get_param_value("traffic") : "";
+    if (meshText.empty() && !traffic.empty())
+      return sendError(res, 400, "query parameter traffic: expected together with mesh");
+    if (!meshText.empty()) {
+      mesh = reorder::parseMesh(meshText, "query parameter mesh");
+      reorder::meshTraffic(mesh, traffic, "query parameter traffic");
+    }
+  } catch (const InvalidInput& e) {
+    return sendError(res, 400, e.what());
+  }
   auto topo = d.store().latestTopology();
   if (!topo)
     return sendError(res, 404, "no topology yet: POST /v1/probe or wait for the coordinator");
@@ -161,6 +176,8 @@ void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
     key += (key.empty() ? "" : ",") + name;
   }
   key += fmt::format("/{}", *rph) + d.priorKey();
+  if (!mesh.empty())
+    key += "/mesh=" + reorder::meshText(mesh) + ";" + reorder::meshTrafficText(mesh);
   if (auto cached = d.store().latestPlan(key); cached && cached->epoch == topo->version) {
     res.status = 200;
     return res.set_content(cached->dump(), kJson);
@@ -173,6 +190,8 @@ void getPlan(Daemon& d, const httplib::Request& req, httplib::Response& res) {
     reorder::PlanOptions po;
     po.ranksPerHost = static_cast<int>(*rph);
     po.prior = d.prior();
+    po.mesh = mesh;
+    po.meshSource = "query parameter mesh";
     Plan plan = reorder::makePlan(sub, po);
     d.store().addPlan(plan, key);
     res.status = 200;

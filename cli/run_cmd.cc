@@ -41,6 +41,13 @@ void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                   "mpirun: write Open MPI's coll_tuned rules from the plan to this file and keep "
                   "it (it must be readable at this path on every host); default: a private file "
                   "removed after the job");
+  cmd->add_option("--mesh", a->mesh,
+                  "The job's device mesh, outermost first (PyTorch's init_device_mesh order), "
+                  "e.g. pp=2,dp=4: the plan places every group's traffic (with --topology or "
+                  "--agent)");
+  cmd->add_option("--traffic", a->traffic,
+                  "Each mesh dimension's traffic per step, e.g. dp=allreduce:256MiB,"
+                  "pp=sendrecv:8MiB (defaults by name: docs/planner.md)");
   cmd->add_option("command", a->command, "The launcher command line, after --")->required();
   cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return launch::runJob(ctx.config, *a); }; });
 }

@@ -280,11 +280,13 @@ std::string urlEncode(const std::string& text) {
   return out;
 }
 
-std::string agentPlanPath(const std::vector<std::string>& hosts,
-                          std::optional<int> ranksPerHost) {
+std::string agentPlanPath(const std::vector<std::string>& hosts, std::optional<int> ranksPerHost,
+                          const std::string& mesh, const std::string& traffic) {
   std::string path = "/v1/plan?hosts=";
   for (size_t h = 0; h < hosts.size(); ++h) path += (h ? "," : "") + urlEncode(hosts[h]);
   if (ranksPerHost) path += fmt::format("&ranks_per_host={}", *ranksPerHost);
+  if (!mesh.empty()) path += "&mesh=" + urlEncode(mesh);
+  if (!traffic.empty()) path += "&traffic=" + urlEncode(traffic);
   return path;
 }
 

@@ -69,7 +69,9 @@ std::string urlEncode(const std::string& text);
 
 // The path of rankmapd's GET /v1/plan for `hosts` in this order (each URL-encoded), with
 // ranks_per_host when given (agent/http_api.cc).
+// With a job's mesh (reorder/mesh.h meshText, meshTrafficText) also &mesh=...&traffic=....
 std::string agentPlanPath(const std::vector<std::string>& hosts,
-                          std::optional<int> ranksPerHost = std::nullopt);
+                          std::optional<int> ranksPerHost = std::nullopt,
+                          const std::string& mesh = "", const std::string& traffic = "");
 
 }  // namespace rankmap

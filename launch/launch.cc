@@ -27,6 +27,18 @@ std::string describeCounts(const Job& job) {
 }
 
 std::string prediction(const Plan& plan, bool inputIsJobOrder) {
+  // A plan for a job's mesh is judged by the step of all its groups, not by the world ring.
+  if (plan.mesh && plan.mesh->stepUs > 0) {
+    std::string dims;
+    for (const auto& d : plan.mesh->dims)
+      dims += fmt::format("{}{}={}", dims.empty() ? "" : ",", d.name, d.size);
+    return fmt::format(
+        "predicted step {:.2f}x faster for mesh {} than {} ({:.2f}x than the "
+        "world ring's plan)",
+        plan.mesh->inputStepUs / plan.mesh->stepUs, dims,
+        inputIsJobOrder ? "the launcher's order" : "the plan's input order",
+        plan.mesh->worldRingStepUs / plan.mesh->stepUs);
+  }
   if (plan.predicted.speedup <= 0 || plan.predicted.basis.empty())
     return "the plan carries no prediction";
   return fmt::format("predicted {:.2f}x faster for {} than {}", plan.predicted.speedup,

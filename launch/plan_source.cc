@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/http_client.h"
+#include "reorder/mesh.h"
 #include "reorder/planner.h"
 
 namespace rankmap::launch {
@@ -59,7 +60,8 @@ PlanResult planFromFile(const std::string& planPath, const std::string& topology
   return r;
 }
 
-PlanResult planFromTopology(const std::string& topologyPath, const Job& job) {
+PlanResult planFromTopology(const std::string& topologyPath, const Job& job,
+                            const std::vector<MeshDim>& mesh) {
   PlanResult r;
   r.source.description = "topology " + topologyPath;
   r.source.madeForJob = true;
@@ -83,6 +85,7 @@ PlanResult planFromTopology(const std::string& topologyPath, const Job& job) {
     reorder::PlanOptions opts;
     opts.ranksPerHost = job.uniformRanksPerHost().value_or(1);
     opts.source = topologyPath;
+    opts.mesh = mesh;
     r.plan = reorder::makePlan(reorder::selectHosts(t, entries, "the job's hosts", topologyPath), opts);
   } catch (const std::exception& e) {
     r.plan.reset();
@@ -93,14 +96,14 @@ PlanResult planFromTopology(const std::string& topologyPath, const Job& job) {
 
 PlanResult planForFramework(const std::string& planPath, const std::string& topologyPath,
                             const std::function<Job()>& makeJob, const std::string& missing,
-                            const PlanChecks& checks) {
+                            const PlanChecks& checks, const std::vector<MeshDim>& mesh) {
   PlanResult r;
   if (!planPath.empty()) {
     r = planFromFile(planPath, topologyPath);
     dropStalePlan(r, checks);
   } else if (!topologyPath.empty()) {
     try {
-      r = planFromTopology(topologyPath, makeJob());
+      r = planFromTopology(topologyPath, makeJob(), mesh);
       dropStalePlan(r, checks);
     } catch (const Error& e) {
       r.error = e.what();
@@ -114,13 +117,15 @@ PlanResult planForFramework(const std::string& planPath, const std::string& topo
 }
 
 PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadline,
-                         const std::string& token) {
+                         const std::string& token, const std::vector<MeshDim>& mesh) {
   PlanResult r;
   r.source.description = "agent " + url;
   r.source.madeForJob = true;
   std::vector<std::string> spellings;
   for (const auto& h : job.hosts) spellings.push_back(h.spelling);
-  const std::string query = agentPlanPath(spellings, job.uniformRanksPerHost());
+  const std::string query = agentPlanPath(spellings, job.uniformRanksPerHost(),
+                                          mesh.empty() ? "" : reorder::meshText(mesh),
+                                          mesh.empty() ? "" : reorder::meshTrafficText(mesh));
   std::optional<HttpClient> agent;
   try {
     agent.emplace(url, token);

@@ -34,7 +34,9 @@ PlanResult planFromFile(const std::string& planPath, const std::string& topology
 
 // Plans for exactly the job's hosts (named or addressed as in `job`, in launcher order) from a
 // topology file with the planner (reorder::makePlan), for the job's ranks per host.
-PlanResult planFromTopology(const std::string& topologyPath, const Job& job);
+// With `mesh` (reorder/mesh.h; empty = the world ring), the order is chosen for its groups.
+PlanResult planFromTopology(const std::string& topologyPath, const Job& job,
+                            const std::vector<MeshDim>& mesh = {});
 
 // For a launcher whose command line does not name the job's hosts (torchrun, XGBoost): the plan
 // file when `planPath` is set; else a plan from `topologyPath` for the job that `makeJob` gives
@@ -43,7 +45,7 @@ PlanResult planFromTopology(const std::string& topologyPath, const Job& job);
 // plan is dropped as by dropStalePlan().
 PlanResult planForFramework(const std::string& planPath, const std::string& topologyPath,
                             const std::function<Job()>& makeJob, const std::string& missing,
-                            const PlanChecks& checks);
+                            const PlanChecks& checks, const std::vector<MeshDim>& mesh = {});
 
 // Asks the agent at `url` (e.g. http://127.0.0.1:7410) for a plan for exactly the job's hosts:
 // GET <url>/v1/plan?hosts=<h1>,<h2>,...&ranks_per_host=<K> (hosts as the job spells them, in
@@ -51,8 +53,9 @@ PlanResult planForFramework(const std::string& planPath, const std::string& topo
 // addresses. Every request (common/http_client.h) is bounded by `deadline`. The agent serves a
 // plan it already made to anyone; making a new one needs its bearer `token` (HTTP 401/403
 // otherwise, which becomes the error: the job then runs unchanged).
+// With `mesh`, the query carries it (&mesh=...&traffic=...: the agent plans for its groups).
 PlanResult planFromAgent(const std::string& url, const Job& job, Deadline deadline,
-                         const std::string& token = "");
+                         const std::string& token = "", const std::vector<MeshDim>& mesh = {});
 
 // The same local check every rank of an engine or shim job makes (common/plan_agreement.h): a
 // plan older than checks.maxAge (counted from its topology_time) is dropped, and `error` says

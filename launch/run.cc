@@ -21,6 +21,7 @@
 #include "launch/stale_plan.h"
 #include "launch/torchrun.h"
 #include "launch/xgboost.h"
+#include "reorder/mesh.h"
 
 namespace rankmap::launch {
 namespace {
@@ -106,6 +107,27 @@ int runWatched(const Config& cfg, const RunDecision& d, StalePlanSource source,
   return code;
 }
 
+// --mesh and --traffic, read before anything runs. A plan file is applied as it is, so a mesh
+// needs a plan made here: from --topology or the agent.
+std::vector<MeshDim> readMesh(const Config& cfg, const RunArgs& a) {
+  if (!a.traffic.empty() && a.mesh.empty())
+    RANKMAP_THROW(InvalidInput, "--traffic: expected together with --mesh");
+  if (a.mesh.empty()) return {};
+  if (a.xgboost > 0)
+    RANKMAP_THROW(InvalidInput,
+                  "--mesh: expected without --xgboost (an XGBoost job runs one ring)");
+  bool fromFile = !a.plan.empty() ||
+                  (a.topology.empty() && a.agent.empty() && !cfg.get(settings::kPlan).empty());
+  if (fromFile)
+    RANKMAP_THROW(InvalidInput,
+                  "--mesh: a plan file (--plan or RANKMAP_PLAN) is applied as it is; expected "
+                  "--topology or --agent to plan for the mesh (or `rankmap plan --mesh` to make "
+                  "the file)");
+  std::vector<MeshDim> mesh = reorder::parseMesh(a.mesh, "--mesh");
+  reorder::meshTraffic(mesh, a.traffic, "--traffic");
+  return mesh;
+}
+
 }  // namespace
 
 int runJob(const Config& cfg, const RunArgs& a) {
@@ -113,6 +135,7 @@ int runJob(const Config& cfg, const RunArgs& a) {
   if (!a.agent.empty() && (!a.plan.empty() || !a.topology.empty()))
     RANKMAP_THROW(InvalidInput, "--agent: expected alone (not with --plan or --topology)");
   Mode mode = parseMode(a.mode);
+  std::vector<MeshDim> mesh = readMesh(cfg, a);
   PlanChecks checks;
   checks.maxAge = cfg.get(settings::kPlanMaxAge);
   if (a.xgboost > 0) {  // frameworks: launch/xgboost.h
@@ -139,7 +162,8 @@ int runJob(const Config& cfg, const RunArgs& a) {
     const std::string planFile = a.plan.empty() ? cfg.get(settings::kPlan) : a.plan;
     const FileIdentity planId = fileIdentity(planFile);
     d = prepareTorchrun(a.command, planFile,
-                        a.topology.empty() ? cfg.get(settings::kTopology) : a.topology, checks);
+                        a.topology.empty() ? cfg.get(settings::kTopology) : a.topology, checks,
+                        mesh);
     if (!planFile.empty() && d.plan) {
       staleSource = fileStaleSource(planFile, planId, *d.plan);
       staleName = "plan file " + planFile;
@@ -161,7 +185,7 @@ int runJob(const Config& cfg, const RunArgs& a) {
       planId = fileIdentity(planPath);
       pr = planFromFile(planPath, topoPath);
     } else if (!topoPath.empty()) {
-      pr = planFromTopology(topoPath, cmd->job());
+      pr = planFromTopology(topoPath, cmd->job(), mesh);
     } else {
       url = !a.agent.empty() ? a.agent : cfg.get(settings::kAgent);
       // The agent plans only for token holders (a plan it already made is served to anyone);
@@ -176,7 +200,7 @@ int runJob(const Config& cfg, const RunArgs& a) {
       }
       if (pr.error.empty())
         pr = planFromAgent(url, cmd->job(), Deadline::after(cfg.get(settings::kRunAgentTimeout)),
-                           token);
+                           token, mesh);
     }
     dropStalePlan(pr, checks);
     // A run directory that cannot be made or written is rankmap's problem, not the job's: the

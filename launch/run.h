@@ -31,6 +31,9 @@ struct RunArgs {
   std::string trackerAddr;
   std::string rulesOut;  // keep Open MPI's coll_tuned rules in this file
   bool strict = false;   // --strict (RANKMAP_RUN_STRICT): an unreadable command line is an error
+  // --mesh, --traffic (reorder/mesh.h): plan for the job's groups (with --topology or --agent).
+  std::string mesh;
+  std::string traffic;
 };
 
 // Runs the job `a` describes under the settings `cfg`; returns its exit status (0 for --dry-run).

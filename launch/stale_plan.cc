@@ -12,6 +12,7 @@
 #include "common/http_client.h"
 #include "common/log.h"
 #include "common/plan_agreement.h"
+#include "reorder/mesh.h"
 
 namespace rankmap::launch {
 
@@ -44,7 +45,12 @@ StaleVerdict judgeStale(const Plan& launched, const Plan& current, double margin
 
 StalePlanSource agentStaleSource(const std::string& url, const std::string& token,
                                  const Plan& launched) {
-  const std::string query = agentPlanPath(launched.order, launched.ranksPerHost);
+  // A plan for a job's mesh is re-planned for the same mesh and traffic.
+  std::vector<MeshDim> mesh;
+  if (launched.mesh) mesh = launched.mesh->dims;
+  const std::string query = agentPlanPath(launched.order, launched.ranksPerHost,
+                                          mesh.empty() ? "" : reorder::meshText(mesh),
+                                          mesh.empty() ? "" : reorder::meshTrafficText(mesh));
   auto client = std::make_shared<HttpClient>(url, token);
   return [client, query](Deadline deadline) {
     HttpResponse r = client->get(query, deadline, 64u << 20);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
@@ -458,16 +459,31 @@ RunDecision decideTorchrun(const std::vector<std::string>& argv, const std::opti
 }
 
 RunDecision prepareTorchrun(const std::vector<std::string>& argv, const std::string& planPath,
-                            const std::string& topologyPath, const PlanChecks& checks) {
-  // Every host of the topology is a node of the job: torchrun's command line names none.
+                            const std::string& topologyPath, const PlanChecks& checks,
+                            const std::vector<MeshDim>& mesh) {
+  // Every host of the topology is a node of the job: torchrun's command line names none. The
+  // ranks per node matter only to a mesh (its sizes multiply to nodes x nproc_per_node).
+  int perNode = 1;
+  if (!mesh.empty()) {
+    std::string nproc = TorchrunCommand::parse(argv).value("nproc_per_node").value_or("1");
+    int v = 0;
+    auto [end, ec] = std::from_chars(nproc.data(), nproc.data() + nproc.size(), v);
+    if (ec != std::errc() || end != nproc.data() + nproc.size() || v < 1)
+      RANKMAP_THROW(InvalidInput,
+                    "--mesh with torchrun: --nproc-per-node {:?} is not a count of processes; "
+                    "expected a number (the mesh's sizes multiply to nodes x that number)",
+                    nproc);
+    perNode = v;
+  }
   PlanResult pr = planForFramework(
       planPath, topologyPath,
       [&] {
         Job job;
-        for (const auto& h : Topology::load(topologyPath).hosts) job.hosts.push_back({h.name, 1});
+        for (const auto& h : Topology::load(topologyPath).hosts)
+          job.hosts.push_back({h.name, perNode});
         return job;
       },
-      "torchrun needs --plan or --topology (RANKMAP_PLAN / RANKMAP_TOPOLOGY)", checks);
+      "torchrun needs --plan or --topology (RANKMAP_PLAN / RANKMAP_TOPOLOGY)", checks, mesh);
   NodeIdentity self;
   try {
     self = localNodeIdentity();

@@ -133,7 +133,10 @@ RunDecision decideTorchrun(const std::vector<std::string>& argv, const std::opti
 // `topologyPath`, may be empty), else planned from `topologyPath` for all its hosts; this node's
 // identity; the torch installation; then decideTorchrun(). Never throws for a bad plan; a stale
 // one (`checks`) runs the job unchanged.
+// With `mesh` (planned from `topologyPath` only), each node runs --nproc-per-node ranks, which
+// must then be a count.
 RunDecision prepareTorchrun(const std::vector<std::string>& argv, const std::string& planPath,
-                            const std::string& topologyPath, const PlanChecks& checks);
+                            const std::string& topologyPath, const PlanChecks& checks,
+                            const std::vector<MeshDim>& mesh = {});
 
 }  // namespace rankmap::launch

@@ -378,6 +378,23 @@ TEST(Daemon, PlansForTheJobsHostsFromTheLatestTopology) {
   EXPECT_EQ(get(x, "/v1/plan?hosts=x,nobody").status, 400);
   EXPECT_EQ(get(x, "/v1/plan").status, 400);
   EXPECT_EQ(get(x, "/v1/plan?hosts=x,y&ranks_per_host=0").status, 400);
+
+  // For a job's mesh: the plan carries it; bad meshes are refused naming the parameter.
+  auto m = get(x, "/v1/plan?hosts=y,x&ranks_per_host=2&mesh=dp%3D2,tp%3D2", kToken);
+  ASSERT_EQ(m.status, 200) << m.body;
+  Plan meshPlan = Plan::parse(m.body, "plan");
+  ASSERT_TRUE(meshPlan.mesh);
+  EXPECT_EQ(meshPlan.mesh->dims.size(), 2u);
+  EXPECT_EQ(meshPlan.mesh->dims[1].collective, "allreduce");
+  auto wrong = get(x, "/v1/plan?hosts=y,x&ranks_per_host=2&mesh=dp%3D3", kToken);
+  EXPECT_EQ(wrong.status, 400);
+  EXPECT_NE(wrong.errorText().find("query parameter mesh 'dp=3': the mesh has 3 ranks"),
+            std::string::npos)
+      << wrong.body;
+  auto unknown = get(x, "/v1/plan?hosts=y,x&mesh=dp%3D2&traffic=tp%3Dallreduce:1M", kToken);
+  EXPECT_EQ(unknown.status, 400);
+  EXPECT_NE(unknown.errorText().find("query parameter traffic"), std::string::npos);
+  EXPECT_EQ(get(x, "/v1/plan?hosts=y,x&traffic=dp%3Dallreduce:1M", kToken).status, 400);
 }
 
 // With "prior" in its configuration, the agent's plans record the declared placement and how

@@ -291,7 +291,7 @@ TEST(HttpConventions, MethodsBodiesAndLengthsAsRfc9110Says) {
   // A misspelt query parameter is an error naming it, not a default taken quietly.
   std::string typo = ask("GET /v1/plan?hosts=a,b&ranks_per_hosts=4 HTTP/1.1\r\n");
   EXPECT_EQ(statusLine(typo), "HTTP/1.1 400 Bad Request") << typo;
-  EXPECT_NE(typo.find("query parameter ranks_per_hosts: unknown (expected hosts, ranks_per_host)"),
+  EXPECT_NE(typo.find("query parameter ranks_per_hosts: unknown (expected hosts, ranks_per_host, mesh, traffic)"),
             std::string::npos)
       << typo;
   EXPECT_EQ(statusLine(ask("GET /v1/rounds?limt=3 HTTP/1.1\r\n")), "HTTP/1.1 400 Bad Request");

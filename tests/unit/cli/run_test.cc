@@ -353,6 +353,44 @@ TEST_F(RunCli, DryRunShowsTheRulesAndTheCheck) {
   EXPECT_TRUE(runDirEmpty());
 }
 
+// --mesh dp=4,pp=2 over the 8-VM testbed's topology (racks {vm0 vm2 vm5 vm7}, {vm1 vm3 vm4 vm6}):
+// the hostfile puts each data-parallel group (positions 0 2 4 6, and 1 3 5 7) in one rack.
+TEST_F(RunCli, MeshPlacesEachDataParallelGroupInOneRack) {
+  writeFileAtomic(dir_.file("hf8"), "vm0\nvm1\nvm2\nvm3\nvm4\nvm5\nvm6\nvm7\n");
+  std::string topology = std::string(RANKMAP_TEST_DATA_DIR) + "/topologies/testbed_8vm_2rack.json";
+  Completed c =
+      rankmap({"--dry-run", "--topology", topology, "--mesh", "dp=4,pp=2", "--", fakeMpirun_,
+               "--hostfile", dir_.file("hf8"), "--mca", "rmaps", "seq", "--np", "8", "./prog"});
+  ASSERT_EQ(c.status, 0) << c.out << c.err;
+  EXPECT_NE(c.err.find("predicted step 8.12x faster for mesh dp=4,pp=2 than the launcher's order "
+                       "(7.80x than the world ring's plan)"),
+            std::string::npos)
+      << c.err;
+  std::vector<std::string> order;
+  for (const auto& line : testing::lines(c.out))
+    if (line.rfind("vm", 0) == 0 && order.size() < 8) order.push_back(line);  // the hostfile
+  ASSERT_EQ(order.size(), 8u) << c.out;
+  auto rack = [](const std::string& h) {
+    return h == "vm0" || h == "vm2" || h == "vm5" || h == "vm7" ? 0 : 1;
+  };
+  for (size_t p = 2; p < 8; ++p) EXPECT_EQ(rack(order[p]), rack(order[p % 2])) << c.out;
+
+  // What cannot work is refused before anything runs, naming the option.
+  c = rankmap({"--plan", dir_.file("plan.json"), "--mesh", "dp=4", "--", "mpirun"});
+  EXPECT_EQ(c.status, 2) << c.err;
+  EXPECT_NE(c.err.find("--mesh: a plan file"), std::string::npos) << c.err;
+  c = rankmap({"--topology", topology, "--traffic", "dp=allreduce:1M", "--", "mpirun"});
+  EXPECT_EQ(c.status, 2) << c.err;
+  EXPECT_NE(c.err.find("--traffic: expected together with --mesh"), std::string::npos) << c.err;
+  c = rankmap({"--topology", topology, "--mesh", "dp=4,dp=2", "--", "mpirun"});
+  EXPECT_EQ(c.status, 2) << c.err;
+  EXPECT_NE(c.err.find("dimension 'dp' is named twice"), std::string::npos) << c.err;
+  c = rankmap({"--dry-run", "--topology", topology, "--mesh", "dp=8,tp=2", "--", "torchrun",
+               "--nproc-per-node", "gpu", "train.py"});
+  EXPECT_EQ(c.status, 2) << c.err;
+  EXPECT_NE(c.err.find("--nproc-per-node \"gpu\" is not a count"), std::string::npos) << c.err;
+}
+
 TEST_F(RunCli, UsageErrors) {
   Completed c = rankmap({"--agent", "http://127.0.0.1:9", "--plan", "p", "--", "mpirun"});
   EXPECT_EQ(c.status, 2) << c.err;

@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/http_client.h"
+#include "reorder/mesh.h"
 #include "tests/unit/common/plan_util.h"
 #include "tests/unit/shim_mpi/subprocess.h"
 
@@ -51,6 +52,8 @@ class FakeAgent {
   FakeAgent() {
     server_.Get("/v1/plan", [this](const httplib::Request& req, httplib::Response& res) {
       lastQuery_ = req.get_param_value("hosts") + "|" + req.get_param_value("ranks_per_host");
+      if (req.has_param("mesh"))
+        lastQuery_ += "|" + req.get_param_value("mesh") + "|" + req.get_param_value("traffic");
       if (delayMs_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delayMs_));
       res.status = status_;
       res.set_content(body_, "application/json");
@@ -139,6 +142,26 @@ TEST(PlanFromTopology, PlansExactlyTheJobsHosts) {
   EXPECT_FALSE(r.plan);
 }
 
+// With a mesh pp=2 x dp=2 over a b c d (racks {a, c} and {b, d}), each data-parallel group
+// (positions 0 and 1, 2 and 3: across the racks in the input order) lands in one rack; a mesh
+// that does not fit the job is an error.
+TEST(PlanFromTopology, PlacesAMeshsGroups) {
+  testing::TempDir dir;
+  twoRacks().save(dir.file("t.json"));
+  std::vector<MeshDim> mesh = reorder::parseMesh("pp=2,dp=2", "--mesh");
+  reorder::meshTraffic(mesh, "", "--traffic");
+  PlanResult r = planFromTopology(dir.file("t.json"), job({"a", "b", "c", "d"}), mesh);
+  ASSERT_TRUE(r.plan) << r.error;
+  ASSERT_TRUE(r.plan->mesh);
+  const auto& o = r.plan->order;
+  auto rack = [](const std::string& h) { return h == "a" || h == "c" ? 0 : 1; };
+  EXPECT_EQ(rack(o[0]), rack(o[1])) << fmt::format("{}", fmt::join(o, ","));
+  EXPECT_EQ(rack(o[2]), rack(o[3])) << fmt::format("{}", fmt::join(o, ","));
+  r = planFromTopology(dir.file("t.json"), job({"a", "b", "c", "d"}, 2), mesh);
+  EXPECT_FALSE(r.plan);
+  EXPECT_NE(r.error.find("the mesh has 4 ranks but the job has 8"), std::string::npos) << r.error;
+}
+
 TEST(PlanForFramework, StalePlansAreDroppedWithTheReason) {
   testing::TempDir dir;
   Plan p = orderedPlan({"a", "b"}, {"b", "a"});
@@ -220,6 +243,17 @@ TEST(PlanFromAgent, AsksForExactlyTheJobsHosts) {
   EXPECT_EQ(agent.lastQuery_, "a,b,c|2");
   EXPECT_TRUE(r.source.madeForJob);
   EXPECT_TRUE(r.known.empty());
+}
+
+// A job's mesh goes to the agent as it was resolved here (traffic included), so both plan alike.
+TEST(PlanFromAgent, SendsTheJobsMesh) {
+  FakeAgent agent;
+  agent.body_ = orderedPlan({"a", "b"}, {"b", "a"}, 2).dump();
+  std::vector<MeshDim> mesh = reorder::parseMesh("dp=2,pp=2", "--mesh");
+  reorder::meshTraffic(mesh, "pp=sendrecv:1MiB", "--traffic");
+  PlanResult r = planFromAgent(agent.url(), job({"a", "b"}, 2), Deadline::afterMs(5000), "", mesh);
+  ASSERT_TRUE(r.plan) << r.error;
+  EXPECT_EQ(agent.lastQuery_, "a,b|2|dp=2,pp=2|dp=allreduce:268435456,pp=sendrecv:1048576");
 }
 
 TEST(PlanFromAgent, AddressesComeFromTheAgentsTopology) {
