@@ -23,11 +23,12 @@
 // dimensions to keep local vary fastest, laid onto the world ring's walk (rack by rack, racks of
 // a pod together) so that their groups fill racks first. Each candidate is improved by swapping
 // hosts between positions while the busiest link's load falls (the link-load bound, updated per
-// swap from the flows of the two positions; up to kMeshPolishMaxHosts hosts, then by the step
-// model itself, and from kMeshPolishStarts random orders too), and the fastest by the step model
-// wins; the input order stays unless the winner is faster by the plan's minimum gain.
-// exactMeshOrder() searches every arrangement of hosts the model cannot tell apart, for small jobs
-// and for tests.
+// swap from the flows of the two positions). Up to kMeshPolishMaxHosts hosts, the candidates,
+// their swapped versions and kMeshPolishStarts random orders are polished by the step model
+// itself, and the best is kicked (a few random swaps, polished again) kMeshKicks times. The
+// fastest by the step model wins; the input order stays unless the winner is faster by the
+// plan's minimum gain. exactMeshOrder() searches every arrangement of hosts the model cannot
+// tell apart, for small jobs and for tests.
 #pragma once
 
 #include <algorithm>
@@ -44,9 +45,13 @@
 namespace rankmap::reorder {
 
 // Up to this many hosts, placeMesh() also polishes each candidate by the step model.
-inline constexpr size_t kMeshPolishMaxHosts = 32;
+inline constexpr size_t kMeshPolishMaxHosts = 16;
 // ... from this many random starts besides the layouts.
 inline constexpr size_t kMeshPolishStarts = 8;
+// ... for at most this many passes over every pair of positions.
+inline constexpr int kMeshPolishPasses = 10;
+// ... and then kicked this many times from the best (three random swaps, polished again).
+inline constexpr size_t kMeshKicks = 24;
 
 // "pp=2,dp=4,tp=8": dimensions outermost first. Traffic is left empty (meshTraffic fills it).
 // Throws InvalidInput naming `source` and the item: not NAME=SIZE, a size below 1, a name twice.
@@ -88,8 +93,8 @@ class MeshModel {
   MeshTimes evaluate(const std::vector<int>& order) const;
   double stepUs(const std::vector<int>& order) const { return evaluate(order).stepUs; }
   // The link-load bound of the step's network traffic, microseconds: the busiest link direction's
-  // bytes over its rate (what the swaps lower).
-  double loadBoundUs(const std::vector<int>& order) const;
+  // bytes over its rate (what the swaps lower), and the sum of every link direction's squared.
+  std::pair<double, double> loadProfile(const std::vector<int>& order) const;
   // Swaps hosts between positions while the link-load bound falls (or stays and the sum of the
   // squared link times falls), at most `passes` passes over
   // the positions; each position tries up to `tries` partners per pass (all of them when the
