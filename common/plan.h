@@ -135,14 +135,14 @@ struct MeshDim {
   int size = 1;            // ranks per group
   std::string collective;  // kMeshCollectives
   uint64_t bytes = 0;      // the collective's buffer per step (sendrecv: each way per stage pair)
-  double predictedUs = 0;  // this dimension's groups alone, all at once, in the plan's order
+  double predictedUs = 0;  // this dimension's phases (all its groups at once), plan's order
   bool operator==(const MeshDim&) const = default;
 };
 inline constexpr std::string_view kMeshCollectives[] = {"allreduce", "allgather", "reducescatter",
                                                         "broadcast", "sendrecv",  "alltoall"};
 
-// The job's groups the plan placed (reorder/mesh.h): predicted step times with every
-// dimension's traffic on the links at once, in three orders.
+// The job's groups the plan placed (reorder/mesh.h): predicted step times (the dimensions one
+// after the other, each with all its groups' traffic on the links at once), in three orders.
 struct PlanMesh {
   std::vector<MeshDim> dims;   // outermost first
   double stepUs = 0;           // the plan's order

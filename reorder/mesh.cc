@@ -194,19 +194,21 @@ MeshModel::MeshModel(const NetworkModel& net, std::vector<MeshDim> dims, const R
   size_t n = net_.n;
   size_t rph = static_cast<size_t>(std::max(1, params_.ranksPerHost));
   checkMeshWorld(dims_, n * rph, "mesh");
-  std::map<std::pair<int, int>, double> merged;
   for (size_t d = 0; d < dims_.size(); ++d) {
     const MeshDim& dim = dims_[d];
-    std::map<std::pair<int, int>, double> pairs;
-    std::vector<double> intra(n, 0);
-    std::set<std::pair<int, int>> hops;
-    auto add = [&](int ra, int rb, double bytes) {
+    bool pipeline = dim.collective == "sendrecv";
+    // Phase 0, and for sendrecv phase 1 (backward): per position pair, bytes; per position,
+    // bytes between its own ranks; the position pairs its hops use.
+    std::map<std::pair<int, int>, double> pairs[2];
+    std::vector<double> intra[2] = {std::vector<double>(n, 0), std::vector<double>(n, 0)};
+    std::set<std::pair<int, int>> hops[2];
+    auto add = [&](int phase, int ra, int rb, double bytes) {
       int a = ra / static_cast<int>(rph), b = rb / static_cast<int>(rph);
-      hops.insert({a, b});
+      hops[phase].insert({a, b});
       if (a == b)
-        intra[a] += bytes;
+        intra[phase][a] += bytes;
       else
-        pairs[{a, b}] += bytes;
+        pairs[phase][{a, b}] += bytes;
     };
     double s = static_cast<double>(dim.bytes);
     double k = dim.size;
@@ -218,111 +220,118 @@ MeshModel::MeshModel(const NetworkModel& net, std::vector<MeshDim> dims, const R
           dim.collective == "reducescatter") {
         double f = (dim.collective == "allreduce" ? 2 : 1) * (k - 1) / k;
         steps = (dim.collective == "allreduce" ? 2 : 1) * (k - 1);
-        for (size_t i = 0; i < m; ++i) add(g[i], g[(i + 1) % m], f * s);
+        for (size_t i = 0; i < m; ++i) add(0, g[i], g[(i + 1) % m], f * s);
       } else if (dim.collective == "broadcast") {
         steps = k - 1;
-        for (size_t i = 0; i + 1 < m; ++i) add(g[i], g[i + 1], s);
-      } else if (dim.collective == "sendrecv") {
-        steps = 2;  // forward activations, then backward gradients
+        for (size_t i = 0; i + 1 < m; ++i) add(0, g[i], g[i + 1], s);
+      } else if (pipeline) {
+        steps = 1;  // each direction
         for (size_t i = 0; i + 1 < m; ++i) {
-          add(g[i], g[i + 1], s);
-          add(g[i + 1], g[i], s);
+          add(0, g[i], g[i + 1], s);  // forward: activations
+          add(1, g[i + 1], g[i], s);  // backward: their gradients
         }
       } else {  // alltoall
         steps = 1;
         for (size_t i = 0; i < m; ++i)
           for (size_t j = 0; j < m; ++j)
-            if (i != j) add(g[i], g[j], s / k);
+            if (i != j) add(0, g[i], g[j], s / k);
       }
     }
-    std::vector<Traffic> t;
-    for (const auto& [ab, bytes] : pairs) {
-      t.push_back({ab.first, ab.second, bytes});
-      merged[ab] += bytes;
+    for (int ph = 0; ph < (pipeline ? 2 : 1); ++ph) {
+      Phase p;
+      p.dim = static_cast<int>(d);
+      p.steps = steps;
+      p.hops.assign(hops[ph].begin(), hops[ph].end());
+      p.intra = std::move(intra[ph]);
+      for (const auto& [ab, bytes] : pairs[ph]) p.flows.push_back({ab.first, ab.second, bytes});
+      phases_.push_back(std::move(p));
     }
-    traffic_.push_back(std::move(t));
-    intra_.push_back(std::move(intra));
-    latency_.push_back({steps, std::vector<std::pair<int, int>>(hops.begin(), hops.end())});
   }
-  for (const auto& [ab, bytes] : merged) all_.push_back({ab.first, ab.second, bytes});
 }
 
-double MeshModel::networkUs(const std::vector<int>& order, int dim) const {
-  const auto& traffic = dim < 0 ? all_ : traffic_[static_cast<size_t>(dim)];
+double MeshModel::phaseUs(const std::vector<int>& order, const Phase& p) const {
   std::vector<Flow> flows;
-  flows.reserve(traffic.size());
-  for (const auto& t : traffic) flows.push_back({order[t.a], order[t.b], t.bytes});
-  return flows.empty() ? 0 : completionUs(net_, flows);
+  flows.reserve(p.flows.size());
+  for (const auto& t : p.flows) flows.push_back({order[t.a], order[t.b], t.bytes});
+  double network = flows.empty() ? 0 : completionUs(net_, flows);
+  double intra = 0;
+  for (double b : p.intra) intra = std::max(intra, b / bytesPerUs(params_.intraHostMbps));
+  double hop = 0;
+  for (auto [a, b] : p.hops)
+    hop = std::max(hop, (a == b ? params_.intraHostLatencyUs : net_.latencyUs(order[a], order[b])) +
+                            params_.stepOverheadUs);
+  return std::max(network, intra) + p.steps * hop;
 }
 
 MeshTimes MeshModel::evaluate(const std::vector<int>& order) const {
   RANKMAP_ASSERT(order.size() == net_.n);
   MeshTimes t;
-  double intraRate = bytesPerUs(params_.intraHostMbps);
-  std::vector<double> intraAll(net_.n, 0);
-  double latencyAll = 0;
-  for (size_t d = 0; d < dims_.size(); ++d) {
-    double intra = 0;
-    for (size_t p = 0; p < net_.n; ++p) {
-      intra = std::max(intra, intra_[d][p] / intraRate);
-      intraAll[p] += intra_[d][p];
-    }
-    double hop = 0;
-    for (auto [a, b] : latency_[d].hops)
-      hop =
-          std::max(hop, (a == b ? params_.intraHostLatencyUs : net_.latencyUs(order[a], order[b])) +
-                            params_.stepOverheadUs);
-    double latency = latency_[d].steps * hop;
-    latencyAll = std::max(latencyAll, latency);
-    t.dimUs.push_back(std::max(networkUs(order, static_cast<int>(d)), intra) + latency);
+  t.dimUs.assign(dims_.size(), 0);
+  for (const auto& p : phases_) {
+    double us = phaseUs(order, p);
+    t.dimUs[static_cast<size_t>(p.dim)] += us;
+    t.stepUs += us;
   }
-  double intra = 0;
-  for (double b : intraAll) intra = std::max(intra, b / intraRate);
-  t.stepUs = std::max(networkUs(order, -1), intra) + latencyAll;
   return t;
 }
 
 std::pair<double, double> MeshModel::loadProfile(const std::vector<int>& order) const {
-  std::vector<double> load(2 * net_.links(), 0);
-  for (const auto& t : all_)
-    net_.forEachLink(order[t.a], order[t.b],
-                     [&](size_t link, bool down) { load[2 * link + down] += t.bytes; });
-  double worst = 0, sq = 0;
-  for (size_t l = 0; l < load.size(); ++l) {
-    double x = load[l] / bytesPerUs(net_.linkMbps(l / 2));
-    worst = std::max(worst, x);
-    sq += x * x;
+  double bound = 0, sq = 0;
+  std::vector<double> load(2 * net_.links());
+  for (const auto& p : phases_) {
+    std::fill(load.begin(), load.end(), 0);
+    for (const auto& t : p.flows)
+      net_.forEachLink(order[t.a], order[t.b],
+                       [&](size_t link, bool down) { load[2 * link + down] += t.bytes; });
+    double worst = 0;
+    for (size_t l = 0; l < load.size(); ++l) {
+      double x = load[l] / bytesPerUs(net_.linkMbps(l / 2));
+      worst = std::max(worst, x);
+      sq += x * x;
+    }
+    bound += worst;
   }
-  return {worst, sq};
+  return {bound, sq};
 }
 
 std::vector<int> MeshModel::improve(std::vector<int> order, int passes, size_t tries,
                                     uint64_t seed) const {
   size_t n = net_.n;
-  if (n < 3 || all_.empty()) return order;
-  // Per link direction: bytes, and 1 / rate in bytes per microsecond.
-  std::vector<double> load(2 * net_.links(), 0), inv(2 * net_.links());
-  for (size_t l = 0; l < inv.size(); ++l) inv[l] = 1 / bytesPerUs(net_.linkMbps(l / 2));
-  auto apply = [&](const Traffic& t, double sign) {
-    net_.forEachLink(order[t.a], order[t.b],
-                     [&](size_t link, bool down) { load[2 * link + down] += sign * t.bytes; });
+  // Every phase's flows in one list; loads per phase and link direction.
+  std::vector<std::pair<size_t, const Traffic*>> flows;
+  for (size_t p = 0; p < phases_.size(); ++p)
+    for (const auto& t : phases_[p].flows) flows.push_back({p, &t});
+  if (n < 3 || flows.empty()) return order;
+  size_t width = 2 * net_.links();
+  std::vector<double> load(phases_.size() * width, 0), inv(width);
+  for (size_t l = 0; l < width; ++l) inv[l] = 1 / bytesPerUs(net_.linkMbps(l / 2));
+  auto apply = [&](size_t f, double sign) {
+    const auto& [p, t] = flows[f];
+    double* at = load.data() + p * width;
+    net_.forEachLink(order[t->a], order[t->b],
+                     [&](size_t link, bool down) { at[2 * link + down] += sign * t->bytes; });
   };
-  for (const auto& t : all_) apply(t, 1);
-  // The busiest link's time, then the sum of squared link times: swaps that leave the busiest
-  // link as it is but unload others are taken too (the maximum alone is flat almost everywhere).
+  for (size_t f = 0; f < flows.size(); ++f) apply(f, 1);
+  // The phases' busiest links' times summed, then the sum of squared link times: swaps that
+  // leave the busiest links as they are but unload others are taken too (the maximum alone is
+  // flat almost everywhere).
   auto bound = [&] {
     double w = 0, sq = 0;
-    for (size_t l = 0; l < load.size(); ++l) {
-      double x = load[l] * inv[l];
-      w = std::max(w, x);
-      sq += x * x;
+    for (size_t p = 0; p < phases_.size(); ++p) {
+      double worst = 0;
+      for (size_t l = 0; l < width; ++l) {
+        double x = load[p * width + l] * inv[l];
+        worst = std::max(worst, x);
+        sq += x * x;
+      }
+      w += worst;
     }
     return std::pair{w, sq};
   };
   std::vector<std::vector<uint32_t>> touch(n);
-  for (size_t i = 0; i < all_.size(); ++i) {
-    touch[all_[i].a].push_back(static_cast<uint32_t>(i));
-    if (all_[i].b != all_[i].a) touch[all_[i].b].push_back(static_cast<uint32_t>(i));
+  for (size_t f = 0; f < flows.size(); ++f) {
+    touch[flows[f].second->a].push_back(static_cast<uint32_t>(f));
+    touch[flows[f].second->b].push_back(static_cast<uint32_t>(f));
   }
   // Hosts the model cannot tell apart by their links: swapping them changes no load.
   auto alike = [&](int x, int y) {
@@ -333,12 +342,13 @@ std::vector<int> MeshModel::improve(std::vector<int> order, int passes, size_t t
   auto swapLoads = [&](size_t i, size_t j) {
     changed.clear();
     for (uint32_t f : touch[i]) changed.push_back(f);
-    for (uint32_t f : touch[j])
-      if (all_[f].a != static_cast<int>(i) && all_[f].b != static_cast<int>(i))
-        changed.push_back(f);
-    for (uint32_t f : changed) apply(all_[f], -1);
+    for (uint32_t f : touch[j]) {
+      const Traffic* t = flows[f].second;
+      if (t->a != static_cast<int>(i) && t->b != static_cast<int>(i)) changed.push_back(f);
+    }
+    for (uint32_t f : changed) apply(f, -1);
     std::swap(order[i], order[j]);
-    for (uint32_t f : changed) apply(all_[f], 1);
+    for (uint32_t f : changed) apply(f, 1);
   };
   std::mt19937_64 rng(seed);
   std::pair<double, double> current = bound();
@@ -402,6 +412,34 @@ MeshPlacement placeMesh(const MeshModel& model, const std::vector<int>& walk, do
   std::iota(input.begin(), input.end(), 0);
   std::vector<std::pair<std::string, std::vector<int>>> candidates = {{"input order", input},
                                                                       {"world ring", walk}};
+  // The walks the layouts fill: the world ring's, and the same with each pod's racks (innermost
+  // groups) largest first and smallest first, so that unequal racks can hold whole groups.
+  const NetworkModel& net = model.net();
+  std::vector<std::pair<std::string, std::vector<int>>> walks = {{"", walk}};
+  if (net.levels > 0) {
+    std::map<int, size_t> firstOfRack, rackSize;
+    std::map<int, size_t> firstOfTop;
+    // Racks move only within their outermost group (with one level, all of them together).
+    auto topOf = [&](int h) { return net.levels >= 2 ? net.switchAt(h, net.levels - 1) : 0; };
+    for (size_t i = 0; i < n; ++i) {
+      int r = net.switchAt(walk[i], 0), top = topOf(walk[i]);
+      firstOfRack.emplace(r, i);
+      firstOfTop.emplace(top, i);
+      ++rackSize[r];
+    }
+    for (int sign : {-1, 1}) {
+      std::vector<int> w = walk;
+      auto key = [&](int h) {
+        int r = net.switchAt(h, 0);
+        return std::tuple{firstOfTop[topOf(h)], sign * static_cast<long>(rackSize[r]),
+                          firstOfRack[r]};
+      };
+      std::stable_sort(w.begin(), w.end(), [&](int a, int b) { return key(a) < key(b); });
+      if (w != walk)
+        walks.emplace_back(sign < 0 ? " on racks largest first" : " on racks smallest first",
+                           std::move(w));
+    }
+  }
   // Each ranking of the dimensions by locality (at most 5 dimensions: 120 rankings).
   std::vector<size_t> st = strides(dims);
   std::vector<size_t> rank(dims.size());
@@ -420,11 +458,13 @@ MeshPlacement placeMesh(const MeshModel& model, const std::vector<int>& walk, do
         return k;
       };
       std::stable_sort(seq.begin(), seq.end(), [&](int a, int b) { return key(a) < key(b); });
-      std::vector<int> order(n);
-      for (size_t i = 0; i < n; ++i) order[seq[i]] = walk[i];
       std::string name = "layout ";
       for (size_t x = 0; x < rank.size(); ++x) name += (x ? "," : "") + dims[rank[x]].name;
-      candidates.emplace_back(std::move(name), std::move(order));
+      for (const auto& [how, w] : walks) {
+        std::vector<int> order(n);
+        for (size_t i = 0; i < n; ++i) order[seq[i]] = w[i];
+        candidates.emplace_back(name + how, std::move(order));
+      }
     } while (std::next_permutation(rank.begin(), rank.end()));
   }
   // Small jobs: also random starts, polished (a single swap cannot undo a layout's choice of

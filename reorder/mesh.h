@@ -7,21 +7,27 @@
 // group's own rank order, which the job's library runs its ring in). So the mesh fixes which
 // positions talk to which; the plan chooses which host takes each position.
 //
-// Step model (MeshModel): every dimension's groups run their collective at once and share the
-// links max-min fairly (network_model.h completionUs, common/maxmin.h), per group:
+// Step model (MeshModel): a step runs the dimensions one after the other, outermost first, as a
+// program that calls one group's collective after the other does; within a dimension every group
+// runs at once and the flows share the links max-min fairly (network_model.h completionUs,
+// common/maxmin.h). Per group:
 //   allreduce      a ring in group order: each member sends 2(k-1)/k of the buffer to the next
 //   allgather, reducescatter   the same ring, (k-1)/k each
 //   broadcast      a pipelined chain in group order: the buffer over each of the k-1 hops
-//   sendrecv       pipeline stages: the buffer each way between consecutive members (no wrap)
+//   sendrecv       pipeline stages: forward, the buffer from each member to the next (no wrap),
+//                  then backward, the buffer back: two phases
 //   alltoall       every member sends 1/k of the buffer to every other
-// Traffic between ranks of one host moves at the intra-host rate. The step time is the slower
-// of the network's and the busiest host's intra-host completion, plus the latency of the
-// slowest dimension's critical path (its steps times its slowest hop).
+// Traffic between ranks of one host moves at the intra-host rate. A phase takes the slower of its
+// network flows and its busiest host's intra-host bytes, plus its steps times its slowest hop;
+// the step is the sum of the phases. (A job that overlaps its dimensions' traffic runs faster
+// than this; the placement that minimises the sum also keeps each dimension's own traffic low.)
 //
 // Placement (placeMesh): candidate orders are the input order, the world ring's plan and, for
 // each ranking of the dimensions by locality, the mesh's host positions sorted so that the
 // dimensions to keep local vary fastest, laid onto the world ring's walk (rack by rack, racks of
-// a pod together) so that their groups fill racks first. Each candidate is improved by swapping
+// a pod together) so that their groups fill racks first, and onto the same walk with each pod's
+// racks largest first and smallest first (unequal racks holding whole groups). Each candidate is
+// improved by swapping
 // hosts between positions while the busiest link's load falls (the link-load bound, updated per
 // swap from the flows of the two positions). Up to kMeshPolishMaxHosts hosts, the candidates,
 // their swapped versions and kMeshPolishStarts random orders are polished by the step model
@@ -47,11 +53,11 @@ namespace rankmap::reorder {
 // Up to this many hosts, placeMesh() also polishes each candidate by the step model.
 inline constexpr size_t kMeshPolishMaxHosts = 16;
 // ... from this many random starts besides the layouts.
-inline constexpr size_t kMeshPolishStarts = 8;
+inline constexpr size_t kMeshPolishStarts = 32;
 // ... for at most this many passes over every pair of positions.
 inline constexpr int kMeshPolishPasses = 10;
 // ... and then kicked this many times from the best (three random swaps, polished again).
-inline constexpr size_t kMeshKicks = 24;
+inline constexpr size_t kMeshKicks = 64;
 
 // "pp=2,dp=4,tp=8": dimensions outermost first. Traffic is left empty (meshTraffic fills it).
 // Throws InvalidInput naming `source` and the item: not NAME=SIZE, a size below 1, a name twice.
@@ -92,8 +98,9 @@ class MeshModel {
 
   MeshTimes evaluate(const std::vector<int>& order) const;
   double stepUs(const std::vector<int>& order) const { return evaluate(order).stepUs; }
-  // The link-load bound of the step's network traffic, microseconds: the busiest link direction's
-  // bytes over its rate (what the swaps lower), and the sum of every link direction's squared.
+  // The link-load bound of the step's network traffic, microseconds: per phase, the busiest link
+  // direction's bytes over its rate, summed (what the swaps lower); and the sum of every phase's
+  // link directions' times squared.
   std::pair<double, double> loadProfile(const std::vector<int>& order) const;
   // Swaps hosts between positions while the link-load bound falls (or stays and the sum of the
   // squared link times falls), at most `passes` passes over
@@ -110,25 +117,27 @@ class MeshModel {
   size_t positions() const { return net_.n; }
 
  private:
-  // Bytes per step from position a to position b (a != b), per dimension.
+  // Bytes per step from position a to position b (a != b).
   struct Traffic {
     int a = 0, b = 0;
     double bytes = 0;
   };
-  // A dimension's critical path: `steps` times the slowest of `hops` (position pairs).
-  struct LatencyPath {
+  // One phase of a step: one dimension's groups all at once (a pipeline has two: forward and
+  // backward). Its time: its flows' completion or its busiest position's bytes between its own
+  // ranks, whichever is later, plus `steps` times its slowest hop.
+  struct Phase {
+    int dim = 0;
     double steps = 0;
-    std::vector<std::pair<int, int>> hops;
+    std::vector<Traffic> flows;
+    std::vector<double> intra;              // per position
+    std::vector<std::pair<int, int>> hops;  // position pairs (a == b: inside a host)
   };
-  double networkUs(const std::vector<int>& order, int dim) const;  // dim -1 = all
+  double phaseUs(const std::vector<int>& order, const Phase& p) const;
 
   const NetworkModel& net_;
   std::vector<MeshDim> dims_;
   RingParams params_;
-  std::vector<std::vector<Traffic>> traffic_;  // per dimension
-  std::vector<Traffic> all_;                   // every dimension's, merged per position pair
-  std::vector<std::vector<double>> intra_;     // per dimension, bytes inside each position
-  std::vector<LatencyPath> latency_;           // per dimension
+  std::vector<Phase> phases_;  // in dimension order
 };
 
 struct MeshPlacement {

@@ -125,6 +125,7 @@ int small(const std::map<std::string, std::string>& kv) {
       text += fmt::format("{}{}={}:{}:{}", d ? "," : "", m.name, m.size, m.collective, m.bytes);
       dims.push_back(m);
     }
+    if (kv.count("only") && c != static_cast<int>(num(kv, "only", -1))) continue;
     RingParams rp;
     rp.ranksPerHost = rph;
     MeshModel model(net, dims, rp);
@@ -139,6 +140,10 @@ int small(const std::map<std::string, std::string>& kv) {
       fmt::print(
           "case {}: racks {} rph {} mesh {}: heuristic {:.4g} us ({}) exact {:.4g} us: {:.3f}\n", c,
           fmt::join(label, ""), rph, text, p.times.stepUs, p.basis, exact->times.stepUs, ratio);
+      if (kv.count("only"))
+        fmt::print("  heuristic order {} dims {}\n  exact order {} dims {}\n",
+                   fmt::join(p.order, ","), fmt::join(p.times.dimUs, ","),
+                   fmt::join(exact->order, ","), fmt::join(exact->times.dimUs, ","));
     }
   }
   if (ratios.empty()) return 1;

@@ -7,6 +7,11 @@ endif()
 add_executable(emucloud_mpi_proof_c mpi_proof.c)
 target_link_libraries(emucloud_mpi_proof_c PRIVATE MPI::MPI_C)
 set_target_properties(emucloud_mpi_proof_c PROPERTIES C_STANDARD 11)
+# Row and column communicators of a 2-D mesh (tests/emucloud/mesh_bench.py; a benchmark, not
+# registered with CTest).
+add_executable(emucloud_mesh_step mesh_step.c)
+target_link_libraries(emucloud_mesh_step PRIVATE MPI::MPI_C)
+set_target_properties(emucloud_mesh_step PROPERTIES C_STANDARD 11)
 set(RANKMAP_MPI_PROOF_F "")
 if(MPI_Fortran_FOUND)
   add_executable(emucloud_mpi_proof_f mpi_proof.f90)

@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""mesh_bench: an MPI program with data-parallel and pipeline communicators (mesh_step.c, mesh
+dp x pp, pp fastest) on the emulated cloud in three orders, interleaved: the provider's (plain
+mpirun), the world ring's plan (`rankmap run --plan plan.json`) and the mesh plan (`rankmap plan
+--mesh dp=D,pp=P --traffic ...`, then `rankmap run --plan`). For docs/performance.md (`A job's
+mesh`). A benchmark, not a test: it checks only the program's integer results.
+
+Pipeline: agents -> `rankmap probe` -> `rankmap plan` (--source probe, the default), or a
+topology from truth.json (--source truth). Per run the three orders go in a rotating order; each
+prints the slowest rank's median step. The table has medians over runs, the ratios, and the mesh
+plan's predicted steps (plan.json "mesh") against the measured ones.
+
+Usage: mesh_bench.py --emucloud E --rankmap R --rankmapd D --proof MESH_STEP
+       [--vms 8 --racks 2 --seed S] [--dp 4 --pp 2] [--dp-bytes B --pp-bytes B] [--runs 3]
+"""
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agents_lib as al  # noqa: E402
+import emucloud_testlib as lib  # noqa: E402
+
+kTimeoutS = 900
+
+
+def add_args(p):
+    p.add_argument("--rankmap", required=True)
+    p.add_argument("--proof", required=True, help="emucloud_mesh_step")
+    lib.add_testbed_args(p, seed=31)
+    p.add_argument("--dp", type=int, default=4)
+    p.add_argument("--pp", type=int, default=2)
+    p.add_argument("--dp-bytes", type=int, default=16 << 20)
+    p.add_argument("--pp-bytes", type=int, default=4 << 20)
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--runs", type=int, default=3)
+    al.add_source_args(p)
+    p.add_argument("--prefix", default="emmesh")
+
+
+def main():
+    args = lib.parse_args(add_args)
+    lib.require_environment(("ip", "tc", "ethtool", "unshare", "mpirun"))
+    bench(lib.Testbed(args.emucloud, args.prefix, lib.up_args(args)), args)
+
+
+def bench(tb, args):
+    with tb, tempfile.TemporaryDirectory(prefix="rankmap-mesh-bench-") as tmp:
+        os.chmod(tmp, 0o755)
+        t0 = time.monotonic()
+        calib = lib.plan_calibration()
+        tpath, world_path, world, _ = al.plan_testbed(tb, args, tmp, calib)
+        mesh = f"dp={args.dp},pp={args.pp}"
+        traffic = f"dp=allreduce:{args.dp_bytes},pp=sendrecv:{args.pp_bytes}"
+        mesh_path = os.path.join(tmp, "mesh_plan.json")
+        words = [args.rankmap, "plan", "--topology", tpath, "--mesh", mesh, "--traffic", traffic,
+                 "--out", mesh_path, *calib]
+        if args.source != "probe":
+            words.append("--use-groups")
+        p = subprocess.run(words, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            lib.fail(f"rankmap plan --mesh: exit {p.returncode}: {p.stderr.strip()}")
+        print(p.stdout.strip(), flush=True)
+        with open(mesh_path) as f:
+            mplan = json.load(f)
+        print(f"pipeline ({args.source} -> plans): {time.monotonic() - t0:.1f} s", flush=True)
+        rack = {vm["name"]: vm["rack"] for vm in tb.truth["vms"]}
+        provider = [vm["name"] for vm in tb.truth["vms"]]
+        for name, order in (("provider", provider), ("world ring", world["order"]),
+                            ("mesh", mplan["order"])):
+            groups = [[rack[order[d * args.pp + q]] for d in range(args.dp)]
+                      for q in range(args.pp)]
+            print(f"{name:10s} racks by position {[rack[h] for h in order]}; dp groups' racks "
+                  f"{groups}", flush=True)
+        bins = {"world": lib.stand_in_mpirun(os.path.join(tmp, "world"), args.rankmap, world_path),
+                "mesh": lib.stand_in_mpirun(os.path.join(tmp, "mesh"), args.rankmap, mesh_path)}
+
+        def run(order):
+            env = dict(os.environ)
+            for k in ("RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "LD_PRELOAD"):
+                env.pop(k, None)
+            if order in bins:
+                env["PATH"] = bins[order] + os.pathsep + env.get("PATH", "")
+            argv = tb.cmd("mpirun", "--prefix", args.prefix, "--timeout", str(kTimeoutS), "--",
+                          args.proof, "--dp", str(args.dp), "--pp", str(args.pp), "--dp-bytes",
+                          str(args.dp_bytes), "--pp-bytes", str(args.pp_bytes), "--iters",
+                          str(args.iters), "--warmup", "1")
+            p = subprocess.run(argv, capture_output=True, text=True, env=env,
+                               timeout=kTimeoutS + 60)
+            if p.returncode != 0:
+                lib.fail(f"{order}: exit {p.returncode}: {p.stdout[-1000:]} {p.stderr[-2000:]}")
+            if order in bins and "launch mode" not in p.stderr:
+                lib.fail(f"rankmap run did not apply the plan: {p.stderr[-2000:]}")
+            if "check mesh_step wrong=0" not in p.stdout:
+                lib.fail(f"{order}: wrong results: {p.stdout[-1000:]}")
+            m = re.search(r"time mesh_step .* median_s=([0-9.]+)", p.stdout)
+            return float(m.group(1))
+
+        orders = ["plain", "world", "mesh"]
+        times = {o: [] for o in orders}
+        for i in range(args.runs):
+            rot = orders[i % 3:] + orders[:i % 3]
+            for o in rot:
+                times[o].append(run(o))
+            print(f"run {i}: " + ", ".join(f"{o} {times[o][-1]:.3f} s" for o in rot), flush=True)
+        med = {o: statistics.median(times[o]) for o in orders}
+        pm = mplan["mesh"]
+        print(f"\n{args.vms} VMs / {args.racks} racks, seed {args.seed}, host "
+              f"{lib.fmt_rates(args.host_mbit)}, uplink {lib.fmt_rates(args.uplink_mbit)} Mbit/s, "
+              f"plans from {args.source}; mesh {mesh}, traffic {traffic}; medians of {args.runs} "
+              f"runs x {args.iters} steps")
+        print("order       measured_s  predicted_s  predicted/measured-1")
+        for o, pred in (("plain", pm["input_step_us"]), ("world", pm["world_ring_step_us"]),
+                        ("mesh", pm["step_us"])):
+            print(f"  {o:8s}  {med[o]:10.3f}  {pred / 1e6:11.3f}  {pred / 1e6 / med[o] - 1:+.1%}")
+        print(f"mesh plan: {med['world'] / med['mesh']:.2f}x the world ring's plan, "
+              f"{med['plain'] / med['mesh']:.2f}x the provider order")
+
+
+if __name__ == "__main__":
+    main()
