@@ -14,6 +14,7 @@
 #include "common/plan_agreement.h"
 #include "launch/mpi_family.h"
 #include "launch/ompi_rules.h"
+#include "reorder/mesh.h"
 
 namespace rankmap::launch {
 namespace {
@@ -29,9 +30,7 @@ std::string describeCounts(const Job& job) {
 std::string prediction(const Plan& plan, bool inputIsJobOrder) {
   // A plan for a job's mesh is judged by the step of all its groups, not by the world ring.
   if (plan.mesh && plan.mesh->stepUs > 0) {
-    std::string dims;
-    for (const auto& d : plan.mesh->dims)
-      dims += fmt::format("{}{}={}", dims.empty() ? "" : ",", d.name, d.size);
+    std::string dims = reorder::meshText(plan.mesh->dims);
     return fmt::format(
         "predicted step {:.2f}x faster for mesh {} than {} ({:.2f}x than the "
         "world ring's plan)",

@@ -11,6 +11,7 @@
 
 #include "common/openmpi.h"
 #include "reorder/cost_model.h"
+#include "reorder/mesh.h"
 #include "reorder/numeric.h"
 
 namespace rankmap::reorder {
@@ -116,10 +117,8 @@ std::string timeText(double us) {
 namespace {
 // The mesh's predicted step in the plan's order against the world ring's plan and the input
 // order, and each dimension alone.
-std::string meshText(const PlanMesh& m, size_t world, const std::string& basis) {
-  std::string dims;
-  for (const auto& d : m.dims)
-    dims += fmt::format("{}{}={}", dims.empty() ? "" : ",", d.name, d.size);
+std::string meshSummary(const PlanMesh& m, size_t world, const std::string& basis) {
+  std::string dims = meshText(m.dims);
   auto ratio = [&](double other) {
     return m.stepUs > 0 ? fmt::format("{:.2f}x", other / m.stepUs) : std::string("-");
   };
@@ -150,7 +149,7 @@ std::string planSummary(const PlanResult& r) {
                          sizesText(g.groups), g.confidence);
     out += rateClassesText(r.hierarchy, "  ");
     out += "  predicted: " + gainText(p.predicted) + "\n";
-    if (p.mesh) out += meshText(*p.mesh, p.worldSize(), r.meshBasis);
+    if (p.mesh) out += meshSummary(*p.mesh, p.worldSize(), r.meshBasis);
     for (const auto& [coll, ranges] : p.collectives) {
       out += fmt::format("  {}:", coll);
       for (const auto& range : ranges)
