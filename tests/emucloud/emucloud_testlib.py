@@ -91,11 +91,13 @@ def add_testbed_args(p, vms=8, racks=2, seed=1, host_mbit="1000", uplink_mbit="2
     p.add_argument("--seed", type=int, default=seed)
     p.add_argument("--host-mbit", type=rates, default=rates(host_mbit))
     p.add_argument("--uplink-mbit", type=rates, default=rates(uplink_mbit))
+    p.add_argument("--rack-sizes", help="VMs per rack, e.g. 6,4,2 (emucloud up --rack-sizes)")
 
 
 def up_args(args, seed=None):
     """`emucloud up` arguments from add_testbed_args's options (seed overrides --seed)."""
-    return ["--vms", str(args.vms), "--racks", str(args.racks), "--host-mbit",
+    sizes = ["--rack-sizes", args.rack_sizes] if getattr(args, "rack_sizes", None) else []
+    return sizes + ["--vms", str(args.vms), "--racks", str(args.racks), "--host-mbit",
             fmt_rates(args.host_mbit), "--uplink-mbit", fmt_rates(args.uplink_mbit), "--seed",
             str(args.seed if seed is None else seed)]
 

@@ -1,16 +1,23 @@
 #!/usr/bin/python3
-"""mesh_bench: an MPI program with data-parallel and pipeline communicators (mesh_step.c, mesh
-dp x pp, pp fastest) on the emulated cloud in three orders, interleaved: the provider's (plain
-mpirun), the world ring's plan (`rankmap run --plan plan.json`) and the mesh plan (`rankmap plan
---mesh dp=D,pp=P --traffic ...`, then `rankmap run --plan`). For docs/performance.md (`A job's
-mesh`). A benchmark, not a test: it checks only the program's integer results.
+"""mesh_bench: a job with data-parallel and pipeline groups (mesh dp x pp, pp fastest) on the
+emulated cloud in three orders, interleaved: the provider's (the plain launcher), the world ring's
+plan (`rankmap run --plan plan.json`) and the mesh plan (`rankmap plan --mesh dp=D,pp=P --traffic
+...`, then `rankmap run --plan`). For docs/performance.md (`A job's mesh`). A benchmark, not a
+test: it checks only the job's results.
+
+Jobs (--job): "mpi", an MPI program with row and column communicators (mesh_step.c under
+mpirun; its integer results are checked); "torch", a PyTorch training step (mesh_train.py: Gloo,
+groups from new_group, gradients all-reduced per data-parallel group, activations sent along the
+pipeline) with one torchrun per VM (fw_torchrun_all); its loss curve must be bit-identical in
+every order. The plans are made by `rankmap plan` with the testbed's calibration (rankmap run
+plans without it), then applied unchanged by `rankmap run --plan`.
 
 Pipeline: agents -> `rankmap probe` -> `rankmap plan` (--source probe, the default), or a
 topology from truth.json (--source truth). Per run the three orders go in a rotating order; each
 prints the slowest rank's median step. The table has medians over runs, the ratios, and the mesh
 plan's predicted steps (plan.json "mesh") against the measured ones.
 
-Usage: mesh_bench.py --emucloud E --rankmap R --rankmapd D --proof MESH_STEP
+Usage: mesh_bench.py --emucloud E --rankmap R --rankmapd D [--job mpi --proof MESH_STEP | --job torch]
        [--vms 8 --racks 2 --seed S] [--dp 4 --pp 2] [--dp-bytes B --pp-bytes B] [--runs 3]
 """
 
@@ -26,13 +33,116 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agents_lib as al  # noqa: E402
 import emucloud_testlib as lib  # noqa: E402
+import fw_lib  # noqa: E402
 
 kTimeoutS = 900
+kHere = os.path.dirname(os.path.abspath(__file__))
+# mesh_train.py's hidden size: the data-parallel bytes set its vocabulary, the pipeline bytes its
+# tokens per step.
+kTorchHidden = 512
+
+
+def mpi_runner(tb, args, tmp, world_path, mesh_path):
+    """run(order) -> the slowest rank's median step (s) of mesh_step.c under mpirun."""
+    bins = {"world": lib.stand_in_mpirun(os.path.join(tmp, "world"), args.rankmap, world_path),
+            "mesh": lib.stand_in_mpirun(os.path.join(tmp, "mesh"), args.rankmap, mesh_path)}
+
+    def run(order):
+        env = dict(os.environ)
+        for k in ("RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "LD_PRELOAD"):
+            env.pop(k, None)
+        if order in bins:
+            env["PATH"] = bins[order] + os.pathsep + env.get("PATH", "")
+        argv = tb.cmd("mpirun", "--prefix", args.prefix, "--timeout", str(kTimeoutS), "--",
+                      args.proof, "--dp", str(args.dp), "--pp", str(args.pp), "--dp-bytes",
+                      str(args.dp_bytes), "--pp-bytes", str(args.pp_bytes), "--iters",
+                      str(args.iters), "--warmup", "1")
+        p = subprocess.run(argv, capture_output=True, text=True, env=env,
+                           timeout=kTimeoutS + 60)
+        if p.returncode != 0:
+            lib.fail(f"{order}: exit {p.returncode}: {p.stdout[-1000:]} {p.stderr[-2000:]}")
+        if order in bins and "launch mode" not in p.stderr:
+            lib.fail(f"rankmap run did not apply the plan: {p.stderr[-2000:]}")
+        if "check mesh_step wrong=0" not in p.stdout:
+            lib.fail(f"{order}: wrong results: {p.stdout[-1000:]}")
+        m = re.search(r"time mesh_step .* median_s=([0-9.]+)", p.stdout)
+        return float(m.group(1))
+
+    return run
+
+
+def torch_sizes(args):
+    """mesh_train.py's --vocab and --tokens for the bytes asked (kTorchHidden floats a row)."""
+    row = kTorchHidden * 4
+    return max(1, args.dp_bytes // row), max(1, args.pp_bytes // row)
+
+
+def torch_runner(tb, args, tmp, world_path, mesh_path, tpath):
+    """run(order) -> rank 0's median step (s) of mesh_train.py, one torchrun per VM; every order's
+    loss curve must equal the first run's (bit-identical), and under rankmap run every node must
+    get its node rank from the plan."""
+    vocab, tokens = torch_sizes(args)
+    plans = {"world": world_path, "mesh": mesh_path}
+    losses = []
+    count = [0]
+
+    def run(order):
+        count[0] += 1
+        logdir = os.path.join(tmp, f"{order}{count[0]}")
+        cmd = [os.path.join(kHere, "fw_torchrun_all"), "--emucloud", args.emucloud, "--prefix",
+               args.prefix, "--timeout", str(kTimeoutS), "--env", "GLOO_SOCKET_IFNAME=eth0",
+               "--env", f"TMPDIR={tmp}", "--logdir", logdir]
+        if order in plans:
+            cmd += ["--rankmap", args.rankmap, "--plan", plans[order], "--topology", tpath]
+        train = [os.path.join(kHere, "mesh_train.py"), "--dp", str(args.dp), "--pp",
+                 str(args.pp), "--steps", str(args.iters), "--hidden", str(kTorchHidden),
+                 "--vocab", str(vocab), "--tokens", str(tokens)]
+        # torch 1.13 on Python 3.11 needs --redirects/--tee; rankmap run adds them itself.
+        cmd += ["--"] + (["--redirects", "1", "--tee", "1"] if order not in plans else []) + train
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=kTimeoutS + 60)
+        logs = []
+        for i in range(len(tb.truth["vms"])):
+            with open(os.path.join(logdir, f"node{i}.log"), errors="replace") as f:
+                logs.append(f.read())
+        if p.returncode != 0:
+            tail = "\n".join(f"--- node{i}\n{t[-1500:]}" for i, t in enumerate(logs))
+            lib.fail(f"{order}: fw_torchrun_all exit {p.returncode}: {p.stderr.strip()}\n{tail}")
+        if order in plans:
+            with open(plans[order]) as f:
+                want = json.load(f)["order"]
+            provider = [vm["name"] for vm in tb.truth["vms"]]
+            got = {}
+            for i, text in enumerate(logs):
+                line = next((x for x in text.splitlines() if x.startswith("rankmap run:")), "")
+                m = re.search(r"is node rank (\d+)", line)
+                if not m:
+                    lib.fail(f"{order}: node{i}: rankmap run did not set a node rank: {line[:200]}")
+                got[int(m.group(1))] = provider[i]
+            if [got.get(r) for r in range(len(provider))] != want:
+                lib.fail(f"{order}: node ranks {got} do not follow the plan's order {want}")
+        steps, summary = [], None
+        for text in logs:
+            steps += fw_lib.json_lines(text, "step")
+            s = fw_lib.json_lines(text, "summary")
+            summary = summary or (s[0]["summary"] if s else None)
+        if summary is None or len(steps) != args.iters + 1:
+            lib.fail(f"{order}: expected {args.iters + 1} step lines and a summary from rank 0")
+        curve = [x["loss"] for x in steps]
+        if losses and curve != losses[0]:
+            lib.fail(f"{order}: loss curve {curve} differs from the first run's {losses[0]}")
+        losses.append(curve)
+        ph = summary["median_step_phases"]
+        print(f"  {order}: step {summary['median_step_s']:.3f} s, rank 0's pipeline "
+              f"{ph['pp_s']:.3f} s, allreduce {ph['dp_s']:.3f} s", flush=True)
+        return summary["median_step_s"]
+
+    return run
 
 
 def add_args(p):
     p.add_argument("--rankmap", required=True)
-    p.add_argument("--proof", required=True, help="emucloud_mesh_step")
+    p.add_argument("--job", choices=("mpi", "torch"), default="mpi")
+    p.add_argument("--proof", help="emucloud_mesh_step (--job mpi)")
     lib.add_testbed_args(p, seed=31)
     p.add_argument("--dp", type=int, default=4)
     p.add_argument("--pp", type=int, default=2)
@@ -46,7 +156,13 @@ def add_args(p):
 
 def main():
     args = lib.parse_args(add_args)
-    lib.require_environment(("ip", "tc", "ethtool", "unshare", "mpirun"))
+    if args.job == "mpi":
+        if not args.proof:
+            lib.fail("--job mpi needs --proof (emucloud_mesh_step)")
+        lib.require_environment(("ip", "tc", "ethtool", "unshare", "mpirun"))
+    else:
+        lib.require_environment(("ip", "tc", "ethtool", "unshare", "torchrun"))
+        fw_lib.require_python_module("torch")
     bench(lib.Testbed(args.emucloud, args.prefix, lib.up_args(args)), args)
 
 
@@ -57,6 +173,10 @@ def bench(tb, args):
         calib = lib.plan_calibration()
         tpath, world_path, world, _ = al.plan_testbed(tb, args, tmp, calib)
         mesh = f"dp={args.dp},pp={args.pp}"
+        if args.job == "torch":
+            # The bytes mesh_train.py moves: its tables (the last stage's head adds H+1 floats).
+            vocab, tokens = torch_sizes(args)
+            args.dp_bytes, args.pp_bytes = vocab * kTorchHidden * 4, tokens * kTorchHidden * 4
         traffic = f"dp=allreduce:{args.dp_bytes},pp=sendrecv:{args.pp_bytes}"
         mesh_path = os.path.join(tmp, "mesh_plan.json")
         words = [args.rankmap, "plan", "--topology", tpath, "--mesh", mesh, "--traffic", traffic,
@@ -78,30 +198,10 @@ def bench(tb, args):
                       for q in range(args.pp)]
             print(f"{name:10s} racks by position {[rack[h] for h in order]}; dp groups' racks "
                   f"{groups}", flush=True)
-        bins = {"world": lib.stand_in_mpirun(os.path.join(tmp, "world"), args.rankmap, world_path),
-                "mesh": lib.stand_in_mpirun(os.path.join(tmp, "mesh"), args.rankmap, mesh_path)}
-
-        def run(order):
-            env = dict(os.environ)
-            for k in ("RANKMAP_PLAN", "RANKMAP_TOPOLOGY", "LD_PRELOAD"):
-                env.pop(k, None)
-            if order in bins:
-                env["PATH"] = bins[order] + os.pathsep + env.get("PATH", "")
-            argv = tb.cmd("mpirun", "--prefix", args.prefix, "--timeout", str(kTimeoutS), "--",
-                          args.proof, "--dp", str(args.dp), "--pp", str(args.pp), "--dp-bytes",
-                          str(args.dp_bytes), "--pp-bytes", str(args.pp_bytes), "--iters",
-                          str(args.iters), "--warmup", "1")
-            p = subprocess.run(argv, capture_output=True, text=True, env=env,
-                               timeout=kTimeoutS + 60)
-            if p.returncode != 0:
-                lib.fail(f"{order}: exit {p.returncode}: {p.stdout[-1000:]} {p.stderr[-2000:]}")
-            if order in bins and "launch mode" not in p.stderr:
-                lib.fail(f"rankmap run did not apply the plan: {p.stderr[-2000:]}")
-            if "check mesh_step wrong=0" not in p.stdout:
-                lib.fail(f"{order}: wrong results: {p.stdout[-1000:]}")
-            m = re.search(r"time mesh_step .* median_s=([0-9.]+)", p.stdout)
-            return float(m.group(1))
-
+        if args.job == "mpi":
+            run = mpi_runner(tb, args, tmp, world_path, mesh_path)
+        else:
+            run = torch_runner(tb, args, tmp, world_path, mesh_path, tpath)
         orders = ["plain", "world", "mesh"]
         times = {o: [] for o in orders}
         for i in range(args.runs):
@@ -111,7 +211,7 @@ def bench(tb, args):
             print(f"run {i}: " + ", ".join(f"{o} {times[o][-1]:.3f} s" for o in rot), flush=True)
         med = {o: statistics.median(times[o]) for o in orders}
         pm = mplan["mesh"]
-        print(f"\n{args.vms} VMs / {args.racks} racks, seed {args.seed}, host "
+        print(f"\n{args.job} job, {args.vms} VMs / {args.racks} racks, seed {args.seed}, host "
               f"{lib.fmt_rates(args.host_mbit)}, uplink {lib.fmt_rates(args.uplink_mbit)} Mbit/s, "
               f"plans from {args.source}; mesh {mesh}, traffic {traffic}; medians of {args.runs} "
               f"runs x {args.iters} steps")

@@ -2,6 +2,7 @@
 """emucloud up with impossible arguments: exit 2, a message naming the argument, and
 `ip netns list` / `ip link` exactly as before (nothing created, nothing left behind)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -57,6 +58,9 @@ def main():
              "--uplink-mbit 50,60,70"),
             (["--vms", "2", "--racks", "1", "--host-mbit", "1,2,3", "--uplink-mbit", "50"],
              "--host-mbit 1,2,3"),
+            (["--vms", "4", "--racks", "2", "--rack-sizes", "3,2", *rates], "--rack-sizes 3,2"),
+            (["--vms", "4", "--racks", "2", "--rack-sizes", "4", *rates], "--rack-sizes 4"),
+            (["--vms", "4", "--racks", "2", "--rack-sizes", "4,0", *rates], "--rack-sizes"),
             (["--vms", "four", "--racks", "2", *rates], "--vms"),
             (["--vms", "4", "--racks", "2", "--prefix", "Bad/Name", *rates], "--prefix"),
         ]
@@ -90,6 +94,13 @@ def main():
                   f"(got {p.returncode}: {p.stderr.strip()!r})")
         lib.check(not os.path.exists(other), "  no state dir left behind")
         lib.check(lib.snapshot() == up_snapshot, "  running testbed untouched")
+        tb.down()
+        lib.check(lib.snapshot() == before, "down restores ip netns list and ip link")
+        # Racks of the sizes asked (the good case beside the refused ones above).
+        tb.run("up", "--vms", "4", "--racks", "2", "--rack-sizes", "3,1", *rates, *common)
+        with open(os.path.join(tb.state_dir(), "truth.json")) as f:
+            racks = [v["rack"] for v in json.load(f)["vms"]]
+        lib.check(sorted(racks) == [0, 0, 0, 1], f"--rack-sizes 3,1: racks {racks}")
         tb.down()
         lib.check(lib.snapshot() == before, "down restores ip netns list and ip link")
     print("PASS")
