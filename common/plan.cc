@@ -144,12 +144,15 @@ PlanPrior priorFromJson(const JsonReader& r, const Plan& plan) {
 
 Json meshToJson(const PlanMesh& m) {
   Json dims = Json::array();
-  for (const auto& d : m.dims)
-    dims.push_back({{"name", d.name},
-                    {"size", d.size},
-                    {"collective", d.collective},
-                    {"bytes", d.bytes},
-                    {"predicted_us", d.predictedUs}});
+  for (const auto& d : m.dims) {
+    Json j = {{"name", d.name},
+              {"size", d.size},
+              {"collective", d.collective},
+              {"bytes", d.bytes},
+              {"predicted_us", d.predictedUs}};
+    if (!d.groupsUs.empty()) j["groups_us"] = d.groupsUs;
+    dims.push_back(std::move(j));
+  }
   return {{"dims", std::move(dims)},
           {"step_us", m.stepUs},
           {"world_ring_step_us", m.worldRingStepUs},
@@ -180,6 +183,11 @@ PlanMesh meshFromJson(const JsonReader& r, size_t world) {
     d.predictedUs = e.at("predicted_us", "a number").nonNegative();
     product *= static_cast<size_t>(d.size);
     if (product > world) break;
+    if (auto g = e.find("groups_us")) {
+      size_t groups = world / static_cast<size_t>(d.size);
+      for (size_t k = 0, count = g->arraySize(groups); k < count; ++k)
+        d.groupsUs.push_back(g->at(k).nonNegative());
+    }
     m.dims.push_back(std::move(d));
   }
   if (product != world || m.dims.empty())

@@ -136,6 +136,9 @@ struct MeshDim {
   std::string collective;  // kMeshCollectives
   uint64_t bytes = 0;      // the collective's buffer per step (sendrecv: each way per stage pair)
   double predictedUs = 0;  // this dimension's phases (all its groups at once), plan's order
+  // Each group alone (its own traffic only), plan's order, groups in reorder::meshGroups order
+  // (JSON "groups_us", optional: empty when not given).
+  std::vector<double> groupsUs;
   bool operator==(const MeshDim&) const = default;
 };
 inline constexpr std::string_view kMeshCollectives[] = {"allreduce", "allgather", "reducescatter",

@@ -189,58 +189,86 @@ std::vector<std::vector<int>> meshGroups(const std::vector<MeshDim>& dims, size_
   return groups;
 }
 
+std::vector<MeshHop> meshGroupTraffic(const MeshDim& dim, const std::vector<int>& g) {
+  std::vector<MeshHop> out;
+  size_t m = g.size();
+  if (m < 2) return out;
+  double s = static_cast<double>(dim.bytes);
+  double k = static_cast<double>(m);
+  const std::string& c = dim.collective;
+  if (c == "allreduce" || c == "allgather" || c == "reducescatter") {
+    double f = (c == "allreduce" ? 2 : 1) * (k - 1) / k;
+    for (size_t i = 0; i < m; ++i) out.push_back({g[i], g[(i + 1) % m], 0, f * s});
+  } else if (c == "broadcast") {
+    for (size_t i = 0; i + 1 < m; ++i) out.push_back({g[i], g[i + 1], 0, s});
+  } else if (c == "sendrecv") {
+    for (size_t i = 0; i + 1 < m; ++i) {
+      out.push_back({g[i], g[i + 1], 0, s});  // forward: activations
+      out.push_back({g[i + 1], g[i], 1, s});  // backward: their gradients
+    }
+  } else {  // alltoall
+    for (size_t i = 0; i < m; ++i)
+      for (size_t j = 0; j < m; ++j)
+        if (i != j) out.push_back({g[i], g[j], 0, s / k});
+  }
+  return out;
+}
+
+namespace {
+// Message steps of one group's collective (each with the slowest hop's latency).
+double meshSteps(const MeshDim& dim) {
+  double k = dim.size;
+  if (dim.collective == "allreduce") return 2 * (k - 1);
+  if (dim.collective == "allgather" || dim.collective == "reducescatter" ||
+      dim.collective == "broadcast")
+    return k - 1;
+  return 1;  // sendrecv (each direction), alltoall
+}
+}  // namespace
+
 MeshModel::MeshModel(const NetworkModel& net, std::vector<MeshDim> dims, const RingParams& params)
     : net_(net), dims_(std::move(dims)), params_(params) {
   size_t n = net_.n;
-  size_t rph = static_cast<size_t>(std::max(1, params_.ranksPerHost));
-  checkMeshWorld(dims_, n * rph, "mesh");
+  int rph = std::max(1, params_.ranksPerHost);
+  checkMeshWorld(dims_, n * static_cast<size_t>(rph), "mesh");
   for (size_t d = 0; d < dims_.size(); ++d) {
     const MeshDim& dim = dims_[d];
-    bool pipeline = dim.collective == "sendrecv";
-    // Phase 0, and for sendrecv phase 1 (backward): per position pair, bytes; per position,
-    // bytes between its own ranks; the position pairs its hops use.
-    std::map<std::pair<int, int>, double> pairs[2];
-    std::vector<double> intra[2] = {std::vector<double>(n, 0), std::vector<double>(n, 0)};
-    std::set<std::pair<int, int>> hops[2];
-    auto add = [&](int phase, int ra, int rb, double bytes) {
-      int a = ra / static_cast<int>(rph), b = rb / static_cast<int>(rph);
-      hops[phase].insert({a, b});
-      if (a == b)
-        intra[phase][a] += bytes;
-      else
-        pairs[phase][{a, b}] += bytes;
-    };
-    double s = static_cast<double>(dim.bytes);
-    double k = dim.size;
-    double steps = 0;
+    int phases = dim.collective == "sendrecv" ? 2 : 1;
+    // Per phase: bytes per position pair, per position between its own ranks, the pairs used;
+    // the same per group.
+    std::vector<std::map<std::pair<int, int>, double>> pairs(phases);
+    std::vector<std::vector<double>> intra(phases, std::vector<double>(n, 0));
+    std::vector<std::set<std::pair<int, int>>> hops(phases);
+    std::vector<Phase> out(phases);
     for (const auto& g : meshGroups(dims_, d)) {
-      size_t m = g.size();
-      if (m < 2) continue;
-      if (dim.collective == "allreduce" || dim.collective == "allgather" ||
-          dim.collective == "reducescatter") {
-        double f = (dim.collective == "allreduce" ? 2 : 1) * (k - 1) / k;
-        steps = (dim.collective == "allreduce" ? 2 : 1) * (k - 1);
-        for (size_t i = 0; i < m; ++i) add(0, g[i], g[(i + 1) % m], f * s);
-      } else if (dim.collective == "broadcast") {
-        steps = k - 1;
-        for (size_t i = 0; i + 1 < m; ++i) add(0, g[i], g[i + 1], s);
-      } else if (pipeline) {
-        steps = 1;  // each direction
-        for (size_t i = 0; i + 1 < m; ++i) {
-          add(0, g[i], g[i + 1], s);  // forward: activations
-          add(1, g[i + 1], g[i], s);  // backward: their gradients
+      std::vector<std::map<std::pair<int, int>, double>> gPairs(phases);
+      std::vector<std::map<int, double>> gIntra(phases);
+      std::vector<std::set<std::pair<int, int>>> gHops(phases);
+      for (const MeshHop& h : meshGroupTraffic(dim, g)) {
+        int a = h.from / rph, b = h.to / rph;
+        hops[h.phase].insert({a, b});
+        gHops[h.phase].insert({a, b});
+        if (a == b) {
+          intra[h.phase][a] += h.bytes;
+          gIntra[h.phase][a] += h.bytes;
+        } else {
+          pairs[h.phase][{a, b}] += h.bytes;
+          gPairs[h.phase][{a, b}] += h.bytes;
         }
-      } else {  // alltoall
-        steps = 1;
-        for (size_t i = 0; i < m; ++i)
-          for (size_t j = 0; j < m; ++j)
-            if (i != j) add(0, g[i], g[j], s / k);
+      }
+      for (int ph = 0; ph < phases; ++ph) {
+        GroupPart part;
+        for (const auto& [ab, bytes] : gPairs[ph])
+          part.flows.push_back({ab.first, ab.second, bytes});
+        part.intra.assign(gIntra[ph].begin(), gIntra[ph].end());
+        part.hops.assign(gHops[ph].begin(), gHops[ph].end());
+        out[ph].groups.push_back(std::move(part));
       }
     }
-    for (int ph = 0; ph < (pipeline ? 2 : 1); ++ph) {
-      Phase p;
+    for (int ph = 0; ph < phases; ++ph) {
+      Phase& p = out[ph];
       p.dim = static_cast<int>(d);
-      p.steps = steps;
+      p.steps = meshSteps(dim);
       p.hops.assign(hops[ph].begin(), hops[ph].end());
       p.intra = std::move(intra[ph]);
       for (const auto& [ab, bytes] : pairs[ph]) p.flows.push_back({ab.first, ab.second, bytes});
@@ -249,18 +277,41 @@ MeshModel::MeshModel(const NetworkModel& net, std::vector<MeshDim> dims, const R
   }
 }
 
-double MeshModel::phaseUs(const std::vector<int>& order, const Phase& p) const {
+double MeshModel::partUs(const std::vector<int>& order, double steps,
+                         const std::vector<Traffic>& traffic, double intraBytes,
+                         const std::vector<std::pair<int, int>>& hops) const {
   std::vector<Flow> flows;
-  flows.reserve(p.flows.size());
-  for (const auto& t : p.flows) flows.push_back({order[t.a], order[t.b], t.bytes});
+  flows.reserve(traffic.size());
+  for (const auto& t : traffic) flows.push_back({order[t.a], order[t.b], t.bytes});
   double network = flows.empty() ? 0 : completionUs(net_, flows);
-  double intra = 0;
-  for (double b : p.intra) intra = std::max(intra, b / bytesPerUs(params_.intraHostMbps));
+  double intra = intraBytes / bytesPerUs(params_.intraHostMbps);
   double hop = 0;
-  for (auto [a, b] : p.hops)
+  for (auto [a, b] : hops)
     hop = std::max(hop, (a == b ? params_.intraHostLatencyUs : net_.latencyUs(order[a], order[b])) +
                             params_.stepOverheadUs);
-  return std::max(network, intra) + p.steps * hop;
+  return std::max(network, intra) + steps * hop;
+}
+
+double MeshModel::phaseUs(const std::vector<int>& order, const Phase& p) const {
+  double intra = 0;
+  for (double b : p.intra) intra = std::max(intra, b);
+  return partUs(order, p.steps, p.flows, intra, p.hops);
+}
+
+std::vector<std::vector<double>> MeshModel::groupUs(const std::vector<int>& order) const {
+  RANKMAP_ASSERT(order.size() == net_.n);
+  std::vector<std::vector<double>> out(dims_.size());
+  for (const auto& p : phases_) {
+    auto& times = out[static_cast<size_t>(p.dim)];
+    times.resize(p.groups.size(), 0);
+    for (size_t g = 0; g < p.groups.size(); ++g) {
+      const GroupPart& part = p.groups[g];
+      double intra = 0;
+      for (const auto& [pos, bytes] : part.intra) intra = std::max(intra, bytes);
+      times[g] += partUs(order, p.steps, part.flows, intra, part.hops);
+    }
+  }
+  return out;
 }
 
 MeshTimes MeshModel::evaluate(const std::vector<int>& order) const {

@@ -85,6 +85,15 @@ std::string meshTrafficText(const std::vector<MeshDim>& dims);
 // The ranks of every group of dimension `d`, each in group rank order (ascending).
 std::vector<std::vector<int>> meshGroups(const std::vector<MeshDim>& dims, size_t d);
 
+// What one group of `dim` sends in a step, rank to rank (group members, ascending), as the step
+// model prices it (see the file comment): phase 0, and for sendrecv phase 1 (backward).
+struct MeshHop {
+  int from = 0, to = 0;
+  int phase = 0;
+  double bytes = 0;
+};
+std::vector<MeshHop> meshGroupTraffic(const MeshDim& dim, const std::vector<int>& group);
+
 struct MeshTimes {
   double stepUs = 0;          // every dimension at once
   std::vector<double> dimUs;  // each dimension alone
@@ -111,6 +120,10 @@ class MeshModel {
   // The same by the step model itself (every swap evaluated in full): small jobs only.
   std::vector<int> polish(std::vector<int> order, int passes) const;
 
+  // Per dimension, each group's time alone (its own phases' traffic on the network, nothing
+  // else), groups in meshGroups() order: what `rankmap show` states per group.
+  std::vector<std::vector<double>> groupUs(const std::vector<int>& order) const;
+
   const NetworkModel& net() const { return net_; }
   const std::vector<MeshDim>& dims() const { return dims_; }
   int ranksPerHost() const { return std::max(1, params_.ranksPerHost); }
@@ -125,14 +138,24 @@ class MeshModel {
   // One phase of a step: one dimension's groups all at once (a pipeline has two: forward and
   // backward). Its time: its flows' completion or its busiest position's bytes between its own
   // ranks, whichever is later, plus `steps` times its slowest hop.
+  // Each group's part of a phase, for groupUs().
+  struct GroupPart {
+    std::vector<Traffic> flows;
+    std::vector<std::pair<int, double>> intra;  // position, bytes between its own ranks
+    std::vector<std::pair<int, int>> hops;
+  };
   struct Phase {
     int dim = 0;
     double steps = 0;
     std::vector<Traffic> flows;
     std::vector<double> intra;              // per position
     std::vector<std::pair<int, int>> hops;  // position pairs (a == b: inside a host)
+    std::vector<GroupPart> groups;          // meshGroups() order
   };
   double phaseUs(const std::vector<int>& order, const Phase& p) const;
+  // A phase's time on `flows`, the largest of `intraBytes` and the slowest of `hops`.
+  double partUs(const std::vector<int>& order, double steps, const std::vector<Traffic>& flows,
+                double intraBytes, const std::vector<std::pair<int, int>>& hops) const;
 
   const NetworkModel& net_;
   std::vector<MeshDim> dims_;

@@ -274,7 +274,11 @@ void orderMesh(const PlanOptions& o, PlanResult& r) {
   std::iota(input.begin(), input.end(), 0);
   PlanMesh pm;
   pm.dims = o.mesh;
-  for (size_t d = 0; d < pm.dims.size(); ++d) pm.dims[d].predictedUs = m.times.dimUs[d];
+  std::vector<std::vector<double>> groupUs = model.groupUs(m.order);
+  for (size_t d = 0; d < pm.dims.size(); ++d) {
+    pm.dims[d].predictedUs = m.times.dimUs[d];
+    pm.dims[d].groupsUs = std::move(groupUs[d]);
+  }
   pm.stepUs = m.times.stepUs;
   pm.worldRingStepUs = model.stepUs(r.worldRingOrder);
   pm.inputStepUs = model.stepUs(input);

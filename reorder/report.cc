@@ -127,9 +127,71 @@ std::string meshSummary(const PlanMesh& m, size_t world, const std::string& basi
       timeText(m.stepUs), basis.empty() ? "placed" : basis, timeText(m.worldRingStepUs),
       ratio(m.worldRingStepUs), timeText(m.inputStepUs), ratio(m.inputStepUs));
   for (const auto& d : m.dims)
-    out += fmt::format("    {} ({} groups of {}): {} {} each, alone {}\n", d.name,
+    out += fmt::format("    {} ({} groups of {}): {} {} each, all groups at once {}\n", d.name,
                        world / static_cast<size_t>(d.size), d.size, d.collective, sizeText(d.bytes),
                        timeText(d.predictedUs));
+  return out;
+}
+
+// Up to this many groups per dimension are listed by `rankmap show`, the slowest first.
+constexpr size_t kMeshGroupsShown = 8;
+
+// Each dimension's groups: their ranks, hosts and innermost groups (racks), and each group's
+// predicted time alone (PlanMesh's groupsUs), the slowest first.
+std::string meshGroupsText(const Plan& p) {
+  const PlanMesh& m = *p.mesh;
+  std::string out = meshSummary(m, p.worldSize(), "");
+  std::map<std::string, size_t> rackOf;
+  if (!p.groups.empty())
+    for (size_t g = 0; g < p.groups.front().groups.size(); ++g)
+      for (const auto& h : p.groups.front().groups[g]) rackOf[h] = g;
+  size_t rph = static_cast<size_t>(std::max(1, p.ranksPerHost));
+  auto listed = [](const auto& items, size_t limit) {
+    std::string s;
+    for (size_t i = 0; i < items.size() && i < limit; ++i)
+      s += fmt::format("{}{}", i ? " " : "", items[i]);
+    if (items.size() > limit) s += fmt::format(" ... ({} more)", items.size() - limit);
+    return s;
+  };
+  for (size_t d = 0; d < m.dims.size(); ++d) {
+    const MeshDim& dim = m.dims[d];
+    std::vector<std::vector<int>> groups = meshGroups(m.dims, d);
+    bool timed = dim.groupsUs.size() == groups.size();
+    std::vector<size_t> byTime(groups.size());
+    std::iota(byTime.begin(), byTime.end(), 0);
+    if (timed)
+      std::stable_sort(byTime.begin(), byTime.end(),
+                       [&](size_t a, size_t b) { return dim.groupsUs[a] > dim.groupsUs[b]; });
+    out += fmt::format("    {} groups{}:\n", dim.name, timed ? ", each alone, slowest first" : "");
+    for (size_t i = 0; i < byTime.size() && i < kMeshGroupsShown; ++i) {
+      const auto& g = groups[byTime[i]];
+      std::vector<std::string> hosts;
+      std::vector<size_t> racks;
+      for (int r : g) {
+        const std::string& h = p.order[static_cast<size_t>(r) / rph];
+        if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+        if (auto it = rackOf.find(h);
+            it != rackOf.end() && std::find(racks.begin(), racks.end(), it->second) == racks.end())
+          racks.push_back(it->second);
+      }
+      out += fmt::format("      [{}] ranks {} on {}", byTime[i], listed(g, 8), listed(hosts, 8));
+      if (!p.groups.empty())
+        out += fmt::format(" ({} {})",
+                           racks.size() == 1 ? p.groups.front().name : p.groups.front().name + "s",
+                           listed(racks, 8));
+      out += timed ? fmt::format(": {}\n", timeText(dim.groupsUs[byTime[i]])) : "\n";
+    }
+    if (groups.size() > kMeshGroupsShown) {
+      out += fmt::format("      ... ({} more groups", groups.size() - kMeshGroupsShown);
+      if (timed) {
+        std::vector<double> t = dim.groupsUs;
+        std::sort(t.begin(), t.end());
+        out += fmt::format("; all {}: fastest {}, median {}", groups.size(), timeText(t.front()),
+                           timeText(t[t.size() / 2]));
+      }
+      out += ")\n";
+    }
+  }
   return out;
 }
 }  // namespace
@@ -518,6 +580,7 @@ std::string describePlan(const Plan& p, const std::map<std::string, double>& hos
   }
   if (p.order.size() > limit) out += fmt::format(" ... ({} more)", p.order.size() - limit);
   out += "\n";
+  if (p.mesh) out += "\nthe job's groups:\n" + meshGroupsText(p);
 
   // Every prediction is for one size of its range (representativeBytes), named in the row; the
   // lower bound is any algorithm's at that size (lowerBoundUsPerByte), so never above it.
@@ -755,18 +818,26 @@ Json planReport(const Plan& p) {
       row["at_bytes"] = std::llround(representativeBytes(r.minBytes, r.maxBytes));
       row["engine_faster"] = r.engineUs > 0 && kEngineAdviceRatio * r.engineUs < r.predictedUs;
     }
-  return {{"kind", "plan"},
-          {"hosts", p.hosts.size()},
-          {"ranks_per_host", p.ranksPerHost},
-          {"ranks", p.worldSize()},
-          {"confidence", p.confidence},
-          {"epoch", p.epoch},
-          {"topology_hash", p.topologyHash},
-          {"groups", doc.at("groups")},
-          {"order", p.order},
-          {"collectives", std::move(collectives)},
-          {"open_mpi", std::move(openMpi)},
-          {"predicted", doc.at("predicted")}};
+  Json report = {{"kind", "plan"},
+                 {"hosts", p.hosts.size()},
+                 {"ranks_per_host", p.ranksPerHost},
+                 {"ranks", p.worldSize()},
+                 {"confidence", p.confidence},
+                 {"epoch", p.epoch},
+                 {"topology_hash", p.topologyHash},
+                 {"groups", doc.at("groups")},
+                 {"order", p.order},
+                 {"collectives", std::move(collectives)},
+                 {"open_mpi", std::move(openMpi)},
+                 {"predicted", doc.at("predicted")}};
+  // The mesh as plan.json has it, each dimension with its groups' ranks (groups_us's order).
+  if (p.mesh) {
+    Json mesh = doc.at("mesh");
+    for (size_t d = 0; d < p.mesh->dims.size(); ++d)
+      mesh["dims"][d]["groups"] = meshGroups(p.mesh->dims, d);
+    report["mesh"] = std::move(mesh);
+  }
+  return report;
 }
 
 Json topologyReport(const Topology& t, const PlanResult& r) {

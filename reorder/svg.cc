@@ -6,10 +6,12 @@
 #include <map>
 #include <numbers>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "reorder/mesh.h"
 #include "reorder/numeric.h"
 #include "reorder/report.h"
 
@@ -360,6 +362,45 @@ void appendRings(std::string& s, const Plan& plan, const Layout& L, const Panel&
   s += marks;
 }
 
+// A mesh dimension's colour and marker (the first kMeshDimsDrawn dimensions are drawn).
+constexpr size_t kMeshDimsDrawn = 4;
+constexpr std::array<const char*, kMeshDimsDrawn> kMeshColours = {"#00b4d8", "#e040fb", "#76ff03",
+                                                                  "#ffffff"};
+// Cells marked per dimension at most (the rest are in `rankmap show`'s text).
+constexpr size_t kMeshMarksPerDim = 4096;
+
+// A diamond of half-width r at (x, y); `attrs` go into the element.
+std::string diamond(double x, double y, double r, const char* fill, const std::string& attrs) {
+  return fmt::format(
+      "<path {}d=\"M{:.1f},{:.1f} L{:.1f},{:.1f} L{:.1f},{:.1f} L{:.1f},{:.1f} Z\" fill=\"{}\" "
+      "stroke=\"#000\" stroke-width=\"0.8\"/>\n",
+      attrs, x, y - r, x + r, y, x, y + r, x - r, y, fill);
+}
+
+// The job's groups (plan.mesh): per dimension, the cells (sender row, receiver column) its groups'
+// traffic uses between hosts, as diamonds in the dimension's colour, side by side in the lower
+// part of a cell (the plan ring's dot is at its centre).
+void appendMeshGroups(std::string& s, const Plan& plan, const Layout& L, const Panel& P) {
+  if (!plan.mesh) return;
+  const auto& dims = plan.mesh->dims;
+  size_t drawn = std::min(dims.size(), kMeshDimsDrawn);
+  size_t rph = static_cast<size_t>(std::max(1, plan.ranksPerHost));
+  double r = std::clamp(L.cell * 0.16, 1.5, 6.0);
+  for (size_t d = 0; d < drawn; ++d) {
+    std::set<std::pair<size_t, size_t>> cells;
+    for (const auto& g : meshGroups(dims, d))
+      for (const MeshHop& h : meshGroupTraffic(dims[d], g)) {
+        size_t a = static_cast<size_t>(h.from) / rph, b = static_cast<size_t>(h.to) / rph;
+        if (a != b && cells.size() < kMeshMarksPerDim) cells.insert({L.bin(a), L.bin(b)});
+      }
+    double dx = (static_cast<double>(d) - (static_cast<double>(drawn) - 1) / 2) * 2.2 * r;
+    std::string attrs = fmt::format("class=\"mesh-hop\" data-dim=\"{}\" ", esc(dims[d].name));
+    for (auto [a, b] : cells)
+      s += diamond(P.x0 + (b + 0.5) * L.cell + dx, P.y0 + (a + 0.75) * L.cell, r, kMeshColours[d],
+                   attrs);
+  }
+}
+
 // Axis labels: host names when they fit (48 hosts), else nothing but the boundaries. Row labels
 // on the first panel only.
 void appendAxisLabels(std::string& s, const Plan& plan, const Layout& L, const Panel& P) {
@@ -447,6 +488,24 @@ double appendLegend(std::string& s, const Topology& t, const Plan& plan, const L
       "<rect x=\"{}\" y=\"{}\" width=\"30\" height=\"14\" fill=\"url(#missing)\"/>"
       "<text x=\"{}\" y=\"{}\" font-size=\"14\">not measured</text>\n",
       lx + 560, ly - 7, lx + 600, ly + 5);
+  if (plan.mesh) {
+    const auto& dims = plan.mesh->dims;
+    for (size_t d = 0; d < dims.size() && d < kMeshDimsDrawn; ++d) {
+      ly += 26;
+      const MeshDim& dim = dims[d];
+      std::string slowest;
+      if (!dim.groupsUs.empty())
+        slowest =
+            fmt::format("; slowest group alone {}",
+                        timeText(*std::max_element(dim.groupsUs.begin(), dim.groupsUs.end())));
+      s += diamond(lx + 15, ly, 7, kMeshColours[d], "");
+      s += fmt::format(
+          "<text x=\"{}\" y=\"{}\" font-size=\"14\">{} groups ({} of {}, {} {} each): the host "
+          "pairs their traffic uses; all at once {}{}</text>\n",
+          lx + 50, ly + 5, esc(dim.name), plan.worldSize() / static_cast<size_t>(dim.size),
+          dim.size, dim.collective, sizeText(dim.bytes), timeText(dim.predictedUs), slowest);
+    }
+  }
   if (L.m < L.n) {
     ly += 26;
     s += fmt::format(
@@ -611,6 +670,7 @@ std::string renderSvg(const Topology& t, const Plan& plan) {
     appendCells(s, L, P);
     appendBoundaries(s, L, P);
     appendRings(s, plan, L, P);
+    appendMeshGroups(s, plan, L, P);
     appendAxisLabels(s, plan, L, P);
     appendColourBar(s, P);
   }

@@ -7,6 +7,9 @@
 // host's bar as wide as its share (<g id="shares">, one <rect class="share"> per host), and its
 // packed trees as diagrams over the hosts in ring order (<g id="trees">, one <g class="tree">
 // per tree drawn, with <line class="tree-edge"> per edge and a <circle class="tree-root">).
+// A plan with a mesh (plan.mesh) also marks, per dimension (up to four), the cells its groups'
+// traffic uses between hosts (<path class="mesh-hop" data-dim="NAME">), with a legend line each
+// (the dimension's time with all its groups at once and its slowest group's alone).
 #pragma once
 
 #include <string>

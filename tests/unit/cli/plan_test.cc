@@ -235,6 +235,38 @@ TEST_F(Cli, ShowPlanTopologyAndSvg) {
   EXPECT_NE(noTopo.err.find("--topology"), std::string::npos) << noTopo.err;
 }
 
+// A plan with a mesh: `rankmap show` lists each dimension's groups (ranks, hosts, racks) with
+// each group's predicted time alone, --json carries the groups, and the SVG marks the cells each
+// dimension's traffic uses.
+TEST_F(Cli, ShowStatesEachGroupOfTheMeshAndDrawsIt) {
+  std::string topo = test::fixture("testbed_8vm_2rack.json");
+  Outcome plan = rankmap("plan -t " + topo + " --mesh dp=4,pp=2 -o " + path("m.json"));
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  Outcome show = rankmap("show " + path("m.json"));
+  ASSERT_EQ(show.code, 0) << show.err;
+  EXPECT_NE(show.out.find("the job's groups:"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("dp groups, each alone, slowest first:"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("pp groups, each alone, slowest first:"), std::string::npos) << show.out;
+  // Both data-parallel groups, each in one rack, with a time.
+  std::regex dpGroup(
+      R"(\[[01]\] ranks ([0-7]) ([0-7]) ([0-7]) ([0-7]) on \S+ \S+ \S+ \S+ \(rack \d\): [0-9.]+ (ms|s)\n)");
+  auto begin = std::sregex_iterator(show.out.begin(), show.out.end(), dpGroup);
+  EXPECT_EQ(std::distance(begin, std::sregex_iterator()), 2) << show.out;
+
+  Outcome json = rankmap("show --json " + path("m.json"));
+  ASSERT_EQ(json.code, 0) << json.err;
+  Json doc = Json::parse(json.out);
+  EXPECT_EQ(doc["mesh"]["dims"][0]["groups"], Json::parse("[[0,2,4,6],[1,3,5,7]]"));
+  EXPECT_EQ(doc["mesh"]["dims"][1]["groups_us"].size(), 4u);
+
+  Outcome svg = rankmap("show " + path("m.json") + " -t " + topo + " --svg " + path("m.svg"));
+  ASSERT_EQ(svg.code, 0) << svg.err;
+  std::string drawing = slurp(path("m.svg"));
+  EXPECT_NE(drawing.find("class=\"mesh-hop\" data-dim=\"dp\""), std::string::npos);
+  EXPECT_NE(drawing.find("class=\"mesh-hop\" data-dim=\"pp\""), std::string::npos);
+  EXPECT_NE(drawing.find("dp groups (2 of 4, allreduce"), std::string::npos);
+}
+
 // A launcher command line rankmap run cannot read (README's quick start once handed rankmapd's
 // hosts file to mpirun): a warning that says why, what mpirun wants, and that --strict makes it
 // an error; with --strict or RANKMAP_RUN_STRICT=1, exit 2 and nothing runs.

@@ -130,6 +130,32 @@ TEST(Mesh, DataParallelGroupsLandInOneRackEach) {
   EXPECT_NEAR(p.times.dimUs[0], oneRack.evaluate(walk).dimUs[0], 1e-6 * p.times.stepUs);
 }
 
+// Each group alone: a group inside one rack is as fast as in a network of one rack, one that
+// crosses the uplink is slower, and no group alone is slower than its dimension with every group
+// at once.
+TEST(Mesh, EachGroupAloneIsTimedOnItsOwnTraffic) {
+  NetworkModel net = racks({4, 4}, 1000, 100);
+  auto dims = mesh("dp=4,pp=2", "dp=allreduce:16MiB,pp=sendrecv:1MiB");
+  MeshModel model(net, dims, RingParams{});
+  // dp group 0 (ranks 0 2 4 6) on hosts 0-3 (rack 0), dp group 1 (1 3 5 7) on hosts 4-7 (rack
+  // 1); every pipeline pair crosses. Then ranks 4 and 5 trade hosts: both groups cross.
+  std::vector<int> inRacks = {0, 4, 1, 5, 2, 6, 3, 7};
+  auto alone = model.groupUs(inRacks);
+  ASSERT_EQ(alone.size(), 2u);
+  ASSERT_EQ(alone[0].size(), 2u);
+  ASSERT_EQ(alone[1].size(), 4u);
+  EXPECT_NEAR(alone[0][0], alone[0][1], 1e-6 * alone[0][0]);
+  MeshTimes all = model.evaluate(inRacks);
+  for (size_t d = 0; d < 2; ++d)
+    for (double us : alone[d]) EXPECT_LE(us, all.dimUs[d] * (1 + 1e-9));
+  std::vector<int> across = {0, 4, 1, 5, 6, 2, 3, 7};  // ranks 4 and 5 swapped racks
+  auto mixed = model.groupUs(across);
+  EXPECT_GT(mixed[0][0], 2 * alone[0][0]);  // 16 MiB's ring over a 100 Mbit/s uplink
+  EXPECT_GT(mixed[0][1], 2 * alone[0][1]);
+  // The pipeline pairs cross racks in both orders, alone as fast.
+  for (size_t g = 0; g < 4; ++g) EXPECT_NEAR(mixed[1][g], alone[1][g], 1e-9 * alone[1][g]);
+}
+
 // The heuristic against every arrangement the model can tell apart, on small jobs.
 TEST(Mesh, PlacementIsWithinFivePercentOfTheExactSearch) {
   struct Case {
@@ -198,8 +224,17 @@ TEST(Mesh, PlanCarriesTheMeshAndReadsItBack) {
     for (int rank : g) in.insert(rackOf.at(r.plan.order[rank]));
     EXPECT_EQ(in.size(), 1u);
   }
+  // Each group's time alone, in meshGroups order: 2 data-parallel groups, 4 pipeline pairs.
+  ASSERT_EQ(m.dims[0].groupsUs.size(), 2u);
+  ASSERT_EQ(m.dims[1].groupsUs.size(), 4u);
+  for (const auto& d : m.dims)
+    for (double us : d.groupsUs) {
+      EXPECT_GT(us, 0);
+      EXPECT_LE(us, d.predictedUs * (1 + 1e-9));
+    }
   std::string text = r.plan.dump();
   EXPECT_NE(text.find("\"schema_version\": 2"), std::string::npos);
+  EXPECT_NE(text.find("\"groups_us\""), std::string::npos);
   EXPECT_EQ(Plan::parse(text, "plan.json"), r.plan);
 
   // Without a mesh: version 1, as before.
@@ -212,6 +247,15 @@ TEST(Mesh, PlanCarriesTheMeshAndReadsItBack) {
   doc["schema_version"] = 1;
   EXPECT_NE(errorOf([&] { Plan::fromJson(doc, "plan.json"); }).find("schema version 1"),
             std::string::npos);
+  doc = r.plan.toJson();
+  doc["mesh"]["dims"][1]["groups_us"] = Json::array({1.0, 2.0});
+  EXPECT_NE(errorOf([&] { Plan::fromJson(doc, "plan.json"); }).find("groups_us"),
+            std::string::npos);
+  Plan without = r.plan;  // groups_us is optional
+  without.mesh->dims[1].groupsUs.clear();
+  without.seal();
+  EXPECT_EQ(without.dump().find("\"groups_us\"", without.dump().find("\"pp\"")), std::string::npos);
+  EXPECT_EQ(Plan::parse(without.dump(), "plan.json"), without);
   doc = r.plan.toJson();
   doc["mesh"]["dims"][0]["size"] = 3;
   EXPECT_NE(errorOf([&] { Plan::fromJson(doc, "plan.json"); }).find("multiply to the world size 8"),
