@@ -36,6 +36,18 @@ std::optional<reorder::DeclaredPlacement> readPrior(const std::string& file,
                                                     const std::string& labelKeys,
                                                     const std::string& source = "--prior");
 
+// The help of the options `rankmap plan` and `rankmap run` share: the job's groups.
+inline constexpr const char* kMeshHelp =
+    "The job's device mesh, outermost first (PyTorch's init_device_mesh order), "
+    "NAME=SIZE[,NAME=SIZE...], e.g. pp=2,dp=4,tp=8: the order is chosen for every group's traffic "
+    "at once";
+inline constexpr const char* kTrafficHelp =
+    "Each mesh dimension's traffic per step: DIM=COLLECTIVE:SIZE[,...], e.g. "
+    "dp=allreduce:256MiB,pp=sendrecv:8MiB (defaults by name: docs/planner.md)";
+inline constexpr const char* kProfileHelp =
+    "A job profile recorded by an earlier run of the job (rankmap run --record-profile): plan for "
+    "the groups and traffic it recorded, instead of --mesh and --traffic";
+
 void registerConfigCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);
 void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run);

@@ -15,8 +15,10 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hosts_file.h"
+#include "common/job_profile.h"
 #include "common/json.h"
 #include "common/openmpi.h"
+#include "reorder/mesh.h"
 #include "reorder/planner.h"
 #include "reorder/report.h"
 
@@ -42,6 +44,7 @@ struct PlanArgs {
   std::string priorLabels;  // empty = RANKMAP_PRIOR_LABELS
   std::string mesh;         // empty = the world ring alone
   std::string traffic;
+  std::string profile;  // a job profile (common/job_profile.h) instead of mesh and traffic
 };
 
 // A file the user named that cannot be read is bad input (exit 2), not a failure of ours.
@@ -162,9 +165,20 @@ int runPlan(const PlanArgs& a, const Config& config) {
   o.ringBytes = *size;
   if (!a.traffic.empty() && a.mesh.empty())
     throw InvalidInput("--traffic: expected together with --mesh (the traffic of its dimensions)");
+  if (!a.profile.empty() && !a.mesh.empty())
+    throw InvalidInput(
+        "--profile: expected instead of --mesh and --traffic (the profile gives the job's groups "
+        "and their traffic)");
   if (!a.mesh.empty()) {
     o.mesh = reorder::parseMesh(a.mesh, "--mesh");
     reorder::meshTraffic(o.mesh, a.traffic, "--traffic");
+  }
+  if (!a.profile.empty()) {
+    reorder::ProfileMesh pm =
+        reorder::meshFromProfile(JobProfile::load(a.profile), "--profile " + a.profile);
+    o.mesh = std::move(pm.dims);
+    for (const auto& n : pm.notes)
+      std::fprintf(stderr, "rankmap plan: profile %s: %s\n", a.profile.c_str(), n.c_str());
   }
 
   Topology t = loadTopology(a.topology);
@@ -230,13 +244,9 @@ void registerPlanCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                   "plan's order, to this JSON file");
   cmd->add_option("--sizes", args->sizes,
                   "Message sizes for --predictions (default 64K,256K,1M,4M,16M,64M)");
-  cmd->add_option("--mesh", args->mesh,
-                  "The job's device mesh, outermost first (PyTorch's init_device_mesh order): "
-                  "NAME=SIZE[,NAME=SIZE...], e.g. pp=2,dp=4,tp=8; the order is chosen for every "
-                  "group's traffic at once");
-  cmd->add_option("--traffic", args->traffic,
-                  "Each mesh dimension's traffic per step: DIM=COLLECTIVE:SIZE[,...], e.g. "
-                  "dp=allreduce:256MiB,pp=sendrecv:8MiB (defaults by name: docs/planner.md)");
+  cmd->add_option("--mesh", args->mesh, kMeshHelp);
+  cmd->add_option("--traffic", args->traffic, kTrafficHelp);
+  cmd->add_option("--profile", args->profile, kProfileHelp);
   cmd->add_option("--out,-o", args->out, "Write the plan here (default: stdout)");
   cmd->add_option("--prior", args->prior,
                   "Declared placement to compare with the measured groups and record in the plan: "

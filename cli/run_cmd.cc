@@ -41,13 +41,14 @@ void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                   "mpirun: write Open MPI's coll_tuned rules from the plan to this file and keep "
                   "it (it must be readable at this path on every host); default: a private file "
                   "removed after the job");
-  cmd->add_option("--mesh", a->mesh,
-                  "The job's device mesh, outermost first (PyTorch's init_device_mesh order), "
-                  "e.g. pp=2,dp=4: the plan places every group's traffic (with --topology or "
-                  "--agent)");
-  cmd->add_option("--traffic", a->traffic,
-                  "Each mesh dimension's traffic per step, e.g. dp=allreduce:256MiB,"
-                  "pp=sendrecv:8MiB (defaults by name: docs/planner.md)");
+  cmd->add_option("--mesh", a->mesh, std::string(kMeshHelp) + " (with --topology or --agent)");
+  cmd->add_option("--traffic", a->traffic, kTrafficHelp);
+  cmd->add_option("--profile", a->profile,
+                  std::string(kProfileHelp) + "; the job must be the one it was recorded from");
+  cmd->add_option("--record-profile", a->recordProfile,
+                  "Record this run's groups and their traffic into this file (MPI jobs: every "
+                  "rank preloads the MPI shim; written by the launcher's first rank at "
+                  "MPI_Finalize)");
   cmd->add_option("command", a->command, "The launcher command line, after --")->required();
   cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return launch::runJob(ctx.config, *a); }; });
 }

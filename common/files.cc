@@ -373,4 +373,9 @@ std::string readSecretFile(const std::string& path, size_t minBytes, std::string
   return text;
 }
 
+std::string fileNameOf(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
 }  // namespace rankmap

@@ -47,6 +47,9 @@ void writeFileAtomic(const std::string& path, std::string_view content, int mode
 // Reads a whole file; throws IoError naming the path. Refuses files larger than maxBytes.
 std::string readFile(const std::string& path, size_t maxBytes = 1ull << 30);
 
+// The last component of `path` ("/usr/bin/mpirun" -> "mpirun"; "mpirun" as it is).
+std::string fileNameOf(std::string_view path);
+
 // Refuses a secret file (probe key, API token) that users other than its owner may read:
 // InvalidInput naming `what`, the path, its mode, what is expected and the fix (chmod 600).
 // Accepted: no group or other permission bits (0600, 0400). One exception, for Kubernetes

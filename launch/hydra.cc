@@ -259,12 +259,13 @@ Command HydraCommand::launchInOrder(const std::vector<JobHost>& ordered,
   return cmd;
 }
 
-Command HydraCommand::withShim(const std::string& shimLib, const std::string& planPath) const {
+Command HydraCommand::withShim(const std::string& shimLib, const ShimEnv& env) const {
   std::string preload = shimLib;
   if (!ldPreload_.empty()) preload += ":" + ldPreload_;
+  std::vector<std::string> words{"-genv", "LD_PRELOAD", preload};
+  for (const auto& [name, value] : env) words.insert(words.end(), {"-genv", name, value});
   Command cmd;
-  cmd.argv =
-      rebuild(shimItems_, {"-genv", "LD_PRELOAD", preload, "-genv", "RANKMAP_PLAN", planPath});
+  cmd.argv = rebuild(shimItems_, words);
   return cmd;
 }
 

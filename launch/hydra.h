@@ -54,7 +54,7 @@ class HydraCommand final : public LaunchCommand {
   const std::vector<std::string>& argv() const override { return argv_; }
   const Job& job() const override { return job_; }
   Command launchInOrder(const std::vector<JobHost>& ordered, const std::string& dir) const override;
-  Command withShim(const std::string& shimLib, const std::string& planPath) const override;
+  Command withShim(const std::string& shimLib, const ShimEnv& env) const override;
 
   std::optional<int> np() const { return np_; }
   size_t programIndex() const { return program_; }

@@ -245,7 +245,9 @@ RunDecision prepareRun(const LaunchCommand& cmd, const std::optional<Plan>& plan
       planPath = opts.dir + "/plan.json";
       d.command.files.emplace_back(planPath, p.dump());
     }
-    Command c = cmd.withShim(opts.shimLib, planPath);
+    ShimEnv env{{"RANKMAP_PLAN", planPath}};
+    if (!opts.profileOut.empty()) env.emplace_back("RANKMAP_PROFILE_OUT", opts.profileOut);
+    Command c = cmd.withShim(opts.shimLib, env);
     d.command.argv = std::move(c.argv);
     d.command.files.insert(d.command.files.end(), c.files.begin(), c.files.end());
     d.applied = true;

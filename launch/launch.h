@@ -56,6 +56,10 @@ struct Command {
   std::vector<std::pair<std::string, std::string>> files;  // path -> content
 };
 
+// What every rank of a shim-mode job gets set besides LD_PRELOAD, in order: RANKMAP_PLAN,
+// RANKMAP_PROFILE_OUT.
+using ShimEnv = std::vector<std::pair<std::string, std::string>>;
+
 // A launcher command line that rankmap run can read and rewrite.
 class LaunchCommand {
  public:
@@ -68,8 +72,8 @@ class LaunchCommand {
   // hosts and counts as job(), permuted). Files go into `dir`.
   virtual Command launchInOrder(const std::vector<JobHost>& ordered,
                                 const std::string& dir) const = 0;
-  // Shim mode: the original placement, every rank preloading `shimLib` with RANKMAP_PLAN=planPath.
-  virtual Command withShim(const std::string& shimLib, const std::string& planPath) const = 0;
+  // Shim mode: the original placement, every rank preloading `shimLib` with `env` set.
+  virtual Command withShim(const std::string& shimLib, const ShimEnv& env) const = 0;
 
   // The MPI whose launcher this is (Open MPI's mpirun, MPICH's Hydra), or kUnknown (srun, which
   // starts either): the shim rankmap run preloads must match the program's MPI, and when the
@@ -131,6 +135,7 @@ struct RunOptions {
   // The user's coll_tuned settings outside the command line (ompi_rules.h userCollTunedOutside).
   std::optional<std::string> userCollTuned;
   bool engineRouting = false;  // RANKMAP_MPI_ENGINE is on: the engine's advice is moot
+  std::string profileOut;      // shim mode: every rank records the job's profile into this file
 };
 
 // Open MPI's coll_tuned rules in a decision: `path` holds `content` (among command.files unless

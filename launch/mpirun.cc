@@ -430,11 +430,13 @@ Command MpirunCommand::everyHostReads(const std::string& path, const std::string
   return cmd;
 }
 
-Command MpirunCommand::withShim(const std::string& shimLib, const std::string& planPath) const {
+Command MpirunCommand::withShim(const std::string& shimLib, const ShimEnv& env) const {
   std::string preload = shimLib;
   if (!ldPreload_.empty()) preload += ":" + ldPreload_;
+  std::vector<std::string> words{"-x", "LD_PRELOAD=" + preload};
+  for (const auto& [name, value] : env) words.insert(words.end(), {"-x", name + "=" + value});
   Command cmd;
-  cmd.argv = rebuild(shimItems_, {"-x", "LD_PRELOAD=" + preload, "-x", "RANKMAP_PLAN=" + planPath});
+  cmd.argv = rebuild(shimItems_, words);
   return cmd;
 }
 

@@ -64,7 +64,7 @@ class MpirunCommand final : public LaunchCommand {
   const std::vector<std::string>& argv() const override { return argv_; }
   const Job& job() const override { return job_; }
   Command launchInOrder(const std::vector<JobHost>& ordered, const std::string& dir) const override;
-  Command withShim(const std::string& shimLib, const std::string& planPath) const override;
+  Command withShim(const std::string& shimLib, const ShimEnv& env) const override;
   std::optional<std::string> collTunedOnCommandLine() const override { return collTunedBy_; }
   std::vector<std::string> withCollRules(std::vector<std::string> argv,
                                          const std::string& path) const override;

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/job_profile.h"
 #include "launch/elf.h"
 #include "launch/launch.h"
 #include "launch/launchers.h"
@@ -107,25 +108,99 @@ int runWatched(const Config& cfg, const RunDecision& d, StalePlanSource source,
   return code;
 }
 
-// --mesh and --traffic, read before anything runs. A plan file is applied as it is, so a mesh
-// needs a plan made here: from --topology or the agent.
-std::vector<MeshDim> readMesh(const Config& cfg, const RunArgs& a) {
+// The job's groups: from --mesh and --traffic, or from --profile (its notes in `notes`), read
+// before anything runs. A plan file is applied as it is, so a mesh needs a plan made here: from
+// --topology or the agent.
+struct JobMesh {
+  std::vector<MeshDim> dims;
+  std::optional<JobProfile> profile;
+  std::vector<std::string> notes;
+};
+JobMesh readMesh(const Config& cfg, const RunArgs& a) {
   if (!a.traffic.empty() && a.mesh.empty())
     RANKMAP_THROW(InvalidInput, "--traffic: expected together with --mesh");
-  if (a.mesh.empty()) return {};
-  if (a.xgboost > 0)
+  if (!a.profile.empty() && !a.mesh.empty())
     RANKMAP_THROW(InvalidInput,
-                  "--mesh: expected without --xgboost (an XGBoost job runs one ring)");
+                  "--profile: expected instead of --mesh and --traffic (the profile gives the "
+                  "job's groups and their traffic)");
+  const std::string option = a.profile.empty() ? "--mesh" : "--profile";
+  if (a.mesh.empty() && a.profile.empty()) return {};
+  if (a.xgboost > 0)
+    RANKMAP_THROW(InvalidInput, "{}: expected without --xgboost (an XGBoost job runs one ring)",
+                  option);
   bool fromFile = !a.plan.empty() ||
                   (a.topology.empty() && a.agent.empty() && !cfg.get(settings::kPlan).empty());
   if (fromFile)
     RANKMAP_THROW(InvalidInput,
-                  "--mesh: a plan file (--plan or RANKMAP_PLAN) is applied as it is; expected "
-                  "--topology or --agent to plan for the mesh (or `rankmap plan --mesh` to make "
-                  "the file)");
-  std::vector<MeshDim> mesh = reorder::parseMesh(a.mesh, "--mesh");
-  reorder::meshTraffic(mesh, a.traffic, "--traffic");
-  return mesh;
+                  "{}: a plan file (--plan or RANKMAP_PLAN) is applied as it is; expected "
+                  "--topology or --agent to plan for the job's groups (or `rankmap plan --mesh` "
+                  "to make the file)",
+                  option);
+  JobMesh m;
+  if (!a.profile.empty()) {
+    m.profile = JobProfile::load(a.profile);
+    reorder::ProfileMesh pm = reorder::meshFromProfile(*m.profile, "--profile " + a.profile);
+    m.dims = std::move(pm.dims);
+    for (auto& n : pm.notes) m.notes.push_back("rankmap run: profile " + a.profile + ": " + n);
+    return m;
+  }
+  m.dims = reorder::parseMesh(a.mesh, "--mesh");
+  reorder::meshTraffic(m.dims, a.traffic, "--traffic");
+  return m;
+}
+
+// A profile plans only the job it was recorded from: the same program and world size.
+void checkProfileJob(const JobProfile& p, const std::string& path, const LaunchCommand& cmd) {
+  std::string program = fileNameOf(cmd.program());
+  size_t world = cmd.job().worldSize();
+  if ((!program.empty() && program != p.program) || world != static_cast<size_t>(p.worldSize))
+    RANKMAP_THROW(InvalidInput,
+                  "--profile {}: recorded from program '{}' with {} ranks (fields program, "
+                  "world_size); this job runs '{}' with {} ranks: a profile plans only the job "
+                  "it was recorded from (record one with --record-profile)",
+                  path, p.program, p.worldSize, program.empty() ? "?" : program, world);
+}
+
+// --record-profile FILE: every rank preloads the MPI shim, which records; absolute, since the
+// ranks may start elsewhere.
+std::string profileOutPath(const RunArgs& a) {
+  if (a.recordProfile.empty()) return "";
+  if (a.xgboost > 0)
+    RANKMAP_THROW(InvalidInput, "--record-profile: expected an MPI job, not --xgboost");
+  if (a.mode == "launch")
+    RANKMAP_THROW(InvalidInput,
+                  "--record-profile: expected --mode shim or auto (the MPI shim records the "
+                  "profile inside the job)");
+  if (a.recordProfile == a.profile)
+    RANKMAP_THROW(InvalidInput,
+                  "--record-profile {}: expected another file than --profile (the job reads one "
+                  "and writes the other)",
+                  a.recordProfile);
+  if (a.recordProfile.front() == '/') return a.recordProfile;
+  char cwd[PATH_MAX];
+  if (!::getcwd(cwd, sizeof(cwd)))
+    RANKMAP_THROW(InvalidInput, "--record-profile {}: the current folder cannot be read",
+                  a.recordProfile);
+  return std::string(cwd) + "/" + a.recordProfile;
+}
+
+// --record-profile: a job that runs in shim mode records through the shim it preloads; one that
+// runs unchanged (no plan) preloads the shim for the recording alone (identity order).
+void recordProfile(const LaunchCommand& cmd, const RunOptions& opts, RunDecision& d) {
+  if (opts.shimLib.empty()) {
+    d.notes.push_back("rankmap run: the job's profile is not recorded: " + opts.shimMissing);
+    return;
+  }
+  if (!d.applied) {
+    Command c = cmd.withShim(opts.shimLib, {{"RANKMAP_PROFILE_OUT", opts.profileOut}});
+    d.command.argv = std::move(c.argv);
+    d.command.files.insert(d.command.files.end(), c.files.begin(), c.files.end());
+  }
+  d.notes.push_back(fmt::format(
+      "rankmap run: recording the job's profile (its groups and their traffic) into {}: written "
+      "by the launcher's first rank at MPI_Finalize; `rankmap run --profile {}` plans the next "
+      "run for it",
+      opts.profileOut, opts.profileOut));
 }
 
 }  // namespace
@@ -135,7 +210,10 @@ int runJob(const Config& cfg, const RunArgs& a) {
   if (!a.agent.empty() && (!a.plan.empty() || !a.topology.empty()))
     RANKMAP_THROW(InvalidInput, "--agent: expected alone (not with --plan or --topology)");
   Mode mode = parseMode(a.mode);
-  std::vector<MeshDim> mesh = readMesh(cfg, a);
+  const std::string profileOut = profileOutPath(a);
+  if (!profileOut.empty()) mode = Mode::kShim;
+  JobMesh jobMesh = readMesh(cfg, a);
+  const std::vector<MeshDim>& mesh = jobMesh.dims;
   PlanChecks checks;
   checks.maxAge = cfg.get(settings::kPlanMaxAge);
   if (a.xgboost > 0) {  // frameworks: launch/xgboost.h
@@ -158,6 +236,12 @@ int runJob(const Config& cfg, const RunArgs& a) {
   RunDecision d;
   StalePlanSource staleSource;  // where to ask whether the job's plan went stale
   std::string staleName;
+  if (launcher && !launcher->parse && (jobMesh.profile || !profileOut.empty()))
+    RANKMAP_THROW(InvalidInput,
+                  "{}: expected an MPI job (mpirun, mpiexec, srun): the MPI shim records the "
+                  "profile, and {} is not one",
+                  jobMesh.profile ? "--profile" : "--record-profile", launcher->name);
+  if (cmd && jobMesh.profile) checkProfileJob(*jobMesh.profile, a.profile, *cmd);
   if (launcher && !launcher->parse) {  // torchrun, its own flow: launch/torchrun.h
     const std::string planFile = a.plan.empty() ? cfg.get(settings::kPlan) : a.plan;
     const FileIdentity planId = fileIdentity(planFile);
@@ -216,7 +300,9 @@ int runJob(const Config& cfg, const RunArgs& a) {
       opts.rulesPath = a.rulesOut;
       if (opts.rules != RulesMode::kOff) opts.userCollTuned = userCollTunedOutside();
       opts.engineRouting = cfg.get(settings::kMpiEngine);
+      opts.profileOut = profileOut;
       d = prepareRun(*cmd, pr.plan, pr.error, pr.source, pr.known, opts);
+      if (!profileOut.empty()) recordProfile(*cmd, opts, d);
       if (!a.dryRun) {
         dir->write(d.command.files);
         if (d.rules && d.rules->kept) writeFileAtomic(d.rules->path, d.rules->content);
@@ -257,6 +343,7 @@ int runJob(const Config& cfg, const RunArgs& a) {
                       d.rules->path, limit.count()));
     }
   }
+  d.notes.insert(d.notes.end(), jobMesh.notes.begin(), jobMesh.notes.end());
   for (const auto& note : d.notes) std::fprintf(stderr, "%s\n", note.c_str());
   std::fflush(stderr);
   if (a.dryRun) {

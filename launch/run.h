@@ -34,6 +34,10 @@ struct RunArgs {
   // --mesh, --traffic (reorder/mesh.h): plan for the job's groups (with --topology or --agent).
   std::string mesh;
   std::string traffic;
+  // --profile: plan for the groups and traffic a run of this job recorded (common/job_profile.h);
+  // --record-profile: this run records them (the MPI shim, RANKMAP_PROFILE_OUT).
+  std::string profile;
+  std::string recordProfile;
 };
 
 // Runs the job `a` describes under the settings `cfg`; returns its exit status (0 for --dry-run).

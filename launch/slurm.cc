@@ -607,7 +607,7 @@ Command SrunCommand::launchInOrder(const std::vector<JobHost>& ordered,
   return cmd;
 }
 
-Command SrunCommand::withShim(const std::string& shimLib, const std::string& planPath) const {
+Command SrunCommand::withShim(const std::string& shimLib, const ShimEnv& env) const {
   std::optional<std::string> exp;
   for (const auto& it : items_)
     if (it.name == "export") exp = it.value;
@@ -615,8 +615,9 @@ Command SrunCommand::withShim(const std::string& shimLib, const std::string& pla
   if (const char* p = std::getenv("LD_PRELOAD"); p && *p) preload += std::string(":") + p;
   std::string base = !exp || *exp == "NONE" ? std::string(exp ? "" : "ALL,") : *exp + ",";
   Command cmd;
-  cmd.argv = rebuild({"export"},
-                     {"--export=" + base + "LD_PRELOAD=" + preload + ",RANKMAP_PLAN=" + planPath});
+  std::string exports = "--export=" + base + "LD_PRELOAD=" + preload;
+  for (const auto& [name, value] : env) exports += "," + name + "=" + value;
+  cmd.argv = rebuild({"export"}, {exports});
   return cmd;
 }
 

@@ -81,7 +81,7 @@ class SrunCommand final : public LaunchCommand {
   const std::vector<std::string>& argv() const override { return argv_; }
   const Job& job() const override { return job_; }
   Command launchInOrder(const std::vector<JobHost>& ordered, const std::string& dir) const override;
-  Command withShim(const std::string& shimLib, const std::string& planPath) const override;
+  Command withShim(const std::string& shimLib, const ShimEnv& env) const override;
 
   size_t programIndex() const { return program_; }
 

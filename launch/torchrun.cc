@@ -18,6 +18,7 @@
 
 #include "common/deadline.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/net.h"
 #include "common/plan_agreement.h"
 #include "launch/plan_source.h"
@@ -78,11 +79,6 @@ const std::map<std::string, std::string>& defaults() {
   return kDefaults;
 }
 
-std::string baseName(const std::string& path) {
-  auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 std::string canonical(std::string name) {
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
@@ -138,8 +134,8 @@ print(sys.version_info[0], sys.version_info[1], v.group(1) if v else "?", opt)
 
 bool isTorchrun(const std::vector<std::string>& argv) {
   if (argv.empty()) return false;
-  if (baseName(argv[0]) == "torchrun") return true;
-  return argv.size() >= 3 && baseName(argv[0]).rfind("python", 0) == 0 && argv[1] == "-m" &&
+  if (fileNameOf(argv[0]) == "torchrun") return true;
+  return argv.size() >= 3 && fileNameOf(argv[0]).rfind("python", 0) == 0 && argv[1] == "-m" &&
          argv[2] == "torch.distributed.run";
 }
 
@@ -150,7 +146,7 @@ TorchrunCommand TorchrunCommand::parse(const std::vector<std::string>& argv, Env
   TorchrunCommand c;
   c.argv_ = argv;
   c.env_ = std::move(env);
-  c.launcherWords_ = baseName(argv[0]) == "torchrun" ? 1 : 3;
+  c.launcherWords_ = fileNameOf(argv[0]) == "torchrun" ? 1 : 3;
   const auto& known = knownOptions();
   size_t i = c.launcherWords_;
   for (; i < argv.size(); ++i) {
@@ -292,7 +288,7 @@ bool TorchInstall::redirectsBug() const {
 
 std::optional<std::string> torchrunPython(const std::vector<std::string>& argv) {
   if (argv.empty()) return std::nullopt;
-  if (baseName(argv[0]) != "torchrun") return argv[0];
+  if (fileNameOf(argv[0]) != "torchrun") return argv[0];
   auto path = findOnPath(argv[0]);
   if (!path) return std::nullopt;
   std::ifstream f(*path);
@@ -301,7 +297,7 @@ std::optional<std::string> torchrunPython(const std::vector<std::string>& argv) 
   std::stringstream words(line.substr(2));
   std::string interp, arg;
   words >> interp;
-  if (baseName(interp) == "env" && (words >> arg)) return arg;
+  if (fileNameOf(interp) == "env" && (words >> arg)) return arg;
   if (interp.empty()) return std::nullopt;
   return interp;
 }

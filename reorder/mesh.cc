@@ -152,6 +152,131 @@ void meshTraffic(std::vector<MeshDim>& dims, std::string_view traffic, std::stri
   }
 }
 
+ProfileMesh meshFromProfile(const JobProfile& profile, std::string_view source) {
+  ProfileMesh out;
+  const size_t world = static_cast<size_t>(profile.worldSize);
+  struct Dim {
+    size_t stride = 0, size = 0;
+    std::string name;
+    const ProfileSet* set = nullptr;
+  };
+  std::vector<Dim> found;
+  double worldBytes = 0, groupBytes = 0;
+  for (const auto& s : profile.sets) {
+    std::string what = fmt::format("{} call {}", s.madeBy, s.call);
+    double bytes = 0;
+    for (const auto& t : s.traffic) bytes += static_cast<double>(t.bytes);
+    if (s.call == 0) {
+      worldBytes += bytes;
+      continue;
+    }
+    groupBytes += bytes * static_cast<double>(s.groups.size());
+    size_t k = s.groups.front().size(), covered = 0;
+    bool even = true;
+    for (const auto& g : s.groups) {
+      covered += g.size();
+      even = even && g.size() == k;
+      for (size_t i = 1; even && i < g.size(); ++i)
+        even = g[i] - g[i - 1] == s.groups.front()[1] - s.groups.front()[0];
+    }
+    if (k < 2 && covered == world) continue;  // every rank alone: no traffic between ranks
+    if (covered != world || !even || k < 2) {
+      out.notes.push_back(fmt::format(
+          "{} left out: its groups {} (a mesh dimension's groups hold every rank, equally many, "
+          "evenly spaced)",
+          what,
+          covered != world ? fmt::format("hold {} of the {} ranks", covered, world)
+                           : std::string("differ in size or spacing")));
+      continue;
+    }
+    size_t stride = static_cast<size_t>(s.groups.front()[1] - s.groups.front()[0]);
+    auto same = std::find_if(found.begin(), found.end(),
+                             [&](const Dim& d) { return d.set->groups == s.groups; });
+    if (same != found.end()) {
+      out.notes.push_back(
+          fmt::format("{} forms the groups of {} again: counted with it", what, same->name));
+      continue;
+    }
+    found.push_back(
+        {stride, k, fmt::format("{}{}", s.madeBy == "MPI_Comm_create" ? "create" : "split", s.call),
+         &s});
+  }
+  // The world's traffic (one group) against all groups' (a set's traffic is per group).
+  if (worldBytes > 0.01 * groupBytes)
+    out.notes.push_back(fmt::format(
+        "the world's own traffic ({:.0f}% of the bytes the job's groups moved) is not placed: "
+        "a mesh plan orders the groups",
+        100 * worldBytes / std::max(groupBytes, 1.0)));
+  if (found.empty())
+    RANKMAP_THROW(InvalidInput,
+                  "{}: no set of groups that is a mesh dimension (the job formed no communicator "
+                  "that splits its {} ranks into equal, evenly spaced groups)",
+                  source, world);
+  // Outermost first: widest spacing; spacings between dimensions no set has are filler.
+  std::sort(found.begin(), found.end(),
+            [](const Dim& a, const Dim& b) { return a.stride > b.stride; });
+  std::vector<Dim> dims;
+  size_t inner = 1;  // the spacing the next dimension inwards must have
+  int rest = 0;
+  for (auto it = found.rbegin(); it != found.rend(); ++it) {
+    if (it->stride % inner != 0 || it->stride < inner)
+      RANKMAP_THROW(InvalidInput,
+                    "{}: the groups of {} (ranks {} apart) and those inside them do not form a "
+                    "mesh in PyTorch's order (expected spacings that each divide the next)",
+                    source, it->name, it->stride);
+    if (it->stride > inner)
+      dims.push_back({inner, it->stride / inner, fmt::format("rest{}", ++rest), nullptr});
+    dims.push_back(*it);
+    inner = it->stride * it->size;
+  }
+  if (world % inner != 0)
+    RANKMAP_THROW(InvalidInput, "{}: the groups span {} ranks, which does not divide the job's {}",
+                  source, inner, world);
+  if (world > inner) dims.push_back({inner, world / inner, fmt::format("rest{}", ++rest), nullptr});
+  std::reverse(dims.begin(), dims.end());
+  for (const auto& d : dims) {
+    MeshDim m;
+    m.name = d.name;
+    m.size = static_cast<int>(d.size);
+    m.collective = "allreduce";
+    out.dims.push_back(std::move(m));
+  }
+  // Each set must be exactly its dimension's groups.
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (!dims[i].set) continue;
+    if (meshGroups(out.dims, i) != dims[i].set->groups)
+      RANKMAP_THROW(InvalidInput,
+                    "{}: the groups of {} are not the groups of dimension {} of the mesh {} "
+                    "(PyTorch's order: the last dimension varies fastest)",
+                    source, dims[i].name, i, meshText(out.dims));
+  }
+  // Traffic: rounds (calls of the collective, or forward-and-back passes of a pipeline) and the
+  // bytes of one round summed over the run, per dimension; a step is the fewest rounds.
+  std::vector<std::pair<double, double>> runs(dims.size(), {0, 0});
+  double steps = 0;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (!dims[i].set) continue;
+    const ProfileTraffic* top = nullptr;
+    uint64_t all = 0;
+    for (const auto& t : dims[i].set->traffic) {
+      all += t.bytes;
+      if (t.bytes > 0 && (!top || t.bytes > top->bytes)) top = &t;
+    }
+    if (!top) continue;
+    double perRound =
+        top->collective == "sendrecv" ? 2.0 * static_cast<double>(dims[i].size - 1) : 1;
+    double rounds = std::max(1.0, static_cast<double>(top->calls) / perRound);
+    runs[i] = {rounds, static_cast<double>(all) / perRound};
+    out.dims[i].collective = top->collective;
+    steps = steps == 0 ? rounds : std::min(steps, rounds);
+  }
+  if (steps == 0)
+    RANKMAP_THROW(InvalidInput, "{}: the job's groups moved no bytes (nothing to place)", source);
+  for (size_t i = 0; i < dims.size(); ++i)
+    out.dims[i].bytes = static_cast<uint64_t>(std::llround(runs[i].second / steps));
+  return out;
+}
+
 void checkMeshWorld(const std::vector<MeshDim>& dims, size_t world, std::string_view source) {
   size_t product = 1;
   for (const auto& d : dims) product *= static_cast<size_t>(d.size);
@@ -192,7 +317,7 @@ std::vector<std::vector<int>> meshGroups(const std::vector<MeshDim>& dims, size_
 std::vector<MeshHop> meshGroupTraffic(const MeshDim& dim, const std::vector<int>& g) {
   std::vector<MeshHop> out;
   size_t m = g.size();
-  if (m < 2) return out;
+  if (m < 2 || dim.bytes == 0) return out;  // a dimension that moves nothing (meshFromProfile)
   double s = static_cast<double>(dim.bytes);
   double k = static_cast<double>(m);
   const std::string& c = dim.collective;

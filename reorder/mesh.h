@@ -44,6 +44,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/job_profile.h"
 #include "common/plan.h"
 #include "reorder/network_model.h"
 #include "reorder/ring.h"
@@ -73,6 +74,22 @@ void meshTraffic(std::vector<MeshDim>& dims, std::string_view traffic, std::stri
 // (gradients), fsdp/shard allgather 256 MiB, tp/tensor allreduce 32 MiB, pp/pipe/pipeline
 // sendrecv 8 MiB (activations), ep/expert alltoall 32 MiB, cp/sp/context allgather 32 MiB.
 std::optional<std::pair<std::string, uint64_t>> meshDefaultTraffic(std::string_view name);
+
+// The mesh a job's recorded profile describes (common/job_profile.h), with its traffic per step:
+// each set of groups that partitions the job's ranks into equal groups of evenly spaced ranks is
+// a dimension (named after its call: split2, create3), outermost = widest spacing; a set that
+// does not (a group of some ranks only, unequal groups) is left out and said in `notes`, as is
+// the world's own traffic, which no mesh placement changes; spacings no set has become
+// dimensions without traffic (rest1, ...). Traffic: a set's largest collective, with the bytes of
+// its others added; per step = the run's bytes over the run's steps, a step being one call of
+// the dimension called least (for sendrecv: one message forward and one back per stage pair).
+// Throws InvalidInput naming `source`: sets that together are no mesh in PyTorch's order (what
+// was expected), no set at all, no bytes moved.
+struct ProfileMesh {
+  std::vector<MeshDim> dims;
+  std::vector<std::string> notes;
+};
+ProfileMesh meshFromProfile(const JobProfile& profile, std::string_view source);
 
 // Throws InvalidInput naming `source` unless the sizes multiply to `world`.
 void checkMeshWorld(const std::vector<MeshDim>& dims, size_t world, std::string_view source);

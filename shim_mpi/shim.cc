@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/plan_agreement.h"
 #include "shim_mpi/engine.h"
+#include "shim_mpi/profile.h"
 #include "shim_mpi/wrappers.gen.h"
 
 namespace rankmap::shim_mpi {
@@ -159,9 +160,12 @@ void afterInit() noexcept {
     if (engine && gConfig) startEngine(world, *plan, *gConfig, plan->newRank(rank));
     gReordered.store(world, std::memory_order_release);
   }
+  // Recording sees the world the program sees: after the reordered one is published.
+  if (gConfig) startProfile(*gConfig);
 }
 
 void beforeFinalize() noexcept {
+  finishProfile();
   stopEngine();
   MPI_Comm w = gReordered.exchange(kNoComm, std::memory_order_acq_rel);
   if (w != kNoComm) real::PMPI_Comm_free(&w);

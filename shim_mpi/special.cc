@@ -3,6 +3,7 @@
 // reordered world for MPI_COMM_WORLD needs a rule of its own (docs/mpi.md, "Substitution rules").
 // Each is exported as PMPI_X and MPI_X, like the generated ones.
 #include "shim_mpi/engine.h"
+#include "shim_mpi/profile.h"
 #include "shim_mpi/shim.h"
 #include "shim_mpi/wrappers.gen.h"
 
@@ -10,7 +11,17 @@ using rankmap::shim_mpi::CallGuard;
 using rankmap::shim_mpi::gReordered;
 using rankmap::shim_mpi::isWorld;
 using rankmap::shim_mpi::kNoComm;
+using rankmap::shim_mpi::profileTraffic;
+using rankmap::shim_mpi::toReordered;
 namespace real = rankmap::shim_mpi::real;
+
+namespace {
+// The size of `comm` (0 when MPI cannot say): a collective's whole buffer from its per-rank count.
+int commSize(MPI_Comm comm) {
+  int n = 0;
+  return real::PMPI_Comm_size(comm, &n) == MPI_SUCCESS ? n : 0;
+}
+}  // namespace
 
 extern "C" {
 
@@ -61,6 +72,7 @@ RANKMAP_SHIM_EXPORT int PMPI_Comm_free(MPI_Comm* comm) {
     MPI_Comm world = MPI_COMM_WORLD;
     return real::PMPI_Comm_free(&world);
   }
+  if (guard.outermost() && comm != nullptr) rankmap::shim_mpi::profileFree(*comm);
   return real::PMPI_Comm_free(comm);
 }
 RANKMAP_SHIM_EXPORT int MPI_Comm_free(MPI_Comm* comm) __attribute__((alias("PMPI_Comm_free")));
@@ -127,6 +139,7 @@ RANKMAP_SHIM_EXPORT int PMPI_Allreduce(const void* sendbuf, void* recvbuf, int c
   CallGuard guard;
   if (guard.outermost()) {
     comm = rankmap::shim_mpi::toReordered(comm);
+    profileTraffic("allreduce", comm, count, datatype);
     if (rankmap::shim_mpi::engineActive())
       if (auto rc = rankmap::shim_mpi::engineAllreduce(sendbuf, recvbuf, count, datatype, op, comm))
         return *rc;
@@ -142,6 +155,7 @@ RANKMAP_SHIM_EXPORT int PMPI_Bcast(void* buffer, int count, MPI_Datatype datatyp
   CallGuard guard;
   if (guard.outermost()) {
     comm = rankmap::shim_mpi::toReordered(comm);
+    profileTraffic("broadcast", comm, count, datatype);
     if (rankmap::shim_mpi::engineActive())
       if (auto rc = rankmap::shim_mpi::engineBcast(buffer, count, datatype, root, comm)) return *rc;
   }
@@ -156,6 +170,8 @@ RANKMAP_SHIM_EXPORT int PMPI_Allgather(const void* sendbuf, int sendcount, MPI_D
   CallGuard guard;
   if (guard.outermost()) {
     comm = rankmap::shim_mpi::toReordered(comm);
+    if (rankmap::shim_mpi::profiling())
+      profileTraffic("allgather", comm, 1ll * recvcount * commSize(comm), recvtype);
     if (rankmap::shim_mpi::engineActive())
       if (auto rc = rankmap::shim_mpi::engineAllgather(sendbuf, sendcount, sendtype, recvbuf,
                                                        recvcount, recvtype, comm))
@@ -172,6 +188,8 @@ RANKMAP_SHIM_EXPORT int PMPI_Reduce_scatter_block(const void* sendbuf, void* rec
   CallGuard guard;
   if (guard.outermost()) {
     comm = rankmap::shim_mpi::toReordered(comm);
+    if (rankmap::shim_mpi::profiling())
+      profileTraffic("reducescatter", comm, 1ll * recvcount * commSize(comm), datatype);
     if (rankmap::shim_mpi::engineActive())
       if (auto rc = rankmap::shim_mpi::engineReduceScatterBlock(sendbuf, recvbuf, recvcount,
                                                                 datatype, op, comm))
@@ -182,5 +200,102 @@ RANKMAP_SHIM_EXPORT int PMPI_Reduce_scatter_block(const void* sendbuf, void* rec
 RANKMAP_SHIM_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
                                                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
     __attribute__((alias("PMPI_Reduce_scatter_block")));
+
+// Recorded in the job's profile (shim_mpi/profile.h): the communicators the program makes, and
+// the traffic of the collectives and sends above and below; otherwise like the generated
+// `world` wrappers.
+RANKMAP_SHIM_EXPORT int PMPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm* newcomm) {
+  CallGuard guard;
+  if (!guard.outermost()) return real::PMPI_Comm_split(comm, color, key, newcomm);
+  int rc = real::PMPI_Comm_split(toReordered(comm), color, key, newcomm);
+  if (rc == MPI_SUCCESS && newcomm != nullptr)
+    rankmap::shim_mpi::profileComm("MPI_Comm_split", *newcomm);
+  return rc;
+}
+RANKMAP_SHIM_EXPORT int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm* newcomm)
+    __attribute__((alias("PMPI_Comm_split")));
+
+RANKMAP_SHIM_EXPORT int PMPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm* newcomm) {
+  CallGuard guard;
+  if (!guard.outermost()) return real::PMPI_Comm_create(comm, group, newcomm);
+  int rc = real::PMPI_Comm_create(toReordered(comm), group, newcomm);
+  if (rc == MPI_SUCCESS && newcomm != nullptr)
+    rankmap::shim_mpi::profileComm("MPI_Comm_create", *newcomm);
+  return rc;
+}
+RANKMAP_SHIM_EXPORT int MPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm* newcomm)
+    __attribute__((alias("PMPI_Comm_create")));
+
+RANKMAP_SHIM_EXPORT int PMPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
+                                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                        MPI_Request* request) {
+  CallGuard guard;
+  if (guard.outermost()) {
+    comm = toReordered(comm);
+    profileTraffic("allreduce", comm, count, datatype);
+  }
+  return real::PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+}
+RANKMAP_SHIM_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
+                                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                       MPI_Request* request)
+    __attribute__((alias("PMPI_Iallreduce")));
+
+RANKMAP_SHIM_EXPORT int PMPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                      void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                      MPI_Comm comm) {
+  CallGuard guard;
+  if (guard.outermost()) {
+    comm = toReordered(comm);
+    if (rankmap::shim_mpi::profiling())
+      profileTraffic("alltoall", comm, 1ll * sendcount * commSize(comm), sendtype);
+  }
+  return real::PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+}
+RANKMAP_SHIM_EXPORT int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                     void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                     MPI_Comm comm) __attribute__((alias("PMPI_Alltoall")));
+
+RANKMAP_SHIM_EXPORT int PMPI_Send(const void* buf, int count, MPI_Datatype datatype, int dest,
+                                  int tag, MPI_Comm comm) {
+  CallGuard guard;
+  if (guard.outermost()) {
+    comm = toReordered(comm);
+    profileTraffic("sendrecv", comm, count, datatype, dest);
+  }
+  return real::PMPI_Send(buf, count, datatype, dest, tag, comm);
+}
+RANKMAP_SHIM_EXPORT int MPI_Send(const void* buf, int count, MPI_Datatype datatype, int dest,
+                                 int tag, MPI_Comm comm) __attribute__((alias("PMPI_Send")));
+
+RANKMAP_SHIM_EXPORT int PMPI_Isend(const void* buf, int count, MPI_Datatype datatype, int dest,
+                                   int tag, MPI_Comm comm, MPI_Request* request) {
+  CallGuard guard;
+  if (guard.outermost()) {
+    comm = toReordered(comm);
+    profileTraffic("sendrecv", comm, count, datatype, dest);
+  }
+  return real::PMPI_Isend(buf, count, datatype, dest, tag, comm, request);
+}
+RANKMAP_SHIM_EXPORT int MPI_Isend(const void* buf, int count, MPI_Datatype datatype, int dest,
+                                  int tag, MPI_Comm comm, MPI_Request* request)
+    __attribute__((alias("PMPI_Isend")));
+
+RANKMAP_SHIM_EXPORT int PMPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                      int dest, int sendtag, void* recvbuf, int recvcount,
+                                      MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
+                                      MPI_Status* status) {
+  CallGuard guard;
+  if (guard.outermost()) {
+    comm = toReordered(comm);
+    profileTraffic("sendrecv", comm, sendcount, sendtype, dest);
+  }
+  return real::PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,
+                             recvtype, source, recvtag, comm, status);
+}
+RANKMAP_SHIM_EXPORT int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                     int dest, int sendtag, void* recvbuf, int recvcount,
+                                     MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
+                                     MPI_Status* status) __attribute__((alias("PMPI_Sendrecv")));
 
 }  // extern "C"

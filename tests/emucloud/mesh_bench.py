@@ -19,11 +19,17 @@ plan's predicted steps (plan.json "mesh") against the measured ones.
 
 Usage: mesh_bench.py --emucloud E --rankmap R --rankmapd D [--job mpi --proof MESH_STEP | --job torch]
        [--vms 8 --racks 2 --seed S] [--dp 4 --pp 2] [--dp-bytes B --pp-bytes B] [--runs 3]
+       [--profile-check]
+
+--profile-check (MPI job): a first run records the job's profile (`rankmap run --record-profile`
+under the world ring's plan, the MPI shim preloaded), `rankmap plan --profile` plans from it, and
+that plan joins the interleaved orders, against the plan from the hand-written --mesh/--traffic.
 """
 
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -42,10 +48,11 @@ kHere = os.path.dirname(os.path.abspath(__file__))
 kTorchHidden = 512
 
 
-def mpi_runner(tb, args, tmp, world_path, mesh_path):
-    """run(order) -> the slowest rank's median step (s) of mesh_step.c under mpirun."""
-    bins = {"world": lib.stand_in_mpirun(os.path.join(tmp, "world"), args.rankmap, world_path),
-            "mesh": lib.stand_in_mpirun(os.path.join(tmp, "mesh"), args.rankmap, mesh_path)}
+def mpi_runner(tb, args, tmp, plans):
+    """run(order) -> the slowest rank's median step (s) of mesh_step.c under mpirun; `plans`:
+    order -> (plan.json, rankmap run's options) for the orders that go through rankmap run."""
+    bins = {o: lib.stand_in_mpirun(os.path.join(tmp, o), args.rankmap, path, options)
+            for o, (path, options) in plans.items()}
 
     def run(order):
         env = dict(os.environ)
@@ -61,7 +68,7 @@ def mpi_runner(tb, args, tmp, world_path, mesh_path):
                            timeout=kTimeoutS + 60)
         if p.returncode != 0:
             lib.fail(f"{order}: exit {p.returncode}: {p.stdout[-1000:]} {p.stderr[-2000:]}")
-        if order in bins and "launch mode" not in p.stderr:
+        if order in bins and not re.search(r"rankmap run: (launch|shim) mode", p.stderr):
             lib.fail(f"rankmap run did not apply the plan: {p.stderr[-2000:]}")
         if "check mesh_step wrong=0" not in p.stdout:
             lib.fail(f"{order}: wrong results: {p.stdout[-1000:]}")
@@ -139,6 +146,36 @@ def torch_runner(tb, args, tmp, world_path, mesh_path, tpath):
     return run
 
 
+def profile_plan(args, tmp, tpath, calib, run, profile_path, mplan):
+    """One run recording the job's profile, then `rankmap plan --profile`: the plan's path."""
+    t = run("record")
+    if not os.path.exists(profile_path):
+        lib.fail(f"the recording run wrote no profile at {profile_path}")
+    with open(profile_path) as f:
+        prof = json.load(f)
+    print(f"recorded profile ({t:.3f} s step): " + "; ".join(
+        f"{s['made_by']} {s['call']}: {len(s['groups'])} group(s) of {len(s['groups'][0])}, " +
+        ", ".join(f"{x['collective']} {x['calls']} x {x['bytes']} B" for x in s["traffic"])
+        for s in prof["sets"]), flush=True)
+    path = os.path.join(tmp, "profile_plan.json")
+    words = [args.rankmap, "plan", "--topology", tpath, "--profile", profile_path, "--out", path,
+             *calib]
+    if args.source != "probe":
+        words.append("--use-groups")
+    p = subprocess.run(words, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        lib.fail(f"rankmap plan --profile: exit {p.returncode}: {p.stderr.strip()}")
+    with open(path) as f:
+        pplan = json.load(f)
+    pm = pplan["mesh"]
+    print(f"profile plan: mesh {','.join(d['name'] + '=' + str(d['size']) for d in pm['dims'])}, "
+          f"traffic {', '.join(d['collective'] + ':' + str(d['bytes']) for d in pm['dims'])}; "
+          f"predicted step {pm['step_us'] / 1e6:.3f} s (the mesh plan's "
+          f"{mplan['mesh']['step_us'] / 1e6:.3f} s); same order as the mesh plan: "
+          f"{pplan['order'] == mplan['order']}", flush=True)
+    return path
+
+
 def add_args(p):
     p.add_argument("--rankmap", required=True)
     p.add_argument("--job", choices=("mpi", "torch"), default="mpi")
@@ -152,6 +189,10 @@ def add_args(p):
     p.add_argument("--runs", type=int, default=3)
     al.add_source_args(p)
     p.add_argument("--prefix", default="emmesh")
+    p.add_argument("--profile-check", action="store_true",
+                   help="--job mpi: record the job's profile in a first run (rankmap run "
+                        "--record-profile, world ring's plan), plan from it (rankmap plan "
+                        "--profile) and add that plan to the interleaved orders")
 
 
 def main():
@@ -198,14 +239,26 @@ def bench(tb, args):
                       for q in range(args.pp)]
             print(f"{name:10s} racks by position {[rack[h] for h in order]}; dp groups' racks "
                   f"{groups}", flush=True)
-        if args.job == "mpi":
-            run = mpi_runner(tb, args, tmp, world_path, mesh_path)
-        else:
-            run = torch_runner(tb, args, tmp, world_path, mesh_path, tpath)
         orders = ["plain", "world", "mesh"]
+        if args.job == "mpi":
+            plans = {"world": (world_path, ""), "mesh": (mesh_path, "")}
+            if args.profile_check:
+                profile_path = os.path.join(tmp, "recorded_profile.json")
+                plans["record"] = (world_path, "--record-profile " + shlex.quote(profile_path))
+            run = mpi_runner(tb, args, tmp, plans)
+            if args.profile_check:
+                pplan = profile_plan(args, tmp, tpath, calib, run, profile_path, mplan)
+                plans["profile"] = (pplan, "")
+                run = mpi_runner(tb, args, tmp, plans)
+                orders.append("profile")
+        else:
+            if args.profile_check:
+                lib.fail("--profile-check: --job mpi only (the MPI shim records the profile)")
+            run = torch_runner(tb, args, tmp, world_path, mesh_path, tpath)
         times = {o: [] for o in orders}
         for i in range(args.runs):
-            rot = orders[i % 3:] + orders[:i % 3]
+            k = i % len(orders)
+            rot = orders[k:] + orders[:k]
             for o in rot:
                 times[o].append(run(o))
             print(f"run {i}: " + ", ".join(f"{o} {times[o][-1]:.3f} s" for o in rot), flush=True)
@@ -221,6 +274,10 @@ def bench(tb, args):
             print(f"  {o:8s}  {med[o]:10.3f}  {pred / 1e6:11.3f}  {pred / 1e6 / med[o] - 1:+.1%}")
         print(f"mesh plan: {med['world'] / med['mesh']:.2f}x the world ring's plan, "
               f"{med['plain'] / med['mesh']:.2f}x the provider order")
+        if "profile" in med:
+            print(f"profile plan (from the recorded run): step {med['profile']:.3f} s, "
+                  f"{med['profile'] / med['mesh'] - 1:+.1%} against the mesh plan from --mesh "
+                  f"and --traffic")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-// Fuzz target for the shared documents: topology.json and plan.json parsers must reject any input
-// with InvalidInput (never crash, hang or throw anything else), and whatever they accept must
-// round-trip to the same document. A topology with a link model must also answer pathMbps and
+// Fuzz target for the shared documents: topology.json, plan.json and profile.json (a job's
+// recorded groups, common/job_profile.h) parsers must reject any input with InvalidInput (never
+// crash, hang or throw anything else), and whatever they accept must round-trip to the same
+// document. A topology with a link model must also answer pathMbps and
 // pathLatencyUs for its pairs without throwing (the parser guarantees the links fit).
 //
 // Built two ways: with libFuzzer (scripts/fuzz, clang -fsanitize=fuzzer,address) for real fuzzing,
@@ -13,6 +14,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "common/job_profile.h"
 #include "common/plan.h"
 #include "common/topology.h"
 
@@ -34,6 +36,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         auto lat = topology->pathLatencyUs(a, b);
         if ((a == b) != !bw || (a == b) != !lat || (bw && !(*bw >= 0))) std::abort();
       }
+  }
+  try {
+    auto prof = rankmap::JobProfile::parse(text, "fuzz");
+    if (!(rankmap::JobProfile::parse(prof.dump(), "roundtrip") == prof)) std::abort();
+  } catch (const rankmap::InvalidInput&) {
   }
   try {
     auto p = rankmap::Plan::parse(text, "fuzz");

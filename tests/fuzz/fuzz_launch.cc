@@ -105,7 +105,8 @@ void launcherCommand(const LaunchCommand& cmd, size_t program) {
     } catch (const InvalidInput&) {
     }
   }
-  keepsProgram(argv, program, cmd.withShim("/lib/librankmap_mpi.so", "/run/plan.json").argv,
+  keepsProgram(argv, program,
+               cmd.withShim("/lib/librankmap_mpi.so", {{"RANKMAP_PLAN", "/run/plan.json"}}).argv,
                "withShim");
   if (cmd.collTunedOnCommandLine())
     keepsProgram(argv, program, cmd.withCollRules(argv, "/run/rules.conf"), "withCollRules");

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/files.h"
+#include "common/job_profile.h"
 #include "common/plan.h"
 #include "tests/unit/shim_mpi/subprocess.h"
 
@@ -389,6 +390,93 @@ TEST_F(RunCli, MeshPlacesEachDataParallelGroupInOneRack) {
                "--nproc-per-node", "gpu", "train.py"});
   EXPECT_EQ(c.status, 2) << c.err;
   EXPECT_NE(c.err.find("--nproc-per-node \"gpu\" is not a count"), std::string::npos) << c.err;
+}
+
+// A profile recorded from the job (here written as the MPI shim writes one for a dp=4 x pp=2
+// step: two MPI_Comm_split sets, 4 steps of 256 MiB allreduce and 8 MiB each way) plans it like
+// the hand-written --mesh dp=4,pp=2 with the default traffic; a profile of another job, or with
+// --mesh, is refused before anything runs.
+TEST_F(RunCli, ProfilePlansLikeTheHandWrittenMeshAndOnlyItsOwnJob) {
+  writeFileAtomic(dir_.file("hf8"), "vm0\nvm1\nvm2\nvm3\nvm4\nvm5\nvm6\nvm7\n");
+  std::string topology = std::string(RANKMAP_TEST_DATA_DIR) + "/topologies/testbed_8vm_2rack.json";
+  JobProfile prof;
+  prof.program = "prog";
+  prof.worldSize = 8;
+  prof.recorded = "2026-12-04T05:00:00Z";
+  prof.sets = {
+      {"MPI_COMM_WORLD", 0, {{0, 1, 2, 3, 4, 5, 6, 7}}, {{"allreduce", 5, 40}}},
+      {"MPI_Comm_split", 1, {{0, 2, 4, 6}, {1, 3, 5, 7}}, {{"allreduce", 4, 4 * (256ull << 20)}}},
+      {"MPI_Comm_split", 2, {{0, 1}, {2, 3}, {4, 5}, {6, 7}}, {{"sendrecv", 8, 8 * (8ull << 20)}}}};
+  writeFileAtomic(dir_.file("profile.json"), prof.dump());
+  auto job = [&](const std::string& program, const std::string& np) {
+    return std::vector<std::string>{"--",    fakeMpirun_, "--hostfile", dir_.file("hf8"),
+                                    "--mca", "rmaps",     "seq",        "--np",
+                                    np,      program};
+  };
+  auto hostfile = [](const std::string& out) {
+    std::vector<std::string> order;
+    for (const auto& line : testing::lines(out))
+      if (line.rfind("vm", 0) == 0 && order.size() < 8) order.push_back(line);
+    return order;
+  };
+  std::vector<std::string> args{"--dry-run", "--topology", topology, "--mesh", "dp=4,pp=2"};
+  for (auto& w : job("./prog", "8")) args.push_back(w);
+  Completed hand = rankmap(args);
+  ASSERT_EQ(hand.status, 0) << hand.err;
+  args = {"--dry-run", "--topology", topology, "--profile", dir_.file("profile.json")};
+  for (auto& w : job("/work/bin/prog", "8")) args.push_back(w);
+  Completed fromProfile = rankmap(args);
+  ASSERT_EQ(fromProfile.status, 0) << fromProfile.err;
+  EXPECT_EQ(hostfile(fromProfile.out), hostfile(hand.out)) << hand.out << fromProfile.out;
+  EXPECT_EQ(hostfile(hand.out).size(), 8u) << hand.out;
+  EXPECT_NE(fromProfile.err.find("predicted step 4.99x faster for mesh split1=4,split2=2"),
+            std::string::npos)
+      << fromProfile.err;
+
+  // Another program, another world size, --mesh besides: refused, naming what differs.
+  args = {"--topology", topology, "--profile", dir_.file("profile.json")};
+  for (auto& w : job("./other", "8")) args.push_back(w);
+  Completed c = rankmap(args);
+  EXPECT_EQ(c.status, 2) << c.err;
+  EXPECT_NE(c.err.find("recorded from program 'prog' with 8 ranks (fields program, world_size); "
+                       "this job runs 'other' with 8 ranks: a profile plans only the job it was "
+                       "recorded from"),
+            std::string::npos)
+      << c.err;
+  EXPECT_EQ(c.out.find("argv:"), std::string::npos) << "nothing ran";
+  args = {"--topology", topology,    "--profile",  dir_.file("profile.json"),
+          "--",         fakeMpirun_, "--hostfile", dir_.file("hf"),
+          "--mca",      "rmaps",     "seq",        "--np",
+          "4",          "./prog"};
+  c = rankmap(args);
+  EXPECT_EQ(c.status, 2) << c.err;
+  EXPECT_NE(c.err.find("this job runs 'prog' with 4 ranks"), std::string::npos) << c.err;
+  c = rankmap({"--topology", topology, "--profile", dir_.file("profile.json"), "--mesh", "dp=8",
+               "--", "mpirun"});
+  EXPECT_EQ(c.status, 2) << c.err;
+  EXPECT_NE(c.err.find("--profile: expected instead of --mesh"), std::string::npos) << c.err;
+  writeFileAtomic(dir_.file("bad-profile.json"), "{\"schema\": \"rankmap.plan\"}");
+  c = rankmap({"--topology", topology, "--profile", dir_.file("bad-profile.json"), "--", "mpirun"});
+  EXPECT_EQ(c.status, 2) << c.err;
+  EXPECT_NE(c.err.find("bad-profile.json: at /schema: expected \"rankmap.profile\""),
+            std::string::npos)
+      << c.err;
+
+  // --record-profile: every rank preloads the shim with the file to write (absolute).
+  args = {"--dry-run", "--topology", topology, "--record-profile", "next.json"};
+  for (auto& w : job("./prog", "8")) args.push_back(w);
+  c = rankmap(args);
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.out.find("-x LD_PRELOAD=/opt/rankmap/librankmap_mpi.so -x RANKMAP_PLAN="),
+            std::string::npos)
+      << c.out;
+  EXPECT_NE(c.out.find("/next.json"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("-x RANKMAP_PROFILE_OUT=/"), std::string::npos) << c.out;
+  EXPECT_NE(c.err.find("recording the job's profile"), std::string::npos) << c.err;
+  c = rankmap({"--mode", "launch", "--record-profile", "next.json", "--", "mpirun"});
+  EXPECT_EQ(c.status, 2) << c.err;
+  EXPECT_NE(c.err.find("--record-profile: expected --mode shim or auto"), std::string::npos)
+      << c.err;
 }
 
 TEST_F(RunCli, UsageErrors) {

@@ -157,15 +157,15 @@ TEST(Hydra, LaunchRewriteWritesHydraHostfileInOrder) {
 
 TEST(Hydra, ShimRewritePreloadsAndKeepsPlacement) {
   auto c = parseHydra({"mpiexec", "-hosts", "a,b", "-genv", "LD_PRELOAD", "libx.so", "./app"});
-  EXPECT_EQ(c->withShim("/l/librankmap_mpich.so", "/p.json").argv,
+  EXPECT_EQ(c->withShim("/l/librankmap_mpich.so", {{"RANKMAP_PLAN", "/p.json"}}).argv,
             (Argv{"mpiexec", "-genv", "LD_PRELOAD", "/l/librankmap_mpich.so:libx.so", "-genv",
                   "RANKMAP_PLAN", "/p.json", "-hosts", "a,b", "./app"}));
   // The launching environment's LD_PRELOAD reaches the ranks (Hydra passes it on): kept.
   auto e = parseHydra({"mpiexec", "-hosts", "a,b", "./app"}, {}, {{"LD_PRELOAD", "liby.so"}});
-  EXPECT_EQ(e->withShim("s.so", "p").argv[3], "s.so:liby.so");
+  EXPECT_EQ(e->withShim("s.so", {{"RANKMAP_PLAN", "p"}}).argv[3], "s.so:liby.so");
   auto none = parseHydra({"mpiexec", "-genvnone", "-hosts", "a,b", "./app"}, {},
                          {{"LD_PRELOAD", "liby.so"}});
-  EXPECT_EQ(none->withShim("s.so", "p").argv[3], "s.so");
+  EXPECT_EQ(none->withShim("s.so", {{"RANKMAP_PLAN", "p"}}).argv[3], "s.so");
   // No Open MPI rules for an MPICH job.
   EXPECT_FALSE(c->collTunedOnCommandLine().has_value());
   EXPECT_EQ(c->mpiFamily(), MpiFamily::kMpich);

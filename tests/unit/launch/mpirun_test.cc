@@ -254,7 +254,7 @@ TEST(Mpirun, LaunchRewriteReplacesHostListAndSeq) {
 TEST(Mpirun, ShimRewritePreloadsAndKeepsPlacement) {
   auto c = parse({"mpirun", "-H", "a,b", "-x", "LD_PRELOAD=/opt/prof.so", "-x", "RANKMAP_PLAN=/old",
                   "-x", "B=2", "prog", "-x", "LD_PRELOAD=keep"});
-  Command cmd = c->withShim("/lib/librankmap_mpi.so", "/p/plan.json");
+  Command cmd = c->withShim("/lib/librankmap_mpi.so", {{"RANKMAP_PLAN", "/p/plan.json"}});
   EXPECT_EQ(cmd.argv, (Argv{"mpirun", "-x", "LD_PRELOAD=/lib/librankmap_mpi.so:/opt/prof.so", "-x",
                             "RANKMAP_PLAN=/p/plan.json", "-H", "a,b", "-x", "B=2", "prog", "-x",
                             "LD_PRELOAD=keep"}));
@@ -265,9 +265,7 @@ TEST(Mpirun, ShimRewritePreloadsAndKeepsPlacement) {
                                   if (n == "LD_PRELOAD") return "/x.so";
                                   return std::nullopt;
                                 });
-  EXPECT_EQ(d->withShim("/s.so", "/p")
-                .argv[2],
-            "LD_PRELOAD=/s.so:/x.so");
+  EXPECT_EQ(d->withShim("/s.so", {{"RANKMAP_PLAN", "/p"}}).argv[2], "LD_PRELOAD=/s.so:/x.so");
 }
 
 }  // namespace

@@ -216,12 +216,12 @@ TEST(SrunTest, LaunchInOrderWritesAHostfileAndUsesArbitraryDistribution) {
 TEST(SrunTest, ShimModeExportsThePreload) {
   auto env = srunEnv({{"SLURM_JOB_NODELIST", "vm[0-1]"}});
   auto c = SrunCommand::parse({"srun", "--export=ALL,A=1", "app"}, env);
-  auto cmd = c->withShim("/lib/librankmap_mpi.so", "/p/plan.json");
+  auto cmd = c->withShim("/lib/librankmap_mpi.so", {{"RANKMAP_PLAN", "/p/plan.json"}});
   ASSERT_EQ(cmd.argv.size(), 3u);
   EXPECT_EQ(cmd.argv[1].rfind("--export=ALL,A=1,LD_PRELOAD=/lib/librankmap_mpi.so", 0), 0u)
       << cmd.argv[1];
   EXPECT_NE(cmd.argv[1].find(",RANKMAP_PLAN=/p/plan.json"), std::string::npos);
-  cmd = SrunCommand::parse({"srun", "app"}, env)->withShim("/s.so", "/p.json");
+  cmd = SrunCommand::parse({"srun", "app"}, env)->withShim("/s.so", {{"RANKMAP_PLAN", "/p.json"}});
   EXPECT_EQ(cmd.argv[1].rfind("--export=ALL,LD_PRELOAD=/s.so", 0), 0u) << cmd.argv[1];
 }
 

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/job_profile.h"
+#include "common/json.h"
 #include "common/plan.h"
 #include "common/topology.h"
 #include "reorder/mesh.h"
@@ -201,6 +203,116 @@ TEST(Mesh, ExactSearchDeclinesTooManyArrangements) {
   MeshModel model(net, mesh("dp=4,pp=2"), RingParams{});
   EXPECT_FALSE(exactMeshOrder(model, 10));  // 8! / (4! 4!) = 70
   EXPECT_TRUE(exactMeshOrder(model, 70));
+}
+
+// A recorded profile (common/job_profile.h) becomes the mesh it describes: sets of evenly spaced
+// groups are dimensions, outermost = widest spacing; traffic per step from the run's bytes.
+JobProfile profileOf(int world, std::vector<ProfileSet> sets) {
+  JobProfile p;
+  p.program = "prog";
+  p.worldSize = world;
+  p.recorded = "2026-12-04T05:00:00Z";
+  p.sets = std::move(sets);
+  return p;
+}
+
+TEST(Mesh, AProfilesGroupsBecomeTheMeshTheyForm) {
+  // dp=4 x pp=2 (pp fastest) over 5 steps: 16 MiB allreduce, 1 MiB each way per stage pair.
+  JobProfile p = profileOf(
+      8,
+      {{"MPI_COMM_WORLD", 0, {{0, 1, 2, 3, 4, 5, 6, 7}}, {{"allreduce", 6, 48}}},
+       {"MPI_Comm_split", 1, {{0, 2, 4, 6}, {1, 3, 5, 7}}, {{"allreduce", 5, 5 * (16ull << 20)}}},
+       {"MPI_Comm_split",
+        2,
+        {{0, 1}, {2, 3}, {4, 5}, {6, 7}},
+        {{"sendrecv", 10, 10 * (1ull << 20)}}}});
+  ProfileMesh m = meshFromProfile(p, "profile.json");
+  EXPECT_EQ(meshText(m.dims), "split1=4,split2=2");
+  EXPECT_EQ(meshTrafficText(m.dims), "split1=allreduce:16777216,split2=sendrecv:1048576");
+  EXPECT_TRUE(m.notes.empty()) << m.notes.front();  // 48 bytes on the world: not worth a word
+
+  // The same groups made in the other order, a spacing no set has (a filler dimension with no
+  // traffic), a set that is no dimension (left out, said), the world's heavy traffic (said).
+  p = profileOf(16, {{"MPI_COMM_WORLD",
+                      0,
+                      {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}},
+                      {{"allreduce", 3, 3 * (64ull << 20)}}},
+                     {"MPI_Comm_split",
+                      1,
+                      {{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}},
+                      {{"allreduce", 6, 6 * (32ull << 20)}, {"broadcast", 3, 3 * (1ull << 20)}}},
+                     {"MPI_Comm_split",
+                      2,
+                      {{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}},
+                      {{"alltoall", 3, 3 * (8ull << 20)}}},
+                     {"MPI_Comm_create", 3, {{0, 1, 2}}, {{"allreduce", 3, 3}}}});
+  m = meshFromProfile(p, "profile.json");
+  EXPECT_EQ(meshText(m.dims), "split2=4,rest1=2,split1=2");
+  // Steps: the fewest calls (alltoall, 3); split1's 6 calls of 32 MiB and its broadcasts' 3 MiB
+  // are 65 MiB a step, priced as its allreduce.
+  EXPECT_EQ(meshTrafficText(m.dims),
+            "split2=alltoall:8388608,rest1=allreduce:0,split1=allreduce:68157440");
+  ASSERT_EQ(m.notes.size(), 2u);
+  EXPECT_EQ(m.notes[0],
+            "MPI_Comm_create call 3 left out: its groups hold 3 of the 16 ranks (a "
+            "mesh dimension's groups hold every rank, equally many, evenly spaced)");
+  EXPECT_NE(m.notes[1].find("the world's own traffic (12% of the bytes the job's groups moved) "
+                            "is not placed"),
+            std::string::npos)
+      << m.notes[1];
+  for (size_t d = 0; d < m.dims.size(); ++d) EXPECT_FALSE(meshGroups(m.dims, d).empty());
+
+  // Groups that are no mesh in PyTorch's order, and groups that moved nothing: refused, naming
+  // the file and what was expected.
+  p = profileOf(8,
+                {{"MPI_Comm_split", 1, {{0, 2, 4, 6}, {1, 3, 5, 7}}, {{"allreduce", 1, 8}}},
+                 {"MPI_Comm_split", 2, {{0, 4}, {1, 5}, {2, 6}, {3, 7}}, {{"allreduce", 1, 8}}}});
+  EXPECT_NE(errorOf([&] { meshFromProfile(p, "--profile p.json"); })
+                .find("--profile p.json: the groups of split2 (ranks 4 apart) and those inside "
+                      "them do not form a mesh"),
+            std::string::npos);
+  p = profileOf(4, {{"MPI_Comm_split", 1, {{0, 1}, {2, 3}}, {}}});
+  EXPECT_EQ(errorOf([&] { meshFromProfile(p, "--profile p.json"); }),
+            "--profile p.json: the job's groups moved no bytes (nothing to place)");
+  p = profileOf(4, {{"MPI_Comm_split", 1, {{0, 1, 3}, {2}}, {{"allreduce", 1, 8}}}});
+  EXPECT_NE(errorOf([&] {
+              meshFromProfile(p, "--profile p.json");
+            }).find("--profile p.json: no set of groups that is a mesh dimension"),
+            std::string::npos);
+}
+
+// profile.json: what the shim writes reads back the same; what it must not accept names the field.
+TEST(Mesh, AProfileReadsBackAndBadOnesNameTheField) {
+  JobProfile p = profileOf(
+      4, {{"MPI_Comm_split", 1, {{0, 2}, {1, 3}}, {{"allreduce", 2, 16}, {"sendrecv", 4, 64}}}});
+  EXPECT_EQ(JobProfile::parse(p.dump(), "p.json"), p);
+  auto bad = [&](const std::function<void(Json&)>& change) {
+    Json j = Json::parse(p.dump());
+    change(j);
+    return errorOf([&] { JobProfile::parse(j.dump(), "p.json"); });
+  };
+  EXPECT_NE(bad([](Json& j) {
+              j["schema"] = "rankmap.plan";
+            }).find("p.json: at /schema: expected \"rankmap.profile\""),
+            std::string::npos);
+  EXPECT_NE(bad([](Json& j) { j["version"] = 2; }).find("at /version: expected profile version 1"),
+            std::string::npos);
+  EXPECT_NE(bad([](Json& j) {
+              j["sets"][0]["groups"][0][1] = 4;
+            }).find("at /sets/0/groups/0/1: expected an integer in [0, 3]"),
+            std::string::npos);
+  EXPECT_NE(bad([](Json& j) {
+              j["sets"][0]["groups"][1][1] = 2;
+            }).find("at /sets/0/groups/1/1: expected a rank in one group of the set only"),
+            std::string::npos);
+  EXPECT_NE(bad([](Json& j) {
+              j["sets"][0]["traffic"][1]["collective"] = "allreduce";
+            }).find("at /sets/0/traffic/1/collective: expected each collective once per set"),
+            std::string::npos);
+  EXPECT_NE(bad([](Json& j) {
+              j["sets"][0]["traffic"][0]["collective"] = "gather";
+            }).find("expected allreduce, allgather"),
+            std::string::npos);
 }
 
 TEST(Mesh, PlanCarriesTheMeshAndReadsItBack) {

@@ -13,6 +13,8 @@
 #include <map>
 #include <regex>
 
+#include "common/files.h"
+#include "common/job_profile.h"
 #include "common/plan.h"
 #include "tests/unit/common/plan_util.h"
 #include "tests/unit/shim_mpi/subprocess.h"
@@ -292,6 +294,39 @@ TEST_F(ShimJob, EngineServesCollectivesWithIdenticalResults) {
     // The checked allreduce, bcast and allgather (and, in C, reduce_scatter_block), plus the 3
     // timed allreduces.
     EXPECT_GE(std::stoi(m[1]), 6) << describe(c);
+  }
+}
+
+// RANKMAP_PROFILE_OUT: the shim records the groups the program's MPI_Comm_split calls form and
+// their traffic (a dp=2 x pp=2 step: a 64 KiB allreduce in the data-parallel groups, 4 KiB each
+// way in the pipeline's), in the program's ranks whether a plan reorders the world or not.
+TEST_F(ShimJob, RecordsTheGroupsItsCommunicatorsFormAndTheirTraffic) {
+  for (bool planned : {false, true}) {
+    SCOPED_TRACE(planned ? "with a plan" : "identity order");
+    std::string out = dir_.file(planned ? "planned-profile.json" : "profile.json");
+    auto words = setEnv("LD_PRELOAD", RANKMAP_SHIM_LIB);
+    for (auto& w : setEnv("RANKMAP_PROFILE_OUT", out)) words.push_back(w);
+    if (planned)
+      for (auto& w : setEnv("RANKMAP_PLAN", dir_.file("plan.json"))) words.push_back(w);
+    for (std::string w : {"-np", "4", RANKMAP_MESH_STEP, "--dp", "2", "--pp", "2", "--dp-bytes",
+                          "65536", "--pp-bytes", "4096", "--iters", "3", "--warmup", "1"})
+      words.push_back(w);
+    Completed c = mpirun(words);
+    ASSERT_EQ(c.status, 0) << describe(c);
+    EXPECT_NE(c.out.find("check mesh_step wrong=0"), std::string::npos) << describe(c);
+    EXPECT_EQ(countLines(c.err, "job profile of"), 1) << describe(c);
+    JobProfile p = JobProfile::load(out);
+    EXPECT_EQ(p.program, fileNameOf(RANKMAP_MESH_STEP));
+    EXPECT_EQ(p.worldSize, 4);
+    ASSERT_EQ(p.sets.size(), 3u) << p.dump();
+    EXPECT_EQ(p.sets[0].madeBy, "MPI_COMM_WORLD");
+    EXPECT_EQ(p.sets[1].madeBy, "MPI_Comm_split");
+    EXPECT_EQ(p.sets[1].groups, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+    EXPECT_EQ(p.sets[1].traffic, (std::vector<ProfileTraffic>{{"allreduce", 4, 4 * 65536}}));
+    EXPECT_EQ(p.sets[2].call, 2);
+    EXPECT_EQ(p.sets[2].groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+    // Per pipeline group and step: one message forward, one back.
+    EXPECT_EQ(p.sets[2].traffic, (std::vector<ProfileTraffic>{{"sendrecv", 8, 8 * 4096}}));
   }
 }
 

@@ -1,0 +1,284 @@
+#include "shim_mpi/profile.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/job_profile.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "shim_mpi/wrappers.gen.h"
+
+namespace rankmap::shim_mpi {
+namespace {
+
+struct Counter {
+  uint64_t calls = 0, bytes = 0;
+};
+
+// What this rank saw of one set: its own group and its own calls on it.
+struct LocalSet {
+  std::string madeBy;
+  int call = 0;
+  std::vector<int> members;  // the job's ranks
+  std::map<std::string, Counter, std::less<>> traffic;
+};
+
+std::atomic<bool> gOn{false};
+std::mutex gMu;
+std::string gPath;
+std::string gBroken;                // why this rank's record is unusable ("" = usable)
+int gCalls = 0;                     // communicator-creating calls so far
+std::vector<LocalSet> gSets;        // [0] = the world
+std::map<MPI_Comm, size_t> gComms;  // live communicator -> its set in gSets
+
+// The executable's file name: which job this is.
+std::string programName() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "unknown";
+  return fileNameOf(std::string_view(buf, static_cast<size_t>(n)));
+}
+
+// The members of `c` as ranks of the job's world (the reordered one when a plan is applied).
+// Group calls are not wrapped (no communicator to substitute): PMPI_* of the MPI library itself.
+std::vector<int> membersOf(MPI_Comm c) {
+  MPI_Group g = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
+  int n = 0;
+  std::vector<int> out;
+  if (real::PMPI_Comm_group(c, &g) == MPI_SUCCESS &&
+      real::PMPI_Comm_group(toReordered(MPI_COMM_WORLD), &wg) == MPI_SUCCESS &&
+      ::PMPI_Group_size(g, &n) == MPI_SUCCESS && n > 0) {
+    std::vector<int> in(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) in[static_cast<size_t>(i)] = i;
+    out.resize(static_cast<size_t>(n));
+    if (::PMPI_Group_translate_ranks(g, n, in.data(), wg, out.data()) != MPI_SUCCESS) out.clear();
+  }
+  if (g != MPI_GROUP_NULL) ::PMPI_Group_free(&g);
+  if (wg != MPI_GROUP_NULL) ::PMPI_Group_free(&wg);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// This rank's record, for rank 0 to merge: [{"m","c","g","t":{collective:[calls,bytes]}}].
+std::string encodeLocal() {
+  Json a = Json::array();
+  for (const auto& s : gSets) {
+    Json t = Json::object();
+    for (const auto& [coll, c] : s.traffic) t[coll] = {c.calls, c.bytes};
+    a.push_back({{"m", s.madeBy}, {"c", s.call}, {"g", s.members}, {"t", std::move(t)}});
+  }
+  return a.dump();
+}
+
+// Every rank's record merged into the job's profile (common/job_profile.h says how traffic is
+// counted). Throws InvalidInput when the records disagree.
+JobProfile merge(const std::vector<std::string>& records) {
+  struct Acc {
+    std::map<std::string, Counter> traffic;
+  };
+  std::map<std::pair<int, std::string>, std::map<std::vector<int>, Acc>> sets;
+  for (size_t r = 0; r < records.size(); ++r) {
+    std::string source = fmt::format("profile record of rank {}", r);
+    Json doc = parseJson(records[r], source);
+    JsonReader a(doc, source);
+    for (size_t i = 0, n = a.arraySize(); i < n; ++i) {
+      auto e = a.at(i);
+      std::pair<int, std::string> key{static_cast<int>(e.at("c").integerIn(0, INT32_MAX)),
+                                      e.at("m").str()};
+      std::vector<int> members;
+      auto g = e.at("g");
+      for (size_t k = 0, kn = g.arraySize(); k < kn; ++k)
+        members.push_back(static_cast<int>(g.at(k).integerIn(0, INT32_MAX)));
+      Acc& acc = sets[key][members];
+      for (const auto& [coll, v] : e.at("t").json().items()) {
+        Counter& c = acc.traffic[coll];
+        uint64_t calls = v.at(0).get<uint64_t>(), bytes = v.at(1).get<uint64_t>();
+        if (coll == "sendrecv") {  // messages: every member's own
+          c.calls += calls;
+          c.bytes += bytes;
+        } else {  // a collective: every member passed the same buffer
+          c.calls = std::max(c.calls, calls);
+          c.bytes = std::max(c.bytes, bytes);
+        }
+      }
+    }
+  }
+  JobProfile p;
+  p.program = programName();
+  p.worldSize = static_cast<int>(records.size());
+  p.recorded = fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr)));
+  for (auto& [key, groups] : sets) {
+    ProfileSet s;
+    s.call = key.first;
+    s.madeBy = key.second;
+    std::map<std::string, std::pair<double, double>> sum;
+    for (auto& [members, acc] : groups) {
+      s.groups.push_back(members);
+      for (const auto& [coll, c] : acc.traffic) {
+        sum[coll].first += static_cast<double>(c.calls);
+        sum[coll].second += static_cast<double>(c.bytes);
+      }
+    }
+    double k = static_cast<double>(groups.size());
+    for (const auto& [coll, v] : sum)
+      s.traffic.push_back({coll, static_cast<uint64_t>(std::llround(v.first / k)),
+                           static_cast<uint64_t>(std::llround(v.second / k))});
+    p.sets.push_back(std::move(s));
+  }
+  // What the reader would refuse (groups that overlap: ranks that disagree) is not written.
+  return JobProfile::parse(p.dump(), "the recorded profile");
+}
+
+}  // namespace
+
+void startProfile(const Config& cfg) noexcept {
+  try {
+    std::string path = cfg.get(settings::kProfileOut);
+    int size = 0;
+    if (path.empty() || real::PMPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS) return;
+    std::lock_guard<std::mutex> lock(gMu);
+    gPath = path;
+    LocalSet world{"MPI_COMM_WORLD", 0, {}, {}};
+    for (int r = 0; r < size; ++r) world.members.push_back(r);
+    gSets.push_back(std::move(world));
+    gOn.store(true, std::memory_order_release);
+  } catch (...) {
+    // No recording: the job runs as it would without the setting.
+  }
+}
+
+bool profiling() noexcept { return gOn.load(std::memory_order_acquire); }
+
+void profileComm(std::string_view madeBy, MPI_Comm made) noexcept {
+  if (!profiling()) return;
+  try {
+    std::lock_guard<std::mutex> lock(gMu);
+    int call = ++gCalls;
+    if (made == MPI_COMM_NULL) return;
+    LocalSet s{std::string(madeBy), call, membersOf(made), {}};
+    if (s.members.empty()) {
+      gBroken = fmt::format("the members of the communicator from {} could not be read", madeBy);
+      return;
+    }
+    gSets.push_back(std::move(s));
+    gComms[made] = gSets.size() - 1;
+  } catch (...) {
+    gBroken = "out of memory while recording";
+  }
+}
+
+void profileFree(MPI_Comm comm) noexcept {
+  if (!profiling()) return;
+  std::lock_guard<std::mutex> lock(gMu);
+  gComms.erase(comm);
+}
+
+void profileTraffic(std::string_view collective, MPI_Comm comm, long long count, MPI_Datatype type,
+                    int peer) noexcept {
+  if (!profiling() || peer == MPI_PROC_NULL || count <= 0) return;
+  int typeSize = 0;
+  if (::PMPI_Type_size(type, &typeSize) != MPI_SUCCESS || typeSize <= 0) return;
+  try {
+    std::lock_guard<std::mutex> lock(gMu);
+    size_t set = 0;
+    if (!isWorld(comm)) {
+      auto it = gComms.find(comm);
+      if (it == gComms.end()) return;  // a communicator the profile does not follow
+      set = it->second;
+    }
+    auto& traffic = gSets[set].traffic;
+    auto it = traffic.find(collective);
+    if (it == traffic.end()) it = traffic.emplace(std::string(collective), Counter{}).first;
+    ++it->second.calls;
+    it->second.bytes += static_cast<uint64_t>(count) * static_cast<uint64_t>(typeSize);
+  } catch (...) {
+    gBroken = "out of memory while recording";
+  }
+}
+
+void finishProfile() noexcept {
+  if (!gOn.exchange(false, std::memory_order_acq_rel)) return;
+  int rank = 0, size = 0;
+  if (real::PMPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS ||
+      real::PMPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS)
+    return;
+  std::string mine;
+  int len = -1;
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    try {
+      if (gBroken.empty()) {
+        mine = encodeLocal();
+        len = static_cast<int>(std::min<size_t>(mine.size(), INT32_MAX));
+      }
+    } catch (...) {
+      len = -1;
+    }
+    if (len < 0) mine.clear();
+  }
+  // Every rank reaches both gathers whatever happened above: no rank is left waiting.
+  int* lens =
+      rank == 0 ? static_cast<int*>(std::calloc(static_cast<size_t>(size), sizeof(int))) : nullptr;
+  int lenDummy = 0;
+  real::PMPI_Gather(&len, 1, MPI_INT, lens ? lens : &lenDummy, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int* displs = nullptr;
+  char* all = nullptr;
+  std::string why = rank == 0 && !lens ? "out of memory" : "";
+  if (rank == 0 && lens) {
+    displs = static_cast<int*>(std::calloc(static_cast<size_t>(size), sizeof(int)));
+    long long total = 0;
+    for (int r = 0; r < size; ++r) {
+      if (lens[r] < 0) {
+        if (why.empty()) why = fmt::format("rank {} could not record its part", r);
+        lens[r] = 0;
+      }
+      if (displs) displs[r] = static_cast<int>(total);
+      total += lens[r];
+    }
+    if (total > INT32_MAX) why = "the ranks' records exceed 2 GiB";
+    all = static_cast<char*>(std::malloc(static_cast<size_t>(std::max<long long>(total, 1))));
+    if (!displs || !all) why = "out of memory";
+  }
+  // The root says whether it can receive; if not, nobody sends (counts must match).
+  int ok = rank != 0 || (lens && displs && all) ? 1 : 0;
+  real::PMPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (ok)
+    real::PMPI_Gatherv(mine.data(), std::max(len, 0), MPI_CHAR, all, lens, displs, MPI_CHAR, 0,
+                       MPI_COMM_WORLD);
+  if (rank == 0) {
+    try {
+      if (!why.empty()) RANKMAP_THROW(InvalidInput, "{}", why);
+      std::vector<std::string> records;
+      for (int r = 0; r < size; ++r)
+        records.emplace_back(all + displs[r], static_cast<size_t>(lens[r]));
+      JobProfile p = merge(records);
+      writeFileAtomic(gPath, p.dump());
+      RANKMAP_INFO(Shim, "job profile of {} ({} ranks, {} group set(s)) written to {}", p.program,
+                   p.worldSize, p.sets.size() - 1, gPath);
+    } catch (const std::exception& e) {
+      try {
+        RANKMAP_WARN(Shim, "job profile not written to {}: {}", gPath, e.what());
+      } catch (...) {
+      }
+    } catch (...) {
+    }
+  }
+  std::free(lens);
+  std::free(displs);
+  std::free(all);
+}
+
+}  // namespace rankmap::shim_mpi
