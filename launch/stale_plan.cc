@@ -26,15 +26,23 @@ StaleVerdict judgeStale(const Plan& launched, const Plan& current, double margin
   if (current.order == launched.order)
     return {false, std::nullopt,
             fmt::format("{} (topology version {}) keeps the job's host order", to, current.epoch)};
+  // A plan for a job's mesh gains by its step (every group's traffic), not by the world ring.
   const Prediction& pr = current.predicted;
+  double planUs = pr.planUs, inputUs = pr.inputOrderUs;
+  std::string basis = pr.basis;
+  if (current.mesh && current.mesh->stepUs > 0 && current.mesh->inputStepUs > 0) {
+    planUs = current.mesh->stepUs;
+    inputUs = current.mesh->inputStepUs;
+    basis = "step for mesh " + reorder::meshText(current.mesh->dims);
+  }
   if (current.hosts == launched.order && current.ranksPerHost == launched.ranksPerHost &&
-      pr.planUs > 0 && pr.inputOrderUs > 0) {
-    const double gain = pr.inputOrderUs / pr.planUs;
-    const bool stale = pr.planUs < pr.inputOrderUs * (1 - margin);
+      planUs > 0 && inputUs > 0) {
+    const double gain = inputUs / planUs;
+    const bool stale = planUs < inputUs * (1 - margin);
     return {stale, gain,
             fmt::format("{} (topology version {}): {} {:.1f} us vs {:.1f} us in the job's order, "
                         "margin {:.0f}%",
-                        to, current.epoch, pr.basis, pr.planUs, pr.inputOrderUs, margin * 100)};
+                        to, current.epoch, basis, planUs, inputUs, margin * 100)};
   }
   return {true, std::nullopt,
           fmt::format("{} is from a newer topology (version {} > {}) with another order; its "

@@ -22,7 +22,8 @@
 
 namespace rankmap::shim_mpi {
 
-// From afterInit, on every rank once the world is settled: starts recording when `cfg` asks.
+// From afterInit, on every rank once the world is settled, when every rank's setting asks for
+// it (the start-up allgather tells; otherwise none records and rank 0 says why).
 void startProfile(const Config& cfg) noexcept;
 bool profiling() noexcept;
 

@@ -22,11 +22,13 @@ std::atomic<MPI_Comm> gReordered{kNoComm};
 namespace {
 
 // The fixed-size record every rank contributes to the start-up allgather: whether it asks for
-// the engine, and its encoded PlanVote (common/plan_agreement.h).
+// the engine, whether it records the job's profile, and its encoded PlanVote
+// (common/plan_agreement.h).
 struct Record {
   uint16_t voteBytes;
   char engine;
-  char vote[509];
+  char profile;
+  char vote[508];
 };
 static_assert(sizeof(Record) == 512);
 
@@ -67,6 +69,7 @@ Record localRecord(int rank, int worldSize, std::optional<Plan>& plan) noexcept 
       v = localPlanVote(gConfig->get(settings::kPlan), rank, worldSize, checks, plan);
       v.checkHosts = gConfig->get(settings::kMpiCheckHosts);
       rec.engine = gConfig->get(settings::kMpiEngine) ? 1 : 0;
+      rec.profile = gConfig->get(settings::kProfileOut).empty() ? 0 : 1;
     } catch (const std::exception& e) {
       plan.reset();
       v = PlanVote{rank, worldSize, PlanStatus::kInvalid, {}, std::string("configuration: ") + e.what(),
@@ -115,6 +118,7 @@ void afterInit() noexcept {
   int ok = all != nullptr && gathered ? 1 : 0, allOk = 0;
   if (real::PMPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) allOk = 0;
   bool engine = allOk != 0;
+  int profiling = 0;  // ranks that record the profile: all of them, or none does
   PlanVerdict d{false, "a rank could not gather the plans"};
   if (allOk) {
     try {
@@ -126,6 +130,7 @@ void afterInit() noexcept {
             std::string_view(rec.vote, std::min<size_t>(rec.voteBytes, sizeof(rec.vote))),
             fmt::format("MPI shim start-up allgather, rank {}", r)));
         engine = engine && rec.engine != 0;
+        profiling += rec.profile != 0;
       }
       d = judgePlan(votes, plan ? &*plan : nullptr);
     } catch (const std::exception& e) {
@@ -160,8 +165,19 @@ void afterInit() noexcept {
     if (engine && gConfig) startEngine(world, *plan, *gConfig, plan->newRank(rank));
     gReordered.store(world, std::memory_order_release);
   }
-  // Recording sees the world the program sees: after the reordered one is published.
-  if (gConfig) startProfile(*gConfig);
+  // Recording sees the world the program sees: after the reordered one is published. Every rank
+  // records or none does (its gathers at MPI_Finalize are collective).
+  if (allOk && profiling == size && gConfig) {
+    startProfile(*gConfig);
+  } else if (rank == 0 && profiling > 0) {
+    try {
+      RANKMAP_WARN(Shim,
+                   "job profile not recorded: RANKMAP_PROFILE_OUT is set on {} of the {} "
+                   "ranks (expected all of them)",
+                   profiling, size);
+    } catch (...) {
+    }
+  }
 }
 
 void beforeFinalize() noexcept {

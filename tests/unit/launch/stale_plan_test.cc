@@ -121,6 +121,27 @@ bool waitUntil(const std::function<bool()>& done, std::chrono::milliseconds limi
   return done();
 }
 
+// A plan for a job's mesh is judged by its step, not by the world ring it also predicts: here
+// the ring would call it stale (100 vs 150 us) but the step gains 5% only, inside the margin.
+TEST(JudgeStale, AMeshPlanIsJudgedByItsStep) {
+  Plan l = launchedPlan();
+  Plan c = agentPlan(l, {"vm0", "vm1", "vm2", "vm3"}, 2, 100, 150);
+  c.mesh = PlanMesh{{{"dp", 2, "allreduce", 1 << 20, 0, {}}, {"pp", 2, "sendrecv", 1 << 16, 0, {}}},
+                    950,
+                    1000,
+                    1000};
+  c.seal();
+  StaleVerdict v = judgeStale(l, c, 0.1);
+  EXPECT_FALSE(v.stale) << v.reason;
+  ASSERT_TRUE(v.gain);
+  EXPECT_NEAR(*v.gain, 1000.0 / 950, 1e-9);
+  EXPECT_NE(v.reason.find("step for mesh dp=2,pp=2 950.0 us vs 1000.0 us"), std::string::npos)
+      << v.reason;
+  c.mesh->stepUs = 500;
+  c.seal();
+  EXPECT_TRUE(judgeStale(l, c, 0.1).stale);
+}
+
 TEST(StalePlanWatch, AgentPublishingANewerTopologyIsToldOnceWhileTheJobRuns) {
   rankmap::testing::TempDir dir;
   Plan launched = launchedPlan();

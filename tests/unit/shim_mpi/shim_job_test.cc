@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 #include <regex>
 
@@ -328,6 +329,40 @@ TEST_F(ShimJob, RecordsTheGroupsItsCommunicatorsFormAndTheirTraffic) {
     // Per pipeline group and step: one message forward, one back.
     EXPECT_EQ(p.sets[2].traffic, (std::vector<ProfileTraffic>{{"sendrecv", 8, 8 * 4096}}));
   }
+}
+
+// Ranks that disagree on recording (the setting on half of them): nobody records, rank 0 says
+// so, and MPI_Finalize is not left waiting for a gather the others never join.
+TEST_F(ShimJob, RecordingNeedsEveryRank) {
+  const std::string preload = std::string("LD_PRELOAD=") + RANKMAP_SHIM_LIB;
+  const std::string out = dir_.file("half.json");
+  Completed c = mpirun({"-np",
+                        "2",
+                        "env",
+                        preload,
+                        "RANKMAP_PROFILE_OUT=" + out,
+                        RANKMAP_MESH_STEP,
+                        "--dp",
+                        "2",
+                        "--pp",
+                        "2",
+                        ":",
+                        "-np",
+                        "2",
+                        "env",
+                        preload,
+                        RANKMAP_MESH_STEP,
+                        "--dp",
+                        "2",
+                        "--pp",
+                        "2"});
+  ASSERT_EQ(c.status, 0) << describe(c);
+  EXPECT_EQ(countLines(c.err,
+                       "job profile not recorded: RANKMAP_PROFILE_OUT is set on 2 of the 4 "
+                       "ranks"),
+            1)
+      << describe(c);
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 }  // namespace
