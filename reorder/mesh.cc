@@ -470,64 +470,84 @@ std::pair<double, double> MeshModel::loadProfile(const std::vector<int>& order) 
   return {bound, sq};
 }
 
-std::vector<int> MeshModel::improve(std::vector<int> order, int passes, size_t tries,
-                                    uint64_t seed) const {
-  size_t n = net_.n;
-  // Every phase's flows in one list; loads per phase and link direction.
-  std::vector<std::pair<size_t, const Traffic*>> flows;
-  for (size_t p = 0; p < phases_.size(); ++p)
-    for (const auto& t : phases_[p].flows) flows.push_back({p, &t});
-  if (n < 3 || flows.empty()) return order;
-  size_t width = 2 * net_.links();
-  std::vector<double> load(phases_.size() * width, 0), inv(width);
-  for (size_t l = 0; l < width; ++l) inv[l] = 1 / bytesPerUs(net_.linkMbps(l / 2));
-  auto apply = [&](size_t f, double sign) {
-    const auto& [p, t] = flows[f];
-    double* at = load.data() + p * width;
-    net_.forEachLink(order[t->a], order[t->b],
-                     [&](size_t link, bool down) { at[2 * link + down] += sign * t->bytes; });
-  };
-  for (size_t f = 0; f < flows.size(); ++f) apply(f, 1);
+// The link loads of an order, per phase and link direction, updated per swap of two positions
+// (improve, anneal): the flows that touch either position leave their links and come back.
+class MeshModel::LoadState {
+ public:
+  LoadState(const MeshModel& m, std::vector<int> order) : m_(m), order_(std::move(order)) {
+    for (size_t p = 0; p < m.phases_.size(); ++p)
+      for (const auto& t : m.phases_[p].flows) flows_.push_back({p, &t});
+    width_ = 2 * m.net_.links();
+    load_.assign(m.phases_.size() * width_, 0);
+    inv_.resize(width_);
+    for (size_t l = 0; l < width_; ++l) inv_[l] = 1 / bytesPerUs(m.net_.linkMbps(l / 2));
+    for (size_t f = 0; f < flows_.size(); ++f) apply(f, 1);
+    touch_.resize(m.net_.n);
+    for (size_t f = 0; f < flows_.size(); ++f) {
+      touch_[flows_[f].second->a].push_back(static_cast<uint32_t>(f));
+      touch_[flows_[f].second->b].push_back(static_cast<uint32_t>(f));
+    }
+  }
+  bool trivial() const { return m_.net_.n < 3 || flows_.empty(); }
+  const std::vector<int>& order() const { return order_; }
   // The phases' busiest links' times summed, then the sum of squared link times: swaps that
-  // leave the busiest links as they are but unload others are taken too (the maximum alone is
-  // flat almost everywhere).
-  auto bound = [&] {
+  // leave the busiest links as they are but unload others count too (the maximum alone is flat
+  // almost everywhere).
+  std::pair<double, double> bound() const {
     double w = 0, sq = 0;
-    for (size_t p = 0; p < phases_.size(); ++p) {
+    for (size_t p = 0; p < m_.phases_.size(); ++p) {
       double worst = 0;
-      for (size_t l = 0; l < width; ++l) {
-        double x = load[p * width + l] * inv[l];
+      for (size_t l = 0; l < width_; ++l) {
+        double x = load_[p * width_ + l] * inv_[l];
         worst = std::max(worst, x);
         sq += x * x;
       }
       w += worst;
     }
-    return std::pair{w, sq};
-  };
-  std::vector<std::vector<uint32_t>> touch(n);
-  for (size_t f = 0; f < flows.size(); ++f) {
-    touch[flows[f].second->a].push_back(static_cast<uint32_t>(f));
-    touch[flows[f].second->b].push_back(static_cast<uint32_t>(f));
+    return {w, sq};
   }
-  // Hosts the model cannot tell apart by their links: swapping them changes no load.
-  auto alike = [&](int x, int y) {
-    return (net_.levels == 0 || net_.switchAt(x, 0) == net_.switchAt(y, 0)) &&
-           net_.hostMbps[x] == net_.hostMbps[y];
-  };
-  std::vector<uint32_t> changed;
-  auto swapLoads = [&](size_t i, size_t j) {
-    changed.clear();
-    for (uint32_t f : touch[i]) changed.push_back(f);
-    for (uint32_t f : touch[j]) {
-      const Traffic* t = flows[f].second;
-      if (t->a != static_cast<int>(i) && t->b != static_cast<int>(i)) changed.push_back(f);
+  // Positions whose hosts the model cannot tell apart by their links: swapping changes no load.
+  bool alike(size_t i, size_t j) const {
+    int x = order_[i], y = order_[j];
+    return (m_.net_.levels == 0 || m_.net_.switchAt(x, 0) == m_.net_.switchAt(y, 0)) &&
+           m_.net_.hostMbps[x] == m_.net_.hostMbps[y];
+  }
+  void swap(size_t i, size_t j) {
+    changed_.clear();
+    for (uint32_t f : touch_[i]) changed_.push_back(f);
+    for (uint32_t f : touch_[j]) {
+      const Traffic* t = flows_[f].second;
+      if (t->a != static_cast<int>(i) && t->b != static_cast<int>(i)) changed_.push_back(f);
     }
-    for (uint32_t f : changed) apply(f, -1);
-    std::swap(order[i], order[j]);
-    for (uint32_t f : changed) apply(f, 1);
-  };
+    for (uint32_t f : changed_) apply(f, -1);
+    std::swap(order_[i], order_[j]);
+    for (uint32_t f : changed_) apply(f, 1);
+  }
+
+ private:
+  void apply(size_t f, double sign) {
+    const auto& [p, t] = flows_[f];
+    double* at = load_.data() + p * width_;
+    m_.net_.forEachLink(order_[t->a], order_[t->b],
+                        [&](size_t link, bool down) { at[2 * link + down] += sign * t->bytes; });
+  }
+
+  const MeshModel& m_;
+  std::vector<int> order_;
+  std::vector<std::pair<size_t, const Traffic*>> flows_;  // every phase's, with its phase
+  size_t width_ = 0;
+  std::vector<double> load_, inv_;
+  std::vector<std::vector<uint32_t>> touch_;  // per position, its flows
+  std::vector<uint32_t> changed_;
+};
+
+std::vector<int> MeshModel::improve(std::vector<int> order, int passes, size_t tries,
+                                    uint64_t seed) const {
+  LoadState st(*this, std::move(order));
+  if (st.trivial()) return st.order();
+  size_t n = net_.n;
   std::mt19937_64 rng(seed);
-  std::pair<double, double> current = bound();
+  std::pair<double, double> current = st.bound();
   bool everyPartner = n <= 64 || tries >= n;
   for (int pass = 0; pass < passes; ++pass) {
     bool moved = false;
@@ -535,22 +555,58 @@ std::vector<int> MeshModel::improve(std::vector<int> order, int passes, size_t t
       size_t count = everyPartner ? n : tries;
       for (size_t t = 0; t < count; ++t) {
         size_t j = everyPartner ? t : static_cast<size_t>(rng() % n);
-        if (j == i || alike(order[i], order[j])) continue;
-        swapLoads(i, j);
-        auto b = bound();
+        if (j == i || st.alike(i, j)) continue;
+        st.swap(i, j);
+        auto b = st.bound();
         bool lower = b.first < current.first * (1 - 1e-9) ||
                      (b.first <= current.first && b.second < current.second * (1 - 1e-9));
         if (lower) {
           current = b;
           moved = true;
         } else {
-          swapLoads(i, j);  // back
+          st.swap(i, j);  // back
         }
       }
     }
     if (!moved) break;
   }
-  return order;
+  return st.order();
+}
+
+std::vector<int> MeshModel::anneal(std::vector<int> order, size_t moves, double startFraction,
+                                   double normWeight, uint64_t seed) const {
+  LoadState st(*this, std::move(order));
+  if (st.trivial() || moves == 0) return st.order();
+  size_t n = net_.n;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0, 1);
+  // The energy: the bound, plus normWeight x the 2-norm of the link times (a slope where the
+  // busiest links alone are flat).
+  auto energy = [&] {
+    auto [w, sq] = st.bound();
+    return w + normWeight * std::sqrt(sq);
+  };
+  double current = energy(), best = current;
+  std::vector<int> bestOrder = st.order();
+  // Geometric cooling from startFraction of the start's bound to a millionth of it.
+  double t = startFraction * current,
+         cool = std::pow(1e-6 / std::max(startFraction, 1e-9), 1.0 / static_cast<double>(moves));
+  for (size_t k = 0; k < moves; ++k, t *= cool) {
+    size_t i = static_cast<size_t>(rng() % n), j = static_cast<size_t>(rng() % n);
+    if (i == j || st.alike(i, j)) continue;
+    st.swap(i, j);
+    double b = energy();
+    if (b <= current || unit(rng) < std::exp((current - b) / std::max(t, 1e-300))) {
+      current = b;
+      if (b < best * (1 - 1e-12)) {
+        best = b;
+        bestOrder = st.order();
+      }
+    } else {
+      st.swap(i, j);
+    }
+  }
+  return bestOrder;
 }
 
 std::vector<int> MeshModel::polish(std::vector<int> order, int passes) const {

@@ -134,6 +134,14 @@ class MeshModel {
   // job is small), chosen by a generator seeded with `seed` (deterministic).
   std::vector<int> improve(std::vector<int> order, int passes, size_t tries, uint64_t seed) const;
 
+  // Simulated annealing on the link-load bound (its first part, plus `normWeight` x the 2-norm
+  // of the link times): `moves` random swaps, a higher energy taken with probability
+  // exp(-increase / T), T falling geometrically from `startFraction` of the start's energy to a
+  // millionth of it; the best order seen. A search that assumes nothing about layouts:
+  // tests/bench/mesh_bench's baseline.
+  std::vector<int> anneal(std::vector<int> order, size_t moves, double startFraction,
+                          double normWeight, uint64_t seed) const;
+
   // The same by the step model itself (every swap evaluated in full): small jobs only.
   std::vector<int> polish(std::vector<int> order, int passes) const;
 
@@ -169,6 +177,7 @@ class MeshModel {
     std::vector<std::pair<int, int>> hops;  // position pairs (a == b: inside a host)
     std::vector<GroupPart> groups;          // meshGroups() order
   };
+  class LoadState;  // an order's link loads, updated per swap (improve, anneal)
   double phaseUs(const std::vector<int>& order, const Phase& p) const;
   // A phase's time on `flows`, the largest of `intraBytes` and the slowest of `hops`.
   double partUs(const std::vector<int>& order, double steps, const std::vector<Traffic>& flows,

@@ -7,15 +7,20 @@
 //       (exactMeshOrder). Prints the ratio's distribution and every case above 1.05.
 //   mesh_bench large [hosts=1024] [rack=32] [pod=8] [over=4] [podover=2]
 //   [mesh=pp=4,dp=hosts/4,tp=rph]
-//                    [rph=8] [traffic=...] [starts=8] [seed=1]
+//                    [rph=8] [traffic=...] [starts=8] [anneal=0] [temperature=0.05] [norm=0]
+//                    [seed=1]
 //       A synthetic link model (racks of `rack` hosts at 1:`over`, pods of `pod` racks at
 //       1:`podover`, provider order shuffled) planned by `rankmap plan --mesh` (planTopology,
 //       timed), against a baseline that does not start from the heuristic's layouts: local
 //       search (MeshModel::improve, `passes` passes of `tries` partners per host, default 20 and
-//       64) from `starts` random orders; and the same search continued from the heuristic's
+//       64) from `starts` random orders; simulated annealing (MeshModel::anneal, `anneal`
+//       moves from `temperature` x the start's energy, the bound plus `norm` x the link times'
+//       2-norm, default 0 moves = not run, then the local
+//       search) from as many random orders; and the same search continued from the heuristic's
 //       order. Prints the predicted steps, the world ring's order and the input order.
 // Predicted times are the step model's (reorder/mesh.h), the planner's own model of the link
 // model it was given: this compares searches, not the model with a network.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -198,6 +203,18 @@ int large(const std::map<std::string, std::string>& kv) {
                       static_cast<size_t>(num(kv, "tries", 64)), seed + static_cast<uint64_t>(k));
     baseline = std::min(baseline, model.stepUs(o2));
   }
+  // ... and simulated annealing (MeshModel::anneal, `anneal` moves, then the local search) from
+  // as many random orders: a baseline that needs neither the layouts nor a good start.
+  size_t moves = static_cast<size_t>(num(kv, "anneal", 0));
+  double annealed = INFINITY;
+  for (int k = 0; moves > 0 && k < starts; ++k) {
+    std::shuffle(start.begin(), start.end(), rng);
+    std::vector<int> o2 = model.anneal(start, moves, num(kv, "temperature", 0.05),
+                                       num(kv, "norm", 0), seed * 31 + static_cast<uint64_t>(k));
+    o2 = model.improve(o2, static_cast<int>(num(kv, "passes", 20)),
+                       static_cast<size_t>(num(kv, "tries", 64)), seed + static_cast<uint64_t>(k));
+    annealed = std::min(annealed, model.stepUs(o2));
+  }
   // ... and from the heuristic's own order, searched as long.
   double further = model.stepUs(model.improve(r.order, static_cast<int>(num(kv, "passes", 20)),
                                               static_cast<size_t>(num(kv, "tries", 64)), seed));
@@ -208,11 +225,12 @@ int large(const std::map<std::string, std::string>& kv) {
       "{}\n"
       "  plan (rankmap plan --mesh): {:.2f} s, basis {}\n"
       "  predicted step: heuristic {:.4g} s; baseline ({:.1f} s): local search from {} random "
-      "starts {:.4g} s, from the heuristic's order {:.4g} s; heuristic / best {:.4f}\n"
+      "starts {:.4g} s, annealing from as many {:.4g} s, from the heuristic's order {:.4g} s; "
+      "heuristic / best {:.4f}\n"
       "  world ring's order {:.4g} s ({:.2f}x the heuristic), input order {:.4g} s ({:.2f}x)\n",
       r.model.n, rph, rack, over, pod, podOver, meshText(o.mesh), seed, planS, r.meshBasis,
-      heuristic / 1e6, baseS, starts, baseline / 1e6, further / 1e6,
-      heuristic / std::min(baseline, further), m.worldRingStepUs / 1e6,
+      heuristic / 1e6, baseS, starts, baseline / 1e6, annealed / 1e6, further / 1e6,
+      heuristic / std::min({baseline, further, annealed}), m.worldRingStepUs / 1e6,
       m.worldRingStepUs / heuristic, m.inputStepUs / 1e6, m.inputStepUs / heuristic);
   return 0;
 }

@@ -198,6 +198,18 @@ TEST(Mesh, PlacementIsWithinFivePercentOfTheExactSearch) {
   }
 }
 
+// The annealing baseline (tests/bench/mesh_bench) returns an order of the same hosts, and the
+// best it saw: never a higher link-load bound than its start's.
+TEST(Mesh, AnnealingReturnsTheBestOrderItSaw) {
+  NetworkModel net = racks({4, 4, 4});
+  MeshModel model(net, mesh("dp=4,pp=3"), RingParams{});
+  std::vector<int> start{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};  // dp groups across racks
+  std::vector<int> annealed = model.anneal(start, 20000, 0.05, 0.05, 1);
+  EXPECT_TRUE(isPermutation(annealed, 12));
+  EXPECT_LE(model.loadProfile(annealed).first, model.loadProfile(start).first);
+  EXPECT_LT(model.stepUs(annealed), model.stepUs(start));
+}
+
 TEST(Mesh, ExactSearchDeclinesTooManyArrangements) {
   NetworkModel net = racks({4, 4});
   MeshModel model(net, mesh("dp=4,pp=2"), RingParams{});
