@@ -89,9 +89,7 @@ JobProfile JobProfile::parse(std::string_view text, std::string_view source) {
       ProfileTraffic x;
       auto coll = te.at("collective", "a collective");
       x.collective = coll.str();
-      if (std::find(std::begin(kMeshCollectives), std::end(kMeshCollectives), x.collective) ==
-          std::end(kMeshCollectives))
-        coll.fail("allreduce, allgather, reducescatter, broadcast, sendrecv or alltoall");
+      if (!isMeshCollective(x.collective)) coll.fail(kMeshCollectivesText);
       for (const auto& y : s.traffic)
         if (y.collective == x.collective) coll.fail("each collective once per set");
       x.calls = te.at("calls", "a count").unsignedInt();

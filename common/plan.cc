@@ -176,9 +176,7 @@ PlanMesh meshFromJson(const JsonReader& r, size_t world) {
     d.size = static_cast<int>(e.at("size", "an integer").integerIn(1, 1 << 24));
     auto coll = e.at("collective", "a collective");
     d.collective = coll.str();
-    if (std::find(std::begin(kMeshCollectives), std::end(kMeshCollectives), d.collective) ==
-        std::end(kMeshCollectives))
-      coll.fail("allreduce, allgather, reducescatter, broadcast, sendrecv or alltoall");
+    if (!isMeshCollective(d.collective)) coll.fail(kMeshCollectivesText);
     d.bytes = e.at("bytes", "a byte count").unsignedInt();
     d.predictedUs = e.at("predicted_us", "a number").nonNegative();
     product *= static_cast<size_t>(d.size);

@@ -143,6 +143,14 @@ struct MeshDim {
 };
 inline constexpr std::string_view kMeshCollectives[] = {"allreduce", "allgather", "reducescatter",
                                                         "broadcast", "sendrecv",  "alltoall"};
+// Whether `c` is one of kMeshCollectives; kMeshCollectivesText names them for errors.
+inline bool isMeshCollective(std::string_view c) {
+  for (auto k : kMeshCollectives)
+    if (k == c) return true;
+  return false;
+}
+inline constexpr std::string_view kMeshCollectivesText =
+    "allreduce, allgather, reducescatter, broadcast, sendrecv or alltoall";
 
 // The job's groups the plan placed (reorder/mesh.h): predicted step times (the dimensions one
 // after the other, each with all its groups' traffic on the links at once), in three orders.

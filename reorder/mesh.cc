@@ -40,11 +40,6 @@ bool validName(std::string_view s) {
   });
 }
 
-bool knownCollective(std::string_view c) {
-  return std::find(std::begin(kMeshCollectives), std::end(kMeshCollectives), c) !=
-         std::end(kMeshCollectives);
-}
-
 // Stride of each dimension's coordinate in the rank (the last dimension's is 1).
 std::vector<size_t> strides(const std::vector<MeshDim>& dims) {
   std::vector<size_t> s(dims.size(), 1);
@@ -128,11 +123,8 @@ void meshTraffic(std::vector<MeshDim>& dims, std::string_view traffic, std::stri
       }
       if (!given.insert(std::string(name)).second)
         throw bad(fmt::format("dimension '{}' is given twice", name));
-      if (!knownCollective(coll))
-        throw bad(
-            fmt::format("collective '{}' is not one of allreduce, allgather, reducescatter, "
-                        "broadcast, sendrecv, alltoall",
-                        coll));
+      if (!isMeshCollective(coll))
+        throw bad(fmt::format("collective '{}' is not one of {}", coll, kMeshCollectivesText));
       auto bytes = parseSize(size);
       if (!bytes) throw bad(fmt::format("'{}' is not a size such as 8MiB or 256M", size));
       dim->collective = std::string(coll);
