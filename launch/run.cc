@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include <fmt/format.h>
@@ -176,12 +177,12 @@ std::string profileOutPath(const RunArgs& a) {
                   "--record-profile {}: expected another file than --profile (the job reads one "
                   "and writes the other)",
                   a.recordProfile);
-  if (a.recordProfile.front() == '/') return a.recordProfile;
-  char cwd[PATH_MAX];
-  if (!::getcwd(cwd, sizeof(cwd)))
+  std::error_code ec;
+  auto path = std::filesystem::absolute(a.recordProfile, ec);
+  if (ec)
     RANKMAP_THROW(InvalidInput, "--record-profile {}: the current folder cannot be read",
                   a.recordProfile);
-  return std::string(cwd) + "/" + a.recordProfile;
+  return path.string();
 }
 
 // --record-profile: a job that runs in shim mode records through the shim it preloads; one that
