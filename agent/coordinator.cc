@@ -29,30 +29,6 @@ std::string RoundResult::status() const {
   return "ok";
 }
 
-double relativeChange(double a, double b) {
-  if (a <= 0) return b > 0 ? std::numeric_limits<double>::infinity() : 0;
-  return std::fabs(b - a) / a;
-}
-
-std::optional<double> pairMbps(const Topology& t, size_t a, size_t b) {
-  if (t.hasMatrices()) return t.bandwidthMbps.at(a, b);
-  return t.pathMbps(static_cast<int>(a), static_cast<int>(b));
-}
-
-size_t changedPairs(const Topology& a, const Topology& b, double threshold) {
-  size_t n = 0;
-  std::vector<int> inB(a.size());
-  for (size_t i = 0; i < a.size(); ++i) inB[i] = b.indexOf(a.hosts[i].name);
-  for (size_t i = 0; i < a.size(); ++i)
-    for (size_t j = 0; j < a.size(); ++j) {
-      if (i == j || inB[i] < 0 || inB[j] < 0) continue;
-      auto x = pairMbps(a, i, j);
-      auto y = pairMbps(b, static_cast<size_t>(inB[i]), static_cast<size_t>(inB[j]));
-      if (x && y && relativeChange(*x, *y) > threshold) ++n;
-    }
-  return n;
-}
-
 Coordinator::Coordinator(std::vector<Host> hosts, const probe::ProbeKey& key, std::string self,
                          ProbeOptions opts)
     : hosts_(std::move(hosts)), key_(key), self_(std::move(self)), opts_(std::move(opts)) {

@@ -146,14 +146,4 @@ class Coordinator : public probe::Fleet {
   probe::FleetCost cost_;
 };
 
-// Relative change |b - a| / a (a > 0); infinite when a is 0 and b is not.
-double relativeChange(double a, double b);
-
-// Pairs whose bandwidth differs by more than `threshold` between two topologies over the same
-// hosts (by name; pairs missing in either are ignored).
-// A pair's single-flow rate: the matrix entry, or the link model's path without matrices.
-std::optional<double> pairMbps(const Topology& t, size_t a, size_t b);
-
-size_t changedPairs(const Topology& a, const Topology& b, double threshold);
-
 }  // namespace rankmap::agent

@@ -24,6 +24,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "probe/drift.h"
 #include "probe/fanout.h"
 #include "probe/hosts.h"
 
@@ -506,19 +507,19 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
     std::string note;
     // A repair re-probed only the changed groups and placed their hosts itself.
     if (kind == "full" &&
-        keepGroupsUnderJobTraffic(r.topology, *baseline, job.hostsInPlace, note)) {
+        probe::keepGroupsUnderJobTraffic(r.topology, *baseline, job.hostsInPlace, note)) {
       metrics_.add("rankmap_groups_kept_total", "");
       rec.error += fmt::format("{}{}", rec.error.empty() ? "" : "; ", note);
       RANKMAP_INFO(Agent, "agent {}: round {}: {}", name_, id, note);
     }
-    if (keepHostLinksUnderJobTraffic(r.topology, *baseline, job.slowSenders, note)) {
+    if (probe::keepHostLinksUnderJobTraffic(r.topology, *baseline, job.slowSenders, note)) {
       metrics_.add("rankmap_host_links_kept_total", "");
       rec.error += fmt::format("{}{}", rec.error.empty() ? "" : "; ", note);
       RANKMAP_INFO(Agent, "agent {}: round {}: {}", name_, id, note);
     }
   }
   if (publish && baseline && namesOf(baseline->hosts) == namesOf(r.topology.hosts)) {
-    size_t changed = changedPairs(*baseline, r.topology, cfg_.reprobe.publishThreshold);
+    size_t changed = probe::changedPairs(*baseline, r.topology, cfg_.reprobe.publishThreshold);
     if (changed == 0) {
       publish = false;
       rec.error += fmt::format("{}no pair changed by more than {:.0f}%; kept topology version {}",
@@ -854,7 +855,7 @@ bool Daemon::holdForPassive() {
   auto replies = coord.ask(ask, Deadline::after(cfg_.probe.connectTimeout));
   size_t fresh = 0, asked = 0;
   std::vector<std::string> drift;
-  std::vector<PassiveLedger::Backlog> backlog;
+  std::vector<probe::Backlog> backlog;
   std::map<std::string, double> sendBusy;  // host -> its summary's sendBusy (hosts with sends)
   std::map<std::string, double> sendPeak;  // host -> its summary's sendBusyPeak
   for (size_t h = 0; h < replies.size(); ++h) {
@@ -878,7 +879,7 @@ bool Daemon::holdForPassive() {
   }
   jobTraffic_ = fresh > 0;
   {
-    auto slow = slowSenders(backlog, sendBusy, sendPeak);
+    auto slow = probe::slowSenders(backlog, sendBusy, sendPeak);
     std::lock_guard<std::mutex> lock(mu_);
     jobSlowSenders_ = std::move(slow);
   }
@@ -907,12 +908,13 @@ bool Daemon::holdForPassive() {
   return true;
 }
 
-bool Daemon::publishPassivePatch(const std::vector<PassiveLedger::Backlog>& backlog,
+bool Daemon::publishPassivePatch(const std::vector<probe::Backlog>& backlog,
                                  const std::map<std::string, double>& sendBusy) {
   auto current = store_->latestTopology();
   if (!current) return false;
   std::vector<std::string> notes;
-  auto patched = patchBacklogged(*current, backlog, sendBusy, cfg_.reprobe.changeThreshold, notes);
+  auto patched =
+      probe::patchBacklogged(*current, backlog, sendBusy, cfg_.reprobe.changeThreshold, notes);
   if (!patched) return false;
   const std::vector<Host> hostsNow = hosts();
   const auto n = static_cast<int64_t>(hostsNow.size());

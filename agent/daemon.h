@@ -153,11 +153,11 @@ class Daemon {
   // when the light check is held back: some host's job traffic is fresh, none drifted, and the
   // last active check is younger than reprobe.passive_hold.
   bool holdForPassive();
-  // The passive patch (agent/passive.h patchBacklogged) of the latest topology from the job's
+  // The passive patch (probe/drift.h patchBacklogged) of the latest topology from the job's
   // backlogged sends and every host's send busy fraction, published as a round of kind
   // "passive" when a pair changed by more than reprobe.publish_threshold. True when a version
   // was published.
-  bool publishPassivePatch(const std::vector<PassiveLedger::Backlog>& backlog,
+  bool publishPassivePatch(const std::vector<probe::Backlog>& backlog,
                            const std::map<std::string, double>& sendBusy);
 
   AgentConfig cfg_;

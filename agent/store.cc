@@ -182,18 +182,6 @@ constexpr const char* kRoundColumns =
 
 }  // namespace
 
-std::string utcNow() {
-  auto now = std::chrono::system_clock::now();
-  std::time_t t = std::chrono::system_clock::to_time_t(now);
-  auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[40];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-  return fmt::format("{}.{:03d}Z", buf, ms);
-}
-
 Json RoundRecord::toJson() const {
   Json j = {{"id", id},
             {"kind", kind},

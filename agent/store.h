@@ -111,7 +111,4 @@ class Store {
   std::mutex mu_;
 };
 
-// RFC 3339 UTC time with milliseconds: "2024-05-01T12:00:00.123Z".
-std::string utcNow();
-
 }  // namespace rankmap::agent

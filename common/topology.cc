@@ -542,6 +542,18 @@ std::optional<double> Topology::pathLatencyUs(int a, int b) const {
   return sum;
 }
 
+std::string utcNow() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:03d}Z", buf, ms);
+}
+
 std::optional<std::chrono::system_clock::time_point> parseUtcTime(std::string_view s) {
   std::tm tm{};
   int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, used = 0;

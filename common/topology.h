@@ -226,6 +226,8 @@ std::string contentHashOf(std::string_view canonicalJson);
 // "YYYY-MM-DDTHH:MM:SS[.fraction]Z" (RFC 3339 in UTC, as rankmapd writes it, years 1970..2200)
 // as a time point; nullopt for anything else.
 std::optional<std::chrono::system_clock::time_point> parseUtcTime(std::string_view text);
+// Now, as parseUtcTime reads it, with milliseconds: "2024-05-01T12:00:00.123Z".
+std::string utcNow();
 
 std::vector<HierarchyLevel> parseHierarchy(const JsonReader& r,
                                            const std::vector<std::string>& hostNames);

@@ -485,17 +485,6 @@ TEST(Coordinator, AgentKilledMidRoundLeavesItsPairsMissing) {
   EXPECT_TRUE(r.topology.bandwidthMbps.at(0, 1));
 }
 
-TEST(Coordinator, ChangedPairsAndRelativeChange) {
-  Topology a = Topology::empty({{"a", ""}, {"b", ""}});
-  a.bandwidthMbps.at(0, 1) = 250;
-  Topology b = a;
-  b.bandwidthMbps.at(0, 1) = 130;
-  EXPECT_EQ(changedPairs(a, b, 0.25), 1u);
-  EXPECT_EQ(changedPairs(a, a, 0.0), 0u);
-  EXPECT_DOUBLE_EQ(relativeChange(200, 150), 0.25);
-  EXPECT_TRUE(std::isinf(relativeChange(0, 1)));
-}
-
 TEST(AgentConfig, ParsesCommentedJsonAndRejectsUnknownKeys) {
   TempDir dir;
   std::string path = dir.write("rankmapd.json", R"({
