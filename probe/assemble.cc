@@ -1,0 +1,206 @@
+// The last phases of a probe round (probe/round.h): the measured rings, then the topology
+// assembled from the structure, the links and every reading.
+#include "probe/round.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+#include <string_view>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "probe/partition.h"
+#include "probe/stats.h"
+
+namespace rankmap::probe {
+
+// ---- 4. rings ------------------------------------------------------------------------------
+
+std::vector<int> structureRing(const RoundState& s, const Structure& st) {
+  std::vector<int> order = s.liveHosts();
+  auto key = [&](int h) {
+    std::vector<int> k;
+    for (size_t l = st.levels.size(); l-- > 0;) k.push_back(st.levels[l][static_cast<size_t>(h)]);
+    k.push_back(h);
+    return k;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key(a) < key(b); });
+  return order;
+}
+
+std::vector<RingCheck> measureRings(RoundState& s, const Structure& st,
+                                    const TopologyLinks& links) {
+  std::vector<RingCheck> out;
+  std::vector<std::pair<std::string, std::vector<int>>> rings = {{"input", s.liveHosts()}};
+  if (!st.levels.empty()) rings.emplace_back("structure", structureRing(s, st));
+  // Equal bytes per flow, as a ring step moves (see round.h).
+  BandwidthOptions step = s.opts().bandwidth;
+  std::vector<double> rates;
+  for (int h : s.liveHosts())
+    if (static_cast<size_t>(h) < links.hosts.size() &&
+        links.hosts[static_cast<size_t>(h)].outMbps > 0)
+      rates.push_back(links.hosts[static_cast<size_t>(h)].outMbps);
+  if (!rates.empty())
+    step.maxBytes = std::min<uint64_t>(
+        step.maxBytes,
+        std::max<uint64_t>(64 * 1024,
+                           static_cast<uint64_t>(median(rates) * 1e6 / 8 * kRingWindowShare *
+                                                 static_cast<double>(step.maxMs) / 1000)));
+  for (auto& [name, order] : rings) {
+    if (order.size() < 2 || s.stopped()) break;
+    std::vector<HostPair> flows;
+    for (size_t i = 0; i < order.size(); ++i)
+      flows.emplace_back(order[i], order[(i + 1) % order.size()]);
+    // Twice. A hop whose readings differ by a band (kBandwidthLevelRatio) keeps the better one:
+    // a short ring window that loses a packet waits out a retransmission timeout (one
+    // structure-ring hop on the emulated cloud read 57 Mbit/s of 250, and the planner then kept
+    // the provider's order). Otherwise the hop reads their mean: the better of two readings
+    // that vary with other tenants' traffic overstates the ring, and the plan's prediction with
+    // it.
+    auto got = s.run(flows, "rings", false, {}, false, &step);
+    if (!s.stopped()) {
+      auto again = s.run(flows, "rings", false, {}, false, &step);
+      for (size_t i = 0; i < got.size() && i < again.size(); ++i) {
+        if (!again[i]) continue;
+        if (!got[i]) {
+          got[i] = again[i];
+          continue;
+        }
+        const double lo = std::min(*got[i], *again[i]), hi = std::max(*got[i], *again[i]);
+        got[i] = hi >= kBandwidthLevelRatio * lo ? hi : (lo + hi) / 2;
+      }
+    }
+    RingCheck c;
+    c.name = name;
+    c.order = order;
+    c.mbps = std::move(got);
+    // A host that left the round during the trial: its hops are not this ring's.
+    if (std::all_of(order.begin(), order.end(), [&](int h) { return s.live(h); }))
+      out.push_back(std::move(c));
+    s.report({"rings", out.size(), rings.size(),
+              fmt::format("{} ring of {} hosts", name, order.size())});
+  }
+  return out;
+}
+
+// ---- 5. assemble ----------------------------------------------------------------------------
+
+std::vector<SharedLink> oversubscribedGroups(const Topology& t) {
+  std::vector<SharedLink> out;
+  if (!t.links) return out;
+  const TopologyLinks& lk = *t.links;
+  std::map<std::string_view, size_t> index;
+  for (size_t h = 0; h < t.size(); ++h) index.emplace(t.hosts[h].name, h);
+  for (size_t l = 0; l < t.groups.size(); ++l) {
+    const auto& groups = t.groups[l].groups;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (groups[g].size() < 2) continue;
+      double hostsOut = 0, hostsIn = 0;
+      for (const auto& name : groups[g]) {
+        const auto& c = lk.hosts[index.at(name)];
+        hostsOut += c.outMbps;
+        hostsIn += c.inMbps;
+      }
+      const auto& up = lk.uplinks[l][g];
+      if (up.outMbps < 0.9 * hostsOut || up.inMbps < 0.9 * hostsIn)
+        out.push_back({groups[g], std::min(up.outMbps, up.inMbps)});
+    }
+  }
+  return out;
+}
+
+Topology assembleTopology(RoundState& s, const Structure& st, const TopologyLinks& links) {
+  const size_t n = s.fleet().size();
+  std::vector<Host> hosts;
+  for (size_t h = 0; h < n; ++h) hosts.push_back(s.fleet().host(static_cast<int>(h)));
+  Topology t;
+  t.hosts = hosts;
+  t.probe.latencySamples = s.opts().latency.samples;
+  t.probe.bandwidthMaxMs = s.opts().bandwidthEnabled ? s.opts().bandwidth.maxMs : 0;
+  t.probe.bandwidthMaxBytes =
+      s.opts().bandwidthEnabled ? static_cast<int64_t>(s.opts().bandwidth.maxBytes) : 0;
+  t.probe.contention = s.opts().bandwidthEnabled;
+  // `time` is the caller's (the agent's clock names the round).
+  // Levels: hosts out of the round (or never placed) each a group of their own.
+  for (size_t l = 0; l < st.levels.size(); ++l) {
+    HierarchyLevel level;
+    level.name = levelName(l);
+    level.confidence = 1;
+    auto members = membersOf(st.levels[l]);
+    for (const auto& m : members) {
+      std::vector<std::string> names;
+      for (int h : m) names.push_back(hosts[static_cast<size_t>(h)].name);
+      level.groups.push_back(std::move(names));
+    }
+    for (size_t h = 0; h < n; ++h)
+      if (st.levels[l][h] < 0) level.groups.push_back({hosts[h].name});
+    t.groups.push_back(std::move(level));
+  }
+  TopologyLinks lk = links;
+  lk.hosts.resize(n);
+  lk.uplinks.resize(st.levels.size());
+  lk.uplinkLatencyUs.resize(st.levels.size(), 0);
+  // Uplinks of the single-host groups added for hosts out of the round: nothing measured.
+  for (size_t l = 0; l < st.levels.size(); ++l)
+    lk.uplinks[l].resize(t.groups[l].groups.size(), LinkCapacity{});
+  t.links = std::move(lk);
+  t.sharedLinks = oversubscribedGroups(t);
+  // Pairs measured alone: the best such reading of each directed pair. A host that left the
+  // round after some of its pairs were measured has none: its matrix entries are null, and a
+  // measured pair must have a value (the parser refuses it, as the agent's store did on restart).
+  std::map<std::pair<int, int>, double> alone;
+  for (const auto& r : s.readings)
+    if (r.kind == "bandwidth" && r.alone && !r.overruled && s.live(r.src) && s.live(r.dst)) {
+      auto& v = alone[{r.src, r.dst}];
+      v = std::max(v, r.value);
+    }
+  for (const auto& [p, v] : alone) t.measured.push_back(p);
+  if (n <= kDenseMaxHosts) {
+    t.bandwidthMbps = SquareMatrix<std::optional<double>>(n);
+    t.latencyUs = SquareMatrix<std::optional<LatencyStats>>(n);
+    for (size_t a = 0; a < n; ++a)
+      for (size_t b = 0; b < n; ++b) {
+        if (a == b || !s.live(static_cast<int>(a)) || !s.live(static_cast<int>(b))) continue;
+        auto it = alone.find({static_cast<int>(a), static_cast<int>(b)});
+        t.bandwidthMbps.at(a, b) =
+            it != alone.end() ? it->second : t.pathMbps(static_cast<int>(a), static_cast<int>(b));
+      }
+    // Latency (round trips, as measured): what was measured, else twice the tiers' one-way sum.
+    for (size_t a = 0; a < n; ++a)
+      for (size_t b = 0; b < n; ++b) {
+        if (a == b || !s.live(static_cast<int>(a)) || !s.live(static_cast<int>(b))) continue;
+        double rtt = 2 * t.pathLatencyUs(static_cast<int>(a), static_cast<int>(b)).value_or(0);
+        t.latencyUs.at(a, b) = LatencyStats{rtt, rtt, rtt, rtt};
+      }
+    for (const auto& r : s.readings)
+      if (r.kind == "latency") {
+        auto a = static_cast<size_t>(r.src), b = static_cast<size_t>(r.dst);
+        LatencyStats v{r.value, r.value, r.value, r.value};
+        t.latencyUs.at(a, b) = v;
+        t.latencyUs.at(b, a) = v;
+      }
+  }
+  return t;
+}
+
+std::vector<std::string> degradedHosts(const Topology& t) {
+  std::vector<std::string> out;
+  if (!t.links) return out;
+  const auto& hl = t.links->hosts;
+  std::vector<double> rates;
+  for (const auto& l : hl)
+    if (l.outMbps > 0 && l.inMbps > 0) rates.push_back(std::min(l.outMbps, l.inMbps));
+  if (rates.size() < 3) return out;
+  const double mid = median(rates);
+  for (size_t h = 0; h < hl.size() && h < t.hosts.size(); ++h) {
+    double r = std::min(hl[h].outMbps, hl[h].inMbps);
+    if (hl[h].outMbps > 0 && hl[h].inMbps > 0 && r < kDegradedHostRatio * mid)
+      out.push_back(
+          fmt::format("{} {:.1f} Mbit/s (hosts' median {:.0f})", t.hosts[h].name, r, mid));
+  }
+  return out;
+}
+
+}  // namespace rankmap::probe
