@@ -57,38 +57,38 @@ void applyProbeOptions(const JsonReader& r, ProbeOptions& p) {
                 "contention_trials", "discovery_ms", "remeasure", "remeasure_passes",
                 "max_parallel_flows", "connect_timeout", "task_slack", "round_timeout"});
   if (auto v = r.find("latency_samples"))
-    p.latency.samples = static_cast<int>(v->integerIn(1, 100000));
+    p.round.latency.samples = static_cast<int>(v->integerIn(1, 100000));
   if (auto v = r.find("latency_warmup"))
-    p.latency.warmup = static_cast<int>(v->integerIn(0, 10000));
-  if (auto v = r.find("bandwidth")) p.bandwidthEnabled = v->boolean();
-  if (auto v = r.find("bandwidth_max_ms")) p.bandwidth.maxMs = v->integerIn(1, 60000);
+    p.round.latency.warmup = static_cast<int>(v->integerIn(0, 10000));
+  if (auto v = r.find("bandwidth")) p.round.bandwidthEnabled = v->boolean();
+  if (auto v = r.find("bandwidth_max_ms")) p.round.bandwidth.maxMs = v->integerIn(1, 60000);
   if (auto v = r.find("bandwidth_max_bytes")) {
-    p.bandwidth.maxBytes = sizeOf(*v);
-    if (p.bandwidth.maxBytes == 0 || p.bandwidth.maxBytes > (4ull << 30))
+    p.round.bandwidth.maxBytes = sizeOf(*v);
+    if (p.round.bandwidth.maxBytes == 0 || p.round.bandwidth.maxBytes > (4ull << 30))
       v->fail("a size in 1..4G");
   }
-  if (auto v = r.find("bandwidth_warmup")) p.bandwidth.warmupFraction = fraction(*v, 0.9);
+  if (auto v = r.find("bandwidth_warmup")) p.round.bandwidth.warmupFraction = fraction(*v, 0.9);
   for (const char* key : kRetiredProbeKeys)
     if (r.find(key))
       RANKMAP_WARN(Agent, "{}: probe option \"{}\" is ignored: the structure-first probe has no "
                    "such step (docs/probing.md)", r.source(), key);
   if (auto v = r.find("max_parallel_flows"))
-    p.maxParallelFlows = static_cast<size_t>(v->integerIn(0, 1 << 20));
-  if (auto v = r.find("connect_timeout")) p.connectTimeout = durationOf(*v);
-  if (auto v = r.find("task_slack")) p.taskSlack = durationOf(*v);
+    p.round.maxFlowsPerTrial = static_cast<size_t>(v->integerIn(0, 1 << 20));
+  if (auto v = r.find("connect_timeout")) p.fleet.connectTimeout = durationOf(*v);
+  if (auto v = r.find("task_slack")) p.fleet.taskSlack = durationOf(*v);
   if (auto v = r.find("round_timeout")) p.roundTimeout = durationOf(*v);
 }
 
 Json probeOptionsToJson(const ProbeOptions& p) {
-  return {{"latency_samples", p.latency.samples},
-          {"latency_warmup", p.latency.warmup},
-          {"bandwidth", p.bandwidthEnabled},
-          {"bandwidth_max_ms", p.bandwidth.maxMs},
-          {"bandwidth_max_bytes", p.bandwidth.maxBytes},
-          {"bandwidth_warmup", p.bandwidth.warmupFraction},
-          {"max_parallel_flows", p.maxParallelFlows},
-          {"connect_timeout", durationText(p.connectTimeout)},
-          {"task_slack", durationText(p.taskSlack)},
+  return {{"latency_samples", p.round.latency.samples},
+          {"latency_warmup", p.round.latency.warmup},
+          {"bandwidth", p.round.bandwidthEnabled},
+          {"bandwidth_max_ms", p.round.bandwidth.maxMs},
+          {"bandwidth_max_bytes", p.round.bandwidth.maxBytes},
+          {"bandwidth_warmup", p.round.bandwidth.warmupFraction},
+          {"max_parallel_flows", p.round.maxFlowsPerTrial},
+          {"connect_timeout", durationText(p.fleet.connectTimeout)},
+          {"task_slack", durationText(p.fleet.taskSlack)},
           {"round_timeout", durationText(p.roundTimeout)}};
 }
 
@@ -182,12 +182,6 @@ Json AgentConfig::toJson() const {
            {{"max_body_bytes", maxBodyBytes},
             {"timeout", durationText(httpTimeout)},
             {"max_connections", maxConnections}}}};
-}
-
-std::string localHostName() {
-  char buf[256] = {0};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
 }
 
 }  // namespace rankmap::agent

@@ -9,23 +9,20 @@
 #include <string_view>
 
 #include "common/json.h"
+#include "probe/agent_fleet.h"
 #include "probe/measure.h"
+#include "probe/round.h"
 #include "probe/socket.h"
 
 namespace rankmap::agent {
 
 // How a probe round measures (shared by the daemon and `rankmap probe` coordinating itself); the
 // round itself is probe/round.h.
+// The agent's "probe" settings: the round's own (probe/round.h), its control requests'
+// (probe/agent_fleet.h) and the round's deadline.
 struct ProbeOptions {
-  // Leader pings (structure phase): a floor of the round trip needs few samples.
-  probe::LatencyOptions latency{2, 10};
-  probe::BandwidthOptions bandwidth;
-  bool bandwidthEnabled = true;
-  // Bulk flows at once, at most (0 = no limit): trials are split by whole groups beyond it,
-  // except those that must load an uplink. For testbeds whose CPUs cannot carry every flow.
-  size_t maxParallelFlows = 0;
-  std::chrono::milliseconds connectTimeout{2000};
-  std::chrono::milliseconds taskSlack{3000};
+  probe::RoundOptions round;
+  probe::AgentFleetOptions fleet;
   std::chrono::milliseconds roundTimeout{300000};
 };
 
@@ -92,8 +89,5 @@ struct AgentConfig {
 // Applies the "probe" section of a configuration (also used for POST /v1/probe options).
 void applyProbeOptions(const JsonReader& r, ProbeOptions& p);
 Json probeOptionsToJson(const ProbeOptions& p);
-
-// This machine's host name (gethostname).
-std::string localHostName();
 
 }  // namespace rankmap::agent

@@ -353,7 +353,7 @@ Daemon::StartResult Daemon::startRound(std::optional<std::vector<Host>> hosts,
   int64_t id = store_->beginRound("full", n, n * (n - 1) / 2);
   runningId_ = id;
   runningKind_ = "full";
-  progress_ = RoundProgress{"starting", 0, 0, ""};
+  progress_ = probe::RoundProgress{"starting", 0, 0, ""};
   cancel_ = false;
   RANKMAP_INFO(Agent, "agent {}: round {} over {} hosts ({})", name_, id, n, reason);
   roundThread_ =
@@ -383,10 +383,15 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
     cv_.notify_all();
   };
   try {
-    Coordinator coord(hosts, key_, name_, opts);
-    auto onProgress = [this](const RoundProgress& p) {
+    probe::AgentFleet fleet(hosts, key_, name_, opts.fleet);
+    auto onProgress = [this](const probe::RoundProgress& p) {
+      if (!p.detail.empty()) RANKMAP_INFO(Probe, "probe round: {}: {}", p.phase, p.detail);
       std::lock_guard<std::mutex> lock(mu_);
       progress_ = p;
+    };
+    // Seconds since `t0`: a round's or a check's wall time for the store.
+    auto since = [](std::chrono::steady_clock::time_point t0) {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
     // Starts round `next` of `kind` on this thread (after the light check's record).
     auto begin = [&](const std::string& kind) {
@@ -395,7 +400,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
       std::lock_guard<std::mutex> lock(mu_);
       runningId_ = next;
       runningKind_ = kind;
-      progress_ = RoundProgress{"starting", 0, 0, ""};
+      progress_ = probe::RoundProgress{"starting", 0, 0, ""};
       cv_.notify_all();
       return next;
     };
@@ -408,30 +413,40 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
     if (light) {
       // A light check against `baseline`; a change confined to a few groups re-probes those
       // groups, any other change turns into a full round.
-      CheckResult c = coord.runCheck(*baseline, cfg_.reprobe.changeThreshold,
-                                     Deadline::after(opts.roundTimeout), &cancel_);
+      const auto checkFrom = std::chrono::steady_clock::now();
+      probe::RecheckOptions ro;
+      ro.threshold = cfg_.reprobe.changeThreshold;
+      probe::RecheckOutcome out = probe::runRecheck(fleet, *baseline, ro, opts.round,
+                                                    Deadline::after(opts.roundTimeout), &cancel_);
       measured();
+      const probe::RecheckResult& c = out.result;
       job.hostsInPlace = c.hostsInPlace;
       const bool changed = c.verdict != probe::RecheckVerdict::Unchanged;
-      store_->addMeasurements(id, c.measurements);
+      store_->addMeasurements(id, measurementRows(out.readings, hosts));
+      size_t flows = 0;
+      for (const auto& r : out.readings) flows += r.kind == "bandwidth";
+      std::vector<std::string> changedFlows;
+      for (const auto& f : c.changed)
+        changedFlows.push_back(
+            fmt::format("{} {:.0f} -> {:.0f} Mbit/s", f.what, f.expectedMbps, f.gotMbps));
       RoundRecord rec;
       rec.id = id;
       rec.status = changed ? "changed" : "unchanged";
-      rec.pairsTotal = static_cast<int64_t>(c.flows);
-      rec.seconds = c.seconds;
+      rec.pairsTotal = static_cast<int64_t>(flows);
+      rec.seconds = since(checkFrom);
       if (c.verdict == probe::RecheckVerdict::Groups)
-        rec.error = fmt::format("changed in {}: {}", fmt::join(c.changedGroups, ", "),
-                                fmt::join(c.changedFlows, "; "));
+        rec.error = fmt::format("changed in {}: {}", fmt::join(c.names, ", "),
+                                fmt::join(changedFlows, "; "));
       else if (changed)
         rec.error = fmt::format("full round: {}", c.reason);
       store_->finishRound(rec);
-      for (const auto& [why, k] : c.failures)
+      for (const auto& [why, k] : out.failures)
         metrics_.add("rankmap_probe_failures_total", fmt::format("reason=\"{}\"", why),
                      static_cast<double>(k));
       metrics_.add("rankmap_light_checks_total", fmt::format("result=\"{}\"", rec.status));
       if (rec.status != "failed") markRoundSucceeded();
-      metrics_.observe("rankmap_probe_round_duration_seconds", "kind=\"light\"", c.seconds);
-      RANKMAP_INFO(Agent, "agent {}: light check {}: {} flows, {}{}{}", name_, id, c.flows,
+      metrics_.observe("rankmap_probe_round_duration_seconds", "kind=\"light\"", rec.seconds);
+      RANKMAP_INFO(Agent, "agent {}: light check {}: {} flows, {}{}{}", name_, id, flows,
                    probe::recheckVerdictName(c.verdict), rec.error.empty() ? "" : ": ", rec.error);
       if (!changed || cancel_) {
         done();
@@ -439,11 +454,13 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
       }
       if (c.verdict == probe::RecheckVerdict::Groups) {
         id = begin("repair");
-        RoundResult r = coord.runRepair(*baseline, c.groups, Deadline::after(opts.roundTimeout),
-                                        onProgress, &cancel_);
+        const auto repairFrom = std::chrono::steady_clock::now();
+        probe::RoundOutcome r =
+            probe::runRepair(fleet, *baseline, c.groups, opts.round,
+                             Deadline::after(opts.roundTimeout), onProgress, &cancel_);
         measured();
         if (r.deadHosts.empty() && !r.cancelled) {
-          finishRound(id, "repair", r, baseline, hosts, job);
+          finishRound(id, "repair", r, since(repairFrom), baseline, hosts, job);
           done();
           return;
         }
@@ -463,9 +480,11 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
       }
       id = begin("full");
     }
-    RoundResult r = coord.runFull(Deadline::after(opts.roundTimeout), onProgress, &cancel_);
+    const auto roundFrom = std::chrono::steady_clock::now();
+    probe::RoundOutcome r = probe::runRound(fleet, opts.round, Deadline::after(opts.roundTimeout),
+                                            onProgress, &cancel_);
     measured();
-    finishRound(id, "full", r, baseline, hosts, job);
+    finishRound(id, "full", r, since(roundFrom), baseline, hosts, job);
   } catch (const std::exception& e) {
     measured();  // it may have failed while measuring
     RANKMAP_ERROR(Agent, "agent {}: round {} failed: {}", name_, id, e.what());
@@ -483,17 +502,20 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
   done();
 }
 
-std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, RoundResult& r,
+std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind,
+                                           probe::RoundOutcome& r, double seconds,
                                            const std::optional<Topology>& baseline,
                                            const std::vector<Host>& hosts, const JobTraffic& job) {
-  store_->addMeasurements(id, r.measurements);
+  const probe::RoundSummary sum = probe::summarize(r);
+  if (kind != "passive") RANKMAP_INFO(Probe, "{}, {:.2f} s", sum.text, seconds);
+  store_->addMeasurements(id, measurementRows(r.readings, hosts));
   RoundRecord rec;
   rec.id = id;
   rec.kind = kind;
-  rec.status = r.status();
-  rec.pairsTotal = static_cast<int64_t>(r.pairsTotal);
-  rec.pairsMissing = static_cast<int64_t>(r.pairsMissing);
-  rec.seconds = r.seconds;
+  rec.status = sum.status;
+  rec.pairsTotal = static_cast<int64_t>(sum.pairsTotal);
+  rec.pairsMissing = static_cast<int64_t>(sum.pairsMissing);
+  rec.seconds = seconds;
   if (!r.deadHosts.empty())
     rec.error = fmt::format("no answer from: {}", fmt::join(r.deadHosts, ", "));
   if (!r.degradedHosts.empty())
@@ -540,12 +562,12 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind, 
   metrics_.add("rankmap_probe_rounds_total",
                fmt::format("kind=\"{}\",result=\"{}\"", kind, rec.status));
   metrics_.observe("rankmap_probe_round_duration_seconds", fmt::format("kind=\"{}\"", kind),
-                   r.seconds);
+                   seconds);
   metrics_.add("rankmap_probe_requests_total", "", static_cast<double>(r.cost.requests));
   for (const auto& [why, k] : r.failures)
     metrics_.add("rankmap_probe_failures_total", fmt::format("reason=\"{}\"", why),
                  static_cast<double>(k));
-  metrics_.set("rankmap_probe_missing_pairs", "", static_cast<double>(r.pairsMissing));
+  metrics_.set("rankmap_probe_missing_pairs", "", static_cast<double>(sum.pairsMissing));
   metrics_.set("rankmap_probe_dead_hosts", "", static_cast<double>(r.deadHosts.size()));
   metrics_.set("rankmap_probe_degraded_hosts", "", static_cast<double>(r.degradedHosts.size()));
   if (publish) pushTopology(r.topology, hosts, r.deadHosts);
@@ -776,8 +798,8 @@ bool Daemon::isCoordinator() {
   for (const auto& h : hosts()) {
     if (h.name == name_) {
       if (before.empty()) return true;
-      Coordinator probeBefore(before, key_, name_, cfg_.probe);
-      auto up = probeBefore.alive(Deadline::after(cfg_.probe.connectTimeout));
+      probe::AgentFleet probeBefore(before, key_, name_, cfg_.probe.fleet);
+      auto up = probeBefore.alive(Deadline::after(cfg_.probe.fleet.connectTimeout));
       for (bool u : up)
         if (u) return false;
       return true;
@@ -812,7 +834,7 @@ void Daemon::reprobeOnce() {
   int64_t id = store_->beginRound("light", static_cast<int64_t>(hostsNow.size()), 0);
   runningId_ = id;
   runningKind_ = "light";
-  progress_ = RoundProgress{"check", 0, 0, ""};
+  progress_ = probe::RoundProgress{"check", 0, 0, ""};
   cancel_ = false;
   roundThread_ = std::thread([this, id, hosts = hostsNow, baseline = std::move(*current)]() mutable {
     roundMain(id, std::move(hosts), cfg_.probe, true, std::move(baseline));
@@ -841,7 +863,7 @@ Json Daemon::passiveSummary(bool rebase, std::optional<ProbeService::Hooks::Prob
 bool Daemon::holdForPassive() {
   // Every agent's view of the job traffic on its host, drift taken as acted on.
   const std::vector<Host> list = hosts();  // this step's list (a reload may replace hosts_)
-  Coordinator coord(list, key_, name_, cfg_.probe);
+  probe::AgentFleet fleet(list, key_, name_, cfg_.probe.fleet);
   Json ask = {{"op", "passive"}, {"rebase", true}};
   {
     std::lock_guard<std::mutex> lock(probeSpanMu_);
@@ -852,7 +874,7 @@ bool Daemon::holdForPassive() {
       ask["probed_s"] = Json::array({ago(lastProbe_->first), ago(lastProbe_->second)});
     }
   }
-  auto replies = coord.ask(ask, Deadline::after(cfg_.probe.connectTimeout));
+  auto replies = fleet.ask(ask, Deadline::after(cfg_.probe.fleet.connectTimeout));
   size_t fresh = 0, asked = 0;
   std::vector<std::string> drift;
   std::vector<probe::Backlog> backlog;
@@ -925,15 +947,14 @@ bool Daemon::publishPassivePatch(const std::vector<probe::Backlog>& backlog,
     id = store_->beginRound("passive", n, 0);
     runningId_ = id;
     runningKind_ = "passive";
-    progress_ = RoundProgress{"passive", 0, 0, ""};
+    progress_ = probe::RoundProgress{"passive", 0, 0, ""};
   }
   RANKMAP_INFO(Agent, "agent {}: passive patch {}: {}", name_, id, fmt::join(notes, "; "));
   std::optional<int64_t> version;
   try {
-    RoundResult r;
+    probe::RoundOutcome r;
     r.topology = std::move(*patched);
-    r.pairsTotal = static_cast<size_t>(n * (n - 1) / 2);
-    version = finishRound(id, "passive", r, current, hostsNow);
+    version = finishRound(id, "passive", r, 0, current, hostsNow);
   } catch (const std::exception& e) {
     RANKMAP_ERROR(Agent, "agent {}: passive patch {} failed: {}", name_, id, e.what());
   }

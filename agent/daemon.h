@@ -13,9 +13,9 @@
 // GET /v1/topology answers locally.
 //
 // Periodic re-probe (reprobe.interval > 0, with +-jitter): a light check of the current topology
-// (Coordinator::runCheck, probe/recheck.h): liveness, one flow per host inside its group and a
-// load across every uplink, compared with the topology's link model. A confirmed change beyond
-// reprobe.change_threshold confined to a few groups starts a group re-probe (round kind
+// (probe::runRecheck over the agents, probe/recheck.h): liveness, one flow per host inside its
+// group and a load across every uplink, compared with the topology's link model. A confirmed change
+// beyond reprobe.change_threshold confined to a few groups starts a group re-probe (round kind
 // "repair": just those groups' links measured again and patched into the topology); any other
 // change (hosts dead, moved or new, many groups) starts a full round. Either topology replaces
 // the current one only if at least one pair differs by more than reprobe.publish_threshold
@@ -33,13 +33,15 @@
 #include <thread>
 
 #include "agent/agent_config.h"
-#include "agent/coordinator.h"
 #include "agent/http_api.h"
 #include "agent/metrics.h"
 #include "agent/passive.h"
 #include "agent/probe_service.h"
 #include "agent/store.h"
 #include "common/files.h"
+#include "probe/agent_fleet.h"
+#include "probe/recheck.h"
+#include "probe/round.h"
 #include "probe/server.h"
 #include "reorder/prior.h"
 
@@ -137,8 +139,9 @@ class Daemon {
   // round under the job's traffic may keep the baseline's groups (keepGroupsUnderJobTraffic);
   // a full or repair round under it keeps the baseline's host links except the slow senders'
   // links out (keepHostLinksUnderJobTraffic).
-  std::optional<int64_t> finishRound(int64_t id, const std::string& kind, RoundResult& r,
-                                     const std::optional<Topology>& baseline,
+  // `seconds`: the round's wall time.
+  std::optional<int64_t> finishRound(int64_t id, const std::string& kind, probe::RoundOutcome& r,
+                                     double seconds, const std::optional<Topology>& baseline,
                                      const std::vector<Host>& hosts, const JobTraffic& job = {});
   void pushTopology(const Topology& t, const std::vector<Host>& hosts,
                     const std::vector<std::string>& dead);
@@ -213,7 +216,7 @@ class Daemon {
   std::atomic<bool> cancel_{false};
   std::thread roundThread_;
   std::optional<int64_t> runningId_;
-  RoundProgress progress_;
+  probe::RoundProgress progress_;
   std::string runningKind_;
   std::thread reprobeThread_;
   std::thread hostsWatchThread_;

@@ -182,6 +182,16 @@ constexpr const char* kRoundColumns =
 
 }  // namespace
 
+std::vector<MeasurementRow> measurementRows(const std::vector<probe::Reading>& readings,
+                                            const std::vector<Host>& hosts) {
+  std::vector<MeasurementRow> rows;
+  rows.reserve(readings.size());
+  for (const auto& r : readings)
+    rows.push_back({hosts.at(static_cast<size_t>(r.src)).name,
+                    hosts.at(static_cast<size_t>(r.dst)).name, r.kind, r.value, r.phase, nullptr});
+  return rows;
+}
+
 Json RoundRecord::toJson() const {
   Json j = {{"id", id},
             {"kind", kind},

@@ -18,6 +18,7 @@
 
 #include "common/plan.h"
 #include "common/topology.h"
+#include "probe/round.h"
 
 struct sqlite3;
 
@@ -33,6 +34,10 @@ struct MeasurementRow {
   std::string phase;  // "round", "contention", "remeasure", "check"
   Json extra;         // latency statistics, or null
 };
+
+// A round's readings as rows, hosts named from `hosts` (the fleet's, which the readings index).
+std::vector<MeasurementRow> measurementRows(const std::vector<probe::Reading>& readings,
+                                            const std::vector<Host>& hosts);
 
 struct RoundRecord {
   int64_t id = 0;

@@ -20,24 +20,19 @@
 
 #include <fmt/format.h>
 
-#include "agent/agent_config.h"
-#include "agent/coordinator.h"
 #include "cli/command.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/http_client.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "probe/agent_fleet.h"
 #include "probe/hosts.h"
 #include "probe/round.h"
 #include "reorder/report.h"
 
 namespace rankmap::cli {
 namespace {
-
-using agent::Coordinator;
-using agent::localHostName;
-using agent::ProbeOptions;
-using agent::RoundProgress;
-using agent::RoundResult;
 
 struct ProbeArgs {
   std::string hostsFile;
@@ -173,20 +168,23 @@ Outcome coordinateHere(const ProbeArgs& a, const CliContext& ctx, const std::vec
         "pass --agent URL (with --token-file), or --key-file FILE (or set "
         "RANKMAP_PROBE_KEY_FILE)");
   probe::ProbeKey key = probe::ProbeKey::load(keyFile);
-  ProbeOptions opts;
-  opts.roundTimeout = std::chrono::duration_cast<std::chrono::milliseconds>(d.remaining());
-  Coordinator coord(hosts, key, "rankmap-probe@" + localHostName(), opts);
+  probe::RoundOptions opts;
+  probe::AgentFleet fleet(hosts, key, "rankmap-probe@" + localHostName());
   ProgressView view;
-  RoundResult r = coord.runFull(
-      d, [&](const RoundProgress& p) { view.update(p.phase, p.done, p.total, p.detail); });
+  const auto t0 = std::chrono::steady_clock::now();
+  probe::RoundOutcome r = probe::runRound(fleet, opts, d, [&](const probe::RoundProgress& p) {
+    view.update(p.phase, p.done, p.total, p.detail);
+  });
   view.finish();
+  const probe::RoundSummary sum = probe::summarize(r);
+  RANKMAP_INFO(Probe, "{}", sum.text);
   Outcome o;
   o.via = "coordinated here";
-  o.status = r.status();
+  o.status = sum.status;
   o.hosts = hosts.size();
-  o.pairs = r.pairsTotal;
-  o.missing = r.pairsMissing;
-  o.seconds = r.seconds;
+  o.pairs = sum.pairsTotal;
+  o.missing = sum.pairsMissing;
+  o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   o.dead = r.deadHosts;
   if (o.status == "failed")
     throw PeerError(

@@ -456,4 +456,10 @@ void Listener::shutdown() {
   }
 }
 
+std::string localHostName() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
 }  // namespace rankmap

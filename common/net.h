@@ -222,4 +222,7 @@ class Listener {
   uint16_t port_ = 0;
 };
 
+// This machine's host name (gethostname; "localhost" when it fails).
+std::string localHostName();
+
 }  // namespace rankmap

@@ -77,7 +77,7 @@ struct SharedLink {
 
 // Two directions of one pair whose bandwidth differs by more than this ratio are a broken
 // measurement, not a property of the network: the planner drops them (reorder/measurements.h)
-// and the probe retries such pairs before they get there (agent/coordinator.cc).
+// and the probe retries such pairs before they get there (probe/agent_fleet.cc).
 inline constexpr double kMaxDirectionRatio = 3.0;
 
 // Up to this many hosts a probe writes the full matrices (measured and inferred values); beyond

@@ -1,5 +1,5 @@
 // The hosts a probe round measures, as the round sees them: the real agents over the probe
-// protocol (agent/coordinator.h) or a simulated datacenter (tests/sim/sim_fleet.h). The round's
+// protocol (probe/agent_fleet.h) or a simulated datacenter (tests/sim/sim_fleet.h). The round's
 // phases (probe/round.h) talk to nothing else, so the simulator runs the production scheduler,
 // inference and planner against a model network.
 //

@@ -538,6 +538,7 @@ RoundOutcome runRepair(Fleet& fleet, const Topology& t, const std::vector<GroupC
   RoundState s(fleet, opts, d, progress, cancel);
   RoundOutcome res;
   res.topology = repairGroups(s, t, groups);
+  res.topology.time = utcNow();
   res.structure = structureOf(levelsOf(t), measuredHosts(t));
   res.deadHosts = lostHosts(s, t);
   res.failures = s.failures;

@@ -158,6 +158,7 @@ RoundOutcome runRound(Fleet& fleet, const RoundOptions& opts, Deadline d,
   endPhase("rings");
   res.topology = assembleTopology(s, res.structure, links);
   res.topology.rings = std::move(rings);
+  res.topology.time = utcNow();
   res.degradedHosts = degradedHosts(res.topology);
   if (!res.degradedHosts.empty())
     RANKMAP_WARN(Probe, "probe round: degraded host links: {}", fmt::join(res.degradedHosts, ", "));
@@ -168,6 +169,46 @@ RoundOutcome runRound(Fleet& fleet, const RoundOptions& opts, Deadline d,
   res.cancelled = s.cancelled();
   s.report({"done", 1, 1, ""});
   return res;
+}
+
+RoundSummary summarize(const RoundOutcome& out) {
+  const Topology& t = out.topology;
+  const bool bandwidthEnabled = t.probe.bandwidthMaxMs > 0;
+  const size_t n = t.size();
+  RoundSummary s;
+  s.hosts = n;
+  s.pairsTotal = n * (n - 1) / 2;
+  std::vector<char> dead(n, 0);
+  for (const auto& name : out.deadHosts)
+    if (int i = t.indexOf(name); i >= 0) dead[static_cast<size_t>(i)] = 1;
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = a + 1; b < n; ++b) {
+      bool gone = dead[a] || dead[b];
+      if (t.hasMatrices()) {
+        gone = !t.latencyUs.at(a, b) && !t.bandwidthMbps.at(a, b) && !t.bandwidthMbps.at(b, a);
+        if (bandwidthEnabled)
+          s.flowsMissing +=
+              !t.bandwidthMbps.at(a, b).has_value() + !t.bandwidthMbps.at(b, a).has_value();
+      } else if (gone) {
+        s.flowsMissing += 2;
+      }
+      s.pairsMissing += gone;
+    }
+  if (out.cancelled || (n >= 2 && s.pairsMissing == s.pairsTotal))
+    s.status = "failed";
+  else if (s.pairsMissing > 0 || s.flowsMissing > 0 || !out.deadHosts.empty())
+    s.status = "partial";
+  else
+    s.status = "ok";
+  std::string phases;
+  for (const auto& [name, secs] : out.phaseSeconds) phases += fmt::format(" {} {:.2f}", name, secs);
+  s.text = fmt::format(
+      "{}: {} hosts, structure from {} ({} levels), {} bandwidth flows in {} trials, {} pings; "
+      "{} of {} pairs missing, {} dead ({});{}",
+      out.structure.signal == "topology" ? "group re-probe" : "probe round", n,
+      out.structure.signal, out.structure.levels.size(), out.cost.bandwidthFlows, out.cost.trials,
+      out.cost.latencyPairs, s.pairsMissing, s.pairsTotal, out.deadHosts.size(), s.status, phases);
+  return s;
 }
 
 }  // namespace rankmap::probe

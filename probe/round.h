@@ -181,6 +181,18 @@ struct RoundOutcome {
   bool cancelled = false;
 };
 
+// What a round left missing, and its status: for the agent's store and the command's report.
+struct RoundSummary {
+  size_t hosts = 0;
+  size_t pairsTotal = 0;    // unordered host pairs
+  size_t pairsMissing = 0;  // pairs with no latency and no bandwidth in either direction
+  size_t flowsMissing = 0;  // directed bandwidth values missing (rounds that measure bandwidth)
+  std::string status;       // "ok", "partial" or "failed" (cancelled, or no pair measured)
+  std::string text;         // one line for the log: structure, cost, missing, phases
+};
+// A round measured bandwidth when its topology says so (probe.bandwidth_max_ms > 0).
+RoundSummary summarize(const RoundOutcome& out);
+
 // What the phases share: the fleet, the hosts still in the round, every reading taken.
 class RoundState {
  public:

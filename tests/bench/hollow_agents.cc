@@ -2,8 +2,8 @@
 // own with kubemark. Every agent is a real rankmapd (agent::Daemon: probe server, wire, key,
 // SQLite store, HTTP API, topology push), all in one process, each on its own loopback ports;
 // a coordinator, a real rankmapd in a process of its own, runs a full round over them (the real
-// Coordinator and round) and pushes the topology to all. Only the measurements themselves are
-// simulated: round trips and bulk flows are answered by a tests/sim datacenter
+// agent fleet and round, probe/agent_fleet.h) and pushes the topology to all. Only the measurements
+// themselves are simulated: round trips and bulk flows are answered by a tests/sim datacenter
 // (tests/sim/hollow_network.h), so a figure from here is the control plane's, never the
 // network's. The agents share this machine's cores, which real agents do not: what each agent
 // does for the round (a measurement request, storing a pushed topology) is N times slower here.

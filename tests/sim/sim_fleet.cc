@@ -33,7 +33,7 @@ std::vector<probe::Outcome<LatencyStats>> SimFleet::latency(
     const std::vector<probe::HostPair>& pairs, const probe::LatencyOptions& opts, Deadline) {
   std::vector<probe::Outcome<LatencyStats>> out(pairs.size());
   // As the agents answer a latency step: one request per pinging host, its peers one after the
-  // other (agent/coordinator.h).
+  // other (probe/agent_fleet.h).
   std::map<int, double> spentByPinger;
   std::vector<double> samples;
   const std::vector<double> stalls = dc_.pingStalls();

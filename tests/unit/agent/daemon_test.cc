@@ -7,14 +7,15 @@
 #include <set>
 #include <thread>
 
-#include "agent/coordinator.h"
 #include "agent/daemon.h"
 #include "agent/store.h"
 #include "agent/topology_push.h"
 #include "common/files.h"
 #include "common/http_client.h"
+#include "probe/agent_fleet.h"
 #include "probe/hosts.h"
 #include "probe/measure.h"
+#include "probe/round.h"
 #include "probe/server.h"
 #include "tests/unit/agent/agent_test_util.h"
 #include "tests/unit/common/temp_dir.h"
@@ -29,10 +30,10 @@ using test::kToken;
 
 ProbeOptions fastProbe() {
   ProbeOptions p;
-  p.latency = {2, 20};
-  p.bandwidth.maxMs = 40;
-  p.connectTimeout = 500ms;
-  p.taskSlack = 1500ms;
+  p.round.latency = {2, 20};
+  p.round.bandwidth.maxMs = 40;
+  p.fleet.connectTimeout = 500ms;
+  p.fleet.taskSlack = 1500ms;
   p.roundTimeout = 30s;
   return p;
 }
@@ -434,7 +435,7 @@ TEST(Daemon, PlansRecordTheConfiguredPrior) {
   }
 }
 
-TEST(Coordinator, DeadAndSilentAgentsBecomeMissingPairsWithinTheDeadline) {
+TEST(AgentFleet, DeadAndSilentAgentsBecomeMissingPairsWithinTheDeadline) {
   Agents a;
   Daemon& x = a.add("x");
   Daemon& y = a.add("y");
@@ -449,14 +450,15 @@ TEST(Coordinator, DeadAndSilentAgentsBecomeMissingPairsWithinTheDeadline) {
                              {"silent", fmt::format("127.0.0.1:{}", silent.port())}};
   probe::ProbeKey key = probe::ProbeKey::load(a.key);
   ProbeOptions o = fastProbe();
-  Coordinator c(hosts, key, "test", o);
+  probe::AgentFleet c(hosts, key, "test", o.fleet);
   auto t0 = std::chrono::steady_clock::now();
-  RoundResult r = c.runFull(Deadline::after(20s));
+  probe::RoundOutcome r = probe::runRound(c, o.round, Deadline::after(20s));
   auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_LT(took, 10s);
-  EXPECT_EQ(r.status(), "partial");
-  EXPECT_EQ(r.pairsTotal, 6u);
-  EXPECT_EQ(r.pairsMissing, 5u);  // only x-y measured
+  const probe::RoundSummary sum = probe::summarize(r);
+  EXPECT_EQ(sum.status, "partial");
+  EXPECT_EQ(sum.pairsTotal, 6u);
+  EXPECT_EQ(sum.pairsMissing, 5u);  // only x-y measured
   EXPECT_EQ(r.deadHosts, (std::vector<std::string>{"dead", "silent"}));
   EXPECT_TRUE(r.topology.bandwidthMbps.at(0, 2));
   EXPECT_TRUE(r.topology.bandwidthMbps.at(2, 0));
@@ -465,19 +467,20 @@ TEST(Coordinator, DeadAndSilentAgentsBecomeMissingPairsWithinTheDeadline) {
   EXPECT_GT(r.failures["connect"] + r.failures["timeout"] + r.failures["peer"], 0u);
 }
 
-TEST(Coordinator, AgentKilledMidRoundLeavesItsPairsMissing) {
+TEST(AgentFleet, AgentKilledMidRoundLeavesItsPairsMissing) {
   Agents a;
   for (const char* n : {"p", "q", "r", "s"}) a.add(n);
   std::vector<Host> hosts;
   for (auto& d : a.d) hosts.push_back({d->name(), fmt::format("127.0.0.1:{}", d->probePort())});
   probe::ProbeKey key = probe::ProbeKey::load(a.key);
   ProbeOptions o = fastProbe();
-  Coordinator c(hosts, key, "test", o);
+  probe::AgentFleet c(hosts, key, "test", o.fleet);
   std::atomic<bool> killed{false};
-  RoundResult r = c.runFull(Deadline::after(20s), [&](const RoundProgress& p) {
-    if (p.phase == "structure" && !killed.exchange(true)) a.d[3]->stop();  // "s" dies
-  });
-  EXPECT_EQ(r.status(), "partial");
+  probe::RoundOutcome r =
+      probe::runRound(c, o.round, Deadline::after(20s), [&](const probe::RoundProgress& p) {
+        if (p.phase == "structure" && !killed.exchange(true)) a.d[3]->stop();  // "s" dies
+      });
+  EXPECT_EQ(probe::summarize(r).status, "partial");
   EXPECT_EQ(r.deadHosts, (std::vector<std::string>{"s"}));
   // Latency ran before the kill: every pair has something; bandwidth to/from s is missing.
   for (size_t i = 0; i < 3; ++i)
@@ -501,8 +504,8 @@ TEST(AgentConfig, ParsesCommentedJsonAndRejectsUnknownKeys) {
   EXPECT_EQ(c.priorFile, "/etc/rankmap/prior.json");
   EXPECT_EQ(c.priorLabels, "topology.k8s.aws/network-node-layer-3");
   EXPECT_EQ(c.toJson()["prior"], "/etc/rankmap/prior.json");
-  EXPECT_EQ(c.probe.bandwidth.maxMs, 100);
-  EXPECT_EQ(c.probe.bandwidth.maxBytes, 8u << 20);
+  EXPECT_EQ(c.probe.round.bandwidth.maxMs, 100);
+  EXPECT_EQ(c.probe.round.bandwidth.maxBytes, 8u << 20);
   EXPECT_EQ(c.probe.roundTimeout, std::chrono::minutes(2));
   EXPECT_EQ(c.reprobe.interval, 30s);
   EXPECT_DOUBLE_EQ(c.reprobe.changeThreshold, 0.3);  // sample_rounds: retired, accepted

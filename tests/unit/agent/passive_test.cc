@@ -347,10 +347,10 @@ struct Bed {
       c.tokenFile = token;
       c.hostsFile = hostsFile;
       c.coordinator = names[0];
-      c.probe.latency = {2, 20};
-      c.probe.bandwidth.maxMs = 40;
-      c.probe.connectTimeout = 500ms;
-      c.probe.taskSlack = 1500ms;
+      c.probe.round.latency = {2, 20};
+      c.probe.round.bandwidth.maxMs = 40;
+      c.probe.fleet.connectTimeout = 500ms;
+      c.probe.fleet.taskSlack = 1500ms;
       c.probe.roundTimeout = 30s;
       c.reprobe.passiveHold = 1h;
       d.push_back(std::make_unique<Daemon>(c));
@@ -404,7 +404,7 @@ struct Bed {
   // probe connect timeout): a window reported in that time is dropped there, on purpose.
   void pastRound() {
     settle();
-    std::this_thread::sleep_for(d[0]->config().probe.connectTimeout + 100ms);
+    std::this_thread::sleep_for(d[0]->config().probe.fleet.connectTimeout + 100ms);
   }
   size_t rounds() {
     auto r = HttpClient(url(0)).get("/v1/rounds?limit=100", Deadline::after(10s));

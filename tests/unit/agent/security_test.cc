@@ -57,10 +57,10 @@ struct Agent {
     c.tokenFile = token;
     c.httpTimeout = httpTimeout;
     c.maxConnections = maxConnections;
-    c.probe.latency = {2, 20};
-    c.probe.bandwidth.maxMs = 40;
-    c.probe.connectTimeout = 500ms;
-    c.probe.taskSlack = 1500ms;
+    c.probe.round.latency = {2, 20};
+    c.probe.round.bandwidth.maxMs = 40;
+    c.probe.fleet.connectTimeout = 500ms;
+    c.probe.fleet.taskSlack = 1500ms;
     c.probe.roundTimeout = 30s;
     return c;
   }

@@ -245,7 +245,7 @@ TEST(RequestAll, AnErrorFrameIsARefusal) {
 }
 
 // The coordinator and the probe service name a measurement's failure with the same words as a
-// request's (agent/coordinator.cc, agent/probe_service.cc).
+// request's (probe/agent_fleet.cc, agent/probe_service.cc).
 TEST(RequestFailureOf, TypesFirstThenAConnectMessage) {
   auto name = [](const std::exception& e) { return std::string(requestFailureName(failureOf(e))); };
   EXPECT_EQ(name(OversizeFrame("reply of 9 GiB")), "peer");

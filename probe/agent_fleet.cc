@@ -1,17 +1,14 @@
-#include "agent/coordinator.h"
+#include "probe/agent_fleet.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
-#include <set>
-#include <thread>
 
 #include "common/log.h"
 #include "probe/fanout.h"
 #include "probe/hosts.h"
 #include "probe/measure.h"
 
-namespace rankmap::agent {
+namespace rankmap::probe {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -22,26 +19,18 @@ double since(Clock::time_point t0) {
 
 }  // namespace
 
-std::string RoundResult::status() const {
-  size_t hosts = topology.size();
-  if (cancelled || (hosts >= 2 && pairsMissing == pairsTotal)) return "failed";
-  if (pairsMissing > 0 || flowsMissing > 0 || !deadHosts.empty()) return "partial";
-  return "ok";
-}
-
-Coordinator::Coordinator(std::vector<Host> hosts, const probe::ProbeKey& key, std::string self,
-                         ProbeOptions opts)
+AgentFleet::AgentFleet(std::vector<Host> hosts, const ProbeKey& key, std::string self,
+                       AgentFleetOptions opts)
     : hosts_(std::move(hosts)), key_(key), self_(std::move(self)), opts_(std::move(opts)) {
-  probe::validateHosts(hosts_, "probe round");
+  validateHosts(hosts_, "probe round");
 }
 
-Json Coordinator::peerJson(int h) const {
+Json AgentFleet::peerJson(int h) const {
   const Host& host = hosts_[static_cast<size_t>(h)];
   return {{"name", host.name}, {"address", host.address}};
 }
 
-Deadline Coordinator::latencyDeadline(Deadline round, const probe::LatencyOptions& lo,
-                                      size_t peers) const {
+Deadline AgentFleet::latencyDeadline(Deadline round, const LatencyOptions& lo, size_t peers) const {
   // A round trip under a few ms is normal; allow 20 ms each, and a connection's handshake,
   // before calling a pair slow. The peers of one request are measured one after the other.
   auto expected = std::chrono::milliseconds(20 * (lo.warmup + lo.samples + 3)) *
@@ -49,27 +38,27 @@ Deadline Coordinator::latencyDeadline(Deadline round, const probe::LatencyOption
   return Deadline::after(expected + opts_.taskSlack).min(round);
 }
 
-Deadline Coordinator::bandwidthDeadline(Deadline round, const probe::BandwidthOptions& bo,
-                                        std::chrono::milliseconds barrier) const {
+Deadline AgentFleet::bandwidthDeadline(Deadline round, const BandwidthOptions& bo,
+                                       std::chrono::milliseconds barrier) const {
   // Every transfer is over by bulkEnd() after its start (probe/measure.h).
-  auto expected = barrier + std::chrono::milliseconds(2 * bo.maxMs + probe::kBulkGraceMs);
+  auto expected = barrier + std::chrono::milliseconds(2 * bo.maxMs + kBulkGraceMs);
   return Deadline::after(expected + opts_.taskSlack).min(round);
 }
 
-void Coordinator::runTasks(std::vector<Task>& tasks) {
+void AgentFleet::runTasks(std::vector<Task>& tasks) {
   // Every task at once, multiplexed on this thread (probe/fanout.h). The agent bounds its own
   // work a little inside our deadline ("timeout_ms", stamped when the request is sent), so that
   // its answer (even "the peer timed out") arrives before we give up on it.
-  std::vector<probe::PendingRequest> requests;
+  std::vector<PendingRequest> requests;
   std::vector<size_t> which;  // requests[k] is tasks[which[k]]
   for (size_t i = 0; i < tasks.size(); ++i) {
     Task& t = tasks[i];
-    probe::PendingRequest r;
+    PendingRequest r;
     try {
-      r.agent = probe::hostEndpoint(hosts_[static_cast<size_t>(t.host)]);
+      r.agent = hostEndpoint(hosts_[static_cast<size_t>(t.host)]);
     } catch (const std::exception& e) {
       t.error = e.what();
-      t.reason = probe::requestFailureName(probe::failureOf(e));
+      t.reason = requestFailureName(failureOf(e));
       t.agentFailed = true;
       continue;
     }
@@ -80,16 +69,16 @@ void Coordinator::runTasks(std::vector<Task>& tasks) {
     requests.push_back(std::move(r));
     which.push_back(i);
   }
-  probe::RetryPolicy retry;
+  RetryPolicy retry;
   retry.connectTimeout = opts_.connectTimeout;
   cost_.requests += requests.size();
-  auto outcomes = probe::requestAll(requests, key_, self_, retry);
+  auto outcomes = requestAll(requests, key_, self_, retry);
   for (size_t k = 0; k < outcomes.size(); ++k) {
     Task& t = tasks[which[k]];
-    probe::RequestOutcome& o = outcomes[k];
+    RequestOutcome& o = outcomes[k];
     if (!o.reply) {
       t.error = std::move(o.error);
-      t.reason = probe::requestFailureName(o.failure);
+      t.reason = requestFailureName(o.failure);
       t.agentFailed = true;
     } else if (o.reply->is_object() && o.reply->contains("error")) {
       t.error = o.reply->value("error", std::string("failed"));
@@ -100,7 +89,7 @@ void Coordinator::runTasks(std::vector<Task>& tasks) {
   }
 }
 
-std::vector<bool> Coordinator::alive(Deadline d) {
+std::vector<bool> AgentFleet::alive(Deadline d) {
   std::vector<bool> out(hosts_.size(), false);
   std::vector<std::string> why(hosts_.size());
   // Two tries: an agent busy or restarting answers the second.
@@ -128,7 +117,7 @@ std::vector<bool> Coordinator::alive(Deadline d) {
   return out;
 }
 
-std::vector<std::optional<Json>> Coordinator::ask(const Json& request, Deadline d) {
+std::vector<std::optional<Json>> AgentFleet::ask(const Json& request, Deadline d) {
   std::vector<Task> tasks(hosts_.size());
   for (size_t h = 0; h < hosts_.size(); ++h) {
     tasks[h].host = static_cast<int>(h);
@@ -147,15 +136,15 @@ std::vector<std::optional<Json>> Coordinator::ask(const Json& request, Deadline 
   return out;
 }
 
-probe::FleetCost Coordinator::cost() const {
-  probe::FleetCost c = cost_;
+FleetCost AgentFleet::cost() const {
+  FleetCost c = cost_;
   c.seconds = since(made_);
   return c;
 }
 
-std::vector<probe::Outcome<LatencyStats>> Coordinator::latency(
-    const std::vector<probe::HostPair>& pairs, const probe::LatencyOptions& lo, Deadline d) {
-  std::vector<probe::Outcome<LatencyStats>> out(pairs.size());
+std::vector<Outcome<LatencyStats>> AgentFleet::latency(const std::vector<HostPair>& pairs,
+                                                       const LatencyOptions& lo, Deadline d) {
+  std::vector<Outcome<LatencyStats>> out(pairs.size());
   // One request per pinging agent, with every peer it is to ping ("peers"): the round's
   // requests grow with the agents, not with the pairs. Each request's deadline is its own,
   // sized by its peers.
@@ -219,13 +208,13 @@ std::vector<probe::Outcome<LatencyStats>> Coordinator::latency(
   return out;
 }
 
-std::vector<probe::Outcome<double>> Coordinator::bandwidth(
-    const std::vector<probe::HostPair>& flows, const probe::BandwidthOptions& bo, Deadline d) {
-  std::vector<probe::Outcome<double>> out(flows.size());
+std::vector<Outcome<double>> AgentFleet::bandwidth(const std::vector<HostPair>& flows,
+                                                   const BandwidthOptions& bo, Deadline d) {
+  std::vector<Outcome<double>> out(flows.size());
   std::vector<Task> tasks(flows.size());
   // Every flow connects first, then all start together (probe/measure.h): the barrier is what
   // the fan-out of the requests and the agents' handshakes take.
-  auto barrier = probe::trialBarrier(flows.size());
+  auto barrier = trialBarrier(flows.size());
   Deadline bd = bandwidthDeadline(d, bo, barrier);
   auto startAt = Clock::now() + barrier;
   for (size_t k = 0; k < flows.size(); ++k) {
@@ -254,7 +243,7 @@ std::vector<probe::Outcome<double>> Coordinator::bandwidth(
       continue;
     }
     try {
-      auto r = probe::BulkResult::fromJson(t.reply, "bandwidth reply");
+      auto r = BulkResult::fromJson(t.reply, "bandwidth reply");
       o.value = r.mbps;
       cost_.bulkBytes += static_cast<double>(r.totalBytes);
     } catch (const std::exception& e) {
@@ -266,110 +255,4 @@ std::vector<probe::Outcome<double>> Coordinator::bandwidth(
   return out;
 }
 
-probe::RoundOptions Coordinator::roundOptions() const {
-  probe::RoundOptions ro;
-  ro.latency = opts_.latency;
-  ro.bandwidth = opts_.bandwidth;
-  ro.bandwidthEnabled = opts_.bandwidthEnabled;
-  ro.maxFlowsPerTrial = opts_.maxParallelFlows;
-  return ro;
-}
-
-RoundResult Coordinator::runFull(Deadline d, const ProgressFn& progress,
-                                 const std::atomic<bool>* cancel) {
-  auto t0 = Clock::now();
-  auto onProgress = [&](const probe::RoundProgress& p) {
-    if (!p.detail.empty()) RANKMAP_INFO(Probe, "probe round: {}: {}", p.phase, p.detail);
-    if (progress) progress({p.phase, p.done, p.total, p.detail});
-  };
-  return resultOf(probe::runRound(*this, roundOptions(), d, onProgress, cancel), t0);
-}
-
-RoundResult Coordinator::runRepair(const Topology& current,
-                                   const std::vector<probe::GroupChange>& groups, Deadline d,
-                                   const ProgressFn& progress, const std::atomic<bool>* cancel) {
-  auto t0 = Clock::now();
-  auto onProgress = [&](const probe::RoundProgress& p) {
-    if (!p.detail.empty()) RANKMAP_INFO(Probe, "group re-probe: {}: {}", p.phase, p.detail);
-    if (progress) progress({p.phase, p.done, p.total, p.detail});
-  };
-  return resultOf(probe::runRepair(*this, current, groups, roundOptions(), d, onProgress, cancel),
-                  t0);
-}
-
-RoundResult Coordinator::resultOf(probe::RoundOutcome&& out, Clock::time_point t0) const {
-  const size_t n = hosts_.size();
-  RoundResult res;
-  res.topology = std::move(out.topology);
-  res.topology.time = utcNow();
-  for (const auto& r : out.readings) {
-    const auto& a = hosts_[static_cast<size_t>(r.src)].name;
-    const auto& b = hosts_[static_cast<size_t>(r.dst)].name;
-    res.measurements.push_back({a, b, r.kind, r.value, r.phase, nullptr});
-  }
-  res.pairsTotal = n * (n - 1) / 2;
-  std::vector<char> dead(n, 0);
-  for (const auto& name : out.deadHosts) dead[static_cast<size_t>(res.topology.indexOf(name))] = 1;
-  for (size_t a = 0; a < n; ++a)
-    for (size_t b = a + 1; b < n; ++b) {
-      bool gone = dead[a] || dead[b];
-      if (res.topology.hasMatrices()) {
-        gone = !res.topology.latencyUs.at(a, b) && !res.topology.bandwidthMbps.at(a, b) &&
-               !res.topology.bandwidthMbps.at(b, a);
-        if (opts_.bandwidthEnabled)
-          res.flowsMissing += !res.topology.bandwidthMbps.at(a, b).has_value() +
-                              !res.topology.bandwidthMbps.at(b, a).has_value();
-      } else if (gone) {
-        res.flowsMissing += 2;
-      }
-      res.pairsMissing += gone;
-    }
-  res.deadHosts = out.deadHosts;
-  res.degradedHosts = out.degradedHosts;
-  res.failures = out.failures;
-  res.phaseSeconds = out.phaseSeconds;
-  res.structure = std::move(out.structure);
-  res.cost = out.cost;
-  res.cancelled = out.cancelled;
-  res.seconds = since(t0);
-  std::string phases;
-  for (const auto& [name, secs] : res.phaseSeconds) phases += fmt::format(" {} {:.2f}", name, secs);
-  RANKMAP_INFO(Probe,
-               "probe {}: {} hosts, structure from {} ({} levels), {} bandwidth flows in {} "
-               "trials, {} pings; {} of {} pairs missing, {} dead, {:.2f} s ({});{}",
-               res.structure.signal == "topology" ? "group re-probe" : "round", n,
-               res.structure.signal, res.structure.levels.size(), res.cost.bandwidthFlows,
-               res.cost.trials, res.cost.latencyPairs, res.pairsMissing, res.pairsTotal,
-               res.deadHosts.size(), res.seconds, res.status(), phases);
-  return res;
-}
-
-CheckResult Coordinator::runCheck(const Topology& current, double threshold, Deadline d,
-                                  const std::atomic<bool>* cancel) {
-  auto t0 = Clock::now();
-  probe::RecheckOptions ro;
-  ro.threshold = threshold;
-  auto out = probe::runRecheck(*this, current, ro, roundOptions(), d, cancel);
-  CheckResult res;
-  for (const auto& r : out.readings) {
-    res.measurements.push_back({hosts_[static_cast<size_t>(r.src)].name,
-                                hosts_[static_cast<size_t>(r.dst)].name, r.kind, r.value, r.phase,
-                                nullptr});
-    if (r.kind == "bandwidth") ++res.flows;
-  }
-  res.failures = out.failures;
-  res.changed = out.result.changed.size();
-  res.maxChange = out.result.maxChange;
-  for (const auto& c : out.result.changed)
-    res.changedFlows.push_back(
-        fmt::format("{} {:.0f} -> {:.0f} Mbit/s", c.what, c.expectedMbps, c.gotMbps));
-  res.verdict = out.result.verdict;
-  res.reason = out.result.reason;
-  res.groups = out.result.groups;
-  res.changedGroups = out.result.names;
-  res.hostsInPlace = out.result.hostsInPlace;
-  res.seconds = since(t0);
-  return res;
-}
-
-}  // namespace rankmap::agent
+}  // namespace rankmap::probe
