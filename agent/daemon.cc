@@ -384,8 +384,9 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
   };
   try {
     probe::AgentFleet fleet(hosts, key_, name_, opts.fleet);
-    auto onProgress = [this](const probe::RoundProgress& p) {
-      if (!p.detail.empty()) RANKMAP_INFO(Probe, "probe round: {}: {}", p.phase, p.detail);
+    std::string what = "probe round";  // names the progress lines: a round or a re-probe
+    auto onProgress = [this, &what](const probe::RoundProgress& p) {
+      if (!p.detail.empty()) RANKMAP_INFO(Probe, "{}: {}: {}", what, p.phase, p.detail);
       std::lock_guard<std::mutex> lock(mu_);
       progress_ = p;
     };
@@ -455,6 +456,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
       if (c.verdict == probe::RecheckVerdict::Groups) {
         id = begin("repair");
         const auto repairFrom = std::chrono::steady_clock::now();
+        what = "group re-probe";
         probe::RoundOutcome r =
             probe::runRepair(fleet, *baseline, c.groups, opts.round,
                              Deadline::after(opts.roundTimeout), onProgress, &cancel_);
@@ -481,6 +483,7 @@ void Daemon::roundMain(int64_t id, std::vector<Host> hosts, ProbeOptions opts, b
       id = begin("full");
     }
     const auto roundFrom = std::chrono::steady_clock::now();
+    what = "probe round";
     probe::RoundOutcome r = probe::runRound(fleet, opts.round, Deadline::after(opts.roundTimeout),
                                             onProgress, &cancel_);
     measured();
