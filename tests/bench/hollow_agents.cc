@@ -1,15 +1,20 @@
 // Hollow agents: the control plane at 1024-4096 agents on one machine, as Kubernetes proves its
 // own with kubemark. Every agent is a real rankmapd (agent::Daemon: probe server, wire, key,
-// SQLite store, HTTP API, topology push), all in one process, each on its own loopback ports;
+// SQLite store, HTTP API, topology push), many in one process, each on its own loopback ports;
 // a coordinator, a real rankmapd in a process of its own, runs a full round over them (the real
 // agent fleet and round, probe/agent_fleet.h) and pushes the topology to all. Only the measurements
 // themselves are simulated: round trips and bulk flows are answered by a tests/sim datacenter
-// (tests/sim/hollow_network.h), so a figure from here is the control plane's, never the
-// network's. The agents share this machine's cores, which real agents do not: what each agent
-// does for the round (a measurement request, storing a pushed topology) is N times slower here.
+// (tests/sim/hollow_network.h) in a process of its own that every agents' process calls, so a
+// figure from here is the control plane's, never the network's. The agents share this
+// machine's cores, which real agents do not: what each agent does for the round (a measurement
+// request, storing a pushed topology) is N times slower here.
 //
-//   hollow_agents --agents N [--timeout-s 900] [--verbose] [KEY=VALUE ...]
+//   hollow_agents --agents N [--agents-per-process K] [--timeout-s 900] [--verbose]
+//                 [KEY=VALUE ...]
 //
+//   --agents-per-process  agents in each agents' process (default 1024): an agent holds about 7
+//              descriptors and a measurement in flight 2 more, against a process's limit of
+//              open files
 //   --verbose  the agents' and the coordinator's log at info (stderr); otherwise errors only
 //
 // KEY=VALUE: the datacenter, as tests/sim/scenario.h describes it (hosts is --agents; its dead
@@ -47,6 +52,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -77,6 +83,7 @@ double secondsSince(Clock::time_point t) {
 
 struct Args {
   int agents = 1024;
+  int perProcess = 1024;
   int timeoutS = 900;
   bool verbose = false;
   std::vector<std::string> settings;
@@ -102,6 +109,8 @@ Args parseArgs(int argc, char** argv) {
     };
     if (s == "--agents")
       a.agents = number("a number of agents", 2, 65536);
+    else if (s == "--agents-per-process")
+      a.perProcess = number("a number of agents", 1, 65536);
     else if (s == "--timeout-s")
       a.timeoutS = number("seconds", 1, 86400);
     else if (s == "--verbose")
@@ -121,8 +130,8 @@ Args parseArgs(int argc, char** argv) {
 // Every agent holds a few files and sockets, and a round's fan-out one connection per request:
 // the soft limit goes up to what is needed, and the hard one with it where this process may
 // raise it (root).
-void raiseFileLimit(size_t agents) {
-  const rlim_t need = 16 * static_cast<rlim_t>(agents) + 1024;
+void raiseFileLimit(const Args& args) {
+  const rlim_t need = 16 * static_cast<rlim_t>(std::min(args.agents, args.perProcess)) + 1024;
   rlimit l{};
   getrlimit(RLIMIT_NOFILE, &l);
   if (l.rlim_max < need) {
@@ -163,19 +172,30 @@ double metric(agent::Daemon& d, const std::string& name) {
   return metricIn(d.renderMetrics(), name);
 }
 
-// The agents' process: an agent for every live host of `dc`, started 8 at a time (each
-// constructs its store and binds its ports). `hosts` gets their addresses.
+// Host h of the datacenter: its name, and until its agent binds, an address of the loopback
+// network where nothing listens (a dead host keeps it, and refuses connections).
+Host hollowHost(size_t h) {
+  return {fmt::format("h{:04}", h), fmt::format("127.1.{}.{}:1", h / 256 % 256, h % 256)};
+}
+std::vector<Host> hollowHosts(size_t n) {
+  std::vector<Host> hosts;
+  for (size_t h = 0; h < n; ++h) hosts.push_back(hollowHost(h));
+  return hosts;
+}
+
+// An agents' process: an agent for every live host of `dc` in [first, last), started 8 at a time
+// (each constructs its store and binds its ports). `hosts` gets their addresses.
 std::vector<std::unique_ptr<agent::Daemon>> startAgents(const testing::TempDir& dir,
                                                         std::vector<Host>& hosts,
                                                         sim::Datacenter& dc,
-                                                        sim::HollowNetwork& net) {
-  const size_t n = dc.hosts();
-  std::vector<std::unique_ptr<agent::Daemon>> live(n);
-  std::atomic<size_t> next{0};
+                                                        sim::HollowNetworkClient& net, size_t first,
+                                                        size_t last) {
+  std::vector<std::unique_ptr<agent::Daemon>> live(last - first);
+  std::atomic<size_t> next{first};
   std::mutex mu;
   std::string failure;
   auto worker = [&] {
-    for (size_t h; (h = next++) < n;) {
+    for (size_t h; (h = next++) < last;) {
       if (!dc.alive(static_cast<int>(h))) continue;
       try {
         agent::AgentConfig c;
@@ -195,11 +215,11 @@ std::vector<std::unique_ptr<agent::Daemon>> startAgents(const testing::TempDir& 
         auto a = std::make_unique<agent::Daemon>(c, std::move(m));
         a->start();
         hosts[h].address = fmt::format("127.0.0.1:{}", a->probePort());
-        live[h] = std::move(a);
+        live[h - first] = std::move(a);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mu);
         failure = fmt::format("agent {}: {}", hosts[h].name, e.what());
-        next = n;
+        next = last;
       }
     }
   };
@@ -224,25 +244,39 @@ void await(int fd, Deadline d, const char* what) {
     throw IoError(fmt::format("{}: the other process ended (its error is above)", what));
 }
 
-// The agents' process: starts them, writes the hosts list (hosts.json), signals `ready`; when
-// `done` comes, writes what each holds (agents.json: name, topology version, state bytes) and
-// stops them.
-int agentsMain(const Args& args, const testing::TempDir& dir, int ready, int done) {
+sim::Datacenter datacenter(const Args& args) {
   std::vector<std::string> settings = args.settings;
   settings.push_back(fmt::format("hosts={}", args.agents));
-  sim::Datacenter dc(sim::Scenario::parse(settings).spec());
-  std::vector<Host> hosts;
-  for (size_t h = 0; h < dc.hosts(); ++h)
-    // Until its agent binds: an address of the loopback network where nothing listens (a dead
-    // host keeps it, and refuses connections).
-    hosts.push_back(
-        {fmt::format("h{:04}", h), fmt::format("127.1.{}.{}:1", h / 256 % 256, h % 256)});
-  sim::HollowNetwork net(dc, hosts);
+  return sim::Datacenter(sim::Scenario::parse(settings).spec());
+}
+
+// The network's process: the datacenter behind a loopback port (network.json), until `done`.
+int networkMain(const Args& args, const testing::TempDir& dir, int ready, int done) {
+  sim::Datacenter dc = datacenter(args);
+  sim::HollowNetwork net(dc, hollowHosts(dc.hosts()));
+  sim::HollowNetworkServer server(net);
+  writeFileAtomic(dir.file("network.json"), Json{{"port", server.port()}}.dump());
+  signal(ready);
+  await(done, Deadline::after(std::chrono::seconds(args.timeoutS + 600)), "the coordinator's end");
+  return 0;
+}
+
+// Agents' process `index`, hosts [first, last): starts their agents, writes their part of the
+// hosts list (hosts-INDEX.json), signals `ready`; when `done` comes, writes what each holds
+// (agents-INDEX.json: name, topology version, state bytes, refusals), signals again and stops
+// them.
+int agentsMain(const Args& args, const testing::TempDir& dir, size_t index, size_t first,
+               size_t last, int ready, int done) {
+  sim::Datacenter dc = datacenter(args);
+  std::vector<Host> hosts = hollowHosts(dc.hosts());
+  const Json network = parseJson(readFile(dir.file("network.json"), 1 << 16), "network.json");
+  sim::HollowNetworkClient net(network.at("port").get<uint16_t>());
   const auto t0 = Clock::now();
-  auto live = startAgents(dir, hosts, dc, net);
+  auto live = startAgents(dir, hosts, dc, net, first, last);
   Json list = Json::array();
-  for (const auto& h : hosts) list.push_back({{"name", h.name}, {"address", h.address}});
-  writeFileAtomic(dir.file("hosts.json"),
+  for (size_t h = first; h < last; ++h)
+    list.push_back({{"name", hosts[h].name}, {"address", hosts[h].address}});
+  writeFileAtomic(dir.file(fmt::format("hosts-{}.json", index)),
                   Json{{"hosts", list}, {"start_s", secondsSince(t0)}}.dump());
   signal(ready);
   await(done, Deadline::after(std::chrono::seconds(args.timeoutS + 60)), "the coordinator's end");
@@ -262,7 +296,7 @@ int agentsMain(const Args& args, const testing::TempDir& dir, int ready, int don
                     {"bytes", dirBytes(a->config().stateDir)},
                     {"refused", refused}});
   }
-  writeFileAtomic(dir.file("agents.json"), held.dump());
+  writeFileAtomic(dir.file(fmt::format("agents-{}.json", index)), held.dump());
   signal(ready);
   std::atomic<size_t> next{0};
   std::vector<std::thread> stoppers;
@@ -282,15 +316,28 @@ double processCpuSeconds() {
   return s(u.ru_utime) + s(u.ru_stime);
 }
 
+// A child process and the pipes to it.
+struct Child {
+  pid_t pid = -1;
+  int ready = -1;  // read end: the child signals
+  int done = -1;   // write end: this process signals
+};
+
 // The coordinator's process: a rankmapd that is none of the hosts, asked for a full round over
 // the agents' hosts list (as POST /v1/probe with "hosts" asks it).
-int coordinatorMain(const Args& args, const testing::TempDir& dir, int ready, int done) {
+int coordinatorMain(const Args& args, const testing::TempDir& dir,
+                    const std::vector<Child>& agents) {
   const Deadline until = Deadline::after(std::chrono::seconds(args.timeoutS));
-  await(ready, Deadline::after(std::chrono::seconds(600)), "the agents' start");
-  const Json list = parseJson(readFile(dir.file("hosts.json"), 1 << 30), "hosts.json");
   std::vector<Host> hosts;
-  for (const auto& h : list.at("hosts"))
-    hosts.push_back({h.at("name").get<std::string>(), h.at("address").get<std::string>()});
+  double startS = 0;
+  for (size_t i = 0; i < agents.size(); ++i) {
+    await(agents[i].ready, Deadline::after(std::chrono::seconds(600)), "the agents' start");
+    const std::string file = fmt::format("hosts-{}.json", i);
+    const Json list = parseJson(readFile(dir.file(file), 1 << 30), file);
+    for (const auto& h : list.at("hosts"))
+      hosts.push_back({h.at("name").get<std::string>(), h.at("address").get<std::string>()});
+    startS = std::max(startS, list.at("start_s").get<double>());
+  }
 
   agent::AgentConfig c;
   c.name = "coordinator";
@@ -339,9 +386,13 @@ int coordinatorMain(const Args& args, const testing::TempDir& dir, int ready, in
   auto record = coord.roundStatus(*res.id);
   const Json rec = record ? *record : Json::object();
 
-  signal(done);
-  await(ready, Deadline::after(std::chrono::seconds(300)), "the agents' report");
-  const Json held = parseJson(readFile(dir.file("agents.json"), 1 << 30), "agents.json");
+  for (const auto& c : agents) signal(c.done);
+  Json held = Json::array();
+  for (size_t i = 0; i < agents.size(); ++i) {
+    await(agents[i].ready, Deadline::after(std::chrono::seconds(300)), "the agents' report");
+    const std::string file = fmt::format("agents-{}.json", i);
+    for (auto& a : parseJson(readFile(dir.file(file), 1 << 30), file)) held.push_back(a);
+  }
   auto latest = coord.store().latestTopology();
   std::set<std::string> inTopology;
   if (latest)
@@ -375,7 +426,8 @@ int coordinatorMain(const Args& args, const testing::TempDir& dir, int ready, in
       {"store_max_mib", static_cast<double>(storeMax) / (1 << 20)},
       {"requests", metric(coord, "rankmap_probe_requests_total") - requestsBefore},
       {"refused", refused},
-      {"start_s", list.at("start_s")}};
+      {"start_s", startS},
+      {"agent_processes", agents.size()}};
   fmt::print("{}\n", out.dump());
   std::fflush(stdout);
   coord.stop();
@@ -384,42 +436,72 @@ int coordinatorMain(const Args& args, const testing::TempDir& dir, int ready, in
   return ok ? 0 : 1;
 }
 
-// Forks before any thread exists: the child runs the agents, this process the coordinator.
+// Forks before any thread exists: a child runs the network, one child per --agents-per-process
+// agents runs those, and this process the coordinator.
 int run(const Args& args) {
-  raiseFileLimit(static_cast<size_t>(args.agents));
+  raiseFileLimit(args);
   testing::TempDir dir;
   dir.write("key", std::string(64, 'k') + "\n");
   dir.write("token", std::string(32, 't') + "\n");
-  int up[2], down[2];  // agents -> coordinator, coordinator -> agents
-  if (::pipe(up) != 0 || ::pipe(down) != 0) throw IoError("pipe failed");
-  const pid_t child = ::fork();
-  if (child < 0) throw IoError("fork failed");
-  if (child == 0) {
-    ::close(up[0]);
-    ::close(down[1]);
-    int rc = 2;
-    try {
-      rc = agentsMain(args, dir, up[1], down[0]);
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "hollow_agents: agents: {}\n", e.what());
+  std::vector<Child> children;
+  // This process's pipe ends so far: a child closes them, so that the end of any child shows
+  // at once (its pipe's read end closes).
+  std::vector<int> ours;
+  auto spawn = [&](const char* what, const std::function<int(int ready, int done)>& body) {
+    int up[2], down[2];  // child -> this process, this process -> child
+    if (::pipe(up) != 0 || ::pipe(down) != 0) throw IoError("pipe failed");
+    const pid_t pid = ::fork();
+    if (pid < 0) throw IoError("fork failed");
+    if (pid == 0) {
+      for (int fd : ours) ::close(fd);
+      ::close(up[0]);
+      ::close(down[1]);
+      int rc = 2;
+      try {
+        rc = body(up[1], down[0]);
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "hollow_agents: {}: {}\n", what, e.what());
+      }
+      std::fflush(stderr);
+      ::_exit(rc);  // the directory is the coordinator's to remove
     }
-    std::fflush(stderr);
-    ::_exit(rc);  // the directory is the coordinator's to remove
-  }
-  ::close(up[1]);  // so that a child that dies is seen at once (the read end closes)
-  ::close(down[0]);
+    ::close(up[1]);
+    ::close(down[0]);
+    ours.push_back(up[0]);
+    ours.push_back(down[1]);
+    children.push_back({pid, up[0], down[1]});
+    return children.back();
+  };
+  auto reap = [&](bool kill) {
+    bool clean = true;
+    for (const auto& c : children) {
+      if (kill) ::kill(c.pid, SIGKILL);
+      int status = 0;
+      ::waitpid(c.pid, &status, 0);
+      clean &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    return clean;
+  };
   int rc = 2;
   try {
-    rc = coordinatorMain(args, dir, up[0], down[1]);
+    const Child network =
+        spawn("network", [&](int ready, int done) { return networkMain(args, dir, ready, done); });
+    await(network.ready, Deadline::after(std::chrono::seconds(60)), "the network's start");
+    std::vector<Child> agents;
+    const auto n = static_cast<size_t>(args.agents), per = static_cast<size_t>(args.perProcess);
+    for (size_t first = 0; first < n; first += per) {
+      const size_t index = agents.size(), last = std::min(n, first + per);
+      agents.push_back(spawn("agents", [&, index, first, last](int ready, int done) {
+        return agentsMain(args, dir, index, first, last, ready, done);
+      }));
+    }
+    rc = coordinatorMain(args, dir, agents);
+    signal(network.done);
   } catch (...) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, nullptr, 0);
+    reap(true);
     throw;
   }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 2;
-  return rc;
+  return reap(false) ? rc : 2;
 }
 
 }  // namespace

@@ -1,15 +1,57 @@
 #include "tests/sim/hollow_network.h"
 
+#include <arpa/inet.h>
+#include <sys/socket.h>
 #include <algorithm>
+
 #include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "common/error.h"
+#include "probe/socket.h"
 #include "probe/stats.h"
 
 namespace rankmap::sim {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A time point of the steady clock as nanoseconds, which every process of the machine reads
+// alike (CLOCK_MONOTONIC).
+int64_t steadyNs(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+Clock::time_point fromSteadyNs(int64_t ns) {
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
+}
+
+// Messages between the network's server and its clients: a 4-byte length (network order), then
+// that much JSON.
+constexpr uint32_t kMaxMessage = 1 << 20;
+void sendMessage(Socket& s, const Json& j, Deadline d) {
+  const std::string body = j.dump();
+  const uint32_t len = htonl(static_cast<uint32_t>(body.size()));
+  s.sendAll(&len, sizeof len, d, "hollow network");
+  s.sendAll(body.data(), body.size(), d, "hollow network");
+}
+Json recvMessage(Socket& s, Deadline d) {
+  uint32_t len = 0;
+  s.recvAll(&len, sizeof len, d, "hollow network");
+  len = ntohl(len);
+  if (len > kMaxMessage)
+    throw IoError(
+        fmt::format("hollow network: a message of {} bytes (at most {})", len, kMaxMessage));
+  std::string body(len, '\0');
+  s.recvAll(body.data(), len, d, "hollow network");
+  return parseJson(body, "hollow network message");
+}
+
+// A call's reply may come this long after its deadline (the server answers a call that ran
+// into it then).
+constexpr std::chrono::seconds kReplySlack{5};
 
 [[noreturn]] void refuse(const Host& peer) {
   throw SystemError(
@@ -59,9 +101,15 @@ LatencyStats HollowNetwork::latency(int from, const Host& peer, const probe::Lat
 
 probe::BulkResult HollowNetwork::bulk(int from, const Host& peer,
                                       const probe::BandwidthOptions& opts, bool send, Deadline d) {
+  return bulkAt(from, peer, opts, send, Clock::now() + std::chrono::milliseconds(opts.startInMs),
+                d);
+}
+
+probe::BulkResult HollowNetwork::bulkAt(int from, const Host& peer,
+                                        const probe::BandwidthOptions& opts, bool send,
+                                        Clock::time_point start, Deadline d) {
   const int other = indexOf(peer);
   const std::pair<int, int> flow = send ? std::pair{from, other} : std::pair{other, from};
-  const auto start = Clock::now() + std::chrono::milliseconds(opts.startInMs);
 
   // Join the trial that starts with this flow, or open one.
   std::shared_ptr<Trial> trial;
@@ -112,6 +160,148 @@ probe::BulkResult HollowNetwork::bulk(int from, const Host& peer,
   }
   std::this_thread::sleep_until(end);
   return r;
+}
+
+// ---- across processes --------------------------------------------------------------------
+
+HollowNetworkServer::HollowNetworkServer(HollowNetwork& net)
+    : net_(net), listener_(probe::listenOn({"127.0.0.1", 0})) {
+  acceptor_ = std::thread([this] {
+    for (;;) {
+      auto s = listener_.accept(Deadline::after(std::chrono::seconds(1)));
+      if (!s) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return;
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      ++calls_;
+      std::thread([this, c = std::move(*s)]() mutable { serve(std::move(c)); }).detach();
+    }
+  });
+}
+
+HollowNetworkServer::~HollowNetworkServer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  listener_.shutdown();
+  acceptor_.join();
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return calls_ == 0; });
+}
+
+// A client's connection: calls one after the other (the request, the network's answer or its
+// error, the reply) until the client closes it or the server stops.
+void HollowNetworkServer::serve(Socket s) {
+  try {
+    for (;;) {
+      if (!s.waitReadable(Deadline::after(std::chrono::milliseconds(500)))) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) break;
+        continue;
+      }
+      char probe;
+      if (::recv(s.fd(), &probe, 1, MSG_PEEK | MSG_DONTWAIT) == 0) break;  // the client closed
+      serveCall(s);
+    }
+  } catch (const std::exception&) {
+    // The caller is gone or sent garbage: it sees its own error.
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--calls_ == 0) idle_.notify_all();
+}
+
+void HollowNetworkServer::serveCall(Socket& s) {
+  {
+    const Json req = recvMessage(s, Deadline::after(std::chrono::seconds(10)));
+    const Deadline d = Deadline::at(fromSteadyNs(req.at("deadline_ns").get<int64_t>()));
+    const Host peer{req.at("peer").get<std::string>(), ""};
+    const int from = req.at("from").get<int>();
+    Json reply;
+    try {
+      if (req.at("op").get<std::string>() == "latency") {
+        probe::LatencyOptions o;
+        o.warmup = req.at("warmup").get<int>();
+        o.samples = req.at("samples").get<int>();
+        const LatencyStats l = net_.latency(from, peer, o, d);
+        reply = {{"min", l.minUs}, {"median", l.medianUs}, {"p90", l.p90Us}, {"p99", l.p99Us}};
+      } else {
+        const auto o = probe::BandwidthOptions::fromJson(req.at("opts"), "hollow network");
+        reply = net_.bulkAt(from, peer, o, req.at("send").get<bool>(),
+                            fromSteadyNs(req.at("start_ns").get<int64_t>()), d)
+                    .toJson();
+      }
+      reply = {{"ok", reply}};
+    } catch (const TimeoutError& e) {
+      reply = {{"error", "timeout"}, {"what", e.what()}};
+    } catch (const SystemError& e) {
+      // Without the errno text that SystemError adds: the client's SystemError adds it again.
+      std::string what = e.what();
+      const std::string added = fmt::format(": {} (errno {})", std::strerror(e.err()), e.err());
+      if (what.size() >= added.size() &&
+          what.compare(what.size() - added.size(), added.size(), added) == 0)
+        what.resize(what.size() - added.size());
+      reply = {{"error", "system"}, {"errno", e.err()}, {"what", what}};
+    } catch (const std::exception& e) {
+      reply = {{"error", "other"}, {"what", e.what()}};
+    }
+    sendMessage(s, reply, Deadline::after(std::chrono::seconds(10)));
+  }
+}
+
+Json HollowNetworkClient::call(const Json& req, Deadline d) {
+  const Deadline replyBy = Deadline::at(d.when() + kReplySlack);
+  Socket s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!idle_.empty()) {
+      s = std::move(idle_.back());
+      idle_.pop_back();
+    }
+  }
+  if (!s.valid()) s = probe::connectTo({"127.0.0.1", port_}, replyBy);
+  sendMessage(s, req, replyBy);
+  Json reply = recvMessage(s, replyBy);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_.push_back(std::move(s));
+  }
+  if (reply.contains("ok")) return reply.at("ok");
+  const std::string kind = reply.at("error").get<std::string>();
+  const std::string what = reply.at("what").get<std::string>();
+  if (kind == "timeout") throw TimeoutError(what);
+  if (kind == "system") throw SystemError(what, reply.at("errno").get<int>());
+  throw IoError(what);
+}
+
+LatencyStats HollowNetworkClient::latency(int from, const Host& peer,
+                                          const probe::LatencyOptions& opts, Deadline d) {
+  const Json r = call({{"op", "latency"},
+                       {"from", from},
+                       {"peer", peer.name},
+                       {"warmup", opts.warmup},
+                       {"samples", opts.samples},
+                       {"deadline_ns", steadyNs(d.when())}},
+                      d);
+  return {r.at("min").get<double>(), r.at("median").get<double>(), r.at("p90").get<double>(),
+          r.at("p99").get<double>()};
+}
+
+probe::BulkResult HollowNetworkClient::bulk(int from, const Host& peer,
+                                            const probe::BandwidthOptions& opts, bool send,
+                                            Deadline d) {
+  const auto start = Clock::now() + std::chrono::milliseconds(opts.startInMs);
+  return probe::BulkResult::fromJson(call({{"op", "bulk"},
+                                           {"from", from},
+                                           {"peer", peer.name},
+                                           {"opts", opts.toJson()},
+                                           {"send", send},
+                                           {"start_ns", steadyNs(start)},
+                                           {"deadline_ns", steadyNs(d.when())}},
+                                          d),
+                                     "hollow network");
 }
 
 }  // namespace rankmap::sim

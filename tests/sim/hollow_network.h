@@ -25,9 +25,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/deadline.h"
+#include "common/json.h"
+#include "common/net.h"
 #include "common/topology.h"
 #include "probe/measure.h"
 #include "tests/sim/datacenter.h"
@@ -43,6 +46,9 @@ class HollowNetwork {
   // `from` sends to `peer` (send) or receives from it; what the receiver reads.
   probe::BulkResult bulk(int from, const Host& peer, const probe::BandwidthOptions& opts,
                          bool send, Deadline d);
+  // The same with the bytes' start given (what opts.startInMs names, on the steady clock).
+  probe::BulkResult bulkAt(int from, const Host& peer, const probe::BandwidthOptions& opts,
+                           bool send, std::chrono::steady_clock::time_point start, Deadline d);
 
   // Flows that started within this of each other are one trial.
   static constexpr std::chrono::milliseconds kTrialSlack{50};
@@ -61,6 +67,49 @@ class HollowNetwork {
   std::map<std::string, int> index_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Trial>> open_;  // trials not yet priced
+};
+
+// The network of agents in several processes (an agent's descriptors, times thousands, pass
+// what one process may hold): one process serves its HollowNetwork on a loopback port
+// (HollowNetworkServer), the agents' processes call it (HollowNetworkClient: the same two
+// calls, each a length-prefixed JSON request and reply on a connection of the client's pool,
+// served by a thread per connection: a round makes about 50 calls per host). Trials are joined by
+// the machine's monotonic clock, which every process shares. Errors come back as what they
+// were: a dead end's refusal (SystemError, ECONNREFUSED), a deadline (TimeoutError), anything
+// else IoError with its message.
+class HollowNetworkServer {
+ public:
+  explicit HollowNetworkServer(HollowNetwork& net);  // listens on 127.0.0.1, a free port
+  ~HollowNetworkServer();                            // stops, waits for the calls in progress
+  HollowNetworkServer(const HollowNetworkServer&) = delete;
+  HollowNetworkServer& operator=(const HollowNetworkServer&) = delete;
+  uint16_t port() const { return listener_.port(); }
+
+ private:
+  void serve(Socket s);
+  void serveCall(Socket& s);
+
+  HollowNetwork& net_;
+  Listener listener_;
+  std::mutex mu_;
+  std::condition_variable idle_;
+  size_t calls_ = 0;  // connections open
+  bool stopping_ = false;
+  std::thread acceptor_;
+};
+
+class HollowNetworkClient {
+ public:
+  explicit HollowNetworkClient(uint16_t port) : port_(port) {}
+  LatencyStats latency(int from, const Host& peer, const probe::LatencyOptions& opts, Deadline d);
+  probe::BulkResult bulk(int from, const Host& peer, const probe::BandwidthOptions& opts, bool send,
+                         Deadline d);
+
+ private:
+  Json call(const Json& req, Deadline d);
+  uint16_t port_;
+  std::mutex mu_;
+  std::vector<Socket> idle_;  // connections between calls
 };
 
 }  // namespace rankmap::sim

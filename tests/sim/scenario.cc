@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -382,6 +383,13 @@ ScenarioResult runScenario(const Scenario& sc) {
                                     rounded(ari(dc, level, true), 1e3)}));
   j["level_ari"] = levelAri;
   j["flows_per_host"] = rounded(static_cast<double>(c.bandwidthFlows) / n, 1e2);
+  // Where the flows went: bandwidth readings per host by the phase that took them.
+  std::map<std::string, double> byPhase;
+  for (const auto& rd : out.readings)
+    if (rd.kind == "bandwidth") byPhase[rd.phase] += 1.0 / n;
+  Json phases = Json::object();
+  for (const auto& [phase, perHost] : byPhase) phases[phase] = rounded(perHost, 1e2);
+  j["flows_by_phase"] = phases;
   j["trials"] = c.trials;
   j["requests"] = c.requests;
   j["pings"] = c.latencyPairs;

@@ -38,6 +38,8 @@
 //   level_ari             [rack ARI, pod ARI] of every found level, innermost first
 //   flows_per_host, trials, requests, pings, sim_s
 //                         what the round spent (probe::FleetCost; sim_s by the fleet's clock)
+//   flows_by_phase        bandwidth readings per host by the round's phase that took them
+//                         (structure, hosts, confirm, uplinks, load, rings)
 //   plan_true_ms          16 MiB ring allreduce in the order planned from the probe's topology,
 //                         timed on the true network (max-min sharing of the ring's flows with the
 //                         tenants' on the datacenter's links, no noise): 2(w-1) steps, each the
