@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <iterator>
+#include <map>
+#include <type_traits>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -16,7 +19,8 @@
 namespace rankmap::agent {
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 2: a round's readings packed in `readings` (1: a row each in `measurements`; migrated).
+constexpr int kSchemaVersion = 2;
 constexpr int kBusyTimeoutMs = 5000;
 
 constexpr const char* kSchema = R"sql(
@@ -33,15 +37,14 @@ CREATE TABLE IF NOT EXISTS rounds(
   seconds REAL NOT NULL DEFAULT 0,
   topology_version INTEGER,
   error TEXT NOT NULL DEFAULT '');
-CREATE TABLE IF NOT EXISTS measurements(
+CREATE TABLE IF NOT EXISTS readings(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
   round_id INTEGER NOT NULL REFERENCES rounds(id) ON DELETE CASCADE,
-  src TEXT NOT NULL,
-  dst TEXT NOT NULL,
-  kind TEXT NOT NULL,
-  value REAL NOT NULL,
-  phase TEXT NOT NULL,
-  extra TEXT);
-CREATE INDEX IF NOT EXISTS measurements_round ON measurements(round_id);
+  hosts TEXT NOT NULL,
+  phases TEXT NOT NULL,
+  count INTEGER NOT NULL,
+  records BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS readings_round ON readings(round_id, id);
 CREATE TABLE IF NOT EXISTS topologies(
   version INTEGER PRIMARY KEY,
   created_at TEXT NOT NULL,
@@ -74,6 +77,9 @@ class Stmt {
   Stmt& bind(int i, const std::string& v) {
     return check(sqlite3_bind_text(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
   }
+  Stmt& bind(int i, const std::vector<uint8_t>& v) {
+    return check(sqlite3_bind_blob(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
   Stmt& bindNull(int i) { return check(sqlite3_bind_null(st_, i)); }
   Stmt& bind(int i, const std::optional<int64_t>& v) { return v ? bind(i, *v) : bindNull(i); }
 
@@ -97,6 +103,10 @@ class Stmt {
   int64_t integer(int c) const { return sqlite3_column_int64(st_, c); }
   double real(int c) const { return sqlite3_column_double(st_, c); }
   bool isNull(int c) const { return sqlite3_column_type(st_, c) == SQLITE_NULL; }
+  std::vector<uint8_t> blob(int c) const {
+    auto* p = static_cast<const uint8_t*>(sqlite3_column_blob(st_, c));
+    return p ? std::vector<uint8_t>(p, p + sqlite3_column_bytes(st_, c)) : std::vector<uint8_t>();
+  }
   std::string text(int c) const {
     auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st_, c));
     return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(st_, c))) : std::string();
@@ -180,6 +190,84 @@ constexpr const char* kRoundColumns =
     "id, kind, started_at, finished_at, status, hosts, pairs_total, pairs_missing, seconds, "
     "topology_version, error";
 
+// A round's readings as stored: each record little-endian u32 src, u32 dst (indexes into the
+// part's host names), f64 value (IEEE bits), u8 kind (kKinds), u8 phase (index into its phase
+// names).
+constexpr size_t kRecordBytes = 18;
+constexpr const char* kKinds[] = {"latency", "bandwidth"};
+
+struct PackedReadings {
+  Json hosts = Json::array();
+  Json phases = Json::array();
+  std::vector<uint8_t> records;
+};
+
+PackedReadings pack(const std::vector<MeasurementRow>& rows) {
+  PackedReadings p;
+  std::map<std::string, uint32_t> hostIndex;
+  std::map<std::string, uint8_t> phaseIndex;
+  auto indexOf = [](auto& index, Json& names, const std::string& name) {
+    auto [it, added] = index.emplace(
+        name, static_cast<typename std::decay_t<decltype(index)>::mapped_type>(index.size()));
+    if (added) names.push_back(name);
+    return it->second;
+  };
+  p.records.reserve(rows.size() * kRecordBytes);
+  auto put = [&](uint64_t v, int bytes) {
+    for (int b = 0; b < bytes; ++b) p.records.push_back(static_cast<uint8_t>(v >> (8 * b)));
+  };
+  for (const auto& m : rows) {
+    uint64_t kind = 0;
+    while (kind < std::size(kKinds) && m.kind != kKinds[kind]) ++kind;
+    if (kind == std::size(kKinds))
+      throw InvalidInput(
+          fmt::format("store: a reading of kind '{}' (expected latency or bandwidth)", m.kind));
+    if (phaseIndex.size() == 255 && !phaseIndex.count(m.phase))
+      throw InvalidInput("store: a round's readings name more than 255 phases");
+    put(indexOf(hostIndex, p.hosts, m.src), 4);
+    put(indexOf(hostIndex, p.hosts, m.dst), 4);
+    uint64_t bits = 0;
+    std::memcpy(&bits, &m.value, sizeof bits);
+    put(bits, 8);
+    put(kind, 1);
+    put(indexOf(phaseIndex, p.phases, m.phase), 1);
+  }
+  return p;
+}
+
+// Appends the part's readings to `out`; a part that does not decode is an IoError naming it.
+void unpack(const std::string& path, const Json& hosts, const Json& phases,
+            const std::vector<uint8_t>& records, std::vector<MeasurementRow>& out) {
+  auto bad = [&](const std::string& why) {
+    return IoError(fmt::format("{}: stored readings: {}", path, why));
+  };
+  if (records.size() % kRecordBytes != 0 || !hosts.is_array() || !phases.is_array())
+    throw bad(fmt::format("{} bytes of records (a multiple of {} expected)", records.size(),
+                          kRecordBytes));
+  auto get = [&](size_t at, int bytes) {
+    uint64_t v = 0;
+    for (int b = 0; b < bytes; ++b) v |= static_cast<uint64_t>(records[at + b]) << (8 * b);
+    return v;
+  };
+  auto name = [&](const Json& names, uint64_t i, const char* what) {
+    if (i >= names.size() || !names[i].is_string())
+      throw bad(fmt::format("{} index {} of {}", what, i, names.size()));
+    return names[i].get<std::string>();
+  };
+  for (size_t at = 0; at < records.size(); at += kRecordBytes) {
+    MeasurementRow m;
+    m.src = name(hosts, get(at, 4), "host");
+    m.dst = name(hosts, get(at + 4, 4), "host");
+    const uint64_t bits = get(at + 8, 8);
+    std::memcpy(&m.value, &bits, sizeof bits);
+    const uint64_t kind = get(at + 16, 1);
+    if (kind >= std::size(kKinds)) throw bad(fmt::format("kind {}", kind));
+    m.kind = kKinds[kind];
+    m.phase = name(phases, get(at + 17, 1), "phase");
+    out.push_back(std::move(m));
+  }
+}
+
 }  // namespace
 
 std::vector<MeasurementRow> measurementRows(const std::vector<probe::Reading>& readings,
@@ -188,7 +276,7 @@ std::vector<MeasurementRow> measurementRows(const std::vector<probe::Reading>& r
   rows.reserve(readings.size());
   for (const auto& r : readings)
     rows.push_back({hosts.at(static_cast<size_t>(r.src)).name,
-                    hosts.at(static_cast<size_t>(r.dst)).name, r.kind, r.value, r.phase, nullptr});
+                    hosts.at(static_cast<size_t>(r.dst)).name, r.kind, r.value, r.phase});
   return rows;
 }
 
@@ -300,14 +388,59 @@ void Store::open() {
   exec(kSchema);
   Stmt ver(db_, path_, "SELECT value FROM meta WHERE key = 'schema_version'");
   if (ver.step()) {
-    if (ver.text(0) != std::to_string(kSchemaVersion))
-      throw IoError(fmt::format("{}: schema version {}, this rankmapd knows {}", path_, ver.text(0),
-                                kSchemaVersion));
+    const std::string was = ver.text(0);
+    ver.reset();  // a statement still stepping locks the tables the migration drops
+    if (was == "1") {
+      migrateReadings();
+    } else if (was != std::to_string(kSchemaVersion)) {
+      throw IoError(
+          fmt::format("{}: schema version {}, this rankmapd knows {}", path_, was, kSchemaVersion));
+    }
   } else {
     Stmt ins(db_, path_, "INSERT INTO meta(key, value) VALUES('schema_version', ?)");
     ins.bind(1, std::to_string(kSchemaVersion)).run();
   }
   tx.commit();
+}
+
+// Schema 1 -> 2, inside open()'s transaction: every round's rows of `measurements` packed into
+// `readings`, the old table dropped.
+void Store::migrateReadings() {
+  size_t rows = 0;
+  {
+    Stmt old(db_, path_,
+             "SELECT round_id, src, dst, kind, value, phase FROM measurements "
+             "ORDER BY round_id, rowid");
+    Stmt ins(db_, path_,
+             "INSERT INTO readings(round_id, hosts, phases, count, records) VALUES(?, ?, ?, ?, ?)");
+    std::optional<int64_t> round;
+    std::vector<MeasurementRow> part;
+    auto flush = [&] {
+      if (part.empty()) return;
+      const PackedReadings p = pack(part);
+      ins.bind(1, *round)
+          .bind(2, p.hosts.dump())
+          .bind(3, p.phases.dump())
+          .bind(4, static_cast<int64_t>(part.size()))
+          .bind(5, p.records)
+          .run();
+      rows += part.size();
+      part.clear();
+    };
+    while (old.step()) {
+      if (round != old.integer(0)) {
+        flush();
+        round = old.integer(0);
+      }
+      part.push_back({old.text(1), old.text(2), old.text(3), old.real(4), old.text(5)});
+    }
+    flush();
+  }
+  exec("DROP TABLE measurements");
+  Stmt v(db_, path_, "UPDATE meta SET value = ? WHERE key = 'schema_version'");
+  v.bind(1, std::to_string(kSchemaVersion)).run();
+  RANKMAP_INFO(Agent, "store {}: schema 1 -> {}: {} readings packed by round", path_,
+               kSchemaVersion, rows);
 }
 
 int64_t Store::beginRound(const std::string& kind, int64_t hosts, int64_t pairsTotal) {
@@ -345,32 +478,35 @@ int64_t Store::abandonRunningRounds() {
 }
 
 void Store::addMeasurements(int64_t roundId, const std::vector<MeasurementRow>& rows) {
+  if (rows.empty()) return;
+  const PackedReadings p = pack(rows);
   std::lock_guard<std::mutex> lock(mu_);
-  Transaction tx(db_, path_);
   Stmt s(db_, path_,
-         "INSERT INTO measurements(round_id, src, dst, kind, value, phase, extra) "
-         "VALUES(?, ?, ?, ?, ?, ?, ?)");
-  for (const auto& m : rows) {
-    s.bind(1, roundId)
-        .bind(2, m.src)
-        .bind(3, m.dst)
-        .bind(4, m.kind)
-        .bind(5, m.value)
-        .bind(6, m.phase);
-    if (m.extra.is_null())
-      s.bindNull(7);
-    else
-      s.bind(7, m.extra.dump());
-    s.run();
-  }
-  tx.commit();
+         "INSERT INTO readings(round_id, hosts, phases, count, records) VALUES(?, ?, ?, ?, ?)");
+  s.bind(1, roundId)
+      .bind(2, p.hosts.dump())
+      .bind(3, p.phases.dump())
+      .bind(4, static_cast<int64_t>(rows.size()))
+      .bind(5, p.records)
+      .run();
 }
 
 size_t Store::measurementCount(int64_t roundId) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, path_, "SELECT COUNT(*) FROM measurements WHERE round_id = ?");
+  Stmt s(db_, path_, "SELECT COALESCE(SUM(count), 0) FROM readings WHERE round_id = ?");
   s.bind(1, roundId);
   return s.step() ? static_cast<size_t>(s.integer(0)) : 0;
+}
+
+std::vector<MeasurementRow> Store::measurements(int64_t roundId) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, path_, "SELECT hosts, phases, records FROM readings WHERE round_id = ? ORDER BY id");
+  s.bind(1, roundId);
+  std::vector<MeasurementRow> out;
+  while (s.step())
+    unpack(path_, parseJson(s.text(0), path_ + " readings hosts"),
+           parseJson(s.text(1), path_ + " readings phases"), s.blob(2), out);
+  return out;
 }
 
 std::optional<RoundRecord> Store::round(int64_t id) {
@@ -497,7 +633,7 @@ void Store::prune(size_t keepRounds, size_t keepTopologies) {
   std::lock_guard<std::mutex> lock(mu_);
   Transaction tx(db_, path_);
   Stmt m(db_, path_,
-         "DELETE FROM measurements WHERE round_id NOT IN "
+         "DELETE FROM readings WHERE round_id NOT IN "
          "(SELECT id FROM rounds ORDER BY id DESC LIMIT ?)");
   m.bind(1, static_cast<int64_t>(keepRounds)).run();
   Stmt r(db_, path_,
