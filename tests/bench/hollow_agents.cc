@@ -24,6 +24,7 @@
 //   dropped         live agents missing from it
 //   pushed          live agents that hold the published version when the round has ended
 //   status          the round's status (ok, partial: the dead hosts' pairs are missing)
+//   levels          levels of groups in the published topology (what the probe found)
 //   round_s         the round's wall time, from start to its record (push included)
 //   phases_s        where it went: seconds in each phase the round reported (liveness,
 //                   structure, links, rings; "done": storing and pushing the topology)
@@ -35,6 +36,10 @@
 //   store_mib       growth of the coordinator's state directory over the round (its SQLite
 //                   files); store_max_mib: the largest state directory of any agent
 //   requests        control requests the coordinator sent (rankmap_probe_requests_total)
+//   flows, late_flows   bulk flows the network answered, and those that came after their trial
+//                   was priced and ran alone (the harness too busy to keep a trial together)
+//   network_trials  sets of flows the network priced together (kTrialSlack): more than the
+//                   round's trials when a trial's flows started too far apart
 //   refused         connections the agents' probe servers closed unanswered, by reason
 //                   (rankmap_probe_refused_connections_total: busy, no_descriptors)
 //   start_s         time to construct and start every agent
@@ -258,6 +263,12 @@ int networkMain(const Args& args, const testing::TempDir& dir, int ready, int do
   writeFileAtomic(dir.file("network.json"), Json{{"port", server.port()}}.dump());
   signal(ready);
   await(done, Deadline::after(std::chrono::seconds(args.timeoutS + 600)), "the coordinator's end");
+  const auto c = net.counts();
+  writeFileAtomic(
+      dir.file("network-report.json"),
+      Json{{"flows", c.flows}, {"late_flows", c.late}, {"network_trials", c.trials}}.dump());
+  signal(ready);
+  await(done, Deadline::after(std::chrono::seconds(60)), "the coordinator's end");
   return 0;
 }
 
@@ -273,6 +284,7 @@ int agentsMain(const Args& args, const testing::TempDir& dir, size_t index, size
   sim::HollowNetworkClient net(network.at("port").get<uint16_t>());
   const auto t0 = Clock::now();
   auto live = startAgents(dir, hosts, dc, net, first, last);
+  net.connect(last - first);  // a flow per agent at once
   Json list = Json::array();
   for (size_t h = first; h < last; ++h)
     list.push_back({{"name", hosts[h].name}, {"address", hosts[h].address}});
@@ -325,8 +337,8 @@ struct Child {
 
 // The coordinator's process: a rankmapd that is none of the hosts, asked for a full round over
 // the agents' hosts list (as POST /v1/probe with "hosts" asks it).
-int coordinatorMain(const Args& args, const testing::TempDir& dir,
-                    const std::vector<Child>& agents) {
+int coordinatorMain(const Args& args, const testing::TempDir& dir, const std::vector<Child>& agents,
+                    const Child& network) {
   const Deadline until = Deadline::after(std::chrono::seconds(args.timeoutS));
   std::vector<Host> hosts;
   double startS = 0;
@@ -417,6 +429,7 @@ int coordinatorMain(const Args& args, const testing::TempDir& dir,
       {"dropped", live - present},
       {"pushed", pushed},
       {"status", rec.value("status", std::string("unknown"))},
+      {"levels", latest ? latest->groups.size() : 0},
       {"round_s", roundS},
       {"phases_s", phases},
       {"coordinator_cpu_s", metric(coord, "rankmap_probe_round_cpu_seconds_total") - cpuBefore},
@@ -428,6 +441,11 @@ int coordinatorMain(const Args& args, const testing::TempDir& dir,
       {"refused", refused},
       {"start_s", startS},
       {"agent_processes", agents.size()}};
+  signal(network.done);
+  await(network.ready, Deadline::after(std::chrono::seconds(60)), "the network's report");
+  const Json report =
+      parseJson(readFile(dir.file("network-report.json"), 1 << 16), "network-report.json");
+  for (const auto& [key, value] : report.items()) out[key] = value;
   fmt::print("{}\n", out.dump());
   std::fflush(stdout);
   coord.stop();
@@ -495,7 +513,7 @@ int run(const Args& args) {
         return agentsMain(args, dir, index, first, last, ready, done);
       }));
     }
-    rc = coordinatorMain(args, dir, agents);
+    rc = coordinatorMain(args, dir, agents, network);
     signal(network.done);
   } catch (...) {
     reap(true);

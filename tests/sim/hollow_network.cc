@@ -126,7 +126,7 @@ probe::BulkResult HollowNetwork::bulkAt(int from, const Host& peer,
     k = trial->flows.size();
     trial->flows.push_back(flow);
   }
-  const auto priceAt = start + std::chrono::milliseconds(opts.maxMs / 2);
+  const auto priceAt = trial->start + kTrialSlack;
   if (Clock::now() < priceAt) std::this_thread::sleep_until(std::min(priceAt, d.when()));
 
   std::optional<double> mbps;
@@ -135,11 +135,14 @@ probe::BulkResult HollowNetwork::bulkAt(int from, const Host& peer,
     if (!trial->priced) {
       trial->mbps = dc_.measure(trial->flows);
       trial->priced = true;
+      ++counts_.trials;
       open_.erase(std::remove(open_.begin(), open_.end(), trial), open_.end());
     }
+    ++counts_.flows;
     if (k < trial->mbps.size()) {
       mbps = trial->mbps[k];
     } else {  // joined after the trial was priced: alone
+      ++counts_.late;
       mbps = dc_.measure({flow}).front();
     }
   }
@@ -160,6 +163,11 @@ probe::BulkResult HollowNetwork::bulkAt(int from, const Host& peer,
   }
   std::this_thread::sleep_until(end);
   return r;
+}
+
+HollowNetwork::Counts HollowNetwork::counts() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counts_;
 }
 
 // ---- across processes --------------------------------------------------------------------
@@ -249,6 +257,15 @@ void HollowNetworkServer::serveCall(Socket& s) {
     }
     sendMessage(s, reply, Deadline::after(std::chrono::seconds(10)));
   }
+}
+
+void HollowNetworkClient::connect(size_t n) {
+  std::vector<Socket> opened;
+  for (size_t i = 0; i < n; ++i)
+    opened.push_back(
+        probe::connectTo({"127.0.0.1", port_}, Deadline::after(std::chrono::seconds(10))));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : opened) idle_.push_back(std::move(s));
 }
 
 Json HollowNetworkClient::call(const Json& req, Deadline d) {

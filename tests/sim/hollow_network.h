@@ -5,11 +5,12 @@
 //
 // Bulk flows: the coordinator starts a trial's flows together (each request names its start,
 // probe/measure.h startInMs). A flow joins the trial of the flows that start within kTrialSlack
-// of it; half a window after the start (a real flow that starts later still overlaps the others
-// for half its window; and a thousand agents sharing two cores take their requests in late),
-// the first flow of the trial to wake asks the datacenter for the rates of all of them at once
-// (max-min sharing, measure()), and each flow returns its receiver's reading when the window a
-// real transfer would take (the shorter of maxMs and maxBytes at that rate) has passed. A flow
+// of its first flow's start; kTrialSlack after that start (a thousand agents sharing two cores
+// take their requests in up to ~100 ms apart, and a real flow that starts that much later still
+// overlaps the others; the next trial starts a window and a barrier later), the first flow of
+// the trial to wake asks the datacenter for the rates of all of them at once (max-min sharing,
+// measure()), and each flow returns its receiver's reading when the window a real transfer
+// would take (the shorter of maxMs and maxBytes at that rate) has passed. A flow
 // whose request arrives after its trial was priced runs alone, as a late real flow would find
 // the others done. Round trips: the datacenter's round trips, samples as a real ping takes
 // them, returned after the time they took. A flow or ping with a dead end (a datacenter dead
@@ -50,8 +51,17 @@ class HollowNetwork {
   probe::BulkResult bulkAt(int from, const Host& peer, const probe::BandwidthOptions& opts,
                            bool send, std::chrono::steady_clock::time_point start, Deadline d);
 
+  // Bulk flows asked for, and those that came after their trial was priced (and ran alone): a
+  // harness too busy to keep its agents' flows together reads other rates than the network has.
+  struct Counts {
+    size_t flows = 0;   // bulk flows asked for
+    size_t late = 0;    // of them, after their trial was priced
+    size_t trials = 0;  // trials priced (flows that started together)
+  };
+  Counts counts();
+
   // Flows that started within this of each other are one trial.
-  static constexpr std::chrono::milliseconds kTrialSlack{50};
+  static constexpr std::chrono::milliseconds kTrialSlack{100};
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -67,6 +77,7 @@ class HollowNetwork {
   std::map<std::string, int> index_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Trial>> open_;  // trials not yet priced
+  Counts counts_;
 };
 
 // The network of agents in several processes (an agent's descriptors, times thousands, pass
@@ -101,6 +112,9 @@ class HollowNetworkServer {
 class HollowNetworkClient {
  public:
   explicit HollowNetworkClient(uint16_t port) : port_(port) {}
+  // Opens `n` connections for later calls: a trial's flows then start without a connection
+  // each (a thousand connects at once can wait out a SYN retry, and their flows miss the trial).
+  void connect(size_t n);
   LatencyStats latency(int from, const Host& peer, const probe::LatencyOptions& opts, Deadline d);
   probe::BulkResult bulk(int from, const Host& peer, const probe::BandwidthOptions& opts, bool send,
                          Deadline d);
