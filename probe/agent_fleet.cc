@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 
 #include "common/log.h"
 #include "probe/fanout.h"
@@ -21,7 +22,12 @@ double since(Clock::time_point t0) {
 
 AgentFleet::AgentFleet(std::vector<Host> hosts, const ProbeKey& key, std::string self,
                        AgentFleetOptions opts)
-    : hosts_(std::move(hosts)), key_(key), self_(std::move(self)), opts_(std::move(opts)) {
+    : hosts_(std::move(hosts)),
+      key_(key),
+      self_(std::move(self)),
+      opts_(std::move(opts)),
+      // Trials of two coordinators, or of two rounds, do not share numbers in the agents' logs.
+      lastTrial_(static_cast<int64_t>(std::random_device{}() % (1u << 30)) << 20) {
   validateHosts(hosts_, "probe round");
 }
 
@@ -217,13 +223,17 @@ std::vector<Outcome<double>> AgentFleet::bandwidth(const std::vector<HostPair>& 
   auto barrier = trialBarrier(flows.size());
   Deadline bd = bandwidthDeadline(d, bo, barrier);
   auto startAt = Clock::now() + barrier;
+  BandwidthOptions tagged = bo;
+  tagged.trial = ++lastTrial_;
+  tagged.trialFlows = static_cast<int64_t>(flows.size());
+  const Json opts = tagged.toJson();
   for (size_t k = 0; k < flows.size(); ++k) {
     tasks[k].startAt = startAt;
     tasks[k].host = flows[k].first;
     tasks[k].request = {{"op", "bandwidth"},
                         {"direction", "send"},
                         {"peer", peerJson(flows[k].second)},
-                        {"bulk", bo.toJson()}};
+                        {"bulk", opts}};
     tasks[k].deadline = bd;
   }
   auto started = Clock::now();

@@ -81,6 +81,7 @@ class AgentFleet : public Fleet {
   AgentFleetOptions opts_;
   std::chrono::steady_clock::time_point made_ = std::chrono::steady_clock::now();
   FleetCost cost_;
+  int64_t lastTrial_;  // BandwidthOptions::trial of the last trial (from a random start)
 };
 
 }  // namespace rankmap::probe

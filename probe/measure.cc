@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -38,6 +39,10 @@ const char* fillerChunk() {
 Json BandwidthOptions::toJson() const {
   Json j = {{"max_ms", maxMs}, {"max_bytes", maxBytes}, {"warmup", warmupFraction}};
   if (startInMs > 0) j["start_in_ms"] = startInMs;
+  if (trial > 0) {
+    j["trial"] = trial;
+    j["trial_flows"] = trialFlows;
+  }
   return j;
 }
 
@@ -59,6 +64,10 @@ BandwidthOptions BandwidthOptions::fromJson(const Json& j, std::string_view sour
   o.warmupFraction = w.nonNegative();
   if (o.warmupFraction > 0.9) w.fail("a fraction in [0, 0.9]");
   if (auto v = r.find("start_in_ms")) o.startInMs = v->integerIn(0, kMaxBulkStartMs);
+  if (auto v = r.find("trial")) {
+    o.trial = v->integerIn(1, std::numeric_limits<int64_t>::max());
+    o.trialFlows = r.at("trial_flows", "the trial's flows").integerIn(1, 1 << 24);
+  }
   return o;
 }
 

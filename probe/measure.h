@@ -37,6 +37,11 @@ struct BandwidthOptions {
   uint64_t maxBytes = 64ull << 20;
   double warmupFraction = 0.2;
   int64_t startInMs = 0;  // bytes begin this long after the request (at most kMaxBulkStartMs)
+  // The coordinator's trial this flow is part of (0: none) and how many flows it has: flows of
+  // one trial start together. Read only by logs and by a simulated network that prices a
+  // trial's flows together (tests/sim/hollow_network.h); a real flow shares links by itself.
+  int64_t trial = 0;
+  int64_t trialFlows = 0;
   Json toJson() const;
   // Validates a request from a peer: bounded time and bytes. Throws InvalidInput.
   static BandwidthOptions fromJson(const Json& j, std::string_view source);

@@ -111,41 +111,52 @@ probe::BulkResult HollowNetwork::bulkAt(int from, const Host& peer,
   const int other = indexOf(peer);
   const std::pair<int, int> flow = send ? std::pair{from, other} : std::pair{other, from};
 
-  // Join the trial that starts with this flow, or open one.
+  // Join the flow's trial (by its tag, else by start time), or open it.
   std::shared_ptr<Trial> trial;
   size_t k = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& t : open_)
-      if (t->start - kTrialSlack <= start && start <= t->start + kTrialSlack) trial = t;
-    if (!trial) {
-      trial = std::make_shared<Trial>();
-      trial->start = start;
-      open_.push_back(trial);
-    }
-    k = trial->flows.size();
-    trial->flows.push_back(flow);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (auto& t : open_)
+    if (opts.trial > 0
+            ? t->tag == opts.trial
+            : t->tag == 0 && t->start - kTrialSlack <= start && start <= t->start + kTrialSlack)
+      trial = t;
+  if (!trial) {
+    trial = std::make_shared<Trial>();
+    trial->tag = opts.trial;
+    trial->expected = static_cast<size_t>(std::max<int64_t>(opts.trialFlows, 1));
+    trial->start = start;
+    open_.push_back(trial);
   }
-  const auto priceAt = trial->start + kTrialSlack;
-  if (Clock::now() < priceAt) std::this_thread::sleep_until(std::min(priceAt, d.when()));
+  k = trial->flows.size();
+  trial->flows.push_back(flow);
+  const bool tagged = trial->tag > 0;
+  if (tagged && trial->flows.size() >= trial->expected) complete_.notify_all();
+  const auto priceAt =
+      std::min(tagged ? trial->start + kTrialGather : trial->start + kTrialSlack, d.when());
+  if (tagged)
+    complete_.wait_until(lock, priceAt,
+                         [&] { return trial->priced || trial->flows.size() >= trial->expected; });
+  else {
+    lock.unlock();
+    if (Clock::now() < priceAt) std::this_thread::sleep_until(priceAt);
+    lock.lock();
+  }
 
   std::optional<double> mbps;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!trial->priced) {
-      trial->mbps = dc_.measure(trial->flows);
-      trial->priced = true;
-      ++counts_.trials;
-      open_.erase(std::remove(open_.begin(), open_.end(), trial), open_.end());
-    }
-    ++counts_.flows;
-    if (k < trial->mbps.size()) {
-      mbps = trial->mbps[k];
-    } else {  // joined after the trial was priced: alone
-      ++counts_.late;
-      mbps = dc_.measure({flow}).front();
-    }
+  if (!trial->priced) {
+    trial->mbps = dc_.measure(trial->flows);
+    trial->priced = true;
+    ++counts_.trials;
+    open_.erase(std::remove(open_.begin(), open_.end(), trial), open_.end());
   }
+  ++counts_.flows;
+  if (k < trial->mbps.size()) {
+    mbps = trial->mbps[k];
+  } else {  // joined after the trial was priced: alone
+    ++counts_.late;
+    mbps = dc_.measure({flow}).front();
+  }
+  lock.unlock();
   if (!mbps) refuse(peer);
 
   probe::BulkResult r;

@@ -434,6 +434,29 @@ TEST(Measure, BandwidthStartsAtItsStart) {
   EXPECT_THROW(BandwidthOptions::fromJson(bad, "test"), InvalidInput);
 }
 
+// A trial's tag travels with its flows; a tag without its count, or a count out of range, is
+// refused naming the field.
+TEST(Measure, BandwidthOptionsCarryTheirTrial) {
+  BandwidthOptions bo;
+  EXPECT_FALSE(bo.toJson().contains("trial"));
+  bo.trial = 1234567;
+  bo.trialFlows = 4093;
+  BandwidthOptions back = BandwidthOptions::fromJson(bo.toJson(), "test");
+  EXPECT_EQ(back.trial, 1234567);
+  EXPECT_EQ(back.trialFlows, 4093);
+  Json noCount = bo.toJson();
+  noCount.erase("trial_flows");
+  try {
+    BandwidthOptions::fromJson(noCount, "bulk request");
+    ADD_FAILURE() << "a trial without trial_flows was accepted";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("trial_flows"), std::string::npos) << e.what();
+  }
+  Json zero = bo.toJson();
+  zero["trial_flows"] = 0;
+  EXPECT_THROW(BandwidthOptions::fromJson(zero, "test"), InvalidInput);
+}
+
 TEST(Measure, LatencyStatisticsAreOrderedAndCountSamples) {
   TestServer s;
   LatencyStats st = measureLatency(s.ep(), keyA(), "c", LatencyOptions{3, 50}, Deadline::after(5s));
