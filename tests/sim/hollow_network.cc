@@ -115,6 +115,14 @@ probe::BulkResult HollowNetwork::bulkAt(int from, const Host& peer,
   std::shared_ptr<Trial> trial;
   size_t k = 0;
   std::unique_lock<std::mutex> lock(mu_);
+  if (opts.trial > 0 && pricedTags_.count(opts.trial)) {  // its trial was priced: alone
+    ++counts_.flows;
+    ++counts_.late;
+    const auto alone = dc_.measure({flow}).front();
+    lock.unlock();
+    if (!alone) refuse(peer);
+    return finish(*alone, peer, opts, send, start, d);
+  }
   for (auto& t : open_)
     if (opts.trial > 0
             ? t->tag == opts.trial
@@ -146,6 +154,7 @@ probe::BulkResult HollowNetwork::bulkAt(int from, const Host& peer,
   if (!trial->priced) {
     trial->mbps = dc_.measure(trial->flows);
     trial->priced = true;
+    if (trial->tag > 0) pricedTags_.insert(trial->tag);
     ++counts_.trials;
     open_.erase(std::remove(open_.begin(), open_.end(), trial), open_.end());
   }
@@ -158,10 +167,16 @@ probe::BulkResult HollowNetwork::bulkAt(int from, const Host& peer,
   }
   lock.unlock();
   if (!mbps) refuse(peer);
+  return finish(*mbps, peer, opts, send, start, d);
+}
 
+// What the receiver reads at `mbps`, returned when the flow's window has passed.
+probe::BulkResult HollowNetwork::finish(double mbps, const Host& peer,
+                                        const probe::BandwidthOptions& opts, bool send,
+                                        Clock::time_point start, Deadline d) {
   probe::BulkResult r;
-  r.mbps = *mbps;
-  const double bytesPerMs = std::max(*mbps, 1e-9) * 1e6 / 8 / 1000;
+  r.mbps = mbps;
+  const double bytesPerMs = std::max(mbps, 1e-9) * 1e6 / 8 / 1000;
   const double windowMs = std::min(static_cast<double>(opts.maxMs),
                                    static_cast<double>(opts.maxBytes) / bytesPerMs);
   r.totalBytes = static_cast<uint64_t>(bytesPerMs * windowMs);

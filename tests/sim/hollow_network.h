@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,11 +80,14 @@ class HollowNetwork {
     bool priced = false;
   };
   int indexOf(const Host& peer) const;
+  probe::BulkResult finish(double mbps, const Host& peer, const probe::BandwidthOptions& opts,
+                           bool send, Clock::time_point start, Deadline d);
 
   Datacenter& dc_;
   std::map<std::string, int> index_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Trial>> open_;  // trials not yet priced
+  std::set<int64_t> pricedTags_;              // tagged trials priced: a later flow runs alone
   std::condition_variable complete_;          // a tagged trial has all its flows
   Counts counts_;
 };
