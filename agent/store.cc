@@ -11,7 +11,6 @@
 #include <ctime>
 #include <iterator>
 #include <map>
-#include <type_traits>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -204,11 +203,9 @@ struct PackedReadings {
 
 PackedReadings pack(const std::vector<MeasurementRow>& rows) {
   PackedReadings p;
-  std::map<std::string, uint32_t> hostIndex;
-  std::map<std::string, uint8_t> phaseIndex;
-  auto indexOf = [](auto& index, Json& names, const std::string& name) {
-    auto [it, added] = index.emplace(
-        name, static_cast<typename std::decay_t<decltype(index)>::mapped_type>(index.size()));
+  std::map<std::string, uint32_t> hostIndex, phaseIndex;
+  auto indexOf = [](std::map<std::string, uint32_t>& index, Json& names, const std::string& name) {
+    auto [it, added] = index.emplace(name, static_cast<uint32_t>(index.size()));
     if (added) names.push_back(name);
     return it->second;
   };
@@ -411,19 +408,11 @@ void Store::migrateReadings() {
     Stmt old(db_, path_,
              "SELECT round_id, src, dst, kind, value, phase FROM measurements "
              "ORDER BY round_id, rowid");
-    Stmt ins(db_, path_,
-             "INSERT INTO readings(round_id, hosts, phases, count, records) VALUES(?, ?, ?, ?, ?)");
     std::optional<int64_t> round;
     std::vector<MeasurementRow> part;
     auto flush = [&] {
       if (part.empty()) return;
-      const PackedReadings p = pack(part);
-      ins.bind(1, *round)
-          .bind(2, p.hosts.dump())
-          .bind(3, p.phases.dump())
-          .bind(4, static_cast<int64_t>(part.size()))
-          .bind(5, p.records)
-          .run();
+      insertReadings(*round, part);
       rows += part.size();
       part.clear();
     };
@@ -479,8 +468,12 @@ int64_t Store::abandonRunningRounds() {
 
 void Store::addMeasurements(int64_t roundId, const std::vector<MeasurementRow>& rows) {
   if (rows.empty()) return;
-  const PackedReadings p = pack(rows);
   std::lock_guard<std::mutex> lock(mu_);
+  insertReadings(roundId, rows);
+}
+
+void Store::insertReadings(int64_t roundId, const std::vector<MeasurementRow>& rows) {
+  const PackedReadings p = pack(rows);
   Stmt s(db_, path_,
          "INSERT INTO readings(round_id, hosts, phases, count, records) VALUES(?, ?, ?, ?, ?)");
   s.bind(1, roundId)

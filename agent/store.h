@@ -113,6 +113,8 @@ class Store {
   void open();
   void exec(const char* sql);
   void migrateReadings();
+  // One part of a round's readings, packed (the caller holds mu_, or is open()).
+  void insertReadings(int64_t roundId, const std::vector<MeasurementRow>& rows);
   std::optional<Topology> topologyWhere(const char* sql, int64_t arg, bool bind);
 
   std::string dir_;

@@ -38,8 +38,8 @@
 //   requests        control requests the coordinator sent (rankmap_probe_requests_total)
 //   flows, late_flows   bulk flows the network answered, and those that came after their trial
 //                   was priced and ran alone (the harness too busy to keep a trial together)
-//   network_trials  sets of flows the network priced together (kTrialSlack): more than the
-//                   round's trials when a trial's flows started too far apart
+//   network_trials  sets of flows the network priced together (a tagged trial, or an untagged
+//                   flow alone): the round's trials when every flow carries its trial
 //   refused         connections the agents' probe servers closed unanswered, by reason
 //                   (rankmap_probe_refused_connections_total: busy, no_descriptors)
 //   start_s         time to construct and start every agent

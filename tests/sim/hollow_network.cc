@@ -100,20 +100,13 @@ LatencyStats HollowNetwork::latency(int from, const Host& peer, const probe::Lat
 }
 
 probe::BulkResult HollowNetwork::bulk(int from, const Host& peer,
-                                      const probe::BandwidthOptions& opts, bool send, Deadline d) {
-  return bulkAt(from, peer, opts, send, Clock::now() + std::chrono::milliseconds(opts.startInMs),
-                d);
-}
-
-probe::BulkResult HollowNetwork::bulkAt(int from, const Host& peer,
-                                        const probe::BandwidthOptions& opts, bool send,
-                                        Clock::time_point start, Deadline d) {
+                                      const probe::BandwidthOptions& opts, bool send,
+                                      Clock::time_point start, Deadline d) {
   const int other = indexOf(peer);
   const std::pair<int, int> flow = send ? std::pair{from, other} : std::pair{other, from};
 
-  // Join the flow's trial (by its tag, else by start time), or open it.
+  // Join the flow's trial, or open it (an untagged flow's, of one flow).
   std::shared_ptr<Trial> trial;
-  size_t k = 0;
   std::unique_lock<std::mutex> lock(mu_);
   if (opts.trial > 0 && pricedTags_.count(opts.trial)) {  // its trial was priced: alone
     ++counts_.flows;
@@ -123,34 +116,22 @@ probe::BulkResult HollowNetwork::bulkAt(int from, const Host& peer,
     if (!alone) refuse(peer);
     return finish(*alone, peer, opts, send, start, d);
   }
-  for (auto& t : open_)
-    if (opts.trial > 0
-            ? t->tag == opts.trial
-            : t->tag == 0 && t->start - kTrialSlack <= start && start <= t->start + kTrialSlack)
-      trial = t;
+  if (opts.trial > 0)
+    for (auto& t : open_)
+      if (t->tag == opts.trial) trial = t;
   if (!trial) {
     trial = std::make_shared<Trial>();
     trial->tag = opts.trial;
-    trial->expected = static_cast<size_t>(std::max<int64_t>(opts.trialFlows, 1));
+    trial->expected = opts.trial > 0 ? static_cast<size_t>(opts.trialFlows) : 1;
     trial->start = start;
     open_.push_back(trial);
   }
-  k = trial->flows.size();
+  const size_t k = trial->flows.size();
   trial->flows.push_back(flow);
-  const bool tagged = trial->tag > 0;
-  if (tagged && trial->flows.size() >= trial->expected) complete_.notify_all();
-  const auto priceAt =
-      std::min(tagged ? trial->start + kTrialGather : trial->start + kTrialSlack, d.when());
-  if (tagged)
-    complete_.wait_until(lock, priceAt,
-                         [&] { return trial->priced || trial->flows.size() >= trial->expected; });
-  else {
-    lock.unlock();
-    if (Clock::now() < priceAt) std::this_thread::sleep_until(priceAt);
-    lock.lock();
-  }
+  if (trial->flows.size() >= trial->expected) complete_.notify_all();
+  complete_.wait_until(lock, std::min(trial->start + kTrialGather, d.when()),
+                       [&] { return trial->priced || trial->flows.size() >= trial->expected; });
 
-  std::optional<double> mbps;
   if (!trial->priced) {
     trial->mbps = dc_.measure(trial->flows);
     trial->priced = true;
@@ -159,12 +140,7 @@ probe::BulkResult HollowNetwork::bulkAt(int from, const Host& peer,
     open_.erase(std::remove(open_.begin(), open_.end(), trial), open_.end());
   }
   ++counts_.flows;
-  if (k < trial->mbps.size()) {
-    mbps = trial->mbps[k];
-  } else {  // joined after the trial was priced: alone
-    ++counts_.late;
-    mbps = dc_.measure({flow}).front();
-  }
+  const std::optional<double> mbps = trial->mbps[k];  // it joined before the pricing
   lock.unlock();
   if (!mbps) refuse(peer);
   return finish(*mbps, peer, opts, send, start, d);
@@ -263,8 +239,8 @@ void HollowNetworkServer::serveCall(Socket& s) {
         reply = {{"min", l.minUs}, {"median", l.medianUs}, {"p90", l.p90Us}, {"p99", l.p99Us}};
       } else {
         const auto o = probe::BandwidthOptions::fromJson(req.at("opts"), "hollow network");
-        reply = net_.bulkAt(from, peer, o, req.at("send").get<bool>(),
-                            fromSteadyNs(req.at("start_ns").get<int64_t>()), d)
+        reply = net_.bulk(from, peer, o, req.at("send").get<bool>(),
+                          fromSteadyNs(req.at("start_ns").get<int64_t>()), d)
                     .toJson();
       }
       reply = {{"ok", reply}};

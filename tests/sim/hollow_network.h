@@ -11,12 +11,10 @@
 // that rate) has passed, or when its trial is priced, whichever is later. Grouping by the tag,
 // not by the flows' start times, because a few thousand agents sharing two cores take a
 // trial's requests in seconds apart (4096 agents: 36 904 flows priced in 8 694 sets by time).
-// Untagged flows join the trial of the flows that start within kTrialSlack of its first one and
-// are priced kTrialSlack after that start. A flow
-// whose request arrives after its trial was priced runs alone, as a late real flow would find
-// the others done. Round trips: the datacenter's round trips, samples as a real ping takes
-// them, returned after the time they took. A flow or ping with a dead end (a datacenter dead
-// host) fails as a connection to a dead agent does.
+// An untagged flow is a trial of its own. A flow whose request arrives after its trial was
+// priced runs alone, as a late real flow would find the others done. Round trips: the datacenter's
+// round trips, samples as a real ping takes them, returned after the time they took. A flow or ping
+// with a dead end (a datacenter dead host) fails as a connection to a dead agent does.
 //
 // Thread-safe: agents' connection threads call it at once; the datacenter is used under one
 // lock.
@@ -47,12 +45,10 @@ class HollowNetwork {
   HollowNetwork(Datacenter& dc, const std::vector<Host>& hosts);
 
   LatencyStats latency(int from, const Host& peer, const probe::LatencyOptions& opts, Deadline d);
-  // `from` sends to `peer` (send) or receives from it; what the receiver reads.
-  probe::BulkResult bulk(int from, const Host& peer, const probe::BandwidthOptions& opts,
-                         bool send, Deadline d);
-  // The same with the bytes' start given (what opts.startInMs names, on the steady clock).
-  probe::BulkResult bulkAt(int from, const Host& peer, const probe::BandwidthOptions& opts,
-                           bool send, std::chrono::steady_clock::time_point start, Deadline d);
+  // `from` sends to `peer` (send) or receives from it, the bytes from `start` (what
+  // opts.startInMs names, on the steady clock); what the receiver reads.
+  probe::BulkResult bulk(int from, const Host& peer, const probe::BandwidthOptions& opts, bool send,
+                         std::chrono::steady_clock::time_point start, Deadline d);
 
   // Bulk flows asked for, and those that came after their trial was priced (and ran alone): a
   // harness too busy to keep its agents' flows together reads other rates than the network has.
@@ -63,8 +59,6 @@ class HollowNetwork {
   };
   Counts counts();
 
-  // Untagged flows that start within this of each other are one trial.
-  static constexpr std::chrono::milliseconds kTrialSlack{100};
   // A tagged trial is priced at the latest this long after its first flow's start (a flow that
   // never asks: its agent died).
   static constexpr std::chrono::seconds kTrialGather{5};
@@ -72,7 +66,7 @@ class HollowNetwork {
  private:
   using Clock = std::chrono::steady_clock;
   struct Trial {
-    int64_t tag = 0;      // BandwidthOptions::trial (0: joined by start time)
+    int64_t tag = 0;      // BandwidthOptions::trial (0: untagged, a trial of one flow)
     size_t expected = 0;  // flows the tag says it has
     Clock::time_point start;
     std::vector<std::pair<int, int>> flows;
