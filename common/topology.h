@@ -131,6 +131,10 @@ struct RingCheck {
   bool operator==(const RingCheck&) const = default;
 };
 inline constexpr double kMaxMissingHops = 0.05;
+// A measured ring agrees with the link model when its bottleneck (and, for the probe, each of its
+// hops) reads at least this fraction of what the model predicts: the planner warns below it, and
+// the probe reads such a ring a second time.
+inline constexpr double kRingCheckAgreement = 0.85;
 inline constexpr size_t kRingBandForMedian = 8;
 
 struct Topology {

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/maxmin.h"
 #include "probe/partition.h"
 #include "probe/stats.h"
 
@@ -383,6 +384,42 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
     if (c.inMbps == 0) c.inMbps = total;
   }
   return cap;
+}
+
+std::vector<double> predictRates(const TopologyLinks& lk,
+                                 const std::vector<std::vector<int>>& levels,
+                                 const std::vector<HostPair>& flows) {
+  std::vector<double> room;
+  for (const auto& c : lk.hosts) {
+    room.push_back(c.outMbps);
+    room.push_back(c.inMbps);
+  }
+  std::vector<size_t> base;
+  for (const auto& level : lk.uplinks) {
+    base.push_back(room.size());
+    for (const auto& c : level) {
+      room.push_back(c.outMbps);
+      room.push_back(c.inMbps);
+    }
+  }
+  auto uplink = [&](size_t l, int g, bool in) -> std::optional<uint32_t> {
+    if (l >= base.size() || g < 0 || static_cast<size_t>(g) >= lk.uplinks[l].size())
+      return std::nullopt;
+    return static_cast<uint32_t>(base[l] + 2 * static_cast<size_t>(g) + (in ? 1 : 0));
+  };
+  FlowLinks paths;
+  for (auto [a, b] : flows) {
+    paths.push(static_cast<uint32_t>(2 * a));
+    for (size_t l = 0; l < levels.size(); ++l) {
+      const int ga = levels[l][static_cast<size_t>(a)], gb = levels[l][static_cast<size_t>(b)];
+      if (ga == gb) break;
+      if (auto k = uplink(l, ga, false)) paths.push(*k);
+      if (auto k = uplink(l, gb, true)) paths.push(*k);
+    }
+    paths.push(static_cast<uint32_t>(2 * b + 1));
+    paths.endFlow();
+  }
+  return maxMinFill(room, paths);
 }
 
 TopologyLinks measureLinks(RoundState& s, const Structure& st) {

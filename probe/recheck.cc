@@ -9,7 +9,6 @@
 #include <unordered_map>
 
 #include "common/log.h"
-#include "common/maxmin.h"
 
 namespace rankmap::probe {
 namespace {
@@ -76,36 +75,6 @@ std::vector<std::string> lostHosts(RoundState& s, const Topology& t) {
   for (size_t h = 0; h < t.size(); ++h)
     if (in[h] && !s.live(static_cast<int>(h))) out.push_back(t.hosts[h].name);
   return out;
-}
-
-// Rates of `flows` running together on the topology's link model (max-min fair).
-std::vector<double> predict(const Topology& t, const std::vector<std::vector<int>>& levels,
-                            const std::vector<HostPair>& flows) {
-  const TopologyLinks& lk = *t.links;
-  std::vector<double> room;
-  for (const auto& c : lk.hosts) {
-    room.push_back(c.outMbps);
-    room.push_back(c.inMbps);
-  }
-  std::vector<size_t> base;
-  for (const auto& level : lk.uplinks) {
-    base.push_back(room.size());
-    for (const auto& c : level) {
-      room.push_back(c.outMbps);
-      room.push_back(c.inMbps);
-    }
-  }
-  FlowLinks paths;
-  for (auto [a, b] : flows) {
-    paths.push(static_cast<uint32_t>(2 * a));
-    for (size_t l = 0; l < levels.size() && levels[l][a] != levels[l][b]; ++l) {
-      paths.push(static_cast<uint32_t>(base[l] + 2 * static_cast<size_t>(levels[l][a])));
-      paths.push(static_cast<uint32_t>(base[l] + 2 * static_cast<size_t>(levels[l][b]) + 1));
-    }
-    paths.push(static_cast<uint32_t>(2 * b + 1));
-    paths.endFlow();
-  }
-  return maxMinFill(room, paths);
 }
 
 // Flows compared with the model as one: a host-link flow, or the flows across one uplink.
@@ -308,7 +277,7 @@ RecheckResult checkTopology(RoundState& s, const Topology& t, const RecheckOptio
   }
   for (auto& u : units) {
     double sum = 0;
-    for (double r : predict(t, levels, u.flows)) sum += r;
+    for (double r : predictRates(*t.links, levels, u.flows)) sum += r;
     u.expected = sum;
   }
 

@@ -44,8 +44,11 @@
 //   4. rings         the input order's ring and the structure's (a depth-first walk of the
 //                    groups) measured as a ring collective loads the network, every host sending
 //                    the same bytes to the next at once: what the planner checks its model and its
-//                    order against (topology.json "rings"; reorder/planner.h). Two trials
-//                    each, every hop keeping its better reading.
+//                    order against (topology.json "rings"; reorder/planner.h). The
+//                    structure's ring first: one trial when every hop reads what the link
+//                    model predicts, else two (a hop keeps the better of two readings a band
+//                    apart, else their mean); the input ring likewise, left out when the
+//                    structure's ring agreed and the model puts the input ring a band below.
 //   5. assemble      topology.json: the groups, the link model (`links`), the pairs measured
 //                    alone (`measured`), oversubscribed groups as `shared_links`, and, up to
 //                    kDenseMaxHosts, full matrices whose other
@@ -257,13 +260,19 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
 std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, size_t l,
                                          const std::vector<LinkCapacity>& hostLinks,
                                          const std::vector<char>& only = {});
-// Phase 4: the rings (see the file comment), the input order's first. The structure's ring is
-// left out without levels (it would be the input order). Every flow of a ring moves the same
-// bytes, as a ring collective's step does (what the median host link carries in a quarter of the
-// window): a flow that is done leaves the network, and the machines, to the slower ones, where
-// equal windows would have it compete with them to the end (on the 2-core emulated cloud the
-// flows inside racks then took the CPU the ring's crossing flows needed: 72 Mbit/s measured for
-// a ring the same job runs at 247).
+// Rates of `flows` running together on the link model `lk` of the structure `levels` (max-min
+// fair, common/maxmin.h): each flow on its hosts' links and on the uplinks of every level
+// where its hosts' groups differ. A link the model has no reading for carries nothing (0).
+std::vector<double> predictRates(const TopologyLinks& lk,
+                                 const std::vector<std::vector<int>>& levels,
+                                 const std::vector<HostPair>& flows);
+// Phase 4: the rings (see the file comment), the input order's first when it ran. The
+// structure's ring is left out without levels (it would be the input order). Every flow of a ring
+// moves the same bytes, as a ring collective's step does (what the median host link carries in a
+// quarter of the window): a flow that is done leaves the network, and the machines, to the slower
+// ones, where equal windows would have it compete with them to the end (on the 2-core emulated
+// cloud the flows inside racks then took the CPU the ring's crossing flows needed: 72 Mbit/s
+// measured for a ring the same job runs at 247).
 std::vector<RingCheck> measureRings(RoundState& s, const Structure& st, const TopologyLinks& links);
 // The bytes each flow of a ring trial moves: kRingWindowShare of a window at `hostMbps`.
 inline constexpr double kRingWindowShare = 0.25;

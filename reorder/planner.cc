@@ -139,8 +139,6 @@ RingParams ringParams(const PlanOptions& o) {
 // replaces the best measured ring only when faster by more than kProbeNoise; the input order is
 // kept unless another is faster by that much. Returns false when no check applies (the model
 // alone decides, as without them).
-constexpr double kRingCheckRefuted = 0.85;  // measured below this of the model: say so
-
 bool orderRingByChecks(const PlanOptions& o, const std::vector<RingCheck>& checks,
                        const std::vector<int>& planned, PlanResult& r) {
   const NetworkModel& net = r.model;
@@ -180,7 +178,7 @@ bool orderRingByChecks(const PlanOptions& o, const std::vector<RingCheck>& check
     const double model = evaluateRing(net, c.order, rp).bottleneckMbps;
     if (model > 0 && std::isfinite(model)) {
       calibration = std::min(calibration, *b / model);
-      if (*b < kRingCheckRefuted * model) {
+      if (*b < kRingCheckAgreement * model) {
         auto why = fmt::format(
             "the {} ring measured {:.0f} Mbit/s where the link model predicts {:.0f}: the model "
             "misses a bottleneck; orders not measured are priced {:.0f}% lower",

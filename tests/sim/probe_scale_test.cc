@@ -435,6 +435,30 @@ TEST(ProbeScale, OneSlowRingHopKeepsTheRackOrder) {
   EXPECT_EQ(cross, 2u) << "the plan's ring crosses the uplinks " << cross << " times";
 }
 
+// A structure's ring that reads as the link model predicts, hop by hop, is read once, and the
+// input order's ring, which the model puts far below it (the provider's order crosses the
+// uplinks on most hops), is not run: the ring checks cost one trial, not four. The planner
+// prices the input order by the model and still groups the racks.
+TEST(ProbeScale, AStructureRingAsModelledIsReadOnce) {
+  DatacenterSpec spec = emucloudShape(4, 4, 300, 75);
+  for (int h = 0; h < 16; ++h) spec.rackOfHost.push_back(h % 4);  // racks dealt round robin
+  Datacenter dc(spec);
+  SimFleet fleet(dc);
+  auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+  size_t ringFlows = 0;
+  for (const auto& r : out.readings) ringFlows += r.phase == "rings";
+  EXPECT_EQ(ringFlows, 16u);
+  ASSERT_EQ(out.topology.rings.size(), 1u);
+  EXPECT_EQ(out.topology.rings[0].name, "structure");
+  auto r = reorder::planTopology(out.topology, reorder::PlanOptions{});
+  size_t cross = 0;
+  for (size_t i = 0; i < r.order.size(); ++i)
+    cross += dc.rackOf(r.order[i]) != dc.rackOf(r.order[(i + 1) % r.order.size()]);
+  EXPECT_EQ(cross, 4u) << "the plan's ring crosses the uplinks " << cross << " times";
+  // The input order by the model: every hop crosses an uplink, four hops share each.
+  EXPECT_NEAR(r.inputRing.bottleneckMbps, 75.0 / 4, 0.15 * 75 / 4);
+}
+
 // A host that dies after some of its pairs were measured alone (an agent killed mid-round, the
 // fault matrix's first agent row) is out of the round: the topology lists none of its pairs as
 // measured, since its matrix entries are null, and it loads again from its own JSON (a store
