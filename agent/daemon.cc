@@ -603,9 +603,9 @@ void Daemon::pushTopology(const Topology& t, const std::vector<Host>& hosts,
   if (rep.failed.empty())
     RANKMAP_INFO(Agent,
                  "agent {}: topology version {} ({} KiB) pushed to {} of {} agents in {:.2f} s "
-                 "({} through relays, {} direct retries)",
+                 "({} through relays, {} direct, {} of them asked again)",
                  name_, t.version, bytes / 1024, rep.reached, rep.agents, secs, rep.relays,
-                 rep.direct);
+                 rep.direct, rep.retried);
   else
     RANKMAP_WARN(Agent,
                  "agent {}: topology version {} pushed to {} of {} agents in {:.2f} s; not "

@@ -10,7 +10,8 @@
 // groups' part. Copies over the coordinator's links fall from N-1 to (groups - 1) + its group.
 //
 // Failures: a relay that does not answer, and every member a relay could not reach, get the
-// topology directly from the coordinator in a second wave; what is still not reached is
+// topology directly from the coordinator in a second wave, and those it could not reach for a
+// cause that may pass again in up to kPushRetryWaves more; what is still not reached is
 // reported by name. Pushing is idempotent (an agent keeps the first copy of a version).
 #pragma once
 
@@ -47,7 +48,8 @@ struct PushReport {
   size_t agents = 0;   // hosts the push was for
   size_t reached = 0;  // that stored it or already had it
   size_t relays = 0;   // first-wave requests that carried a relay list
-  size_t direct = 0;   // second-wave requests (relays that failed, members they missed)
+  size_t direct = 0;   // direct requests (relays that failed, members they missed), retries too
+  size_t retried = 0;  // of them, requests to agents a direct request had failed (retry waves)
   std::vector<std::pair<std::string, std::string>> failed;  // host name, why
 };
 
@@ -59,6 +61,10 @@ struct PushReport {
 inline constexpr auto kPushRelayWave = std::chrono::seconds(8);
 inline constexpr auto kPushDirectWave = std::chrono::seconds(4);
 inline constexpr double kPushFloorMbps = 100;
+// Agents a direct request failed for a cause that may pass are asked again after this pause, at
+// most this many times, while the push's deadline leaves twice the pause (pushTopology).
+inline constexpr auto kPushRetryPause = std::chrono::milliseconds(1000);
+inline constexpr int kPushRetryWaves = 3;
 struct PushDeadlines {
   Deadline relayWave, end;
 };

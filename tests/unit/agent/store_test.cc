@@ -153,6 +153,29 @@ TEST(Store, AHundredThousandReadingsTakeAFewMegabytes) {
   EXPECT_EQ(s.measurements(id), rows);
 }
 
+// A round's readings in one transaction do not stay on disk twice: the write-ahead log that held
+// them is cut back to 1 MiB once the next write restarts it (journal_size_limit).
+TEST(Store, TheLogOfALargeRoundIsCutBack) {
+  TempDir dir;
+  Store s(dir.path());
+  const int64_t id = s.beginRound("full", 1024, 0);
+  std::vector<MeasurementRow> rows;
+  for (int k = 0; k < 300000; ++k)
+    rows.push_back({fmt::format("h{:04}", k % 1024), fmt::format("h{:04}", (k * 7 + 1) % 1024),
+                    "bandwidth", 100.0 + k, "structure"});
+  s.addMeasurements(id, rows);
+  RoundRecord rec;
+  rec.id = id;
+  rec.status = "ok";
+  s.finishRound(rec);
+  s.beginRound("full", 1024, 0);
+  std::error_code ec;
+  const auto wal = std::filesystem::file_size(s.path() + "-wal", ec);
+  EXPECT_LE(ec ? 0 : wal, 1u << 20);
+  EXPECT_GT(std::filesystem::file_size(s.path()), 300000u * 18);
+  EXPECT_EQ(s.measurementCount(id), rows.size());
+}
+
 // Schema 1 kept a row per reading in `measurements`: opening such a database packs them by round
 // and drops the table, the readings unchanged.
 TEST(Store, ASchemaOneDatabaseIsMigrated) {
