@@ -134,16 +134,22 @@ TEST(Store, ReadingsComeBackExactlyInTheOrderAdded) {
   EXPECT_TRUE(s.measurements(id + 1).empty());
 }
 
+// `n` readings among 1024 hosts, of both kinds and two phases, every value different.
+std::vector<MeasurementRow> manyReadings(int n) {
+  std::vector<MeasurementRow> rows;
+  for (int k = 0; k < n; ++k)
+    rows.push_back({fmt::format("h{:04}", k % 1024), fmt::format("h{:04}", (k * 7 + 1) % 1024),
+                    k % 2 ? "bandwidth" : "latency", 100.0 + k, k % 3 ? "structure" : "load"});
+  return rows;
+}
+
 // A round's readings cost a record of 18 bytes each, not a row: the 1024-host hollow agents'
 // round (about 100 000 readings) grew the store by 10.3 MB with a row each.
 TEST(Store, AHundredThousandReadingsTakeAFewMegabytes) {
   TempDir dir;
   Store s(dir.path());
   const int64_t id = s.beginRound("full", 1024, 0);
-  std::vector<MeasurementRow> rows;
-  for (int k = 0; k < 100000; ++k)
-    rows.push_back({fmt::format("h{:04}", k % 1024), fmt::format("h{:04}", (k * 7 + 1) % 1024),
-                    k % 2 ? "bandwidth" : "latency", 100.0 + k, k % 3 ? "structure" : "load"});
+  const auto rows = manyReadings(100000);
   const auto before = std::filesystem::file_size(s.path());
   s.addMeasurements(id, rows);
   std::error_code ec;
@@ -159,10 +165,7 @@ TEST(Store, TheLogOfALargeRoundIsCutBack) {
   TempDir dir;
   Store s(dir.path());
   const int64_t id = s.beginRound("full", 1024, 0);
-  std::vector<MeasurementRow> rows;
-  for (int k = 0; k < 300000; ++k)
-    rows.push_back({fmt::format("h{:04}", k % 1024), fmt::format("h{:04}", (k * 7 + 1) % 1024),
-                    "bandwidth", 100.0 + k, "structure"});
+  const auto rows = manyReadings(300000);
   s.addMeasurements(id, rows);
   RoundRecord rec;
   rec.id = id;
