@@ -18,8 +18,10 @@
 namespace rankmap::agent {
 namespace {
 
-// 2: a round's readings packed in `readings` (1: a row each in `measurements`; migrated).
-constexpr int kSchemaVersion = 2;
+// 3: a part's host indexes as narrow as its host count allows (`readings.host_bytes`; 2: always
+// 4 bytes, migrated by adding the column); 2: a round's readings packed in `readings` (1: a row
+// each in `measurements`; migrated).
+constexpr int kSchemaVersion = 3;
 constexpr int kBusyTimeoutMs = 5000;
 // The write-ahead log is cut back to this size when it restarts after a checkpoint.
 constexpr int64_t kWalLimitBytes = 1 << 20;
@@ -44,7 +46,8 @@ CREATE TABLE IF NOT EXISTS readings(
   hosts TEXT NOT NULL,
   phases TEXT NOT NULL,
   count INTEGER NOT NULL,
-  records BLOB NOT NULL);
+  records BLOB NOT NULL,
+  host_bytes INTEGER NOT NULL DEFAULT 4);
 CREATE INDEX IF NOT EXISTS readings_round ON readings(round_id, id);
 CREATE TABLE IF NOT EXISTS topologies(
   version INTEGER PRIMARY KEY,
@@ -191,17 +194,26 @@ constexpr const char* kRoundColumns =
     "id, kind, started_at, finished_at, status, hosts, pairs_total, pairs_missing, seconds, "
     "topology_version, error";
 
-// A round's readings as stored: each record little-endian u32 src, u32 dst (indexes into the
-// part's host names), f64 value (IEEE bits), u8 kind (kKinds), u8 phase (index into its phase
-// names).
-constexpr size_t kRecordBytes = 18;
+// A round's readings as stored: each record little-endian src, dst (indexes into the part's host
+// names, `hostBytes` each: 1, 2 or 4, the fewest that hold the part's host count), f64 value
+// (IEEE bits, as measured), u8 kind (kKinds), u8 phase (index into its phase names). At 4096
+// hosts a record is 14 bytes; it was 18 with 4-byte indexes (schema 2), and a round's 505 000
+// readings then took the store past 10 MB.
+constexpr size_t kFixedRecordBytes = 10;
+constexpr size_t recordBytes(int hostBytes) {
+  return 2 * static_cast<size_t>(hostBytes) + kFixedRecordBytes;
+}
 constexpr const char* kKinds[] = {"latency", "bandwidth"};
 
 struct PackedReadings {
   Json hosts = Json::array();
   Json phases = Json::array();
+  int hostBytes = 4;
   std::vector<uint8_t> records;
 };
+
+// The fewest bytes that index `hosts` names.
+int indexBytes(size_t hosts) { return hosts <= 0x100 ? 1 : hosts <= 0x10000 ? 2 : 4; }
 
 PackedReadings pack(const std::vector<MeasurementRow>& rows) {
   PackedReadings p;
@@ -211,11 +223,18 @@ PackedReadings pack(const std::vector<MeasurementRow>& rows) {
     if (added) names.push_back(name);
     return it->second;
   };
-  p.records.reserve(rows.size() * kRecordBytes);
+  // The host names first: the index width follows from their count.
+  std::vector<std::pair<uint32_t, uint32_t>> ends;
+  ends.reserve(rows.size());
+  for (const auto& m : rows)
+    ends.emplace_back(indexOf(hostIndex, p.hosts, m.src), indexOf(hostIndex, p.hosts, m.dst));
+  p.hostBytes = indexBytes(hostIndex.size());
+  p.records.reserve(rows.size() * recordBytes(p.hostBytes));
   auto put = [&](uint64_t v, int bytes) {
     for (int b = 0; b < bytes; ++b) p.records.push_back(static_cast<uint8_t>(v >> (8 * b)));
   };
-  for (const auto& m : rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& m = rows[i];
     uint64_t kind = 0;
     while (kind < std::size(kKinds) && m.kind != kKinds[kind]) ++kind;
     if (kind == std::size(kKinds))
@@ -223,8 +242,8 @@ PackedReadings pack(const std::vector<MeasurementRow>& rows) {
           fmt::format("store: a reading of kind '{}' (expected latency or bandwidth)", m.kind));
     if (phaseIndex.size() == 255 && !phaseIndex.count(m.phase))
       throw InvalidInput("store: a round's readings name more than 255 phases");
-    put(indexOf(hostIndex, p.hosts, m.src), 4);
-    put(indexOf(hostIndex, p.hosts, m.dst), 4);
+    put(ends[i].first, p.hostBytes);
+    put(ends[i].second, p.hostBytes);
     uint64_t bits = 0;
     std::memcpy(&bits, &m.value, sizeof bits);
     put(bits, 8);
@@ -234,15 +253,17 @@ PackedReadings pack(const std::vector<MeasurementRow>& rows) {
   return p;
 }
 
-// Appends the part's readings to `out`; a part that does not decode is an IoError naming it.
-void unpack(const std::string& path, const Json& hosts, const Json& phases,
+void unpack(const std::string& path, const Json& hosts, const Json& phases, int64_t hostBytes,
             const std::vector<uint8_t>& records, std::vector<MeasurementRow>& out) {
   auto bad = [&](const std::string& why) {
     return IoError(fmt::format("{}: stored readings: {}", path, why));
   };
-  if (records.size() % kRecordBytes != 0 || !hosts.is_array() || !phases.is_array())
-    throw bad(fmt::format("{} bytes of records (a multiple of {} expected)", records.size(),
-                          kRecordBytes));
+  if (hostBytes != 1 && hostBytes != 2 && hostBytes != 4)
+    throw bad(fmt::format("host_bytes {} (1, 2 or 4 expected)", hostBytes));
+  const int w = static_cast<int>(hostBytes);
+  const size_t size = recordBytes(w);
+  if (records.size() % size != 0 || !hosts.is_array() || !phases.is_array())
+    throw bad(fmt::format("{} bytes of records (a multiple of {} expected)", records.size(), size));
   auto get = [&](size_t at, int bytes) {
     uint64_t v = 0;
     for (int b = 0; b < bytes; ++b) v |= static_cast<uint64_t>(records[at + b]) << (8 * b);
@@ -253,16 +274,16 @@ void unpack(const std::string& path, const Json& hosts, const Json& phases,
       throw bad(fmt::format("{} index {} of {}", what, i, names.size()));
     return names[i].get<std::string>();
   };
-  for (size_t at = 0; at < records.size(); at += kRecordBytes) {
+  for (size_t at = 0; at < records.size(); at += size) {
     MeasurementRow m;
-    m.src = name(hosts, get(at, 4), "host");
-    m.dst = name(hosts, get(at + 4, 4), "host");
-    const uint64_t bits = get(at + 8, 8);
+    m.src = name(hosts, get(at, w), "host");
+    m.dst = name(hosts, get(at + w, w), "host");
+    const uint64_t bits = get(at + 2 * w, 8);
     std::memcpy(&m.value, &bits, sizeof bits);
-    const uint64_t kind = get(at + 16, 1);
+    const uint64_t kind = get(at + 2 * w + 8, 1);
     if (kind >= std::size(kKinds)) throw bad(fmt::format("kind {}", kind));
     m.kind = kKinds[kind];
-    m.phase = name(phases, get(at + 17, 1), "phase");
+    m.phase = name(phases, get(at + 2 * w + 9, 1), "phase");
     out.push_back(std::move(m));
   }
 }
@@ -394,6 +415,10 @@ void Store::open() {
     ver.reset();  // a statement still stepping locks the tables the migration drops
     if (was == "1") {
       migrateReadings();
+    } else if (was == "2") {
+      // Schema 2's parts keep their 4-byte indexes (the column's default); new parts are narrow.
+      exec("ALTER TABLE readings ADD COLUMN host_bytes INTEGER NOT NULL DEFAULT 4");
+      setSchemaVersion();
     } else if (was != std::to_string(kSchemaVersion)) {
       throw IoError(
           fmt::format("{}: schema version {}, this rankmapd knows {}", path_, was, kSchemaVersion));
@@ -405,7 +430,12 @@ void Store::open() {
   tx.commit();
 }
 
-// Schema 1 -> 2, inside open()'s transaction: every round's rows of `measurements` packed into
+void Store::setSchemaVersion() {
+  Stmt v(db_, path_, "UPDATE meta SET value = ? WHERE key = 'schema_version'");
+  v.bind(1, std::to_string(kSchemaVersion)).run();
+}
+
+// Schema 1 -> 3, inside open()'s transaction: every round's rows of `measurements` packed into
 // `readings`, the old table dropped.
 void Store::migrateReadings() {
   size_t rows = 0;
@@ -431,8 +461,7 @@ void Store::migrateReadings() {
     flush();
   }
   exec("DROP TABLE measurements");
-  Stmt v(db_, path_, "UPDATE meta SET value = ? WHERE key = 'schema_version'");
-  v.bind(1, std::to_string(kSchemaVersion)).run();
+  setSchemaVersion();
   RANKMAP_INFO(Agent, "store {}: schema 1 -> {}: {} readings packed by round", path_,
                kSchemaVersion, rows);
 }
@@ -480,12 +509,14 @@ void Store::addMeasurements(int64_t roundId, const std::vector<MeasurementRow>& 
 void Store::insertReadings(int64_t roundId, const std::vector<MeasurementRow>& rows) {
   const PackedReadings p = pack(rows);
   Stmt s(db_, path_,
-         "INSERT INTO readings(round_id, hosts, phases, count, records) VALUES(?, ?, ?, ?, ?)");
+         "INSERT INTO readings(round_id, hosts, phases, count, records, host_bytes) "
+         "VALUES(?, ?, ?, ?, ?, ?)");
   s.bind(1, roundId)
       .bind(2, p.hosts.dump())
       .bind(3, p.phases.dump())
       .bind(4, static_cast<int64_t>(rows.size()))
       .bind(5, p.records)
+      .bind(6, static_cast<int64_t>(p.hostBytes))
       .run();
 }
 
@@ -498,12 +529,13 @@ size_t Store::measurementCount(int64_t roundId) {
 
 std::vector<MeasurementRow> Store::measurements(int64_t roundId) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, path_, "SELECT hosts, phases, records FROM readings WHERE round_id = ? ORDER BY id");
+  Stmt s(db_, path_,
+         "SELECT hosts, phases, host_bytes, records FROM readings WHERE round_id = ? ORDER BY id");
   s.bind(1, roundId);
   std::vector<MeasurementRow> out;
   while (s.step())
     unpack(path_, parseJson(s.text(0), path_ + " readings hosts"),
-           parseJson(s.text(1), path_ + " readings phases"), s.blob(2), out);
+           parseJson(s.text(1), path_ + " readings phases"), s.integer(2), s.blob(3), out);
   return out;
 }
 

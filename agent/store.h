@@ -25,9 +25,9 @@ struct sqlite3;
 namespace rankmap::agent {
 
 // One measured value of a round (bandwidth: src sends to dst; latency: round trip measured by
-// src to dst). Stored packed: a round's readings are one record of 18 bytes each plus the host
-// and phase names they index (table `readings`), so that a round at 4096 hosts (~250 000
-// readings) adds a few MB, not the ~25 MB of a row each.
+// src to dst). Stored packed: a round's readings are one record each (12 bytes up to 256 hosts,
+// 14 up to 65 536) plus the host and phase names they index (table `readings`), so that a round
+// at 4096 hosts (~505 000 readings) adds about 8 MB, not the ~50 MB of a row each.
 struct MeasurementRow {
   std::string src;
   std::string dst;
@@ -113,6 +113,7 @@ class Store {
   void open();
   void exec(const char* sql);
   void migrateReadings();
+  void setSchemaVersion();
   // One part of a round's readings, packed (the caller holds mu_, or is open()).
   void insertReadings(int64_t roundId, const std::vector<MeasurementRow>& rows);
   std::optional<Topology> topologyWhere(const char* sql, int64_t arg, bool bind);

@@ -143,8 +143,9 @@ std::vector<MeasurementRow> manyReadings(int n) {
   return rows;
 }
 
-// A round's readings cost a record of 18 bytes each, not a row: the 1024-host hollow agents'
-// round (about 100 000 readings) grew the store by 10.3 MB with a row each.
+// A round's readings cost a record of 14 bytes each among 1024 hosts, not a row: the 1024-host
+// hollow agents' round (about 100 000 readings) grew the store by 10.3 MB with a row each, and
+// 4096 hollow agents' round (505 000 readings) passed 10 MB with 18-byte records.
 TEST(Store, AHundredThousandReadingsTakeAFewMegabytes) {
   TempDir dir;
   Store s(dir.path());
@@ -154,9 +155,49 @@ TEST(Store, AHundredThousandReadingsTakeAFewMegabytes) {
   s.addMeasurements(id, rows);
   std::error_code ec;
   const auto wal = std::filesystem::file_size(s.path() + "-wal", ec);
-  EXPECT_LT(std::filesystem::file_size(s.path()) + (ec ? 0 : wal) - before, 4u << 20);
+  EXPECT_LT(std::filesystem::file_size(s.path()) + (ec ? 0 : wal) - before,
+            rows.size() * 14 + (256u << 10));
   EXPECT_EQ(s.measurementCount(id), rows.size());
   EXPECT_EQ(s.measurements(id), rows);
+}
+
+// What a query of one row and one column of the store's database answers, as text.
+std::string queryOne(const std::string& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  EXPECT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  std::string out;
+  sqlite3_exec(
+      h, sql.c_str(),
+      [](void* o, int, char** v, char**) {
+        *static_cast<std::string*>(o) = v[0] ? v[0] : "NULL";
+        return 0;
+      },
+      &out, nullptr);
+  sqlite3_close(h);
+  return out;
+}
+
+// A part's host indexes take 1 byte up to 256 hosts, 2 up to 65 536 and 4 beyond, and every
+// width reads back exactly.
+TEST(Store, HostIndexesAreAsNarrowAsTheHostCountAllows) {
+  for (auto [hosts, width] : {std::pair{256, 1}, {257, 2}, {65536, 2}, {65537, 4}}) {
+    TempDir dir;
+    std::vector<MeasurementRow> rows;
+    for (int k = 0; k < hosts; ++k)
+      rows.push_back({fmt::format("h{}", k), fmt::format("h{}", (k + 1) % hosts),
+                      k % 2 ? "bandwidth" : "latency", 0.1 * k, "structure"});
+    int64_t id;
+    {
+      Store s(dir.path());
+      id = s.beginRound("full", hosts, 0);
+      s.addMeasurements(id, rows);
+    }
+    Store s(dir.path());
+    EXPECT_EQ(s.measurements(id), rows) << hosts << " hosts";
+    EXPECT_EQ(queryOne(s.path(), "SELECT host_bytes FROM readings"), std::to_string(width));
+    EXPECT_EQ(queryOne(s.path(), "SELECT length(records) FROM readings"),
+              std::to_string(hosts * (2 * width + 10)));
+  }
 }
 
 // A round's readings in one transaction do not stay on disk twice: the write-ahead log that held
@@ -175,7 +216,7 @@ TEST(Store, TheLogOfALargeRoundIsCutBack) {
   std::error_code ec;
   const auto wal = std::filesystem::file_size(s.path() + "-wal", ec);
   EXPECT_LE(ec ? 0 : wal, 1u << 20);
-  EXPECT_GT(std::filesystem::file_size(s.path()), 300000u * 18);
+  EXPECT_GT(std::filesystem::file_size(s.path()), 300000u * 14);
   EXPECT_EQ(s.measurementCount(id), rows.size());
 }
 
@@ -219,6 +260,41 @@ TEST(Store, ASchemaOneDatabaseIsMigrated) {
       &tables, nullptr);
   sqlite3_close(db);
   EXPECT_EQ(tables, 0);
+}
+
+// Schema 2 packed every index in 4 bytes and had no host_bytes column: opening such a database
+// adds the column, its parts read back as they were, and new parts are narrow.
+TEST(Store, ASchemaTwoDatabaseIsMigrated) {
+  TempDir dir;
+  int64_t id;
+  {
+    Store s(dir.path());
+    id = s.beginRound("full", 2, 1);
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir.path() + "/rankmapd.db").c_str(), &db), SQLITE_OK);
+    // One 18-byte record: src 0, dst 1, 250.5 (IEEE bits 0x406F500000000000), bandwidth, phase 0.
+    const std::string sql = fmt::format(
+        "DROP TABLE readings; UPDATE meta SET value = '2' WHERE key = 'schema_version';"
+        "CREATE TABLE readings(id INTEGER PRIMARY KEY AUTOINCREMENT, round_id INTEGER NOT NULL "
+        "REFERENCES rounds(id) ON DELETE CASCADE, hosts TEXT NOT NULL, phases TEXT NOT NULL, "
+        "count INTEGER NOT NULL, records BLOB NOT NULL);"
+        "INSERT INTO readings(round_id, hosts, phases, count, records) VALUES({}, '[\"a\", "
+        "\"b\"]', '[\"round\"]', 1, X'00000000010000000000000000506F400100');",
+        id);
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  Store s(dir.path());
+  EXPECT_FALSE(s.recoveredFrom());
+  s.addMeasurements(id, {{"b", "a", "latency", 12, "check"}});
+  EXPECT_EQ(s.measurements(id),
+            (std::vector<MeasurementRow>{{"a", "b", "bandwidth", 250.5, "round"},
+                                         {"b", "a", "latency", 12, "check"}}));
+  EXPECT_EQ(queryOne(s.path(), "SELECT group_concat(host_bytes) FROM readings"), "4,1");
+  EXPECT_EQ(queryOne(s.path(), "SELECT value FROM meta WHERE key = 'schema_version'"), "3");
 }
 
 TEST(Store, CorruptFileIsMovedAsideNotOverwritten) {
