@@ -668,6 +668,14 @@ std::optional<Structure> latencyStructure(RoundState& s, bool soft) {
 // an uplink (two agents on loopback under ASan read 15 and 56 Gbit/s in one trial, which a
 // midpoint cut took for two close bands and never joined), and a search of so few flows is
 // not the one a narrow cut is for.
+// Two slow bands (racks inside pods, where pod uplinks bind first: flows across pods read about
+// a sixth of the host rate, flows between racks of one pod half of it, what their rack uplinks
+// have left) are two boundaries: the search is after the most congested one, so the cuts go
+// around the midpoint of the two slow bands and the upper one counts as near. With the cuts at
+// kNearFraction the flows between racks of a pod decided nothing, and the 1024-host search for 4
+// pods took 18 trials (a flow per host each). Two bands: a split of the slow readings (log
+// rates, least squares) whose medians are kTwoSlowBandsRatio apart, each side holding
+// kMinSlowBandShare of them.
 struct Cuts {
   double near = 0, far = 0;
   size_t nearReadings = 1;
@@ -675,6 +683,47 @@ struct Cuts {
 inline constexpr double kBandCutMargin = 1.2;
 inline constexpr size_t kNarrowNearReadings = 2;
 inline constexpr size_t kMinSlowBand = 16;
+inline constexpr double kTwoSlowBandsRatio = 2.0;
+inline constexpr double kMinSlowBandShare = 0.2;
+inline constexpr double kMinLowerBandShare = 0.45;
+// Fewer slow readings in a trial are a small fleet's, where two levels of bandwidth structure
+// are rare and a loaded machine's stalls can make a second band (the emulated cloud's 2 cores).
+inline constexpr size_t kMinTwoBandReadings = 128;
+
+// The medians of the lower and upper of two slow bands, when `slowBand` holds two (see above).
+std::optional<std::pair<double, double>> twoSlowBands(std::vector<double> slow) {
+  const size_t n = slow.size();
+  const size_t minSide = std::max(kMinSlowBand, static_cast<size_t>(kMinSlowBandShare * n));
+  if (n < std::max(2 * minSide, kMinTwoBandReadings)) return std::nullopt;
+  std::sort(slow.begin(), slow.end());
+  std::vector<double> prefix(n + 1, 0), prefix2(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const double l = std::log(std::max(slow[i], 1e-9));
+    prefix[i + 1] = prefix[i] + l;
+    prefix2[i + 1] = prefix2[i] + l * l;
+  }
+  auto sse = [&](size_t b, size_t e) {
+    const double m = (prefix[e] - prefix[b]) / static_cast<double>(e - b);
+    return prefix2[e] - prefix2[b] - m * m * static_cast<double>(e - b);
+  };
+  size_t best = 0;
+  double bestCost = 0;
+  for (size_t k = minSide; k + minSide <= n; ++k) {
+    const double cost = sse(0, k) + sse(k, n);
+    if (best == 0 || cost < bestCost) {
+      best = k;
+      bestCost = cost;
+    }
+  }
+  const double low = slow[best / 2], up = slow[best + (n - best) / 2];
+  if (up < kTwoSlowBandsRatio * low) return std::nullopt;
+  // The outermost boundary: a blind permutation sends most flows across it (3 in 4 with four
+  // pods, half with two). A lower band of few flows is a few slow uplinks (six racks' uplinks
+  // thinned to a fifth: about a third of the flows touch one), not a level above the next.
+  if (static_cast<double>(best) < kMinLowerBandShare * static_cast<double>(n)) return std::nullopt;
+  return std::make_pair(low, up);
+}
+
 Cuts nearFarCuts(double hostRate, const std::vector<double>& slowBand) {
   if (slowBand.size() < kMinSlowBand)
     return {kNearFraction * hostRate, kFarFraction * hostRate, 1};
@@ -732,12 +781,14 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
     int src, dst;
     double mbps;
     int trial;
+    std::optional<Cuts> own;  // its trial's cuts when that trial showed two slow bands
   };
   std::vector<Obs> obs;
   // Group pairs with a near reading but not yet joined (two readings needed): tested first.
   std::set<std::pair<int, int>> pending;
   const bool rateKnown = hostRate > 0;
   bool twoBands = false;
+  bool searchBands = false;  // the first trial showed two slow bands
   for (int trial = 0; trial < s.opts().maxStructureTrials && !s.stopped(); ++trial) {
     std::vector<char> receiving(n, 0);
     std::set<std::pair<int, int>> testing;
@@ -783,8 +834,9 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
     }
     if (flows.empty() || (informative == 0 && twoBands)) break;
     auto got = runTrial(flows);
+    const size_t firstOfTrial = obs.size();
     for (size_t k = 0; k < flows.size(); ++k)
-      if (got[k]) obs.push_back({flows[k].first, flows[k].second, *got[k], trial});
+      if (got[k]) obs.push_back({flows[k].first, flows[k].second, *got[k], trial, std::nullopt});
     if (log::enabled(log::Subsys::Probe, log::Level::Debug)) {
       std::string line;
       for (size_t k = 0; k < flows.size(); ++k)
@@ -820,6 +872,29 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       continue;
     }
     const Cuts cuts = nearFarCuts(hostRate, slowBand);
+    // Two slow bands: only where the search's first trial (a blind permutation) shows them (a
+    // later trial's mix can show two where there are none: in flat racks 1:2, once groups had
+    // formed, flows inside pods and across them). Then each trial's readings are read by its
+    // own bands' cuts, since its mix of flows sets what each band reads (a trial that tests
+    // many pairs inside pods leaves less of a rack's uplink to flows between its racks; with
+    // the first trial's cuts, flows across pods that read more once most flows crossed pods
+    // joined pods), and by the usual cuts where its own show no two bands. A near reading by
+    // such cuts joins at once: the two bands are kTwoSlowBandsRatio apart and the cut sits in
+    // the gap between them.
+    if (trial == 0 || searchBands) {
+      std::vector<double> trialSlow;
+      for (size_t k = firstOfTrial; k < obs.size(); ++k)
+        if (obs[k].mbps * kBandwidthLevelRatio < hostRate) trialSlow.push_back(obs[k].mbps);
+      std::optional<Cuts> own;
+      if (auto bands = twoSlowBands(trialSlow)) {
+        const double mid = std::sqrt(bands->first * bands->second);
+        own = Cuts{mid * kBandCutMargin, mid / kBandCutMargin, 1};
+      }
+      if (trial == 0) searchBands = own.has_value();
+      for (size_t k = firstOfTrial; k < obs.size(); ++k) obs[k].own = own;
+    }
+    auto nearOf = [&](const Obs& o) { return o.mbps >= (o.own ? o.own->near : cuts.near); };
+    auto farOf = [&](const Obs& o) { return o.mbps < (o.own ? o.own->far : cuts.far); };
     // Near unites; far separates (kFarReadings of them from as many trials, or one below
     // kVeryFarFraction), unless a near reading between the two groups exists: a low reading can
     // be a descheduled sender, a high one cannot come from a congested uplink. In between a
@@ -827,13 +902,16 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
     // group pair -> trials with a fast (near) or slow (far) reading between the two groups
     using TrialsOf = std::map<std::pair<int, int>, std::set<int>>;
     TrialsOf fast, slow;
+    std::set<std::pair<int, int>> strong;  // near by the cuts of its trial's two slow bands
     auto tally = [&] {
       fast.clear();
       slow.clear();
+      strong.clear();
       for (const auto& o : obs) {
         if (comp.find(o.src) == comp.find(o.dst)) continue;
-        if (o.mbps >= cuts.near) fast[key(o.src, o.dst)].insert(o.trial);
-        if (o.mbps < cuts.far) slow[key(o.src, o.dst)].insert(o.trial);
+        if (nearOf(o) && o.own) strong.insert(key(o.src, o.dst));
+        if (nearOf(o)) fast[key(o.src, o.dst)].insert(o.trial);
+        if (farOf(o)) slow[key(o.src, o.dst)].insert(o.trial);
       }
     };
     // Each pass joins disjoint pairs of groups only (a joined group's tallies are stale until
@@ -845,7 +923,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       for (const auto& [k, trials] : fast) {
         auto it = slow.find(k);
         const size_t slowTrials = it == slow.end() ? 0 : it->second.size();
-        if (trials.size() < cuts.nearReadings ||
+        if ((trials.size() < cuts.nearReadings && !strong.count(k)) ||
             (cuts.nearReadings > 1 && slowTrials >= trials.size()) || touched.count(k.first) ||
             touched.count(k.second))
           continue;
@@ -859,7 +937,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
     for (const auto& [k, trials] : fast)
       if (comp.find(k.first) != comp.find(k.second)) pending.insert(k);
     for (const auto& o : obs) {
-      if (o.mbps >= cuts.far || comp.find(o.src) == comp.find(o.dst)) continue;
+      if (!farOf(o) || comp.find(o.src) == comp.find(o.dst)) continue;
       auto k = key(o.src, o.dst);
       auto it = fast.find(k);
       const size_t fastTrials = it == fast.end() ? 0 : it->second.size();
