@@ -177,6 +177,23 @@ std::string queryOne(const std::string& db, const std::string& sql) {
   return out;
 }
 
+// A store's database with one round (its id returned), then `sql` run on it as an older rankmapd
+// would have left it; `sql` names the round's id as {0} (fmt).
+int64_t oneRoundThen(const TempDir& dir, const std::string& sql) {
+  int64_t id;
+  {
+    Store s(dir.path());
+    id = s.beginRound("full", 2, 1);
+  }
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open((dir.path() + "/rankmapd.db").c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(db, fmt::format(fmt::runtime(sql), id).c_str(), nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  return id;
+}
+
 // A part's host indexes take 1 byte up to 256 hosts, 2 up to 65 536 and 4 beyond, and every
 // width reads back exactly.
 TEST(Store, HostIndexesAreAsNarrowAsTheHostCountAllows) {
@@ -224,69 +241,35 @@ TEST(Store, TheLogOfALargeRoundIsCutBack) {
 // and drops the table, the readings unchanged.
 TEST(Store, ASchemaOneDatabaseIsMigrated) {
   TempDir dir;
-  int64_t id;
-  {
-    Store s(dir.path());
-    id = s.beginRound("full", 2, 1);
-  }
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open((dir.path() + "/rankmapd.db").c_str(), &db), SQLITE_OK);
-    const std::string sql = fmt::format(
-        "DROP TABLE readings; UPDATE meta SET value = '1' WHERE key = 'schema_version';"
-        "CREATE TABLE measurements(round_id INTEGER NOT NULL, src TEXT NOT NULL, dst TEXT NOT "
-        "NULL, kind TEXT NOT NULL, value REAL NOT NULL, phase TEXT NOT NULL, extra TEXT);"
-        "INSERT INTO measurements VALUES({0}, 'a', 'b', 'bandwidth', 250.5, 'round', NULL),"
-        "({0}, 'b', 'a', 'latency', 12, 'round', '{{\"min\": 10}}');",
-        id);
-    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
-        << sqlite3_errmsg(db);
-    sqlite3_close(db);
-  }
+  const int64_t id = oneRoundThen(
+      dir,
+      "DROP TABLE readings; UPDATE meta SET value = '1' WHERE key = 'schema_version';"
+      "CREATE TABLE measurements(round_id INTEGER NOT NULL, src TEXT NOT NULL, dst TEXT NOT "
+      "NULL, kind TEXT NOT NULL, value REAL NOT NULL, phase TEXT NOT NULL, extra TEXT);"
+      "INSERT INTO measurements VALUES({0}, 'a', 'b', 'bandwidth', 250.5, 'round', NULL),"
+      "({0}, 'b', 'a', 'latency', 12, 'round', '{{\"min\": 10}}');");
   Store s(dir.path());
   EXPECT_FALSE(s.recoveredFrom());
   EXPECT_EQ(s.measurements(id),
             (std::vector<MeasurementRow>{{"a", "b", "bandwidth", 250.5, "round"},
                                          {"b", "a", "latency", 12, "round"}}));
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir.path() + "/rankmapd.db").c_str(), &db), SQLITE_OK);
-  int tables = -1;
-  sqlite3_exec(
-      db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'measurements'",
-      [](void* out, int, char** v, char**) {
-        *static_cast<int*>(out) = std::atoi(v[0]);
-        return 0;
-      },
-      &tables, nullptr);
-  sqlite3_close(db);
-  EXPECT_EQ(tables, 0);
+  EXPECT_EQ(queryOne(s.path(), "SELECT COUNT(*) FROM sqlite_master WHERE name = 'measurements'"),
+            "0");
 }
 
 // Schema 2 packed every index in 4 bytes and had no host_bytes column: opening such a database
 // adds the column, its parts read back as they were, and new parts are narrow.
 TEST(Store, ASchemaTwoDatabaseIsMigrated) {
   TempDir dir;
-  int64_t id;
-  {
-    Store s(dir.path());
-    id = s.beginRound("full", 2, 1);
-  }
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open((dir.path() + "/rankmapd.db").c_str(), &db), SQLITE_OK);
-    // One 18-byte record: src 0, dst 1, 250.5 (IEEE bits 0x406F500000000000), bandwidth, phase 0.
-    const std::string sql = fmt::format(
-        "DROP TABLE readings; UPDATE meta SET value = '2' WHERE key = 'schema_version';"
-        "CREATE TABLE readings(id INTEGER PRIMARY KEY AUTOINCREMENT, round_id INTEGER NOT NULL "
-        "REFERENCES rounds(id) ON DELETE CASCADE, hosts TEXT NOT NULL, phases TEXT NOT NULL, "
-        "count INTEGER NOT NULL, records BLOB NOT NULL);"
-        "INSERT INTO readings(round_id, hosts, phases, count, records) VALUES({}, '[\"a\", "
-        "\"b\"]', '[\"round\"]', 1, X'00000000010000000000000000506F400100');",
-        id);
-    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
-        << sqlite3_errmsg(db);
-    sqlite3_close(db);
-  }
+  // One 18-byte record: src 0, dst 1, 250.5 (IEEE bits 0x406F500000000000), bandwidth, phase 0.
+  const int64_t id = oneRoundThen(
+      dir,
+      "DROP TABLE readings; UPDATE meta SET value = '2' WHERE key = 'schema_version';"
+      "CREATE TABLE readings(id INTEGER PRIMARY KEY AUTOINCREMENT, round_id INTEGER NOT NULL "
+      "REFERENCES rounds(id) ON DELETE CASCADE, hosts TEXT NOT NULL, phases TEXT NOT NULL, "
+      "count INTEGER NOT NULL, records BLOB NOT NULL);"
+      "INSERT INTO readings(round_id, hosts, phases, count, records) VALUES({0}, '[\"a\", "
+      "\"b\"]', '[\"round\"]', 1, X'00000000010000000000000000506F400100');");
   Store s(dir.path());
   EXPECT_FALSE(s.recoveredFrom());
   s.addMeasurements(id, {{"b", "a", "latency", 12, "check"}});
