@@ -63,15 +63,11 @@ double robustSigma(const std::vector<double>& sorted, size_t b, size_t e, double
   return 1.4826 * median(dev);
 }
 
-// The two-means split of sorted[b, e) (least squares within), kept when it separates two tiers
-// (kSoftTierSeparation), then each side split again: the boundaries found, in no order.
-void splitTiers(const std::vector<double>& x, size_t b, size_t e, size_t minUpper, int depth,
-                std::vector<double>& out) {
-  // Fewer pings than this below a split are a few hosts whose offsets are wrong (agents stalled
-  // while offsets were measured), not a tier: a rack tier of racks of two has about a ping per
-  // leader.
-  constexpr size_t kMinLower = 8;
-  if (depth == 0 || e - b < kMinLower + minUpper) return;
+// The two-means split of sorted[b, e) (least squares within): the first index of the upper
+// side, with at least `minLower` values below it and `minUpper` from it; 0 when none fits.
+size_t twoMeansSplit(const std::vector<double>& x, size_t b, size_t e, size_t minLower,
+                     size_t minUpper) {
+  if (e - b < minLower + minUpper) return 0;
   std::vector<double> s1(e - b + 1, 0), s2(e - b + 1, 0);
   for (size_t i = b; i < e; ++i) {
     s1[i - b + 1] = s1[i - b] + x[i];
@@ -83,13 +79,26 @@ void splitTiers(const std::vector<double>& x, size_t b, size_t e, size_t minUppe
   };
   size_t best = 0;
   double bestSse = 0;
-  for (size_t i = b + kMinLower; i + minUpper <= e; ++i) {
+  for (size_t i = b + minLower; i + minUpper <= e; ++i) {
     const double v = sse(0, i - b) + sse(i - b, e - b);
     if (best == 0 || v < bestSse) {
       best = i;
       bestSse = v;
     }
   }
+  return best;
+}
+
+// The two-means split of sorted[b, e) (twoMeansSplit), kept when it separates two tiers
+// (kSoftTierSeparation), then each side split again: the boundaries found, in no order.
+void splitTiers(const std::vector<double>& x, size_t b, size_t e, size_t minUpper, int depth,
+                std::vector<double>& out) {
+  // Fewer pings than this below a split are a few hosts whose offsets are wrong (agents stalled
+  // while offsets were measured), not a tier: a rack tier of racks of two has about a ping per
+  // leader.
+  constexpr size_t kMinLower = 8;
+  if (depth == 0 || e - b < kMinLower + minUpper) return;
+  const size_t best = twoMeansSplit(x, b, e, kMinLower, minUpper);
   if (best == 0) return;
   auto mid = [&](size_t from, size_t to) {
     return x[from + (to - from - 1) / 2] / 2 + x[from + (to - from) / 2] / 2;
@@ -696,25 +705,9 @@ std::optional<std::pair<double, double>> twoSlowBands(std::vector<double> slow) 
   const size_t minSide = std::max(kMinSlowBand, static_cast<size_t>(kMinSlowBandShare * n));
   if (n < std::max(2 * minSide, kMinTwoBandReadings)) return std::nullopt;
   std::sort(slow.begin(), slow.end());
-  std::vector<double> prefix(n + 1, 0), prefix2(n + 1, 0);
-  for (size_t i = 0; i < n; ++i) {
-    const double l = std::log(std::max(slow[i], 1e-9));
-    prefix[i + 1] = prefix[i] + l;
-    prefix2[i + 1] = prefix2[i] + l * l;
-  }
-  auto sse = [&](size_t b, size_t e) {
-    const double m = (prefix[e] - prefix[b]) / static_cast<double>(e - b);
-    return prefix2[e] - prefix2[b] - m * m * static_cast<double>(e - b);
-  };
-  size_t best = 0;
-  double bestCost = 0;
-  for (size_t k = minSide; k + minSide <= n; ++k) {
-    const double cost = sse(0, k) + sse(k, n);
-    if (best == 0 || cost < bestCost) {
-      best = k;
-      bestCost = cost;
-    }
-  }
+  std::vector<double> logs(n);
+  for (size_t i = 0; i < n; ++i) logs[i] = std::log(std::max(slow[i], 1e-9));
+  const size_t best = twoMeansSplit(logs, 0, n, minSide, minSide);
   const double low = slow[best / 2], up = slow[best + (n - best) / 2];
   if (up < kTwoSlowBandsRatio * low) return std::nullopt;
   // The outermost boundary: a blind permutation sends most flows across it (3 in 4 with four
