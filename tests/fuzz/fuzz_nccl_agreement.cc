@@ -70,6 +70,43 @@ bool isVote(const std::string& frame, uint64_t nonce) {
   }
 }
 
+// The vote servers that may still run: each is a detached thread that outlives its input by up
+// to its deadline. LeakSanitizer's check at exit (clang 14) scans a live thread's stack only if
+// it finds the thread by its kernel id, and every thread created joinable (a std::thread, joined
+// or detached later) stays in its registry under its id after it ends. Once the kernel has
+// handed out all ids (pid_max, 32768 on the fuzzing machines) and gives an old one to a new
+// server, the check skips that server's stack ("Thread N not found in registry" with
+// LSAN_OPTIONS=log_threads=1) and reports all it holds as leaked. So at exit the harness waits
+// until every server it started has ended; what is still allocated after that is a real leak.
+std::vector<uint16_t> recentServers;  // their ports; at most kRecentServers, oldest first
+constexpr size_t kRecentServers = 512;
+
+void awaitServers() {
+  // A server closes its listener when it returns, after its votes and clients are freed: a
+  // refused connection means it is done. Its thread then only frees its start arguments.
+  const Deadline limit = Deadline::after(10s);
+  for (uint16_t port : recentServers) {
+    SockAddr addr = resolve("127.0.0.1", port, Lookup::kNumericOnly);
+    while (!limit.expired()) {
+      try {
+        Socket s = Socket::connect(addr, Deadline::after(1s), "fuzz agreement server");
+        closeHard(s);
+      } catch (const PeerError&) {
+        break;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+  std::this_thread::sleep_for(50ms);
+}
+
+void noteServer(uint16_t port) {
+  static bool registered = (std::atexit(awaitServers), true);
+  (void)registered;
+  if (recentServers.size() == kRecentServers) recentServers.erase(recentServers.begin());
+  recentServers.push_back(port);
+}
+
 void checkTail(const uint8_t* data, size_t size) {
   shim_nccl::abi::UniqueId id{};
   std::memcpy(id.internal, data, std::min(size, sizeof(id.internal)));
@@ -99,6 +136,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto started = std::chrono::steady_clock::now();
   const shim_nccl::IdTail tail =
       shim_nccl::startAgreementServer("127.0.0.1", kCreatorHash, kDeadline);
+  noteServer(tail.port);
   SockAddr addr = resolve("127.0.0.1", tail.port, Lookup::kNumericOnly);
 
   std::vector<Socket> conns;
