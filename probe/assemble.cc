@@ -98,7 +98,10 @@ std::vector<RingCheck> measureRings(RoundState& s, const Structure& st,
     return true;
   };
   size_t total = st.levels.empty() ? 1 : 2;
-  auto check = [&](const std::string& name, const std::vector<int>& order) {
+  // Runs a ring; the model's bottleneck for it when the reading agrees with the model, else
+  // nullopt.
+  auto check = [&](const std::string& name,
+                   const std::vector<int>& order) -> std::optional<double> {
     auto flows = hops(order);
     auto predicted = model(flows);
     auto got = s.run(flows, "rings", false, {}, false, &step);
@@ -135,7 +138,8 @@ std::vector<RingCheck> measureRings(RoundState& s, const Structure& st,
     s.report({"rings", out.size(), total,
               fmt::format("{} ring of {} hosts{}", name, order.size(),
                           agreed ? ", as the link model predicts" : "")});
-    return agreed;
+    if (!agreed) return std::nullopt;
+    return *std::min_element(predicted.begin(), predicted.end());
   };
   const std::vector<int> input = s.liveHosts();
   if (input.size() < 2 || s.stopped()) return out;
@@ -151,14 +155,12 @@ std::vector<RingCheck> measureRings(RoundState& s, const Structure& st,
   // faster. On a small fleet that is a quarter of the round (16 VMs on the emulated cloud:
   // 1.3 s of rings in a 5.8 s round).
   const std::vector<int> walk = structureRing(s, st);
-  const bool agreed = check("structure", walk);
+  const std::optional<double> agreed = check("structure", walk);
   if (s.stopped()) return out;
   if (agreed) {
-    auto byModel = [&](const std::vector<int>& order) {
-      auto r = model(hops(order));
-      return r.empty() ? 0.0 : *std::min_element(r.begin(), r.end());
-    };
-    const double walkMbps = byModel(walk), inputMbps = byModel(input);
+    const double walkMbps = *agreed;
+    auto r = model(hops(input));
+    const double inputMbps = r.empty() ? 0.0 : *std::min_element(r.begin(), r.end());
     if (walk == input || (inputMbps > 0 && walkMbps >= kBandwidthLevelRatio * inputMbps)) {
       RANKMAP_DEBUG(Probe,
                     "rings: the input ring not run: the model puts it at {:.0f} Mbit/s, the "
