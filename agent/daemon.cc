@@ -32,8 +32,6 @@ namespace rankmap::agent {
 namespace {
 
 constexpr size_t kMinTokenBytes = 16;
-constexpr size_t kKeepRounds = 1000;
-constexpr size_t kKeepTopologies = 200;
 // A host's job traffic counts as running when a rank reported within this (the engine reports
 // every RANKMAP_PASSIVE_REPORT, 5 s by default).
 constexpr auto kPassiveFresh = std::chrono::seconds(20);
@@ -560,7 +558,7 @@ std::optional<int64_t> Daemon::finishRound(int64_t id, const std::string& kind,
                  *rec.topologyVersion);
   }
   store_->finishRound(rec);
-  store_->prune(kKeepRounds, kKeepTopologies);
+  store_->prune({});
   if (rec.status != "failed") markRoundSucceeded();
   metrics_.add("rankmap_probe_rounds_total",
                fmt::format("kind=\"{}\",result=\"{}\"", kind, rec.status));

@@ -659,20 +659,45 @@ std::optional<Plan> Store::latestPlan(const std::string& hostsKey) {
   return Plan::parse(s.text(0), path_ + " plan");
 }
 
-void Store::prune(size_t keepRounds, size_t keepTopologies) {
+void Store::prune(const Retention& keep) {
   std::lock_guard<std::mutex> lock(mu_);
   Transaction tx(db_, path_);
-  Stmt m(db_, path_,
-         "DELETE FROM readings WHERE round_id NOT IN "
-         "(SELECT id FROM rounds ORDER BY id DESC LIMIT ?)");
-  m.bind(1, static_cast<int64_t>(keepRounds)).run();
-  Stmt r(db_, path_,
-         "DELETE FROM rounds WHERE id NOT IN (SELECT id FROM rounds ORDER BY id DESC LIMIT ?)");
-  r.bind(1, static_cast<int64_t>(keepRounds)).run();
+  // The newest round that goes: past the count, or past the bytes (length() of a blob reads
+  // only its record header).
+  std::optional<int64_t> cut;
+  {
+    Stmt q(db_, path_,
+           "SELECT r.id, (SELECT COALESCE(SUM(length(records)), 0) FROM readings "
+           "WHERE round_id = r.id) FROM rounds r ORDER BY r.id DESC");
+    size_t n = 0;
+    uint64_t bytes = 0;
+    while (q.step()) {
+      const auto b = static_cast<uint64_t>(q.integer(1));
+      if (n == keep.rounds || (n > 0 && bytes + b > keep.bytes)) {
+        cut = q.integer(0);
+        break;
+      }
+      bytes += b;
+      ++n;
+    }
+  }
+  if (cut) {
+    Stmt m(db_, path_, "DELETE FROM readings WHERE round_id <= ?");
+    m.bind(1, *cut).run();
+    Stmt r(db_, path_, "DELETE FROM rounds WHERE id <= ?");
+    r.bind(1, *cut).run();
+  }
+  size_t topologies = keep.topologies;
+  Stmt newest(db_, path_,
+              "SELECT length(CAST(document AS BLOB)) FROM topologies ORDER BY version DESC "
+              "LIMIT 1");
+  if (newest.step() && newest.integer(0) > 0)
+    topologies = std::min<uint64_t>(
+        topologies, std::max<uint64_t>(1, keep.bytes / static_cast<uint64_t>(newest.integer(0))));
   Stmt t(db_, path_,
          "DELETE FROM topologies WHERE version NOT IN "
          "(SELECT version FROM topologies ORDER BY version DESC LIMIT ?)");
-  t.bind(1, static_cast<int64_t>(keepTopologies)).run();
+  t.bind(1, static_cast<int64_t>(topologies)).run();
   tx.commit();
 }
 

@@ -105,9 +105,16 @@ class Store {
   // it cannot see a full disk (a round that could not store its results fails, and says so).
   std::optional<std::string> writeProblem();
 
-  // Keeps the newest `keepRounds` rounds (and their measurements) and `keepTopologies`
-  // topology versions.
-  void prune(size_t keepRounds, size_t keepTopologies);
+  // What prune() keeps. Rounds: the newest `rounds`, as many of them as `bytes` holds in their
+  // readings' records (the newest always stays). Topologies: the newest `topologies` versions,
+  // as many as `bytes` holds at the newest document's size (at least one). A 4096-host round's
+  // readings take about 7 MB and its topology 0.75 MB: a count alone would keep 7 GB of rounds.
+  struct Retention {
+    size_t rounds = 1000;
+    size_t topologies = 200;
+    uint64_t bytes = uint64_t{256} << 20;
+  };
+  void prune(const Retention& keep);
 
  private:
   void open();

@@ -323,12 +323,39 @@ TEST(Store, PruneKeepsTheNewest) {
     Topology t = twoHosts(i + 1);
     s.addTopology(t, id);
   }
-  s.prune(2, 3);
+  s.prune({.rounds = 2, .topologies = 3});
   EXPECT_EQ(s.rounds(100).size(), 2u);
   EXPECT_EQ(s.topologies(100).size(), 3u);
   EXPECT_EQ(s.latestTopology()->version, 5);
   EXPECT_EQ(s.measurementCount(1), 0u);
   EXPECT_EQ(s.measurementCount(5), 1u);
+}
+
+// A count alone would keep 7 GB of 4096-host rounds: the bytes bound what is kept, and the newest
+// round and topology stay whatever their size.
+TEST(Store, PruneKeepsWhatItsBytesHold) {
+  TempDir dir;
+  Store s(dir.path());
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 5; ++i) {
+    ids.push_back(s.beginRound("full", 1024, 0));
+    s.addMeasurements(ids.back(), manyReadings(1000));  // 14 000 bytes of records
+    Topology t = twoHosts(i + 1);
+    s.addTopology(t, ids.back());
+  }
+  const uint64_t doc = twoHosts(5).toJson().dump().size();
+  s.prune({.bytes = 30000});
+  EXPECT_EQ(s.rounds(100).size(), 2u);
+  EXPECT_EQ(s.measurementCount(ids[2]), 0u);
+  EXPECT_EQ(s.measurementCount(ids[3]), 1000u);
+  EXPECT_EQ(s.measurementCount(ids[4]), 1000u);
+  EXPECT_EQ(s.topologies(100).size(), std::min<uint64_t>(5, 30000 / doc));
+  s.prune({.bytes = 1});
+  ASSERT_EQ(s.rounds(100).size(), 1u);
+  EXPECT_EQ(s.rounds(100)[0].id, ids[4]);
+  EXPECT_EQ(s.measurementCount(ids[4]), 1000u);
+  ASSERT_EQ(s.topologies(100).size(), 1u);
+  EXPECT_EQ(s.latestTopology()->version, 5);
 }
 
 TEST(Store, PlansByHostSet) {
