@@ -698,6 +698,11 @@ void Store::prune(const Retention& keep) {
          "DELETE FROM topologies WHERE version NOT IN "
          "(SELECT version FROM topologies ORDER BY version DESC LIMIT ?)");
   t.bind(1, static_cast<int64_t>(topologies)).run();
+  // A plan per topology version and host set: every published version added one.
+  Stmt p(db_, path_,
+         "DELETE FROM plans WHERE id NOT IN (SELECT id FROM (SELECT MAX(id) AS id FROM plans "
+         "GROUP BY hosts_key) ORDER BY id DESC LIMIT ?)");
+  p.bind(1, static_cast<int64_t>(keep.hostSets)).run();
   tx.commit();
 }
 

@@ -109,9 +109,11 @@ class Store {
   // readings' records (the newest always stays). Topologies: the newest `topologies` versions,
   // as many as `bytes` holds at the newest document's size (at least one). A 4096-host round's
   // readings take about 7 MB and its topology 0.75 MB: a count alone would keep 7 GB of rounds.
+  // Plans: the newest of each host set (only it is ever read), for the newest `hostSets`.
   struct Retention {
     size_t rounds = 1000;
     size_t topologies = 200;
+    size_t hostSets = 1000;
     uint64_t bytes = uint64_t{256} << 20;
   };
   void prune(const Retention& keep);

@@ -369,6 +369,26 @@ TEST(Store, PlansByHostSet) {
   EXPECT_EQ(s.latestPlan("a,b")->hash, p.hash);
 }
 
+// Every topology version adds a plan for each host set asked for: prune keeps the newest of each
+// set, for the newest sets.
+TEST(Store, PruneKeepsTheNewestPlanOfEachHostSet) {
+  TempDir dir;
+  Store s(dir.path());
+  for (int version = 1; version <= 3; ++version)
+    for (const char* key : {"a,b", "a,c", "b,c"}) {
+      Plan p = Plan::identity({"a", "b"});
+      p.epoch = version;
+      p.seal();
+      s.addPlan(p, key);
+    }
+  s.prune({.hostSets = 2});
+  EXPECT_FALSE(s.latestPlan("a,b"));
+  ASSERT_TRUE(s.latestPlan("a,c"));
+  ASSERT_TRUE(s.latestPlan("b,c"));
+  EXPECT_EQ(s.latestPlan("b,c")->epoch, 3);
+  EXPECT_EQ(queryOne(s.path(), "SELECT COUNT(*) FROM plans"), "2");
+}
+
 TEST(Store, UnwritableStateDirIsAnIoError) {
   EXPECT_THROW(Store("/proc/rankmap-no-such-dir/x"), IoError);
 }
