@@ -78,7 +78,7 @@ void AgentFleet::runTasks(std::vector<Task>& tasks) {
   RetryPolicy retry;
   retry.connectTimeout = opts_.connectTimeout;
   cost_.requests += requests.size();
-  auto outcomes = requestAll(requests, key_, self_, retry);
+  auto outcomes = requestAll(requests, key_, self_, retry, &pool_);
   for (size_t k = 0; k < outcomes.size(); ++k) {
     Task& t = tasks[which[k]];
     RequestOutcome& o = outcomes[k];

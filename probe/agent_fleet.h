@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "probe/fanout.h"
 #include "probe/fleet.h"
 #include "probe/wire.h"
 
@@ -81,6 +82,7 @@ class AgentFleet : public Fleet {
   AgentFleetOptions opts_;
   std::chrono::steady_clock::time_point made_ = std::chrono::steady_clock::now();
   FleetCost cost_;
+  ConnectionPool pool_;  // the round's connections to the agents, reused across its requests
   int64_t lastTrial_;  // BandwidthOptions::trial of the last trial (from a random start)
 };
 

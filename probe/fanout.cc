@@ -2,6 +2,7 @@
 
 #include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -90,11 +91,12 @@ std::string messageOf(const std::exception_ptr& e) {
 class Fanout {
  public:
   Fanout(const std::vector<PendingRequest>& requests, const ProbeKey& key, std::string_view self,
-         const RetryPolicy& retry)
+         const RetryPolicy& retry, ConnectionPool* pool)
       : reqs_(requests),
         key_(key),
         self_(self),
         retry_(retry),
+        pool_(pool),
         conns_(requests.size()),
         out_(requests.size()),
         buf_(kReadChunk) {}
@@ -116,9 +118,13 @@ class Fanout {
     std::string in;  // received bytes of the frame being read
     std::optional<FrameHeader> header;
     std::optional<Clock::time_point> wake;  // its entry in timers_
+    bool pooled = false;                    // the connection came from the pool
+    bool fresh = false;  // take no connection from the pool (a pooled one was found closed)
   };
 
   void startQueued();
+  bool startPooled(size_t i);
+  bool retryFresh(size_t i, const std::exception_ptr& e);
   void onEvent(size_t i, uint32_t events);
   void onTimer(size_t i);
   void connectFailed(size_t i, const std::string& why);
@@ -140,6 +146,7 @@ class Fanout {
   const ProbeKey& key_;
   std::string_view self_;
   RetryPolicy retry_;
+  ConnectionPool* pool_;
   std::vector<Conn> conns_;
   std::vector<RequestOutcome> out_;
   std::vector<char> buf_;  // one read at a time
@@ -215,6 +222,7 @@ void Fanout::startQueued() {
       onTimer(i);
       continue;
     }
+    if (startPooled(i)) continue;
     int err = 0;
     Socket s;
     try {
@@ -242,6 +250,42 @@ void Fanout::startQueued() {
     watch(i, EPOLLOUT);
     setTimer(i, std::min(reqs_[i].deadline.when(), Clock::now() + retry_.connectTimeout));
   }
+}
+
+bool Fanout::startPooled(size_t i) {
+  Conn& c = conns_[i];
+  if (!pool_ || c.fresh) return false;
+  auto idle = pool_->take(agentText(i));
+  if (!idle) return false;
+  c.sock = std::move(idle->sock);
+  c.wire.emplace(std::move(idle->wire));
+  c.pooled = true;
+  peakOpen_ = std::max(peakOpen_, ++open_);
+  setTimer(i, reqs_[i].deadline.when());
+  try {
+    sendRequest(i);
+  } catch (...) {
+    auto e = std::current_exception();
+    if (!retryFresh(i, e)) fail(i, classify(e), e);
+  }
+  return true;
+}
+
+// A pooled connection that ended or was reset before any byte of the Reply: the agent closed it
+// while idle, before it read the Request (it never closes one with a request in progress). The
+// request starts again on a new connection, at the front of the queue.
+bool Fanout::retryFresh(size_t i, const std::exception_ptr& e) {
+  Conn& c = conns_[i];
+  if (!c.pooled || !c.in.empty() || c.header || classify(e) != RequestFailure::kPeer) return false;
+  RANKMAP_DEBUG(Probe, "request to {}: its pooled connection was closed ({}); a new one",
+                agentText(i), messageOf(e));
+  closeSocket(c);
+  c.wire.reset();
+  c.pooled = false;
+  c.fresh = true;
+  c.stage = Stage::kQueued;
+  ready_.push_front(i);
+  return true;
 }
 
 void Fanout::connectFailed(size_t i, const std::string& why) {
@@ -327,7 +371,7 @@ void Fanout::onEvent(size_t i, uint32_t events) {
     }
   } catch (...) {
     auto e = std::current_exception();
-    fail(i, classify(e), e);
+    if (!retryFresh(i, e)) fail(i, classify(e), e);
   }
 }
 
@@ -457,6 +501,13 @@ void Fanout::closeSocket(Conn& c) {
 
 void Fanout::finish(size_t i, Json reply) {
   Conn& c = conns_[i];
+  // Whole and nothing after it: the connection can take the next request.
+  if (pool_ && c.in.empty() && !c.header && c.sock.valid()) {
+    if (c.events != 0) ::epoll_ctl(epoll_.fd(), EPOLL_CTL_DEL, c.sock.fd(), nullptr);
+    c.events = 0;
+    --open_;
+    pool_->put(agentText(i), {std::move(c.sock), std::move(*c.wire), Clock::now()});
+  }
   closeSocket(c);
   if (c.wake) timers_.erase({*c.wake, i});
   c = Conn{};
@@ -507,8 +558,43 @@ std::string_view requestFailureName(RequestFailure f) {
 
 std::vector<RequestOutcome> requestAll(const std::vector<PendingRequest>& requests,
                                        const ProbeKey& key, std::string_view self,
-                                       const RetryPolicy& retry) {
-  return Fanout(requests, key, self, retry).run();
+                                       const RetryPolicy& retry, ConnectionPool* pool) {
+  return Fanout(requests, key, self, retry, pool).run();
+}
+
+ConnectionPool::~ConnectionPool() = default;
+
+std::optional<ConnectionPool::Idle> ConnectionPool::take(const std::string& agent) {
+  auto it = idle_.find(agent);
+  if (it == idle_.end()) return std::nullopt;
+  auto& list = it->second;
+  const auto now = Clock::now();
+  std::optional<Idle> out;
+  while (!out && !list.empty()) {
+    Idle c = std::move(list.back());
+    list.pop_back();
+    --count_;
+    if (now - c.since > kMaxAge) continue;
+    // Open, and nothing unread: an agent sends nothing between requests, so a byte or the end
+    // of the stream here means it closed (or broke) the connection.
+    char b;
+    const ssize_t k = ::recv(c.sock.fd(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) out = std::move(c);
+  }
+  if (list.empty()) idle_.erase(it);
+  return out;
+}
+
+void ConnectionPool::put(const std::string& agent, Idle c) {
+  rlimit rl{};
+  size_t cap = maxIdle_;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    cap = std::min<size_t>(cap, static_cast<size_t>(rl.rlim_cur / 4));
+  if (count_ >= cap) return;  // `c` closes here
+  auto& list = idle_[agent];
+  if (list.size() >= kPerAgent) return;
+  list.push_back(std::move(c));
+  ++count_;
 }
 
 }  // namespace rankmap::probe

@@ -14,6 +14,13 @@
 // (RetryPolicy) while its deadline leaves room for it. Once the Request frame is on its way
 // nothing is retried: a measurement is not idempotent in time.
 //
+// With a ConnectionPool, a request to an agent that has an idle established connection in it
+// skips connect and handshake (queued -> request), and a connection whose Reply came whole goes
+// back into the pool. An agent's server takes any number of requests on a connection and closes
+// one idle for its idleTimeout; a pooled connection that turns out closed (no byte of a Reply,
+// then the end or a reset) was closed before it read the Request, so that request alone starts
+// again on a new connection.
+//
 // Contract:
 // - requestAll() blocks its calling thread until every request has an outcome, at the latest at
 //   the latest deadline of the batch (plus the time of one event loop iteration); it starts no
@@ -28,6 +35,7 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -111,11 +119,48 @@ struct RetryPolicy {
   size_t maxOpenSockets = 0;
 };
 
+// Established connections to agents, kept between batches of requests (requestAll): a round's
+// few dozen requests per agent then pay for one TCP and one authentication handshake each, not
+// a few dozen (63 requests per agent in a 4096-agent round; connecting and the handshake were
+// most of the coordinator's CPU). Connections of one key and one `self` only: the pool belongs
+// to one caller (probe::AgentFleet, for one round). Not thread-safe; closes its connections when
+// destroyed.
+class ConnectionPool {
+ public:
+  // Idle connections kept at most: `maxIdle` in all, and a quarter of the open file limit (the
+  // batches need the rest); kPerAgent per agent.
+  static constexpr size_t kPerAgent = 2;
+  explicit ConnectionPool(size_t maxIdle = 8192) : maxIdle_(maxIdle) {}
+  ~ConnectionPool();
+  ConnectionPool(const ConnectionPool&) = delete;
+  ConnectionPool& operator=(const ConnectionPool&) = delete;
+  size_t idle() const { return count_; }
+
+  struct Idle {
+    Socket sock;
+    ChannelState wire;
+    std::chrono::steady_clock::time_point since;
+  };
+  // An idle connection to `agent` ("host:port") that is still open and younger than kMaxAge
+  // (agents close idle ones after 30 s by default), or nullopt.
+  std::optional<Idle> take(const std::string& agent);
+  // Keeps `c` for the next request to `agent`, or closes it when the pool is full.
+  void put(const std::string& agent, Idle c);
+
+ private:
+  static constexpr std::chrono::seconds kMaxAge{15};
+  size_t maxIdle_;
+  size_t count_ = 0;
+  std::map<std::string, std::vector<Idle>> idle_;  // per agent, newest last
+};
+
 // Runs every request at once (as far as sockets allow) and returns their outcomes, in the order
 // of `requests`. `self` names us in the handshakes. Never throws for an agent's failure; every
-// outcome is known by its request's deadline.
+// outcome is known by its request's deadline. With `pool`, requests use and return its
+// connections (see above).
 std::vector<RequestOutcome> requestAll(const std::vector<PendingRequest>& requests,
                                        const ProbeKey& key, std::string_view self,
-                                       const RetryPolicy& retry = {});
+                                       const RetryPolicy& retry = {},
+                                       ConnectionPool* pool = nullptr);
 
 }  // namespace rankmap::probe

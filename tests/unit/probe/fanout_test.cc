@@ -323,6 +323,85 @@ TEST(RequestAll, MixedOutcomesMapBackToTheirRequests) {
   }
 }
 
+// A round asks each agent a few dozen times: with a pool, one connection and one handshake.
+TEST(RequestAll, APoolCarriesTheNextBatchesOnItsConnection) {
+  Server s(echo);
+  ConnectionPool pool;
+  for (int batch = 0; batch < 3; ++batch) {
+    auto out =
+        requestAll({to(s.ep(), Json{{"op", "hello"}, {"batch", batch}})}, keyA(), "c", {}, &pool);
+    ASSERT_TRUE(out[0].reply) << out[0].error;
+    EXPECT_EQ((*out[0].reply)["echo"]["batch"], batch);
+  }
+  EXPECT_EQ(s.server->connectionsAccepted(), 1u);
+  EXPECT_EQ(pool.idle(), 1u);
+  // Two requests to one agent in one batch: the second gets a connection of its own, and both
+  // stay (kPerAgent).
+  auto out = requestAll({to(s.ep(), Json{{"op", "hello"}}), to(s.ep(), Json{{"op", "hello"}})},
+                        keyA(), "c", {}, &pool);
+  ASSERT_TRUE(out[0].reply && out[1].reply);
+  EXPECT_EQ(s.server->connectionsAccepted(), 2u);
+  EXPECT_EQ(pool.idle(), 2u);
+  // Without one, a connection per request.
+  Server plain(echo);
+  for (int batch = 0; batch < 3; ++batch)
+    ASSERT_TRUE(requestAll({to(plain.ep(), Json{{"op", "hello"}})}, keyA(), "c")[0].reply);
+  EXPECT_EQ(plain.server->connectionsAccepted(), 3u);
+}
+
+// The agent closes a connection idle for its idleTimeout: the pool sees it closed and the request
+// goes on a new one.
+TEST(RequestAll, APooledConnectionTheAgentClosedIsNotUsed) {
+  ProbeServer::Options o;
+  o.listen = loopback(0);
+  o.name = "server";
+  o.idleTimeout = 100ms;
+  ProbeServer server(o, keyA(), echo);
+  server.start();
+  ConnectionPool pool;
+  ASSERT_TRUE(
+      requestAll({to(loopback(server.port()), Json{{"op", "hello"}})}, keyA(), "c", {}, &pool)[0]
+          .reply);
+  EXPECT_EQ(pool.idle(), 1u);
+  std::this_thread::sleep_for(600ms);
+  auto out =
+      requestAll({to(loopback(server.port()), Json{{"op", "hello"}})}, keyA(), "c", {}, &pool);
+  ASSERT_TRUE(out[0].reply) << out[0].error;
+  EXPECT_EQ(server.connectionsAccepted(), 2u);
+}
+
+// A pooled connection that looked open but ends once the Request is on it (the agent closed it
+// at that moment): that request alone runs again on a new connection.
+TEST(RequestAll, APooledConnectionThatEndsUnansweredIsReplacedOnce) {
+  Listener l = listenOn(loopback(0));
+  const ProbeKey key = keyA();  // a Channel keeps a reference
+  std::atomic<int> connections{0};
+  std::thread agent([&] {
+    ReplayGuard guard;
+    try {
+      for (int k = 1; k <= 2; ++k) {
+        auto s = l.accept(Deadline::after(10s));
+        if (!s) return;
+        ++connections;
+        Channel ch = Channel::accept(std::move(*s), key, guard, Deadline::after(10s));
+        ch.recv(Deadline::after(10s));
+        ch.send(MsgType::kReply, Json{{"connection", k}}.dump(), Deadline::after(10s));
+        if (k == 1) ch.recv(Deadline::after(10s));  // the second request: read, then close
+      }
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+    }
+  });
+  ConnectionPool pool;
+  auto first = requestAll({to(loopback(l.port()), Json{{"op", "hello"}})}, keyA(), "c", {}, &pool);
+  auto second = requestAll({to(loopback(l.port()), Json{{"op", "hello"}})}, keyA(), "c", {}, &pool);
+  agent.join();
+  ASSERT_TRUE(first[0].reply) << first[0].error;
+  ASSERT_TRUE(second[0].reply) << second[0].error;
+  EXPECT_EQ((*second[0].reply)["connection"], 2);
+  EXPECT_EQ(connections.load(), 2);
+}
+
 TEST(RequestAll, NoRequestsNoWork) { EXPECT_TRUE(requestAll({}, keyA(), "c").empty()); }
 
 }  // namespace
