@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <unordered_set>
 
 #include "common/log.h"
 #include "probe/contention.h"
@@ -748,18 +749,30 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
                       const SplitCheck& check = {}) {
   const size_t n = s.fleet().size();
   Components comp(n);
-  // Pairs of component roots (lower first) decided apart: kFarReadings slow readings between
-  // them (one can be a descheduled near flow; two independent ones are not).
-  std::set<std::pair<int, int>> far;
   auto key = [&](int a, int b) {
     a = comp.find(a);
     b = comp.find(b);
     return std::make_pair(std::min(a, b), std::max(a, b));
   };
+  // The sets of root pairs below are looked up for every pair of hosts a trial's flow choice
+  // considers (about 10^9 lookups in a round of 4096 hosts): hashed, a pair packed in a number.
+  using PairSet = std::unordered_set<uint64_t>;
+  auto packed = [](std::pair<int, int> k) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(k.first)) << 32) |
+           static_cast<uint32_t>(k.second);
+  };
+  auto unpacked = [](uint64_t k) {
+    return std::make_pair(static_cast<int>(k >> 32), static_cast<int>(k & 0xffffffffu));
+  };
+  // Pairs of component roots (lower first) decided apart: kFarReadings slow readings between
+  // them (one can be a descheduled near flow; two independent ones are not).
+  PairSet far;
   auto normalize = [&] {
-    std::set<std::pair<int, int>> next;
-    for (auto [a, b] : far)
-      if (comp.find(a) != comp.find(b)) next.insert(key(a, b));
+    PairSet next;
+    for (uint64_t k : far) {
+      auto [a, b] = unpacked(k);
+      if (comp.find(a) != comp.find(b)) next.insert(packed(key(a, b)));
+    }
     far = std::move(next);
   };
   auto byParent = [&] {
@@ -778,30 +791,43 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
   };
   std::vector<Obs> obs;
   // Group pairs with a near reading but not yet joined (two readings needed): tested first.
-  std::set<std::pair<int, int>> pending;
+  PairSet pending;
+  std::vector<int> root(n), pendingAt(n);  // per trial: each host's root; pending pairs per root
   const bool rateKnown = hostRate > 0;
   bool twoBands = false;
   bool searchBands = false;  // the first trial showed two slow bands
   for (int trial = 0; trial < s.opts().maxStructureTrials && !s.stopped(); ++trial) {
     std::vector<char> receiving(n, 0);
-    std::set<std::pair<int, int>> testing;
+    PairSet testing;
     std::vector<HostPair> flows;
     size_t informative = 0;
+    for (size_t h = 0; h < n; ++h) root[h] = comp.find(static_cast<int>(h));
+    std::fill(pendingAt.begin(), pendingAt.end(), 0);
+    for (uint64_t k : pending) {
+      auto [a, b] = unpacked(k);
+      ++pendingAt[static_cast<size_t>(root[static_cast<size_t>(a)])];
+      ++pendingAt[static_cast<size_t>(root[static_cast<size_t>(b)])];
+    }
+    auto rootKey = [&](int a, int b) {
+      const int ra = root[static_cast<size_t>(a)], rb = root[static_cast<size_t>(b)];
+      return packed({std::min(ra, rb), std::max(ra, rb)});
+    };
     for (auto& [parent, hosts] : byParent()) {
       std::shuffle(hosts.begin(), hosts.end(), rng);
       for (size_t i = 0; i < hosts.size(); ++i) {
         int h = hosts[i];
+        const int rh = root[static_cast<size_t>(h)];
         int preferred = -1, best = -1, second = -1, filler = -1;
         for (size_t j = 1; j < hosts.size() && preferred < 0; ++j) {
           int r = hosts[(i + j) % hosts.size()];
           if (receiving[static_cast<size_t>(r)]) continue;
-          if (comp.find(r) == comp.find(h)) {
+          if (root[static_cast<size_t>(r)] == rh) {
             if (filler < 0) filler = r;
             continue;
           }
-          auto k = key(h, r);
+          const uint64_t k = rootKey(h, r);
           if (far.count(k)) {
-            if (filler < 0 || comp.find(filler) == comp.find(h)) filler = r;
+            if (filler < 0 || root[static_cast<size_t>(filler)] == rh) filler = r;
             continue;
           }
           if (!testing.count(k)) {
@@ -812,14 +838,15 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
           } else if (second < 0) {
             second = r;
           }
-          if (best >= 0 && pending.empty()) break;
+          // Only a pending pair could still change the choice, and none involves h's group.
+          if (best >= 0 && pendingAt[static_cast<size_t>(rh)] == 0) break;
         }
         if (preferred >= 0) best = preferred;
         int r = best >= 0 ? best : second >= 0 ? second : filler;
         if (r < 0) continue;
         if (r == best || r == second) {
           ++informative;
-          testing.insert(key(h, r));
+          testing.insert(rootKey(h, r));
         }
         receiving[static_cast<size_t>(r)] = 1;
         flows.emplace_back(h, r);
@@ -928,7 +955,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
     normalize();
     pending.clear();
     for (const auto& [k, trials] : fast)
-      if (comp.find(k.first) != comp.find(k.second)) pending.insert(k);
+      if (comp.find(k.first) != comp.find(k.second)) pending.insert(packed(k));
     for (const auto& o : obs) {
       if (!farOf(o) || comp.find(o.src) == comp.find(o.dst)) continue;
       auto k = key(o.src, o.dst);
@@ -938,8 +965,8 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       if (fastTrials > 0 && cuts.nearReadings == 1) continue;
       if (o.mbps < kVeryFarFraction * hostRate ||
           (slowTrials >= kFarReadings && slowTrials > fastTrials)) {
-        far.insert(k);
-        pending.erase(k);
+        far.insert(packed(k));
+        pending.erase(packed(k));
       }
     }
     if (check && trial + 1 == kEarlyCheckTrials) {
@@ -958,7 +985,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       groups += roots.size();
       pairsOfGroups += roots.size() * (roots.size() - 1) / 2;
     }
-    for (auto [a, b] : far) decided += parentOf[static_cast<size_t>(a)] >= 0;
+    for (uint64_t k : far) decided += parentOf[static_cast<size_t>(unpacked(k).first)] >= 0;
     s.report({"structure", decided, pairsOfGroups,
               fmt::format("trial {}: {} groups, {} of {} group pairs decided", trial + 1, groups,
                           decided, pairsOfGroups)});
