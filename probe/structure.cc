@@ -920,7 +920,17 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
     // be a descheduled sender, a high one cannot come from a congested uplink. In between a
     // reading decides nothing.
     // group pair -> trials with a fast (near) or slow (far) reading between the two groups
-    using TrialsOf = std::map<std::pair<int, int>, std::set<int>>;
+    // The trials counted once each: `obs` holds them in trial order, so a new one is the last.
+    struct Trials {
+      int last = -1;
+      size_t count = 0;
+      void insert(int trial) {
+        if (trial != last) ++count;
+        last = trial;
+      }
+      size_t size() const { return count; }
+    };
+    using TrialsOf = std::map<std::pair<int, int>, Trials>;
     TrialsOf fast, slow;
     std::set<std::pair<int, int>> strong;  // near by the cuts of its trial's two slow bands
     auto tally = [&] {
