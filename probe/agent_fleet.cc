@@ -26,6 +26,7 @@ AgentFleet::AgentFleet(std::vector<Host> hosts, const ProbeKey& key, std::string
       key_(key),
       self_(std::move(self)),
       opts_(std::move(opts)),
+      pool_(key, self_),
       // Trials of two coordinators, or of two rounds, do not share numbers in the agents' logs.
       lastTrial_(static_cast<int64_t>(std::random_device{}() % (1u << 30)) << 20) {
   validateHosts(hosts_, "probe round");
@@ -78,7 +79,7 @@ void AgentFleet::runTasks(std::vector<Task>& tasks) {
   RetryPolicy retry;
   retry.connectTimeout = opts_.connectTimeout;
   cost_.requests += requests.size();
-  auto outcomes = requestAll(requests, key_, self_, retry, &pool_);
+  auto outcomes = requestAll(requests, pool_, retry);
   for (size_t k = 0; k < outcomes.size(); ++k) {
     Task& t = tasks[which[k]];
     RequestOutcome& o = outcomes[k];

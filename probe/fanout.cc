@@ -558,8 +558,13 @@ std::string_view requestFailureName(RequestFailure f) {
 
 std::vector<RequestOutcome> requestAll(const std::vector<PendingRequest>& requests,
                                        const ProbeKey& key, std::string_view self,
-                                       const RetryPolicy& retry, ConnectionPool* pool) {
-  return Fanout(requests, key, self, retry, pool).run();
+                                       const RetryPolicy& retry) {
+  return Fanout(requests, key, self, retry, nullptr).run();
+}
+
+std::vector<RequestOutcome> requestAll(const std::vector<PendingRequest>& requests,
+                                       ConnectionPool& pool, const RetryPolicy& retry) {
+  return Fanout(requests, pool.key(), pool.self(), retry, &pool).run();
 }
 
 ConnectionPool::~ConnectionPool() = default;

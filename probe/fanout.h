@@ -122,18 +122,21 @@ struct RetryPolicy {
 // Established connections to agents, kept between batches of requests (requestAll): a round's
 // few dozen requests per agent then pay for one TCP and one authentication handshake each, not
 // a few dozen (63 requests per agent in a 4096-agent round; connecting and the handshake were
-// most of the coordinator's CPU). Connections of one key and one `self` only: the pool belongs
-// to one caller (probe::AgentFleet, for one round). Not thread-safe; closes its connections when
-// destroyed.
+// most of the coordinator's CPU). Its connections hold its key and announce its `self`; it
+// belongs to one caller (probe::AgentFleet, for one round). Not thread-safe; closes its
+// connections when destroyed.
 class ConnectionPool {
  public:
   // Idle connections kept at most: `maxIdle` in all, and a quarter of the open file limit (the
   // batches need the rest); kPerAgent per agent.
   static constexpr size_t kPerAgent = 2;
-  explicit ConnectionPool(size_t maxIdle = 8192) : maxIdle_(maxIdle) {}
+  ConnectionPool(ProbeKey key, std::string self, size_t maxIdle = 8192)
+      : key_(std::move(key)), self_(std::move(self)), maxIdle_(maxIdle) {}
   ~ConnectionPool();
   ConnectionPool(const ConnectionPool&) = delete;
   ConnectionPool& operator=(const ConnectionPool&) = delete;
+  const ProbeKey& key() const { return key_; }
+  const std::string& self() const { return self_; }
   size_t idle() const { return count_; }
 
   struct Idle {
@@ -149,6 +152,8 @@ class ConnectionPool {
 
  private:
   static constexpr std::chrono::seconds kMaxAge{15};
+  const ProbeKey key_;  // a connection's protocol state keeps a reference to it
+  const std::string self_;
   size_t maxIdle_;
   size_t count_ = 0;
   std::map<std::string, std::vector<Idle>> idle_;  // per agent, newest last
@@ -156,11 +161,12 @@ class ConnectionPool {
 
 // Runs every request at once (as far as sockets allow) and returns their outcomes, in the order
 // of `requests`. `self` names us in the handshakes. Never throws for an agent's failure; every
-// outcome is known by its request's deadline. With `pool`, requests use and return its
-// connections (see above).
+// outcome is known by its request's deadline.
 std::vector<RequestOutcome> requestAll(const std::vector<PendingRequest>& requests,
                                        const ProbeKey& key, std::string_view self,
-                                       const RetryPolicy& retry = {},
-                                       ConnectionPool* pool = nullptr);
+                                       const RetryPolicy& retry = {});
+// The same with the pool's key and name, using and returning its connections (see above).
+std::vector<RequestOutcome> requestAll(const std::vector<PendingRequest>& requests,
+                                       ConnectionPool& pool, const RetryPolicy& retry = {});
 
 }  // namespace rankmap::probe

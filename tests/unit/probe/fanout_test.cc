@@ -326,10 +326,9 @@ TEST(RequestAll, MixedOutcomesMapBackToTheirRequests) {
 // A round asks each agent a few dozen times: with a pool, one connection and one handshake.
 TEST(RequestAll, APoolCarriesTheNextBatchesOnItsConnection) {
   Server s(echo);
-  ConnectionPool pool;
+  ConnectionPool pool(keyA(), "c");
   for (int batch = 0; batch < 3; ++batch) {
-    auto out =
-        requestAll({to(s.ep(), Json{{"op", "hello"}, {"batch", batch}})}, keyA(), "c", {}, &pool);
+    auto out = requestAll({to(s.ep(), Json{{"op", "hello"}, {"batch", batch}})}, pool);
     ASSERT_TRUE(out[0].reply) << out[0].error;
     EXPECT_EQ((*out[0].reply)["echo"]["batch"], batch);
   }
@@ -337,8 +336,8 @@ TEST(RequestAll, APoolCarriesTheNextBatchesOnItsConnection) {
   EXPECT_EQ(pool.idle(), 1u);
   // Two requests to one agent in one batch: the second gets a connection of its own, and both
   // stay (kPerAgent).
-  auto out = requestAll({to(s.ep(), Json{{"op", "hello"}}), to(s.ep(), Json{{"op", "hello"}})},
-                        keyA(), "c", {}, &pool);
+  auto out =
+      requestAll({to(s.ep(), Json{{"op", "hello"}}), to(s.ep(), Json{{"op", "hello"}})}, pool);
   ASSERT_TRUE(out[0].reply && out[1].reply);
   EXPECT_EQ(s.server->connectionsAccepted(), 2u);
   EXPECT_EQ(pool.idle(), 2u);
@@ -358,14 +357,11 @@ TEST(RequestAll, APooledConnectionTheAgentClosedIsNotUsed) {
   o.idleTimeout = 100ms;
   ProbeServer server(o, keyA(), echo);
   server.start();
-  ConnectionPool pool;
-  ASSERT_TRUE(
-      requestAll({to(loopback(server.port()), Json{{"op", "hello"}})}, keyA(), "c", {}, &pool)[0]
-          .reply);
+  ConnectionPool pool(keyA(), "c");
+  ASSERT_TRUE(requestAll({to(loopback(server.port()), Json{{"op", "hello"}})}, pool)[0].reply);
   EXPECT_EQ(pool.idle(), 1u);
   std::this_thread::sleep_for(600ms);
-  auto out =
-      requestAll({to(loopback(server.port()), Json{{"op", "hello"}})}, keyA(), "c", {}, &pool);
+  auto out = requestAll({to(loopback(server.port()), Json{{"op", "hello"}})}, pool);
   ASSERT_TRUE(out[0].reply) << out[0].error;
   EXPECT_EQ(server.connectionsAccepted(), 2u);
 }
@@ -392,9 +388,9 @@ TEST(RequestAll, APooledConnectionThatEndsUnansweredIsReplacedOnce) {
       ADD_FAILURE() << e.what();
     }
   });
-  ConnectionPool pool;
-  auto first = requestAll({to(loopback(l.port()), Json{{"op", "hello"}})}, keyA(), "c", {}, &pool);
-  auto second = requestAll({to(loopback(l.port()), Json{{"op", "hello"}})}, keyA(), "c", {}, &pool);
+  ConnectionPool pool(keyA(), "c");
+  auto first = requestAll({to(loopback(l.port()), Json{{"op", "hello"}})}, pool);
+  auto second = requestAll({to(loopback(l.port()), Json{{"op", "hello"}})}, pool);
   agent.join();
   ASSERT_TRUE(first[0].reply) << first[0].error;
   ASSERT_TRUE(second[0].reply) << second[0].error;
