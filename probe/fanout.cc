@@ -132,6 +132,7 @@ class Fanout {
   void receive(size_t i);
   void sendRequest(size_t i);
   void watch(size_t i, uint32_t events);
+  void unwatch(Conn& c);
   void setTimer(size_t i, Clock::time_point t);
   void closeSocket(Conn& c);
   void finish(size_t i, Json reply);
@@ -483,11 +484,16 @@ void Fanout::setTimer(size_t i, Clock::time_point t) {
   timers_.insert({t, i});
 }
 
-void Fanout::closeSocket(Conn& c) {
-  if (!c.sock.valid()) return;
-  // Explicitly: a descriptor shared with a forked child would stay in the epoll set.
+// Explicitly, before a socket is closed or pooled: a descriptor shared with a forked child would
+// stay in the epoll set.
+void Fanout::unwatch(Conn& c) {
   if (c.events != 0) ::epoll_ctl(epoll_.fd(), EPOLL_CTL_DEL, c.sock.fd(), nullptr);
   c.events = 0;
+}
+
+void Fanout::closeSocket(Conn& c) {
+  if (!c.sock.valid()) return;
+  unwatch(c);
   c.sock.close();
   --open_;
   // A request given up mid-send or mid-reply keeps no buffers: a push's frames are megabytes,
@@ -503,8 +509,7 @@ void Fanout::finish(size_t i, Json reply) {
   Conn& c = conns_[i];
   // Whole and nothing after it: the connection can take the next request.
   if (pool_ && c.in.empty() && !c.header && c.sock.valid()) {
-    if (c.events != 0) ::epoll_ctl(epoll_.fd(), EPOLL_CTL_DEL, c.sock.fd(), nullptr);
-    c.events = 0;
+    unwatch(c);
     --open_;
     pool_->put(agentText(i), {std::move(c.sock), std::move(*c.wire), Clock::now()});
   }

@@ -749,11 +749,8 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
                       const SplitCheck& check = {}) {
   const size_t n = s.fleet().size();
   Components comp(n);
-  auto key = [&](int a, int b) {
-    a = comp.find(a);
-    b = comp.find(b);
-    return std::make_pair(std::min(a, b), std::max(a, b));
-  };
+  auto ordered = [](int a, int b) { return std::make_pair(std::min(a, b), std::max(a, b)); };
+  auto key = [&](int a, int b) { return ordered(comp.find(a), comp.find(b)); };
   // The sets of root pairs below are looked up for every pair of hosts a trial's flow choice
   // considers (about 10^9 lookups in a round of 4096 hosts): hashed, a pair packed in a number.
   using PairSet = std::unordered_set<uint64_t>;
@@ -809,8 +806,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       ++pendingAt[static_cast<size_t>(root[static_cast<size_t>(b)])];
     }
     auto rootKey = [&](int a, int b) {
-      const int ra = root[static_cast<size_t>(a)], rb = root[static_cast<size_t>(b)];
-      return packed({std::min(ra, rb), std::max(ra, rb)});
+      return packed(ordered(root[static_cast<size_t>(a)], root[static_cast<size_t>(b)]));
     };
     for (auto& [parent, hosts] : byParent()) {
       std::shuffle(hosts.begin(), hosts.end(), rng);
