@@ -1,5 +1,7 @@
 #include "agent/probe_service.h"
 
+#include <thread>
+
 #include "agent/topology_push.h"
 #include "common/build_config.h"
 #include "common/error.h"
@@ -76,12 +78,34 @@ LatencyStats ProbeService::latency(const Host& peer, const probe::LatencyOptions
   return probe::measureLatency(probe::hostEndpoint(peer), key_, self_, lo, d);
 }
 
-probe::BulkResult ProbeService::bulk(const Host& peer, const probe::BandwidthOptions& bo,
-                                     bool send, Deadline d) {
-  if (measure_.bulk) return measure_.bulk(peer, bo, send, d);
+probe::BulkResult ProbeService::bulk(const Host& peer, const probe::BandwidthOptions& bo, bool send,
+                                     const std::vector<Host>& pings,
+                                     std::vector<std::optional<double>>& pingsUs, Deadline d) {
+  pingsUs.assign(pings.size(), std::nullopt);
+  if (measure_.bulk) return measure_.bulk(peer, bo, send, pings, pingsUs, d);
   const probe::Endpoint ep = probe::hostEndpoint(peer);
-  return send ? probe::measureSendTo(ep, key_, self_, bo, d)
-              : probe::measureReceiveFrom(ep, key_, self_, bo, d);
+  if (!send) return probe::measureReceiveFrom(ep, key_, self_, bo, d);
+  if (pings.empty()) return probe::measureSendTo(ep, key_, self_, bo, d);
+  // The round trips beside the flow, on a thread of their own, done by the flow's end.
+  const auto start = std::chrono::steady_clock::now() + std::chrono::milliseconds(bo.startInMs);
+  const auto at = start + std::chrono::milliseconds(static_cast<int64_t>(
+                              probe::kLoadedPingAt * static_cast<double>(bo.maxMs)));
+  const Deadline pd = d.min(Deadline::at(probe::bulkEnd(start, bo)));
+  std::vector<probe::Endpoint> eps;
+  for (const auto& h : pings) eps.push_back(probe::hostEndpoint(h));
+  std::thread pinger;
+  try {
+    pinger = std::thread([&] { pingsUs = probe::loadedRoundTrips(eps, key_, self_, at, pd); });
+  } catch (const std::system_error& e) {
+    RANKMAP_WARN(Agent, "loaded round trips not taken: no thread ({})", e.what());
+  }
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{pinger};
+  return probe::measureSendTo(ep, key_, self_, bo, d);
 }
 
 Json ProbeService::handle(const Json& request, const std::string& peer, Deadline d) {
@@ -162,9 +186,29 @@ Json ProbeService::handle(const Json& request, const std::string& peer, Deadline
     if (auto v = r.find("start_in_ms")) bo.startInMs = v->integerIn(0, probe::kMaxBulkStartMs);
     std::string dir = r.at("direction", "\"send\" or \"recv\"").str();
     if (dir != "send" && dir != "recv") r.at("direction").fail("\"send\" or \"recv\"");
-    probe::BulkResult b = bulk(target, bo, dir == "send", d);
+    // Loaded round trips beside a sent flow ("pings": [{name, address}, ...]).
+    std::vector<Host> pings;
+    if (auto list = r.find("pings")) {
+      if (dir != "send") list->fail("no pings with direction \"recv\"");
+      const size_t m = list->arraySize();
+      if (m > probe::kMaxLoadedPings)
+        list->fail(fmt::format("at most {} peers", probe::kMaxLoadedPings));
+      for (size_t i = 0; i < m; ++i) {
+        auto e = list->at(i);
+        pings.push_back({e.at("name", "a host name").nonEmptyStr(),
+                         e.at("address", "an address").nonEmptyStr()});
+      }
+    }
+    std::vector<std::optional<double>> pingsUs;
+    probe::BulkResult b = bulk(target, bo, dir == "send", pings, pingsUs, d);
     count("ok");
-    return b.toJson();
+    Json reply = b.toJson();
+    if (!pings.empty()) {
+      Json us = Json::array();
+      for (const auto& v : pingsUs) us.push_back(v ? Json(*v) : Json(nullptr));
+      reply["pings_us"] = std::move(us);
+    }
+    return reply;
   } catch (const InvalidInput&) {
     throw;
   } catch (const std::exception& e) {

@@ -49,9 +49,12 @@ class ProbeService {
   // everything around them (server, wire, key, store, push, coordinator) is the real agent.
   struct Measure {
     std::function<LatencyStats(const Host& peer, const probe::LatencyOptions&, Deadline)> latency;
-    // send: this host sends to `peer` (else receives from it); the receiver's reading.
+    // send: this host sends to `peer` (else receives from it); the receiver's reading. With
+    // `pings` (send only), `pingsUs` gets their loaded round trips (probe/measure.h
+    // loadedRoundTrips), one per peer.
     std::function<probe::BulkResult(const Host& peer, const probe::BandwidthOptions&, bool send,
-                                    Deadline)>
+                                    const std::vector<Host>& pings,
+                                    std::vector<std::optional<double>>& pingsUs, Deadline)>
         bulk;
   };
   // `key` must outlive the service.
@@ -65,7 +68,8 @@ class ProbeService {
                    const std::function<void(const std::string&)>& count);
   LatencyStats latency(const Host& peer, const probe::LatencyOptions& lo, Deadline d);
   probe::BulkResult bulk(const Host& peer, const probe::BandwidthOptions& bo, bool send,
-                         Deadline d);
+                         const std::vector<Host>& pings,
+                         std::vector<std::optional<double>>& pingsUs, Deadline d);
   const probe::ProbeKey& key_;
   std::string self_;
   Hooks hooks_;

@@ -216,7 +216,8 @@ std::vector<Outcome<LatencyStats>> AgentFleet::latency(const std::vector<HostPai
 }
 
 std::vector<Outcome<double>> AgentFleet::bandwidth(const std::vector<HostPair>& flows,
-                                                   const BandwidthOptions& bo, Deadline d) {
+                                                   const BandwidthOptions& bo, Deadline d,
+                                                   LoadedPings* pings) {
   std::vector<Outcome<double>> out(flows.size());
   std::vector<Task> tasks(flows.size());
   // Every flow connects first, then all start together (probe/measure.h): the barrier is what
@@ -228,6 +229,18 @@ std::vector<Outcome<double>> AgentFleet::bandwidth(const std::vector<HostPair>& 
   tagged.trial = ++lastTrial_;
   tagged.trialFlows = static_cast<int64_t>(flows.size());
   const Json opts = tagged.toJson();
+  // Loaded round trips ride on their pinger's (first) flow: pingsOf[k], the pairs of flow k's.
+  std::vector<std::vector<size_t>> pingsOf(flows.size());
+  if (pings) {
+    pings->us.assign(pings->pairs.size(), std::nullopt);
+    std::map<int, size_t> flowOf;
+    for (size_t k = flows.size(); k-- > 0;) flowOf[flows[k].first] = k;
+    for (size_t p = 0; p < pings->pairs.size(); ++p) {
+      auto it = flowOf.find(pings->pairs[p].first);
+      if (it != flowOf.end() && pingsOf[it->second].size() < kMaxLoadedPings)
+        pingsOf[it->second].push_back(p);
+    }
+  }
   for (size_t k = 0; k < flows.size(); ++k) {
     tasks[k].startAt = startAt;
     tasks[k].host = flows[k].first;
@@ -235,6 +248,12 @@ std::vector<Outcome<double>> AgentFleet::bandwidth(const std::vector<HostPair>& 
                         {"direction", "send"},
                         {"peer", peerJson(flows[k].second)},
                         {"bulk", opts}};
+    if (!pingsOf[k].empty()) {
+      Json peers = Json::array();
+      for (size_t p : pingsOf[k]) peers.push_back(peerJson(pings->pairs[p].second));
+      tasks[k].request["pings"] = std::move(peers);
+      cost_.latencyPairs += pingsOf[k].size();
+    }
     tasks[k].deadline = bd;
   }
   auto started = Clock::now();
@@ -255,8 +274,17 @@ std::vector<Outcome<double>> AgentFleet::bandwidth(const std::vector<HostPair>& 
     }
     try {
       auto r = BulkResult::fromJson(t.reply, "bandwidth reply");
+      std::vector<std::optional<double>> us(pingsOf[k].size());
+      if (!pingsOf[k].empty()) {
+        JsonReader reply(t.reply, "bandwidth reply");
+        auto list = reply.at("pings_us", "a round trip (or null) per peer pinged");
+        list.arraySize(us.size());
+        for (size_t j = 0; j < us.size(); ++j)
+          if (!list.at(j).json().is_null()) us[j] = list.at(j).nonNegative();
+      }
       o.value = r.mbps;
       cost_.bulkBytes += static_cast<double>(r.totalBytes);
+      for (size_t j = 0; j < us.size(); ++j) pings->us[pingsOf[k][j]] = us[j];
     } catch (const std::exception& e) {
       o.culprit = flows[k].first;
       o.reason = "peer";

@@ -55,7 +55,8 @@ class AgentFleet : public Fleet {
   std::vector<Outcome<LatencyStats>> latency(const std::vector<HostPair>& pairs,
                                              const LatencyOptions& opts, Deadline d) override;
   std::vector<Outcome<double>> bandwidth(const std::vector<HostPair>& flows,
-                                         const BandwidthOptions& opts, Deadline d) override;
+                                         const BandwidthOptions& opts, Deadline d,
+                                         LoadedPings* pings) override;
   FleetCost cost() const override;
 
  private:

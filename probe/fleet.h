@@ -44,6 +44,17 @@ struct FleetCost {
   uint64_t requests = 0;        // control requests the coordinator sent (each answered or not)
 };
 
+// Round trips taken while a trial's flows run (Fleet::bandwidth): `pairs`, the first pinging
+// the second, the pinger a sender of one of the trial's flows; `us` gets the least of each
+// pair's samples (microseconds), nullopt where it failed. A round trip through a link the
+// trial's flows fill waits in that link's queue, one that stays inside the pinger's group does
+// not: where idle round trips are flat, that shows which hosts are behind the pinger's
+// congested uplink (docs/probing.md, "Loaded round trips").
+struct LoadedPings {
+  std::vector<HostPair> pairs;
+  std::vector<std::optional<double>> us;
+};
+
 class Fleet {
  public:
   virtual ~Fleet() = default;
@@ -57,9 +68,11 @@ class Fleet {
   virtual std::vector<Outcome<LatencyStats>> latency(const std::vector<HostPair>& pairs,
                                                      const LatencyOptions& opts, Deadline d) = 0;
   // Bulk flows (sender, receiver) all at once; each value is the rate its receiver measured,
-  // in Mbit/s. Flows that share a link share it: that is what a trial is for.
+  // in Mbit/s. Flows that share a link share it: that is what a trial is for. With `pings`
+  // (may be null), their round trips while the flows run.
   virtual std::vector<Outcome<double>> bandwidth(const std::vector<HostPair>& flows,
-                                                 const BandwidthOptions& opts, Deadline d) = 0;
+                                                 const BandwidthOptions& opts, Deadline d,
+                                                 LoadedPings* pings) = 0;
   // What was spent since the fleet was made.
   virtual FleetCost cost() const = 0;
 };

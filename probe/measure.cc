@@ -1,5 +1,7 @@
 #include "probe/measure.h"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -253,6 +255,64 @@ LatencyStats measureLatency(Channel& c, const LatencyOptions& opts, Deadline d) 
     if (i >= opts.warmup) samples.push_back(secondsBetween(t0, t1) * 1e6);
   }
   return summarizeLatency(std::move(samples));
+}
+
+std::vector<std::optional<double>> loadedRoundTrips(const std::vector<Endpoint>& peers,
+                                                    const ProbeKey& key, std::string_view self,
+                                                    Clock::time_point at, Deadline d) {
+  std::vector<std::optional<double>> out(peers.size());
+  std::vector<std::optional<Channel>> ch(peers.size());
+  for (size_t i = 0; i < peers.size() && !d.expired(); ++i) {
+    try {
+      ch[i].emplace(Channel::connect(peers[i], key, self, d));
+    } catch (const std::exception&) {
+      // out[i] stays empty: this peer failed, the others go on
+    }
+  }
+  std::this_thread::sleep_until(std::min(at, d.when()));
+  std::string payload(8, '\0');
+  for (int round = 0; round < kLoadedPingSamples && !d.expired(); ++round) {
+    payload[0] = static_cast<char>(round);
+    std::vector<Clock::time_point> sent(peers.size());
+    std::vector<size_t> waiting;
+    for (size_t i = 0; i < ch.size(); ++i) {
+      if (!ch[i]) continue;
+      try {
+        sent[i] = Clock::now();
+        ch[i]->send(MsgType::kPing, payload, d);
+        waiting.push_back(i);
+      } catch (const std::exception&) {
+        ch[i].reset();
+      }
+    }
+    // Each Pong timed as it arrives, not in the order they were sent.
+    while (!waiting.empty() && !d.expired()) {
+      std::vector<pollfd> fds;
+      for (size_t i : waiting) fds.push_back({ch[i]->socket().fd(), POLLIN, 0});
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(d.remaining()).count();
+      if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(ms, 0))) <= 0) break;
+      std::vector<size_t> still;
+      for (size_t k = 0; k < fds.size(); ++k) {
+        const size_t i = waiting[k];
+        if (fds[k].revents == 0) {
+          still.push_back(i);
+          continue;
+        }
+        const auto arrived = Clock::now();
+        try {
+          if (ch[i]->expect(MsgType::kPong, d, 8) != payload)
+            throw PeerError(fmt::format("{}: Pong does not echo Ping", ch[i]->describe()));
+          const double us = secondsBetween(sent[i], arrived) * 1e6;
+          out[i] = out[i] ? std::min(*out[i], us) : us;
+        } catch (const std::exception&) {
+          ch[i].reset();
+        }
+      }
+      waiting = std::move(still);
+    }
+    for (size_t i : waiting) ch[i].reset();  // no Pong by the deadline
+  }
+  return out;
 }
 
 LatencyStats measureLatency(const Endpoint& peer, const ProbeKey& key, std::string_view self,

@@ -18,8 +18,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/json.h"
 #include "common/topology.h"
@@ -86,6 +88,22 @@ BulkResult receiveBulk(Socket& s, const BandwidthOptions& opts, Deadline d,
 uint64_t streamBulk(Socket& s, uint64_t maxBytes, Deadline d,
                     std::chrono::steady_clock::time_point stopAt =
                         std::chrono::steady_clock::time_point::max());
+
+// Loaded round trips (probe/fleet.h LoadedPings): round trips to `peers` while this host's own
+// bulk flow runs. Every connection and handshake first (under `d`), then from `at` (once the
+// flow has filled the queues it fills) kLoadedPingSamples rounds, each a Ping on every open
+// connection at once and each Pong timed as it arrives; per peer the least of its samples in
+// microseconds, nullopt for one that failed. Ends by `d`; a peer that fails costs only itself.
+inline constexpr int kLoadedPingSamples = 3;
+// At most this many peers in one request's loaded round trips.
+inline constexpr size_t kMaxLoadedPings = 256;
+std::vector<std::optional<double>> loadedRoundTrips(const std::vector<Endpoint>& peers,
+                                                    const ProbeKey& key, std::string_view self,
+                                                    std::chrono::steady_clock::time_point at,
+                                                    Deadline d);
+// When a sender's loaded round trips start: this share of the window after its bytes start
+// (slow start over, the queues its flow fills are full).
+inline constexpr double kLoadedPingAt = 0.4;
 
 // Round trips on an established channel.
 LatencyStats measureLatency(Channel& c, const LatencyOptions& opts, Deadline d);

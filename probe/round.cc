@@ -82,7 +82,8 @@ std::vector<std::optional<LatencyStats>> RoundState::ping(const std::vector<Host
 std::vector<std::optional<double>> RoundState::run(const std::vector<HostPair>& flows,
                                                    const std::string& phase, bool alone,
                                                    const std::vector<int>& units, bool splittable,
-                                                   const BandwidthOptions* window) {
+                                                   const BandwidthOptions* window,
+                                                   LoadedPings* pings) {
   std::vector<std::optional<double>> res(flows.size());
   // Parts: consecutive runs of whole units up to maxFlowsPerTrial flows.
   std::vector<std::pair<size_t, size_t>> parts;
@@ -108,7 +109,25 @@ std::vector<std::optional<double>> RoundState::run(const std::vector<HostPair>& 
         at.push_back(k);
       }
     if (part.empty()) continue;
-    auto out = fleet_.bandwidth(part, window ? *window : opts_.bandwidth, deadline_);
+    // A part's pings: those of its live senders to live hosts.
+    LoadedPings partPings;
+    std::vector<size_t> pingAt;
+    if (pings && begin == 0) {
+      pings->us.assign(pings->pairs.size(), std::nullopt);
+      std::vector<char> sender(fleet_.size(), 0);
+      for (const auto& f : part) sender[static_cast<size_t>(f.first)] = 1;
+      for (size_t k = 0; k < pings->pairs.size(); ++k) {
+        auto [a, b] = pings->pairs[k];
+        if (sender[static_cast<size_t>(a)] && live(b) && a != b) {
+          partPings.pairs.emplace_back(a, b);
+          pingAt.push_back(k);
+        }
+      }
+    }
+    auto out = fleet_.bandwidth(part, window ? *window : opts_.bandwidth, deadline_,
+                                pingAt.empty() ? nullptr : &partPings);
+    for (size_t i = 0; i < pingAt.size() && i < partPings.us.size(); ++i)
+      pings->us[pingAt[i]] = partPings.us[i];
     judge(part, out);
     for (size_t i = 0; i < part.size(); ++i) {
       res[at[i]] = out[i].value;

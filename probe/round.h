@@ -218,11 +218,14 @@ class RoundState {
   // Rates (Mbit/s) of flows run at once, each recorded as a Reading; with `splittable` and
   // opts().maxFlowsPerTrial, in consecutive parts of whole `units` (flows of one unit, e.g. one
   // group, stay together; empty = each flow its own unit); `window` replaces opts().bandwidth.
+  // `pings`: round trips while the flows run (Fleet::bandwidth), with the first part; those of
+  // a pinger that is no sender of it are not taken (nullopt).
   std::vector<std::optional<double>> run(const std::vector<HostPair>& flows,
                                          const std::string& phase, bool alone,
                                          const std::vector<int>& units = {},
                                          bool splittable = false,
-                                         const BandwidthOptions* window = nullptr);
+                                         const BandwidthOptions* window = nullptr,
+                                         LoadedPings* pings = nullptr);
   void report(const RoundProgress& p) const;
 
   std::vector<Reading> readings;

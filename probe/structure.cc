@@ -728,7 +728,39 @@ Cuts nearFarCuts(double hostRate, const std::vector<double>& slowBand) {
   return c;
 }
 
-using TrialFn = std::function<std::vector<std::optional<double>>(const std::vector<HostPair>&)>;
+// A trial's flows and, when not null, round trips taken while they run.
+using TrialFn =
+    std::function<std::vector<std::optional<double>>(const std::vector<HostPair>&, LoadedPings*)>;
+
+// Loaded round trips (docs/probing.md): while a search trial's flows fill the uplinks they
+// cross, each sender pings up to kLoadedPingsPerHost hosts of its parent group, one per group
+// not yet decided apart from its own (those with a near reading first). A round trip through a
+// full uplink waits in its queue; one inside the pinger's group does not. A trial's pings show
+// queues when their upper quartile is kLoadedQueueRatio times the idle round trips' median or
+// more; each is then near up to kBandCutMargin times the idle ones' 90th percentile (no queue
+// on its way: a fast link's queue drains in microseconds, 16 us for 128 KiB at 64 Gbit/s, so
+// near is what idle round trips read), far from kLoadedQueueRatio times their median, and counts
+// as a reading of its pair like a flow's. A host whose flow, sent or received,
+// ran at its host rate (kLoadedFullShare of it: a flow inside its group) has its own link's
+// queue full: its pings and the pings to it read nothing.
+// A round trip waits at every full link, the innermost boundary's too, while the search over
+// all hosts is after the most congested one (pods, where pod uplinks bind): there a near round
+// trip joins (hosts of one rack share every group above it) and a far one decides nothing
+// (racks of two fill their uplinks in every trial, and far round trips split pods into racks);
+// inside a group found, where the flows stay, far ones decide too.
+inline constexpr size_t kLoadedPingsPerHost = 32;
+// Below this many hosts no loaded round trips: bandwidth alone finds their racks in a few trials
+// (a host meets a rack-mate often), and the emulated cloud, where they would run, queues per
+// source VM on its uplinks (a round trip waits only where its own host's flow fills a queue).
+inline constexpr size_t kLoadedMinHosts = kSoftMinHosts;
+inline constexpr double kLoadedQueueRatio = 2;
+inline constexpr double kLoadedFullShare = 0.85;
+inline constexpr size_t kMinLoadedPings = 16;
+inline constexpr int kLoadedIdleTrials = 3;
+// The round's idle round trips (liveness and structure pings): median and 90th percentile.
+struct IdleRtt {
+  double median = 0, high = 0;
+};
 
 struct NearFar {
   std::vector<int> groupOf;  // host -> group (its component's root), -1 off the search
@@ -745,8 +777,8 @@ struct NearFar {
 using SplitCheck = std::function<std::set<int>(const std::vector<int>& groupOf)>;
 inline constexpr int kEarlyCheckTrials = 4;
 NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
-                      int oneBandTrials, const TrialFn& runTrial, std::mt19937_64& rng,
-                      const SplitCheck& check = {}) {
+                      const IdleRtt& idle, int oneBandTrials, const TrialFn& runTrial,
+                      std::mt19937_64& rng, const SplitCheck& check = {}) {
   const size_t n = s.fleet().size();
   Components comp(n);
   auto ordered = [](int a, int b) { return std::make_pair(std::min(a, b), std::max(a, b)); };
@@ -787,16 +819,34 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
     std::optional<Cuts> own;  // its trial's cuts when that trial showed two slow bands
   };
   std::vector<Obs> obs;
+  // Loaded round trips read near (true) or far (false).
+  struct PingObs {
+    int src, dst;
+    bool near;
+    int trial;
+  };
+  std::vector<PingObs> pingObs;
+  std::vector<int> pingedRoot(n, -1);  // the pinger a root was last chosen for
   // Group pairs with a near reading but not yet joined (two readings needed): tested first.
   PairSet pending;
   std::vector<int> root(n), pendingAt(n);  // per trial: each host's root; pending pairs per root
   const bool rateKnown = hostRate > 0;
   bool twoBands = false;
   bool searchBands = false;  // the first trial showed two slow bands
+  // A trial's loaded round trips showed queues: from then on every flow crosses a boundary and
+  // the round trips decide the pairs the flows decided before.
+  bool loading = false;
+  const bool pinging = idle.median > 0 && s.liveHosts().size() >= kLoadedMinHosts;
+  // Loading: trials in a row that joined and decided nothing (the pairs left are those whose
+  // hosts' own links are full in every trial: a slow host's flows fill them).
+  int idleTrials = 0;
+  std::pair<size_t, size_t> progress{0, 0};
   for (int trial = 0; trial < s.opts().maxStructureTrials && !s.stopped(); ++trial) {
     std::vector<char> receiving(n, 0);
     PairSet testing;
     std::vector<HostPair> flows;
+    LoadedPings pings;
+    std::fill(pingedRoot.begin(), pingedRoot.end(), -1);
     size_t informative = 0;
     for (size_t h = 0; h < n; ++h) root[h] = comp.find(static_cast<int>(h));
     std::fill(pendingAt.begin(), pendingAt.end(), 0);
@@ -813,6 +863,31 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       for (size_t i = 0; i < hosts.size(); ++i) {
         int h = hosts[i];
         const int rh = root[static_cast<size_t>(h)];
+        if (loading) {
+          // Every flow across a group boundary: to a group not yet decided apart, else to one
+          // that is; never inside a group or to one with a near reading. The uplinks stay full,
+          // so that a round trip that crosses one waits.
+          int apart = -1, open = -1;
+          for (size_t j = 1; j < hosts.size() && open < 0; ++j) {
+            const int r = hosts[(i + j) % hosts.size()];
+            if (receiving[static_cast<size_t>(r)] || root[static_cast<size_t>(r)] == rh) continue;
+            const uint64_t k = rootKey(h, r);
+            if (far.count(k)) {
+              if (apart < 0) apart = r;
+            } else if (!pending.count(k)) {
+              open = r;
+            }
+          }
+          const int r = open >= 0 ? open : apart;
+          if (r < 0) continue;
+          if (r == open) {
+            ++informative;
+            testing.insert(rootKey(h, r));
+          }
+          receiving[static_cast<size_t>(r)] = 1;
+          flows.emplace_back(h, r);
+          continue;
+        }
         int preferred = -1, best = -1, second = -1, filler = -1;
         for (size_t j = 1; j < hosts.size() && preferred < 0; ++j) {
           int r = hosts[(i + j) % hosts.size()];
@@ -847,9 +922,32 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
         receiving[static_cast<size_t>(r)] = 1;
         flows.emplace_back(h, r);
       }
+      if (!pinging) continue;
+      // Each sender's pings: groups with a near reading first, then others not decided apart,
+      // one host of each (the hosts are shuffled), from a random place in the parent's list.
+      std::vector<char> sends(n, 0);
+      for (const auto& f : flows) sends[static_cast<size_t>(f.first)] = 1;
+      for (size_t i = 0; i < hosts.size(); ++i) {
+        const int h = hosts[i];
+        if (!sends[static_cast<size_t>(h)]) continue;
+        const int rh = root[static_cast<size_t>(h)];
+        size_t chosen = 0;
+        const size_t from = std::uniform_int_distribution<size_t>(0, hosts.size() - 1)(rng);
+        for (int pass = pendingAt[static_cast<size_t>(rh)] > 0 ? 0 : 1; pass < 2; ++pass)
+          for (size_t j = 0; j < hosts.size() && chosen < kLoadedPingsPerHost; ++j) {
+            const int c = hosts[(from + j) % hosts.size()];
+            const int rc = root[static_cast<size_t>(c)];
+            if (rc == rh || pingedRoot[static_cast<size_t>(rc)] == h) continue;
+            const uint64_t k = rootKey(h, c);
+            if (far.count(k) || (pass == 0 && !pending.count(k))) continue;
+            pingedRoot[static_cast<size_t>(rc)] = h;
+            pings.pairs.emplace_back(h, c);
+            ++chosen;
+          }
+      }
     }
-    if (flows.empty() || (informative == 0 && twoBands)) break;
-    auto got = runTrial(flows);
+    if (flows.empty() || (informative == 0 && twoBands && pings.pairs.empty())) break;
+    auto got = runTrial(flows, pings.pairs.empty() ? nullptr : &pings);
     const size_t firstOfTrial = obs.size();
     for (size_t k = 0; k < flows.size(); ++k)
       if (got[k]) obs.push_back({flows[k].first, flows[k].second, *got[k], trial, std::nullopt});
@@ -869,6 +967,41 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
         if (o.mbps * kBandwidthLevelRatio >= best) band.push_back(o.mbps);
       hostRate = median(band);
     }
+    // The trial's loaded round trips (see kLoadedPingsPerHost).
+    bool queues = false;
+    if (!pings.pairs.empty()) {
+      std::vector<char> full(n, 0);
+      for (size_t k = 0; k < flows.size(); ++k)
+        if (got[k] && *got[k] >= kLoadedFullShare * hostRate)
+          full[static_cast<size_t>(flows[k].first)] = full[static_cast<size_t>(flows[k].second)] =
+              1;
+      std::vector<double> v;
+      for (size_t k = 0; k < pings.pairs.size(); ++k) {
+        auto [a, b] = pings.pairs[k];
+        if (pings.us[k] && !full[static_cast<size_t>(a)] && !full[static_cast<size_t>(b)])
+          v.push_back(*pings.us[k]);
+      }
+      if (v.size() >= kMinLoadedPings) {
+        std::sort(v.begin(), v.end());
+        const double upper = v[v.size() * 3 / 4];
+        queues = upper >= kLoadedQueueRatio * idle.median;
+        loading = queues;
+        for (size_t k = 0; queues && k < pings.pairs.size(); ++k) {
+          auto [a, b] = pings.pairs[k];
+          if (!pings.us[k] || full[static_cast<size_t>(a)] || full[static_cast<size_t>(b)])
+            continue;
+          if (*pings.us[k] <= idle.high * kBandCutMargin)
+            pingObs.push_back({a, b, true, trial});
+          else if (rateKnown && *pings.us[k] >= kLoadedQueueRatio * idle.median)
+            pingObs.push_back({a, b, false, trial});
+        }
+      }
+      RANKMAP_DEBUG(Probe,
+                    "structure trial {}: {} loaded round trips, upper quartile {:.0f} us "
+                    "(idle {:.0f} us){}",
+                    trial + 1, v.size(), v.empty() ? 0.0 : v[v.size() * 3 / 4], idle.median,
+                    queues ? ": queues" : ": no queues");
+    }
     // The slow band: readings a band below the host rate. Two bands once there is one below
     // kFarFraction of the host rate, or, with the host rate known from an enclosing search, a
     // band (kBandwidthLevelRatio) below it.
@@ -876,9 +1009,10 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
     for (const auto& o : obs)
       if (o.mbps * kBandwidthLevelRatio < hostRate) slowBand.push_back(o.mbps);
     if (!twoBands)
-      twoBands = std::any_of(obs.begin(), obs.end(), [&](const Obs& o) {
-        return o.mbps < (rateKnown ? hostRate / kBandwidthLevelRatio : kFarFraction * hostRate);
-      });
+      twoBands =
+          queues || std::any_of(obs.begin(), obs.end(), [&](const Obs& o) {
+            return o.mbps < (rateKnown ? hostRate / kBandwidthLevelRatio : kFarFraction * hostRate);
+          });
     if (!twoBands) {
       // One band so far: either no congested uplink, or no flow has yet crossed one. A few fresh
       // trials decide which.
@@ -887,7 +1021,13 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       if (trial + 1 >= oneBandTrials) break;
       continue;
     }
-    const Cuts cuts = nearFarCuts(hostRate, slowBand);
+    Cuts cuts = nearFarCuts(hostRate, slowBand);
+    // Inside a group found, with loaded round trips, near takes readings from two trials that
+    // outnumber the far ones, round trips included: the host rate carried in from the search
+    // above can sit below what crossing flows read there (racks of two: 672 Mbit/s, between
+    // flows inside racks and flows between them), and crossing flows at 500 joined every pod at
+    // once; the round trips that waited outvote them.
+    if (rateKnown && pinging) cuts.nearReadings = std::max(cuts.nearReadings, kNarrowNearReadings);
     // Two slow bands: only where the search's first trial (a blind permutation) shows them (a
     // later trial's mix can show two where there are none: in flat racks 1:2, once groups had
     // formed, flows inside pods and across them). Then each trial's readings are read by its
@@ -897,7 +1037,11 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
     // joined pods), and by the usual cuts where its own show no two bands. A near reading by
     // such cuts joins at once: the two bands are kTwoSlowBandsRatio apart and the cut sits in
     // the gap between them.
-    if (trial == 0 || searchBands) {
+    // Inside a group found, with loaded round trips, the flows' own two bands are not read (the
+    // round trips find the next boundary in): with them, six thinned uplinks and tenants'
+    // flows gave one seed of three groups whose plan the model priced 11% below its true time
+    // (the scenario matrix, 2026-12-05), against 2.4-7.5% without.
+    if ((trial == 0 || searchBands) && !(rateKnown && pinging)) {
       std::vector<double> trialSlow;
       for (size_t k = firstOfTrial; k < obs.size(); ++k)
         if (obs[k].mbps * kBandwidthLevelRatio < hostRate) trialSlow.push_back(obs[k].mbps);
@@ -939,6 +1083,9 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
         if (nearOf(o)) fast[key(o.src, o.dst)].insert(o.trial);
         if (farOf(o)) slow[key(o.src, o.dst)].insert(o.trial);
       }
+      for (const auto& o : pingObs)
+        if (comp.find(o.src) != comp.find(o.dst))
+          (o.near ? fast : slow)[key(o.src, o.dst)].insert(o.trial);
     };
     // Each pass joins disjoint pairs of groups only (a joined group's tallies are stale until
     // the next pass counts them again).
@@ -962,19 +1109,22 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
     pending.clear();
     for (const auto& [k, trials] : fast)
       if (comp.find(k.first) != comp.find(k.second)) pending.insert(packed(k));
-    for (const auto& o : obs) {
-      if (!farOf(o) || comp.find(o.src) == comp.find(o.dst)) continue;
-      auto k = key(o.src, o.dst);
+    auto separate = [&](int src, int dst, bool veryFar) {
+      auto k = key(src, dst);
       auto it = fast.find(k);
       const size_t fastTrials = it == fast.end() ? 0 : it->second.size();
       const size_t slowTrials = slow[k].size();
-      if (fastTrials > 0 && cuts.nearReadings == 1) continue;
-      if (o.mbps < kVeryFarFraction * hostRate ||
-          (slowTrials >= kFarReadings && slowTrials > fastTrials)) {
+      if (fastTrials > 0 && cuts.nearReadings == 1) return;
+      if (veryFar || (slowTrials >= kFarReadings && slowTrials > fastTrials)) {
         far.insert(packed(k));
         pending.erase(packed(k));
       }
-    }
+    };
+    for (const auto& o : obs)
+      if (farOf(o) && comp.find(o.src) != comp.find(o.dst))
+        separate(o.src, o.dst, o.mbps < kVeryFarFraction * hostRate);
+    for (const auto& o : pingObs)
+      if (!o.near && comp.find(o.src) != comp.find(o.dst)) separate(o.src, o.dst, false);
     if (check && trial + 1 == kEarlyCheckTrials) {
       std::vector<int> groupOf(n, -1);
       for (int h : s.liveHosts())
@@ -996,6 +1146,9 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
               fmt::format("trial {}: {} groups, {} of {} group pairs decided", trial + 1, groups,
                           decided, pairsOfGroups)});
     if (decided >= pairsOfGroups) break;
+    idleTrials = std::make_pair(groups, decided) == progress ? idleTrials + 1 : 0;
+    progress = {groups, decided};
+    if (loading && idleTrials >= kLoadedIdleTrials) break;
   }
   NearFar out;
   out.hostRate = twoBands ? hostRate : 0;
@@ -1053,7 +1206,7 @@ std::map<int, bool> checkSplits(RoundState& s, const std::vector<int>& parentOf,
   std::map<int, bool> verdict;
   if (across.empty() || inside.empty()) return verdict;
   auto medians = [&](const std::vector<HostPair>& flows, const std::vector<int>& parents) {
-    auto got = runTrial(flows);
+    auto got = runTrial(flows, nullptr);
     std::map<int, std::vector<double>> rates;
     for (size_t k = 0; k < flows.size(); ++k)
       if (got[k]) rates[parents[k]].push_back(*got[k]);
@@ -1093,8 +1246,8 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
   for (size_t i = 0; i < initial.size(); ++i)
     index[static_cast<size_t>(initial[i])] = static_cast<int>(i);
   std::vector<ObservedTrial> evidence;
-  TrialFn runTrial = [&](const std::vector<HostPair>& flows) {
-    auto got = s.run(flows, "structure", false);
+  TrialFn runTrial = [&](const std::vector<HostPair>& flows, LoadedPings* pings) {
+    auto got = s.run(flows, "structure", false, {}, false, nullptr, pings);
     ObservedTrial t;
     for (size_t k = 0; k < flows.size(); ++k)
       if (got[k])
@@ -1105,7 +1258,17 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
   };
   std::vector<int> all(n, -1);
   for (int h : initial) all[static_cast<size_t>(h)] = 0;
-  NearFar top = nearFarSearch(s, all, 0, 4, runTrial, rng);
+  IdleRtt idle;
+  {
+    std::vector<double> v;
+    for (const auto& r : s.readings)
+      if (r.kind == "latency") v.push_back(r.value);
+    if (!v.empty()) {
+      std::sort(v.begin(), v.end());
+      idle = {v[v.size() / 2], v[v.size() * 9 / 10]};
+    }
+  }
+  NearFar top = nearFarSearch(s, all, 0, idle, 4, runTrial, rng);
   if (top.hostRate == 0) {
     // One band: no uplink congested enough in a blind permutation to stand out (a permutation
     // sends only about 1 - k/N of a group's flows across its uplink). A slight slow-down shared
@@ -1122,7 +1285,7 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
       std::vector<HostPair> flows;
       for (auto [a, b] : trials[k])
         flows.emplace_back(initial[static_cast<size_t>(a)], initial[static_cast<size_t>(b)]);
-      runTrial(flows);
+      runTrial(flows, nullptr);
       s.report({"structure", k + 1, trials.size(),
                 fmt::format("contention trial {} of {}", k + 1, trials.size())});
     }
@@ -1169,7 +1332,7 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
         if (!keeps) refuted.insert(parent);
       return refuted;
     };
-    NearFar sub = nearFarSearch(s, parentOf, top.hostRate, 2, runTrial, rng, early);
+    NearFar sub = nearFarSearch(s, parentOf, top.hostRate, idle, 2, runTrial, rng, early);
     if (sub.hostRate == 0) {
       RANKMAP_INFO(Probe, "probe round: bandwidth structure: one band inside {} groups ({} trials)",
                    searched, evidence.size() - trialsBefore);

@@ -216,7 +216,9 @@ std::vector<std::unique_ptr<agent::Daemon>> startAgents(const testing::TempDir& 
           return net.latency(self, p, o, d);
         };
         m.bulk = [&net, self](const Host& p, const probe::BandwidthOptions& o, bool send,
-                              Deadline d) { return net.bulk(self, p, o, send, d); };
+                              const std::vector<Host>& pings,
+                              std::vector<std::optional<double>>& pingsUs,
+                              Deadline d) { return net.bulk(self, p, o, send, pings, pingsUs, d); };
         auto a = std::make_unique<agent::Daemon>(c, std::move(m));
         a->start();
         hosts[h].address = fmt::format("127.0.0.1:{}", a->probePort());

@@ -31,6 +31,8 @@ Datacenter::Datacenter(DatacenterSpec spec) : spec_(std::move(spec)), rng_(spec_
   if (!(s.hostJitterUs >= 0) || !(s.sampleJitterUs >= 0))
     RANKMAP_THROW(InvalidInput, "datacenter spec: jitter {} / {} us (expected >= 0)",
                   s.hostJitterUs, s.sampleJitterUs);
+  if (!(s.queueBytes >= 0))
+    RANKMAP_THROW(InvalidInput, "datacenter spec: queueBytes {} (expected >= 0)", s.queueBytes);
   if (!(s.uplinkDownFactor > 0 && s.uplinkDownFactor <= 1))
     RANKMAP_THROW(InvalidInput, "datacenter spec: uplinkDownFactor {} (expected in (0, 1])",
                   s.uplinkDownFactor);
@@ -148,7 +150,8 @@ void Datacenter::addPath(FlowLinks& paths, int src, int dst) const {
   paths.endFlow();
 }
 
-std::vector<double> Datacenter::fill(const std::vector<std::pair<int, int>>& flows) const {
+std::vector<double> Datacenter::fill(const std::vector<std::pair<int, int>>& flows,
+                                     std::vector<double>* load) const {
   FlowLinks paths;
   for (auto [a, b] : flows) {
     if (a == b) {
@@ -159,6 +162,11 @@ std::vector<double> Datacenter::fill(const std::vector<std::pair<int, int>>& flo
   }
   for (auto [a, b] : background_) addPath(paths, a, b);
   std::vector<double> rate = maxMinFill(linkMbps_, paths);
+  if (load) {
+    load->assign(linkMbps_.size(), 0);
+    for (size_t f = 0; f < paths.flows(); ++f)
+      for (uint32_t l : paths.of(f)) (*load)[l] += rate[f];
+  }
   rate.resize(flows.size());
   return rate;
 }
@@ -194,6 +202,43 @@ double Datacenter::oneWayUs(int a, int b) const {
   if (rackOf(a) != rackOf(b)) oneWay += 2 * spec_.rackLatencyUs;
   if (podOf(a) != podOf(b)) oneWay += 2 * spec_.podLatencyUs;
   return oneWay;
+}
+
+std::vector<std::optional<double>> Datacenter::loadedRttUs(
+    const std::vector<std::pair<int, int>>& flows, const std::vector<std::pair<int, int>>& pings) {
+  const auto n = static_cast<int>(hosts());
+  std::vector<std::pair<int, int>> live;
+  for (auto [a, b] : flows) {
+    if (a < 0 || a >= n || b < 0 || b >= n)
+      RANKMAP_THROW(InvalidInput, "simulated flow {} -> {}: expected hosts 0..{}", a, b, n - 1);
+    if (alive(a) && alive(b)) live.emplace_back(a, b);
+  }
+  std::vector<double> load;
+  fill(live, &load);
+  std::uniform_real_distribution<double> sawtooth(0.5, 1);
+  std::vector<std::optional<double>> out(pings.size());
+  FlowLinks path;
+  for (size_t k = 0; k < pings.size(); ++k) {
+    auto [a, b] = pings[k];
+    if (a < 0 || a >= n || b < 0 || b >= n)
+      RANKMAP_THROW(InvalidInput, "simulated ping {} -> {}: expected hosts 0..{}", a, b, n - 1);
+    auto rtt = rttUs(a, b);
+    if (!rtt || a == b) {
+      out[k] = rtt;
+      continue;
+    }
+    path.clear();
+    addPath(path, a, b);
+    addPath(path, b, a);
+    for (size_t f = 0; f < 2; ++f)
+      for (uint32_t l : path.of(f)) {
+        const double cap = linkMbps_[l];
+        if (cap > 0 && load[l] >= cap * (1 - 1e-9))
+          *rtt += spec_.queueBytes * 8 / cap * sawtooth(jitterRng_);  // bits / (bits/us)
+      }
+    out[k] = rtt;
+  }
+  return out;
 }
 
 std::optional<double> Datacenter::rttUs(int a, int b) {

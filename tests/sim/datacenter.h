@@ -58,6 +58,10 @@ struct DatacenterSpec {
   // emulated cloud's flat round trips show such stalls, which can open a gap in the sorted
   // round trips where no tier is.
   double stalledHostFraction = 0;
+  // Bytes a full link's queue holds (drop-tail, filled by TCP): a round trip through a link that
+  // flows fill waits this long at its rate (the emulated cloud's queues hold 128 KiB: 1 ms at
+  // 1 Gbit/s, 65 us on a 16 Gbit/s uplink).
+  double queueBytes = 128 * 1024;
   std::vector<int> deadHosts;
   std::vector<std::pair<int, double>> slowHosts;  // host, factor on its host link (0.5 = half)
   int backgroundFlows = 0;  // other tenants' long flows between random live hosts
@@ -85,6 +89,13 @@ class Datacenter {
   std::vector<std::optional<double>> measure(const std::vector<std::pair<int, int>>& flows);
   // A round trip between two hosts in microseconds, with noise; nullopt if either is dead.
   std::optional<double> rttUs(int a, int b);
+  // Round trips of `pings` (first pings second) while `flows` run, as rttUs, plus for every link
+  // of the path either way that the flows and the tenants' fill (max-min: every bit of its
+  // capacity used) its queue's wait, queueBytes at the link's rate, times a draw in [0.5, 1] (a
+  // drop-tail queue under TCP's sawtooth). nullopt with a dead end. The flows' own readings are
+  // measure()'s.
+  std::vector<std::optional<double>> loadedRttUs(const std::vector<std::pair<int, int>>& flows,
+                                                 const std::vector<std::pair<int, int>>& pings);
   // For one latency step: each host's factor on its round trips, 1 or (stalledHostFraction of
   // the hosts) 2 to 40.
   std::vector<double> pingStalls();
@@ -119,7 +130,9 @@ class Datacenter {
   size_t rackUp(int r) const { return 2 * (hosts() + static_cast<size_t>(r)); }
   size_t podUp(int p) const { return 2 * (hosts() + rackPod_.size() + static_cast<size_t>(p)); }
   void addPath(FlowLinks& paths, int src, int dst) const;
-  std::vector<double> fill(const std::vector<std::pair<int, int>>& flows) const;
+  // Max-min rates of `flows` (with the tenants'); `load`, when given, gets every link's total.
+  std::vector<double> fill(const std::vector<std::pair<int, int>>& flows,
+                           std::vector<double>* load = nullptr) const;
   double noisy(double v);
 
   DatacenterSpec spec_;

@@ -83,6 +83,36 @@ TEST(Datacenter, ConcurrentFlowsShareTheUplinksTheyCross) {
   EXPECT_DOUBLE_EQ(*r[0], 50);
 }
 
+// Round trips under load wait in the queue of every link the flows fill, both ways, and only
+// there: 128 KiB at a 200 Mbit/s uplink is 5.2 ms, half of it at least (the sawtooth).
+TEST(Datacenter, LoadedRoundTripsWaitAtFullLinksOnly) {
+  Datacenter dc(quiet());
+  const double idleInside = 2 * dc.oneWayUs(0, 2), idleAcross = 2 * dc.oneWayUs(0, 9);
+  const double rackQueueUs = 128.0 * 1024 * 8 / 200;
+  // Four flows out of rack 0 fill its 200 Mbit/s uplink (and rack 1's downlink).
+  std::vector<std::pair<int, int>> flows = {{0, 8}, {1, 9}, {2, 10}, {3, 11}};
+  auto us = dc.loadedRttUs(flows, {{0, 4}, {0, 9}, {4, 12}, {0, 16}, {0, 0}});
+  EXPECT_DOUBLE_EQ(*us[0], idleInside);                   // inside rack 0: no full link
+  EXPECT_GE(*us[1], idleAcross + 2 * 0.5 * rackQueueUs);  // rack 0 up, rack 1 down
+  EXPECT_LE(*us[1], idleAcross + 2 * rackQueueUs);
+  // From rack 0's host 4, which sends nothing: the queues are first in, first out, so it waits
+  // as long.
+  EXPECT_GE(*us[2], idleAcross + 2 * 0.5 * rackQueueUs);
+  EXPECT_GE(*us[3], 2 * dc.oneWayUs(0, 16) + 0.5 * rackQueueUs);  // rack 0 up, once
+  EXPECT_TRUE(us[4]);
+  // One flow fills no uplink: across, no wait.
+  us = dc.loadedRttUs({{0, 8}}, {{4, 12}});
+  EXPECT_DOUBLE_EQ(*us[0], idleAcross);
+  // A flow at its host rate fills its host link: every round trip of that host waits there.
+  us = dc.loadedRttUs({{0, 1}}, {{0, 2}});
+  EXPECT_GE(*us[0], idleInside + 0.5 * 128.0 * 1024 * 8 / 100);
+  // A dead end reads nothing.
+  DatacenterSpec spec = quiet();
+  spec.deadHosts = {5};
+  Datacenter withDead(spec);
+  EXPECT_FALSE(withDead.loadedRttUs({{0, 8}}, {{0, 5}})[0]);
+}
+
 TEST(Datacenter, DeadAndSlowHosts) {
   DatacenterSpec s = quiet();
   s.deadHosts = {5};

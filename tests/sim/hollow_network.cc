@@ -101,9 +101,13 @@ LatencyStats HollowNetwork::latency(int from, const Host& peer, const probe::Lat
 
 probe::BulkResult HollowNetwork::bulk(int from, const Host& peer,
                                       const probe::BandwidthOptions& opts, bool send,
+                                      const std::vector<Host>& pings,
+                                      std::vector<std::optional<double>>& pingsUs,
                                       Clock::time_point start, Deadline d) {
   const int other = indexOf(peer);
   const std::pair<int, int> flow = send ? std::pair{from, other} : std::pair{other, from};
+  std::vector<std::pair<int, int>> pairs;
+  for (const auto& p : pings) pairs.emplace_back(from, indexOf(p));
 
   // Join the flow's trial, or open it (an untagged flow's, of one flow).
   std::shared_ptr<Trial> trial;
@@ -112,6 +116,7 @@ probe::BulkResult HollowNetwork::bulk(int from, const Host& peer,
     ++counts_.flows;
     ++counts_.late;
     const auto alone = dc_.measure({flow}).front();
+    pingsUs = dc_.loadedRttUs({flow}, pairs);
     lock.unlock();
     if (!alone) refuse(peer);
     return finish(*alone, peer, opts, send, start, d);
@@ -128,12 +133,15 @@ probe::BulkResult HollowNetwork::bulk(int from, const Host& peer,
   }
   const size_t k = trial->flows.size();
   trial->flows.push_back(flow);
+  trial->pingsFrom.push_back(trial->pings.size());
+  trial->pings.insert(trial->pings.end(), pairs.begin(), pairs.end());
   if (trial->flows.size() >= trial->expected) complete_.notify_all();
   complete_.wait_until(lock, std::min(trial->start + kTrialGather, d.when()),
                        [&] { return trial->priced || trial->flows.size() >= trial->expected; });
 
   if (!trial->priced) {
     trial->mbps = dc_.measure(trial->flows);
+    trial->pingsUs = dc_.loadedRttUs(trial->flows, trial->pings);
     trial->priced = true;
     if (trial->tag > 0) pricedTags_.insert(trial->tag);
     ++counts_.trials;
@@ -141,6 +149,8 @@ probe::BulkResult HollowNetwork::bulk(int from, const Host& peer,
   }
   ++counts_.flows;
   const std::optional<double> mbps = trial->mbps[k];  // it joined before the pricing
+  const auto first = trial->pingsUs.begin() + static_cast<std::ptrdiff_t>(trial->pingsFrom[k]);
+  pingsUs.assign(first, first + static_cast<std::ptrdiff_t>(pairs.size()));
   lock.unlock();
   if (!mbps) refuse(peer);
   return finish(*mbps, peer, opts, send, start, d);
@@ -239,9 +249,15 @@ void HollowNetworkServer::serveCall(Socket& s) {
         reply = {{"min", l.minUs}, {"median", l.medianUs}, {"p90", l.p90Us}, {"p99", l.p99Us}};
       } else {
         const auto o = probe::BandwidthOptions::fromJson(req.at("opts"), "hollow network");
-        reply = net_.bulk(from, peer, o, req.at("send").get<bool>(),
+        std::vector<Host> pings;
+        for (const auto& name : req.at("pings")) pings.push_back({name.get<std::string>(), ""});
+        std::vector<std::optional<double>> pingsUs;
+        reply = net_.bulk(from, peer, o, req.at("send").get<bool>(), pings, pingsUs,
                           fromSteadyNs(req.at("start_ns").get<int64_t>()), d)
                     .toJson();
+        Json us = Json::array();
+        for (const auto& v : pingsUs) us.push_back(v ? Json(*v) : Json(nullptr));
+        reply["pings_us"] = std::move(us);
       }
       reply = {{"ok", reply}};
     } catch (const TimeoutError& e) {
@@ -310,17 +326,26 @@ LatencyStats HollowNetworkClient::latency(int from, const Host& peer,
 
 probe::BulkResult HollowNetworkClient::bulk(int from, const Host& peer,
                                             const probe::BandwidthOptions& opts, bool send,
+                                            const std::vector<Host>& pings,
+                                            std::vector<std::optional<double>>& pingsUs,
                                             Deadline d) {
   const auto start = Clock::now() + std::chrono::milliseconds(opts.startInMs);
-  return probe::BulkResult::fromJson(call({{"op", "bulk"},
-                                           {"from", from},
-                                           {"peer", peer.name},
-                                           {"opts", opts.toJson()},
-                                           {"send", send},
-                                           {"start_ns", steadyNs(start)},
-                                           {"deadline_ns", steadyNs(d.when())}},
-                                          d),
-                                     "hollow network");
+  Json names = Json::array();
+  for (const auto& p : pings) names.push_back(p.name);
+  const Json r = call({{"op", "bulk"},
+                       {"from", from},
+                       {"peer", peer.name},
+                       {"opts", opts.toJson()},
+                       {"send", send},
+                       {"pings", std::move(names)},
+                       {"start_ns", steadyNs(start)},
+                       {"deadline_ns", steadyNs(d.when())}},
+                      d);
+  pingsUs.assign(pings.size(), std::nullopt);
+  const Json& us = r.at("pings_us");
+  for (size_t i = 0; i < pings.size() && i < us.size(); ++i)
+    if (!us[i].is_null()) pingsUs[i] = us[i].get<double>();
+  return probe::BulkResult::fromJson(r, "hollow network");
 }
 
 }  // namespace rankmap::sim

@@ -12,7 +12,9 @@
 // not by the flows' start times, because a few thousand agents sharing two cores take a
 // trial's requests in seconds apart (4096 agents: 36 904 flows priced in 8 694 sets by time).
 // An untagged flow is a trial of its own. A flow whose request arrives after its trial was
-// priced runs alone, as a late real flow would find the others done. Round trips: the datacenter's
+// priced runs alone, as a late real flow would find the others done. A sender's loaded round
+// trips (probe/measure.h loadedRoundTrips) are priced with its trial's flows
+// (Datacenter::loadedRttUs) and come back with its reading. Round trips: the datacenter's
 // round trips, samples as a real ping takes them, returned after the time they took. A flow or ping
 // with a dead end (a datacenter dead host) fails as a connection to a dead agent does.
 //
@@ -46,8 +48,12 @@ class HollowNetwork {
 
   LatencyStats latency(int from, const Host& peer, const probe::LatencyOptions& opts, Deadline d);
   // `from` sends to `peer` (send) or receives from it, the bytes from `start` (what
-  // opts.startInMs names, on the steady clock); what the receiver reads.
+  // opts.startInMs names, on the steady clock); what the receiver reads. `pingsUs` gets the
+  // round trips from `from` to `pings` while its trial's flows run (Datacenter::loadedRttUs;
+  // nullopt with a dead end), priced with the trial.
   probe::BulkResult bulk(int from, const Host& peer, const probe::BandwidthOptions& opts, bool send,
+                         const std::vector<Host>& pings,
+                         std::vector<std::optional<double>>& pingsUs,
                          std::chrono::steady_clock::time_point start, Deadline d);
 
   // Bulk flows asked for, and those that came after their trial was priced (and ran alone): a
@@ -71,6 +77,9 @@ class HollowNetwork {
     Clock::time_point start;
     std::vector<std::pair<int, int>> flows;
     std::vector<std::optional<double>> mbps;  // once priced
+    std::vector<std::pair<int, int>> pings;   // every flow's loaded round trips, in order
+    std::vector<size_t> pingsFrom;            // flow k's are pings[pingsFrom[k] ..]
+    std::vector<std::optional<double>> pingsUs;
     bool priced = false;
   };
   int indexOf(const Host& peer) const;
@@ -123,7 +132,8 @@ class HollowNetworkClient {
   void connect(size_t n);
   LatencyStats latency(int from, const Host& peer, const probe::LatencyOptions& opts, Deadline d);
   probe::BulkResult bulk(int from, const Host& peer, const probe::BandwidthOptions& opts, bool send,
-                         Deadline d);
+                         const std::vector<Host>& pings,
+                         std::vector<std::optional<double>>& pingsUs, Deadline d);
 
  private:
   Json call(const Json& req, Deadline d);

@@ -176,9 +176,9 @@ class ForwardingFleet : public probe::Fleet {
     return inner_.latency(pairs, opts, d);
   }
   std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
-                                                const probe::BandwidthOptions& opts,
-                                                Deadline d) override {
-    return inner_.bandwidth(flows, opts, d);
+                                                const probe::BandwidthOptions& opts, Deadline d,
+                                                probe::LoadedPings* pings) override {
+    return inner_.bandwidth(flows, opts, d, pings);
   }
   probe::FleetCost cost() const override { return inner_.cost(); }
 
@@ -194,9 +194,9 @@ class OneSlowUplinkReading : public ForwardingFleet {
  public:
   using ForwardingFleet::ForwardingFleet;
   std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
-                                                const probe::BandwidthOptions& opts,
-                                                Deadline d) override {
-    auto out = inner_.bandwidth(flows, opts, d);
+                                                const probe::BandwidthOptions& opts, Deadline d,
+                                                probe::LoadedPings* pings) override {
+    auto out = inner_.bandwidth(flows, opts, d, pings);
     if (!held_ && opts.maxMs == probe::kUplinkWindowFactor * probe::BandwidthOptions{}.maxMs &&
         !out.empty() && out.front().value) {
       *out.front().value *= 0.85;
@@ -243,9 +243,9 @@ class NoisyUplinkSender : public ForwardingFleet {
  public:
   NoisyUplinkSender(SimFleet& inner, double factor) : ForwardingFleet(inner), factor_(factor) {}
   std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
-                                                const probe::BandwidthOptions& opts,
-                                                Deadline d) override {
-    auto out = inner_.bandwidth(flows, opts, d);
+                                                const probe::BandwidthOptions& opts, Deadline d,
+                                                probe::LoadedPings* pings) override {
+    auto out = inner_.bandwidth(flows, opts, d, pings);
     if (opts.maxMs != probe::kUplinkWindowFactor * probe::BandwidthOptions{}.maxMs) return out;
     if (!noisy_ && !flows.empty()) noisy_ = flows.front().first;
     for (size_t k = 0; k < flows.size(); ++k)
@@ -290,9 +290,9 @@ class HeldBackFlow : public ForwardingFleet {
   HeldBackFlow(SimFleet& inner, probe::HostPair held, int times, double factor = 0.7)
       : ForwardingFleet(inner), held_(held), left_(times), factor_(factor) {}
   std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
-                                                const probe::BandwidthOptions& opts,
-                                                Deadline d) override {
-    auto out = inner_.bandwidth(flows, opts, d);
+                                                const probe::BandwidthOptions& opts, Deadline d,
+                                                probe::LoadedPings* pings) override {
+    auto out = inner_.bandwidth(flows, opts, d, pings);
     for (size_t k = 0; k < flows.size(); ++k)
       if (flows[k] == held_ && out[k].value) {
         ++readings_;
@@ -352,9 +352,9 @@ class BusyTrial : public ForwardingFleet {
   BusyTrial(SimFleet& inner, const Datacenter& dc, int busy)
       : ForwardingFleet(inner), dc_(dc), busy_(busy) {}
   std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
-                                                const probe::BandwidthOptions& opts,
-                                                Deadline d) override {
-    auto out = inner_.bandwidth(flows, opts, d);
+                                                const probe::BandwidthOptions& opts, Deadline d,
+                                                probe::LoadedPings* pings) override {
+    auto out = inner_.bandwidth(flows, opts, d, pings);
     if (flows.size() == dc_.hosts() && trials_++ == busy_)
       for (size_t k = 0; k < flows.size(); ++k)
         if (out[k].value && dc_.rackOf(flows[k].first) == dc_.rackOf(flows[k].second))
@@ -392,9 +392,9 @@ class SlowRingHop : public ForwardingFleet {
   SlowRingHop(SimFleet& inner, const Datacenter& dc, size_t crossings)
       : ForwardingFleet(inner), dc_(dc), crossings_(crossings) {}
   std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
-                                                const probe::BandwidthOptions& opts,
-                                                Deadline d) override {
-    auto out = inner_.bandwidth(flows, opts, d);
+                                                const probe::BandwidthOptions& opts, Deadline d,
+                                                probe::LoadedPings* pings) override {
+    auto out = inner_.bandwidth(flows, opts, d, pings);
     if (held_ || opts.maxBytes >= probe::BandwidthOptions{}.maxBytes ||
         flows.size() != dc_.hosts())
       return out;
@@ -469,9 +469,9 @@ class DiesAfterItsFirstFlows : public ForwardingFleet {
   DiesAfterItsFirstFlows(SimFleet& inner, Datacenter& dc, int victim, int flows)
       : ForwardingFleet(inner), dc_(dc), victim_(victim), left_(flows) {}
   std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
-                                                const probe::BandwidthOptions& opts,
-                                                Deadline d) override {
-    auto out = inner_.bandwidth(flows, opts, d);
+                                                const probe::BandwidthOptions& opts, Deadline d,
+                                                probe::LoadedPings* pings) override {
+    auto out = inner_.bandwidth(flows, opts, d, pings);
     for (size_t k = 0; k < flows.size(); ++k)
       if ((flows[k].first == victim_ || flows[k].second == victim_) && out[k].value) --left_;
     if (left_ <= 0 && dc_.alive(victim_)) dc_.setAlive(victim_, false);

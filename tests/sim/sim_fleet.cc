@@ -71,9 +71,15 @@ std::vector<probe::Outcome<LatencyStats>> SimFleet::latency(
 
 std::vector<probe::Outcome<double>> SimFleet::bandwidth(const std::vector<probe::HostPair>& flows,
                                                         const probe::BandwidthOptions& opts,
-                                                        Deadline) {
+                                                        Deadline, probe::LoadedPings* pings) {
   std::vector<probe::Outcome<double>> out(flows.size());
   auto rates = dc_.measure(flows);
+  double pingMs = 0;
+  if (pings && !pings->pairs.empty()) {
+    pings->us = dc_.loadedRttUs(flows, pings->pairs);
+    cost_.latencyPairs += pings->pairs.size();
+    pingMs = timing_.perLoadedPingMs * static_cast<double>(pings->pairs.size());
+  }
   const double barrierMs = static_cast<double>(probe::trialBarrier(flows.size()).count());
   double longestMs = 0;
   for (size_t k = 0; k < flows.size(); ++k) {
@@ -96,7 +102,7 @@ std::vector<probe::Outcome<double>> SimFleet::bandwidth(const std::vector<probe:
   }
   ++cost_.trials;
   cost_.seconds += (timing_.callOverheadMs + barrierMs + longestMs +
-                    timing_.perFlowMs * static_cast<double>(flows.size())) /
+                    timing_.perFlowMs * static_cast<double>(flows.size()) + pingMs) /
                    1000;
   return out;
 }

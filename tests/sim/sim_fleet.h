@@ -33,6 +33,9 @@ struct SimTiming {
   // CPU per flow of a trial. 1 ms is the emulated cloud's, where every agent shares two cores;
   // agents on machines of their own need far less, so at scale this overstates a trial.
   double perFlowMs = 1;
+  // CPU per round trip taken under a trial's load (its connection, handshake and samples run
+  // while the flows do): an estimate, a tenth of a flow's.
+  double perLoadedPingMs = 0.1;
   double deadHostMs = 2000;  // a liveness check that ends waiting for a silent host
 };
 
@@ -48,8 +51,8 @@ class SimFleet : public probe::Fleet {
                                                     const probe::LatencyOptions& opts,
                                                     Deadline d) override;
   std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
-                                                const probe::BandwidthOptions& opts,
-                                                Deadline d) override;
+                                                const probe::BandwidthOptions& opts, Deadline d,
+                                                probe::LoadedPings* pings) override;
   probe::FleetCost cost() const override { return cost_; }
 
  private:

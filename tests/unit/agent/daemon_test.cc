@@ -67,6 +67,9 @@ struct Agents {
   static Json hostJson(const Daemon& x) {
     return {{"name", x.name()}, {"address", fmt::format("127.0.0.1:{}", x.probePort())}};
   }
+  static Host host(const Daemon& x) {
+    return {x.name(), fmt::format("127.0.0.1:{}", x.probePort())};
+  }
 };
 
 HttpResponse post(const Daemon& d, const std::string& body, const std::string& token = kToken) {
@@ -465,6 +468,58 @@ TEST(AgentFleet, DeadAndSilentAgentsBecomeMissingPairsWithinTheDeadline) {
   EXPECT_TRUE(r.topology.latencyUs.at(0, 2));
   EXPECT_FALSE(r.topology.bandwidthMbps.at(0, 1));
   EXPECT_GT(r.failures["connect"] + r.failures["timeout"] + r.failures["peer"], 0u);
+}
+
+// A trial's loaded round trips ride on their pinger's flow request: each comes back with the
+// flow, a dead peer's as nullopt, and one whose pinger sends no flow is not taken.
+TEST(AgentFleet, LoadedRoundTripsComeBackWithTheirFlow) {
+  Agents a;
+  Daemon& x = a.add("x");
+  Daemon& y = a.add("y");
+  Daemon& z = a.add("z");
+  Listener deadPort = probe::listenOn({"127.0.0.1", 0});
+  const uint16_t dead = deadPort.port();
+  deadPort = Listener();  // closed: connections are refused
+  std::vector<Host> hosts = {Agents::host(x),
+                             Agents::host(y),
+                             Agents::host(z),
+                             {"dead", fmt::format("127.0.0.1:{}", dead)}};
+  probe::ProbeKey key = probe::ProbeKey::load(a.key);
+  probe::AgentFleet fleet(hosts, key, "test", fastProbe().fleet);
+  probe::BandwidthOptions bo;
+  bo.maxMs = 100;
+  probe::LoadedPings pings;
+  pings.pairs = {{0, 2}, {0, 3}, {0, 1}, {2, 0}};
+  auto flows = fleet.bandwidth({{0, 1}}, bo, Deadline::after(10s), &pings);
+  ASSERT_EQ(flows.size(), 1u);
+  ASSERT_TRUE(flows[0].value) << flows[0].message;
+  ASSERT_EQ(pings.us.size(), 4u);
+  ASSERT_TRUE(pings.us[0]);
+  EXPECT_GT(*pings.us[0], 0);
+  EXPECT_LT(*pings.us[0], 1e6);
+  EXPECT_FALSE(pings.us[1]);  // refused
+  ASSERT_TRUE(pings.us[2]);   // the flow's own receiver
+  EXPECT_FALSE(pings.us[3]);  // z sends no flow in this trial
+  EXPECT_EQ(fleet.cost().latencyPairs, 3u);
+}
+
+// Bad loaded round trips in a request are refused naming the field.
+TEST(AgentFleet, LoadedRoundTripsOnAReceivedFlowAreRefused) {
+  Agents a;
+  Daemon& x = a.add("x");
+  Daemon& y = a.add("y");
+  probe::ProbeKey key = probe::ProbeKey::load(a.key);
+  Json req = {{"op", "bandwidth"},
+              {"direction", "recv"},
+              {"peer", Agents::hostJson(y)},
+              {"bulk", probe::BandwidthOptions{}.toJson()},
+              {"pings", Json::array({Agents::hostJson(y)})}};
+  try {
+    probe::request({"127.0.0.1", x.probePort()}, key, "test", req, Deadline::after(5s));
+    FAIL() << "pings on a received flow were taken";
+  } catch (const probe::RefusedError& e) {
+    EXPECT_NE(std::string(e.what()).find("pings"), std::string::npos) << e.what();
+  }
 }
 
 TEST(AgentFleet, AgentKilledMidRoundLeavesItsPairsMissing) {
