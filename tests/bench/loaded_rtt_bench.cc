@@ -1,0 +1,128 @@
+// Loaded round trips on real agents (issue 43; docs/performance.md, "Simulator against the
+// emulated cloud"): runs the same trial N times through probe::AgentFleet, each time bulk flows
+// between named hosts and, while they run, the loaded round trips of named pairs (the pinger a
+// sender), then those pairs' idle round trips. One JSON line: per flow its readings, per ping its
+// loaded and idle readings (µs), medians first. Run where the agents are reachable (inside an
+// emulated VM: tests/emucloud/loaded_rtt_bench.py).
+//
+//   loaded_rtt_bench --hosts FILE --key FILE --flows A>B,... --pings A>B,... [--trials N]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "probe/agent_fleet.h"
+#include "probe/hosts.h"
+#include "probe/wire.h"
+
+namespace rankmap {
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// "a>b,c>d" over host names: pairs of indexes.
+std::vector<probe::HostPair> pairsOf(const std::string& spec, const std::vector<Host>& hosts,
+                                     const std::string& option) {
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < hosts.size(); ++i) index[hosts[i].name] = static_cast<int>(i);
+  std::vector<probe::HostPair> out;
+  size_t at = 0;
+  while (at < spec.size()) {
+    size_t end = spec.find(',', at);
+    if (end == std::string::npos) end = spec.size();
+    const std::string item = spec.substr(at, end - at);
+    const size_t gt = item.find('>');
+    if (gt == std::string::npos || !index.count(item.substr(0, gt)) ||
+        !index.count(item.substr(gt + 1)))
+      throw InvalidInput(fmt::format("{} '{}': expected FROM>TO with host names of the hosts file",
+                                     option, item));
+    out.emplace_back(index[item.substr(0, gt)], index[item.substr(gt + 1)]);
+    at = end + 1;
+  }
+  return out;
+}
+
+int run(int argc, char** argv) {
+  std::string hostsPath, keyPath, flowSpec, pingSpec;
+  int trials = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw InvalidInput(fmt::format("{}: expected a value", a));
+      return argv[++i];
+    };
+    if (a == "--hosts")
+      hostsPath = next();
+    else if (a == "--key")
+      keyPath = next();
+    else if (a == "--flows")
+      flowSpec = next();
+    else if (a == "--pings")
+      pingSpec = next();
+    else if (a == "--trials")
+      trials = std::stoi(next());
+    else
+      throw InvalidInput(fmt::format("loaded_rtt_bench: unknown argument {}", a));
+  }
+  if (hostsPath.empty() || keyPath.empty() || flowSpec.empty() || pingSpec.empty())
+    throw InvalidInput("loaded_rtt_bench: --hosts, --key, --flows and --pings are required");
+  const std::vector<Host> hosts = probe::loadHostsFile(hostsPath);
+  const auto flows = pairsOf(flowSpec, hosts, "--flows");
+  const auto pings = pairsOf(pingSpec, hosts, "--pings");
+  const probe::ProbeKey key = probe::ProbeKey::load(keyPath);
+  probe::AgentFleet fleet(hosts, key, "loaded_rtt_bench");
+  std::vector<std::vector<double>> rates(flows.size()), loaded(pings.size()), idle(pings.size());
+  probe::BandwidthOptions bo;
+  bo.startInMs = 200;
+  for (int t = 0; t < trials; ++t) {
+    probe::LoadedPings lp;
+    lp.pairs = pings;
+    auto got = fleet.bandwidth(flows, bo, Deadline::after(std::chrono::seconds(20)), &lp);
+    for (size_t k = 0; k < flows.size(); ++k)
+      if (got[k].value) rates[k].push_back(*got[k].value);
+    for (size_t k = 0; k < pings.size(); ++k)
+      if (lp.us[k]) loaded[k].push_back(*lp.us[k]);
+    probe::LatencyOptions lo;
+    lo.warmup = 2;
+    lo.samples = 3;
+    auto quiet = fleet.latency(pings, lo, Deadline::after(std::chrono::seconds(10)));
+    for (size_t k = 0; k < pings.size(); ++k)
+      if (quiet[k].value) idle[k].push_back(quiet[k].value->minUs);
+  }
+  Json out = {{"trials", trials}, {"flows", Json::array()}, {"pings", Json::array()}};
+  for (size_t k = 0; k < flows.size(); ++k)
+    out["flows"].push_back({{"from", hosts[static_cast<size_t>(flows[k].first)].name},
+                            {"to", hosts[static_cast<size_t>(flows[k].second)].name},
+                            {"median_mbps", median(rates[k])},
+                            {"mbps", rates[k]}});
+  for (size_t k = 0; k < pings.size(); ++k)
+    out["pings"].push_back({{"from", hosts[static_cast<size_t>(pings[k].first)].name},
+                            {"to", hosts[static_cast<size_t>(pings[k].second)].name},
+                            {"loaded_median_us", median(loaded[k])},
+                            {"idle_median_us", median(idle[k])},
+                            {"loaded_us", loaded[k]},
+                            {"idle_us", idle[k]}});
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+}  // namespace rankmap
+
+int main(int argc, char** argv) {
+  try {
+    return rankmap::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "loaded_rtt_bench: " << e.what() << "\n";
+    return 2;
+  }
+}
