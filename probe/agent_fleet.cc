@@ -215,6 +215,18 @@ std::vector<Outcome<LatencyStats>> AgentFleet::latency(const std::vector<HostPai
   return out;
 }
 
+BandwidthReply parseBandwidthReply(const Json& reply, size_t pings) {
+  BandwidthReply out{BulkResult::fromJson(reply, "bandwidth reply"), {}};
+  if (pings == 0) return out;
+  JsonReader r(reply, "bandwidth reply");
+  auto list = r.at("pings_us", "a round trip (or null) per peer pinged");
+  list.arraySize(pings);
+  out.pingsUs.resize(pings);
+  for (size_t j = 0; j < pings; ++j)
+    if (!list.at(j).json().is_null()) out.pingsUs[j] = list.at(j).nonNegative();
+  return out;
+}
+
 std::vector<Outcome<double>> AgentFleet::bandwidth(const std::vector<HostPair>& flows,
                                                    const BandwidthOptions& bo, Deadline d,
                                                    LoadedPings* pings) {
@@ -273,18 +285,10 @@ std::vector<Outcome<double>> AgentFleet::bandwidth(const std::vector<HostPair>& 
       continue;
     }
     try {
-      auto r = BulkResult::fromJson(t.reply, "bandwidth reply");
-      std::vector<std::optional<double>> us(pingsOf[k].size());
-      if (!pingsOf[k].empty()) {
-        JsonReader reply(t.reply, "bandwidth reply");
-        auto list = reply.at("pings_us", "a round trip (or null) per peer pinged");
-        list.arraySize(us.size());
-        for (size_t j = 0; j < us.size(); ++j)
-          if (!list.at(j).json().is_null()) us[j] = list.at(j).nonNegative();
-      }
-      o.value = r.mbps;
-      cost_.bulkBytes += static_cast<double>(r.totalBytes);
-      for (size_t j = 0; j < us.size(); ++j) pings->us[pingsOf[k][j]] = us[j];
+      auto r = parseBandwidthReply(t.reply, pingsOf[k].size());
+      o.value = r.bulk.mbps;
+      cost_.bulkBytes += static_cast<double>(r.bulk.totalBytes);
+      for (size_t j = 0; j < r.pingsUs.size(); ++j) pings->us[pingsOf[k][j]] = r.pingsUs[j];
     } catch (const std::exception& e) {
       o.culprit = flows[k].first;
       o.reason = "peer";

@@ -36,6 +36,14 @@ struct AgentFleetOptions {
   std::chrono::milliseconds taskSlack{3000};       // on top of what a request asks for
 };
 
+// A "bandwidth" request's reply: the receiver's reading and, when `pings` loaded round trips were
+// asked, one each (nullopt where it failed). InvalidInput naming the field otherwise.
+struct BandwidthReply {
+  BulkResult bulk;
+  std::vector<std::optional<double>> pingsUs;
+};
+BandwidthReply parseBandwidthReply(const Json& reply, size_t pings);
+
 class AgentFleet : public Fleet {
  public:
   // `key` must outlive the Coordinator. `self` names us in handshakes and logs.

@@ -13,9 +13,10 @@
 //      [type u8][flags u8][length u16 LE][payload] are sealed by the client (flags bit 0 clear)
 //      or the server (bit 0 set), then optionally corrupted in one byte (bit 1; position from
 //      the payload's first byte and flags) or dropped (bit 7), and delivered to the other side
-//      as Channel::recv does, whose payload parser then runs (BandwidthOptions, BulkResult, and
-//      for a Request the agent's ProbeService::handle, except the ops that would measure against
-//      the named peer or relay to other agents: those make network traffic). An intact frame
+//      as Channel::recv does, whose payload parser then runs (BandwidthOptions, BulkResult, a
+//      Reply as a bandwidth reply with loaded round trips, and for a Request the agent's
+//      ProbeService::handle, whose measurements a stand-in answers without the network; a
+//      request to relay to other agents is left out: it makes network traffic). An intact frame
 //      must open to what was sealed; a corrupted or out-of-order one must never open.
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +30,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "probe/agent_fleet.h"
 #include "probe/measure.h"
 #include "probe/wire.h"
 
@@ -75,10 +77,24 @@ void serverParses(const Frame& f) {
         Json req = parseJson(f.payload, "request");
         if (req.is_object()) {
           auto op = req.find("op");
-          if (req.contains("relay") ||
-              (op != req.end() && (*op == "latency" || *op == "bandwidth")))
-            break;
+          if (req.contains("relay")) break;
         }
+        // The measurements answered without the network (a stand-in for the peers the ops name):
+        // the requests' fields, the loaded round trips' included, and the replies run as they do.
+        agent::ProbeService::Measure stand;
+        stand.latency = [](const Host&, const LatencyOptions&, Deadline) {
+          return LatencyStats{20, 21, 25, 30};
+        };
+        stand.bulk = [](const Host&, const BandwidthOptions&, bool, const std::vector<Host>& pings,
+                        std::vector<std::optional<double>>& us, Deadline) {
+          BulkResult r;
+          r.mbps = 940;
+          r.bytes = r.totalBytes = 1 << 20;
+          r.seconds = 0.01;
+          for (size_t i = 0; i < pings.size(); ++i)
+            if (i % 3) us[i] = 40.0 + static_cast<double>(i);
+          return r;
+        };
         static agent::PassiveLedger ledger("fuzz-agent");
         static agent::ProbeService service(
             key(), "fuzz-agent",
@@ -89,7 +105,7 @@ void serverParses(const Frame& f) {
                if (probed) ledger.probed(L::ago(now, probed->from), L::ago(now, probed->to));
                return ledger.summary(now, 0.25, std::chrono::seconds(20), rebase).toJson();
              }},
-            nullptr);
+            nullptr, stand);
         service.handle(req, "fuzz-peer", Deadline::after(std::chrono::seconds(1)));
         break;
       }
@@ -108,8 +124,10 @@ void clientParses(ChannelState& st, const Frame& f) {
         BulkResult::fromJson(parseJson(st.take(f, MsgType::kBulkResult), "bulk result"),
                              "bulk result");
         break;
-      default:
-        parseJson(st.take(f, MsgType::kReply), "reply");
+      default: {
+        const std::string payload = st.take(f, MsgType::kReply);
+        parseBandwidthReply(parseJson(payload, "reply"), payload.size() % 4);
+      }
     }
   } catch (const InvalidInput&) {
   } catch (const RefusedError&) {
