@@ -518,7 +518,9 @@ class MeshModel::LoadState {
 
  private:
   void apply(size_t f, double sign) {
-    const auto& [p, t] = flows_[f];
+    // Not a structured binding: clang 14 (the fuzz tree's compiler) does not capture one.
+    const size_t p = flows_[f].first;
+    const Traffic* t = flows_[f].second;
     double* at = load_.data() + p * width_;
     m_.net_.forEachLink(order_[t->a], order_[t->b],
                         [&](size_t link, bool down) { at[2 * link + down] += sign * t->bytes; });
