@@ -5,10 +5,17 @@
 // loaded and idle readings (µs), medians first. Run where the agents are reachable (inside an
 // emulated VM: tests/emucloud/loaded_rtt_bench.py).
 //
-//   loaded_rtt_bench --hosts FILE --key FILE --flows A>B,... --pings A>B,... [--trials N]
+//   loaded_rtt_bench --hosts FILE --key FILE --flows A>B,... (--pings A>B,... | --cost K,...)
+//                    [--trials N]
+//
+//   --cost K,...  what round trips cost a trial (the simulator's SimTiming): the flows' trial
+//                 without round trips and with K per sender (to the K hosts after it in the hosts
+//                 file) for each K, interleaved; per arm the trials' wall times, no readings
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <chrono>
 #include <iostream>
 #include <map>
 #include <string>
@@ -51,35 +58,99 @@ std::vector<probe::HostPair> pairsOf(const std::string& spec, const std::vector<
   return out;
 }
 
+// A whole number of at least 1 from an option's value.
+int countOf(const std::string& option, const std::string& text) {
+  int v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || v < 1)
+    throw InvalidInput(fmt::format("{} '{}': expected a whole number of at least 1", option, text));
+  return v;
+}
+
+double msSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// --cost: the flows' trial without round trips and with K per sender for each K, the arms
+// interleaved (each trial starts at another arm); per arm the trials' wall times.
+Json costRun(probe::AgentFleet& fleet, const std::vector<Host>& hosts,
+             const std::vector<probe::HostPair>& flows, const std::vector<int>& perSender,
+             int trials) {
+  std::vector<int> arms{0};
+  arms.insert(arms.end(), perSender.begin(), perSender.end());
+  std::vector<std::vector<probe::HostPair>> pings(arms.size());
+  const int n = static_cast<int>(hosts.size());
+  for (size_t a = 0; a < arms.size(); ++a)
+    for (const auto& f : flows)
+      for (int j = 1; j <= std::min({arms[a], n - 1, static_cast<int>(probe::kMaxLoadedPings)});
+           ++j)
+        pings[a].emplace_back(f.first, (f.first + j) % n);
+  std::vector<std::vector<double>> ms(arms.size());
+  probe::BandwidthOptions bo;
+  bo.startInMs = 200;
+  for (int t = 0; t < trials; ++t)
+    for (size_t i = 0; i < arms.size(); ++i) {
+      const size_t a = (static_cast<size_t>(t) + i) % arms.size();
+      probe::LoadedPings lp;
+      lp.pairs = pings[a];
+      const auto start = std::chrono::steady_clock::now();
+      fleet.bandwidth(flows, bo, Deadline::after(std::chrono::seconds(20)),
+                      lp.pairs.empty() ? nullptr : &lp);
+      ms[a].push_back(msSince(start));
+    }
+  Json out = {{"trials", trials}, {"flows", flows.size()}, {"arms", Json::array()}};
+  for (size_t a = 0; a < arms.size(); ++a)
+    out["arms"].push_back({{"pings_per_sender", arms[a]},
+                           {"pings", pings[a].size()},
+                           {"trial_ms_median", median(ms[a])},
+                           {"trial_ms", ms[a]}});
+  return out;
+}
+
 int run(int argc, char** argv) {
   std::string hostsPath, keyPath, flowSpec, pingSpec;
   int trials = 5;
+  std::vector<int> cost;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
       if (i + 1 >= argc) throw InvalidInput(fmt::format("{}: expected a value", a));
       return argv[++i];
     };
-    if (a == "--hosts")
+    if (a == "--hosts") {
       hostsPath = next();
-    else if (a == "--key")
+    } else if (a == "--key") {
       keyPath = next();
-    else if (a == "--flows")
+    } else if (a == "--flows") {
       flowSpec = next();
-    else if (a == "--pings")
+    } else if (a == "--pings") {
       pingSpec = next();
-    else if (a == "--trials")
-      trials = std::stoi(next());
-    else
-      throw InvalidInput(fmt::format("loaded_rtt_bench: unknown argument {}", a));
+    } else if (a == "--trials") {
+      trials = countOf(a, next());
+    } else if (a == "--cost") {
+      const std::string list = next();
+      for (size_t at = 0; at <= list.size();) {
+        size_t end = list.find(',', at);
+        if (end == std::string::npos) end = list.size();
+        cost.push_back(countOf(a, list.substr(at, end - at)));
+        at = end + 1;
+      }
+    } else {
+      throw InvalidInput(fmt::format("unknown argument {}", a));
+    }
   }
-  if (hostsPath.empty() || keyPath.empty() || flowSpec.empty() || pingSpec.empty())
-    throw InvalidInput("loaded_rtt_bench: --hosts, --key, --flows and --pings are required");
+  if (hostsPath.empty() || keyPath.empty() || flowSpec.empty() || pingSpec.empty() == cost.empty())
+    throw InvalidInput("--hosts, --key, --flows and one of --pings and --cost are required");
   const std::vector<Host> hosts = probe::loadHostsFile(hostsPath);
   const auto flows = pairsOf(flowSpec, hosts, "--flows");
-  const auto pings = pairsOf(pingSpec, hosts, "--pings");
   const probe::ProbeKey key = probe::ProbeKey::load(keyPath);
   probe::AgentFleet fleet(hosts, key, "loaded_rtt_bench");
+  if (!cost.empty()) {
+    std::cout << costRun(fleet, hosts, flows, cost, trials).dump() << std::endl;
+    return 0;
+  }
+  const auto pings = pairsOf(pingSpec, hosts, "--pings");
   std::vector<std::vector<double>> rates(flows.size()), loaded(pings.size()), idle(pings.size());
   probe::BandwidthOptions bo;
   bo.startInMs = 200;

@@ -10,8 +10,14 @@ VM, then tests/bench/loaded_rtt_bench in rack A's first VM, twice:
 Round trips while the flows run (the agents' own loaded round trips, taken by a sender), then
 idle: from a sender to a rack-mate and to a VM of rack B.
 
+With --cost K,... (e.g. --cost 2,31 --vms 32 --racks 4 --host-mbit 200 --uplink-mbit 50, the
+32-VM probe test's testbed), what the round trips cost a trial instead (the simulator's
+SimTiming): every VM sends to the VM at its place in the next rack, in trials without round
+trips and with K per sender for each K, interleaved; the medians of each arm's wall times and
+what each round trip adds between arms.
+
 Usage: loaded_rtt_bench.py --emucloud E --rankmapd D --bench LOADED_RTT_BENCH
-       [--host-mbit 400 --uplink-mbit 100 --seed 11] [--trials 5] [--prefix lrtt]
+       [--host-mbit 400 --uplink-mbit 100 --seed 11] [--trials 5] [--prefix lrtt] [--cost K,...]
 """
 
 import json
@@ -32,11 +38,17 @@ def main():
         p.add_argument("--bench", required=True)
         p.add_argument("--trials", type=int, default=5)
         p.add_argument("--prefix", default="lrtt")
+        p.add_argument("--cost", help="round trips per sender in each arm, e.g. 2,31")
     args = lib.parse_args(more)
     lib.require_environment()
     with lib.Testbed(args.emucloud, args.prefix, lib.up_args(args)) as tb:
         agents = al.Agents(tb, args.rankmapd, os.path.abspath(args.bench))
         agents.start()
+        if args.cost:
+            cost(tb, agents, args)
+            agents.stop()
+            print("DONE")
+            return
         a, b = [[vm["name"] for vm in rack] for rack in tb.racks()]
         if len(a) < 4 or len(b) < 4:
             lib.fail(f"racks of {len(a)} and {len(b)} VMs: expected 4 or more each")
@@ -64,6 +76,32 @@ def main():
                       flush=True)
         agents.stop()
     print("DONE")
+
+
+def cost(tb, agents, args):
+    racks = [[vm["name"] for vm in rack] for rack in tb.racks()]
+    flows = [(vm, racks[(r + 1) % len(racks)][i % len(racks[(r + 1) % len(racks)])])
+             for r, rack in enumerate(racks) for i, vm in enumerate(rack)]
+    argv = tb.exec_argv(racks[0][0], os.path.abspath(args.bench), "--hosts", agents.file("hosts"),
+                        "--key", agents.file("probe.key"), "--trials", str(args.trials),
+                        "--flows", ",".join(f"{x}>{y}" for x, y in flows), "--cost", args.cost)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        lib.fail(f"loaded_rtt_bench (cost): exit {p.returncode}: {p.stderr.strip()}")
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    print(f"cost: {len(flows)} flows, {args.trials} trials per arm, interleaved")
+    base = r["arms"][0]
+    for arm in r["arms"]:
+        extra = ""
+        if arm["pings"]:
+            d = arm["trial_ms_median"] - base["trial_ms_median"]
+            extra = f"; {d:+.0f} ms against none, {d / arm['pings']:.3f} ms per round trip"
+        print(f"  {arm['pings_per_sender']} per sender ({arm['pings']} round trips): median "
+              f"{arm['trial_ms_median']:.0f} ms {[round(x) for x in arm['trial_ms']]}{extra}")
+    for lo, hi in zip(r["arms"][1:], r["arms"][2:]):
+        d = hi["trial_ms_median"] - lo["trial_ms_median"]
+        print(f"  {lo['pings']} -> {hi['pings']} round trips: {d:+.0f} ms, "
+              f"{d / (hi['pings'] - lo['pings']):.3f} ms per round trip", flush=True)
 
 
 if __name__ == "__main__":

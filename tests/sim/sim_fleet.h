@@ -33,9 +33,11 @@ struct SimTiming {
   // CPU per flow of a trial. 1 ms is the emulated cloud's, where every agent shares two cores;
   // agents on machines of their own need far less, so at scale this overstates a trial.
   double perFlowMs = 1;
-  // CPU per round trip taken under a trial's load (its connection, handshake and samples run
-  // while the flows do): an estimate, a tenth of a flow's.
-  double perLoadedPingMs = 0.1;
+  // What each round trip taken under a trial's load (its connection, handshake and samples, run
+  // while the flows do) adds to the trial, on the same basis: the emulated cloud's agents, 16 to
+  // 64 VMs, 0.08-0.44 ms each in six runs, median 0.12 (tests/emucloud/loaded_rtt_bench.py
+  // --cost; docs/performance.md).
+  double perLoadedPingMs = 0.12;
   double deadHostMs = 2000;  // a liveness check that ends waiting for a silent host
 };
 
