@@ -757,6 +757,32 @@ inline constexpr double kLoadedQueueRatio = 2;
 inline constexpr double kLoadedFullShare = 0.85;
 inline constexpr size_t kMinLoadedPings = 16;
 inline constexpr int kLoadedIdleTrials = 3;
+// A host whose own link limits its flows (a slow host) fills that link's queue with its own flow:
+// every round trip of its waits there, and each of its flows reads its link's rate whichever
+// group the other end is in, so its readings would split it off its group at every level. A
+// trial marks such a host when the least of its round trips waits kSelfFullRatio times the median
+// of the trial's round trips that waited at all (kLoadedQueueRatio over the idle median), or when
+// both its flows read at most kSelfFullFlowShare of what the other flow of each of its two
+// partners read, those at the near cut or above; only a host none of whose flows in the round
+// reached the near cut (a host of a rack of two, behind an uplink of one host's rate, reads like a
+// slow one in some trials, not in all). The trial's readings of a marked host are dropped. After
+// kSelfFullTrials marks it is a bystander for the rest of the structure search: it takes no
+// flows, so that its link's queue stays empty, and is placed by the round trips others take to it
+// while their flows fill the uplinks. Only with loaded round trips, which place a bystander.
+inline constexpr double kSelfFullRatio = 3;
+inline constexpr double kSelfFullFlowShare = 0.6;
+inline constexpr size_t kMinSelfFullPings = 4;
+inline constexpr int kSelfFullTrials = 2;
+// Marks per host (kSelfFullTrials) and the evidence against them: the structure searches of one
+// round share them.
+struct SelfFull {
+  explicit SelfFull(size_t n) : marks(n, 0), best(n, 0) {}
+  std::vector<int> marks;
+  std::vector<double> best;  // the fastest flow each host sent or received in the round
+};
+bool bystander(const SelfFull& s, int h) {
+  return s.marks[static_cast<size_t>(h)] >= kSelfFullTrials;
+}
 // The round's idle round trips (liveness and structure pings): median and 90th percentile.
 struct IdleRtt {
   double median = 0, high = 0;
@@ -777,8 +803,8 @@ struct NearFar {
 using SplitCheck = std::function<std::set<int>(const std::vector<int>& groupOf)>;
 inline constexpr int kEarlyCheckTrials = 4;
 NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
-                      const IdleRtt& idle, int oneBandTrials, const TrialFn& runTrial,
-                      std::mt19937_64& rng, const SplitCheck& check = {}) {
+                      const IdleRtt& idle, SelfFull& selfFull, int oneBandTrials,
+                      const TrialFn& runTrial, std::mt19937_64& rng, const SplitCheck& check = {}) {
   const size_t n = s.fleet().size();
   Components comp(n);
   auto ordered = [](int a, int b) { return std::make_pair(std::min(a, b), std::max(a, b)); };
@@ -843,6 +869,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
   std::pair<size_t, size_t> progress{0, 0};
   for (int trial = 0; trial < s.opts().maxStructureTrials && !s.stopped(); ++trial) {
     std::vector<char> receiving(n, 0);
+    for (size_t h = 0; h < n; ++h) receiving[h] = bystander(selfFull, static_cast<int>(h));
     PairSet testing;
     std::vector<HostPair> flows;
     LoadedPings pings;
@@ -862,6 +889,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       std::shuffle(hosts.begin(), hosts.end(), rng);
       for (size_t i = 0; i < hosts.size(); ++i) {
         int h = hosts[i];
+        if (bystander(selfFull, h)) continue;
         const int rh = root[static_cast<size_t>(h)];
         if (loading) {
           // Every flow across a group boundary: to a group not yet decided apart, else to one
@@ -923,9 +951,12 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
         flows.emplace_back(h, r);
       }
       if (!pinging) continue;
-      // Each sender's pings: groups with a near reading first, then others not decided apart,
-      // one host of each (the hosts are shuffled), from a random place in the parent's list.
+      // Each sender's pings: groups with a near reading first, then bystanders (kSelfFullRatio),
+      // then others not decided apart, one host of each (the hosts are shuffled), from a random
+      // place in the parent's list.
       std::vector<char> sends(n, 0);
+      const bool anyBystander =
+          std::any_of(hosts.begin(), hosts.end(), [&](int h) { return bystander(selfFull, h); });
       for (const auto& f : flows) sends[static_cast<size_t>(f.first)] = 1;
       for (size_t i = 0; i < hosts.size(); ++i) {
         const int h = hosts[i];
@@ -933,11 +964,13 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
         const int rh = root[static_cast<size_t>(h)];
         size_t chosen = 0;
         const size_t from = std::uniform_int_distribution<size_t>(0, hosts.size() - 1)(rng);
-        for (int pass = pendingAt[static_cast<size_t>(rh)] > 0 ? 0 : 1; pass < 2; ++pass)
+        const int first = pendingAt[static_cast<size_t>(rh)] > 0 ? 0 : anyBystander ? 1 : 2;
+        for (int pass = first; pass < 3; ++pass)
           for (size_t j = 0; j < hosts.size() && chosen < kLoadedPingsPerHost; ++j) {
             const int c = hosts[(from + j) % hosts.size()];
             const int rc = root[static_cast<size_t>(c)];
             if (rc == rh || pingedRoot[static_cast<size_t>(rc)] == h) continue;
+            if (pass == 1 && !bystander(selfFull, c)) continue;
             const uint64_t k = rootKey(h, c);
             if (far.count(k) || (pass == 0 && !pending.count(k))) continue;
             pingedRoot[static_cast<size_t>(rc)] = h;
@@ -967,19 +1000,84 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
         if (o.mbps * kBandwidthLevelRatio >= best) band.push_back(o.mbps);
       hostRate = median(band);
     }
+    // Hosts whose own link limited this trial's flows (kSelfFullRatio).
+    std::vector<char> full(n, 0), marked(n, 0);
+    for (size_t k = 0; k < flows.size(); ++k)
+      if (got[k] && *got[k] >= kLoadedFullShare * hostRate)
+        full[static_cast<size_t>(flows[k].first)] = full[static_cast<size_t>(flows[k].second)] = 1;
+    if (pinging) {
+      std::vector<double> sent(n, -1), received(n, -1);
+      std::vector<int> to(n, -1), from(n, -1);
+      for (size_t k = 0; k < flows.size(); ++k) {
+        auto [a, b] = flows[k];
+        if (!got[k]) continue;
+        sent[static_cast<size_t>(a)] = received[static_cast<size_t>(b)] = *got[k];
+        for (int h : {a, b})
+          selfFull.best[static_cast<size_t>(h)] =
+              std::max(selfFull.best[static_cast<size_t>(h)], *got[k]);
+        to[static_cast<size_t>(a)] = b;
+        from[static_cast<size_t>(b)] = a;
+      }
+      const double nearCut = kNearFraction * hostRate;
+      for (size_t h = 0; h < n; ++h) {
+        if (to[h] < 0 || from[h] < 0) continue;
+        const auto r1 = static_cast<size_t>(to[h]), s1 = static_cast<size_t>(from[h]);
+        marked[h] = selfFull.best[h] < nearCut && sent[r1] >= nearCut && received[s1] >= nearCut &&
+                    sent[h] <= kSelfFullFlowShare * sent[r1] &&
+                    received[h] <= kSelfFullFlowShare * received[s1];
+      }
+      std::vector<double> waited;
+      for (size_t k = 0; k < pings.pairs.size(); ++k) {
+        auto [a, b] = pings.pairs[k];
+        if (pings.us[k] && !full[static_cast<size_t>(a)] && !full[static_cast<size_t>(b)] &&
+            *pings.us[k] >= kLoadedQueueRatio * idle.median)
+          waited.push_back(*pings.us[k]);
+      }
+      if (waited.size() >= kMinLoadedPings) {
+        std::nth_element(waited.begin(), waited.begin() + waited.size() / 2, waited.end());
+        const double ref = waited[waited.size() / 2];
+        std::vector<double> least(n, std::numeric_limits<double>::infinity());
+        std::vector<size_t> count(n, 0);
+        for (size_t k = 0; k < pings.pairs.size(); ++k) {
+          auto [a, b] = pings.pairs[k];
+          if (!pings.us[k] || full[static_cast<size_t>(a)] || full[static_cast<size_t>(b)])
+            continue;
+          for (int h : {a, b}) {
+            least[static_cast<size_t>(h)] = std::min(least[static_cast<size_t>(h)], *pings.us[k]);
+            ++count[static_cast<size_t>(h)];
+          }
+        }
+        for (size_t h = 0; h < n; ++h)
+          if ((to[h] >= 0 || from[h] >= 0) && selfFull.best[h] < nearCut &&
+              count[h] >= kMinSelfFullPings && least[h] >= kSelfFullRatio * ref)
+            marked[h] = 1;
+      }
+      size_t marks = 0;
+      for (size_t h = 0; h < n; ++h) {
+        selfFull.marks[h] += marked[h];
+        marks += marked[h];
+      }
+      if (marks > 0) {
+        obs.erase(std::remove_if(obs.begin() + static_cast<std::ptrdiff_t>(firstOfTrial), obs.end(),
+                                 [&](const Obs& o) {
+                                   return marked[static_cast<size_t>(o.src)] ||
+                                          marked[static_cast<size_t>(o.dst)];
+                                 }),
+                  obs.end());
+        RANKMAP_DEBUG(Probe, "structure trial {}: {} hosts limited by their own link", trial + 1,
+                      marks);
+      }
+    }
+    auto dropped = [&](int h) {
+      return full[static_cast<size_t>(h)] || marked[static_cast<size_t>(h)];
+    };
     // The trial's loaded round trips (see kLoadedPingsPerHost).
     bool queues = false;
     if (!pings.pairs.empty()) {
-      std::vector<char> full(n, 0);
-      for (size_t k = 0; k < flows.size(); ++k)
-        if (got[k] && *got[k] >= kLoadedFullShare * hostRate)
-          full[static_cast<size_t>(flows[k].first)] = full[static_cast<size_t>(flows[k].second)] =
-              1;
       std::vector<double> v;
       for (size_t k = 0; k < pings.pairs.size(); ++k) {
         auto [a, b] = pings.pairs[k];
-        if (pings.us[k] && !full[static_cast<size_t>(a)] && !full[static_cast<size_t>(b)])
-          v.push_back(*pings.us[k]);
+        if (pings.us[k] && !dropped(a) && !dropped(b)) v.push_back(*pings.us[k]);
       }
       if (v.size() >= kMinLoadedPings) {
         std::sort(v.begin(), v.end());
@@ -988,8 +1086,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
         loading = queues;
         for (size_t k = 0; queues && k < pings.pairs.size(); ++k) {
           auto [a, b] = pings.pairs[k];
-          if (!pings.us[k] || full[static_cast<size_t>(a)] || full[static_cast<size_t>(b)])
-            continue;
+          if (!pings.us[k] || dropped(a) || dropped(b)) continue;
           if (*pings.us[k] <= idle.high * kBandCutMargin)
             pingObs.push_back({a, b, true, trial});
           else if (rateKnown && *pings.us[k] >= kLoadedQueueRatio * idle.median)
@@ -1134,14 +1231,22 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       for (auto& p : parentOf)
         if (refuted.count(p)) p = -1;
     }
+    // Groups of bystanders alone are left out: their pairs may stay open for good (inside a
+    // group, where every sender's link is full, no round trip reaches them).
     size_t groups = 0, pairsOfGroups = 0, decided = 0;
+    std::unordered_set<int> counted;
     for (const auto& [parent, hosts] : byParent()) {
       std::set<int> roots;
-      for (int h : hosts) roots.insert(comp.find(h));
+      for (int h : hosts)
+        if (!bystander(selfFull, h)) roots.insert(comp.find(h));
       groups += roots.size();
       pairsOfGroups += roots.size() * (roots.size() - 1) / 2;
+      counted.insert(roots.begin(), roots.end());
     }
-    for (uint64_t k : far) decided += parentOf[static_cast<size_t>(unpacked(k).first)] >= 0;
+    for (uint64_t k : far) {
+      auto [a, b] = unpacked(k);
+      decided += parentOf[static_cast<size_t>(a)] >= 0 && counted.count(a) && counted.count(b);
+    }
     s.report({"structure", decided, pairsOfGroups,
               fmt::format("trial {}: {} groups, {} of {} group pairs decided", trial + 1, groups,
                           decided, pairsOfGroups)});
@@ -1175,10 +1280,11 @@ inline constexpr size_t kMinSearchedGroup = 17;
 // (true) and those whose split it refutes (false); a parent with no group of two hosts yet, or
 // with a single group, is in neither.
 std::map<int, bool> checkSplits(RoundState& s, const std::vector<int>& parentOf,
-                                const std::vector<int>& groupOf, const TrialFn& runTrial) {
+                                const std::vector<int>& groupOf, const SelfFull& selfFull,
+                                const TrialFn& runTrial) {
   std::map<int, std::map<int, std::vector<int>>> split;  // parent -> group -> live hosts
   for (int h : s.liveHosts())
-    if (parentOf[static_cast<size_t>(h)] >= 0)
+    if (parentOf[static_cast<size_t>(h)] >= 0 && !bystander(selfFull, h))
       split[parentOf[static_cast<size_t>(h)]][groupOf[static_cast<size_t>(h)]].push_back(h);
   std::vector<HostPair> across, inside;
   std::vector<int> acrossParent, insideParent;
@@ -1268,7 +1374,8 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
       idle = {v[v.size() / 2], v[v.size() * 9 / 10]};
     }
   }
-  NearFar top = nearFarSearch(s, all, 0, idle, 4, runTrial, rng);
+  SelfFull selfFull(n);
+  NearFar top = nearFarSearch(s, all, 0, idle, selfFull, 4, runTrial, rng);
   if (top.hostRate == 0) {
     // One band: no uplink congested enough in a blind permutation to stand out (a permutation
     // sends only about 1 - k/N of a group's flows across its uplink). A slight slow-down shared
@@ -1328,18 +1435,18 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
     const size_t trialsBefore = evidence.size();
     SplitCheck early = [&](const std::vector<int>& groupOf) {
       std::set<int> refuted;
-      for (auto [parent, keeps] : checkSplits(s, parentOf, groupOf, runTrial))
+      for (auto [parent, keeps] : checkSplits(s, parentOf, groupOf, selfFull, runTrial))
         if (!keeps) refuted.insert(parent);
       return refuted;
     };
-    NearFar sub = nearFarSearch(s, parentOf, top.hostRate, idle, 2, runTrial, rng, early);
+    NearFar sub = nearFarSearch(s, parentOf, top.hostRate, idle, selfFull, 2, runTrial, rng, early);
     if (sub.hostRate == 0) {
       RANKMAP_INFO(Probe, "probe round: bandwidth structure: one band inside {} groups ({} trials)",
                    searched, evidence.size() - trialsBefore);
       break;
     }
     std::set<int> kept;
-    for (auto [parent, keeps] : checkSplits(s, parentOf, sub.groupOf, runTrial))
+    for (auto [parent, keeps] : checkSplits(s, parentOf, sub.groupOf, selfFull, runTrial))
       if (keeps) kept.insert(parent);
     // Hosts of groups not searched, or whose split the check did not bear out, keep their group,
     // as one group of the new level.
