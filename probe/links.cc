@@ -134,7 +134,24 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
     std::sort(low.begin(), low.end());
     std::vector<HostPair> third;
     for (size_t i = 0; i < low.size() && i < kMaxReconfirms; ++i) third.push_back(low[i].second);
-    for (size_t i = 0; i < third.size() && !s.stopped(); ++i) s.run({third[i]}, "confirm", true);
+    if (s.liveHosts().size() < kReconfirmTogetherHosts) {
+      for (size_t i = 0; i < third.size() && !s.stopped(); ++i) s.run({third[i]}, "confirm", true);
+    } else {
+      while (!third.empty() && !s.stopped()) {
+        std::set<int> busy;
+        std::vector<HostPair> part, rest;
+        for (const auto& p : third) {
+          if (busy.count(p.first) || busy.count(p.second)) {
+            rest.push_back(p);
+            continue;
+          }
+          busy.insert({p.first, p.second});
+          part.push_back(p);
+        }
+        s.run(part, "confirm", true);
+        third = std::move(rest);
+      }
+    }
     if (!again.empty())
       s.report({"links", 2, progressTotal,
                 fmt::format("host links: {} flows measured again, {} of them a third time",

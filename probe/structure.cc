@@ -950,7 +950,12 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
         receiving[static_cast<size_t>(r)] = 1;
         flows.emplace_back(h, r);
       }
-      if (!pinging) continue;
+      // Inside groups (the host rate known), not before a trial showed a slow band: where no
+      // boundary is left inside them, every flow runs at its host rate and fills its hosts' own
+      // links, so that their round trips read nothing (two trials of 31 000 at 1024 hosts in racks
+      // of 32). The search over all hosts pings from its first trial, whose flows may all read
+      // alike (racks of two behind uplinks of one host's rate).
+      if (!pinging || (rateKnown && !twoBands)) continue;
       // Each sender's pings: groups with a near reading first, then bystanders (kSelfFullRatio),
       // then others not decided apart, one host of each (the hosts are shuffled), from a random
       // place in the parent's list.

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
+#include <set>
 
 #include "probe/round.h"
 #include "reorder/cost_model.h"
@@ -287,27 +289,39 @@ TEST(ProbeScale, OneSendersUplinkReadingIsNotItsRacks) {
 // of 13 rounds (emucloud_agents_probe_64), and at 16 VMs pairs at 83-89% (2026-11-28).
 class HeldBackFlow : public ForwardingFleet {
  public:
+  HeldBackFlow(SimFleet& inner, std::vector<probe::HostPair> held, int times, double factor = 0.7)
+      : ForwardingFleet(inner), factor_(factor) {
+    for (const auto& p : held) held_[p] = {times, {}};
+  }
   HeldBackFlow(SimFleet& inner, probe::HostPair held, int times, double factor = 0.7)
-      : ForwardingFleet(inner), held_(held), left_(times), factor_(factor) {}
+      : HeldBackFlow(inner, std::vector<probe::HostPair>{held}, times, factor) {}
   std::vector<probe::Outcome<double>> bandwidth(const std::vector<probe::HostPair>& flows,
                                                 const probe::BandwidthOptions& opts, Deadline d,
                                                 probe::LoadedPings* pings) override {
     auto out = inner_.bandwidth(flows, opts, d, pings);
-    for (size_t k = 0; k < flows.size(); ++k)
-      if (flows[k] == held_ && out[k].value) {
-        ++readings_;
-        if (left_ != 0) *out[k].value *= factor_;
-        if (left_ > 0) --left_;
-      }
+    ++calls_;
+    for (size_t k = 0; k < flows.size(); ++k) {
+      auto it = held_.find(flows[k]);
+      if (it == held_.end() || !out[k].value) continue;
+      auto& h = it->second;
+      h.calls.push_back(calls_);
+      if (h.left != 0) *out[k].value *= factor_;
+      if (h.left > 0) --h.left;
+    }
     return out;
   }
-  int readings() const { return readings_; }
+  // The fleet calls (1, 2, ...) that read `p`, in order.
+  const std::vector<int>& callsOf(probe::HostPair p) const { return held_.at(p).calls; }
+  int readings() const { return static_cast<int>(held_.begin()->second.calls.size()); }
 
  private:
-  probe::HostPair held_;
-  int left_;
+  struct Held {
+    int left = 0;
+    std::vector<int> calls;
+  };
+  std::map<probe::HostPair, Held> held_;
   double factor_;
-  int readings_ = 0;
+  int calls_ = 0;
 };
 
 // An in-rack flow held back in its first reading and in its confirmation is measured a third
@@ -341,6 +355,55 @@ TEST(ProbeScale, AFlowHeldBackTwiceIsMeasuredAThirdTime) {
       EXPECT_NEAR(*got, times < 0 ? 100 * factor : 100, 0.5)
           << held.first << " -> " << held.second << " factor " << factor;
     }
+}
+
+// From kReconfirmTogetherHosts hosts the third readings run together: flows inside racks with no
+// host in common, held back twice each, take their third reading in one trial, and each is stated
+// at its rate.
+TEST(ProbeScale, FromManyHostsTheThirdReadingsRunTogether) {
+  DatacenterSpec spec = emucloudShape(8, 20, 1000, 250);
+  spec.noise = 0;
+  ASSERT_GE(spec.racksPerPod * spec.hostsPerRack[0], probe::kReconfirmTogetherHosts);
+  std::vector<probe::HostPair> held;
+  {
+    Datacenter dc(spec);
+    SimFleet sim(dc);
+    auto out = probe::runRound(sim, {}, Deadline::after(std::chrono::minutes(10)));
+    // Pairs read by the host links' flows only, so that their first two readings are those
+    // that the held-back flow would have confirmed.
+    std::map<probe::HostPair, std::set<std::string>> phases;
+    for (const auto& r : out.readings)
+      if (r.kind == "bandwidth") phases[{r.src, r.dst}].insert(r.phase);
+    std::set<int> used;
+    std::set<int> racks;
+    for (const auto& [p, in] : phases) {
+      const auto [a, b] = p;
+      const int rack = dc.rackOf(static_cast<size_t>(a));
+      if (in != std::set<std::string>{"hosts"} || rack != dc.rackOf(static_cast<size_t>(b)) ||
+          racks.count(rack) || used.count(a) || used.count(b))
+        continue;
+      held.emplace_back(a, b);
+      racks.insert(rack);
+      used.insert({a, b});
+      if (held.size() == 3) break;
+    }
+  }
+  ASSERT_EQ(held.size(), 3u);
+  Datacenter dc(spec);
+  SimFleet sim(dc);
+  HeldBackFlow fleet(sim, held, 2);
+  auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+  std::set<int> third;
+  for (const auto& p : held) {
+    const auto& calls = fleet.callsOf(p);
+    ASSERT_GE(calls.size(), 3u) << p.first << " -> " << p.second;
+    third.insert(calls[2]);
+    auto got =
+        out.topology.bandwidthMbps.at(static_cast<size_t>(p.first), static_cast<size_t>(p.second));
+    ASSERT_TRUE(got.has_value());
+    EXPECT_NEAR(*got, 1000, 5) << p.first << " -> " << p.second;
+  }
+  EXPECT_EQ(third.size(), 1u) << "the third readings took " << third.size() << " trials";
 }
 
 // A fleet whose `busy`-th structure trial (a call with one flow from every host) reads every

@@ -394,6 +394,9 @@ ScenarioResult runScenario(const Scenario& sc) {
   j["requests"] = c.requests;
   j["pings"] = c.latencyPairs;
   j["sim_s"] = rounded(c.seconds, 1e2);
+  Json seconds = Json::object();
+  for (const auto& [name, sec] : out.phaseSeconds) seconds[name] = rounded(sec, 1e2);
+  j["sim_s_by_phase"] = seconds;
   j["plan_true_ms"] = rounded(planUs / 1000, 1e2);
   j["optimum_ms"] = rounded(optimumUs / 1000, 1e2);
   j["provider_ms"] = rounded(providerUs / 1000, 1e2);

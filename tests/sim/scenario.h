@@ -40,6 +40,8 @@
 //                         what the round spent (probe::FleetCost; sim_s by the fleet's clock)
 //   flows_by_phase        bandwidth readings per host by the round's phase that took them
 //                         (structure, hosts, confirm, uplinks, load, rings)
+//   sim_s_by_phase        simulated seconds by the round's phase (liveness, structure, links,
+//                         rings: probe::RoundOutcome::phaseSeconds)
 //   plan_true_ms          16 MiB ring allreduce in the order planned from the probe's topology,
 //                         timed on the true network (max-min sharing of the ring's flows with the
 //                         tenants' on the datacenter's links, no noise): 2(w-1) steps, each the
