@@ -134,23 +134,21 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
     std::sort(low.begin(), low.end());
     std::vector<HostPair> third;
     for (size_t i = 0; i < low.size() && i < kMaxReconfirms; ++i) third.push_back(low[i].second);
-    if (s.liveHosts().size() < kReconfirmTogetherHosts) {
-      for (size_t i = 0; i < third.size() && !s.stopped(); ++i) s.run({third[i]}, "confirm", true);
-    } else {
-      while (!third.empty() && !s.stopped()) {
-        std::set<int> busy;
-        std::vector<HostPair> part, rest;
-        for (const auto& p : third) {
-          if (busy.count(p.first) || busy.count(p.second)) {
-            rest.push_back(p);
-            continue;
-          }
-          busy.insert({p.first, p.second});
-          part.push_back(p);
+    // Alone, one trial each; from kReconfirmTogetherHosts, as many per trial as share no host.
+    const size_t perTrial = s.liveHosts().size() < kReconfirmTogetherHosts ? 1 : third.size();
+    while (!third.empty() && !s.stopped()) {
+      std::set<int> busy;
+      std::vector<HostPair> part, rest;
+      for (const auto& p : third) {
+        if (part.size() == perTrial || busy.count(p.first) || busy.count(p.second)) {
+          rest.push_back(p);
+          continue;
         }
-        s.run(part, "confirm", true);
-        third = std::move(rest);
+        busy.insert({p.first, p.second});
+        part.push_back(p);
       }
+      s.run(part, "confirm", true);
+      third = std::move(rest);
     }
     if (!again.empty())
       s.report({"links", 2, progressTotal,
