@@ -249,12 +249,21 @@ PlanVerdict agree(const IdTail& tail, const PlanVote& vote) {
   } catch (const PeerError&) {
     return {false, fmt::format("{} closed without an answer", where)};
   }
+  // Not a verdict: another program took the port after the server ended (ports are reused),
+  // so this vote never reached the server, which therefore cannot have answered "apply" to
+  // anyone; identity is what every other rank gets too.
   if (h.magic != kVerdictMagic || h.reasonLen > kMaxReason)
-    RANKMAP_THROW(PeerError, "{} sent a malformed answer", where);
+    return {false, fmt::format("{} answered with something that is not a plan verdict (another "
+                               "program listens on that port?)",
+                               where)};
   PlanVerdict v;
   v.apply = h.decision != 0;
   v.reason.resize(h.reasonLen);
-  if (h.reasonLen > 0) s.recvAll(v.reason.data(), h.reasonLen, answerBy, where);
+  try {
+    if (h.reasonLen > 0) s.recvAll(v.reason.data(), h.reasonLen, answerBy, where);
+  } catch (const PeerError&) {
+    return {false, fmt::format("{} closed in the middle of its answer", where)};
+  }
   return v;
 }
 

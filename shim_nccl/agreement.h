@@ -68,9 +68,10 @@ IdTail startAgreementServer(const std::string& host, const std::string& creatorH
                             std::chrono::milliseconds timeout);
 
 // A rank's side: votes (vote.rank = the application's rank, vote.worldSize = nranks) and returns
-// the verdict. Identity when the vote cannot be delivered or the server closes without
-// answering; throws TimeoutError when a delivered vote gets no answer by the server's deadline
-// plus a margin (kAnswerMargin), counted from this call.
+// the verdict. Identity when the vote cannot be delivered, the server closes without answering
+// or what answers is not the server (another program on a reused port); throws TimeoutError when a
+// delivered vote gets no answer by the server's deadline plus a margin (kAnswerMargin), counted
+// from this call.
 PlanVerdict agree(const IdTail& tail, const PlanVote& vote);
 
 }  // namespace rankmap::shim_nccl

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/net.h"
 #include "tests/unit/shim_nccl/shim_test_util.h"
 
 namespace rankmap::shim_nccl {
@@ -123,6 +124,27 @@ TEST(Agreement, UnreachableServerMeansIdentity) {
   tail.timeoutMs = 1;  // keeps the connect attempts short
   PlanVerdict v = agree(tail, vote(0, 2));
   EXPECT_FALSE(v.apply);
+}
+
+TEST(Agreement, AnotherProgramOnTheServersPortMeansIdentity) {
+  // The server ended and another program took its port: the rank must not take its bytes for
+  // an answer, nor fail the init; its vote never reached the server, so identity is safe.
+  Listener other = Listener::bind(resolve("127.0.0.1", 0, Lookup::kNumericOnly));
+  IdTail tail;
+  tail.host = "127.0.0.1";
+  tail.port = other.port();
+  tail.nonce = 7;
+  tail.timeoutMs = 2000;
+  std::thread server([&] {
+    std::optional<Socket> s = other.accept(Deadline::afterMs(5000));
+    ASSERT_TRUE(s);
+    const std::string answer = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+    s->sendAll(answer.data(), answer.size(), Deadline::afterMs(5000), "test");
+  });
+  PlanVerdict v = agree(tail, vote(0, 2));
+  server.join();
+  EXPECT_FALSE(v.apply);
+  EXPECT_NE(v.reason.find("not a plan verdict"), std::string::npos) << v.reason;
 }
 
 TEST(Agreement, ForeignNonceIsRejected) {
