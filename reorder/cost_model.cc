@@ -101,6 +101,8 @@ AlgoCost unavailable(Algorithm algo, std::string why) {
   return c;
 }
 
+// The ring's line: latency sum and bottleneck (T_ring, reorder/ring.h), an upper bound on the
+// step-by-step time that ringAllreduceUs states, since the tables' ranges need a line in S.
 AlgoCost ringCost(const Model& m, std::string_view coll) {
   AlgoCost c;
   c.algo = Algorithm::kRing;

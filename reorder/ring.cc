@@ -70,8 +70,8 @@ class RingState {
     world_ = n * k;
     scale_ = world_ > 1 ? 2.0 * (world_ - 1) / world_ : 0.0;
     bits_ = 8.0 * static_cast<double>(p.bytes);
-    size_t intraHops = n >= 2 ? n * (k - 1) : (k > 1 ? k : 0);
-    constLatency_ = intraHops * p.intraHostLatencyUs + world_ * p.stepOverheadUs;
+    intraHops_ = n >= 2 ? n * (k - 1) : (k > 1 ? k : 0);
+    constLatency_ = intraHops_ * p.intraHostLatencyUs + world_ * p.stepOverheadUs;
     floorRho_ = k > 1 ? 1.0 / p.intraHostMbps : 0.0;
     lowerRho_ = floorRho_;
     if (n >= 2) lowerRho_ = std::max(lowerRho_, 1.0 / net.ringBoundMbps());
@@ -106,6 +106,8 @@ class RingState {
     return scale_ * (networkLatency + constLatency_ + bits_ * rho);
   }
   double constLatency() const { return constLatency_; }
+  // The inverse rates of the hops between ranks of one host, summed.
+  double intraHopsInverseRate() const { return static_cast<double>(intraHops_) * floorRho_; }
   // A link's load: flows per direction over capacity.
   double load(size_t link) const { return ratio(link, cross_[link]); }
   // The noise of a difference in objective (see ringNoiseUs): `tol` of the ring time resting on
@@ -123,7 +125,7 @@ class RingState {
   MaxTracker links_;
   std::multiset<double> caps_;
   std::vector<std::pair<size_t, double>>* record_ = nullptr;
-  size_t world_ = 0;
+  size_t world_ = 0, intraHops_ = 0;
   double scale_ = 0, bits_ = 0, constLatency_ = 0, floorRho_ = 0, lowerRho_ = 0;
 };
 
@@ -198,8 +200,15 @@ std::vector<std::vector<int>> neighbourLists(const NetworkModel& net, size_t k) 
 
 double ringAllreduceUs(const RingCost& cost, size_t world, double bytes) {
   if (world < 2) return 0;
-  double perByte = std::isfinite(cost.bottleneckMbps) ? 1.0 / bytesPerUs(cost.bottleneckMbps) : 0;
-  return 2.0 * (world - 1) / world * (cost.latencyUs + bytes * perByte);
+  const double w = static_cast<double>(world);
+  const double chunk = bytes / w;
+  const bool moves = std::isfinite(cost.bottleneckMbps);
+  const double slowest = moves ? chunk / bytesPerUs(cost.bottleneckMbps) : 0;
+  // Per byte over all hops: sum_h 1/B_h in bytes, or w times the slowest when not known.
+  const double allHops =
+      cost.inverseRateSum > 0 ? chunk / bytesPerUs(1.0 / cost.inverseRateSum) : w * slowest;
+  const double meanHop = (cost.latencyUs + allHops) / w;
+  return 2.0 * (w - 1) * std::max(slowest, meanHop);
 }
 
 RingCost evaluateRing(const NetworkModel& net, const std::vector<int>& ring,
@@ -217,6 +226,17 @@ RingCost evaluateRing(const NetworkModel& net, const std::vector<int>& ring,
   c.latencyUs = l + st.constLatency();
   double rho = st.rho();
   c.bottleneckMbps = rho > 0 ? 1.0 / rho : kInf;
+  // Each hop's inverse rate: its most loaded link, or its measured cap when lower; the hops
+  // between ranks of one host at the intra-host rate.
+  double inverse = st.intraHopsInverseRate();
+  if (n >= 2)
+    for (size_t i = 0; i < n; ++i) {
+      const int a = ring[i], b = ring[(i + 1) % n];
+      double hop = capLoad(net, a, b);
+      net.forEachLink(a, b, [&](size_t link, bool) { hop = std::max(hop, st.load(link)); });
+      inverse += hop;
+    }
+  c.inverseRateSum = inverse;
   c.objectiveUs = st.objective(l, rho);
   return c;
 }

@@ -1,10 +1,15 @@
 // Ring order: which host follows which in the rank order.
 //
 // Cost of a ring (hosts in ring order, each host's ranks contiguous): a ring allreduce of S bytes
-// over w ranks takes 2(w-1)/w * (L + S / B), where L is the sum of the one-way latencies of all
-// w hops (every chunk goes twice around the ring, and each lap pays every hop) and B is the rate
-// of the slowest ring flow under max-min fair sharing: the minimum over links of capacity /
-// ring flows on it, over measured pair rates, and over the intra-host rate. So large messages
+// over w ranks takes 2(w-1) steps of a chunk of S/w each. A rank sends step k once it has sent
+// step k-1 and received step k-1 from its predecessor, so a step takes the larger of the slowest
+// hop's transfer, S/(w B), and the mean hop around the ring, (L + S/w * sum_h 1/B_h) / w: the
+// cycle of w dependent hops carries w steps. L is the sum of the one-way latencies of all w hops,
+// B_h a hop's rate (the minimum over its links of capacity / ring flows on it, its measured pair
+// rate, the intra-host rate) and B the least of them. The search optimises the simpler bound
+// 2(w-1)/w * (L + S / B) (the slowest transfer plus the mean latency per step), which is
+// incremental, ranks rings alike wherever the bottleneck decides and keeps the exact search
+// exact; ringAllreduceUs, which states the plan's time, takes the period above. So large messages
 // want the bottleneck minimised, small ones the latency sum; we minimise the time at one design
 // size (PlanOptions::ringBytes), which weighs both.
 //
@@ -57,10 +62,15 @@ struct RingParams {
 struct RingCost {
   double latencyUs = 0;       // L: the sum over every hop of the ring (network and intra-host)
   double bottleneckMbps = 0;  // B: the slowest flow's rate (+inf when nothing moves)
-  double objectiveUs = 0;     // allreduce time at RingParams::bytes
+  // sum_h 1/B_h over the ring's w hops (1/(Mbit/s)); 0 when unknown, then taken as w / B.
+  double inverseRateSum = 0;
+  // The search's objective at RingParams::bytes: 2(w-1)/w * (L + S / B), a bound on
+  // ringAllreduceUs (equal where latency is all or nothing), which states the time.
+  double objectiveUs = 0;
 };
 
-// Ring allreduce time of a ring with `cost` for `bytes` over `world` ranks.
+// Ring allreduce time of a ring with `cost` for `bytes` over `world` ranks: 2(w-1) steps of the
+// larger of the slowest transfer and the mean hop (the file comment).
 double ringAllreduceUs(const RingCost& cost, size_t world, double bytes);
 
 RingCost evaluateRing(const NetworkModel& net, const std::vector<int>& ring,

@@ -298,16 +298,24 @@ double trueRingUs(const Datacenter& dc, const std::vector<int>& order, uint64_t 
   for (size_t i = 0; i < n; ++i) flows.emplace_back(order[i], order[(i + 1) % n]);
   const auto rates = dc.fairMbps(flows);
   const double chunkBits = 8.0 * static_cast<double>(bytes) / static_cast<double>(n);
-  // A rank sends step s + 1 once it has sent step s and received it from its predecessor: the
-  // steady period is the larger of the slowest rank's send and the ring's mean hop (transfer
-  // and latency: the cycle around the ring takes n hops for n steps).
-  double slowest = 0, cycle = 0;
+  // Played out step by step, not by a formula (the planner states its prediction by one): rank
+  // i starts sending step k once its step k-1 send has ended and step k-1 of rank i-1 has
+  // arrived; the send takes the chunk at the hop's rate and arrives one-way latency later.
+  std::vector<double> xfer(n), oneWay(n);
   for (size_t i = 0; i < n; ++i) {
-    const double xfer = chunkBits / rates[i];
-    slowest = std::max(slowest, xfer);
-    cycle += xfer + dc.oneWayUs(flows[i].first, flows[i].second);
+    xfer[i] = chunkBits / rates[i];
+    oneWay[i] = dc.oneWayUs(flows[i].first, flows[i].second);
   }
-  return 2.0 * static_cast<double>(n - 1) * std::max(slowest, cycle / static_cast<double>(n));
+  std::vector<double> sent(n, 0.0);     // when rank i's last send ended
+  std::vector<double> arrived(n, 0.0);  // when the last chunk sent to rank i arrived there
+  std::vector<double> next(n);
+  const size_t steps = 2 * (n - 1);
+  for (size_t k = 0; k < steps; ++k) {
+    for (size_t i = 0; i < n; ++i) sent[i] = std::max(sent[i], arrived[i]) + xfer[i];
+    for (size_t i = 0; i < n; ++i) next[(i + 1) % n] = sent[i] + oneWay[i];
+    arrived.swap(next);
+  }
+  return *std::max_element(arrived.begin(), arrived.end());
 }
 
 ScenarioResult runScenario(const Scenario& sc) {

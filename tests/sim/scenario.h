@@ -44,10 +44,11 @@
 //                         rings: probe::RoundOutcome::phaseSeconds)
 //   plan_true_ms          16 MiB ring allreduce in the order planned from the probe's topology,
 //                         timed on the true network (max-min sharing of the ring's flows with the
-//                         tenants' on the datacenter's links, no noise): 2(w-1) steps, each the
-//                         larger of the slowest hop's chunk time and the ring's mean hop (chunk
-//                         time plus one-way latency): a rank waits for its own send and for its
-//                         predecessor's
+//                         tenants' on the datacenter's links, no noise): the 2(w-1) steps
+//                         played out rank by rank, a rank sending step k once it has sent step
+//                         k-1 and received step k-1 from its predecessor (each send its chunk
+//                         time at the hop's fair rate, each arrival one-way latency later); the
+//                         time of the last arrival
 //   optimum_ms            the same for the best of the order planned from the true topology, the
 //                         provider order and the plan's order
 //   provider_ms           the same for the provider's order (the input order)

@@ -79,6 +79,31 @@ TEST(Ring, AllreduceTimeFormula) {
   EXPECT_DOUBLE_EQ(ringAllreduceUs(c, 1, 1000), 0);
 }
 
+// One hop at 800 Mbit/s and three at 8000: a step is the slowest transfer where transfers are
+// long (the faster hops wait for it, their latency hidden), the mean hop where latency decides.
+TEST(Ring, AllreduceStepIsTheSlowestTransferOrTheMeanHop) {
+  RingCost c;
+  c.latencyUs = 100;
+  c.bottleneckMbps = 800;                     // 100 bytes/us
+  c.inverseRateSum = 1.0 / 800 + 3.0 / 8000;  // 1/100 + 3/1000 us per byte
+  // 1 MB: chunks of 250 000 bytes, 2 500 us on the slow hop; mean hop (100 + 3 250) / 4.
+  EXPECT_DOUBLE_EQ(ringAllreduceUs(c, 4, 1e6), 6 * 2500.0);
+  // 1 kB: chunks of 250 bytes, 2.5 us on the slow hop; mean hop (100 + 3.25) / 4.
+  EXPECT_DOUBLE_EQ(ringAllreduceUs(c, 4, 1e3), 6 * (100 + 3.25) / 4);
+}
+
+TEST(Ring, EvaluateRingSumsEveryHopsInverseRate) {
+  NetworkModel net = twoRacks();
+  RingParams p;
+  // Six hops inside the racks at the hosts' 1000 Mbit/s, two across at the uplinks' 250.
+  EXPECT_DOUBLE_EQ(evaluateRing(net, {0, 1, 2, 3, 4, 5, 6, 7}, p).inverseRateSum,
+                   6 / 1000.0 + 2 / 250.0);
+  // Four ranks per host add 24 hops at the intra-host rate.
+  p.ranksPerHost = 4;
+  EXPECT_DOUBLE_EQ(evaluateRing(net, {0, 1, 2, 3, 4, 5, 6, 7}, p).inverseRateSum,
+                   6 / 1000.0 + 2 / 250.0 + 24 / p.intraHostMbps);
+}
+
 TEST(Ring, RanksPerHostAddIntraHostHops) {
   NetworkModel net = twoRacks();
   RingParams p;
