@@ -148,9 +148,6 @@ bool orderRingByChecks(const PlanOptions& o, const std::vector<RingCheck>& check
   auto priced = [&](const std::vector<int>& order, double mbps) {
     RingCost c = evaluateRing(net, order, rp);
     c.bottleneckMbps = mbps;
-    // No hop is slower than the bottleneck: where the measured one is faster than the model's,
-    // the model's slowest hops are not what they seemed (an upper bound on the hops' sum).
-    c.inverseRateSum = std::min(c.inverseRateSum, world / mbps);
     c.objectiveUs = ringAllreduceUs(c, static_cast<size_t>(world), static_cast<double>(rp.bytes));
     return c;
   };

@@ -204,9 +204,12 @@ double ringAllreduceUs(const RingCost& cost, size_t world, double bytes) {
   const double chunk = bytes / w;
   const bool moves = std::isfinite(cost.bottleneckMbps);
   const double slowest = moves ? chunk / bytesPerUs(cost.bottleneckMbps) : 0;
-  // Per byte over all hops: sum_h 1/B_h in bytes, or w times the slowest when not known.
-  const double allHops =
-      cost.inverseRateSum > 0 ? chunk / bytesPerUs(1.0 / cost.inverseRateSum) : w * slowest;
+  // The chunk's time over all hops, sum_h chunk / B_h: no hop is slower than the bottleneck, so
+  // at most w times the slowest (a caller may have set a measured bottleneck), and that when
+  // the sum is not known.
+  const double allHops = cost.inverseRateSum > 0
+                             ? std::min(chunk / bytesPerUs(1.0 / cost.inverseRateSum), w * slowest)
+                             : w * slowest;
   const double meanHop = (cost.latencyUs + allHops) / w;
   return 2.0 * (w - 1) * std::max(slowest, meanHop);
 }

@@ -62,7 +62,8 @@ struct RingParams {
 struct RingCost {
   double latencyUs = 0;       // L: the sum over every hop of the ring (network and intra-host)
   double bottleneckMbps = 0;  // B: the slowest flow's rate (+inf when nothing moves)
-  // sum_h 1/B_h over the ring's w hops (1/(Mbit/s)); 0 when unknown, then taken as w / B.
+  // sum_h 1/B_h over the ring's w hops (1/(Mbit/s)), taken as at most w / B (no hop is slower
+  // than the bottleneck, which a caller may replace by a measured one); 0 when unknown: w / B.
   double inverseRateSum = 0;
   // The search's objective at RingParams::bytes: 2(w-1)/w * (L + S / B), a bound on
   // ringAllreduceUs (equal where latency is all or nothing), which states the time.

@@ -136,7 +136,8 @@ def main():
             lib.check(plain.returncode == 0, f"{name}: plain mpiexec ends (exit "
                       f"{plain.returncode}: {plain.stderr[-1500:]})")
             lib.check(moved >= buf, f"{name} plain: the bytes crossed the emulated uplinks "
-                      f"({moved / (1 << 20):.1f} MiB for a {buf >> 20} MiB allreduce x {kIters + 1})")
+                      f"({moved / (1 << 20):.1f} MiB for a {buf >> 20} MiB allreduce "
+                      f"x {kIters + 1})")
             lib.check(rank_hosts(plain.stdout) == dict(enumerate(provider)),
                       f"{name} plain: rank r on the provider's r-th host")
             tplain = lib.allreduce_seconds(plain.stdout, buf)
