@@ -30,9 +30,11 @@
 // With --scenario, one scenario (tests/sim/scenario.h: its keys, defaults and scoring), printed
 // as one JSON line:
 //
-//   probe_scale_bench --scenario [--topology-out FILE] [KEY=VALUE ...]
+//   probe_scale_bench --scenario [--topology-out FILE] [--truth-out FILE] [KEY=VALUE ...]
 //
 //   --topology-out  also write the probe's topology.json there (for `rankmap plan` and `show`)
+//   --truth-out     also write the true topology of the live hosts there (same names): to
+//                   compare what the probe found with what is
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -447,14 +449,16 @@ int main(int argc, char** argv) {
     try {
       rankmap::log::configure(rankmap::Config::load());  // RANKMAP_LOG=debug: the trials
       std::vector<std::string> settings(argv + 2, argv + argc);
-      std::string topologyOut;
-      if (settings.size() >= 2 && settings[0] == "--topology-out") {
-        topologyOut = settings[1];
+      std::string topologyOut, truthOut;
+      while (settings.size() >= 2 &&
+             (settings[0] == "--topology-out" || settings[0] == "--truth-out")) {
+        (settings[0] == "--topology-out" ? topologyOut : truthOut) = settings[1];
         settings.erase(settings.begin(), settings.begin() + 2);
       }
       auto sc = rankmap::sim::Scenario::parse(settings);
       auto result = rankmap::sim::runScenario(sc);
       if (!topologyOut.empty()) result.topology.save(topologyOut);
+      if (!truthOut.empty()) result.truth.save(truthOut);
       std::printf("%s\n", result.line().c_str());
     } catch (const rankmap::InvalidInput& e) {
       std::fprintf(stderr, "probe_scale_bench: %s\n", e.what());

@@ -375,6 +375,7 @@ ScenarioResult runScenario(const Scenario& sc) {
 
   ScenarioResult r;
   r.topology = out.topology;
+  r.truth = truth;
   Json& j = r.json;
   j = Json::object();
   j["hosts"] = dc.hosts();

@@ -105,6 +105,7 @@ struct Scenario {
 struct ScenarioResult {
   Json json;          // the keys out (the file comment)
   Topology topology;  // what the probe wrote
+  Topology truth;     // the datacenter's true groups and links, over the live hosts
   std::string line() const { return json.dump(); }
 };
 

@@ -2,11 +2,11 @@
 // order shuffled, ±10% noise, 3 dead hosts: what holds in every scenario, whatever the structure
 // found. The plan is never slower than the provider's order beyond 2% (the ring checks keep it
 // from an order a measurement does not support), its prediction is within 10% of its time on the
-// true network, and every dead host is named. Where the structure finds the racks (every scenario
-// but racks of two: `nearOptimum`; close latency tiers at 1:1.5 by round trips without each
-// host's offset), the plan is within 5% of the optimum (issue 43's target). What the structure
-// finds and costs in each scenario, against the issue's targets, is in docs/performance.md ("Scale:
-// scenario matrix"), from `probe_scale_bench --scenario`.
+// true network, and every dead host is named. The structure finds the racks in every scenario here
+// (close latency tiers at 1:1.5 by round trips without each host's offset), and the plan is within
+// 5% of the optimum (issue 43's target). What the structure finds and costs in each scenario,
+// against the issue's targets, is in docs/performance.md ("Scale: scenario matrix"), from
+// `probe_scale_bench --scenario`.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,7 +21,6 @@ namespace {
 struct Case {
   const char* name;
   std::vector<std::string> settings;
-  bool nearOptimum = true;  // the plan within 5% of the optimum
   // Bandwidth flows per host at most (0: not asserted). Racks 1:4 and 1:8 under pods 1:2 show
   // two slow bands in the search's first trial and find the pods in about 6 trials (31-34 flows
   // per host over the round; 42-55 when flows between racks of a pod decided nothing).
@@ -35,14 +34,14 @@ struct Case {
 const Case kCases[] = {
     {"flat_1_2", {"rack_over=2"}},
     {"flat_1_3", {"rack_over=3"}},
-    {"flat_1_4", {"rack_over=4"}, true, 35},
-    {"flat_1_8", {"rack_over=8"}, true, 35},
+    {"flat_1_4", {"rack_over=4"}, 35},
+    {"flat_1_8", {"rack_over=8"}, 35},
     {"close_tiers", {"rack_over=1.5", "pod_over=1.5", "rack_us=3", "pod_us=4", "jitter_us=5"}},
     {"unequal", {"rack_sizes=1,48,7,33,16,2,40,24", "racks_per_pod=3,9,5,13"}},
-    {"slow_hosts", {"slow=0.1", "slow_factor=0.4"}, true, 32, 0.98},
+    {"slow_hosts", {"slow=0.1", "slow_factor=0.4"}, 32, 0.98},
     {"thinned_and_tenants", {"thin=6", "background=2048"}},
     {"racks_1_8_pods_1_1", {"rack_over=8", "pod_over=1"}},
-    {"racks_of_2", {"rack_sizes=2", "rack_over=2"}, false},
+    {"racks_of_2", {"rack_sizes=2", "rack_over=2"}},
 };
 
 class ScenarioMatrix : public ::testing::TestWithParam<std::tuple<size_t, int>> {};
@@ -59,9 +58,7 @@ TEST_P(ScenarioMatrix, NeverSlowerThanTheProviderAndPredictedWithinTenPercent) {
   EXPECT_LE(plan, 1.02 * provider) << j.dump();
   EXPECT_LE(std::abs(predicted / plan - 1), 0.10) << j.dump();
   EXPECT_EQ(j["dead_found"], 3) << j.dump();
-  if (c.nearOptimum) {
-    EXPECT_LE(plan, 1.05 * static_cast<double>(j["optimum_ms"])) << j.dump();
-  }
+  EXPECT_LE(plan, 1.05 * static_cast<double>(j["optimum_ms"])) << j.dump();
   if (c.maxFlowsPerHost > 0) {
     EXPECT_LE(static_cast<double>(j["flows_per_host"]), c.maxFlowsPerHost) << j.dump();
   }
@@ -78,6 +75,26 @@ INSTANTIATE_TEST_SUITE_P(Hosts1024, ScenarioMatrix,
                            return std::string(kCases[std::get<0>(info.param)].name) + "_seed" +
                                   std::to_string(std::get<1>(info.param));
                          });
+
+// Racks of two behind uplinks of one host's rate, where one rack split costs the ring half its
+// rate (1.86x the optimum). Seed 8: a host of two racks read like a slow one and stood by, so that
+// its rack-mate's uplink was never full and round trips between those two racks and two hosts
+// whose rack-mate is dead read near: one group of six, whose ring split both racks; a bystander's
+// flow at its host rate now ends its standing by (probe/structure.cc, kBystanderProbes). Seed 17:
+// the last racks left read just above the near cut in trials of many round trips, and the trials
+// after, too few round trips to judge queues by, were read as "no queues"; they are now read as
+// the trial before.
+class RacksOfTwo : public ::testing::TestWithParam<int> {};
+
+TEST_P(RacksOfTwo, EveryPairKeptTogether) {
+  const Json j = runScenario(Scenario::parse({"hosts=1024", "seed=" + std::to_string(GetParam()),
+                                              "rack_sizes=2", "rack_over=2"}))
+                     .json;
+  EXPECT_LE(static_cast<double>(j["plan_true_ms"]), 1.05 * static_cast<double>(j["optimum_ms"]))
+      << j.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, RacksOfTwo, ::testing::Values(8, 17));
 
 }  // namespace
 }  // namespace rankmap::sim
