@@ -874,6 +874,17 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
   const bool rateKnown = hostRate > 0;
   bool twoBands = false;
   bool searchBands = false;  // the first trial showed two slow bands
+  // The host rate carried in is in doubt: the search's first trial showed one band, below it
+  // (the flows' median under kLoadedFullShare of it). In racks of two every flow inside a pod
+  // crosses a rack's uplink and reads about half the host links' rate, but the host rate carried
+  // in from the search above, the pods' top band, can be 674 Mbit/s: the crossing flows sit
+  // within a band of it, no slow band shows, and the search read one band, or, its near cut
+  // (kNearFraction) below them, joined racks by them (1024 hosts, seed 24: no racks, 1.93x the
+  // optimum). So such a search pings from its second trial, and a flow reads near only at
+  // kLoadedFullShare of the host rate, as one inside a group does; round trips decide the rest.
+  // Only with loaded round trips: on the 2-core emulated cloud flows inside racks read anywhere
+  // from half their host rate up.
+  bool rateInDoubt = false;
   // A trial's loaded round trips showed queues: from then on every flow crosses a boundary and
   // the round trips decide the pairs the flows decided before.
   bool loading = false;
@@ -985,12 +996,13 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
         receiving[static_cast<size_t>(r)] = 1;
         flows.emplace_back(h, r);
       }
-      // Inside groups (the host rate known), not before a trial showed a slow band: where no
-      // boundary is left inside them, every flow runs at its host rate and fills its hosts' own
-      // links, so that their round trips read nothing (two trials of 31 000 at 1024 hosts in racks
-      // of 32). The search over all hosts pings from its first trial, whose flows may all read
-      // alike (racks of two behind uplinks of one host's rate).
-      if (!pinging || (rateKnown && !twoBands)) continue;
+      // Inside groups (the host rate known), not before a trial showed a slow band, or the host
+      // rate is in doubt (rateInDoubt): where no boundary is left inside them, every flow runs at
+      // its host rate and fills its hosts' own links, so that their round trips read nothing
+      // (two trials of 31 000 at 1024 hosts in racks of 32). The search over all hosts pings
+      // from its first trial, whose flows may all read alike (racks of two behind uplinks of
+      // one host's rate).
+      if (!pinging || (rateKnown && !twoBands && !rateInDoubt)) continue;
       // Each sender's pings: groups with a near reading first, then bystanders (kSelfFullRatio),
       // then others not decided apart, one host of each (the hosts are shuffled), from a random
       // place in the parent's list.
@@ -1166,6 +1178,11 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
           queues || std::any_of(obs.begin(), obs.end(), [&](const Obs& o) {
             return o.mbps < (rateKnown ? hostRate / kBandwidthLevelRatio : kFarFraction * hostRate);
           });
+    if (pinging && rateKnown && trial == 0 && !twoBands) {
+      std::vector<double> rates;
+      for (size_t k = firstOfTrial; k < obs.size(); ++k) rates.push_back(obs[k].mbps);
+      rateInDoubt = !rates.empty() && median(rates) < kLoadedFullShare * hostRate;
+    }
     if (!twoBands) {
       // One band so far: either no congested uplink, or no flow has yet crossed one. A few fresh
       // trials decide which.
@@ -1206,7 +1223,10 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       if (trial == 0) searchBands = own.has_value();
       for (size_t k = firstOfTrial; k < obs.size(); ++k) obs[k].own = own;
     }
-    auto nearOf = [&](const Obs& o) { return o.mbps >= (o.own ? o.own->near : cuts.near); };
+    auto nearOf = [&](const Obs& o) {
+      return o.mbps >= (o.own ? o.own->near : cuts.near) &&
+             (!rateInDoubt || o.mbps >= kLoadedFullShare * hostRate);
+    };
     auto farOf = [&](const Obs& o) { return o.mbps < (o.own ? o.own->far : cuts.far); };
     // Near unites; far separates (kFarReadings of them from as many trials, or one below
     // kVeryFarFraction), unless a near reading between the two groups exists: a low reading can
