@@ -27,7 +27,7 @@ namespace rankmap {
 
 // The relative noise of one probe reading (a single flow's rate, a ping's floor) that the probe
 // and the planner both assume, so that they agree on what counts as a difference: the probe
-// takes a host link's readings within this fraction of its best as one (probe::kHostBand), and
+// takes a host link's readings within the noise's width of its best as one (probe::kHostBand), and
 // the planner treats rings whose predicted times differ by less than the noise of what differs
 // between them as equal (reorder::RingParams::noise).
 inline constexpr double kProbeNoise = 0.1;

@@ -447,7 +447,7 @@ Topology repairGroups(RoundState& s, const Topology& t, const std::vector<GroupC
   }
   for (size_t l = 0; l < levels.size() && !s.stopped(); ++l) {
     if (std::none_of(upRedo[l].begin(), upRedo[l].end(), [](char c) { return c != 0; })) continue;
-    auto cap = measureUplinks(s, st, l, links.hosts, upRedo[l]);
+    auto cap = measureUplinks(s, st, l, links, upRedo[l]);
     for (size_t g = 0; g < upRedo[l].size() && g < cap.size(); ++g)
       if (upRedo[l][g]) links.uplinks[l][g] = cap[g];
     s.report({"links", 2 + 3 * (l + 1), steps,
