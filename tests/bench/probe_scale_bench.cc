@@ -463,6 +463,9 @@ int main(int argc, char** argv) {
     } catch (const rankmap::InvalidInput& e) {
       std::fprintf(stderr, "probe_scale_bench: %s\n", e.what());
       return 2;
+    } catch (const rankmap::IoError& e) {  // --topology-out or --truth-out not writable
+      std::fprintf(stderr, "probe_scale_bench: %s\n", e.what());
+      return 1;
     }
     return 0;
   }
