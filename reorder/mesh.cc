@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -415,6 +416,119 @@ double MeshModel::phaseUs(const std::vector<int>& order, const Phase& p) const {
   return partUs(order, p.steps, p.flows, intra, p.hops);
 }
 
+namespace {
+// The weight of a minimum cut of an undirected graph on `v` nodes (Stoer-Wagner), `w` its
+// symmetric v x v weights; 0 when it is not connected.
+double minCutWeight(size_t v, std::vector<double> w) {
+  if (v < 2) return 0;
+  std::vector<size_t> alive(v);
+  std::iota(alive.begin(), alive.end(), 0);
+  std::vector<double> key(v);
+  std::vector<char> added(v);
+  double best = std::numeric_limits<double>::infinity();
+  while (alive.size() > 1) {
+    for (size_t a : alive) key[a] = 0, added[a] = 0;
+    size_t prev = alive[0], last = alive[0];
+    for (size_t i = 0; i < alive.size(); ++i) {  // maximum adjacency order
+      size_t sel = v;
+      for (size_t a : alive)
+        if (!added[a] && (sel == v || key[a] > key[sel])) sel = a;
+      added[sel] = 1;
+      prev = last;
+      last = sel;
+      for (size_t a : alive)
+        if (!added[a]) key[a] += w[sel * v + a];
+    }
+    best = std::min(best, key[last]);  // the cut between `last` and the rest
+    for (size_t a : alive) {
+      w[prev * v + a] += w[last * v + a];
+      w[a * v + prev] = w[prev * v + a];
+    }
+    w[prev * v + prev] = 0;
+    alive.erase(std::find(alive.begin(), alive.end(), last));
+  }
+  return best;
+}
+}  // namespace
+
+double MeshModel::lowerBoundUs() const {
+  size_t n = net_.n;
+  std::vector<double> hostRates(net_.hostMbps.begin(), net_.hostMbps.end());
+  std::sort(hostRates.rbegin(), hostRates.rend());
+  double minLatency = std::numeric_limits<double>::infinity();
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = a + 1; b < n; ++b)
+      minLatency = std::min(minLatency, net_.latencyUs(static_cast<int>(a), static_cast<int>(b)));
+  // Per level: its groups' sizes, largest first, and all their uplinks' capacity both ways.
+  struct Level {
+    std::vector<int> sizes;
+    double bytesPerUs = 0;
+  };
+  std::vector<Level> levels(net_.levels);
+  for (size_t s = 0; s < net_.switches(); ++s) {
+    Level& l = levels[static_cast<size_t>(net_.switchLevel[s])];
+    l.sizes.push_back(net_.switchSize[s]);
+    l.bytesPerUs += 2 * bytesPerUs(net_.uplinkMbps[s]);
+  }
+  for (auto& l : levels) std::sort(l.sizes.rbegin(), l.sizes.rend());
+  // Groups of one dimension mostly have the same traffic shape: their cut is computed once.
+  std::map<std::vector<double>, std::pair<size_t, double>> cuts;  // shape -> positions, cut
+  double total = 0;
+  for (const Phase& p : phases_) {
+    std::vector<double> out(n, 0), in(n, 0);
+    double bytes = 0;
+    for (const Traffic& t : p.flows) {
+      out[static_cast<size_t>(t.a)] += t.bytes;
+      in[static_cast<size_t>(t.b)] += t.bytes;
+      bytes += t.bytes;
+    }
+    std::sort(out.rbegin(), out.rend());
+    std::sort(in.rbegin(), in.rend());
+    double network = bytes / bytesPerUs(net_.fabricMbps);
+    for (size_t i = 0; i < n; ++i)
+      network = std::max(network, std::max(out[i], in[i]) / bytesPerUs(hostRates[i]));
+    std::vector<double> crossing(levels.size(), 0);
+    for (const GroupPart& g : p.groups) {
+      if (g.flows.empty()) continue;
+      std::map<int, size_t> node;
+      std::vector<double> shape;
+      for (const Traffic& t : g.flows)
+        for (int pos : {t.a, t.b}) node.emplace(pos, node.size());
+      for (const Traffic& t : g.flows)
+        shape.insert(shape.end(),
+                     {static_cast<double>(node[t.a]), static_cast<double>(node[t.b]), t.bytes});
+      auto it = cuts.find(shape);
+      if (it == cuts.end()) {
+        size_t v = node.size();
+        std::vector<double> w(v * v, 0);
+        for (const Traffic& t : g.flows) {
+          size_t a = node[t.a], b = node[t.b];
+          w[a * v + b] += t.bytes;
+          w[b * v + a] += t.bytes;
+        }
+        it = cuts.emplace(shape, std::pair{v, minCutWeight(v, std::move(w))}).first;
+      }
+      auto [positions, cut] = it->second;
+      for (size_t l = 0; l < levels.size(); ++l) {
+        size_t spanned = 0, held = 0;
+        while (held < positions && spanned < levels[l].sizes.size())
+          held += static_cast<size_t>(levels[l].sizes[spanned++]);
+        if (spanned >= 2) crossing[l] += static_cast<double>(spanned) * cut;
+      }
+    }
+    for (size_t l = 0; l < levels.size(); ++l)
+      if (levels[l].bytesPerUs > 0) network = std::max(network, crossing[l] / levels[l].bytesPerUs);
+    double intra = 0;
+    for (double b : p.intra) intra = std::max(intra, b);
+    double hop = 0;
+    for (auto [a, b] : p.hops)
+      hop = std::max(hop,
+                     (a == b ? params_.intraHostLatencyUs : minLatency) + params_.stepOverheadUs);
+    total += std::max(network, intra / bytesPerUs(params_.intraHostMbps)) + p.steps * hop;
+  }
+  return total;
+}
+
 std::vector<std::vector<double>> MeshModel::groupUs(const std::vector<int>& order) const {
   RANKMAP_ASSERT(order.size() == net_.n);
   std::vector<std::vector<double>> out(dims_.size());
@@ -670,28 +784,68 @@ MeshPlacement placeMesh(const MeshModel& model, const std::vector<int>& walk, do
   std::vector<size_t> st = strides(dims);
   std::vector<size_t> rank(dims.size());
   std::iota(rank.begin(), rank.end(), 0);
+  // A layout: parts of dimensions, fastest first; a part is the coordinate's digit (c / div) %
+  // mod (a whole dimension: div 1, mod its size). Positions sorted by their parts' digits, the
+  // slowest first, fill the walk.
+  struct Part {
+    size_t dim, div, mod;
+    std::string name;
+  };
+  auto lay = [&](const std::vector<Part>& parts, const std::string& name,
+                 std::vector<std::pair<std::string, std::vector<int>>>& into) {
+    std::vector<std::vector<size_t>> keys(n);
+    for (size_t p = 0; p < n; ++p) {
+      size_t r = p * rph;
+      for (size_t x = parts.size(); x-- > 0;) {
+        const Part& q = parts[x];
+        keys[p].push_back((r / st[q.dim] % static_cast<size_t>(dims[q.dim].size)) / q.div % q.mod);
+      }
+    }
+    std::vector<int> seq(n);
+    std::iota(seq.begin(), seq.end(), 0);
+    std::stable_sort(seq.begin(), seq.end(), [&](int a, int b) {
+      return keys[static_cast<size_t>(a)] < keys[static_cast<size_t>(b)];
+    });
+    for (const auto& [how, w] : walks) {
+      std::vector<int> order(n);
+      for (size_t i = 0; i < n; ++i) order[static_cast<size_t>(seq[i])] = w[i];
+      into.emplace_back(name + how, std::move(order));
+    }
+  };
+  std::vector<std::pair<std::string, std::vector<int>>> splits;
   if (dims.size() <= 5) {
     do {
-      std::vector<int> seq(n);
-      std::iota(seq.begin(), seq.end(), 0);
-      auto key = [&](int p) {
-        std::vector<size_t> k;
-        size_t r = static_cast<size_t>(p) * rph;
-        for (size_t x = rank.size(); x-- > 0;) {
-          size_t d = rank[x];
-          k.push_back((r / st[d]) % static_cast<size_t>(dims[d].size));
-        }
-        return k;
+      std::vector<Part> parts;
+      for (size_t d : rank)
+        parts.push_back({d, 1, static_cast<size_t>(dims[d].size), dims[d].name});
+      auto nameOf = [](const std::vector<Part>& ps) {
+        std::string name = "layout ";
+        for (size_t x = 0; x < ps.size(); ++x) name += (x ? "," : "") + ps[x].name;
+        return name;
       };
-      std::stable_sort(seq.begin(), seq.end(), [&](int a, int b) { return key(a) < key(b); });
-      std::string name = "layout ";
-      for (size_t x = 0; x < rank.size(); ++x) name += (x ? "," : "") + dims[rank[x]].name;
-      for (const auto& [how, w] : walks) {
-        std::vector<int> order(n);
-        for (size_t i = 0; i < n; ++i) order[seq[i]] = w[i];
-        candidates.emplace_back(name + how, std::move(order));
+      lay(parts, nameOf(parts), candidates);
+      // The fastest dimension split: its low part fastest, its high part after the j-th.
+      size_t d0 = rank[0], s0 = static_cast<size_t>(dims[d0].size);
+      for (size_t f = 2; rank.size() >= 2 && f < s0; ++f) {
+        if (s0 % f != 0) continue;
+        for (size_t j = 2; j <= rank.size(); ++j) {
+          std::vector<Part> ps = parts;
+          ps[0] = {d0, 1, f, fmt::format("{}%{}", dims[d0].name, f)};
+          ps.insert(ps.begin() + static_cast<long>(j),
+                    Part{d0, f, s0 / f, fmt::format("{}/{}", dims[d0].name, f)});
+          lay(ps, nameOf(ps), splits);
+        }
       }
     } while (std::next_permutation(rank.begin(), rank.end()));
+  }
+  // The split layouts lowest by the link-load bound join the candidates.
+  if (!splits.empty()) {
+    std::vector<std::pair<double, size_t>> byBound;
+    for (size_t i = 0; i < splits.size(); ++i)
+      byBound.emplace_back(model.loadProfile(splits[i].second).first, i);
+    std::sort(byBound.begin(), byBound.end());
+    for (size_t k = 0; k < std::min(kMeshSplitLayouts, byBound.size()); ++k)
+      candidates.push_back(std::move(splits[byBound[k].second]));
   }
   // Small jobs: also random starts, polished (a single swap cannot undo a layout's choice of
   // which groups share a rack; the exact search showed the layouts alone up to 17% slower).

@@ -26,7 +26,11 @@
 // each ranking of the dimensions by locality, the mesh's host positions sorted so that the
 // dimensions to keep local vary fastest, laid onto the world ring's walk (rack by rack, racks of
 // a pod together) so that their groups fill racks first, and onto the same walk with each pod's
-// racks largest first and smallest first (unequal racks holding whole groups). Each candidate is
+// racks largest first and smallest first (unequal racks holding whole groups). Also layouts that
+// split the fastest dimension by a divisor, its low part fastest and its high part outside one
+// or more slower dimensions (a rack holds a block of each group of the first dimension and
+// whole groups of the second, where neither fits whole), the kMeshSplitLayouts lowest by the
+// link-load bound. Each candidate is
 // improved by swapping
 // hosts between positions while the busiest link's load falls (the link-load bound, updated per
 // swap from the flows of the two positions). Up to kMeshPolishMaxHosts hosts, the candidates,
@@ -59,6 +63,9 @@ inline constexpr size_t kMeshPolishStarts = 32;
 inline constexpr int kMeshPolishPasses = 10;
 // ... and then kicked this many times from the best (three random swaps, polished again).
 inline constexpr size_t kMeshKicks = 64;
+// Layouts that split the fastest dimension in two (its low part fastest, its high part further
+// out): this many of them, the lowest by the link-load bound, join the candidates.
+inline constexpr size_t kMeshSplitLayouts = 3;
 
 // "pp=2,dp=4,tp=8": dimensions outermost first. Traffic is left empty (meshTraffic fills it).
 // Throws InvalidInput naming `source` and the item: not NAME=SIZE, a size below 1, a name twice.
@@ -141,6 +148,16 @@ class MeshModel {
   // tests/bench/mesh_bench's baseline.
   std::vector<int> anneal(std::vector<int> order, size_t moves, double startFraction,
                           double normWeight, uint64_t seed) const;
+
+  // A lower bound of stepUs() over every order, microseconds, from counting alone (it assumes
+  // nothing about layouts: tests/bench/mesh_bench scores the heuristic against it). Per phase:
+  // the latest of (a) its flows on the host links, the heaviest positions on the fastest hosts;
+  // (b) per level, each group of positions spans at least as many of the level's groups as the
+  // largest of them need to hold it, and the uplink of each one it spans carries at least the
+  // minimum cut of its traffic, both ways together; those bytes spread over all the level's
+  // uplinks; (c) all its network bytes at the fabric rate; (d) its busiest position's bytes
+  // between its own ranks; plus its steps times the cheapest hop it could have.
+  double lowerBoundUs() const;
 
   // The same by the step model itself (every swap evaluated in full): small jobs only.
   std::vector<int> polish(std::vector<int> order, int passes) const;

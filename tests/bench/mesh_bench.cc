@@ -4,7 +4,8 @@
 //   mesh_bench small [cases=200] [seed=1]
 //       Random jobs of 4-12 hosts (racks of random sizes, 1 or 2 ranks per host, 2-3 mesh
 //       dimensions with random traffic): placeMesh's predicted step against the exact search's
-//       (exactMeshOrder). Prints the ratio's distribution and every case above 1.05.
+//       (exactMeshOrder), and the exact search's against the lower bound (which must never be
+//       above it). Prints the ratios' distributions and every case above 1.05.
 //   mesh_bench large [hosts=1024] [rack=32] [pod=8] [over=4] [podover=2]
 //   [mesh=pp=4,dp=hosts/4,tp=rph]
 //                    [rph=8] [traffic=...] [starts=8] [anneal=0] [temperature=0.05] [norm=0]
@@ -17,7 +18,8 @@
 //       moves from `temperature` x the start's energy, the bound plus `norm` x the link times'
 //       2-norm, default 0 moves = not run, then the local
 //       search) from as many random orders; and the same search continued from the heuristic's
-//       order. Prints the predicted steps, the world ring's order and the input order.
+//       order; and the lower bound over every order (MeshModel::lowerBoundUs). Prints the
+//       predicted steps, the world ring's order and the input order.
 // Predicted times are the step model's (reorder/mesh.h), the planner's own model of the link
 // model it was given: this compares searches, not the model with a network.
 #include <algorithm>
@@ -78,8 +80,8 @@ int small(const std::map<std::string, std::string>& kv) {
   auto pick = [&](int lo, int hi) { return lo + static_cast<int>(rng() % (hi - lo + 1)); };
   const char* colls[] = {"allreduce", "allgather", "sendrecv", "alltoall", "broadcast"};
   const char* sizes[] = {"1MiB", "8MiB", "64MiB", "256MiB"};
-  std::vector<double> ratios;
-  int above = 0;
+  std::vector<double> ratios, boundRatios;
+  int above = 0, broken = 0;
   for (int c = 0; c < cases; ++c) {
     // Hosts in racks: 2-4 racks of 1-6 hosts, at most 12 hosts.
     std::vector<int> label;
@@ -140,6 +142,13 @@ int small(const std::map<std::string, std::string>& kv) {
     if (!exact) continue;
     double ratio = p.times.stepUs / exact->times.stepUs;
     ratios.push_back(ratio);
+    double bound = model.lowerBoundUs();
+    boundRatios.push_back(exact->times.stepUs / bound);
+    if (bound > exact->times.stepUs * (1 + 1e-9)) {
+      ++broken;
+      fmt::print("case {}: lower bound {:.6g} us above the exact search's {:.6g} us\n", c, bound,
+                 exact->times.stepUs);
+    }
     if (ratio > 1.05) {
       ++above;
       fmt::print(
@@ -154,10 +163,12 @@ int small(const std::map<std::string, std::string>& kv) {
   if (ratios.empty()) return 1;
   fmt::print(
       "small: {} cases, heuristic / exact: median {:.4f}, p90 {:.4f}, max {:.4f}; "
-      "above 1.05: {}\n",
+      "above 1.05: {}\n"
+      "  exact / lower bound: median {:.4f}, p90 {:.4f}, max {:.4f}; bound above exact: {}\n",
       ratios.size(), percentile(ratios, 0.5), percentile(ratios, 0.9), percentile(ratios, 1.0),
-      above);
-  return above ? 1 : 0;
+      above, percentile(boundRatios, 0.5), percentile(boundRatios, 0.9),
+      percentile(boundRatios, 1.0), broken);
+  return above || broken ? 1 : 0;
 }
 
 int large(const std::map<std::string, std::string>& kv) {
@@ -190,6 +201,9 @@ int large(const std::map<std::string, std::string>& kv) {
   rp.ranksPerHost = rph;
   MeshModel model(r.model, o.mesh, rp);
   double heuristic = model.stepUs(r.order);
+  auto tb = std::chrono::steady_clock::now();
+  double bound = model.lowerBoundUs();
+  double boundS = std::chrono::duration<double>(std::chrono::steady_clock::now() - tb).count();
   // The baseline: local search from random orders.
   std::mt19937_64 rng(seed * 7919 + 1);
   double baseline = INFINITY;
@@ -227,11 +241,14 @@ int large(const std::map<std::string, std::string>& kv) {
       "  predicted step: heuristic {:.4g} s; baseline ({:.1f} s): local search from {} random "
       "starts {:.4g} s, annealing from as many {:.4g} s, from the heuristic's order {:.4g} s; "
       "heuristic / best {:.4f}\n"
+      "  lower bound over every order (MeshModel::lowerBoundUs, {:.2f} s): {:.4g} s; heuristic / "
+      "bound {:.4f}\n"
       "  world ring's order {:.4g} s ({:.2f}x the heuristic), input order {:.4g} s ({:.2f}x)\n",
       r.model.n, rph, rack, over, pod, podOver, meshText(o.mesh), seed, planS, r.meshBasis,
       heuristic / 1e6, baseS, starts, baseline / 1e6, annealed / 1e6, further / 1e6,
-      heuristic / std::min({baseline, further, annealed}), m.worldRingStepUs / 1e6,
-      m.worldRingStepUs / heuristic, m.inputStepUs / 1e6, m.inputStepUs / heuristic);
+      heuristic / std::min({baseline, further, annealed}), boundS, bound / 1e6, heuristic / bound,
+      m.worldRingStepUs / 1e6, m.worldRingStepUs / heuristic, m.inputStepUs / 1e6,
+      m.inputStepUs / heuristic);
   return 0;
 }
 

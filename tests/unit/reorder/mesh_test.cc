@@ -2,6 +2,8 @@
 // plan.json's "mesh".
 #include <gtest/gtest.h>
 
+#include <numeric>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -158,27 +160,32 @@ TEST(Mesh, EachGroupAloneIsTimedOnItsOwnTraffic) {
   for (size_t g = 0; g < 4; ++g) EXPECT_NEAR(mixed[1][g], alone[1][g], 1e-9 * alone[1][g]);
 }
 
-// The heuristic against every arrangement the model can tell apart, on small jobs.
-TEST(Mesh, PlacementIsWithinFivePercentOfTheExactSearch) {
-  struct Case {
-    std::vector<int> racks;
-    std::string mesh, traffic;
-    int rph;
-  };
-  const Case cases[] = {
-      {{4, 4}, "dp=4,pp=2", "", 1},
-      {{4, 4}, "pp=2,dp=4", "", 1},
-      {{4, 4}, "dp=2,pp=2,tp=2", "", 1},
-      {{4, 4}, "ep=8", "", 1},
-      {{4, 4}, "dp=4,pp=2,tp=2", "", 2},
-      {{5, 4, 3}, "dp=3,pp=4", "", 1},
-      {{5, 4, 3}, "dp=4,pp=3", "", 1},
-      {{5, 4, 3}, "pp=2,dp=6", "dp=allreduce:64MiB,pp=sendrecv:64MiB", 1},
-      {{6, 6}, "dp=6,pp=2", "", 1},
-      {{3, 3, 3}, "dp=3,tp=3", "dp=allreduce:64MiB,tp=allreduce:64MiB", 1},
-      {{2, 2, 2, 2}, "dp=4,pp=2", "", 1},
-  };
-  for (const auto& c : cases) {
+// Small jobs, each checked against the exact search.
+struct SmallCase {
+  std::vector<int> racks;
+  std::string mesh, traffic;
+  int rph;
+};
+const SmallCase kSmallCases[] = {
+    {{4, 4}, "dp=4,pp=2", "", 1},
+    {{4, 4}, "pp=2,dp=4", "", 1},
+    {{4, 4}, "dp=2,pp=2,tp=2", "", 1},
+    {{4, 4}, "ep=8", "", 1},
+    {{4, 4}, "dp=4,pp=2,tp=2", "", 2},
+    {{5, 4, 3}, "dp=3,pp=4", "", 1},
+    {{5, 4, 3}, "dp=4,pp=3", "", 1},
+    {{5, 4, 3}, "pp=2,dp=6", "dp=allreduce:64MiB,pp=sendrecv:64MiB", 1},
+    {{6, 6}, "dp=6,pp=2", "", 1},
+    {{3, 3, 3}, "dp=3,tp=3", "dp=allreduce:64MiB,tp=allreduce:64MiB", 1},
+    {{2, 2, 2, 2}, "dp=4,pp=2", "", 1},
+    {{2, 2, 2, 2}, "dp=4,pp=2", "dp=broadcast:8MiB,pp=allgather:64MiB", 1},
+};
+
+// The heuristic against every arrangement the model can tell apart, on small jobs; the lower
+// bound (lowerBoundUs) below the best of them and below random orders.
+TEST(Mesh, PlacementIsWithinFivePercentOfTheExactSearchAndTheBoundBelowEveryOrder) {
+  std::mt19937_64 rng(7);
+  for (const auto& c : kSmallCases) {
     SCOPED_TRACE(c.mesh);
     NetworkModel net = racks(c.racks);
     RingParams rp;
@@ -195,7 +202,52 @@ TEST(Mesh, PlacementIsWithinFivePercentOfTheExactSearch) {
         << ::testing::PrintToString(exact->order) << " dims "
         << ::testing::PrintToString(p.times.dimUs) << " vs "
         << ::testing::PrintToString(exact->times.dimUs);
+    double bound = model.lowerBoundUs();
+    EXPECT_GT(bound, 0);
+    EXPECT_LE(bound, exact->times.stepUs * (1 + 1e-9));
+    for (int k = 0; k < 50; ++k) {
+      std::shuffle(walk.begin(), walk.end(), rng);
+      EXPECT_LE(bound, model.stepUs(walk) * (1 + 1e-9));
+    }
   }
+}
+
+// The lower bound is tight where counting alone decides: dp groups that cannot fit in a rack
+// cross each uplink once each way; groups that fit are held by the host links.
+TEST(Mesh, LowerBoundIsTightWhereCountingDecides) {
+  // One data-parallel allreduce of 8 hosts over two racks: at best each uplink carries one hop
+  // each way, 2 x 7/8 x 64 MiB at 250 Mbit/s, the bound's uplink term; the host links (1000)
+  // allow four times that.
+  NetworkModel net = racks({4, 4});
+  MeshModel ring(net, mesh("dp=8", "dp=allreduce:64MiB"), RingParams{});
+  double hopBytes = 2.0 * 7 / 8 * 64 * 1048576;
+  double bound = ring.lowerBoundUs();
+  EXPECT_GE(bound, hopBytes / bytesPerUs(250));
+  EXPECT_LE(bound, exactMeshOrder(ring, 200000)->times.stepUs * (1 + 1e-9));
+  EXPECT_GT(bound, exactMeshOrder(ring, 200000)->times.stepUs * 0.95);
+  // Two groups of four that fit in the racks: the host links bound it.
+  MeshModel fits(net, mesh("pp=2,dp=4", "dp=allreduce:64MiB,pp=sendrecv:1KiB"), RingParams{});
+  auto best = exactMeshOrder(fits, 200000);
+  EXPECT_GT(fits.lowerBoundUs(), best->times.stepUs * 0.95);
+}
+
+// Where a pipeline's hops cross the pods' uplinks whenever each data-parallel group has a pod,
+// a rack takes a block of two data-parallel groups' hosts and half of each pipeline: the layout
+// that splits the fastest dimension (what the 1024-host rows of docs/performance.md need).
+// 128 hosts x 8 ranks in racks of 8 at 1:16 and pods of 4 racks at 1:2, dp=32 x pp=4 x tp=8.
+TEST(Mesh, SplitLayoutsPutBlocksOfGroupsInRacks) {
+  std::vector<int> rack, pod;
+  for (int h = 0; h < 128; ++h) rack.push_back(h / 8), pod.push_back(h / 32);
+  NetworkModel net = modelFromHierarchy(hierarchyOf({rack, pod}), std::vector<double>(128, 10000),
+                                        {5000, 10000}, 2, {5, 20});
+  RingParams rp;
+  rp.ranksPerHost = 8;
+  MeshModel model(net, mesh("dp=32,pp=4,tp=8"), rp);
+  std::vector<int> walk(net.n);
+  std::iota(walk.begin(), walk.end(), 0);
+  MeshPlacement p = placeMesh(model, walk, 0.01);
+  EXPECT_NE(p.basis.find('%'), std::string::npos) << p.basis;
+  EXPECT_LT(p.times.stepUs, model.lowerBoundUs() * 1.3) << p.basis;
 }
 
 // The annealing baseline (tests/bench/mesh_bench) returns an order of the same hosts, and the
