@@ -1539,6 +1539,18 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
                  groupCount(next), groupCount(inner), evidence.size() - trialsBefore, kept.size(),
                  searched);
     if (groupCount(next) <= groupCount(inner)) break;
+    // A split of a minority of the groups searched corrects the level above (groups it merged:
+    // a small rack taken into its neighbour), not a level of its own: the switches of a level
+    // split (almost) every group of the level above that is large enough to be searched. The
+    // groups that did not split are leaves: nothing is searched inside them again.
+    if (found.size() >= 2 && 2 * kept.size() < searched) {
+      RANKMAP_INFO(Probe,
+                   "probe round: bandwidth structure: {} of {} groups split: the level above "
+                   "corrected, no new level",
+                   kept.size(), searched);
+      found.back() = next;
+      break;
+    }
     found.push_back(next);
     inner = next;
   }

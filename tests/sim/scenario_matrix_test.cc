@@ -4,9 +4,9 @@
 // from an order a measurement does not support), its prediction is within 10% of its time on the
 // true network, and every dead host is named. The structure finds the racks in every scenario here
 // (close latency tiers at 1:1.5 by round trips without each host's offset), and the plan is within
-// 5% of the optimum (issue 43's target). What the structure finds and costs in each scenario,
-// against the issue's targets, is in docs/performance.md ("Scale: scenario matrix"), from
-// `probe_scale_bench --scenario`.
+// 5% of the optimum (issue 43's target), with no more levels than the network has. What the
+// structure finds and costs in each scenario, against the issue's targets, is in
+// docs/performance.md ("Scale: scenario matrix"), from `probe_scale_bench --scenario`.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -59,6 +59,10 @@ TEST_P(ScenarioMatrix, NeverSlowerThanTheProviderAndPredictedWithinTenPercent) {
   EXPECT_LE(std::abs(predicted / plan - 1), 0.10) << j.dump();
   EXPECT_EQ(j["dead_found"], 3) << j.dump();
   EXPECT_LE(plan, 1.05 * static_cast<double>(j["optimum_ms"])) << j.dump();
+  // Every scenario's network has two levels (racks, pods). A third was the racks found twice:
+  // the search inside the racks found split a few (a small rack merged into its neighbour) and
+  // stated that as a level; it now corrects the racks (probe/structure.cc).
+  EXPECT_LE(static_cast<int>(j["levels"]), 2) << j.dump();
   if (c.maxFlowsPerHost > 0) {
     EXPECT_LE(static_cast<double>(j["flows_per_host"]), c.maxFlowsPerHost) << j.dump();
   }
