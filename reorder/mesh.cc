@@ -812,17 +812,17 @@ MeshPlacement placeMesh(const MeshModel& model, const std::vector<int>& walk, do
       into.emplace_back(name + how, std::move(order));
     }
   };
+  auto nameOf = [](const std::vector<Part>& ps) {
+    std::string name = "layout ";
+    for (size_t x = 0; x < ps.size(); ++x) name += (x ? "," : "") + ps[x].name;
+    return name;
+  };
   std::vector<std::pair<std::string, std::vector<int>>> splits;
   if (dims.size() <= 5) {
     do {
       std::vector<Part> parts;
       for (size_t d : rank)
         parts.push_back({d, 1, static_cast<size_t>(dims[d].size), dims[d].name});
-      auto nameOf = [](const std::vector<Part>& ps) {
-        std::string name = "layout ";
-        for (size_t x = 0; x < ps.size(); ++x) name += (x ? "," : "") + ps[x].name;
-        return name;
-      };
       lay(parts, nameOf(parts), candidates);
       // The fastest dimension split: its low part fastest, its high part after the j-th.
       size_t d0 = rank[0], s0 = static_cast<size_t>(dims[d0].size);
