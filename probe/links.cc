@@ -156,6 +156,53 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
                             again.size(), third.size())});
   }
 
+  // A direction of a host whose every reading was held by its partner (each partner's own link in
+  // the other direction carries less than a band above the reading) and reads degraded
+  // says nothing about this host: a browned-out VM's rack-mate, split off with it into groups of
+  // one, traded its lone-host flows with it and met it in the structure trials, and was named
+  // degraded beside it (docs/reliability.md, "Flakes"). Such a direction is measured again, alone,
+  // with the fleet's fastest host on the other end.
+  {
+    std::vector<double> rates;
+    for (int h : s.liveHosts()) {
+      const auto& l = hostLinks[static_cast<size_t>(h)];
+      if (l.outMbps > 0 && l.inMbps > 0) rates.push_back(std::min(l.outMbps, l.inMbps));
+    }
+    const double low = rates.size() < 3 ? 0 : kDegradedHostRatio * median(std::move(rates));
+    int fastestOut = -1, fastestIn = -1;
+    for (int h : s.liveHosts()) {
+      const auto& l = hostLinks[static_cast<size_t>(h)];
+      if (fastestOut < 0 || l.outMbps > hostLinks[static_cast<size_t>(fastestOut)].outMbps)
+        fastestOut = h;
+      if (fastestIn < 0 || l.inMbps > hostLinks[static_cast<size_t>(fastestIn)].inMbps)
+        fastestIn = h;
+    }
+    std::vector<char> inHeld(n, 1), outHeld(n, 1);
+    for (const auto& r : s.readings) {
+      if (r.kind != "bandwidth") continue;
+      auto a = static_cast<size_t>(r.src), b = static_cast<size_t>(r.dst);
+      if (r.value * kBandwidthLevelRatio < hostLinks[a].outMbps) inHeld[b] = 0;
+      if (r.value * kBandwidthLevelRatio < hostLinks[b].inMbps) outHeld[a] = 0;
+    }
+    std::vector<HostPair> held;
+    for (int h : s.liveHosts()) {
+      const auto& l = hostLinks[static_cast<size_t>(h)];
+      if (l.inMbps > 0 && l.inMbps < low && inHeld[static_cast<size_t>(h)] && fastestOut != h)
+        held.emplace_back(fastestOut, h);
+      if (l.outMbps > 0 && l.outMbps < low && outHeld[static_cast<size_t>(h)] && fastestIn != h)
+        held.emplace_back(h, fastestIn);
+    }
+    for (size_t i = 0; i < held.size() && i < kMaxReconfirms && !s.stopped(); ++i) {
+      auto got = s.run({held[i]}, "confirm", true);
+      if (!got.empty() && got[0]) {
+        auto& out = hostLinks[static_cast<size_t>(held[i].first)].outMbps;
+        auto& in = hostLinks[static_cast<size_t>(held[i].second)].inMbps;
+        out = std::max(out, *got[0]);
+        in = std::max(in, *got[0]);
+      }
+    }
+  }
+
   // The estimate: the median of the readings within kHostBand of the best. The best alone would
   // carry the noise of one reading upwards (a few percent over a handful of readings, 10% over a
   // few dozen); the band still leaves out readings that something else held back, and the median

@@ -30,10 +30,10 @@
 //                    kept only where a check bears it out: each group's members all sending
 //                    out of it read a band below what they read inside it (noise and other
 //                    tenants slow both alike).
-//        contention  when those trials show one band in a small fleet (a permutation sends only
-//                    about 1 - k/N of a group's flows across its uplink, too few to congest a
-//                    mildly oversubscribed one): more permutations and the contention fit
-//                    (probe/contention.h), which explains shared slow-downs by shared uplinks.
+//        contention  when those trials show one band (or two that split nothing) in a small fleet
+//                    (a permutation sends only about 1 - k/N of a group's flows across its uplink,
+//                    too few to congest a mildly oversubscribed one): more permutations and the
+//                    contention fit (probe/contention.h): shared slow-downs by shared uplinks.
 //   3. links         bandwidth chosen by the structure: host links from shift trials inside
 //                    each innermost group (no uplink crossed); at each level, under each
 //                    parent, one flow per child group to the next (one flow per uplink: the
