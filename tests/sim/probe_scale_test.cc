@@ -607,16 +607,13 @@ TEST(ProbeScale, ABrownedOutHostsRackMateIsNotNamedDegraded) {
   for (auto [victim, seed] :
        {std::pair<int, uint64_t>{3, 25}, {3, 65}, {3, 121}, {1, 21}, {1, 139}}) {
     DatacenterSpec spec = emucloudShape(2, 2, 400, 100);
-    spec.seed = seed;
     spec.slowHosts = {{victim, 0.01}};
-    Datacenter dc(spec);
-    SimFleet fleet(dc);
-    probe::RoundOptions opts;
-    opts.seed = seed;
-    auto out = probe::runRound(fleet, opts, Deadline::after(std::chrono::minutes(10)));
+    const auto& out = probeSeeded(spec, seed).out;
     ASSERT_EQ(out.degradedHosts.size(), 1u)
         << "seed " << seed << ": " << fmt::format("{}", fmt::join(out.degradedHosts, "; "));
-    EXPECT_EQ(out.degradedHosts[0].rfind(fleet.host(victim).name + " ", 0), 0u)
+    EXPECT_EQ(
+        out.degradedHosts[0].rfind(out.topology.hosts[static_cast<size_t>(victim)].name + " ", 0),
+        0u)
         << out.degradedHosts[0];
   }
 }
@@ -631,16 +628,9 @@ TEST(ProbeScale, TwoBandsThatSplitNothingFallBackToTheContentionFit) {
   for (uint64_t seed : {37, 38, 41, 47}) {
     DatacenterSpec spec = emucloudShape(2, 4, 250, 500);
     spec.noise = 0.2;
-    spec.seed = seed;
-    Datacenter dc(spec);
-    SimFleet fleet(dc);
-    probe::RoundOptions opts;
-    opts.seed = seed;
-    auto out = probe::runRound(fleet, opts, Deadline::after(std::chrono::minutes(10)));
-    const auto& lv = out.structure.levels;
-    EXPECT_EQ(out.structure.signal, "contention") << "seed " << seed;
-    EXPECT_DOUBLE_EQ(ari(dc, lv.empty() ? std::vector<int>{} : lv[0], false), 1.0)
-        << "seed " << seed;
+    Scored s = probeSeeded(spec, seed);
+    EXPECT_EQ(s.out.structure.signal, "contention") << "seed " << seed;
+    EXPECT_DOUBLE_EQ(s.rackAri, 1.0) << "seed " << seed;
   }
 }
 
@@ -655,15 +645,10 @@ TEST(ProbeScale, AHostAtHalfRateStaysInItsRack) {
   for (int victim : {0, 3, 5})
     for (uint64_t seed : {1, 2, 3, 4, 5}) {
       DatacenterSpec spec = emucloudShape(2, 4, 1000, 250);
-      spec.seed = seed;
       spec.slowHosts = {{victim, 0.5}};
-      Datacenter dc(spec);
-      SimFleet fleet(dc);
-      probe::RoundOptions opts;
-      opts.seed = seed;
-      auto out = probe::runRound(fleet, opts, Deadline::after(std::chrono::minutes(10)));
-      const auto& lv = out.structure.levels;
-      EXPECT_DOUBLE_EQ(ari(dc, lv.empty() ? std::vector<int>{} : lv[0], false), 1.0)
+      Scored s = probeSeeded(spec, seed);
+      const auto& lv = s.out.structure.levels;
+      EXPECT_DOUBLE_EQ(s.rackAri, 1.0)
           << "victim " << victim << " seed " << seed << ": "
           << (lv.empty() ? std::string("no levels") : fmt::format("{}", fmt::join(lv[0], ",")));
     }
