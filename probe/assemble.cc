@@ -276,18 +276,25 @@ Topology assembleTopology(RoundState& s, const Structure& st, const TopologyLink
   return t;
 }
 
+double degradedBelowMbps(const std::vector<LinkCapacity>& hosts, double* mid) {
+  std::vector<double> rates;
+  for (const auto& l : hosts)
+    if (l.outMbps > 0 && l.inMbps > 0) rates.push_back(std::min(l.outMbps, l.inMbps));
+  if (rates.size() < 3) return 0;
+  const double m = median(std::move(rates));
+  if (mid) *mid = m;
+  return kDegradedHostRatio * m;
+}
+
 std::vector<std::string> degradedHosts(const Topology& t) {
   std::vector<std::string> out;
   if (!t.links) return out;
   const auto& hl = t.links->hosts;
-  std::vector<double> rates;
-  for (const auto& l : hl)
-    if (l.outMbps > 0 && l.inMbps > 0) rates.push_back(std::min(l.outMbps, l.inMbps));
-  if (rates.size() < 3) return out;
-  const double mid = median(rates);
+  double mid = 0;
+  const double below = degradedBelowMbps(hl, &mid);
   for (size_t h = 0; h < hl.size() && h < t.hosts.size(); ++h) {
     double r = std::min(hl[h].outMbps, hl[h].inMbps);
-    if (hl[h].outMbps > 0 && hl[h].inMbps > 0 && r < kDegradedHostRatio * mid)
+    if (hl[h].outMbps > 0 && hl[h].inMbps > 0 && r < below)
       out.push_back(
           fmt::format("{} {:.1f} Mbit/s (hosts' median {:.0f})", t.hosts[h].name, r, mid));
   }

@@ -163,12 +163,7 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
   // degraded beside it (docs/reliability.md, "Flakes"). Such a direction is measured again, alone,
   // with the fleet's fastest host on the other end.
   {
-    std::vector<double> rates;
-    for (int h : s.liveHosts()) {
-      const auto& l = hostLinks[static_cast<size_t>(h)];
-      if (l.outMbps > 0 && l.inMbps > 0) rates.push_back(std::min(l.outMbps, l.inMbps));
-    }
-    const double low = rates.size() < 3 ? 0 : kDegradedHostRatio * median(std::move(rates));
+    const double low = degradedBelowMbps(hostLinks);
     int fastestOut = -1, fastestIn = -1;
     for (int h : s.liveHosts()) {
       const auto& l = hostLinks[static_cast<size_t>(h)];

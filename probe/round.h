@@ -303,6 +303,10 @@ std::vector<SharedLink> oversubscribedGroups(const Topology& t);
 // host link of the hosts measured is degraded (docs/reliability.md, "Fault matrix": a VM's link
 // shaped to 1% of its rate is named, not published silently as a rack of its own).
 inline constexpr double kDegradedHostRatio = 0.1;
+// The rate a host link's slower direction is degraded below: kDegradedHostRatio of the median of
+// the hosts measured (both directions above 0); 0 with fewer than 3 of them. The hosts' median
+// is returned in `median` when not null.
+double degradedBelowMbps(const std::vector<LinkCapacity>& hosts, double* median = nullptr);
 // Degraded hosts of `t` (its link model; none without one or with fewer than 3 hosts measured),
 // each as "name X Mbit/s (hosts' median Y)".
 std::vector<std::string> degradedHosts(const Topology& t);

@@ -1346,12 +1346,14 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       best[static_cast<size_t>(o.dst)] = std::max(best[static_cast<size_t>(o.dst)], o.mbps);
     }
     for (auto& [parent, hosts] : byParent()) {
+      std::map<int, size_t> sizeOf;  // this parent's groups by root, counted again after a join
       for (int h : hosts) {
-        std::map<int, size_t> sizeOf;  // this parent's groups, by root
-        for (int c : hosts) ++sizeOf[comp.find(c)];
-        const int rh = comp.find(h);
         const double own = best[static_cast<size_t>(h)];
-        if (sizeOf[rh] != 1 || own <= 0 || own >= kNearFraction * hostRate) continue;
+        if (own <= 0 || own >= kNearFraction * hostRate) continue;
+        if (sizeOf.empty())
+          for (int c : hosts) ++sizeOf[comp.find(c)];
+        const int rh = comp.find(h);
+        if (sizeOf[rh] != 1) continue;
         std::map<int, int> verdict;  // other root -> 1 near, -1 far
         for (const auto& o : obs) {
           const int other = o.src == h ? o.dst : o.dst == h ? o.src : -1;
@@ -1379,6 +1381,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
                       "near it by its own rate",
                       h, own, hostRate);
         comp.unite(h, near);
+        sizeOf.clear();
       }
     }
   }
