@@ -47,8 +47,9 @@ void registerRunCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                   std::string(kProfileHelp) + "; the job must be the one it was recorded from");
   cmd->add_option("--record-profile", a->recordProfile,
                   "Record this run's groups and their traffic into this file (MPI jobs: every "
-                  "rank preloads the MPI shim; written by the launcher's first rank at "
-                  "MPI_Finalize)");
+                  "rank preloads the MPI shim, the launcher's first rank writes it at "
+                  "MPI_Finalize; torchrun jobs: the workers load rankmap's Python hook, and "
+                  "rankmap run on rank 0's node writes it when the job ends)");
   cmd->add_option("command", a->command, "The launcher command line, after --")->required();
   cmd->callback([&ctx, &run, a] { run = [&ctx, a] { return launch::runJob(ctx.config, *a); }; });
 }

@@ -1,7 +1,10 @@
 #include "common/job_profile.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
+#include <map>
+#include <numeric>
 #include <set>
 
 #include <fmt/format.h>
@@ -103,6 +106,120 @@ JobProfile JobProfile::parse(std::string_view text, std::string_view source) {
 
 JobProfile JobProfile::load(const std::string& path) {
   return parse(readFile(path, 64u << 20), path);
+}
+
+JobProfile JobProfile::merge(const std::vector<std::string>& records, std::string program,
+                             std::string recorded) {
+  struct Counter {
+    uint64_t calls = 0, bytes = 0;
+  };
+  using Traffic = std::map<std::string, Counter>;
+  // (call, made by) -> group -> its traffic, as its members saw it.
+  std::map<std::pair<int, std::string>, std::map<std::vector<int>, Traffic>> sets;
+  const int world = static_cast<int>(records.size());
+  if (world < 1) RANKMAP_THROW(InvalidInput, "no rank's profile record");
+  // The world's point-to-point messages: (from, to) -> messages and bytes.
+  std::map<std::pair<int, int>, Counter> p2p;
+  for (int r = 0; r < world; ++r) {
+    const std::string source = fmt::format("profile record of rank {}", r);
+    Json doc = parseJson(records[static_cast<size_t>(r)], source);
+    JsonReader a(doc, source);
+    for (size_t i = 0, n = a.arraySize(); i < n; ++i) {
+      auto e = a.at(i);
+      e.expectObject();
+      std::pair<int, std::string> key{
+          static_cast<int>(e.at("c", "the set's call number").integerIn(0, INT32_MAX)),
+          e.at("m", "the call that made the set").nonEmptyStr()};
+      std::vector<int> members;
+      auto g = e.at("g", "the group's ranks");
+      for (size_t k = 0, kn = g.arraySize(); k < kn; ++k)
+        members.push_back(static_cast<int>(g.at(k).integerIn(0, world - 1)));
+      Traffic& traffic = sets[key][members];
+      auto t = e.at("t", "the traffic by collective");
+      t.expectObject();
+      for (const auto& item : t.json().items()) {
+        auto v = t.at(item.key());
+        v.arraySize(2);
+        Counter& c = traffic[item.key()];
+        uint64_t calls = v.at(0).unsignedInt(), bytes = v.at(1).unsignedInt();
+        if (item.key() == "sendrecv") {  // messages: every member's own
+          c.calls += calls;
+          c.bytes += bytes;
+        } else {  // a collective: every member passed the same buffer
+          c.calls = std::max(c.calls, calls);
+          c.bytes = std::max(c.bytes, bytes);
+        }
+      }
+      if (auto p = e.find("p")) {
+        if (key.first != 0) p->fail("point-to-point peers only in the set of call 0 (the world)");
+        for (size_t k = 0, kn = p->arraySize(); k < kn; ++k) {
+          auto m = p->at(k);
+          m.arraySize(3);
+          int to = static_cast<int>(m.at(0).integerIn(0, world - 1));
+          Counter& c = p2p[{r, to}];
+          c.calls += m.at(1).unsignedInt();
+          c.bytes += m.at(2).unsignedInt();
+        }
+      }
+    }
+  }
+  // Ranks joined by messages on the world: each connected part of two or more is a group.
+  std::vector<int> parent(static_cast<size_t>(world));
+  std::iota(parent.begin(), parent.end(), 0);
+  auto rootOf = [&](int x) {
+    while (parent[static_cast<size_t>(x)] != x)
+      x = parent[static_cast<size_t>(x)] =
+          parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
+    return x;
+  };
+  for (const auto& [edge, c] : p2p)
+    if (edge.first != edge.second)
+      parent[static_cast<size_t>(rootOf(edge.first))] = rootOf(edge.second);
+  std::map<int, std::vector<int>> parts;  // root -> ranks, ascending
+  for (int r = 0; r < world; ++r) parts[rootOf(r)].push_back(r);
+  int lastCall = 0;
+  for (const auto& [key, groups] : sets) lastCall = std::max(lastCall, key.first);
+  std::map<std::vector<int>, Traffic> p2pGroups;
+  for (const auto& [root, ranks] : parts) {
+    if (ranks.size() < 2) continue;
+    Counter& c = p2pGroups[ranks]["sendrecv"];
+    for (const auto& [edge, e] : p2p)
+      if (rootOf(edge.first) == root) {
+        c.calls += e.calls;
+        c.bytes += e.bytes;
+      }
+  }
+  if (!p2pGroups.empty()) {
+    sets[{lastCall + 1, std::string(kPointToPointSet)}] = std::move(p2pGroups);
+    for (auto& [key, groups] : sets)  // those messages are the new set's, not the world's
+      if (key.first == 0)
+        for (auto& [members, traffic] : groups) traffic.erase("sendrecv");
+  }
+
+  JobProfile p;
+  p.program = std::move(program);
+  p.worldSize = world;
+  p.recorded = std::move(recorded);
+  for (auto& [key, groups] : sets) {
+    ProfileSet s;
+    s.call = key.first;
+    s.madeBy = key.second;
+    std::map<std::string, std::pair<double, double>> sum;
+    for (auto& [members, traffic] : groups) {
+      s.groups.push_back(members);
+      for (const auto& [coll, c] : traffic) {
+        sum[coll].first += static_cast<double>(c.calls);
+        sum[coll].second += static_cast<double>(c.bytes);
+      }
+    }
+    const double k = static_cast<double>(groups.size());
+    for (const auto& [coll, v] : sum)
+      s.traffic.push_back({coll, static_cast<uint64_t>(std::llround(v.first / k)),
+                           static_cast<uint64_t>(std::llround(v.second / k))});
+    p.sets.push_back(std::move(s));
+  }
+  // What the reader would refuse (groups that overlap: ranks that disagree) is not written.
+  return parse(p.dump(), "the recorded profile");
 }
 
 }  // namespace rankmap

@@ -1,16 +1,22 @@
 // A job's profile: the communication groups one run of a job formed and the traffic each group
-// moved, recorded by the MPI shim (RANKMAP_PROFILE_OUT; `rankmap run --record-profile`) and read by
-// `rankmap run --profile`, which plans the next run of the same job for those groups
-// (reorder/mesh.h meshFromProfile). docs/formats.md, "profile.json", is the format's reference.
+// moved, recorded inside the job (`rankmap run --record-profile`: the MPI shim, shim_mpi/profile.h,
+// or for torchrun jobs the Python hook launch/python/sitecustomize.py) and read by `rankmap run
+// --profile`, which plans the next run of the same job for those groups (reorder/mesh.h
+// meshFromProfile). docs/formats.md, "profile.json", is the format's reference.
 //
-// Ranks are the job's: MPI_COMM_WORLD as the program saw it (reordered by a plan or not). A set
-// is the groups that one communicator-creating call made across the job: the `call`-th such call
-// of every rank (MPI_Comm_split, MPI_Comm_create); groups are disjoint, each ascending, in
+// Ranks are the job's: MPI_COMM_WORLD as the program saw it (reordered by a plan or not), or
+// torch.distributed's global ranks. A set is the groups that one communicator-creating call made
+// across the job (the `call`-th such call of every rank: MPI_Comm_split, MPI_Comm_create), or, in
+// PyTorch, consecutive new_group calls whose groups are disjoint and equal in size (every rank
+// makes every group, so every rank numbers them alike); groups are disjoint, each ascending, in
 // ascending order of their first rank. Ranks that got no communicator are in no group. Traffic
 // is per group, averaged over the set's groups: for a collective, the calls each member made and
 // the sum of their buffers (count x type size, as a member passed it); for "sendrecv", the
 // point-to-point messages the members sent each other and their bytes, summed over the members.
-// The set "MPI_COMM_WORLD" (call 0, one group of every rank) is the world's own traffic.
+// The set of call 0 (one group of every rank: "MPI_COMM_WORLD", or "world" in PyTorch) is the
+// world's own traffic, but for its point-to-point messages: ranks connected by them (a pipeline
+// whose stages send on the world) form the set "point-to-point", whose groups are the connected
+// ranks and whose traffic is their messages.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +55,18 @@ struct JobProfile {
   // collective twice in a set.
   static JobProfile parse(std::string_view text, std::string_view source);
   static JobProfile load(const std::string& path);
+
+  // The profile from every rank's record (rank r's at [r]), each a JSON array of the sets the
+  // rank was in: {"m": made_by, "c": call, "g": [its group's ranks], "t": {collective: [calls,
+  // bytes]}, "p": [[peer, messages, bytes], ...]} ("p": point-to-point messages this rank sent on
+  // the world, in the set of call 0 only; may be absent). Throws InvalidInput naming the rank's
+  // record and the field when a record is malformed, and what the profile's reader would refuse
+  // (ranks that disagree on a set's groups).
+  static JobProfile merge(const std::vector<std::string>& records, std::string program,
+                          std::string recorded);
 };
+
+// The set that point-to-point messages on the world form (JobProfile::merge).
+inline constexpr std::string_view kPointToPointSet = "point-to-point";
 
 }  // namespace rankmap

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 
@@ -13,6 +15,8 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/job_profile.h"
+#include "common/json.h"
+#include "common/topology.h"
 #include "launch/elf.h"
 #include "launch/launch.h"
 #include "launch/launchers.h"
@@ -150,25 +154,54 @@ JobMesh readMesh(const Config& cfg, const RunArgs& a) {
   return m;
 }
 
-// A profile plans only the job it was recorded from: the same program and world size.
-void checkProfileJob(const JobProfile& p, const std::string& path, const LaunchCommand& cmd) {
-  std::string program = fileNameOf(cmd.program());
-  size_t world = cmd.job().worldSize();
-  if ((!program.empty() && program != p.program) || world != static_cast<size_t>(p.worldSize))
+// A profile plans only the job it was recorded from: the same program and world size (each
+// checked where the command line tells it: `world` 0 = unknown).
+void checkProfileJob(const JobProfile& p, const std::string& path, const std::string& program,
+                     size_t world) {
+  if ((!program.empty() && program != p.program) ||
+      (world != 0 && world != static_cast<size_t>(p.worldSize)))
     RANKMAP_THROW(InvalidInput,
                   "--profile {}: recorded from program '{}' with {} ranks (fields program, "
                   "world_size); this job runs '{}' with {} ranks: a profile plans only the job "
                   "it was recorded from (record one with --record-profile)",
-                  path, p.program, p.worldSize, program.empty() ? "?" : program, world);
+                  path, p.program, p.worldSize, program.empty() ? "?" : program,
+                  world != 0 ? std::to_string(world) : std::string("?"));
+}
+void checkProfileJob(const JobProfile& p, const std::string& path, const LaunchCommand& cmd) {
+  checkProfileJob(p, path, fileNameOf(cmd.program()), cmd.job().worldSize());
+}
+// torchrun: the training script (not with -m or --no-python, whose program the command line
+// does not name as Python sees it) and nodes x nproc_per_node where both are numbers. A command
+// line torchrun's reader does not understand is run unchanged anyway: nothing to check.
+void checkTorchrunProfile(const JobProfile& p, const std::string& path,
+                          const std::vector<std::string>& argv) {
+  std::optional<TorchrunCommand> t;
+  try {
+    t = TorchrunCommand::parse(argv, processEnv);
+  } catch (const NotSupported&) {
+    return;
+  }
+  std::string program;
+  if (!t->userSet("module") && !t->userSet("no_python"))
+    program = fileNameOf(argv[t->scriptIndex()]);
+  size_t world = 0;
+  int nproc = 0;
+  std::string perNode = t->value("nproc_per_node").value_or("1");
+  auto [end, ec] = std::from_chars(perNode.data(), perNode.data() + perNode.size(), nproc);
+  if (auto nodes = t->fixedNodes();
+      nodes && ec == std::errc() && end == perNode.data() + perNode.size() && nproc > 0)
+    world = static_cast<size_t>(*nodes) * static_cast<size_t>(nproc);
+  checkProfileJob(p, path, program, world);
 }
 
-// --record-profile FILE: every rank preloads the MPI shim, which records; absolute, since the
-// ranks may start elsewhere.
-std::string profileOutPath(const RunArgs& a) {
+// --record-profile FILE: every rank of an MPI job preloads the MPI shim, which records; a
+// torchrun job's workers load the Python hook (torchProfile). Absolute, since the ranks may
+// start elsewhere.
+std::string profileOutPath(const RunArgs& a, bool torchrun) {
   if (a.recordProfile.empty()) return "";
   if (a.xgboost > 0)
-    RANKMAP_THROW(InvalidInput, "--record-profile: expected an MPI job, not --xgboost");
-  if (a.mode == "launch")
+    RANKMAP_THROW(InvalidInput, "--record-profile: expected an MPI or torchrun job, not --xgboost");
+  if (a.mode == "launch" && !torchrun)
     RANKMAP_THROW(InvalidInput,
                   "--record-profile: expected --mode shim or auto (the MPI shim records the "
                   "profile inside the job)");
@@ -204,6 +237,68 @@ void recordProfile(const LaunchCommand& cmd, const RunOptions& opts, RunDecision
       opts.profileOut, opts.profileOut));
 }
 
+// --record-profile with torchrun: the workers load launch/python/sitecustomize.py (this folder
+// first on PYTHONPATH), whose rank 0 writes every rank's record to `records` in the run's folder
+// at exit; finishTorchProfile merges them when the job has ended. The settings go on the command
+// line through env(1), so that --dry-run shows them. Returns the records' path ("" when the hook
+// is missing: said in the notes, the job runs without it).
+std::string torchProfile(const Config& cfg, const std::string& profileOut, const RunDir& dir,
+                         RunDecision& d) {
+  const std::string hook = findOurLibrary("launch", "python/sitecustomize.py");
+  if (hook.empty()) {
+    d.notes.push_back(
+        "rankmap run: the job's profile is not recorded: the Python hook python/sitecustomize.py "
+        "was not found beside the rankmap binary (build tree or installed package)");
+    return "";
+  }
+  const std::string records = dir.path() + "/profile-records.json";
+  std::string pythonPath = std::filesystem::path(hook).parent_path().string();
+  if (const char* old = std::getenv("PYTHONPATH"); old && *old)
+    pythonPath += ":" + std::string(old);
+  std::vector<std::string> argv = {
+      "env", "PYTHONPATH=" + pythonPath, "RANKMAP_PROFILE_RECORDS=" + records,
+      fmt::format("RANKMAP_TIMEOUT={}ms", cfg.get(settings::kTimeout).count())};
+  argv.insert(argv.end(), d.command.argv.begin(), d.command.argv.end());
+  d.command.argv = std::move(argv);
+  d.notes.push_back(fmt::format(
+      "rankmap run: recording the job's profile (its groups and their traffic) into {}: written "
+      "on the node of rank 0 when the job ends; `rankmap run --profile {}` plans the next run "
+      "for it",
+      profileOut, profileOut));
+  return records;
+}
+
+// After a torchrun job: the records rank 0 wrote on this node, merged into the profile. Never
+// changes the job's exit status; says what happened.
+void finishTorchProfile(const std::string& records, const std::string& profileOut) {
+  std::error_code ec;
+  if (!std::filesystem::exists(records, ec)) {
+    std::fprintf(stderr,
+                 "rankmap run: no job profile on this node: rank 0 writes it on its own node "
+                 "(here, if rank 0 ran here, it did not record: see its output)\n");
+    return;
+  }
+  try {
+    Json doc = parseJson(readFile(records, 1u << 30), "the job's profile records");
+    JsonReader r(doc, "the job's profile records");
+    r.expectObject();
+    if (r.at("schema").str() != "rankmap.profile-records")
+      r.at("schema").fail("rankmap.profile-records");
+    std::vector<std::string> parts;
+    auto recs = r.at("records", "every rank's record");
+    for (size_t i = 0, n = recs.arraySize(); i < n; ++i) parts.push_back(recs.at(i).str());
+    JobProfile p = JobProfile::merge(parts, r.at("program").nonEmptyStr(), utcNow());
+    writeFileAtomic(profileOut, p.dump());
+    std::fprintf(stderr,
+                 "rankmap run: job profile of %s (%d ranks, %zu group set(s)) written to %s\n",
+                 p.program.c_str(), p.worldSize, p.sets.size() - 1, profileOut.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rankmap run: job profile not written to %s: %s\n", profileOut.c_str(),
+                 e.what());
+  }
+  ::unlink(records.c_str());
+}
+
 }  // namespace
 
 int runJob(const Config& cfg, const RunArgs& a) {
@@ -211,8 +306,10 @@ int runJob(const Config& cfg, const RunArgs& a) {
   if (!a.agent.empty() && (!a.plan.empty() || !a.topology.empty()))
     RANKMAP_THROW(InvalidInput, "--agent: expected alone (not with --plan or --topology)");
   Mode mode = parseMode(a.mode);
-  const std::string profileOut = profileOutPath(a);
-  if (!profileOut.empty()) mode = Mode::kShim;
+  const Launcher* launcher = findLauncher(a.command);
+  const bool torchrun = launcher && !launcher->parse;
+  const std::string profileOut = profileOutPath(a, torchrun);
+  if (!profileOut.empty() && !torchrun) mode = Mode::kShim;
   JobMesh jobMesh = readMesh(cfg, a);
   const std::vector<MeshDim>& mesh = jobMesh.dims;
   PlanChecks checks;
@@ -230,20 +327,16 @@ int runJob(const Config& cfg, const RunArgs& a) {
   }
 
   std::string why;
-  const Launcher* launcher = findLauncher(a.command);
   std::unique_ptr<LaunchCommand> cmd;
   if (!launcher || launcher->parse) cmd = parseLaunchCommand(launcher, a.command, why);
   std::unique_ptr<RunDir> dir;
   RunDecision d;
   StalePlanSource staleSource;  // where to ask whether the job's plan went stale
   std::string staleName;
-  if (launcher && !launcher->parse && (jobMesh.profile || !profileOut.empty()))
-    RANKMAP_THROW(InvalidInput,
-                  "{}: expected an MPI job (mpirun, mpiexec, srun): the MPI shim records the "
-                  "profile, and {} is not one",
-                  jobMesh.profile ? "--profile" : "--record-profile", launcher->name);
+  std::string torchRecords;  // where a torchrun job's rank 0 writes the profile's records
   if (cmd && jobMesh.profile) checkProfileJob(*jobMesh.profile, a.profile, *cmd);
-  if (launcher && !launcher->parse) {  // torchrun, its own flow: launch/torchrun.h
+  if (torchrun && jobMesh.profile) checkTorchrunProfile(*jobMesh.profile, a.profile, a.command);
+  if (torchrun) {  // torchrun, its own flow: launch/torchrun.h
     const std::string planFile = a.plan.empty() ? cfg.get(settings::kPlan) : a.plan;
     const FileIdentity planId = fileIdentity(planFile);
     d = prepareTorchrun(a.command, planFile,
@@ -252,6 +345,15 @@ int runJob(const Config& cfg, const RunArgs& a) {
     if (!planFile.empty() && d.plan) {
       staleSource = fileStaleSource(planFile, planId, *d.plan);
       staleName = "plan file " + planFile;
+    }
+    if (!profileOut.empty()) {
+      try {
+        dir = std::make_unique<RunDir>(runDirBase(cfg.get(settings::kRunDir)));
+        torchRecords = torchProfile(cfg, profileOut, *dir, d);
+      } catch (const std::exception& e) {  // rankmap's problem, not the job's
+        d.notes.push_back(
+            fmt::format("rankmap run: the job's profile is not recorded: {}", e.what()));
+      }
     }
   } else if (!cmd) {
     if (a.strict || cfg.get(settings::kRunStrict))
@@ -361,7 +463,9 @@ int runJob(const Config& cfg, const RunArgs& a) {
     }
     return 0;
   }
-  return runWatched(cfg, d, std::move(staleSource), staleName);
+  int code = runWatched(cfg, d, std::move(staleSource), staleName);
+  if (!torchRecords.empty()) finishTorchProfile(torchRecords, profileOut);
+  return code;
 }
 
 }  // namespace rankmap::launch

@@ -145,6 +145,16 @@ void meshTraffic(std::vector<MeshDim>& dims, std::string_view traffic, std::stri
   }
 }
 
+namespace {
+// A dimension found in a profile is named after the call that made its set.
+std::string_view dimensionPrefix(std::string_view madeBy) {
+  if (madeBy == "MPI_Comm_create") return "create";
+  if (madeBy == "MPI_Comm_split") return "split";
+  if (madeBy == kPointToPointSet) return "p2p";
+  return "group";  // PyTorch's new_group
+}
+}  // namespace
+
 ProfileMesh meshFromProfile(const JobProfile& profile, std::string_view source) {
   ProfileMesh out;
   const size_t world = static_cast<size_t>(profile.worldSize);
@@ -190,9 +200,7 @@ ProfileMesh meshFromProfile(const JobProfile& profile, std::string_view source) 
           fmt::format("{} forms the groups of {} again: counted with it", what, same->name));
       continue;
     }
-    found.push_back(
-        {stride, k, fmt::format("{}{}", s.madeBy == "MPI_Comm_create" ? "create" : "split", s.call),
-         &s});
+    found.push_back({stride, k, fmt::format("{}{}", dimensionPrefix(s.madeBy), s.call), &s});
   }
   // The world's traffic (one group) against all groups' (a set's traffic is per group).
   if (worldBytes > 0.01 * groupBytes)

@@ -84,14 +84,14 @@ std::optional<std::pair<std::string, uint64_t>> meshDefaultTraffic(std::string_v
 
 // The mesh a job's recorded profile describes (common/job_profile.h), with its traffic per step:
 // each set of groups that partitions the job's ranks into equal groups of evenly spaced ranks is
-// a dimension (named after its call: split2, create3), outermost = widest spacing; a set that
-// does not (a group of some ranks only, unequal groups) is left out and said in `notes`, as is
-// the world's own traffic, which no mesh placement changes; spacings no set has become
-// dimensions without traffic (rest1, ...). Traffic: a set's largest collective, with the bytes of
-// its others added; per step = the run's bytes over the run's steps, a step being one call of
-// the dimension called least (for sendrecv: one message forward and one back per stage pair).
-// Throws InvalidInput naming `source`: sets that together are no mesh in PyTorch's order (what
-// was expected), no set at all, no bytes moved.
+// a dimension (named after its call: split2, create3, group1 for new_group, p2p3 for
+// point-to-point), outermost = widest spacing; a set that does not (a group of some ranks only,
+// unequal groups) is left out and said in `notes`, as is the world's own traffic, which no mesh
+// placement changes; spacings no set has become dimensions without traffic (rest1, ...). Traffic: a
+// set's largest collective, with the bytes of its others added; per step = the run's bytes over the
+// run's steps, a step being one call of the dimension called least (for sendrecv: one message
+// forward and one back per stage pair). Throws InvalidInput naming `source`: sets that together are
+// no mesh in PyTorch's order (what was expected), no set at all, no bytes moved.
 struct ProfileMesh {
   std::vector<MeshDim> dims;
   std::vector<std::string> notes;

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <map>
@@ -34,6 +33,7 @@ struct LocalSet {
   int call = 0;
   std::vector<int> members;  // the job's ranks
   std::map<std::string, Counter, std::less<>> traffic;
+  std::map<int, Counter> sentTo = {};  // the world's only: messages by destination
 };
 
 std::atomic<bool> gOn{false};
@@ -72,74 +72,21 @@ std::vector<int> membersOf(MPI_Comm c) {
   return out;
 }
 
-// This rank's record, for rank 0 to merge: [{"m","c","g","t":{collective:[calls,bytes]}}].
+// This rank's record, for rank 0 to merge (JobProfile::merge).
 std::string encodeLocal() {
   Json a = Json::array();
   for (const auto& s : gSets) {
     Json t = Json::object();
     for (const auto& [coll, c] : s.traffic) t[coll] = {c.calls, c.bytes};
-    a.push_back({{"m", s.madeBy}, {"c", s.call}, {"g", s.members}, {"t", std::move(t)}});
+    Json e = {{"m", s.madeBy}, {"c", s.call}, {"g", s.members}, {"t", std::move(t)}};
+    if (!s.sentTo.empty()) {
+      Json p = Json::array();
+      for (const auto& [to, c] : s.sentTo) p.push_back({to, c.calls, c.bytes});
+      e["p"] = std::move(p);
+    }
+    a.push_back(std::move(e));
   }
   return a.dump();
-}
-
-// Every rank's record merged into the job's profile (common/job_profile.h says how traffic is
-// counted). Throws InvalidInput when the records disagree.
-JobProfile merge(const std::vector<std::string>& records) {
-  struct Acc {
-    std::map<std::string, Counter> traffic;
-  };
-  std::map<std::pair<int, std::string>, std::map<std::vector<int>, Acc>> sets;
-  for (size_t r = 0; r < records.size(); ++r) {
-    std::string source = fmt::format("profile record of rank {}", r);
-    Json doc = parseJson(records[r], source);
-    JsonReader a(doc, source);
-    for (size_t i = 0, n = a.arraySize(); i < n; ++i) {
-      auto e = a.at(i);
-      std::pair<int, std::string> key{static_cast<int>(e.at("c").integerIn(0, INT32_MAX)),
-                                      e.at("m").str()};
-      std::vector<int> members;
-      auto g = e.at("g");
-      for (size_t k = 0, kn = g.arraySize(); k < kn; ++k)
-        members.push_back(static_cast<int>(g.at(k).integerIn(0, INT32_MAX)));
-      Acc& acc = sets[key][members];
-      for (const auto& [coll, v] : e.at("t").json().items()) {
-        Counter& c = acc.traffic[coll];
-        uint64_t calls = v.at(0).get<uint64_t>(), bytes = v.at(1).get<uint64_t>();
-        if (coll == "sendrecv") {  // messages: every member's own
-          c.calls += calls;
-          c.bytes += bytes;
-        } else {  // a collective: every member passed the same buffer
-          c.calls = std::max(c.calls, calls);
-          c.bytes = std::max(c.bytes, bytes);
-        }
-      }
-    }
-  }
-  JobProfile p;
-  p.program = programName();
-  p.worldSize = static_cast<int>(records.size());
-  p.recorded = fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr)));
-  for (auto& [key, groups] : sets) {
-    ProfileSet s;
-    s.call = key.first;
-    s.madeBy = key.second;
-    std::map<std::string, std::pair<double, double>> sum;
-    for (auto& [members, acc] : groups) {
-      s.groups.push_back(members);
-      for (const auto& [coll, c] : acc.traffic) {
-        sum[coll].first += static_cast<double>(c.calls);
-        sum[coll].second += static_cast<double>(c.bytes);
-      }
-    }
-    double k = static_cast<double>(groups.size());
-    for (const auto& [coll, v] : sum)
-      s.traffic.push_back({coll, static_cast<uint64_t>(std::llround(v.first / k)),
-                           static_cast<uint64_t>(std::llround(v.second / k))});
-    p.sets.push_back(std::move(s));
-  }
-  // What the reader would refuse (groups that overlap: ranks that disagree) is not written.
-  return JobProfile::parse(p.dump(), "the recorded profile");
 }
 
 }  // namespace
@@ -202,8 +149,14 @@ void profileTraffic(std::string_view collective, MPI_Comm comm, long long count,
     auto& traffic = gSets[set].traffic;
     auto it = traffic.find(collective);
     if (it == traffic.end()) it = traffic.emplace(std::string(collective), Counter{}).first;
+    const uint64_t bytes = static_cast<uint64_t>(count) * static_cast<uint64_t>(typeSize);
     ++it->second.calls;
-    it->second.bytes += static_cast<uint64_t>(count) * static_cast<uint64_t>(typeSize);
+    it->second.bytes += bytes;
+    if (set == 0 && collective == "sendrecv") {
+      Counter& c = gSets[0].sentTo[peer];
+      ++c.calls;
+      c.bytes += bytes;
+    }
   } catch (...) {
     gBroken = "out of memory while recording";
   }
@@ -264,7 +217,9 @@ void finishProfile() noexcept {
       std::vector<std::string> records;
       for (int r = 0; r < size; ++r)
         records.emplace_back(all + displs[r], static_cast<size_t>(lens[r]));
-      JobProfile p = merge(records);
+      JobProfile p =
+          JobProfile::merge(records, programName(),
+                            fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr))));
       writeFileAtomic(gPath, p.dump());
       RANKMAP_INFO(Shim, "job profile of {} ({} ranks, {} group set(s)) written to {}", p.program,
                    p.worldSize, p.sets.size() - 1, gPath);

@@ -21,9 +21,10 @@ Usage: mesh_bench.py --emucloud E --rankmap R --rankmapd D [--job mpi --proof ME
        [--vms 8 --racks 2 --seed S] [--dp 4 --pp 2] [--dp-bytes B --pp-bytes B] [--runs 3]
        [--profile-check]
 
---profile-check (MPI job): a first run records the job's profile (`rankmap run --record-profile`
-under the world ring's plan, the MPI shim preloaded), `rankmap plan --profile` plans from it, and
-that plan joins the interleaved orders, against the plan from the hand-written --mesh/--traffic.
+--profile-check: a first run records the job's profile (`rankmap run --record-profile` under the
+world ring's plan: the MPI shim preloaded, or for --job torch the Python hook in torchrun's
+workers), `rankmap plan --profile` plans from it, and that plan joins the interleaved orders,
+against the plan from the hand-written --mesh/--traffic.
 """
 
 import json
@@ -84,12 +85,12 @@ def torch_sizes(args):
     return max(1, args.dp_bytes // row), max(1, args.pp_bytes // row)
 
 
-def torch_runner(tb, args, tmp, world_path, mesh_path, tpath):
+def torch_runner(tb, args, tmp, plans, tpath):
     """run(order) -> rank 0's median step (s) of mesh_train.py, one torchrun per VM; every order's
     loss curve must equal the first run's (bit-identical), and under rankmap run every node must
-    get its node rank from the plan."""
+    get its node rank from the plan. `plans`: order -> (plan.json, rankmap run's extra words) for
+    the orders that go through rankmap run."""
     vocab, tokens = torch_sizes(args)
-    plans = {"world": world_path, "mesh": mesh_path}
     losses = []
     count = [0]
 
@@ -100,7 +101,8 @@ def torch_runner(tb, args, tmp, world_path, mesh_path, tpath):
                args.prefix, "--timeout", str(kTimeoutS), "--env", "GLOO_SOCKET_IFNAME=eth0",
                "--env", f"TMPDIR={tmp}", "--logdir", logdir]
         if order in plans:
-            cmd += ["--rankmap", args.rankmap, "--plan", plans[order], "--topology", tpath]
+            cmd += ["--rankmap", args.rankmap, "--plan", plans[order][0], "--topology", tpath]
+            cmd += [f"--rankmap-arg={w}" for w in plans[order][1]]
         train = [os.path.join(kHere, "mesh_train.py"), "--dp", str(args.dp), "--pp",
                  str(args.pp), "--steps", str(args.iters), "--hidden", str(kTorchHidden),
                  "--vocab", str(vocab), "--tokens", str(tokens)]
@@ -115,7 +117,7 @@ def torch_runner(tb, args, tmp, world_path, mesh_path, tpath):
             tail = "\n".join(f"--- node{i}\n{t[-1500:]}" for i, t in enumerate(logs))
             lib.fail(f"{order}: fw_torchrun_all exit {p.returncode}: {p.stderr.strip()}\n{tail}")
         if order in plans:
-            with open(plans[order]) as f:
+            with open(plans[order][0]) as f:
                 want = json.load(f)["order"]
             provider = [vm["name"] for vm in tb.truth["vms"]]
             got = {}
@@ -190,9 +192,10 @@ def add_args(p):
     al.add_source_args(p)
     p.add_argument("--prefix", default="emmesh")
     p.add_argument("--profile-check", action="store_true",
-                   help="--job mpi: record the job's profile in a first run (rankmap run "
-                        "--record-profile, world ring's plan), plan from it (rankmap plan "
-                        "--profile) and add that plan to the interleaved orders")
+                   help="record the job's profile in a first run (rankmap run "
+                        "--record-profile, world ring's plan: the MPI shim, or the Python hook "
+                        "in torchrun's workers), plan from it (rankmap plan --profile) and add "
+                        "that plan to the interleaved orders")
 
 
 def main():
@@ -252,9 +255,15 @@ def bench(tb, args):
                 run = mpi_runner(tb, args, tmp, plans)
                 orders.append("profile")
         else:
+            plans = {"world": (world_path, []), "mesh": (mesh_path, [])}
             if args.profile_check:
-                lib.fail("--profile-check: --job mpi only (the MPI shim records the profile)")
-            run = torch_runner(tb, args, tmp, world_path, mesh_path, tpath)
+                profile_path = os.path.join(tmp, "recorded_profile.json")
+                plans["record"] = (world_path, ["--record-profile", profile_path])
+            run = torch_runner(tb, args, tmp, plans, tpath)
+            if args.profile_check:
+                plans["profile"] = (profile_plan(args, tmp, tpath, calib, run, profile_path,
+                                                 mplan), [])
+                orders.append("profile")
         times = {o: [] for o in orders}
         for i in range(args.runs):
             k = i % len(orders)

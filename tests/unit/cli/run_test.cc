@@ -477,6 +477,34 @@ TEST_F(RunCli, ProfilePlansLikeTheHandWrittenMeshAndOnlyItsOwnJob) {
   EXPECT_EQ(c.status, 2) << c.err;
   EXPECT_NE(c.err.find("--record-profile: expected --mode shim or auto"), std::string::npos)
       << c.err;
+
+  // torchrun: the workers load the Python hook (this build's launch/python first on PYTHONPATH),
+  // whose rank 0 writes every rank's record for rankmap run to merge; the settings are on the
+  // command line (env), --mode does not apply.
+  c = rankmap({"--dry-run", "--mode", "launch", "--record-profile", "next.json", "--", "torchrun",
+               "--nnodes", "1", "--nproc-per-node", "4", "train.py"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(c.out.rfind("env PYTHONPATH=/", 0), 0u) << c.out;
+  EXPECT_NE(c.out.find("/launch/python"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find(" RANKMAP_PROFILE_RECORDS=/"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("ms torchrun --nnodes 1 --nproc-per-node 4"), std::string::npos) << c.out;
+  EXPECT_NE(c.err.find("recording the job's profile"), std::string::npos) << c.err;
+  // A torchrun profile plans only its own script and world size.
+  prof.program = "train.py";
+  writeFileAtomic(dir_.file("torch-profile.json"), prof.dump());
+  auto torchJob = [&](const std::string& script, const std::string& nodes) {
+    return rankmap({"--dry-run", "--topology", topology, "--profile",
+                    dir_.file("torch-profile.json"), "--", "torchrun", "--nnodes", nodes,
+                    "--nproc-per-node", "1", script});
+  };
+  c = torchJob("train.py", "8");
+  EXPECT_EQ(c.status, 0) << c.err;
+  c = torchJob("other.py", "8");
+  EXPECT_EQ(c.status, 2) << c.err;
+  EXPECT_NE(c.err.find("this job runs 'other.py' with 8 ranks"), std::string::npos) << c.err;
+  c = torchJob("train.py", "4");
+  EXPECT_EQ(c.status, 2) << c.err;
+  EXPECT_NE(c.err.find("this job runs 'train.py' with 4 ranks"), std::string::npos) << c.err;
 }
 
 TEST_F(RunCli, UsageErrors) {

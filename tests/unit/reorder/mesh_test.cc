@@ -345,6 +345,62 @@ TEST(Mesh, AProfilesGroupsBecomeTheMeshTheyForm) {
             std::string::npos);
 }
 
+// Every rank's record merged into the profile (JobProfile::merge), as PyTorch's hook writes them
+// for dp=2 x pp=2 (pp fastest): the data-parallel groups from new_group, the pipeline's messages
+// on the world. Ranks joined by messages form the point-to-point set, which takes the world's
+// sendrecv traffic; the mesh is then the one the job runs.
+TEST(Mesh, RanksRecordsMergeAndAPipelinesMessagesFormASet) {
+  std::vector<std::string> records;
+  for (int r = 0; r < 4; ++r) {
+    const int q = r % 2, peer = r ^ 1;
+    Json world = {{"m", "world"},
+                  {"c", 0},
+                  {"g", {0, 1, 2, 3}},
+                  {"t", {{"allreduce", {3, 12}}, {"sendrecv", {3, 3 << 20}}}},
+                  {"p", Json::array({Json::array({peer, 3, 3 << 20})})}};
+    Json dp = {{"m", "new_group"},
+               {"c", 1},
+               {"g", {q, q + 2}},
+               {"t", {{"allreduce", {3, 3ull * (16 << 20) + static_cast<uint64_t>(q) * 8}}}}};
+    records.push_back(Json::array({world, dp}).dump());
+  }
+  JobProfile p = JobProfile::merge(records, "mesh_train.py", "2026-12-06T00:00:00Z");
+  EXPECT_EQ(p.program, "mesh_train.py");
+  EXPECT_EQ(p.worldSize, 4);
+  ASSERT_EQ(p.sets.size(), 3u) << p.dump();
+  EXPECT_EQ(p.sets[0].madeBy, "world");
+  EXPECT_EQ(p.sets[0].traffic, (std::vector<ProfileTraffic>{{"allreduce", 3, 12}}));
+  EXPECT_EQ(p.sets[1].groups, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  // A collective's buffer as its members passed it, averaged over the set's groups.
+  EXPECT_EQ(p.sets[1].traffic,
+            (std::vector<ProfileTraffic>{{"allreduce", 3, 3ull * (16 << 20) + 4}}));
+  EXPECT_EQ(p.sets[2].madeBy, "point-to-point");
+  EXPECT_EQ(p.sets[2].call, 2);
+  EXPECT_EQ(p.sets[2].groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  // Both members' messages: 3 steps, one each way.
+  EXPECT_EQ(p.sets[2].traffic, (std::vector<ProfileTraffic>{{"sendrecv", 6, 6ull << 20}}));
+  ProfileMesh m = meshFromProfile(p, "profile.json");
+  EXPECT_EQ(meshText(m.dims), "group1=2,p2p2=2");
+
+  // A record that is not what the hook or the shim writes: the rank and the field named.
+  records[1] = R"([{"m": "world", "g": [0, 1, 2, 3], "t": {}}])";
+  EXPECT_NE(errorOf([&] {
+              JobProfile::merge(records, "x", "2026-12-06T00:00:00Z");
+            }).find("profile record of rank 1"),
+            std::string::npos);
+  records[1] = R"([{"m": "new_group", "c": 1, "g": [1, 3], "t": {}, "p": [[0, 1, 8]]}])";
+  EXPECT_NE(errorOf([&] {
+              JobProfile::merge(records, "x", "2026-12-06T00:00:00Z");
+            }).find("expected point-to-point peers only in the set of call 0"),
+            std::string::npos);
+  // Ranks that disagree on a set's groups: the profile is refused, not written.
+  records[1] = R"([{"m": "new_group", "c": 1, "g": [0, 1], "t": {}}])";
+  EXPECT_NE(errorOf([&] {
+              JobProfile::merge(records, "x", "2026-12-06T00:00:00Z");
+            }).find("a rank in one group of the set only"),
+            std::string::npos);
+}
+
 // profile.json: what the shim writes reads back the same; what it must not accept names the field.
 TEST(Mesh, AProfileReadsBackAndBadOnesNameTheField) {
   JobProfile p = profileOf(
