@@ -222,4 +222,23 @@ JobProfile JobProfile::merge(const std::vector<std::string>& records, std::strin
   return parse(p.dump(), "the recorded profile");
 }
 
+JobProfile JobProfile::fromRecords(std::string_view text, std::string_view source,
+                                   std::string recorded) {
+  Json doc = parseJson(text, source);
+  JsonReader r(doc, source);
+  r.expectObject();
+  auto schema = r.at("schema", "\"rankmap.profile-records\"");
+  if (schema.str() != "rankmap.profile-records")
+    schema.fail("\"rankmap.profile-records\" (a torchrun job's profile records)");
+  auto version = r.at("version", "an integer");
+  if (version.integer() != 1) version.fail("records version 1");
+  std::string program = r.at("program", "the script's file name").nonEmptyStr();
+  auto recs = r.at("records", "every rank's record");
+  const size_t n = recs.arraySize();
+  if (n > static_cast<size_t>(kMaxWorld)) recs.fail(fmt::format("at most {} records", kMaxWorld));
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < n; ++i) parts.push_back(recs.at(i).str());
+  return merge(parts, std::move(program), std::move(recorded));
+}
+
 }  // namespace rankmap

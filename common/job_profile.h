@@ -64,6 +64,12 @@ struct JobProfile {
   // (ranks that disagree on a set's groups).
   static JobProfile merge(const std::vector<std::string>& records, std::string program,
                           std::string recorded);
+  // The records file a torchrun job's rank 0 writes (launch/python/sitecustomize.py), merged:
+  // {"schema": "rankmap.profile-records", "version": 1, "program": the script's file name,
+  // "records": [rank 0's record text, rank 1's, ...]}. Throws InvalidInput naming `source` and the
+  // field, or what merge() refuses.
+  static JobProfile fromRecords(std::string_view text, std::string_view source,
+                                std::string recorded);
 };
 
 // The set that point-to-point messages on the world form (JobProfile::merge).

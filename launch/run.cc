@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -15,7 +16,6 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/job_profile.h"
-#include "common/json.h"
 #include "common/topology.h"
 #include "launch/elf.h"
 #include "launch/launch.h"
@@ -279,19 +279,15 @@ void finishTorchProfile(const std::string& records, const std::string& profileOu
     return;
   }
   try {
-    Json doc = parseJson(readFile(records, 1u << 30), "the job's profile records");
-    JsonReader r(doc, "the job's profile records");
-    r.expectObject();
-    if (r.at("schema").str() != "rankmap.profile-records")
-      r.at("schema").fail("rankmap.profile-records");
-    std::vector<std::string> parts;
-    auto recs = r.at("records", "every rank's record");
-    for (size_t i = 0, n = recs.arraySize(); i < n; ++i) parts.push_back(recs.at(i).str());
-    JobProfile p = JobProfile::merge(parts, r.at("program").nonEmptyStr(), utcNow());
+    JobProfile p =
+        JobProfile::fromRecords(readFile(records, 1u << 30), "the job's profile records", utcNow());
     writeFileAtomic(profileOut, p.dump());
     std::fprintf(stderr,
                  "rankmap run: job profile of %s (%d ranks, %zu group set(s)) written to %s\n",
-                 p.program.c_str(), p.worldSize, p.sets.size() - 1, profileOut.c_str());
+                 p.program.c_str(), p.worldSize,
+                 static_cast<size_t>(std::count_if(p.sets.begin(), p.sets.end(),
+                                                   [](const ProfileSet& x) { return x.call > 0; })),
+                 profileOut.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rankmap run: job profile not written to %s: %s\n", profileOut.c_str(),
                  e.what());

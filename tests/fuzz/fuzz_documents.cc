@@ -1,5 +1,6 @@
-// Fuzz target for the shared documents: topology.json, plan.json and profile.json (a job's
-// recorded groups, common/job_profile.h) parsers must reject any input with InvalidInput (never
+// Fuzz target for the shared documents: topology.json, plan.json, profile.json (a job's
+// recorded groups, common/job_profile.h) and a torchrun job's profile records (every rank's
+// record, merged: JobProfile::fromRecords) parsers must reject any input with InvalidInput (never
 // crash, hang or throw anything else), and whatever they accept must round-trip to the same
 // document. A topology with a link model must also answer pathMbps and
 // pathLatencyUs for its pairs without throwing (the parser guarantees the links fit).
@@ -39,6 +40,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     auto prof = rankmap::JobProfile::parse(text, "fuzz");
+    if (!(rankmap::JobProfile::parse(prof.dump(), "roundtrip") == prof)) std::abort();
+  } catch (const rankmap::InvalidInput&) {
+  }
+  try {
+    auto prof = rankmap::JobProfile::fromRecords(text, "fuzz", "2026-12-06T00:00:00Z");
     if (!(rankmap::JobProfile::parse(prof.dump(), "roundtrip") == prof)) std::abort();
   } catch (const rankmap::InvalidInput&) {
   }

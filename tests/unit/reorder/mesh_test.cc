@@ -393,6 +393,19 @@ TEST(Mesh, RanksRecordsMergeAndAPipelinesMessagesFormASet) {
               JobProfile::merge(records, "x", "2026-12-06T00:00:00Z");
             }).find("expected point-to-point peers only in the set of call 0"),
             std::string::npos);
+  // The file a torchrun job's rank 0 writes: the records with the script's name.
+  Json file = {{"schema", "rankmap.profile-records"},
+               {"version", 1},
+               {"program", "train.py"},
+               {"records", Json::array()}};
+  for (int r = 0; r < 4; ++r) file["records"].push_back(Json::array().dump());
+  EXPECT_EQ(JobProfile::fromRecords(file.dump(), "records.json", "2026-12-06T00:00:00Z").program,
+            "train.py");
+  file["schema"] = "rankmap.profile";
+  EXPECT_NE(errorOf([&] {
+              JobProfile::fromRecords(file.dump(), "records.json", "2026-12-06T00:00:00Z");
+            }).find("records.json: at /schema: expected \"rankmap.profile-records\""),
+            std::string::npos);
   // Ranks that disagree on a set's groups: the profile is refused, not written.
   records[1] = R"([{"m": "new_group", "c": 1, "g": [0, 1], "t": {}}])";
   EXPECT_NE(errorOf([&] {
