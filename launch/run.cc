@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -185,12 +184,8 @@ void checkTorchrunProfile(const JobProfile& p, const std::string& path,
   if (!t->userSet("module") && !t->userSet("no_python"))
     program = fileNameOf(argv[t->scriptIndex()]);
   size_t world = 0;
-  int nproc = 0;
-  std::string perNode = t->value("nproc_per_node").value_or("1");
-  auto [end, ec] = std::from_chars(perNode.data(), perNode.data() + perNode.size(), nproc);
-  if (auto nodes = t->fixedNodes();
-      nodes && ec == std::errc() && end == perNode.data() + perNode.size() && nproc > 0)
-    world = static_cast<size_t>(*nodes) * static_cast<size_t>(nproc);
+  if (auto nodes = t->fixedNodes(), perNode = t->procsPerNode(); nodes && perNode)
+    world = static_cast<size_t>(*nodes) * static_cast<size_t>(*perNode);
   checkProfileJob(p, path, program, world);
 }
 

@@ -222,6 +222,14 @@ std::string TorchrunCommand::rdzvBackend() const {
   return value("rdzv_backend").value_or("static");
 }
 
+std::optional<int> TorchrunCommand::procsPerNode() const {
+  const std::string text = value("nproc_per_node").value_or("1");
+  int v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < 1) return std::nullopt;
+  return v;
+}
+
 std::optional<int> TorchrunCommand::fixedNodes() const {
   std::string v = value("nnodes").value_or("1:1");
   auto colon = v.find(':');
@@ -461,15 +469,14 @@ RunDecision prepareTorchrun(const std::vector<std::string>& argv, const std::str
   // ranks per node matter only to a mesh (its sizes multiply to nodes x nproc_per_node).
   int perNode = 1;
   if (!mesh.empty()) {
-    std::string nproc = TorchrunCommand::parse(argv).value("nproc_per_node").value_or("1");
-    int v = 0;
-    auto [end, ec] = std::from_chars(nproc.data(), nproc.data() + nproc.size(), v);
-    if (ec != std::errc() || end != nproc.data() + nproc.size() || v < 1)
+    const TorchrunCommand cmd = TorchrunCommand::parse(argv);
+    const std::optional<int> v = cmd.procsPerNode();
+    if (!v)
       RANKMAP_THROW(InvalidInput,
                     "--mesh with torchrun: --nproc-per-node {:?} is not a count of processes; "
                     "expected a number (the mesh's sizes multiply to nodes x that number)",
-                    nproc);
-    perNode = v;
+                    cmd.value("nproc_per_node").value_or("1"));
+    perNode = *v;
   }
   PlanResult pr = planForFramework(
       planPath, topologyPath,

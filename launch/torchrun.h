@@ -62,6 +62,8 @@ class TorchrunCommand {
   bool standalone() const { return standalone_; }
   // The fixed node count, or nullopt for a range "a:b" with a != b.
   std::optional<int> fixedNodes() const;
+  // --nproc_per_node as a count of processes, or nullopt where it is none ("gpu", "auto").
+  std::optional<int> procsPerNode() const;
 
   // argv with every occurrence of `drop` (canonical option names, e.g. "node_rank") removed and
   // `insert` placed right before the training script.
