@@ -10,14 +10,22 @@
 //
 //   --cost K,...  what round trips cost a trial (the simulator's SimTiming): the flows' trial
 //                 without round trips and with K per sender (to the K hosts after it in the hosts
-//                 file) for each K, interleaved; per arm the trials' wall times, no readings
+//                 file) for each K, interleaved; per arm the trials' wall times and CPU times, no
+//                 readings. CPU: this process's (the coordinator's side: AgentFleet's requests
+//                 and replies) and every rankmapd process's on the machine (the agents': the
+//                 testbed's VMs share one process table), summed and the busiest agent's
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -72,8 +80,42 @@ double msSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+// CPU milliseconds (user + system) of every process named rankmapd, by pid.
+std::map<int, double> agentCpuMs() {
+  static const double msPerTick = 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  std::map<int, double> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = e.path().filename().string();
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t open = text.find('('), close = text.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open ||
+        text.substr(open + 1, close - open - 1) != "rankmapd")
+      continue;
+    std::istringstream rest(text.substr(close + 2));
+    std::string field;
+    double ticks = 0;
+    for (int i = 0; i < 13 && rest >> field; ++i)
+      if (i >= 11) ticks += std::stod(field);  // utime, stime (fields 14 and 15 of stat)
+    out[std::stoi(pid)] = ticks * msPerTick;
+  }
+  return out;
+}
+
+// This process's CPU milliseconds (every thread).
+double ownCpuMs() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto ms = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3;
+  };
+  return ms(u.ru_utime) + ms(u.ru_stime);
+}
+
 // --cost: the flows' trial without round trips and with K per sender for each K, the arms
-// interleaved (each trial starts at another arm); per arm the trials' wall times.
+// interleaved (each trial starts at another arm); per arm the trials' wall and CPU times.
 Json costRun(probe::AgentFleet& fleet, const std::vector<Host>& hosts,
              const std::vector<probe::HostPair>& flows, const std::vector<int>& perSender,
              int trials) {
@@ -86,7 +128,8 @@ Json costRun(probe::AgentFleet& fleet, const std::vector<Host>& hosts,
       for (int j = 1; j <= std::min({arms[a], n - 1, static_cast<int>(probe::kMaxLoadedPings)});
            ++j)
         pings[a].emplace_back(f.first, (f.first + j) % n);
-  std::vector<std::vector<double>> ms(arms.size());
+  std::vector<std::vector<double>> ms(arms.size()), coordMs(arms.size()), agentsMs(arms.size()),
+      busiestMs(arms.size());
   probe::BandwidthOptions bo;
   bo.startInMs = 200;
   for (int t = 0; t < trials; ++t)
@@ -94,17 +137,33 @@ Json costRun(probe::AgentFleet& fleet, const std::vector<Host>& hosts,
       const size_t a = (static_cast<size_t>(t) + i) % arms.size();
       probe::LoadedPings lp;
       lp.pairs = pings[a];
+      const auto agentsBefore = agentCpuMs();
+      const double ownBefore = ownCpuMs();
       const auto start = std::chrono::steady_clock::now();
       fleet.bandwidth(flows, bo, Deadline::after(std::chrono::seconds(20)),
                       lp.pairs.empty() ? nullptr : &lp);
       ms[a].push_back(msSince(start));
+      coordMs[a].push_back(ownCpuMs() - ownBefore);
+      double sum = 0, busiest = 0;
+      for (const auto& [pid, cpu] : agentCpuMs()) {
+        auto it = agentsBefore.find(pid);
+        const double used = cpu - (it == agentsBefore.end() ? 0 : it->second);
+        sum += used;
+        busiest = std::max(busiest, used);
+      }
+      agentsMs[a].push_back(sum);
+      busiestMs[a].push_back(busiest);
     }
   Json out = {{"trials", trials}, {"flows", flows.size()}, {"arms", Json::array()}};
   for (size_t a = 0; a < arms.size(); ++a)
     out["arms"].push_back({{"pings_per_sender", arms[a]},
                            {"pings", pings[a].size()},
                            {"trial_ms_median", median(ms[a])},
-                           {"trial_ms", ms[a]}});
+                           {"trial_ms", ms[a]},
+                           {"coordinator_cpu_ms_median", median(coordMs[a])},
+                           {"agents_cpu_ms_median", median(agentsMs[a])},
+                           {"busiest_agent_cpu_ms_median", median(busiestMs[a])},
+                           {"agents_cpu_ms", agentsMs[a]}});
   return out;
 }
 

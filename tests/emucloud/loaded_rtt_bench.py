@@ -14,7 +14,10 @@ With --cost K,... (e.g. --cost 2,31 --vms 32 --racks 4 --host-mbit 200 --uplink-
 32-VM probe test's testbed), what the round trips cost a trial instead (the simulator's
 SimTiming): every VM sends to the VM at its place in the next rack, in trials without round
 trips and with K per sender for each K, interleaved; the medians of each arm's wall times and
-what each round trip adds between arms.
+what each round trip adds between arms, and the CPU behind them: the coordinator's (the bench's
+own process) and the agents' (every rankmapd process), per flow end and per round trip end (a
+flow and a round trip each have two: sender and receiver, pinger and pinged), for the
+simulator's model of agents on machines of their own (SimTiming).
 
 Usage: loaded_rtt_bench.py --emucloud E --rankmapd D --bench LOADED_RTT_BENCH
        [--host-mbit 400 --uplink-mbit 100 --seed 11] [--trials 5] [--prefix lrtt] [--cost K,...]
@@ -102,6 +105,19 @@ def cost(tb, agents, args):
         d = hi["trial_ms_median"] - lo["trial_ms_median"]
         print(f"  {lo['pings']} -> {hi['pings']} round trips: {d:+.0f} ms, "
               f"{d / (hi['pings'] - lo['pings']):.3f} ms per round trip", flush=True)
+    print("CPU, medians per trial (ms): coordinator, agents summed, busiest agent")
+    for arm in r["arms"]:
+        print(f"  {arm['pings_per_sender']} per sender: {arm['coordinator_cpu_ms_median']:.1f}, "
+              f"{arm['agents_cpu_ms_median']:.1f} {[round(x) for x in arm['agents_cpu_ms']]}, "
+              f"{arm['busiest_agent_cpu_ms_median']:.1f}")
+    n = len(flows)
+    print(f"  no round trips: agents {base['agents_cpu_ms_median'] / (2 * n):.3f} ms per flow "
+          f"end, coordinator {base['coordinator_cpu_ms_median'] / n:.3f} ms per flow")
+    for arm in r["arms"][1:]:
+        da = arm["agents_cpu_ms_median"] - base["agents_cpu_ms_median"]
+        dc = arm["coordinator_cpu_ms_median"] - base["coordinator_cpu_ms_median"]
+        print(f"  {arm['pings']} round trips: agents {da / (2 * arm['pings']):.4f} ms per round "
+              f"trip end, coordinator {dc / arm['pings']:.4f} ms per round trip", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // The simulated datacenter: structure, oversubscribed capacities, max-min sharing of concurrent
 // flows, dead and slow hosts, changes between calls, bounded noise, latency tiers, determinism,
-// bad specs.
+// bad specs; and the simulated fleet's clock (SimTiming) on shared cores and on machines of the
+// agents' own.
 #include "tests/sim/datacenter.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "tests/sim/sim_fleet.h"
 
 namespace rankmap::sim {
 namespace {
@@ -272,6 +274,88 @@ TEST(Datacenter, BadSpecsNameTheField) {
   s = quiet();
   s.rackOversubscription = 0.5;
   EXPECT_THROW(Datacenter{s}, InvalidInput);
+}
+
+// A trial's CPU: on shared cores every flow's and round trip's adds up; on machines of their own
+// the trial waits for the busiest agent or the coordinator, so many senders cost no more than one.
+TEST(SimFleet, OnMachinesOfTheirOwnATrialWaitsForTheBusiestAgent) {
+  SimTiming shared;
+  shared.agentFlowEndMs = 2;
+  shared.agentPingEndMs = 0.5;
+  shared.coordinatorRequestMs = 0.1;
+  shared.coordinatorPingMs = 0.01;
+  SimTiming own = shared;
+  own.sharedCores = 0;
+  auto trialSeconds = [](const SimTiming& t, const std::vector<probe::HostPair>& flows,
+                         const std::vector<probe::HostPair>& pairs) {
+    Datacenter dc(quiet());
+    SimFleet fleet(dc, t);
+    probe::LoadedPings pings;
+    pings.pairs = pairs;
+    const Deadline d = Deadline::after(std::chrono::seconds(10));
+    fleet.bandwidth(flows, probe::BandwidthOptions{}, d, pairs.empty() ? nullptr : &pings);
+    return fleet.cost().seconds;
+  };
+  SimTiming none = shared;  // the rest of the trial: no CPU at all
+  none.perFlowMs = 0;
+  none.perLoadedPingMs = 0;
+  // Four flows out of rack 0; host 0 also pings every other host (31 round trips).
+  const std::vector<probe::HostPair> flows = {{0, 8}, {1, 9}, {2, 10}, {3, 11}};
+  std::vector<probe::HostPair> pings;
+  for (int h = 1; h < 32; ++h) pings.emplace_back(0, h);
+  const double base = trialSeconds(none, flows, pings);
+  EXPECT_NEAR(trialSeconds(shared, flows, pings) - base, (4 * 1 + 31 * 0.12) / 1000, 1e-9);
+  // Host 0: one flow end and 31 round trip ends; the coordinator: 4 requests.
+  EXPECT_NEAR(trialSeconds(own, flows, pings) - base, (2 + 31 * 0.5) / 1000, 1e-9);
+  // Sixteen flows, each host in one: the busiest agent's flow end, against sixteen on two cores.
+  std::vector<probe::HostPair> many;
+  for (int h = 0; h < 16; ++h) many.emplace_back(h, h + 16);
+  const double manyBase = trialSeconds(none, many, {});
+  EXPECT_NEAR(trialSeconds(shared, many, {}) - manyBase, 16 * 1.0 / 1000, 1e-9);
+  EXPECT_NEAR(trialSeconds(own, many, {}) - manyBase, 2.0 / 1000, 1e-9);
+  // Four shared cores take half the time of two.
+  SimTiming four = shared;
+  four.sharedCores = 4;
+  EXPECT_NEAR(trialSeconds(four, many, {}) - manyBase, 8 * 1.0 / 1000, 1e-9);
+  // A coordinator slower than any agent bounds the trial.
+  own.coordinatorRequestMs = 1;
+  EXPECT_NEAR(trialSeconds(own, many, {}) - manyBase, 16.0 / 1000, 1e-9);
+  own.coordinatorRequestMs = 5;
+  EXPECT_NEAR(trialSeconds(own, flows, pings) - base, (4 * 5 + 31 * 0.01) / 1000, 1e-9);
+}
+
+// On machines of their own, a pinger's reply also waits for its loaded round trips: three rounds
+// from 0.4 of its window, each as long as its slowest Pong, at most to the transfer's end. One
+// flow fills a 10 Mbit/s uplink (its window 150 ms, then 105 ms to drain its 128 KiB queue); its
+// sender's round trips across that uplink wait ~105 ms each, so its reply comes after ~375 ms.
+TEST(SimFleet, OnMachinesOfTheirOwnLoadedRoundTripsWaitInTheQueuesTheyCross) {
+  DatacenterSpec spec = quiet();
+  spec.hostMbps = 10;
+  spec.rackOversubscription = 8;  // rack uplink 8 * 10 / 8 = 10
+  SimTiming own;
+  own.sharedCores = 0;
+  own.agentFlowEndMs = own.agentPingEndMs = own.coordinatorRequestMs = own.coordinatorPingMs = 0;
+  SimTiming shared = own;
+  shared.sharedCores = 2;
+  shared.perFlowMs = shared.perLoadedPingMs = 0;
+  const std::vector<probe::HostPair> flows = {{0, 8}};
+  probe::LoadedPings pings;
+  for (int h = 8; h < 16; ++h) pings.pairs.emplace_back(0, h);
+  auto seconds = [&](const SimTiming& t) {
+    Datacenter dc(spec);
+    SimFleet fleet(dc, t);
+    fleet.bandwidth(flows, probe::BandwidthOptions{}, Deadline::after(std::chrono::seconds(10)),
+                    &pings);
+    return fleet.cost().seconds;
+  };
+  const double sharedS = seconds(shared);
+  const double ownS = seconds(own);
+  double slowestUs = 0;
+  for (const auto& us : pings.us) slowestUs = std::max(slowestUs, us.value_or(0.0));
+  ASSERT_GT(slowestUs, 100000);  // the queue: 128 KiB at 10 Mbit/s
+  const double windowMs = 150, flowEndMs = windowMs + 128.0 * 1024 / (10e6 / 8 / 1000);
+  const double pingEndMs = std::min(0.4 * windowMs + 3 * slowestUs / 1000, 2 * windowMs + 100);
+  EXPECT_NEAR(ownS - sharedS, (pingEndMs - flowEndMs) / 1000, 1e-9);
 }
 
 }  // namespace

@@ -25,10 +25,10 @@ constexpr size_t kPairSample = 200000;
 constexpr size_t kPairSampleWithTenants = 5000;
 
 const char* const kKeys[] = {
-    "hosts",       "pods",    "racks_per_pod", "rack_sizes", "rack_over", "pod_over", "host_mbps",
-    "host_us",     "rack_us", "pod_us",        "jitter_us",  "noise",     "dead",     "slow",
-    "slow_factor", "thin",    "thin_factor",   "background", "asym",      "shuffle",  "seed",
-    "ring_checks"};
+    "hosts",     "pods",    "racks_per_pod", "rack_sizes",  "rack_over",   "pod_over",
+    "host_mbps", "host_us", "rack_us",       "pod_us",      "jitter_us",   "noise",
+    "dead",      "slow",    "slow_factor",   "thin",        "thin_factor", "background",
+    "asym",      "shuffle", "seed",          "ring_checks", "agent_cores"};
 
 double number(const std::string& key, const std::string& value) {
   size_t used = 0;
@@ -216,6 +216,8 @@ Scenario Scenario::parse(const std::vector<std::string>& settings) {
       sc.shuffle = integer(key, value, 0) != 0;
     } else if (key == "ring_checks") {
       sc.ringChecks = integer(key, value, 0) != 0;
+    } else if (key == "agent_cores") {
+      sc.timing.sharedCores = atLeast(key, value, 0);
     } else if (key == "seed") {
       sc.seed = static_cast<uint64_t>(integer(key, value, 0));
     } else {
@@ -403,6 +405,7 @@ ScenarioResult runScenario(const Scenario& sc) {
   j["requests"] = c.requests;
   j["pings"] = c.latencyPairs;
   j["sim_s"] = rounded(c.seconds, 1e2);
+  j["agent_cores"] = sc.timing.sharedCores;
   Json seconds = Json::object();
   for (const auto& [name, sec] : out.phaseSeconds) seconds[name] = rounded(sec, 1e2);
   j["sim_s_by_phase"] = seconds;

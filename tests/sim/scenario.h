@@ -29,6 +29,9 @@
 //   seed [1]
 //   ring_checks [1]       0: the planner gets the probe's topology without its measured rings
 //                         (the comparison run for what the ring checks change)
+//   agent_cores [0]       where sim_s puts the agents' CPU (SimTiming::sharedCores): 0, each
+//                         agent on a machine of its own, as a cloud's VMs are; N, all agents on
+//                         N shared cores (2: the emulated cloud's basis, as before 2026-12-06)
 //
 // Keys out (one JSON object):
 //   hosts, racks, pods    what was built
@@ -36,8 +39,9 @@
 //   rack_ari, pod_ari     adjusted Rand index of the found levels against the true racks and pods
 //                         (live hosts; a level not found scores as one group)
 //   level_ari             [rack ARI, pod ARI] of every found level, innermost first
-//   flows_per_host, trials, requests, pings, sim_s
-//                         what the round spent (probe::FleetCost; sim_s by the fleet's clock)
+//   flows_per_host, trials, requests, pings, sim_s, agent_cores
+//                         what the round spent (probe::FleetCost; sim_s by the fleet's clock,
+//                         on the basis that agent_cores names)
 //   flows_by_phase        bandwidth readings per host by the round's phase that took them
 //                         (structure, hosts, confirm, uplinks, load, rings)
 //   sim_s_by_phase        simulated seconds by the round's phase (liveness, structure, links,
@@ -94,7 +98,7 @@ struct Scenario {
   bool shuffle = true;
   uint64_t seed = 1;
   bool ringChecks = true;
-  SimTiming timing;
+  SimTiming timing{.sharedCores = 0};
 
   // KEY=VALUE settings over the defaults; InvalidInput naming the key and what was expected.
   static Scenario parse(const std::vector<std::string>& settings);

@@ -4,9 +4,10 @@
 // from an order a measurement does not support), its prediction is within 10% of its time on the
 // true network, and every dead host is named. The structure finds the racks in every scenario here
 // (close latency tiers at 1:1.5 by round trips without each host's offset), and the plan is within
-// 5% of the optimum (issue 43's target), with no more levels than the network has. What the
-// structure finds and costs in each scenario, against the issue's targets, is in
-// docs/performance.md ("Scale: scenario matrix"), from `probe_scale_bench --scenario`.
+// 5% of the optimum (issue 43's target), with no more levels than the network has, and the round
+// takes at most 60 simulated seconds. What the structure finds and costs in each scenario,
+// against the issue's targets, is in docs/performance.md ("Scale: scenario matrix"), from
+// `probe_scale_bench --scenario`.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -63,6 +64,9 @@ TEST_P(ScenarioMatrix, NeverSlowerThanTheProviderAndPredictedWithinTenPercent) {
   // the search inside the racks found split a few (a small rack merged into its neighbour) and
   // stated that as a level; it now corrects the racks (probe/structure.cc).
   EXPECT_LE(static_cast<int>(j["levels"]), 2) << j.dump();
+  // Issue 43's round time at 1024 hosts, each agent on a machine of its own (agent_cores=0; on the
+  // emulated cloud's two shared cores half of these rounds would take 61-88 s).
+  EXPECT_LE(static_cast<double>(j["sim_s"]), 60) << j.dump();
   if (c.maxFlowsPerHost > 0) {
     EXPECT_LE(static_cast<double>(j["flows_per_host"]), c.maxFlowsPerHost) << j.dump();
   }

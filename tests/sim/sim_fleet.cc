@@ -74,14 +74,14 @@ std::vector<probe::Outcome<double>> SimFleet::bandwidth(const std::vector<probe:
                                                         Deadline, probe::LoadedPings* pings) {
   std::vector<probe::Outcome<double>> out(flows.size());
   auto rates = dc_.measure(flows);
-  double pingMs = 0;
-  if (pings && !pings->pairs.empty()) {
+  const bool pinged = pings && !pings->pairs.empty();
+  if (pinged) {
     pings->us = dc_.loadedRttUs(flows, pings->pairs);
     cost_.latencyPairs += pings->pairs.size();
-    pingMs = timing_.perLoadedPingMs * static_cast<double>(pings->pairs.size());
   }
   const double barrierMs = static_cast<double>(probe::trialBarrier(flows.size()).count());
   double longestMs = 0;
+  std::map<int, double> windowOfSender;  // its first flow's, which carries its round trips
   for (size_t k = 0; k < flows.size(); ++k) {
     ++cost_.bandwidthFlows;
     ++cost_.requests;
@@ -99,12 +99,52 @@ std::vector<probe::Outcome<double>> SimFleet::bandwidth(const std::vector<probe:
                                              static_cast<double>(opts.maxBytes) / bytesPerMs);
     cost_.bulkBytes += bytesPerMs * windowMs;
     longestMs = std::max(longestMs, windowMs + timing_.queueBytes / bytesPerMs);
+    windowOfSender.emplace(flows[k].first, windowMs);
+  }
+  if (pinged && timing_.sharedCores == 0) {
+    // On machines of their own, what else a pinger's reply waits for: its samples start at
+    // kLoadedPingAt of its window and each round waits for its slowest Pong (probe/measure.h
+    // loadedRoundTrips), at most until the transfer's end (bulkEnd). On shared cores that wait is
+    // in perLoadedPingMs, measured as the trial's wall time.
+    std::map<int, double> slowestUs;
+    for (size_t p = 0; p < pings->pairs.size(); ++p)
+      if (pings->us[p]) {
+        double& s = slowestUs[pings->pairs[p].first];
+        s = std::max(s, *pings->us[p]);
+      }
+    for (const auto& [pinger, us] : slowestUs) {
+      auto w = windowOfSender.find(pinger);
+      if (w == windowOfSender.end()) continue;
+      const double endMs = probe::kLoadedPingAt * w->second + probe::kLoadedPingSamples * us / 1000;
+      longestMs = std::max(
+          longestMs, std::min(endMs, 2 * w->second + static_cast<double>(probe::kBulkGraceMs)));
+    }
   }
   ++cost_.trials;
   cost_.seconds += (timing_.callOverheadMs + barrierMs + longestMs +
-                    timing_.perFlowMs * static_cast<double>(flows.size()) + pingMs) /
+                    trialCpuMs(flows, pinged ? pings->pairs : std::vector<probe::HostPair>{})) /
                    1000;
   return out;
+}
+
+double SimFleet::trialCpuMs(const std::vector<probe::HostPair>& flows,
+                            const std::vector<probe::HostPair>& pings) const {
+  if (timing_.sharedCores > 0)
+    return (timing_.perFlowMs * static_cast<double>(flows.size()) +
+            timing_.perLoadedPingMs * static_cast<double>(pings.size())) *
+           SimTiming::kMeasuredOnCores / timing_.sharedCores;
+  std::vector<double> agentMs(hosts_.size(), 0);
+  for (const auto& [a, b] : flows) {
+    agentMs[static_cast<size_t>(a)] += timing_.agentFlowEndMs;
+    agentMs[static_cast<size_t>(b)] += timing_.agentFlowEndMs;
+  }
+  for (const auto& [a, b] : pings) {
+    agentMs[static_cast<size_t>(a)] += timing_.agentPingEndMs;
+    agentMs[static_cast<size_t>(b)] += timing_.agentPingEndMs;
+  }
+  const double busiest = agentMs.empty() ? 0 : *std::max_element(agentMs.begin(), agentMs.end());
+  return std::max(busiest, timing_.coordinatorRequestMs * static_cast<double>(flows.size()) +
+                               timing_.coordinatorPingMs * static_cast<double>(pings.size()));
 }
 
 Topology truthTopology(const Datacenter& dc, const SimFleet& fleet) {

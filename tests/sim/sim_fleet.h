@@ -10,8 +10,8 @@
 // agents run it (probe/measure.h): the flows start together after probe::trialBarrier(), each
 // runs its window (maxMs, or the byte bound at its rate), and its result comes back behind the
 // bytes still queued at its bottleneck: a full queue (queueBytes) draining at the flow's rate.
-// On top, perFlowMs for each flow of the trial: the requests, handshakes and results that the
-// agents' CPUs handle. A liveness check with a dead host waits for the fleet's retries
+// On top, the CPU that the trial's requests, handshakes, round trips and results take, in one of
+// two ways (sharedCores). A liveness check with a dead host waits for the fleet's retries
 // (deadHostMs). Bytes are what the flows moved in their windows.
 #pragma once
 
@@ -30,14 +30,37 @@ struct SimTiming {
   // hold 128 KiB (tests/emucloud/emucloud, queue_bytes). At 3 Mbit/s (a 25 Mbit/s uplink shared
   // by 8 flows) that is 0.35 s; at 1 Gbit/s, 1 ms.
   double queueBytes = 128 * 1024;
-  // CPU per flow of a trial. 1 ms is the emulated cloud's, where every agent shares two cores;
-  // agents on machines of their own need far less, so at scale this overstates a trial.
+  // Where the agents' CPU is. Not 0: every agent shares this many cores, as on the emulated
+  // cloud (2), so the CPU of every flow and round trip of a trial adds up: perFlowMs and
+  // perLoadedPingMs each, trial times measured there on kMeasuredOnCores, scaled to these.
+  // 0: each agent on a machine of its own, as a cloud's VMs are: the trial waits for the busiest
+  // agent's CPU (agentFlowEndMs per flow it sends or receives, agentPingEndMs per loaded round
+  // trip it takes or answers) or the coordinator's (coordinatorRequestMs per flow's request,
+  // coordinatorPingMs per round trip in them), whichever is longer, and for a pinger's loaded
+  // round trips to wait in the queues its flow fills (three rounds from 0.4 of its window, each
+  // as long as its slowest Pong). Both bases charge the CPU after the flows' windows, though much
+  // of it overlaps the barrier and the windows: an upper bound.
+  double sharedCores = 2;
+  static constexpr double kMeasuredOnCores = 2;
+  // Trial time per flow on shared cores. 1 ms is the emulated cloud's (every agent on two cores).
   double perFlowMs = 1;
   // What each round trip taken under a trial's load (its connection, handshake and samples, run
   // while the flows do) adds to the trial, on the same basis: the emulated cloud's agents, 16 to
   // 64 VMs, 0.08-0.44 ms each in six runs, median 0.12 (tests/emucloud/loaded_rtt_bench.py
   // --cost; docs/performance.md).
   double perLoadedPingMs = 0.12;
+  // Own machines: CPU per flow end, per round trip end, per flow's request and per round trip
+  // the coordinator asks for: the CPU time of the emulated cloud's agents (every rankmapd
+  // process) and coordinator in trials with and without round trips, the larger of 32 and 64
+  // VMs (tests/emucloud/loaded_rtt_bench.py --cost; docs/performance.md, "What a loaded round
+  // trip costs a trial"). Measured on shared cores, so contention is in them, and the agents'
+  // includes each flow's bytes: at 8 round trips per sender the ends cost 0.38-0.68 ms each, at
+  // 31-63 per sender 0.05-0.23 (a fixed cost per pinging sender); the busiest agent's own CPU
+  // there was 20-30 ms a trial with 63 round trips out and in, where this model states 93 ms.
+  double agentFlowEndMs = 3.44;
+  double agentPingEndMs = 0.68;
+  double coordinatorRequestMs = 0.24;
+  double coordinatorPingMs = 0.004;
   double deadHostMs = 2000;  // a liveness check that ends waiting for a silent host
 };
 
@@ -58,6 +81,10 @@ class SimFleet : public probe::Fleet {
   probe::FleetCost cost() const override { return cost_; }
 
  private:
+  // The CPU a bandwidth trial of `flows` with loaded round trips `pings` waits for (SimTiming).
+  double trialCpuMs(const std::vector<probe::HostPair>& flows,
+                    const std::vector<probe::HostPair>& pings) const;
+
   Datacenter& dc_;
   SimTiming timing_;
   std::vector<Host> hosts_;
