@@ -72,6 +72,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "probe/server.h"
+#include "tests/bench/cpu_time.h"
 #include "tests/sim/datacenter.h"
 #include "tests/sim/hollow_network.h"
 #include "tests/sim/scenario.h"
@@ -323,13 +324,6 @@ int agentsMain(const Args& args, const testing::TempDir& dir, size_t index, size
   return 0;
 }
 
-double processCpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
-  return s(u.ru_utime) + s(u.ru_stime);
-}
-
 // A child process and the pipes to it.
 struct Child {
   pid_t pid = -1;
@@ -367,7 +361,7 @@ int coordinatorMain(const Args& args, const testing::TempDir& dir, const std::ve
   const std::string state = c.stateDir;
   const uint64_t storeBefore = dirBytes(state);
   const double cpuBefore = metric(coord, "rankmap_probe_round_cpu_seconds_total");
-  const double processBefore = processCpuSeconds();
+  const double processBefore = bench::processCpuSeconds();
   const double requestsBefore = metric(coord, "rankmap_probe_requests_total");
   std::ofstream("/proc/self/clear_refs") << "5";  // peak resident memory from now
   const double rssBefore = statusKb("VmRSS");
@@ -396,7 +390,7 @@ int coordinatorMain(const Args& args, const testing::TempDir& dir, const std::ve
   phases[phase] += secondsSince(phaseFrom);
   const double roundS = secondsSince(started);
   const double peakKb = statusKb("VmHWM");
-  const double processCpu = processCpuSeconds() - processBefore;
+  const double processCpu = bench::processCpuSeconds() - processBefore;
   auto record = coord.roundStatus(*res.id);
   const Json rec = record ? *record : Json::object();
 

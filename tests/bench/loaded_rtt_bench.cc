@@ -15,7 +15,6 @@
 //                 and replies) and every rankmapd process's on the machine (the agents': the
 //                 testbed's VMs share one process table), summed and the busiest agent's
 #include <fmt/format.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +33,7 @@
 #include "probe/agent_fleet.h"
 #include "probe/hosts.h"
 #include "probe/wire.h"
+#include "tests/bench/cpu_time.h"
 
 namespace rankmap {
 namespace {
@@ -104,16 +104,6 @@ std::map<int, double> agentCpuMs() {
   return out;
 }
 
-// This process's CPU milliseconds (every thread).
-double ownCpuMs() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  auto ms = [](const timeval& t) {
-    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3;
-  };
-  return ms(u.ru_utime) + ms(u.ru_stime);
-}
-
 // --cost: the flows' trial without round trips and with K per sender for each K, the arms
 // interleaved (each trial starts at another arm); per arm the trials' wall and CPU times.
 Json costRun(probe::AgentFleet& fleet, const std::vector<Host>& hosts,
@@ -138,12 +128,12 @@ Json costRun(probe::AgentFleet& fleet, const std::vector<Host>& hosts,
       probe::LoadedPings lp;
       lp.pairs = pings[a];
       const auto agentsBefore = agentCpuMs();
-      const double ownBefore = ownCpuMs();
+      const double ownBefore = 1000 * bench::processCpuSeconds();
       const auto start = std::chrono::steady_clock::now();
       fleet.bandwidth(flows, bo, Deadline::after(std::chrono::seconds(20)),
                       lp.pairs.empty() ? nullptr : &lp);
       ms[a].push_back(msSince(start));
-      coordMs[a].push_back(ownCpuMs() - ownBefore);
+      coordMs[a].push_back(1000 * bench::processCpuSeconds() - ownBefore);
       double sum = 0, busiest = 0;
       for (const auto& [pid, cpu] : agentCpuMs()) {
         auto it = agentsBefore.find(pid);
