@@ -9,6 +9,8 @@
 //                     keys) and `kubectl annotate nodes` lines (measured rates, from a topology
 //                     with a link model); node names are the host names.
 //   --kueue-topology: Kueue's Topology object for those label keys.
+//   --k8s-placement JOB: a shell script that puts the Indexed Job JOB's pods on the plan's nodes
+//                     in plan order (launch/kubernetes.h, k8sPlacementScript).
 // Output goes to stdout, or atomically to -o FILE.
 #include <cstdio>
 #include <filesystem>
@@ -83,6 +85,10 @@ void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
     std::string plan;
     std::string output;
     int tasksPerNode = 0;
+    std::string k8sPlacement;
+    std::string nspace;
+    std::string gate = std::string(launch::kPlacementGate);
+    int waitSeconds = 600;
   };
   auto o = std::make_shared<Opts>();
   auto* what = cmd->add_option_group("what", "What to write (one of)");
@@ -95,11 +101,23 @@ void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                  "fabric.topograph.run/tier-N) and the measured rates");
   what->add_flag("--kueue-topology", o->kueueTopology,
                  "Kueue Topology object (YAML) for the --k8s-labels levels");
+  what->add_option("--k8s-placement", o->k8sPlacement,
+                   "JOB: a shell script that puts the Indexed Job JOB's pods on the plan's nodes "
+                   "in plan order (its pod template holds the scheduling gate --gate)");
   what->require_option(1);
   cmd->add_option("--topology", o->topology, "topology.json (default RANKMAP_TOPOLOGY)");
   cmd->add_option("--plan", o->plan, "plan.json (default RANKMAP_PLAN)");
   cmd->add_option("--tasks-per-node", o->tasksPerNode,
-                  "--slurm-hostfile: tasks per host (default the plan's ranks_per_host)");
+                  "--slurm-hostfile: tasks per host (default the plan's ranks_per_host); "
+                  "--k8s-placement: pods per node (default 1)");
+  cmd->add_option("--namespace", o->nspace,
+                  "--k8s-placement: the Job's namespace (default kubectl's current one)");
+  cmd->add_option("--gate", o->gate,
+                  "--k8s-placement: the scheduling gate in the Job's pod template (default " +
+                      std::string(launch::kPlacementGate) + ")");
+  cmd->add_option("--wait", o->waitSeconds,
+                  "--k8s-placement: seconds to wait for every pod before leaving them to the "
+                  "scheduler (default 600)");
   cmd->add_option("--format", o->format,
                   "--slurm-topology: conf (topology.conf) or yaml (topology.yaml, Slurm 25.05)")
       ->check(CLI::IsMember({"conf", "yaml"}));
@@ -109,14 +127,18 @@ void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->add_option("-o,--output", o->output,
                   "Write here (atomically) instead of stdout; for --slurm-topology an existing "
                   "directory gets both topology.conf and topology.yaml");
-  cmd->callback([&ctx, &run, o] {
-    run = [&ctx, o] {
+  cmd->callback([&ctx, &run, o, cmd] {
+    run = [&ctx, o, cmd] {
+      for (const char* only : {"--namespace", "--gate", "--wait"})
+        if (cmd->count(only) > 0 && o->k8sPlacement.empty())
+          RANKMAP_THROW(InvalidInput, "{}: expected only with --k8s-placement JOB", only);
       std::string topologyPath = o->topology, planPath = o->plan;
       if (!o->topology.empty() && !o->plan.empty())
         RANKMAP_THROW(InvalidInput, "--topology and --plan: expected one of them");
       if (topologyPath.empty() && planPath.empty()) {
         // Settings fill in only what the command line left out, plan first for a hostfile.
-        if (o->slurmHostfile || ctx.config.get(settings::kTopology).empty())
+        if (o->slurmHostfile || !o->k8sPlacement.empty() ||
+            ctx.config.get(settings::kTopology).empty())
           planPath = ctx.config.get(settings::kPlan);
         else
           topologyPath = ctx.config.get(settings::kTopology);
@@ -145,6 +167,19 @@ void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
       } else if (o->kueueTopology) {
         Hierarchy h = loadHierarchy(topologyPath, planPath, "--kueue-topology");
         text = launch::kueueTopologyYaml(h.levels, o->kueueName, o->kueueApi, h.source);
+      } else if (!o->k8sPlacement.empty()) {
+        if (planPath.empty())
+          RANKMAP_THROW(InvalidInput,
+                        "--k8s-placement: expected --plan P (or RANKMAP_PLAN): the pods follow a "
+                        "plan's order");
+        Plan p = Plan::load(planPath);
+        launch::PodPlacement placement;
+        placement.job = o->k8sPlacement;
+        placement.nspace = o->nspace;
+        placement.gate = o->gate;
+        placement.podsPerHost = o->tasksPerNode > 0 ? o->tasksPerNode : 1;
+        placement.waitSeconds = o->waitSeconds;
+        text = launch::k8sPlacementScript(p, placement, "plan " + planPath);
       } else {
         if (planPath.empty())
           RANKMAP_THROW(InvalidInput, "--slurm-hostfile: expected --plan P (or RANKMAP_PLAN)");

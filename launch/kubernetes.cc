@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/hosts_file.h"
+#include "common/plan_agreement.h"
 
 namespace rankmap::launch {
 namespace {
@@ -24,6 +25,101 @@ bool isDnsLabel(std::string_view s) {
 }
 
 std::string rate(double mbps) { return fmt::format("{:.0f}", mbps); }
+
+// The placement script's body; @NAME@ are filled in by k8sPlacementScript. POSIX sh. Names are
+// checked against Kubernetes' syntax first, so none of them needs more than single quotes.
+constexpr std::string_view kPlacementBody = R"SH(set -u
+kubectl=${KUBECTL:-kubectl}
+job='@JOB@'
+ns='@NS@'
+gate='@GATE@'
+pods=@PODS@
+wait_s=@WAIT@
+
+say() { echo "rankmap placement: $*" >&2; }
+kc() {
+  if [ -n "$ns" ]; then "$kubectl" --namespace "$ns" --request-timeout=30s "$@"
+  else "$kubectl" --request-timeout=30s "$@"; fi
+}
+# One line per pod of the job: index|name|node selector|scheduling gates|deletion time.
+list() {
+  kc get pods -l "batch.kubernetes.io/job-name=$job" -o 'jsonpath={range .items[*]}{.metadata.annotations.batch\.kubernetes\.io/job-completion-index}{"|"}{.metadata.name}{"|"}{.spec.nodeSelector.kubernetes\.io/hostname}{"|"}{.spec.schedulingGates[*].name}{"|"}{.metadata.deletionTimestamp}{"\n"}{end}'
+}
+# From a listing, for the live pods of indexes 0..pods-1: "held INDEX POD" (gated: to place),
+# "placed INDEX NODE" (given a node before), "free INDEX POD" (neither: no gate in its template).
+sort_pods() {
+  awk -F'|' -v n="$pods" -v gate="$gate" '
+    $1 ~ /^[0-9]+$/ && $1 + 0 < n + 0 && $5 == "" {
+      held = 0; k = split($4, g, " ")
+      for (i = 1; i <= k; i++) if (g[i] == gate) held = 1
+      if (held) print "held", $1, $2
+      else if ($3 != "") print "placed", $1, $3
+      else print "free", $1, $2
+    }'
+}
+# Lifts the gate of every pod still held, without a node: the scheduler's own choice.
+release() {
+  printf '%s\n' "$listing" | sort_pods | while read -r what index pod; do
+    [ "$what" = held ] || continue
+    kc patch pod "$pod" --type=strategic \
+      -p "{\"spec\":{\"schedulingGates\":[{\"\$patch\":\"delete\",\"name\":\"$gate\"}]}}" \
+      >/dev/null || say "could not lift the gate of pod $pod (index $index): lift it by hand"
+  done
+}
+
+listing=
+end=$(( $(date +%s) + wait_s ))
+while :; do
+  if out=$(list 2>&1); then
+    listing=$out
+    sorted=$(printf '%s\n' "$listing" | sort_pods)
+    free=$(printf '%s\n' "$sorted" | awk '$1 == "free" { print $3 " (index " $2 ")"; exit }')
+    if [ -n "$free" ]; then
+      say "pod $free of job $job is neither held by the scheduling gate $gate nor placed" \
+        "by this plan: the Job's pod template must list the gate" \
+        "(spec.template.spec.schedulingGates); no pod placed, every held pod left to the" \
+        "scheduler's choice"
+      release; exit 1
+    fi
+    ready=$(printf '%s\n' "$sorted" | awk '$1 == "held" || $1 == "placed" { seen[$2] = 1 }
+      END { c = 0; for (i in seen) c++; print c }')
+    [ "$ready" -ge "$pods" ] && break
+  else
+    ready=0; say "kubectl get pods: $out"
+  fi
+  if [ "$(date +%s)" -ge "$end" ]; then
+    say "after $wait_s s, $ready of $pods pods of job $job are there and held (the Job needs" \
+      "completionMode: Indexed and parallelism = completions = $pods): no pod placed, every" \
+      "held pod left to the scheduler's choice"
+    release; exit 1
+  fi
+  sleep 2
+done
+
+placed=0
+for line in $(printf '%s\n' "$sorted" | awk '{ print $1 ":" $2 ":" $3 }'); do
+  what=${line%%:*}; rest=${line#*:}; index=${rest%%:*}; arg=${rest#*:}
+  node=$(node_of "$index")
+  if [ "$what" = placed ]; then
+    [ "$arg" = "$node" ] || say "the pod of index $index already has node $arg, the plan says $node"
+    continue
+  fi
+  if kc patch pod "$arg" --type=strategic -p "{\"spec\":{\"nodeSelector\":{\"kubernetes.io/hostname\":\"$node\"},\"schedulingGates\":[{\"\$patch\":\"delete\",\"name\":\"$gate\"}]}}" >/dev/null; then
+    placed=$((placed + 1))
+  else
+    say "kubectl patch pod $arg (index $index, node $node) failed after $placed placed: the" \
+      "rest left to the scheduler's choice"
+    listing=$(list 2>/dev/null) || listing=
+    release; exit 1
+  fi
+done
+say "$placed pod(s) of job $job given their nodes in the plan's order"
+)SH";
+
+void replaceToken(std::string& s, std::string_view token, std::string_view value) {
+  for (size_t at = s.find(token); at != std::string::npos; at = s.find(token, at + value.size()))
+    s.replace(at, token.size(), value);
+}
 
 }  // namespace
 
@@ -190,6 +286,64 @@ std::string kueueTopologyYaml(const std::vector<HierarchyLevel>& levels, std::st
     out += fmt::format("    - nodeLabel: {}{}\n", kLevelLabelPrefix, j + 1);
   out += fmt::format("    - nodeLabel: {}\n", kHostnameLabel);
   return out;
+}
+
+std::string k8sPlacementScript(const Plan& plan, const PodPlacement& p, std::string_view source) {
+  if (p.job.size() > 63 || !isDnsSubdomain(p.job))
+    RANKMAP_THROW(InvalidInput,
+                  "--k8s-placement {:?}: expected the Job's name (lower-case letters, digits, "
+                  "'-' and '.', at most 63 characters)",
+                  p.job);
+  if (!p.nspace.empty() && !isDnsLabel(p.nspace))
+    RANKMAP_THROW(InvalidInput,
+                  "--namespace {:?}: expected a namespace name (a DNS-1123 label: lower-case "
+                  "letters, digits and '-', at most 63 characters)",
+                  p.nspace);
+  if (!isQualifiedName(p.gate))
+    RANKMAP_THROW(InvalidInput,
+                  "--gate {:?}: expected a scheduling gate name (a qualified name such as {})",
+                  p.gate, kPlacementGate);
+  if (p.podsPerHost < 1 || p.podsPerHost > 1024)
+    RANKMAP_THROW(InvalidInput, "--tasks-per-node {}: expected pods per node, 1 to 1024",
+                  p.podsPerHost);
+  if (p.waitSeconds < 1 || p.waitSeconds > 86400)
+    RANKMAP_THROW(InvalidInput, "--wait {}: expected seconds, 1 to 86400", p.waitSeconds);
+  if (plan.order.empty()) RANKMAP_THROW(InvalidInput, "{}: the plan has no hosts", source);
+  for (const auto& h : plan.order)
+    if (!isDnsSubdomain(h))
+      RANKMAP_THROW(InvalidInput,
+                    "{}: host {:?} is not a Kubernetes node name (a DNS-1123 subdomain): the "
+                    "plan's hosts must be named as their nodes",
+                    source, h);
+  const size_t pods = plan.order.size() * static_cast<size_t>(p.podsPerHost);
+  std::string out = fmt::format(
+      "#!/bin/sh\n"
+      "# Pod placement written by `rankmap export --k8s-placement` from {} (plan {}, {} "
+      "node(s),\n# {} pod(s) per node): the pod of completion index i of the Indexed Job {} goes "
+      "to the\n# plan's node at position i / {}, so that ranks taken from the completion index "
+      "follow the plan.\n"
+      "# The Job's pod template must list the scheduling gate {} (spec.template.spec.\n"
+      "# schedulingGates) and run {} pods at once. Run this once the Job is created; it waits up "
+      "to\n# {} s for every pod. If they are not all there, or a patch fails, it lifts the gate "
+      "of every\n# pod it still holds without a node (the scheduler's own choice), says so and "
+      "exits 1.\n# KUBECTL names another kubectl.\n",
+      source, plan.hash.empty() ? std::string("without hash") : shortPlanHash(plan.hash),
+      plan.order.size(), p.podsPerHost, p.job, p.podsPerHost, p.gate, pods, p.waitSeconds);
+  out += "node_of() {\n  case $1 in\n";
+  for (size_t h = 0; h < plan.order.size(); ++h) {
+    std::string indexes;
+    for (int k = 0; k < p.podsPerHost; ++k)
+      indexes += fmt::format("{}{}", k ? "|" : "", h * p.podsPerHost + k);
+    out += fmt::format("    {}) echo '{}' ;;\n", indexes, plan.order[h]);
+  }
+  out += "  esac\n}\n";
+  std::string body(kPlacementBody);
+  replaceToken(body, "@JOB@", p.job);
+  replaceToken(body, "@NS@", p.nspace);
+  replaceToken(body, "@GATE@", p.gate);
+  replaceToken(body, "@PODS@", std::to_string(pods));
+  replaceToken(body, "@WAIT@", std::to_string(p.waitSeconds));
+  return out + body;
 }
 
 std::vector<Host> hostsFromEndpointSlices(const Json& doc, std::string_view source) {

@@ -10,6 +10,9 @@
 // - `rankmap export --kueue-topology`: a Kueue Topology object whose levels are those label keys,
 //   outermost first, and kubernetes.io/hostname last (as Kueue recommends).
 // The node name is the topology's host name: hosts must be named as their Kubernetes nodes.
+// - `rankmap export --k8s-placement JOB`: a shell script that puts an Indexed Job's pods on the
+//   plan's nodes in plan order (pod of completion index i on the node at plan position i), so
+//   that a job whose ranks are its completion indexes runs in the plan's order unchanged.
 // - `rankmap hosts --from-endpointslices`: rankmap's hosts file (common/hosts_file.h) from the
 //   EndpointSlices of the agents' headless Service, so the DaemonSet's agents learn their peers
 //   from the cluster (deploy/kubernetes).
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "common/plan.h"
 #include "common/topology.h"
 
 namespace rankmap::launch {
@@ -71,6 +75,31 @@ std::string k8sLabelCommands(const std::vector<NodeMarks>& marks, std::string_vi
 // than 15 levels (Kueue allows 16 with the host level), or an unknown apiVersion.
 std::string kueueTopologyYaml(const std::vector<HierarchyLevel>& levels, std::string_view name,
                               std::string_view apiVersion, std::string_view source);
+
+// An Indexed Job's pods placed in plan order (`rankmap export --k8s-placement`). The lever is a
+// scheduling gate: the Job's pod template lists `gate`, so its pods are created but not
+// scheduled; the script then gives the pod of completion index i the node selector
+// kubernetes.io/hostname = the plan's host at position i / podsPerHost and lifts the gate
+// (Kubernetes allows adding a node selector to a pod while it is gated, 1.27+). Pods are found
+// by the label batch.kubernetes.io/job-name and the annotation
+// batch.kubernetes.io/job-completion-index. Nothing is placed until all of them are there and
+// held: if they are not within `waitSeconds`, or the API refuses a patch, the script lifts the
+// gate of every pod it still holds, without a node (the scheduler's own choice, as without
+// rankmap), says so on stderr and exits 1; a pod that is neither held nor placed by this plan
+// (a template without the gate) is the same failure. Every kubectl call has --request-timeout.
+// Re-running it after success changes nothing. Host names must be the nodes' names.
+inline constexpr std::string_view kPlacementGate = "rankmap.io/placement";
+struct PodPlacement {
+  std::string job;     // the Indexed Job's name
+  std::string nspace;  // its namespace; empty: kubectl's current one
+  std::string gate = std::string(kPlacementGate);
+  int podsPerHost = 1;    // consecutive completion indexes per node
+  int waitSeconds = 600;  // for every pod to exist and be held
+};
+// Throws InvalidInput naming `source` or the option: a job, namespace or gate Kubernetes would
+// refuse, a host name that is not a node name, pods per host or the wait outside their range.
+std::string k8sPlacementScript(const Plan& plan, const PodPlacement& placement,
+                               std::string_view source);
 
 // The agents of a headless Service from its EndpointSlices (`kubectl get endpointslices -l
 // kubernetes.io/service-name=SERVICE -o json`: a List of them, or one EndpointSlice): one host per

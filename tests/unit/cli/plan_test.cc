@@ -746,7 +746,7 @@ TEST_F(Cli, BashCompletionCompletesSubcommandsAndOptions) {
       << "while IFS= read -r line; do read -ra COMP_WORDS <<<\"$line\"; "
          "COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _rankmap; echo \"${COMPREPLY[*]}\"; done\n";
   std::ofstream(path("lines")) << "rankmap pl\nrankmap plan --to\nrankmap -v show --sv\n"
-                                  "rankmap export --k8\nrankmap --vers\nrankmap bench -\n";
+                                  "rankmap export --k8s-l\nrankmap --vers\nrankmap bench -\n";
   ASSERT_EQ(std::system(("bash '" + path("complete.sh") + "' <'" + path("lines") + "' >'" +
                          path("got") + "'")
                             .c_str()),

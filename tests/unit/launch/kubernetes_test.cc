@@ -189,5 +189,58 @@ TEST(KubernetesTest, EndpointSlicesThatGiveNoHostsFileAreNamed) {
             std::string::npos);
 }
 
+// The script's table: completion index i on the plan's node at position i / pods per node, and
+// every placeholder filled. (What the script does is tests/unit/deploy/k8s_placement_test.py's.)
+TEST(KubernetesTest, PlacementScriptMapsEachCompletionIndexToItsPlanNode) {
+  Plan plan;
+  plan.hosts = {"n-a", "n-b", "n-c"};
+  plan.order = {"n-b", "n-c", "n-a"};
+  PodPlacement p;
+  p.job = "train";
+  p.nspace = "ml";
+  p.podsPerHost = 2;
+  std::string s = k8sPlacementScript(plan, p, "plan P");
+  EXPECT_EQ(s.rfind("#!/bin/sh\n", 0), 0u);
+  for (const char* line :
+       {"    0|1) echo 'n-b' ;;\n", "    2|3) echo 'n-c' ;;\n", "    4|5) echo 'n-a' ;;\n",
+        "job='train'\n", "ns='ml'\n", "gate='rankmap.io/placement'\n", "pods=6\n", "wait_s=600\n"})
+    EXPECT_NE(s.find(line), std::string::npos) << line;
+  for (const char* token : {"@JOB@", "@NS@", "@GATE@", "@PODS@", "@WAIT@"})
+    EXPECT_EQ(s.find(token), std::string::npos) << token << " left";
+}
+
+TEST(KubernetesTest, PlacementRefusesWhatKubernetesWould) {
+  Plan plan;
+  plan.hosts = plan.order = {"n-a", "n-b"};
+  auto error = [&](PodPlacement p, const Plan& pl) {
+    try {
+      k8sPlacementScript(pl, p, "plan P");
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  PodPlacement ok;
+  ok.job = "train";
+  EXPECT_EQ(error(ok, plan), "");
+  auto with = [&](auto change) {
+    PodPlacement p = ok;
+    change(p);
+    return error(p, plan);
+  };
+  EXPECT_NE(with([](auto& p) { p.job = "Train"; }).find("--k8s-placement \"Train\""),
+            std::string::npos);
+  EXPECT_NE(with([](auto& p) { p.job = std::string(64, 'a'); }).find("at most 63"),
+            std::string::npos);
+  EXPECT_NE(with([](auto& p) { p.nspace = "a.b"; }).find("--namespace \"a.b\""), std::string::npos);
+  EXPECT_NE(with([](auto& p) { p.gate = "a gate"; }).find("--gate"), std::string::npos);
+  EXPECT_NE(with([](auto& p) { p.podsPerHost = 0; }).find("pods per node"), std::string::npos);
+  EXPECT_NE(with([](auto& p) { p.waitSeconds = 0; }).find("--wait 0"), std::string::npos);
+  Plan bad = plan;
+  bad.order = {"n-a", "N_B"};
+  EXPECT_NE(error(ok, bad).find("plan P: host \"N_B\" is not a Kubernetes node name"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace rankmap::launch
