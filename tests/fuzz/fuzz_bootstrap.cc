@@ -5,7 +5,8 @@
 // Input: byte 0: bit 7 picks the side, the rest the group size (2 + b % 7).
 // - Root side: then up to 12 connections, each [length u16 LE][bytes], connected, sent and
 //   half-closed in order; then the real ranks 1..size-1, each sending a correct hello and the
-//   blob "rank r", also queued. The root (127.0.0.1, port 0) then accepts and runs one allgather.
+//   blob "rank r", also queued. The root (kBootstrapHost, port 0) then accepts and runs one
+//   allgather.
 // - Rank side: byte 1 picks the rank (1 + b % (size - 1)); the rest is what a fake root sends
 //   (then it half-closes). The rank connects, says hello and runs one allgather of "mine".
 // Every byte either side will ever get is queued before it reads, so nothing waits on a peer.
@@ -71,7 +72,7 @@ Socket queue(const SockAddr& addr, const std::string& bytes) {
 }
 
 void rootSide(const uint8_t* data, size_t size, int group) {
-  coll::bootstrap::RootListener listener("127.0.0.1:0");
+  coll::bootstrap::RootListener listener(std::string(fuzz::kBootstrapHost) + ":0");
   HostPort hp = parseHostPort(listener.address(), "root", {.defaultPort = std::nullopt});
   SockAddr addr = resolve(hp.host, hp.port, Lookup::kNumericOnly);
   std::vector<Socket> conns;
@@ -103,7 +104,7 @@ void rankSide(const uint8_t* data, size_t size, int group) {
   if (size == 0) return;
   const int rank = 1 + data[0] % (group - 1);
   const std::string answer(reinterpret_cast<const char*>(data + 1), size - 1);
-  Listener fake = Listener::bind(resolve("127.0.0.1", 0, Lookup::kNumericOnly));
+  Listener fake = Listener::bind(resolve(fuzz::kBootstrapHost, 0, Lookup::kNumericOnly));
   const std::string root = fake.localAddr().str();
   // The fake root: answers with the input at once, then reads until the rank closes.
   std::thread server([&] {

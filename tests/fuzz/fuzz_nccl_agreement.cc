@@ -37,6 +37,7 @@ namespace {
 
 using namespace rankmap;
 using fuzz::closeHard;
+using fuzz::kAgreementHost;
 using namespace std::chrono_literals;
 
 [[noreturn]] void finding(const std::string& what) {
@@ -86,7 +87,7 @@ void awaitServers() {
   // refused connection means it is done. Its thread then only frees its start arguments.
   const Deadline limit = Deadline::after(10s);
   for (uint16_t port : recentServers) {
-    SockAddr addr = resolve("127.0.0.1", port, Lookup::kNumericOnly);
+    SockAddr addr = resolve(kAgreementHost, port, Lookup::kNumericOnly);
     while (!limit.expired()) {
       try {
         Socket s = Socket::connect(addr, Deadline::after(1s), "fuzz agreement server");
@@ -135,9 +136,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr std::chrono::milliseconds kDeadline{150};
   const auto started = std::chrono::steady_clock::now();
   const shim_nccl::IdTail tail =
-      shim_nccl::startAgreementServer("127.0.0.1", kCreatorHash, kDeadline);
+      shim_nccl::startAgreementServer(kAgreementHost, kCreatorHash, kDeadline);
   noteServer(tail.port);
-  SockAddr addr = resolve("127.0.0.1", tail.port, Lookup::kNumericOnly);
+  SockAddr addr = resolve(kAgreementHost, tail.port, Lookup::kNumericOnly);
 
   std::vector<Socket> conns;
   bool voteSent = false;

@@ -1,5 +1,5 @@
 // Fuzz target for the XGBoost (Rabit) tracker's protocol (launch/xgboost_tracker.h): the real
-// RabitTracker on 127.0.0.1 (a fresh port per input), fed by workers whose bytes are the input.
+// RabitTracker on kTrackerHost (a fresh port per input), fed by workers whose bytes are the input.
 //
 // Input: byte 0 gives the worker count (1 + b % 8); then up to 16 connections, each
 // [length u16 LE][bytes]: the harness connects, sends the bytes, and half-closes, before serve()
@@ -46,8 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)quiet;
   if (size == 0) return 0;
   int workers = 1 + data[0] % 8;
-  launch::RabitTracker tracker("127.0.0.1", 0, workers);
-  SockAddr addr = resolve("127.0.0.1", tracker.port(), Lookup::kNumericOnly);
+  launch::RabitTracker tracker(fuzz::kTrackerHost, 0, workers);
+  SockAddr addr = resolve(fuzz::kTrackerHost, tracker.port(), Lookup::kNumericOnly);
   std::vector<Socket> conns;
   size_t pos = 1;
   while (pos + 2 <= size && conns.size() < kMaxConnections) {
