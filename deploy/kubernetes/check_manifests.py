@@ -5,14 +5,15 @@ Usage: check_manifests.py FILE.yaml... ("-" = stdin). Exit 0 when every document
 one line per problem ("FILE: doc N (Kind name): at spec.x: expected ...") otherwise.
 
 Written against the published field rules (Kubernetes API reference for core/v1 Namespace,
-ServiceAccount, ConfigMap, Secret, Service, apps/v1 DaemonSet and rbac.authorization.k8s.io/v1
-Role and RoleBinding; Kueue's Topology in
+ServiceAccount, ConfigMap, Secret, Service, apps/v1 DaemonSet, batch/v1 Job and
+rbac.authorization.k8s.io/v1 Role and RoleBinding; Kueue's Topology in
 kueue.x-k8s.io v1alpha1/v1beta1/v1beta2; the Prometheus Operator's PodMonitor in
 monitoring.coreos.com/v1), for exactly these kinds: unknown fields are rejected at every level,
 required fields, types, enums, DNS-1123 names, label keys and values, quantities, and a few
 cross-field rules the API server enforces (the selector matches the template's labels, volume
 mounts name declared volumes, a volume has exactly one source, a probe exactly one handler, a
-DaemonSet's pods restart Always, a RoleBinding's roleRef and subjects name their kinds, Kueue's levels are unique with kubernetes.io/hostname last, a
+DaemonSet's pods restart Always, a Job's pods restart Never or OnFailure, an Indexed Job states
+its completions, scheduling gates are named once with label keys, a RoleBinding's roleRef and subjects name their kinds, Kueue's levels are unique with kubernetes.io/hostname last, a
 Service's ports have distinct names).
 Fields that rankmap's manifests do not use are known by name (so they are not "unknown") but
 their contents are only type-checked as objects or lists. Needs python3-yaml only.
@@ -297,6 +298,11 @@ class Checker:
             if n != 1:
                 self.err(path, f"expected exactly one volume source, got {n}")
 
+    def scheduling_gate(self, v, path):
+        if self.obj(v, path, {"name": "str"}, required=("name",)):
+            if isinstance(v.get("name"), str) and not is_qualified_name(v["name"]):
+                self.err(f"{path}.name", f"expected a qualified name, got {v['name']!r}")
+
     def pod_spec(self, v, path, restart_always=False):
         fields = {
             "containers": self.list_of(lambda x, p: self.container(x, p)),
@@ -317,12 +323,15 @@ class Checker:
             "runtimeClassName": "str", "enableServiceLinks": "bool",
             "preemptionPolicy": self.enum("PreemptLowerPriority", "Never"), "overhead": "obj",
             "topologySpreadConstraints": self.list_of("obj"), "setHostnameAsFQDN": "bool",
-            "os": "obj", "schedulingGates": self.list_of("obj"),
+            "os": "obj", "schedulingGates": self.list_of(self.scheduling_gate),
             "resourceClaims": self.list_of("obj"), "resources": "obj"}
         if not self.obj(v, path, fields, required=("containers",)):
             return
         if restart_always and v.get("restartPolicy", "Always") != "Always":
             self.err(f"{path}.restartPolicy", "expected Always (a DaemonSet's pods)")
+        gates = [g.get("name") for g in v.get("schedulingGates") or [] if isinstance(g, dict)]
+        if len(set(gates)) != len(gates):
+            self.err(f"{path}.schedulingGates", "expected each gate once")
         names = [c.get("name") for c in v.get("initContainers", []) + v.get("containers", [])
                  if isinstance(c, dict)]
         for n in set(names):
@@ -366,6 +375,38 @@ class Checker:
                 self.err(f"{path}.selector", "expected matchLabels that the template's labels "
                                              "match")
         self.obj(doc, "", {"apiVersion": self.enum("apps/v1"), "kind": "str",
+                           "metadata": self.metadata(True), "spec": spec},
+                 required=("apiVersion", "kind", "metadata", "spec"))
+
+    def job(self, doc):
+        def template(v, path):
+            if not self.obj(v, path, {"metadata": lambda x, p: self.obj(
+                    x, p, {"labels": self.labels, "annotations": self.annotations, "name": "str"}),
+                    "spec": self.pod_spec}, required=("spec",)):
+                return
+            spec = v.get("spec")
+            if isinstance(spec, dict) and spec.get("restartPolicy") not in ("Never", "OnFailure"):
+                self.err(f"{path}.spec.restartPolicy",
+                         f"expected Never or OnFailure (a Job's pods), got "
+                         f"{spec.get('restartPolicy')!r}")
+
+        count = self.int_range(0, 2**31 - 1)
+
+        def spec(v, path):
+            if not self.obj(v, path, {
+                    "template": template, "parallelism": count, "completions": count,
+                    "completionMode": self.enum("NonIndexed", "Indexed"), "backoffLimit": count,
+                    "backoffLimitPerIndex": count, "maxFailedIndexes": count,
+                    "activeDeadlineSeconds": self.int_range(1, 2**63 - 1),
+                    "ttlSecondsAfterFinished": count, "suspend": "bool",
+                    "manualSelector": "bool", "selector": self.label_selector,
+                    "podFailurePolicy": "obj", "successPolicy": "obj",
+                    "podReplacementPolicy": self.enum("TerminatingOrFailed", "Failed"),
+                    "managedBy": "str"}, required=("template",)):
+                return
+            if v.get("completionMode") == "Indexed" and not isinstance(v.get("completions"), int):
+                self.err(f"{path}.completions", "expected a number for an Indexed Job")
+        self.obj(doc, "", {"apiVersion": self.enum("batch/v1"), "kind": "str",
                            "metadata": self.metadata(True), "spec": spec},
                  required=("apiVersion", "kind", "metadata", "spec"))
 
@@ -492,7 +533,7 @@ class Checker:
                            "subjects": self.list_of(subject)},
                  required=("apiVersion", "kind", "metadata", "roleRef"))
 
-    KINDS = {"DaemonSet": daemonset, "Namespace": namespace, "ServiceAccount": service_account,
+    KINDS = {"DaemonSet": daemonset, "Job": job, "Namespace": namespace, "ServiceAccount": service_account,
              "ConfigMap": config_map, "Secret": secret, "Service": service,
              "PodMonitor": pod_monitor, "Topology": kueue_topology, "Role": role,
              "RoleBinding": role_binding}

@@ -96,6 +96,8 @@ def main():
     with open(os.path.join(DEPLOY, "components", "podmonitor", "podmonitor.yaml"),
               encoding="utf-8") as f:
         manifests["podmonitor.yaml"] = f.read()
+    with open(os.path.join(DEPLOY, "examples", "job-in-plan-order.yaml"), encoding="utf-8") as f:
+        manifests["job-in-plan-order.yaml"] = f.read()
     for name, text in manifests.items():
         errs = check_manifests.check_text(text, name)
         expect(not errs, f"{name} passes: {errs}")
@@ -105,6 +107,14 @@ def main():
     ns, sa = list(yaml.safe_load_all(manifests["namespace.yaml"]))
     cm = yaml.safe_load(manifests["configmap.yaml"])
     role, binding = list(yaml.safe_load_all(manifests["rbac.yaml"]))
+    job = list(yaml.safe_load_all(manifests["job-in-plan-order.yaml"]))[1]
+    # The example Job is what `rankmap export --k8s-placement` places: Indexed, every pod at once,
+    # held by the default gate (launch::kPlacementGate), its rank from the completion index.
+    js = job["spec"]
+    expect(js["completionMode"] == "Indexed" and js["completions"] == js["parallelism"] and
+           js["template"]["spec"]["schedulingGates"] == [{"name": "rankmap.io/placement"}] and
+           "--node-rank=$(JOB_COMPLETION_INDEX)" in js["template"]["spec"]["containers"][0][
+               "command"], f"the example Job is one the placement script places: {js}")
 
     # 2. Broken manifests fail, each naming where.
     def mutate(doc, fn):
@@ -175,6 +185,13 @@ def main():
          "roleRef.kind"),
         ("pod monitor endpoint", pm, lambda d: d["spec"]["podMetricsEndpoints"][0].pop("port"),
          "podMetricsEndpoints[0]"),
+        ("job restart", job, lambda d: pod(d).update(restartPolicy="Always"),
+         "Never or OnFailure"),
+        ("indexed job", job, lambda d: d["spec"].pop("completions"), "spec.completions"),
+        ("gate name", job, lambda d: pod(d)["schedulingGates"].append({"name": "a gate"}),
+         "schedulingGates[1].name"),
+        ("gate twice", job, lambda d: pod(d)["schedulingGates"].append(
+            {"name": "rankmap.io/placement"}), "each gate once"),
     ]
     for what, doc, fn, needle in cases:
         errs = problems(mutate(doc, fn))
