@@ -46,13 +46,15 @@ list() {
   kc get pods -l "batch.kubernetes.io/job-name=$job" -o 'jsonpath={range .items[*]}{.metadata.annotations.batch\.kubernetes\.io/job-completion-index}{"|"}{.metadata.name}{"|"}{.spec.nodeSelector.kubernetes\.io/hostname}{"|"}{.spec.schedulingGates[*].name}{"|"}{.metadata.deletionTimestamp}{"\n"}{end}'
 }
 # From a listing, for the live pods of indexes 0..pods-1: "held INDEX POD" (gated: to place),
-# "placed INDEX NODE" (given a node before), "free INDEX POD" (neither: no gate in its template).
+# "placed INDEX NODE" (given a node before), "free INDEX POD" (neither: no gate in its template);
+# "extra INDEX POD" for a held pod of a higher index (a Job larger than the plan).
 sort_pods() {
   awk -F'|' -v n="$pods" -v gate="$gate" '
-    $1 ~ /^[0-9]+$/ && $1 + 0 < n + 0 && $5 == "" {
+    $1 ~ /^[0-9]+$/ && $5 == "" {
       held = 0; k = split($4, g, " ")
       for (i = 1; i <= k; i++) if (g[i] == gate) held = 1
-      if (held) print "held", $1, $2
+      if ($1 + 0 >= n + 0) { if (held) print "extra", $1, $2 }
+      else if (held) print "held", $1, $2
       else if ($3 != "") print "placed", $1, $3
       else print "free", $1, $2
     }'
@@ -60,7 +62,7 @@ sort_pods() {
 # Lifts the gate of every pod still held, without a node: the scheduler's own choice.
 release() {
   printf '%s\n' "$listing" | sort_pods | while read -r what index pod; do
-    [ "$what" = held ] || continue
+    [ "$what" = held ] || [ "$what" = extra ] || continue
     kc patch pod "$pod" --type=strategic \
       -p "{\"spec\":{\"schedulingGates\":[{\"\$patch\":\"delete\",\"name\":\"$gate\"}]}}" \
       >/dev/null || say "could not lift the gate of pod $pod (index $index): lift it by hand"
@@ -79,6 +81,13 @@ while :; do
         "by this plan: the Job's pod template must list the gate" \
         "(spec.template.spec.schedulingGates); no pod placed, every held pod left to the" \
         "scheduler's choice"
+      release; exit 1
+    fi
+    extra=$(printf '%s\n' "$sorted" | awk '$1 == "extra" { print $3 " (index " $2 ")"; exit }')
+    if [ -n "$extra" ]; then
+      say "pod $extra of job $job is beyond the plan's $pods pods: the Job has more" \
+        "completions than the plan's nodes times the pods per node; no pod placed, every held" \
+        "pod left to the scheduler's choice"
       release; exit 1
     fi
     ready=$(printf '%s\n' "$sorted" | awk '$1 == "held" || $1 == "placed" { seen[$2] = 1 }
@@ -326,7 +335,8 @@ std::string k8sPlacementScript(const Plan& plan, const PodPlacement& p, std::str
       "# schedulingGates) and run {} pods at once. Run this once the Job is created; it waits up "
       "to\n# {} s for every pod. If they are not all there, or a patch fails, it lifts the gate "
       "of every\n# pod it still holds without a node (the scheduler's own choice), says so and "
-      "exits 1.\n# KUBECTL names another kubectl.\n",
+      "exits 1.\n# Run it again to place a pod the Job controller made anew (it waits, held, until "
+      "then).\n# KUBECTL names another kubectl.\n",
       source, plan.hash.empty() ? std::string("without hash") : shortPlanHash(plan.hash),
       plan.order.size(), p.podsPerHost, p.job, p.podsPerHost, p.gate, pods, p.waitSeconds);
   out += "node_of() {\n  case $1 in\n";

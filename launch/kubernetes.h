@@ -86,8 +86,10 @@ std::string kueueTopologyYaml(const std::vector<HierarchyLevel>& levels, std::st
 // held: if they are not within `waitSeconds`, or the API refuses a patch, the script lifts the
 // gate of every pod it still holds, without a node (the scheduler's own choice, as without
 // rankmap), says so on stderr and exits 1; a pod that is neither held nor placed by this plan
-// (a template without the gate) is the same failure. Every kubectl call has --request-timeout.
-// Re-running it after success changes nothing. Host names must be the nodes' names.
+// (a template without the gate), or a held pod whose index is beyond the plan's (a Job larger
+// than the plan), is the same failure. Every kubectl call has --request-timeout.
+// Re-running it after success changes nothing but a pod the Job controller made anew, which is
+// held again and gets its index's node. Host names must be the nodes' names.
 inline constexpr std::string_view kPlacementGate = "rankmap.io/placement";
 struct PodPlacement {
   std::string job;     // the Indexed Job's name

@@ -144,6 +144,17 @@ def main():
         r, st2, _ = run_script(tmp, script, {"namespace": "ml", "pods": st["pods"]})
         expect(r.returncode == 0 and not any(c[2] == "patch" for c in st2["calls"]),
                f"a second run patches nothing: exit {r.returncode}, {st2['calls']}")
+        # 2b. The Job controller replaced the pod of index 2 (the old one terminating): running
+        # the script again gives the new, held pod the same node and leaves the others alone.
+        pods2 = [dict(p) for p in st["pods"]]
+        pods2[2]["deleting"] = True
+        pods2.append({"name": "train-2-y02", "index": 2, "gates": [GATE]})
+        r, st3, _ = run_script(tmp, script, {"namespace": "ml", "pods": pods2})
+        patched = [c[c.index("patch") + 2] for c in st3["calls"] if "patch" in c]
+        new = [p for p in st3["pods"] if p["name"] == "train-2-y02"][0]
+        expect(r.returncode == 0 and patched == ["train-2-y02"] and
+               new.get("selector") == order[2] and not new["gates"],
+               f"a replaced pod placed again: exit {r.returncode}, patched {patched}, {new}")
         # 3. A pod that never comes: within the wait, nothing placed, every held pod released.
         script = write("short.sh", "--k8s-placement", "train", "--wait", "3")
         r, st, secs = run_script(tmp, script, {"pods": pods(8, after={5: 10**6})})
@@ -160,6 +171,11 @@ def main():
                secs < 10, f"no gate in the template: exit {r.returncode}, {secs:.1f} s, "
                           f"{r.stderr}")
         expect(all(p.get("selector") is None for p in st["pods"]), "and nothing placed")
+        # 4b. A Job larger than the plan: refused, every pod released (index 8 included).
+        r, st, _ = run_script(tmp, script, {"pods": pods(9)})
+        expect(r.returncode == 1 and "beyond the plan's 8 pods" in r.stderr and
+               all(p.get("selector") is None and p["gates"] == ["other.io/g"]
+                   for p in st["pods"]), f"nine pods for eight nodes: {r.stderr} {st['pods']}")
         # 5. The API refuses one patch: the pods after it are left to the scheduler.
         failing = "train-3-x03"
         r, st, _ = run_script(tmp, script, {"pods": pods(8), "fail_patch": failing})
