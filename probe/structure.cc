@@ -758,6 +758,13 @@ inline constexpr double kLoadedQueueRatio = 2;
 inline constexpr double kLoadedFullShare = 0.85;
 inline constexpr size_t kMinLoadedPings = 16;
 inline constexpr int kLoadedIdleTrials = 3;
+// Loading: trials in a row that joined no groups. Only a join changes the groups a search returns:
+// deciding a pair apart steers later flows and ends the search when every pair is decided, but a
+// pair left open stays two groups as one decided apart does. With the racks found, such trials
+// decided stray hosts (split off their racks by the first trials) apart from every other group,
+// one flow per host and trial, with nothing else left: 54 of 61 trials at 4096 hosts in racks
+// 1:8 under pods 1:1, and 9 of 27 with six thinned uplinks and tenants' flows at 1024.
+inline constexpr int kLoadedJoinlessTrials = 4;
 // A host whose own link limits its flows (a slow host) fills that link's queue with its own flow:
 // every round trip of its waits there, and each of its flows reads its link's rate whichever
 // group the other end is in, so its readings would split it off its group at every level. A
@@ -891,7 +898,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
   const bool pinging = idle.median > 0 && s.liveHosts().size() >= kLoadedMinHosts;
   // Loading: trials in a row that joined and decided nothing (the pairs left are those whose
   // hosts' own links are full in every trial: a slow host's flows fill them).
-  int idleTrials = 0;
+  int idleTrials = 0, joinlessTrials = 0;
   std::pair<size_t, size_t> progress{0, 0};
   std::vector<int> probes(n, 0);  // kBystanderProbes sent per host
   for (int trial = 0; trial < s.opts().maxStructureTrials && !s.stopped(); ++trial) {
@@ -1328,8 +1335,10 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
                           decided, pairsOfGroups)});
     if (decided >= pairsOfGroups) break;
     idleTrials = std::make_pair(groups, decided) == progress ? idleTrials + 1 : 0;
+    joinlessTrials = trial > 0 && groups >= progress.first ? joinlessTrials + 1 : 0;
     progress = {groups, decided};
-    if (loading && idleTrials >= kLoadedIdleTrials) break;
+    if (loading && (idleTrials >= kLoadedIdleTrials || joinlessTrials >= kLoadedJoinlessTrials))
+      break;
   }
   // A slow host (its own link below kNearFraction of the top band: on the emulated cloud the
   // coordinating agent's link read 459-516 Mbit/s of 1000) never reads near, and its flows inside
