@@ -37,6 +37,8 @@ pods=@PODS@
 wait_s=@WAIT@
 
 say() { echo "rankmap placement: $*" >&2; }
+# The strategic-merge entry that lifts rankmap's gate and leaves other gates alone.
+lift="{\"\$patch\":\"delete\",\"name\":\"$gate\"}"
 kc() {
   if [ -n "$ns" ]; then "$kubectl" --namespace "$ns" --request-timeout=30s "$@"
   else "$kubectl" --request-timeout=30s "$@"; fi
@@ -63,10 +65,18 @@ sort_pods() {
 release() {
   printf '%s\n' "$listing" | sort_pods | while read -r what index pod; do
     [ "$what" = held ] || [ "$what" = extra ] || continue
-    kc patch pod "$pod" --type=strategic \
-      -p "{\"spec\":{\"schedulingGates\":[{\"\$patch\":\"delete\",\"name\":\"$gate\"}]}}" \
+    kc patch pod "$pod" --type=strategic -p "{\"spec\":{\"schedulingGates\":[$lift]}}" \
       >/dev/null || say "could not lift the gate of pod $pod (index $index): lift it by hand"
   done
+}
+# Says why nothing is placed, releases every held pod and exits 1.
+give_up() {
+  say "$*; no pod placed, every held pod left to the scheduler's choice"
+  release; exit 1
+}
+# The first pod of a kind in the sorted listing, as "POD (index I)"; empty when there is none.
+first_of() {
+  printf '%s\n' "$sorted" | awk -v kind="$1" '$1 == kind { print $3 " (index " $2 ")"; exit }'
 }
 
 listing=
@@ -75,33 +85,22 @@ while :; do
   if out=$(list 2>&1); then
     listing=$out
     sorted=$(printf '%s\n' "$listing" | sort_pods)
-    free=$(printf '%s\n' "$sorted" | awk '$1 == "free" { print $3 " (index " $2 ")"; exit }')
-    if [ -n "$free" ]; then
-      say "pod $free of job $job is neither held by the scheduling gate $gate nor placed" \
-        "by this plan: the Job's pod template must list the gate" \
-        "(spec.template.spec.schedulingGates); no pod placed, every held pod left to the" \
-        "scheduler's choice"
-      release; exit 1
-    fi
-    extra=$(printf '%s\n' "$sorted" | awk '$1 == "extra" { print $3 " (index " $2 ")"; exit }')
-    if [ -n "$extra" ]; then
-      say "pod $extra of job $job is beyond the plan's $pods pods: the Job has more" \
-        "completions than the plan's nodes times the pods per node; no pod placed, every held" \
-        "pod left to the scheduler's choice"
-      release; exit 1
-    fi
+    free=$(first_of free)
+    [ -z "$free" ] || give_up "pod $free of job $job is neither held by the scheduling gate" \
+      "$gate nor placed by this plan: the Job's pod template must list the gate" \
+      "(spec.template.spec.schedulingGates)"
+    extra=$(first_of extra)
+    [ -z "$extra" ] || give_up "pod $extra of job $job is beyond the plan's $pods pods: the" \
+      "Job has more completions than the plan's nodes times the pods per node"
     ready=$(printf '%s\n' "$sorted" | awk '$1 == "held" || $1 == "placed" { seen[$2] = 1 }
       END { c = 0; for (i in seen) c++; print c }')
     [ "$ready" -ge "$pods" ] && break
   else
     ready=0; say "kubectl get pods: $out"
   fi
-  if [ "$(date +%s)" -ge "$end" ]; then
-    say "after $wait_s s, $ready of $pods pods of job $job are there and held (the Job needs" \
-      "completionMode: Indexed and parallelism = completions = $pods): no pod placed, every" \
-      "held pod left to the scheduler's choice"
-    release; exit 1
-  fi
+  [ "$(date +%s)" -lt "$end" ] || give_up "after $wait_s s, $ready of $pods pods of job $job" \
+    "are there and held (the Job needs completionMode: Indexed and parallelism = completions =" \
+    "$pods)"
   sleep 2
 done
 
@@ -113,7 +112,7 @@ for line in $(printf '%s\n' "$sorted" | awk '{ print $1 ":" $2 ":" $3 }'); do
     [ "$arg" = "$node" ] || say "the pod of index $index already has node $arg, the plan says $node"
     continue
   fi
-  if kc patch pod "$arg" --type=strategic -p "{\"spec\":{\"nodeSelector\":{\"kubernetes.io/hostname\":\"$node\"},\"schedulingGates\":[{\"\$patch\":\"delete\",\"name\":\"$gate\"}]}}" >/dev/null; then
+  if kc patch pod "$arg" --type=strategic -p "{\"spec\":{\"nodeSelector\":{\"kubernetes.io/hostname\":\"$node\"},\"schedulingGates\":[$lift]}}" >/dev/null; then
     placed=$((placed + 1))
   else
     say "kubectl patch pod $arg (index $index, node $node) failed after $placed placed: the" \
