@@ -116,6 +116,10 @@ JobProfile JobProfile::merge(const std::vector<std::string>& records, std::strin
   using Traffic = std::map<std::string, Counter>;
   // (call, made by) -> group -> its traffic, as its members saw it.
   std::map<std::pair<int, std::string>, std::map<std::vector<int>, Traffic>> sets;
+  // Entries that name their communicator by key (the NCCL shim's): (call, made by) -> key ->
+  // the ranks that hold it and its traffic; groups once every record is read.
+  std::map<std::pair<int, std::string>, std::map<std::string, std::pair<std::vector<int>, Traffic>>>
+      keyed;
   const int world = static_cast<int>(records.size());
   if (world < 1) RANKMAP_THROW(InvalidInput, "no rank's profile record");
   // The world's point-to-point messages: (from, to) -> messages and bytes.
@@ -130,17 +134,25 @@ JobProfile JobProfile::merge(const std::vector<std::string>& records, std::strin
       std::pair<int, std::string> key{
           static_cast<int>(e.at("c", "the set's call number").integerIn(0, INT32_MAX)),
           e.at("m", "the call that made the set").nonEmptyStr()};
-      std::vector<int> members;
-      auto g = e.at("g", "the group's ranks");
-      for (size_t k = 0, kn = g.arraySize(); k < kn; ++k)
-        members.push_back(static_cast<int>(g.at(k).integerIn(0, world - 1)));
-      Traffic& traffic = sets[key][members];
+      Traffic* traffic = nullptr;
+      if (auto k = e.find("k")) {
+        if (e.find("g")) k->fail("either the group's ranks (g) or its communicator's key (k)");
+        auto& [members, t] = keyed[key][k->nonEmptyStr()];
+        members.push_back(r);
+        traffic = &t;
+      } else {
+        std::vector<int> members;
+        auto g = e.at("g", "the group's ranks");
+        for (size_t k = 0, kn = g.arraySize(); k < kn; ++k)
+          members.push_back(static_cast<int>(g.at(k).integerIn(0, world - 1)));
+        traffic = &sets[key][members];
+      }
       auto t = e.at("t", "the traffic by collective");
       t.expectObject();
       for (const auto& item : t.json().items()) {
         auto v = t.at(item.key());
         v.arraySize(2);
-        Counter& c = traffic[item.key()];
+        Counter& c = (*traffic)[item.key()];
         uint64_t calls = v.at(0).unsignedInt(), bytes = v.at(1).unsignedInt();
         if (item.key() == "sendrecv") {  // messages: every member's own
           c.calls += calls;
@@ -163,6 +175,10 @@ JobProfile JobProfile::merge(const std::vector<std::string>& records, std::strin
       }
     }
   }
+  // A keyed communicator's group: the ranks that hold it, ascending (records are read in rank
+  // order); a set whose keys disagree with its ranks comes out overlapping and is refused below.
+  for (auto& [key, groups] : keyed)
+    for (auto& [k, group] : groups) sets[key][std::move(group.first)] = std::move(group.second);
   // Ranks joined by messages on the world: each connected part of two or more is a group.
   std::vector<int> parent(static_cast<size_t>(world));
   std::iota(parent.begin(), parent.end(), 0);

@@ -8,7 +8,9 @@
 // torch.distributed's global ranks. A set is the groups that one communicator-creating call made
 // across the job (the `call`-th such call of every rank: MPI_Comm_split, MPI_Comm_create), or, in
 // PyTorch, consecutive new_group calls whose groups are disjoint and equal in size (every rank
-// makes every group, so every rank numbers them alike); groups are disjoint, each ascending, in
+// makes every group, so every rank numbers them alike), or the `call`-th NCCL communicator of
+// every rank ("ncclCommInitRank", "ncclCommSplit", "ncclCommShrink": librankmap_nccl.so beside
+// the MPI shim, numbered apart from the MPI calls); groups are disjoint, each ascending, in
 // ascending order of their first rank. Ranks that got no communicator are in no group. Traffic
 // is per group, averaged over the set's groups: for a collective, the calls each member made and
 // the sum of their buffers (count x type size, as a member passed it); for "sendrecv", the
@@ -34,7 +36,8 @@ struct ProfileTraffic {
 };
 
 struct ProfileSet {
-  std::string madeBy;  // "MPI_Comm_split", "MPI_Comm_create", "MPI_COMM_WORLD"
+  std::string
+      madeBy;  // "MPI_Comm_split", "MPI_Comm_create", "MPI_COMM_WORLD", "ncclCommSplit", ...
   int call = 0;        // 1 = each rank's first communicator-creating call; 0 = the world
   std::vector<std::vector<int>> groups;
   std::vector<ProfileTraffic> traffic;  // at most one entry per collective
@@ -59,7 +62,10 @@ struct JobProfile {
   // The profile from every rank's record (rank r's at [r]), each a JSON array of the sets the
   // rank was in: {"m": made_by, "c": call, "g": [its group's ranks], "t": {collective: [calls,
   // bytes]}, "p": [[peer, messages, bytes], ...]} ("p": point-to-point messages this rank sent on
-  // the world, in the set of call 0 only; may be absent). Throws InvalidInput naming the rank's
+  // the world, in the set of call 0 only; may be absent). An entry may name its communicator by
+  // a key instead of "g" ({"m", "c", "k": key, "t"}: the NCCL shim's, shim_nccl/profile.h,
+  // which cannot see world ranks): its group is every rank whose entry of that set carries the
+  // same key. Throws InvalidInput naming the rank's
   // record and the field when a record is malformed, and what the profile's reader would refuse
   // (ranks that disagree on a set's groups).
   static JobProfile merge(const std::vector<std::string>& records, std::string program,

@@ -151,6 +151,9 @@ std::string_view dimensionPrefix(std::string_view madeBy) {
   if (madeBy == "MPI_Comm_create") return "create";
   if (madeBy == "MPI_Comm_split") return "split";
   if (madeBy == kPointToPointSet) return "p2p";
+  if (madeBy == "ncclCommInitRank") return "nccl";
+  if (madeBy == "ncclCommSplit") return "ncclsplit";
+  if (madeBy == "ncclCommShrink") return "ncclshrink";
   return "group";  // PyTorch's new_group
 }
 }  // namespace
@@ -169,7 +172,9 @@ ProfileMesh meshFromProfile(const JobProfile& profile, std::string_view source) 
     std::string what = fmt::format("{} call {}", s.madeBy, s.call);
     double bytes = 0;
     for (const auto& t : s.traffic) bytes += static_cast<double>(t.bytes);
-    if (s.call == 0) {
+    // The world, or a communicator of every rank (an NCCL world, a duplicate of the world): the
+    // world's traffic, which no order of groups places.
+    if (s.call == 0 || (s.groups.size() == 1 && s.groups.front().size() == world)) {
       worldBytes += bytes;
       continue;
     }

@@ -1,5 +1,6 @@
 #include "shim_mpi/profile.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -72,6 +73,21 @@ std::vector<int> membersOf(MPI_Comm c) {
   return out;
 }
 
+// The NCCL communicators of this process, when librankmap_nccl.so is loaded beside this shim
+// and records (shim_nccl/profile.h): its entries, keyed by communicator, for merge() to group.
+Json ncclEntries() {
+  using RecordFn = size_t (*)(char*, size_t);
+  auto fn = reinterpret_cast<RecordFn>(::dlsym(RTLD_DEFAULT, "rankmap_nccl_profile_record"));
+  if (fn == nullptr) return Json::array();
+  std::string text(fn(nullptr, 0), '\0');
+  if (text.empty()) return Json::array();
+  text.resize(std::min(fn(text.data(), text.size() + 1), text.size()));
+  Json a = parseJson(text, "the NCCL shim's profile record");
+  if (!a.is_array())
+    RANKMAP_THROW(InvalidInput, "the NCCL shim's profile record: expected an array");
+  return a;
+}
+
 // This rank's record, for rank 0 to merge (JobProfile::merge).
 std::string encodeLocal() {
   Json a = Json::array();
@@ -85,6 +101,11 @@ std::string encodeLocal() {
       e["p"] = std::move(p);
     }
     a.push_back(std::move(e));
+  }
+  try {
+    for (auto& e : ncclEntries()) a.push_back(std::move(e));
+  } catch (const std::exception& e) {
+    RANKMAP_WARN(Shim, "job profile: this rank's NCCL communicators are left out: {}", e.what());
   }
   return a.dump();
 }

@@ -1,9 +1,10 @@
-// The C ABI border of librankmap_nccl.so: the NCCL functions the shim interposes, and the
-// agreed plan for the tuner plugin (agreed_plan.h).
+// The C ABI border of librankmap_nccl.so: the NCCL functions the shim interposes, the agreed
+// plan for the tuner plugin (agreed_plan.h) and this process's part of a job profile
+// (profile.h).
 //
-// Only functions that need translation are exported (the version script exports nccl* and
-// rankmap_nccl_agreed_plan, nothing else): ncclAllReduce, ncclCommCount, ncclCommGetAsyncError and
-// the rest go to NCCL directly, at no cost. Every entry:
+// Only functions that need translation or counting for a profile are exported (the version
+// script exports nccl*, rankmap_nccl_agreed_plan and rankmap_nccl_profile_record, nothing else):
+// ncclCommCount, ncclCommGetAsyncError and the rest go to NCCL directly, at no cost. Every entry:
 // - passes straight through when the thread is already inside an interposed call (the re-entry
 //   guard): NCCL calls its own public functions internally, e.g. ncclBcast calls ncclBroadcast
 //   and ncclCommInitAll calls ncclGetUniqueId, and those calls resolve to the shim like any other;
@@ -160,6 +161,15 @@ RANKMAP_NCCL_EXPORT abi::Result ncclGroupSimulateEnd(void* simInfo) {
       });
 }
 
+RANKMAP_NCCL_EXPORT abi::Result ncclAllReduce(const void* send, void* recv, size_t count,
+                                              abi::DataType dt, abi::RedOp op, abi::Comm comm,
+                                              abi::Stream stream) {
+  return entry(
+      "ncclAllReduce",
+      [&](Shim& s) { return s.allReduce(send, recv, count, dt, op, comm, stream); },
+      [&](const RealNccl& r) { return r.allReduce(send, recv, count, dt, op, comm, stream); });
+}
+
 RANKMAP_NCCL_EXPORT abi::Result ncclReduce(const void* send, void* recv, size_t count,
                                            abi::DataType dt, abi::RedOp op, int root,
                                            abi::Comm comm, abi::Stream stream) {
@@ -273,4 +283,24 @@ RANKMAP_NCCL_EXPORT int rankmap_nccl_agreed_plan(int nranks, char* text, size_t 
   *length = out.size();
   if (capacity > 0) std::memcpy(text, out.data(), std::min(capacity, out.size()));
   return static_cast<int>(status);
+}
+
+// This process's communicators and their traffic while RANKMAP_PROFILE_OUT is set (profile.h),
+// a JSON array, for the MPI shim in the same process (shim_mpi/profile.cc), which finds this
+// function with dlsym. Copies at most `cap` - 1 bytes and a NUL into `buf` (when `cap` > 0);
+// returns the record's length, like snprintf, so that a caller can size its buffer ("[]" when
+// nothing was recorded); 0 on any failure.
+extern "C" __attribute__((visibility("default"))) size_t rankmap_nccl_profile_record(
+    char* buf, size_t cap) noexcept {
+  try {
+    std::string rec = rankmap::shim_nccl::globalShim().profile().record();
+    if (buf != nullptr && cap > 0) {
+      const size_t n = std::min(rec.size(), cap - 1);
+      std::memcpy(buf, rec.data(), n);
+      buf[n] = '\0';
+    }
+    return rec.size();
+  } catch (...) {
+    return 0;
+  }
 }

@@ -83,6 +83,7 @@ ShimOptions shimOptionsFromConfig(const Config& config) {
   o.timeout = config.get(settings::kTimeout);
   o.planSource = config.get(settings::kPlan);
   o.planMaxAge = config.get(settings::kPlanMaxAge);
+  o.recordProfile = !config.get(settings::kProfileOut).empty();
   if (o.enabled && !o.planSource.empty()) {
     o.planIdentity = fileIdentity(o.planSource);
     try {
@@ -121,7 +122,8 @@ Shim::Shim(RealResolver resolveReal, DriverLoader loadDriver, ShimOptions option
       options_(std::move(options)),
       planWatch_(options_.enabled ? options_.planSource : std::string(),
                  options_.enabled ? options_.plan : std::nullopt,
-                 options_.enabled ? options_.planError : std::string(), options_.planIdentity) {}
+                 options_.enabled ? options_.planError : std::string(), options_.planIdentity),
+      profile_(options_.recordProfile) {}
 
 const RealNccl& Shim::real() {
   if (const RealNccl* r = real_.load(std::memory_order_acquire)) return *r;
@@ -251,16 +253,21 @@ abi::Result Shim::commInitRankScalable(abi::Comm* comm, int nranks, int rank, in
 }
 
 abi::Result Shim::callRealInit(InitCall& c, int rank) {
+  abi::Result r = abi::kInternalError;
   switch (c.kind) {
     case InitCall::Kind::Rank:
-      return real().commInitRank(c.out, c.nranks, c.ids[0], rank);
+      r = real().commInitRank(c.out, c.nranks, c.ids[0], rank);
+      break;
     case InitCall::Kind::RankConfig:
-      return real().commInitRankConfig(c.out, c.nranks, c.ids[0], rank, c.config);
+      r = real().commInitRankConfig(c.out, c.nranks, c.ids[0], rank, c.config);
+      break;
     case InitCall::Kind::Scalable:
-      return real().commInitRankScalable(c.out, c.nranks, rank, static_cast<int>(c.ids.size()),
-                                         c.ids.data(), c.config);
+      r = real().commInitRankScalable(c.out, c.nranks, rank, static_cast<int>(c.ids.size()),
+                                      c.ids.data(), c.config);
+      break;
   }
-  return abi::kInternalError;
+  if (ok(r) && c.out != nullptr) profile_.initialised(*c.out, c.ids[0]);
+  return r;
 }
 
 abi::Result Shim::init(InitCall call) {
@@ -438,6 +445,13 @@ void Shim::warnNotInPlanOrder(abi::Comm comm, const char* what, std::atomic<uint
 }
 
 abi::Result Shim::commSplit(abi::Comm comm, int color, int key, abi::Comm* newcomm, void* config) {
+  abi::Result r = splitInPlanOrder(comm, color, key, newcomm, config);
+  if (ok(r)) profile_.split(comm, color, newcomm != nullptr ? *newcomm : nullptr);
+  return r;
+}
+
+abi::Result Shim::splitInPlanOrder(abi::Comm comm, int color, int key, abi::Comm* newcomm,
+                                   void* config) {
   auto st = find(comm);
   if (!st) return real().commSplit(comm, color, key, newcomm, config);
   const int n = st->table.size();
@@ -510,6 +524,13 @@ abi::Result Shim::commSplit(abi::Comm comm, int color, int key, abi::Comm* newco
 abi::Result Shim::commShrink(abi::Comm comm, int* exclude, int excludeCount, abi::Comm* newcomm,
                              void* config, int flags) {
   if (real().commShrink == nullptr) return missingEntry("ncclCommShrink");
+  abi::Result r = shrinkInPlanOrder(comm, exclude, excludeCount, newcomm, config, flags);
+  if (ok(r)) profile_.shrunk(comm, newcomm != nullptr ? *newcomm : nullptr);
+  return r;
+}
+
+abi::Result Shim::shrinkInPlanOrder(abi::Comm comm, int* exclude, int excludeCount,
+                                    abi::Comm* newcomm, void* config, int flags) {
   auto st = find(comm);
   // A parent in NCCL's order (made without a plan agreement, or one that ended in identity):
   // NCCL's shrink keeps that order and offers no lever, so the child keeps it too. Said when
@@ -550,11 +571,13 @@ abi::Result Shim::commShrink(abi::Comm comm, int* exclude, int excludeCount, abi
 
 abi::Result Shim::commDestroy(abi::Comm comm) {
   unregisterComm(comm);
+  profile_.destroyed(comm);
   return real().commDestroy(comm);
 }
 
 abi::Result Shim::commAbort(abi::Comm comm) {
   unregisterComm(comm);
+  profile_.destroyed(comm);
   return real().commAbort(comm);
 }
 
@@ -706,6 +729,28 @@ abi::Result Shim::reorderBlocks(Reorder sides, const void* send, void* recv, siz
   return after(r, std::move(f));
 }
 
+abi::Result Shim::counted(abi::Result r, abi::Comm comm, std::string_view collective, size_t count,
+                          abi::DataType dt, bool perRank) {
+  if (!profile_.on() || !ok(r)) return r;
+  uint64_t bytes = static_cast<uint64_t>(count) * abi::dataTypeSize(dt);
+  if (perRank) {
+    int n = 0;
+    if (auto st = find(comm))
+      n = st->table.size();
+    else if (real().commCount(comm, &n) != abi::kSuccess)
+      n = 0;
+    bytes *= static_cast<uint64_t>(std::max(n, 0));
+  }
+  profile_.traffic(comm, collective, bytes);
+  return r;
+}
+
+abi::Result Shim::allReduce(const void* send, void* recv, size_t count, abi::DataType dt,
+                            abi::RedOp op, abi::Comm comm, abi::Stream stream) {
+  return counted(real().allReduce(send, recv, count, dt, op, comm, stream), comm, "allreduce",
+                 count, dt);
+}
+
 abi::Result Shim::reduce(const void* send, void* recv, size_t count, abi::DataType dt,
                          abi::RedOp op, int root, abi::Comm comm, abi::Stream stream) {
   return real().reduce(send, recv, count, dt, op, realRank(comm, root), comm, stream);
@@ -713,17 +758,20 @@ abi::Result Shim::reduce(const void* send, void* recv, size_t count, abi::DataTy
 
 abi::Result Shim::bcast(void* buf, size_t count, abi::DataType dt, int root, abi::Comm comm,
                         abi::Stream stream) {
-  return real().bcast(buf, count, dt, realRank(comm, root), comm, stream);
+  return counted(real().bcast(buf, count, dt, realRank(comm, root), comm, stream), comm,
+                 "broadcast", count, dt);
 }
 
 abi::Result Shim::broadcast(const void* send, void* recv, size_t count, abi::DataType dt, int root,
                             abi::Comm comm, abi::Stream stream) {
-  return real().broadcast(send, recv, count, dt, realRank(comm, root), comm, stream);
+  return counted(real().broadcast(send, recv, count, dt, realRank(comm, root), comm, stream), comm,
+                 "broadcast", count, dt);
 }
 
 abi::Result Shim::send(const void* buf, size_t count, abi::DataType dt, int peer, abi::Comm comm,
                        abi::Stream stream) {
-  return real().send(buf, count, dt, realRank(comm, peer), comm, stream);
+  return counted(real().send(buf, count, dt, realRank(comm, peer), comm, stream), comm, "sendrecv",
+                 count, dt);
 }
 
 abi::Result Shim::recv(void* buf, size_t count, abi::DataType dt, int peer, abi::Comm comm,
@@ -733,27 +781,31 @@ abi::Result Shim::recv(void* buf, size_t count, abi::DataType dt, int peer, abi:
 
 abi::Result Shim::allGather(const void* send, void* recv, size_t sendCount, abi::DataType dt,
                             abi::Comm comm, abi::Stream stream) {
-  return reorderBlocks(Reorder::kOutput, send, recv, sendCount, dt, std::nullopt, comm, stream,
-                       [&](const void* in, void* out, int) {
-                         return real().allGather(in, out, sendCount, dt, comm, stream);
-                       });
+  abi::Result r = reorderBlocks(Reorder::kOutput, send, recv, sendCount, dt, std::nullopt, comm,
+                                stream, [&](const void* in, void* out, int) {
+                                  return real().allGather(in, out, sendCount, dt, comm, stream);
+                                });
+  return counted(r, comm, "allgather", sendCount, dt, true);
 }
 
 abi::Result Shim::reduceScatter(const void* send, void* recv, size_t recvCount, abi::DataType dt,
                                 abi::RedOp op, abi::Comm comm, abi::Stream stream) {
-  return reorderBlocks(Reorder::kInput, send, recv, recvCount, dt, std::nullopt, comm, stream,
-                       [&](const void* in, void* out, int) {
-                         return real().reduceScatter(in, out, recvCount, dt, op, comm, stream);
-                       });
+  abi::Result r =
+      reorderBlocks(Reorder::kInput, send, recv, recvCount, dt, std::nullopt, comm, stream,
+                    [&](const void* in, void* out, int) {
+                      return real().reduceScatter(in, out, recvCount, dt, op, comm, stream);
+                    });
+  return counted(r, comm, "reducescatter", recvCount, dt, true);
 }
 
 abi::Result Shim::alltoAll(const void* send, void* recv, size_t count, abi::DataType dt,
                            abi::Comm comm, abi::Stream stream) {
   if (real().alltoAll == nullptr) return missingEntry("ncclAlltoAll");
-  return reorderBlocks(Reorder::kBoth, send, recv, count, dt, std::nullopt, comm, stream,
-                       [&](const void* in, void* out, int) {
-                         return real().alltoAll(in, out, count, dt, comm, stream);
-                       });
+  abi::Result r = reorderBlocks(Reorder::kBoth, send, recv, count, dt, std::nullopt, comm, stream,
+                                [&](const void* in, void* out, int) {
+                                  return real().alltoAll(in, out, count, dt, comm, stream);
+                                });
+  return counted(r, comm, "alltoall", count, dt, true);
 }
 
 abi::Result Shim::gather(const void* send, void* recv, size_t count, abi::DataType dt, int root,

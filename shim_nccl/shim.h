@@ -52,6 +52,7 @@
 #include "shim_nccl/cuda_driver.h"
 #include "shim_nccl/nccl_abi.h"
 #include "shim_nccl/plan_watch.h"
+#include "shim_nccl/profile.h"
 #include "shim_nccl/rank_table.h"
 #include "shim_nccl/real_nccl.h"
 
@@ -69,9 +70,11 @@ struct ShimOptions {
   FileIdentity planIdentity;                  // planSource's identity before that read
   std::chrono::milliseconds planMaxAge{0};    // RANKMAP_PLAN_MAX_AGE (0 = no limit)
   std::chrono::milliseconds timeout{300000};  // RANKMAP_TIMEOUT: agreement and in-progress waits
+  bool recordProfile = false;                 // RANKMAP_PROFILE_OUT is set (profile.h)
 };
 
-// Reads RANKMAP_NCCL_SHIM, RANKMAP_PLAN, RANKMAP_PLAN_MAX_AGE and RANKMAP_TIMEOUT. A plan that
+// Reads RANKMAP_NCCL_SHIM, RANKMAP_PLAN, RANKMAP_PLAN_MAX_AGE, RANKMAP_TIMEOUT and
+// RANKMAP_PROFILE_OUT. A plan that
 // cannot be loaded is logged as a warning and dropped: this rank then votes for identity (until
 // the file is replaced by a valid plan: plan_watch.h).
 ShimOptions shimOptionsFromConfig(const Config& config);
@@ -105,6 +108,8 @@ class Shim {
   const ShimCounters& counters() const { return counters_; }
   // Where new communicators get their plan (reloads and rejected replacements are counted there).
   const PlanWatch& planWatch() const { return planWatch_; }
+  // This process's communicators and their traffic, while a profile is recorded (profile.h).
+  const CommProfile& profile() const { return profile_; }
 
   abi::Result getUniqueId(abi::UniqueId* id);
   abi::Result commInitRank(abi::Comm* comm, int nranks, abi::UniqueId id, int rank);
@@ -123,6 +128,9 @@ class Shim {
   abi::Result groupEnd();
   abi::Result groupSimulateEnd(void* simInfo);
 
+  // Interposed only to count it for a profile (profile.h); nothing to translate.
+  abi::Result allReduce(const void* send, void* recv, size_t count, abi::DataType dt, abi::RedOp op,
+                        abi::Comm comm, abi::Stream stream);
   abi::Result reduce(const void* send, void* recv, size_t count, abi::DataType dt, abi::RedOp op,
                      int root, abi::Comm comm, abi::Stream stream);
   abi::Result bcast(void* buf, size_t count, abi::DataType dt, int root, abi::Comm comm,
@@ -237,6 +245,16 @@ class Shim {
                             abi::DataType dt, std::optional<int> root, abi::Comm comm,
                             abi::Stream stream, RealCall call);
 
+  // The real split and shrink, whose children commSplit and commShrink then record.
+  abi::Result splitInPlanOrder(abi::Comm comm, int color, int key, abi::Comm* newcomm,
+                               void* config);
+  abi::Result shrinkInPlanOrder(abi::Comm comm, int* exclude, int excludeCount, abi::Comm* newcomm,
+                                void* config, int flags);
+  // Counts a call that went to NCCL (`r`) for the profile: `count` elements of `dt`, times the
+  // communicator's size when `perRank` (the n-block buffers of allgather and the like).
+  abi::Result counted(abi::Result r, abi::Comm comm, std::string_view collective, size_t count,
+                      abi::DataType dt, bool perRank = false);
+
   abi::Result endGroup(bool simulate, void* simInfo);
   // Counts one agreement's verdict for agreedPlan(); before the real init, inside which NCCL
   // initialises its tuner plugin.
@@ -247,6 +265,7 @@ class Shim {
   const ShimOptions options_;
   ShimCounters counters_;
   mutable PlanWatch planWatch_;
+  CommProfile profile_;
 
   std::mutex resolveMu_;
   std::atomic<const RealNccl*> real_{nullptr};

@@ -414,6 +414,55 @@ TEST(Mesh, RanksRecordsMergeAndAPipelinesMessagesFormASet) {
             std::string::npos);
 }
 
+// The NCCL shim's entries name their communicator by key (it cannot see world ranks): merged
+// with the MPI shim's, the ranks that hold one key are a group. dp=2 x tp=2 (tp fastest) of an
+// MPI job whose ranks also made an NCCL world, NCCL tensor-parallel communicators from their own
+// unique ids, and data-parallel ones by ncclCommSplit: a mesh of NCCL sets, the NCCL world's
+// traffic the world's.
+TEST(Mesh, NcclCommunicatorsMergeByKeyIntoTheirGroups) {
+  std::vector<std::string> records;
+  for (int r = 0; r < 4; ++r) {
+    const int q = r % 2, pair = r / 2;
+    Json world = {{"m", "MPI_COMM_WORLD"}, {"c", 0}, {"g", {0, 1, 2, 3}}, {"t", Json::object()}};
+    Json ncclWorld = {
+        {"m", "ncclCommInitRank"}, {"c", 1}, {"k", "w0"}, {"t", {{"allreduce", {1, 1 << 20}}}}};
+    Json tp = {{"m", "ncclCommInitRank"},
+               {"c", 2},
+               {"k", pair == 0 ? "tpA" : "tpB"},
+               {"t", {{"allgather", {4, 4 << 20}}}}};
+    Json dp = {{"m", "ncclCommSplit"},
+               {"c", 3},
+               {"k", q == 0 ? "dp0" : "dp1"},
+               {"t", {{"allreduce", {4, 4ull << 24}}, {"sendrecv", {2, 2 << 10}}}}};
+    records.push_back(Json::array({world, ncclWorld, tp, dp}).dump());
+  }
+  JobProfile p = JobProfile::merge(records, "train", "2026-12-06T00:00:00Z");
+  ASSERT_EQ(p.sets.size(), 4u) << p.dump();
+  EXPECT_EQ(p.sets[1].madeBy, "ncclCommInitRank");
+  EXPECT_EQ(p.sets[1].groups, (std::vector<std::vector<int>>{{0, 1, 2, 3}}));
+  EXPECT_EQ(p.sets[2].groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(p.sets[2].traffic, (std::vector<ProfileTraffic>{{"allgather", 4, 4 << 20}}));
+  EXPECT_EQ(p.sets[3].madeBy, "ncclCommSplit");
+  EXPECT_EQ(p.sets[3].groups, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  // A collective's buffer as every member passed it; messages summed over the members.
+  EXPECT_EQ(p.sets[3].traffic,
+            (std::vector<ProfileTraffic>{{"allreduce", 4, 4ull << 24}, {"sendrecv", 4, 4 << 10}}));
+  ProfileMesh m = meshFromProfile(p, "profile.json");
+  EXPECT_EQ(meshText(m.dims), "ncclsplit3=2,nccl2=2");
+
+  // An entry with both a group and a key, or with an empty key: refused, naming the rank.
+  records[1] = R"([{"m": "ncclCommInitRank", "c": 1, "k": "w0", "g": [0, 1], "t": {}}])";
+  EXPECT_NE(errorOf([&] {
+              JobProfile::merge(records, "x", "2026-12-06T00:00:00Z");
+            }).find("profile record of rank 1"),
+            std::string::npos);
+  records[1] = R"([{"m": "ncclCommInitRank", "c": 1, "k": "", "t": {}}])";
+  EXPECT_NE(errorOf([&] {
+              JobProfile::merge(records, "x", "2026-12-06T00:00:00Z");
+            }).find("profile record of rank 1"),
+            std::string::npos);
+}
+
 // profile.json: what the shim writes reads back the same; what it must not accept names the field.
 TEST(Mesh, AProfileReadsBackAndBadOnesNameTheField) {
   JobProfile p = profileOf(

@@ -14,6 +14,8 @@
 #include <map>
 #include <regex>
 
+#include <fmt/format.h>
+
 #include "common/files.h"
 #include "common/job_profile.h"
 #include "common/plan.h"
@@ -329,6 +331,36 @@ TEST_F(ShimJob, RecordsTheGroupsItsCommunicatorsFormAndTheirTraffic) {
     // Per pipeline group and step: one message forward, one back.
     EXPECT_EQ(p.sets[2].traffic, (std::vector<ProfileTraffic>{{"sendrecv", 8, 8 * 4096}}));
   }
+}
+
+// With librankmap_nccl.so preloaded beside the MPI shim, the NCCL communicators of each process
+// join its rank's record under their keys (shim_nccl/profile.h), and the merged profile holds
+// their groups in world ranks: here one NCCL communicator per pair of ranks (over the NCCL test
+// double in process mode, which joins ranks across processes at init and moves no data).
+TEST_F(ShimJob, RecordsTheNcclCommunicatorsOfEveryRank) {
+  const std::string out = dir_.file("nccl-profile.json");
+  const std::string doubleDir = dir_.file("nccl-double");
+  std::filesystem::create_directories(doubleDir);
+  auto words = setEnv("LD_PRELOAD", std::string(RANKMAP_SHIM_LIB) + ":" + RANKMAP_NCCL_SHIM_LIB);
+  for (const auto& [k, v] :
+       std::map<std::string, std::string>{{"RANKMAP_PROFILE_OUT", out},
+                                          {"RANKMAP_NCCL_DOUBLE_PROCESS", "1"},
+                                          {"RANKMAP_NCCL_DOUBLE_DIR", doubleDir}})
+    for (auto& w : setEnv(k, v)) words.push_back(w);
+  for (std::string w : {"-np", "4", RANKMAP_NCCL_GROUPS}) words.push_back(w);
+  Completed c = mpirun(words);
+  ASSERT_EQ(c.status, 0) << describe(c);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_NE(c.out.find(fmt::format("nccl_groups rank {} result 0", r)), std::string::npos)
+        << describe(c);
+  EXPECT_EQ(countLines(c.err, "job profile of"), 1) << describe(c);
+  JobProfile p = JobProfile::load(out);
+  EXPECT_EQ(p.program, fileNameOf(RANKMAP_NCCL_GROUPS));
+  ASSERT_EQ(p.sets.size(), 2u) << p.dump();
+  EXPECT_EQ(p.sets[0].madeBy, "MPI_COMM_WORLD");
+  EXPECT_EQ(p.sets[1].madeBy, "ncclCommInitRank");
+  EXPECT_EQ(p.sets[1].call, 1);
+  EXPECT_EQ(p.sets[1].groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
 }
 
 // Ranks that disagree on recording (the setting on half of them): nobody records, rank 0 says

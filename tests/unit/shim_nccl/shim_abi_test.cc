@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
 
+#include "common/crypto.h"
+#include "common/json.h"
 #include "shim_nccl/agreed_plan.h"
 #include "tests/unit/shim_nccl/cuda_driver_test_double.h"
 #include "tests/unit/shim_nccl/nccl_api.h"
@@ -42,6 +45,8 @@ class PlanEnvironment : public ::testing::Environment {
     plan().save(dir_ + "/plan.json");
     setenv("RANKMAP_PLAN", (dir_ + "/plan.json").c_str(), 1);
     setenv("RANKMAP_TIMEOUT", "20s", 1);
+    // The shim counts communicators and traffic for a profile (the MPI shim would write it).
+    setenv("RANKMAP_PROFILE_OUT", (dir_ + "/profile.json").c_str(), 1);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -75,7 +80,7 @@ struct World {
   }
 };
 
-TEST(ShimAbi, OnlyTranslatedFunctionsAreInterposed) {
+TEST(ShimAbi, OnlyTranslatedOrCountedFunctionsAreInterposed) {
   auto objectOf = [](const char* sym) {
     Dl_info info{};
     void* p = dlsym(RTLD_DEFAULT, sym);
@@ -84,7 +89,7 @@ TEST(ShimAbi, OnlyTranslatedFunctionsAreInterposed) {
   };
   EXPECT_EQ(objectOf("ncclAllGather"), "librankmap_nccl.so");
   EXPECT_EQ(objectOf("ncclCommInitRank"), "librankmap_nccl.so");
-  EXPECT_EQ(objectOf("ncclAllReduce"), "libnccl.so.2");  // nothing to translate
+  EXPECT_EQ(objectOf("ncclAllReduce"), "librankmap_nccl.so");  // counted for a profile
   EXPECT_EQ(objectOf("ncclCommCount"), "libnccl.so.2");
   EXPECT_EQ(objectOf("pncclAllGather"), "libnccl.so.2");  // the shim never exports pnccl*
   // The shim needs no CUDA runtime: nothing in this process loaded one.
@@ -175,6 +180,64 @@ TEST(ShimAbi, ExceptionsBecomeNcclResults) {
               abi::kUnhandledCudaError);
   });
   cd::failAllocations(0);
+}
+
+// This process's part of a job profile (profile.h), through the exported C function the MPI
+// shim calls: one entry per communicator (4 NCCL ranks of one communicator in this process are
+// one), its key from the unique id, children keyed alike on every member, traffic as the
+// busiest rank passed it (messages: summed).
+TEST(ShimAbi, ProfileRecordCountsCommunicatorsAndTheirTraffic) {
+  using RecordFn = size_t (*)(char*, size_t);
+  auto record = reinterpret_cast<RecordFn>(dlsym(RTLD_DEFAULT, "rankmap_nccl_profile_record"));
+  ASSERT_NE(record, nullptr);
+  abi::UniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), abi::kSuccess);
+  std::vector<abi::Comm> world(4, nullptr), half(4, nullptr);
+  runRanks(4, [&](int a) {
+    cuCtxSetCurrent(contextOf(a));
+    const size_t i = static_cast<size_t>(a);
+    ASSERT_EQ(ncclCommInitRank(&world[i], 4, id, a), abi::kSuccess);
+    std::vector<int32_t> mine(5, a), all(20, 0);
+    EXPECT_EQ(ncclAllGather(mine.data(), all.data(), 5, abi::kInt32, world[i], streamOf(a)),
+              abi::kSuccess);
+    EXPECT_EQ(ncclCommSplit(world[i], a % 2, a, &half[i], nullptr), abi::kSuccess);
+    for (int step = 0; step < 3; ++step)
+      EXPECT_EQ(
+          ncclAllReduce(mine.data(), all.data(), 5, abi::kInt32, abi::kSum, half[i], streamOf(a)),
+          abi::kSuccess);
+    EXPECT_EQ(ncclGroupStart(), abi::kSuccess);
+    EXPECT_EQ(ncclSend(mine.data(), 5, abi::kInt32, 1 - a / 2, half[i], streamOf(a)),
+              abi::kSuccess);
+    EXPECT_EQ(ncclRecv(all.data(), 5, abi::kInt32, 1 - a / 2, half[i], streamOf(a)), abi::kSuccess);
+    EXPECT_EQ(ncclGroupEnd(), abi::kSuccess);
+  });
+  std::string text(record(nullptr, 0), '\0');
+  ASSERT_GT(text.size(), 2u);
+  ASSERT_EQ(record(text.data(), text.size() + 1), text.size());
+  rankmap::Json entries = rankmap::parseJson(text, "record");
+  const std::string key =
+      rankmap::sha256Hex(std::string_view(id.internal, sizeof(id.internal))).substr(0, 16);
+  auto at = std::find_if(entries.begin(), entries.end(),
+                         [&](const rankmap::Json& e) { return e["k"] == key; });
+  ASSERT_NE(at, entries.end()) << text;
+  EXPECT_EQ((*at)["m"], "ncclCommInitRank");
+  EXPECT_EQ((*at)["t"].dump(), R"({"allgather":[1,80]})");
+  // The two children (colours 0 and 1) follow their parent, each once, with different keys.
+  ASSERT_GE(entries.end() - at, 3) << text;
+  const rankmap::Json& c0 = *(at + 1);
+  const rankmap::Json& c1 = *(at + 2);
+  EXPECT_EQ(c0["m"], "ncclCommSplit");
+  EXPECT_EQ(c1["m"], "ncclCommSplit");
+  EXPECT_NE(c0["k"], c1["k"]);
+  EXPECT_EQ(c0["c"].get<int>(), (*at)["c"].get<int>() + 1);
+  // Each child: 3 allreduces of 20 bytes; 2 ranks sent one message of 20 bytes each.
+  EXPECT_EQ(c0["t"].dump(), R"({"allreduce":[3,60],"sendrecv":[2,40]})");
+  EXPECT_EQ(c1["t"].dump(), c0["t"].dump());
+  runRanks(4, [&](int a) {
+    const size_t i = static_cast<size_t>(a);
+    EXPECT_EQ(ncclCommDestroy(half[i]), abi::kSuccess);
+    EXPECT_EQ(ncclCommDestroy(world[i]), abi::kSuccess);
+  });
 }
 
 // ncclCommInitAll calls ncclGetUniqueId inside NCCL; under the guard it passes through.
