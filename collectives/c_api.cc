@@ -1,14 +1,22 @@
 // The C API (collectives/include/rankmap/coll.h) over Communicator. Every entry point runs its
 // body in guard(): exceptions become result codes and this thread's last-error message; nothing
-// escapes into the host program, nothing is printed to stdout.
+// escapes into the host program, nothing is printed to stdout. While RANKMAP_PROFILE_OUT is set
+// (`rankmap run --record-profile`), the communicators made here and the traffic on them are
+// counted for a job profile and handed to the MPI shim in the same process
+// (rankmapProfileRecord, common/comm_profile.h).
 #include "rankmap/coll.h"
 
 #include <exception>
+#include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
+
+#include <fmt/format.h>
 
 #include "collectives/communicator.h"
 #include "collectives/connect.h"
+#include "common/comm_profile.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -88,9 +96,61 @@ rankmap::Config loadConfig() {
   return cfg;
 }
 
+// This process's communicators for a job profile, on when RANKMAP_PROFILE_OUT is set at the
+// first use.
+rankmap::CommProfile& profile() {
+  static rankmap::CommProfile p([] {
+    try {
+      return !loadConfig().get(rankmap::settings::kProfileOut).empty();
+    } catch (...) {
+      return false;
+    }
+  }());
+  return p;
+}
+
+// A new communicator for the profile. Its key: what every member shares, `where` (the root
+// address, or the environment's world) and the size, with how many communicators this rank made
+// there before (every member makes its communicators in the same order).
+// Never throws: the communicator is made whether it is recorded or not.
+void profileMade(rankmapComm_t comm, const char* madeBy, const std::string& where) noexcept {
+  try {
+    rankmap::CommProfile& p = profile();
+    if (!p.on()) return;
+    static std::mutex mu;
+    static std::map<std::tuple<std::string, int, int>, int> made;  // (where, size, rank) -> count
+    const int size = comm->comm->size(), rank = comm->comm->rank();
+    int ordinal = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ordinal = ++made[{where, size, rank}];
+    }
+    p.made(comm, madeBy, fmt::format("{}/{}/{}", where, size, ordinal));
+  } catch (...) {
+  }
+}
+
+// One call that moved `count` elements of `t` per member (times the size when `perRank`).
+// (typeOf() has accepted `t` already: the call ran.)
+void profiled(rankmapComm_t comm, const char* collective, size_t count, rankmapDataType_t t,
+              bool perRank = false) {
+  rankmap::CommProfile& p = profile();
+  if (!p.on()) return;
+  uint64_t bytes = static_cast<uint64_t>(count) * rankmap::coll::elementSize(typeOf(t));
+  if (perRank) bytes *= static_cast<uint64_t>(comm->comm->size());
+  p.traffic(comm, collective, bytes);
+}
+
 }  // namespace
 
 extern "C" {
+
+// This process's communicators and their traffic while a profile is recorded, for the MPI shim
+// (common/comm_profile.h, kProfileRecordSymbols). Not in coll.h: an interface between rankmap's
+// own libraries.
+__attribute__((visibility("default"))) size_t rankmapProfileRecord(char* buf, size_t cap) noexcept {
+  return profile().copyRecord(buf, cap);
+}
 
 rankmapResult_t rankmapCommInitFromEnv(rankmapComm_t* comm) {
   return guard([&] {
@@ -101,6 +161,7 @@ rankmapResult_t rankmapCommInitFromEnv(rankmapComm_t* comm) {
     c->mpi = std::move(connection.mpi);
     c->comm = std::move(connection.comm);
     *comm = c.release();
+    profileMade(*comm, "rankmapCommInitFromEnv", "environment");
   });
 }
 
@@ -122,11 +183,15 @@ rankmapResult_t rankmapCommInitRoot(rankmapComm_t* comm, int rank, int nranks, c
     c->comm = coll::connectCommunicator(rank, nranks, root, cfg, options, std::move(plan),
                                         Deadline::after(options.timeout));
     *comm = c.release();
+    profileMade(*comm, "rankmapCommInitRoot", root);
   });
 }
 
 rankmapResult_t rankmapCommDestroy(rankmapComm_t comm) {
-  return guard([&] { delete comm; });
+  return guard([&] {
+    profile().destroyed(comm);
+    delete comm;
+  });
 }
 
 rankmapResult_t rankmapCommRank(rankmapComm_t comm, int* rank) {
@@ -159,24 +224,35 @@ rankmapResult_t rankmapCommPlanSwitches(rankmapComm_t comm, uint64_t* switches) 
 
 rankmapResult_t rankmapAllReduce(const void* sendbuf, void* recvbuf, size_t count,
                                  rankmapDataType_t type, rankmapRedOp_t op, rankmapComm_t comm) {
-  return guard([&] { get(comm).allreduce(sendbuf, recvbuf, count, typeOf(type), opOf(op)); });
+  return guard([&] {
+    get(comm).allreduce(sendbuf, recvbuf, count, typeOf(type), opOf(op));
+    profiled(comm, "allreduce", count, type);
+  });
 }
 
 rankmapResult_t rankmapAllGather(const void* sendbuf, void* recvbuf, size_t sendcount,
                                  rankmapDataType_t type, rankmapComm_t comm) {
-  return guard([&] { get(comm).allgather(sendbuf, recvbuf, sendcount, typeOf(type)); });
+  return guard([&] {
+    get(comm).allgather(sendbuf, recvbuf, sendcount, typeOf(type));
+    profiled(comm, "allgather", sendcount, type, true);
+  });
 }
 
 rankmapResult_t rankmapReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
                                      rankmapDataType_t type, rankmapRedOp_t op,
                                      rankmapComm_t comm) {
-  return guard(
-      [&] { get(comm).reduceScatter(sendbuf, recvbuf, recvcount, typeOf(type), opOf(op)); });
+  return guard([&] {
+    get(comm).reduceScatter(sendbuf, recvbuf, recvcount, typeOf(type), opOf(op));
+    profiled(comm, "reducescatter", recvcount, type, true);
+  });
 }
 
 rankmapResult_t rankmapBroadcast(const void* sendbuf, void* recvbuf, size_t count,
                                  rankmapDataType_t type, int root, rankmapComm_t comm) {
-  return guard([&] { get(comm).broadcast(sendbuf, recvbuf, count, typeOf(type), root); });
+  return guard([&] {
+    get(comm).broadcast(sendbuf, recvbuf, count, typeOf(type), root);
+    profiled(comm, "broadcast", count, type);
+  });
 }
 
 rankmapResult_t rankmapReduce(const void* sendbuf, void* recvbuf, size_t count,

@@ -8,9 +8,10 @@
 // torch.distributed's global ranks. A set is the groups that one communicator-creating call made
 // across the job (the `call`-th such call of every rank: MPI_Comm_split, MPI_Comm_create), or, in
 // PyTorch, consecutive new_group calls whose groups are disjoint and equal in size (every rank
-// makes every group, so every rank numbers them alike), or the `call`-th NCCL communicator of
-// every rank ("ncclCommInitRank", "ncclCommSplit", "ncclCommShrink": librankmap_nccl.so beside
-// the MPI shim, numbered apart from the MPI calls); groups are disjoint, each ascending, in
+// makes every group, so every rank numbers them alike), or the `call`-th NCCL or engine
+// communicator of every rank ("ncclCommInitRank", "ncclCommSplit", "ncclCommShrink",
+// "rankmapCommInitRoot", "rankmapCommInitFromEnv": common/comm_profile.h, beside the MPI shim,
+// numbered apart from the MPI calls); groups are disjoint, each ascending, in
 // ascending order of their first rank. Ranks that got no communicator are in no group. Traffic
 // is per group, averaged over the set's groups: for a collective, the calls each member made and
 // the sum of their buffers (count x type size, as a member passed it); for "sendrecv", the
@@ -63,11 +64,11 @@ struct JobProfile {
   // rank was in: {"m": made_by, "c": call, "g": [its group's ranks], "t": {collective: [calls,
   // bytes]}, "p": [[peer, messages, bytes], ...]} ("p": point-to-point messages this rank sent on
   // the world, in the set of call 0 only; may be absent). An entry may name its communicator by
-  // a key instead of "g" ({"m", "c", "k": key, "t"}: the NCCL shim's, shim_nccl/profile.h,
-  // which cannot see world ranks): its group is every rank whose entry of that set carries the
-  // same key. Throws InvalidInput naming the rank's
-  // record and the field when a record is malformed, and what the profile's reader would refuse
-  // (ranks that disagree on a set's groups).
+  // a key instead of "g" ({"m", "c", "k": key, "t"}: those of NCCL's and the engine's
+  // communicators, common/comm_profile.h, which cannot see world ranks): its group is every rank
+  // whose entry of that set carries the same key. Throws InvalidInput naming the rank's record and
+  // the field when a record is malformed, and what the profile's reader would refuse (ranks that
+  // disagree on a set's groups).
   static JobProfile merge(const std::vector<std::string>& records, std::string program,
                           std::string recorded);
   // The records file a torchrun job's rank 0 writes (launch/python/sitecustomize.py), merged:

@@ -154,6 +154,7 @@ std::string_view dimensionPrefix(std::string_view madeBy) {
   if (madeBy == "ncclCommInitRank") return "nccl";
   if (madeBy == "ncclCommSplit") return "ncclsplit";
   if (madeBy == "ncclCommShrink") return "ncclshrink";
+  if (madeBy == "rankmapCommInitRoot") return "engine";
   return "group";  // PyTorch's new_group
 }
 }  // namespace

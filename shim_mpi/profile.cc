@@ -14,6 +14,7 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include "common/comm_profile.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/job_profile.h"
@@ -73,19 +74,24 @@ std::vector<int> membersOf(MPI_Comm c) {
   return out;
 }
 
-// The NCCL communicators of this process, when librankmap_nccl.so is loaded beside this shim
-// and records (shim_nccl/profile.h): its entries, keyed by communicator, for merge() to group.
-Json ncclEntries() {
+// The communicators that NCCL (through librankmap_nccl.so preloaded beside this shim) or
+// rankmap's engine (its C API) made in this process while recording: their entries, keyed by
+// communicator, for merge() to group (common/comm_profile.h).
+Json libraryEntries() {
   using RecordFn = size_t (*)(char*, size_t);
-  auto fn = reinterpret_cast<RecordFn>(::dlsym(RTLD_DEFAULT, "rankmap_nccl_profile_record"));
-  if (fn == nullptr) return Json::array();
-  std::string text(fn(nullptr, 0), '\0');
-  if (text.empty()) return Json::array();
-  text.resize(std::min(fn(text.data(), text.size() + 1), text.size()));
-  Json a = parseJson(text, "the NCCL shim's profile record");
-  if (!a.is_array())
-    RANKMAP_THROW(InvalidInput, "the NCCL shim's profile record: expected an array");
-  return a;
+  Json all = Json::array();
+  for (const char* symbol : kProfileRecordSymbols) {
+    auto fn = reinterpret_cast<RecordFn>(::dlsym(RTLD_DEFAULT, symbol));
+    if (fn == nullptr) continue;
+    const std::string source = fmt::format("the profile record of {}", symbol);
+    std::string text(fn(nullptr, 0), '\0');
+    if (text.empty()) RANKMAP_THROW(InvalidInput, "{}: could not be read", source);
+    text.resize(std::min(fn(text.data(), text.size() + 1), text.size()));
+    Json a = parseJson(text, source);
+    if (!a.is_array()) RANKMAP_THROW(InvalidInput, "{}: expected an array", source);
+    for (auto& e : a) all.push_back(std::move(e));
+  }
+  return all;
 }
 
 // This rank's record, for rank 0 to merge (JobProfile::merge).
@@ -103,9 +109,10 @@ std::string encodeLocal() {
     a.push_back(std::move(e));
   }
   try {
-    for (auto& e : ncclEntries()) a.push_back(std::move(e));
+    for (auto& e : libraryEntries()) a.push_back(std::move(e));
   } catch (const std::exception& e) {
-    RANKMAP_WARN(Shim, "job profile: this rank's NCCL communicators are left out: {}", e.what());
+    RANKMAP_WARN(Shim, "job profile: this rank's NCCL and engine communicators are left out: {}",
+                 e.what());
   }
   return a.dump();
 }

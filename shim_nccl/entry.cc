@@ -1,6 +1,6 @@
 // The C ABI border of librankmap_nccl.so: the NCCL functions the shim interposes, the agreed
 // plan for the tuner plugin (agreed_plan.h) and this process's part of a job profile
-// (profile.h).
+// (common/comm_profile.h).
 //
 // Only functions that need translation or counting for a profile are exported (the version
 // script exports nccl*, rankmap_nccl_agreed_plan and rankmap_nccl_profile_record, nothing else):
@@ -285,21 +285,12 @@ RANKMAP_NCCL_EXPORT int rankmap_nccl_agreed_plan(int nranks, char* text, size_t 
   return static_cast<int>(status);
 }
 
-// This process's communicators and their traffic while RANKMAP_PROFILE_OUT is set (profile.h),
-// a JSON array, for the MPI shim in the same process (shim_mpi/profile.cc), which finds this
-// function with dlsym. Copies at most `cap` - 1 bytes and a NUL into `buf` (when `cap` > 0);
-// returns the record's length, like snprintf, so that a caller can size its buffer ("[]" when
-// nothing was recorded); 0 on any failure.
+// This process's NCCL communicators and their traffic while RANKMAP_PROFILE_OUT is set, for the
+// MPI shim in the same process (common/comm_profile.h, kProfileRecordSymbols).
 extern "C" __attribute__((visibility("default"))) size_t rankmap_nccl_profile_record(
     char* buf, size_t cap) noexcept {
   try {
-    std::string rec = rankmap::shim_nccl::globalShim().profile().record();
-    if (buf != nullptr && cap > 0) {
-      const size_t n = std::min(rec.size(), cap - 1);
-      std::memcpy(buf, rec.data(), n);
-      buf[n] = '\0';
-    }
-    return rec.size();
+    return rankmap::shim_nccl::globalShim().profile().copyRecord(buf, cap);
   } catch (...) {
     return 0;
   }

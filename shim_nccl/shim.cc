@@ -266,7 +266,9 @@ abi::Result Shim::callRealInit(InitCall& c, int rank) {
                                       c.ids.data(), c.config);
       break;
   }
-  if (ok(r) && c.out != nullptr) profile_.initialised(*c.out, c.ids[0]);
+  if (ok(r) && c.out != nullptr)
+    profile_.made(*c.out, "ncclCommInitRank",
+                  std::string_view(c.ids[0].internal, sizeof(c.ids[0].internal)));
   return r;
 }
 
@@ -446,7 +448,9 @@ void Shim::warnNotInPlanOrder(abi::Comm comm, const char* what, std::atomic<uint
 
 abi::Result Shim::commSplit(abi::Comm comm, int color, int key, abi::Comm* newcomm, void* config) {
   abi::Result r = splitInPlanOrder(comm, color, key, newcomm, config);
-  if (ok(r)) profile_.split(comm, color, newcomm != nullptr ? *newcomm : nullptr);
+  if (ok(r))  // NoColor: no child, but the parent's count of splits advances
+    profile_.split(comm, "ncclCommSplit", color,
+                   color != abi::kSplitNoColor && newcomm != nullptr ? *newcomm : nullptr);
   return r;
 }
 
@@ -525,7 +529,7 @@ abi::Result Shim::commShrink(abi::Comm comm, int* exclude, int excludeCount, abi
                              void* config, int flags) {
   if (real().commShrink == nullptr) return missingEntry("ncclCommShrink");
   abi::Result r = shrinkInPlanOrder(comm, exclude, excludeCount, newcomm, config, flags);
-  if (ok(r)) profile_.shrunk(comm, newcomm != nullptr ? *newcomm : nullptr);
+  if (ok(r)) profile_.shrunk(comm, "ncclCommShrink", newcomm != nullptr ? *newcomm : nullptr);
   return r;
 }
 

@@ -46,13 +46,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/comm_profile.h"
 #include "common/plan.h"
 #include "shim_nccl/agreed_plan.h"
 #include "shim_nccl/agreement.h"
 #include "shim_nccl/cuda_driver.h"
 #include "shim_nccl/nccl_abi.h"
 #include "shim_nccl/plan_watch.h"
-#include "shim_nccl/profile.h"
 #include "shim_nccl/rank_table.h"
 #include "shim_nccl/real_nccl.h"
 
@@ -70,7 +70,7 @@ struct ShimOptions {
   FileIdentity planIdentity;                  // planSource's identity before that read
   std::chrono::milliseconds planMaxAge{0};    // RANKMAP_PLAN_MAX_AGE (0 = no limit)
   std::chrono::milliseconds timeout{300000};  // RANKMAP_TIMEOUT: agreement and in-progress waits
-  bool recordProfile = false;                 // RANKMAP_PROFILE_OUT is set (profile.h)
+  bool recordProfile = false;                 // RANKMAP_PROFILE_OUT is set (comm_profile.h)
 };
 
 // Reads RANKMAP_NCCL_SHIM, RANKMAP_PLAN, RANKMAP_PLAN_MAX_AGE, RANKMAP_TIMEOUT and
@@ -108,7 +108,8 @@ class Shim {
   const ShimCounters& counters() const { return counters_; }
   // Where new communicators get their plan (reloads and rejected replacements are counted there).
   const PlanWatch& planWatch() const { return planWatch_; }
-  // This process's communicators and their traffic, while a profile is recorded (profile.h).
+  // This process's NCCL communicators and their traffic while a profile is recorded
+  // (common/comm_profile.h).
   const CommProfile& profile() const { return profile_; }
 
   abi::Result getUniqueId(abi::UniqueId* id);
@@ -128,7 +129,7 @@ class Shim {
   abi::Result groupEnd();
   abi::Result groupSimulateEnd(void* simInfo);
 
-  // Interposed only to count it for a profile (profile.h); nothing to translate.
+  // Interposed only to count it for a profile; nothing to translate.
   abi::Result allReduce(const void* send, void* recv, size_t count, abi::DataType dt, abi::RedOp op,
                         abi::Comm comm, abi::Stream stream);
   abi::Result reduce(const void* send, void* recv, size_t count, abi::DataType dt, abi::RedOp op,

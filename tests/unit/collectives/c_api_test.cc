@@ -1,5 +1,6 @@
 // The C API: result codes, error strings, a whole group of communicators over TCP (threads of
-// this process, root bootstrap on 127.0.0.1), and failures reported as codes, never thrown.
+// this process, root bootstrap on 127.0.0.1), failures reported as codes, never thrown, and the
+// communicators counted for a job profile.
 #include "rankmap/coll.h"
 
 #include <cstdlib>
@@ -11,10 +12,21 @@
 #include <gtest/gtest.h>
 
 #include "collectives/bootstrap/root_bootstrap.h"
+#include "common/crypto.h"
+#include "common/json.h"
 
 extern "C" int rankmapCHeaderCheck(void);  // c_api_header_check.c, compiled as C
+extern "C" size_t rankmapProfileRecord(char* buf, size_t cap) noexcept;  // c_api.cc
 
 namespace {
+
+// The C API counts communicators for a job profile when RANKMAP_PROFILE_OUT is set at its first
+// use (the MPI shim would write the profile): set before any test of this process.
+class ProfileEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { setenv("RANKMAP_PROFILE_OUT", "/nonexistent/profile.json", 1); }
+};
+const auto* const kProfileEnv = ::testing::AddGlobalTestEnvironment(new ProfileEnvironment);
 
 TEST(CApi, HeaderIsValidC) { EXPECT_EQ(rankmapCHeaderCheck(), 7 + 7 + 4); }
 
@@ -105,6 +117,46 @@ TEST(CApi, GroupOverTcp) {
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], rankmapSuccess) << "rank " << r << ": " << errors[r];
+}
+
+// Each communicator is one entry of this process's record, keyed by what every member shares
+// (the root address, the size, and the how-many-th communicator there of each rank), with the
+// traffic one member passed: three ranks (threads here) are one entry.
+TEST(CApi, CommunicatorsAndTheirTrafficAreCountedForAProfile) {
+  const int n = 3;
+  const std::string root = freeAddress();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      rankmapComm_t comm = nullptr;
+      ASSERT_EQ(rankmapCommInitRoot(&comm, r, n, root.c_str(), nullptr), rankmapSuccess)
+          << rankmapGetLastError();
+      std::vector<int64_t> in(1000, r), out(1000);
+      for (int step = 0; step < 2; ++step)
+        EXPECT_EQ(
+            rankmapAllReduce(in.data(), out.data(), in.size(), rankmapInt64, rankmapSum, comm),
+            rankmapSuccess);
+      std::vector<int32_t> mine(5, r), all(5 * n);
+      EXPECT_EQ(rankmapAllGather(mine.data(), all.data(), 5, rankmapInt32, comm), rankmapSuccess);
+      // A failed call is not counted.
+      EXPECT_EQ(rankmapAllReduce(in.data(), out.data(), 1, static_cast<rankmapDataType_t>(99),
+                                 rankmapSum, comm),
+                rankmapInvalidInput);
+      EXPECT_EQ(rankmapCommDestroy(comm), rankmapSuccess);
+    });
+  for (auto& t : threads) t.join();
+  std::string text(rankmapProfileRecord(nullptr, 0), '\0');
+  ASSERT_EQ(rankmapProfileRecord(text.data(), text.size() + 1), text.size());
+  rankmap::Json entries = rankmap::parseJson(text, "record");
+  const std::string key = rankmap::sha256Hex(root + "/3/1").substr(0, 16);
+  int found = 0;
+  for (const auto& e : entries) {
+    if (e["k"] != key) continue;
+    ++found;
+    EXPECT_EQ(e["m"], "rankmapCommInitRoot");
+    EXPECT_EQ(e["t"].dump(), R"({"allgather":[1,60],"allreduce":[2,16000]})");
+  }
+  EXPECT_EQ(found, 1) << text;
 }
 
 TEST(CApi, UnreachableRootIsATimeoutCode) {

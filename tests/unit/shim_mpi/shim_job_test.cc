@@ -334,7 +334,7 @@ TEST_F(ShimJob, RecordsTheGroupsItsCommunicatorsFormAndTheirTraffic) {
 }
 
 // With librankmap_nccl.so preloaded beside the MPI shim, the NCCL communicators of each process
-// join its rank's record under their keys (shim_nccl/profile.h), and the merged profile holds
+// join its rank's record under their keys (common/comm_profile.h), and the merged profile holds
 // their groups in world ranks: here one NCCL communicator per pair of ranks (over the NCCL test
 // double in process mode, which joins ranks across processes at init and moves no data).
 TEST_F(ShimJob, RecordsTheNcclCommunicatorsOfEveryRank) {
@@ -361,6 +361,25 @@ TEST_F(ShimJob, RecordsTheNcclCommunicatorsOfEveryRank) {
   EXPECT_EQ(p.sets[1].madeBy, "ncclCommInitRank");
   EXPECT_EQ(p.sets[1].call, 1);
   EXPECT_EQ(p.sets[1].groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+}
+
+// The communicators a program makes through rankmap's engine (its C API, librankmap.so) join the
+// profile the same way: one per pair of ranks over TCP on loopback, three allreduces of 4 KiB.
+TEST_F(ShimJob, RecordsTheEngineCommunicatorsOfEveryRank) {
+  const std::string out = dir_.file("engine-profile.json");
+  auto words = setEnv("LD_PRELOAD", RANKMAP_SHIM_LIB);
+  for (auto& w : setEnv("RANKMAP_PROFILE_OUT", out)) words.push_back(w);
+  for (std::string w : {"-np", "4", RANKMAP_ENGINE_GROUPS}) words.push_back(w);
+  Completed c = mpirun(words);
+  ASSERT_EQ(c.status, 0) << describe(c);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_NE(c.out.find(fmt::format("engine_groups rank {} result 0", r)), std::string::npos)
+        << describe(c);
+  JobProfile p = JobProfile::load(out);
+  ASSERT_EQ(p.sets.size(), 2u) << p.dump();
+  EXPECT_EQ(p.sets[1].madeBy, "rankmapCommInitRoot");
+  EXPECT_EQ(p.sets[1].groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(p.sets[1].traffic, (std::vector<ProfileTraffic>{{"allreduce", 3, 3 * 4096}}));
 }
 
 // Ranks that disagree on recording (the setting on half of them): nobody records, rank 0 says

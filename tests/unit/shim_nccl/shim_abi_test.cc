@@ -182,8 +182,8 @@ TEST(ShimAbi, ExceptionsBecomeNcclResults) {
   cd::failAllocations(0);
 }
 
-// This process's part of a job profile (profile.h), through the exported C function the MPI
-// shim calls: one entry per communicator (4 NCCL ranks of one communicator in this process are
+// This process's part of a job profile (common/comm_profile.h), through the exported C function the
+// MPI shim calls: one entry per communicator (4 NCCL ranks of one communicator in this process are
 // one), its key from the unique id, children keyed alike on every member, traffic as the
 // busiest rank passed it (messages: summed).
 TEST(ShimAbi, ProfileRecordCountsCommunicatorsAndTheirTraffic) {
