@@ -89,6 +89,7 @@ void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
     std::string nspace;
     std::string gate = std::string(launch::kPlacementGate);
     int waitSeconds = 600;
+    bool follow = false;
   };
   auto o = std::make_shared<Opts>();
   auto* what = cmd->add_option_group("what", "What to write (one of)");
@@ -118,6 +119,9 @@ void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
   cmd->add_option("--wait", o->waitSeconds,
                   "--k8s-placement: seconds to wait for every pod before leaving them to the "
                   "scheduler (default 600)");
+  cmd->add_flag("--follow", o->follow,
+                "--k8s-placement: after placing, place the pods the Job controller makes anew "
+                "until the Job ends");
   cmd->add_option("--format", o->format,
                   "--slurm-topology: conf (topology.conf) or yaml (topology.yaml, Slurm 25.05)")
       ->check(CLI::IsMember({"conf", "yaml"}));
@@ -129,7 +133,7 @@ void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
                   "directory gets both topology.conf and topology.yaml");
   cmd->callback([&ctx, &run, o, cmd] {
     run = [&ctx, o, cmd] {
-      for (const char* only : {"--namespace", "--gate", "--wait"})
+      for (const char* only : {"--namespace", "--gate", "--wait", "--follow"})
         if (cmd->count(only) > 0 && o->k8sPlacement.empty())
           RANKMAP_THROW(InvalidInput, "{}: expected only with --k8s-placement JOB", only);
       std::string topologyPath = o->topology, planPath = o->plan;
@@ -179,6 +183,7 @@ void registerExportCommand(CLI::App& app, CliContext& ctx, CommandRunner& run) {
         placement.gate = o->gate;
         placement.podsPerHost = o->tasksPerNode > 0 ? o->tasksPerNode : 1;
         placement.waitSeconds = o->waitSeconds;
+        placement.follow = o->follow;
         text = launch::k8sPlacementScript(p, placement, "plan " + planPath);
       } else {
         if (planPath.empty())

@@ -35,6 +35,7 @@ ns='@NS@'
 gate='@GATE@'
 pods=@PODS@
 wait_s=@WAIT@
+follow=@FOLLOW@
 
 say() { echo "rankmap placement: $*" >&2; }
 # The strategic-merge entry that lifts rankmap's gate and leaves other gates alone.
@@ -104,24 +105,72 @@ while :; do
   sleep 2
 done
 
+# Gives every held pod of the sorted listing its index's node and lifts its gate; says what a
+# pod given another node before holds (once: not while following). Returns 1 at the first
+# refused patch ($failed: which).
 placed=0
-for line in $(printf '%s\n' "$sorted" | awk '{ print $1 ":" $2 ":" $3 }'); do
-  what=${line%%:*}; rest=${line#*:}; index=${rest%%:*}; arg=${rest#*:}
-  node=$(node_of "$index")
-  if [ "$what" = placed ]; then
-    [ "$arg" = "$node" ] || say "the pod of index $index already has node $arg, the plan says $node"
-    continue
-  fi
-  if kc patch pod "$arg" --type=strategic -p "{\"spec\":{\"nodeSelector\":{\"kubernetes.io/hostname\":\"$node\"},\"schedulingGates\":[$lift]}}" >/dev/null; then
-    placed=$((placed + 1))
-  else
-    say "kubectl patch pod $arg (index $index, node $node) failed after $placed placed: the" \
-      "rest left to the scheduler's choice"
-    listing=$(list 2>/dev/null) || listing=
-    release; exit 1
-  fi
-done
+place() {
+  for line in $(printf '%s\n' "$sorted" | awk '{ print $1 ":" $2 ":" $3 }'); do
+    what=${line%%:*}; rest=${line#*:}; index=${rest%%:*}; arg=${rest#*:}
+    node=$(node_of "$index")
+    if [ "$what" = placed ]; then
+      [ "$arg" = "$node" ] || [ -n "${following:-}" ] ||
+        say "the pod of index $index already has node $arg, the plan says $node"
+      continue
+    fi
+    [ "$what" = held ] || continue
+    if kc patch pod "$arg" --type=strategic -p "{\"spec\":{\"nodeSelector\":{\"kubernetes.io/hostname\":\"$node\"},\"schedulingGates\":[$lift]}}" >/dev/null; then
+      placed=$((placed + 1))
+    else
+      failed="$arg (index $index, node $node)"; return 1
+    fi
+  done
+}
+if ! place; then
+  say "kubectl patch pod $failed failed after $placed placed: the rest left to the scheduler's" \
+    "choice"
+  listing=$(list 2>/dev/null) || listing=
+  release; exit 1
+fi
 say "$placed pod(s) of job $job given their nodes in the plan's order"
+[ "$follow" = 1 ] || exit 0
+
+# --follow: until the Job ends, a pod the Job controller makes anew (held by the gate from its
+# template) gets its index's node too. Stopped (INT, TERM), it leaves no pod held.
+following=1
+say "following job $job until it ends: a pod made anew gets its index's node"
+trap 'listing=$(list 2>/dev/null) || listing=; release; exit 130' INT TERM
+while :; do
+  sleep 2
+  if ! state=$(kc get job "$job" -o 'jsonpath={.status.conditions[?(@.status=="True")].type}' 2>&1); then
+    case $state in
+      *NotFound*|*"not found"*) say "job $job is gone: following ends"; exit 0 ;;
+    esac
+    say "kubectl get job: $state"; continue
+  fi
+  case " $state " in
+    *" Complete "*|*" Failed "*) say "job $job ended ($state): following ends"; exit 0 ;;
+  esac
+  out=$(list 2>&1) || { say "kubectl get pods: $out"; continue; }
+  listing=$out
+  sorted=$(printf '%s\n' "$listing" | sort_pods)
+  extra=$(first_of extra)
+  if [ -n "$extra" ]; then
+    say "pod $extra of job $job is beyond the plan's $pods pods: left to the scheduler's choice"
+    printf '%s\n' "$sorted" | awk '$1 == "extra" { print $3 }' | while read -r pod; do
+      kc patch pod "$pod" --type=strategic -p "{\"spec\":{\"schedulingGates\":[$lift]}}" \
+        >/dev/null || say "could not lift the gate of pod $pod: lift it by hand"
+    done
+  fi
+  before=$placed
+  if ! place; then
+    say "kubectl patch pod $failed failed: that pod is left to the scheduler's choice"
+    pod=${failed%% *}
+    kc patch pod "$pod" --type=strategic -p "{\"spec\":{\"schedulingGates\":[$lift]}}" \
+      >/dev/null || say "could not lift the gate of pod $pod: lift it by hand"
+  fi
+  [ "$placed" = "$before" ] || say "$((placed - before)) pod(s) made anew given their nodes"
+done
 )SH";
 
 void replaceToken(std::string& s, std::string_view token, std::string_view value) {
@@ -334,10 +383,14 @@ std::string k8sPlacementScript(const Plan& plan, const PodPlacement& p, std::str
       "# schedulingGates) and run {} pods at once. Run this once the Job is created; it waits up "
       "to\n# {} s for every pod. If they are not all there, or a patch fails, it lifts the gate "
       "of every\n# pod it still holds without a node (the scheduler's own choice), says so and "
-      "exits 1.\n# Run it again to place a pod the Job controller made anew (it waits, held, until "
-      "then).\n# KUBECTL names another kubectl.\n",
+      "exits 1.\n{}# KUBECTL names another kubectl.\n",
       source, plan.hash.empty() ? std::string("without hash") : shortPlanHash(plan.hash),
-      plan.order.size(), p.podsPerHost, p.job, p.podsPerHost, p.gate, pods, p.waitSeconds);
+      plan.order.size(), p.podsPerHost, p.job, p.podsPerHost, p.gate, pods, p.waitSeconds,
+      p.follow ? "# Then it follows the Job until it ends (Complete or Failed): a pod the Job "
+                 "controller makes\n# anew gets its index's node too; stopped, it lifts every "
+                 "gate it holds.\n"
+               : "# Run it again to place a pod the Job controller made anew (it waits, held, "
+                 "until then),\n# or write it with --follow.\n");
   out += "node_of() {\n  case $1 in\n";
   for (size_t h = 0; h < plan.order.size(); ++h) {
     std::string indexes;
@@ -352,6 +405,7 @@ std::string k8sPlacementScript(const Plan& plan, const PodPlacement& p, std::str
   replaceToken(body, "@GATE@", p.gate);
   replaceToken(body, "@PODS@", std::to_string(pods));
   replaceToken(body, "@WAIT@", std::to_string(p.waitSeconds));
+  replaceToken(body, "@FOLLOW@", p.follow ? "1" : "0");
   return out + body;
 }
 

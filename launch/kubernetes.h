@@ -89,7 +89,10 @@ std::string kueueTopologyYaml(const std::vector<HierarchyLevel>& levels, std::st
 // (a template without the gate), or a held pod whose index is beyond the plan's (a Job larger
 // than the plan), is the same failure. Every kubectl call has --request-timeout.
 // Re-running it after success changes nothing but a pod the Job controller made anew, which is
-// held again and gets its index's node. Host names must be the nodes' names.
+// held again and gets its index's node; with `follow` the script does that itself, every 2 s,
+// until the Job has the condition Complete or Failed or is gone (a refused patch then lifts that
+// pod's gate, a pod beyond the plan's indexes is left to the scheduler, and INT or TERM lifts
+// every gate still held before it exits). Host names must be the nodes' names.
 inline constexpr std::string_view kPlacementGate = "rankmap.io/placement";
 struct PodPlacement {
   std::string job;     // the Indexed Job's name
@@ -97,6 +100,7 @@ struct PodPlacement {
   std::string gate = std::string(kPlacementGate);
   int podsPerHost = 1;    // consecutive completion indexes per node
   int waitSeconds = 600;  // for every pod to exist and be held
+  bool follow = false;    // then place pods made anew until the Job ends
 };
 // Throws InvalidInput naming `source` or the option: a job, namespace or gate Kubernetes would
 // refuse, a host name that is not a node name, pods per host or the wait outside their range.

@@ -24,8 +24,10 @@ LISTING = ('jsonpath={range .items[*]}{.metadata.annotations.batch\\.kubernetes\
            '{"\\n"}{end}')
 
 # Test stand-in for kubectl (no API server here). State: {"pods": [{"name", "index", "selector",
-# "gates", "deleting", "after"}], "gets": n, "fail_patch": pod name or null, "calls": [...]}.
-# A pod is listed from the `after`-th listing on (pods the Job controller creates late).
+# "gates", "deleting", "after", "deleting_after"}], "gets": n, "fail_patch": pod name or null,
+# "complete_after": n, "gone_after": n, "calls": [...]}. A pod is listed from the `after`-th
+# listing on (pods the Job controller creates late), terminating from the `deleting_after`-th;
+# the Job reads Complete (is gone) once the pods were listed `complete_after` (`gone_after`) times.
 STAND_IN = r'''#!/usr/bin/python3
 import json, os, sys
 path = os.environ["KUBECTL_STATE"]
@@ -54,8 +56,16 @@ if args[:2] == ["get", "pods"]:
         if st["gets"] >= p.get("after", 0):
             out += "%s|%s|%s|%s|%s\n" % (p["index"], p["name"], p.get("selector", ""),
                                          " ".join(p["gates"]), "2026-01-01T00:00:00Z"
-                                         if p.get("deleting") else "")
+                                         if p.get("deleting") or
+                                         st["gets"] >= p.get("deleting_after", 10**9) else "")
     done(0, out)
+if args[:2] == ["get", "job"]:
+    if args[2:] != [st["job"], "-o", 'jsonpath={.status.conditions[?(@.status=="True")].type}']:
+        sys.stderr.write(f"unexpected job query {args}\n"); done(2)
+    if st["gets"] >= st.get("gone_after", 10**9):
+        sys.stderr.write(f'Error from server (NotFound): jobs.batch "{st["job"]}" not found\n')
+        done(1)
+    done(0, "Complete" if st["gets"] >= st.get("complete_after", 10**9) else "")
 if args[:2] == ["patch", "pod"] and args[3:5] == ["--type=strategic", "-p"] and len(args) == 6:
     name, body = args[2], json.loads(args[5])
     pod = [p for p in st["pods"] if p["name"] == name]
@@ -190,6 +200,57 @@ def main():
         got = [p.get("selector") for p in sorted(st["pods"], key=lambda p: p["index"])]
         expect(r.returncode == 0 and got == [h for h in order for _ in range(2)],
                f"two pods per node: exit {r.returncode}, {got}")
+        # 6b. --follow: after placing, a pod the Job controller makes anew (index 5's replacement)
+        # gets its index's node, a pod beyond the plan's indexes is left to the scheduler, and
+        # the script ends with the Job.
+        script = write("follow.sh", "--k8s-placement", "train", "--follow", "--wait", "30")
+        following = pods(8)
+        following[5]["deleting_after"] = 3
+        following += [{"name": "train-5-y05", "index": 5, "gates": [GATE], "after": 3},
+                      {"name": "train-8-z08", "index": 8, "gates": [GATE, "other.io/g"],
+                       "after": 4}]
+        r, st, secs = run_script(tmp, script, {"pods": following, "complete_after": 5})
+        new = [p for p in st["pods"] if p["name"] == "train-5-y05"][0]
+        extra = [p for p in st["pods"] if p["name"] == "train-8-z08"][0]
+        expect(r.returncode == 0 and "ended (Complete): following ends" in r.stderr and
+               "1 pod(s) made anew given their nodes" in r.stderr,
+               f"followed until the Job ended: exit {r.returncode}, {secs:.1f} s, {r.stderr}")
+        expect(new.get("selector") == order[5] and not new["gates"],
+               f"the pod made anew on index 5's node: {new}")
+        expect(extra.get("selector") is None and extra["gates"] == ["other.io/g"] and
+               "beyond the plan's 8 pods" in r.stderr, f"a pod beyond the plan released: {extra}")
+        r, st, _ = run_script(tmp, script, {"pods": pods(8), "gone_after": 2})
+        expect(r.returncode == 0 and "job train is gone: following ends" in r.stderr,
+               f"a deleted Job ends the following: exit {r.returncode}, {r.stderr}")
+        # 6c. Stopped while following (TERM between two looks): the pod made since the last look
+        # is released, not left held, and the script exits 130.
+        late = pods(8) + [{"name": "train-9-w09", "index": 3, "gates": [GATE, "other.io/g"],
+                           "after": 3}]
+        late[3]["deleting_after"] = 3
+        path = os.path.join(tmp, "state.json")
+        with open(path, "w") as f:
+            json.dump({"gets": 0, "calls": [], "listing": LISTING, "job": "train",
+                       "namespace": None, "pods": late}, f)
+        env = dict(os.environ, KUBECTL=os.path.join(tmp, "kubectl"), KUBECTL_STATE=path)
+        proc = subprocess.Popen(["/bin/sh", script], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with open(path) as f:
+                    if json.load(f)["gets"] >= 2:
+                        break
+            except (ValueError, OSError):
+                pass
+            time.sleep(0.05)
+        proc.send_signal(15)
+        _, err = proc.communicate(timeout=60)
+        with open(path) as f:
+            st = json.load(f)
+        new = [p for p in st["pods"] if p["name"] == "train-9-w09"][0]
+        expect(proc.returncode == 130 and new.get("selector") is None and
+               new["gates"] == ["other.io/g"],
+               f"stopped while following: exit {proc.returncode}, {new}, {err}")
         # 7. Bad input, each named.
         for more, words in [
                 (["--k8s-placement", "Train_1"], ["--k8s-placement", "Train_1", "Job's name"]),
@@ -197,7 +258,8 @@ def main():
                 (["--k8s-placement", "train", "--gate", "no gate"], ["--gate", "no gate"]),
                 (["--k8s-placement", "train", "--wait", "0"], ["--wait 0", "seconds"]),
                 (["--k8s-labels", "--namespace", "ml"],
-                 ["--namespace", "only with --k8s-placement"])]:
+                 ["--namespace", "only with --k8s-placement"]),
+                (["--k8s-labels", "--follow"], ["--follow", "only with --k8s-placement"])]:
             r = export(*more)
             expect(r.returncode != 0 and all(w in r.stderr for w in words) and not r.stdout,
                    f"{more}: exit {r.returncode}, {r.stderr!r}")
