@@ -33,6 +33,11 @@ struct Case {
   // limits them (probe/structure.cc, kSelfFullRatio); before, each split off its rack at every
   // level (ARI 0.89, 40-54 flows per host).
   double minRackAri = 0;
+  // Share of host pairs whose stated rate is within 10% of the true one, at least (0: not
+  // asserted). Slow hosts: a rack's uplink loaded only by a lone slow host (or a group too small
+  // to fill it) in the load trials is loaded again by a larger group (probe/links.cc); before, it
+  // was stated at that host's rate, 95-99% low (0.71-0.91 of the pairs within 10%).
+  double minPairsWithin10 = 0;
 };
 
 const Case kCases[] = {
@@ -42,7 +47,7 @@ const Case kCases[] = {
     {"flat_1_8", {"rack_over=8"}, 35},
     {"close_tiers", {"rack_over=1.5", "pod_over=1.5", "rack_us=3", "pod_us=4", "jitter_us=5"}},
     {"unequal", {"rack_sizes=1,48,7,33,16,2,40,24", "racks_per_pod=3,9,5,13"}},
-    {"slow_hosts", {"slow=0.1", "slow_factor=0.4"}, 32, 0.98},
+    {"slow_hosts", {"slow=0.1", "slow_factor=0.4"}, 32, 0.98, 0.95},
     {"thinned_and_tenants", {"thin=6", "background=2048"}, 50},
     {"racks_1_8_pods_1_1", {"rack_over=8", "pod_over=1"}, 20},
     {"racks_of_2", {"rack_sizes=2", "rack_over=2"}},
@@ -75,6 +80,9 @@ TEST_P(ScenarioMatrix, NeverSlowerThanTheProviderAndPredictedWithinTenPercent) {
   }
   if (c.minRackAri > 0) {
     EXPECT_GE(static_cast<double>(j["rack_ari"]), c.minRackAri) << j.dump();
+  }
+  if (c.minPairsWithin10 > 0) {
+    EXPECT_GE(static_cast<double>(j["pairs_within_10pct"]), c.minPairsWithin10) << j.dump();
   }
   RecordProperty("plan_over_optimum", std::to_string(plan / static_cast<double>(j["optimum_ms"])));
 }
