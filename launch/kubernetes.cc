@@ -62,12 +62,16 @@ sort_pods() {
       else print "free", $1, $2
     }'
 }
-# Lifts the gate of every pod still held, without a node: the scheduler's own choice.
+# Lifts pod $1's gate without giving it a node: the scheduler's own choice.
+unhold() {
+  kc patch pod "$1" --type=strategic -p "{\"spec\":{\"schedulingGates\":[$lift]}}" \
+    >/dev/null || say "could not lift the gate of pod $1: lift it by hand"
+}
+# Lifts the gate of every pod still held.
 release() {
   printf '%s\n' "$listing" | sort_pods | while read -r what index pod; do
     [ "$what" = held ] || [ "$what" = extra ] || continue
-    kc patch pod "$pod" --type=strategic -p "{\"spec\":{\"schedulingGates\":[$lift]}}" \
-      >/dev/null || say "could not lift the gate of pod $pod (index $index): lift it by hand"
+    unhold "$pod"
   done
 }
 # Says why nothing is placed, releases every held pod and exits 1.
@@ -158,16 +162,13 @@ while :; do
   if [ -n "$extra" ]; then
     say "pod $extra of job $job is beyond the plan's $pods pods: left to the scheduler's choice"
     printf '%s\n' "$sorted" | awk '$1 == "extra" { print $3 }' | while read -r pod; do
-      kc patch pod "$pod" --type=strategic -p "{\"spec\":{\"schedulingGates\":[$lift]}}" \
-        >/dev/null || say "could not lift the gate of pod $pod: lift it by hand"
+      unhold "$pod"
     done
   fi
   before=$placed
   if ! place; then
     say "kubectl patch pod $failed failed: that pod is left to the scheduler's choice"
-    pod=${failed%% *}
-    kc patch pod "$pod" --type=strategic -p "{\"spec\":{\"schedulingGates\":[$lift]}}" \
-      >/dev/null || say "could not lift the gate of pod $pod: lift it by hand"
+    unhold "${failed%% *}"
   fi
   [ "$placed" = "$before" ] || say "$((placed - before)) pod(s) made anew given their nodes"
 done
