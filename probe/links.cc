@@ -476,10 +476,16 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
   // used once in that trial. Groups of one host are left as they are: their host link bounds them.
   std::vector<std::pair<int, int>> again;
   std::vector<std::pair<char, char>> partnered(static_cast<size_t>(ng), {0, 0});
+  // What each group's live hosts can send (receive) together: computed once, read per pair.
+  std::vector<std::pair<double, double>> offers(static_cast<size_t>(ng), {0, 0});  // out, in
+  for (int g = 0; g < ng; ++g)
+    for (int h : liveMembers(g)) {
+      offers[static_cast<size_t>(g)].first += pathRate(h, true);
+      offers[static_cast<size_t>(g)].second += pathRate(h, false);
+    }
   auto offer = [&](int g, bool out) {
-    double sum = 0;
-    for (int h : liveMembers(g)) sum += pathRate(h, out);
-    return sum;
+    const auto& o = offers[static_cast<size_t>(g)];
+    return out ? o.first : o.second;
   };
   for (const auto& [parent, kids] : children) {
     if (kids.size() < 2) continue;
