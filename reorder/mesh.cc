@@ -1,6 +1,7 @@
 #include "reorder/mesh.h"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -487,7 +488,8 @@ double MeshModel::lowerBoundUs() const {
   for (auto& l : levels) std::sort(l.sizes.rbegin(), l.sizes.rend());
   // Groups of one dimension mostly have the same traffic shape: their cut is computed once.
   std::map<std::vector<double>, std::pair<size_t, double>> cuts;  // shape -> positions, cut
-  double total = 0;
+  std::vector<double> floors;  // per phase: its time apart from its steps' latency
+  double latencies = 0;
   for (const Phase& p : phases_) {
     std::vector<double> out(n, 0), in(n, 0);
     double bytes = 0;
@@ -538,9 +540,163 @@ double MeshModel::lowerBoundUs() const {
     for (auto [a, b] : p.hops)
       hop = std::max(hop,
                      (a == b ? params_.intraHostLatencyUs : minLatency) + params_.stepOverheadUs);
-    total += std::max(network, intra / bytesPerUs(params_.intraHostMbps)) + p.steps * hop;
+    floors.push_back(std::max(network, intra / bytesPerUs(params_.intraHostMbps)));
+    latencies += p.steps * hop;
   }
-  return total;
+  double separate = latencies;
+  for (double f : floors) separate += f;
+  return std::max(separate, latencies + switchBoundUs(floors));
+}
+
+double MeshModel::switchBoundUs(const std::vector<double>& floors) const {
+  size_t n = net_.n;
+  // The host positions as a grid: the dimensions outside the ranks a host holds, which must be
+  // whole innermost dimensions (else no bound here).
+  size_t rem = static_cast<size_t>(ranksPerHost()), outer = dims_.size();
+  while (outer > 0 && rem > 1) {
+    size_t size = static_cast<size_t>(dims_[outer - 1].size);
+    if (rem % size != 0) return 0;
+    rem /= size;
+    --outer;
+  }
+  if (rem != 1 || outer == 0) return 0;
+  std::vector<size_t> stride(outer);
+  size_t line = 0;  // the largest grid dimension: its lines are the columns, the rest a row
+  for (size_t d = outer, st = 1; d-- > 0; st *= static_cast<size_t>(dims_[d].size)) {
+    stride[d] = st;
+    if (dims_[d].size > dims_[line].size) line = d;
+  }
+  size_t rows = static_cast<size_t>(dims_[line].size), columns = n / rows;
+  if (rows < 2 || columns > kMeshBoundMaxColumns) return 0;
+  auto rowOf = [&](size_t pos) { return pos / stride[line] % rows; };
+  auto columnOf = [&](size_t pos) {
+    return pos / (stride[line] * rows) * stride[line] + pos % stride[line];
+  };
+  // Phases along the columns: the minimum cut of one column's flows, both ways. Phases inside
+  // the rows: one row's flows, by column.
+  std::vector<double> columnCut(phases_.size(), 0);
+  struct RowFlow {
+    uint64_t from = 0, to = 0;  // column bits
+    double bytes = 0;
+  };
+  std::vector<std::pair<size_t, std::vector<RowFlow>>> rowPhases;  // phase, flows
+  double rowFloors = 0, others = 0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    const Phase& p = phases_[i];
+    if (p.flows.empty()) {
+      others += floors[i];
+    } else if (static_cast<size_t>(p.dim) == line) {
+      std::vector<double> w(rows * rows, 0);
+      for (const Traffic& t : p.flows) {
+        size_t a = static_cast<size_t>(t.a), b = static_cast<size_t>(t.b);
+        if (columnOf(a) != 0 || columnOf(b) != 0) continue;
+        w[rowOf(a) * rows + rowOf(b)] += t.bytes;
+        w[rowOf(b) * rows + rowOf(a)] += t.bytes;
+      }
+      columnCut[i] = minCutWeight(rows, std::move(w));
+    } else {
+      std::vector<RowFlow> flows;
+      for (const Traffic& t : p.flows) {
+        size_t a = static_cast<size_t>(t.a), b = static_cast<size_t>(t.b);
+        if (rowOf(a) == 0)
+          flows.push_back({uint64_t{1} << columnOf(a), uint64_t{1} << columnOf(b), t.bytes});
+      }
+      rowPhases.emplace_back(i, std::move(flows));
+      rowFloors += floors[i];
+    }
+  }
+  if (rowPhases.size() > kMeshBoundMaxRowPhases) return 0;
+  // The weights a row phase's time is bounded by (Lagrange: max(floor, out, in) is at least any
+  // mix of the three): the floor, its bytes out, in, or half of both.
+  constexpr double kWeights[][3] = {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {0, 0.5, 0.5}};
+  size_t mixes = 1;
+  for (size_t k = 0; k < rowPhases.size(); ++k) mixes *= std::size(kWeights);
+  std::map<std::pair<int, double>, double> bySwitch;  // (hosts, uplink rate) -> bound
+  double best = 0;
+  for (size_t s = 0; s < net_.switches(); ++s) {
+    int hosts = net_.switchSize[s];
+    double rate = bytesPerUs(net_.uplinkMbps[s]);
+    if (hosts < 1 || static_cast<size_t>(hosts) >= n || !(rate > 0) || std::isinf(rate)) continue;
+    auto [it, fresh] = bySwitch.emplace(std::pair{hosts, rate}, 0.0);
+    if (!fresh) {
+      best = std::max(best, it->second);
+      continue;
+    }
+    size_t held = static_cast<size_t>(hosts);
+    // The column phases when the switch holds hosts of `m` columns: the columns it does not hold
+    // whole each cross its uplink by their cut. It holds at most f whole, f x rows hosts, with a
+    // host at least in each of the other m - f.
+    auto columnPart = [&](size_t m) {
+      size_t whole = std::min({held / rows, m, (held - m) / (rows - 1)});
+      double partial = static_cast<double>(m - whole), sum = 0;
+      for (size_t i = 0; i < phases_.size(); ++i)
+        if (columnCut[i] > 0) sum += std::max(floors[i], partial * columnCut[i] / (2 * rate));
+      return sum;
+    };
+    // The row phases when the switch's hosts are in the columns P: per row, the subset T of P it
+    // holds; its bytes out of T and into T cross the uplink.
+    std::vector<double> bytes;  // per subset: per row phase, out then in
+    std::vector<double> sizes;
+    auto rowPart = [&](uint64_t P) {
+      if (rowPhases.empty()) return 0.0;
+      bytes.clear();
+      sizes.clear();
+      for (uint64_t T = P; T > 0; T = (T - 1) & P) {
+        sizes.push_back(std::popcount(T));
+        for (const auto& [phase, flows] : rowPhases) {
+          double out = 0, in = 0;
+          for (const RowFlow& f : flows) {
+            if ((T & f.from) && !(T & f.to)) out += f.bytes;
+            if (!(T & f.from) && (T & f.to)) in += f.bytes;
+          }
+          bytes.push_back(out);
+          bytes.push_back(in);
+        }
+      }
+      double part = 0;
+      for (size_t mix = 0; mix < mixes; ++mix) {
+        double fixed = 0, perHost = std::numeric_limits<double>::infinity();
+        for (size_t k = 0, m = mix; k < rowPhases.size(); ++k, m /= std::size(kWeights))
+          fixed += kWeights[m % std::size(kWeights)][0] * floors[rowPhases[k].first];
+        for (size_t t = 0; t < sizes.size(); ++t) {
+          double sum = 0;
+          const double* b = &bytes[t * 2 * rowPhases.size()];
+          for (size_t k = 0, m = mix; k < rowPhases.size(); ++k, m /= std::size(kWeights)) {
+            const double* w = kWeights[m % std::size(kWeights)];
+            sum += w[1] * b[2 * k] + w[2] * b[2 * k + 1];
+          }
+          perHost = std::min(perHost, sum / rate / sizes[t]);
+        }
+        part = std::max(part, fixed + static_cast<double>(held) * perHost);
+      }
+      return part;
+    };
+    // Every set of columns by size, the fewest that hold the switch's hosts first; the column
+    // phases only grow with the size, so once they and the row phases' floors reach the least
+    // found, larger sets cannot be below it. Past kMeshBoundMaxSets sets, that sum is the bound.
+    double least = std::numeric_limits<double>::infinity();
+    size_t tried = 0;
+    for (size_t m = (held + rows - 1) / rows; m <= std::min(columns, held); ++m) {
+      double floor = columnPart(m) + rowFloors;
+      if (floor >= least) break;
+      double sets = 1;
+      for (size_t k = 0; k < m; ++k) sets = sets * static_cast<double>(columns - k) / (k + 1);
+      if (static_cast<double>(tried) + sets > kMeshBoundMaxSets) {
+        least = floor;
+        break;
+      }
+      tried += static_cast<size_t>(sets);
+      double column = columnPart(m);
+      for (uint64_t P = (uint64_t{1} << m) - 1; P < (uint64_t{1} << columns);) {
+        least = std::min(least, column + rowPart(P));
+        uint64_t low = P & (~P + 1), ripple = P + low;  // the next set of m columns (Gosper)
+        P = (((ripple ^ P) >> 2) / low) | ripple;
+      }
+    }
+    it->second = least + others;
+    best = std::max(best, it->second);
+  }
+  return best;
 }
 
 std::vector<std::vector<double>> MeshModel::groupUs(const std::vector<int>& order) const {

@@ -66,6 +66,11 @@ inline constexpr size_t kMeshKicks = 64;
 // Layouts that split the fastest dimension in two (its low part fastest, its high part further
 // out): this many of them, the lowest by the link-load bound, join the candidates.
 inline constexpr size_t kMeshSplitLayouts = 3;
+// MeshModel::switchBoundUs: at most this many columns (a set of them is a bit mask), this many
+// phases inside the rows (4^phases weightings) and this many sets of columns tried per switch.
+inline constexpr size_t kMeshBoundMaxColumns = 62;
+inline constexpr size_t kMeshBoundMaxRowPhases = 5;
+inline constexpr size_t kMeshBoundMaxSets = 100000;
 
 // "pp=2,dp=4,tp=8": dimensions outermost first. Traffic is left empty (meshTraffic fills it).
 // Throws InvalidInput naming `source` and the item: not NAME=SIZE, a size below 1, a name twice.
@@ -156,7 +161,9 @@ class MeshModel {
   // largest of them need to hold it, and the uplink of each one it spans carries at least the
   // minimum cut of its traffic, both ways together; those bytes spread over all the level's
   // uplinks; (c) all its network bytes at the fabric rate; (d) its busiest position's bytes
-  // between its own ranks; plus its steps times the cheapest hop it could have.
+  // between its own ranks; plus its steps times the cheapest hop it could have. And, where the
+  // hosts hold whole innermost dimensions: the phases one after the other on one switch's uplink
+  // (switchBoundUs), since the order that serves one phase best may cost another.
   double lowerBoundUs() const;
 
   // The same by the step model itself (every swap evaluated in full): small jobs only.
@@ -196,6 +203,18 @@ class MeshModel {
   };
   class LoadState;  // an order's link loads, updated per swap (improve, anneal)
   double phaseUs(const std::vector<int>& order, const Phase& p) const;
+  // A lower bound of the step's phases apart from their latency, from one switch's uplink: the
+  // host positions form a grid (the dimensions outside a host); its largest dimension's lines are
+  // columns, the rest of a position's coordinates its place in a row. Any switch holds some set
+  // of columns in part, each of which its uplink carries that column's minimum cut of (both ways
+  // together), and some mix of row subsets, whose bytes into and out of the subset it carries.
+  // Per switch size and uplink: the least over every set of columns of the phases' times, each at
+  // least its floor (`floors`, per phase, what lowerBoundUs counts for it alone); the row part by
+  // Lagrange weights (any mix of floor, bytes out and bytes in bounds the phase), the subsets as
+  // a fractional mix (a relaxation: still a bound); sets by size, stopped where the column phases
+  // alone reach the least found. The largest over the switches; 0 where the hosts do not hold
+  // whole innermost dimensions or the grid has too many columns.
+  double switchBoundUs(const std::vector<double>& floors) const;
   // A phase's time on `flows`, the largest of `intraBytes` and the slowest of `hops`.
   double partUs(const std::vector<int>& order, double steps, const std::vector<Traffic>& flows,
                 double intraBytes, const std::vector<std::pair<int, int>>& hops) const;

@@ -231,6 +231,42 @@ TEST(Mesh, LowerBoundIsTightWhereCountingDecides) {
   EXPECT_GT(fits.lowerBoundUs(), best->times.stepUs * 0.95);
 }
 
+// Where no order serves every phase at its best (a rack that keeps the pipelines' hops inside
+// carries more data-parallel rings over its uplink, and the reverse), the bound takes the phases
+// on one rack's uplink together: near the split layout's step on the network below, and never
+// above an order that a search or chance found. A host that holds part of a dimension (tp=4 on
+// 2 ranks per host) has no grid: the phases are bounded apart, as before.
+TEST(Mesh, LowerBoundTakesThePhasesOnOneUplinkTogether) {
+  std::vector<int> rack, pod;
+  for (int h = 0; h < 128; ++h) rack.push_back(h / 8), pod.push_back(h / 32);
+  NetworkModel net = modelFromHierarchy(hierarchyOf({rack, pod}), std::vector<double>(128, 10000),
+                                        {5000, 10000}, 2, {5, 20});
+  std::vector<int> walk(net.n);
+  std::iota(walk.begin(), walk.end(), 0);
+  std::mt19937_64 rng(11);
+  for (auto [text, rph] : {std::pair{"dp=32,pp=4,tp=8", 8},
+                           {"pp=4,dp=32,tp=8", 8},
+                           {"dp=16,pp=4,tp=4", 2},
+                           {"pp=2,dp=16,ep=4", 1}}) {
+    SCOPED_TRACE(text);
+    RingParams rp;
+    rp.ranksPerHost = rph;
+    MeshModel model(net, mesh(text), rp);
+    MeshPlacement p = placeMesh(model, walk, 0.01);
+    double bound = model.lowerBoundUs();
+    EXPECT_LE(bound, p.times.stepUs * (1 + 1e-9));
+    if (rph == 8) {
+      EXPECT_GT(bound, p.times.stepUs / 1.05) << p.basis;
+    }
+    std::vector<int> order = walk;
+    for (int k = 0; k < 20; ++k) {
+      std::shuffle(order.begin(), order.end(), rng);
+      EXPECT_LE(bound, model.stepUs(order) * (1 + 1e-9));
+      EXPECT_LE(bound, model.stepUs(model.improve(order, 4, 16, k)) * (1 + 1e-9));
+    }
+  }
+}
+
 // Where a pipeline's hops cross the pods' uplinks whenever each data-parallel group has a pod,
 // a rack takes a block of two data-parallel groups' hosts and half of each pipeline: the layout
 // that splits the fastest dimension (what the 1024-host rows of docs/performance.md need).
