@@ -685,10 +685,13 @@ double MeshModel::switchBoundUs(const std::vector<double>& floors) const {
         least = floor;
         break;
       }
-      tried += static_cast<size_t>(sets);
+      size_t count = static_cast<size_t>(std::llround(sets));
+      tried += count;
       double column = columnPart(m);
-      for (uint64_t P = (uint64_t{1} << m) - 1; P < (uint64_t{1} << columns);) {
+      uint64_t P = m >= 64 ? ~uint64_t{0} : (uint64_t{1} << m) - 1;
+      for (size_t k = 0; k < count; ++k) {
         least = std::min(least, column + rowPart(P));
+        if (k + 1 == count) break;
         uint64_t low = P & (~P + 1), ripple = P + low;  // the next set of m columns (Gosper)
         P = (((ripple ^ P) >> 2) / low) | ripple;
       }

@@ -68,7 +68,7 @@ inline constexpr size_t kMeshKicks = 64;
 inline constexpr size_t kMeshSplitLayouts = 3;
 // MeshModel::switchBoundUs: at most this many columns (a set of them is a bit mask), this many
 // phases inside the rows (4^phases weightings) and this many sets of columns tried per switch.
-inline constexpr size_t kMeshBoundMaxColumns = 62;
+inline constexpr size_t kMeshBoundMaxColumns = 64;
 inline constexpr size_t kMeshBoundMaxRowPhases = 5;
 inline constexpr size_t kMeshBoundMaxSets = 100000;
 
