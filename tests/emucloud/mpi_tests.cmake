@@ -18,13 +18,15 @@ if(MPI_Fortran_FOUND)
   target_link_libraries(emucloud_mpi_proof_f PRIVATE MPI::MPI_Fortran)
   set(RANKMAP_MPI_PROOF_F $<TARGET_FILE:emucloud_mpi_proof_f>)
 endif()
+# --min-speedup 3.2: on the present CI machine 10 runs read 3.74-3.93x (median 3.89), so a 25%
+# regression (2.92x) fails and every healthy run passes (docs/reliability.md, "Floors").
 emucloud_add_test(emucloud_mpi_path mpi_path_test.py 1200
                   --rankmap $<TARGET_FILE:rankmap>
                   --rankmapd $<TARGET_FILE:rankmapd>
                   --shim $<TARGET_FILE:rankmap_mpi>
                   --proof-c $<TARGET_FILE:emucloud_mpi_proof_c>
                   --proof-f "${RANKMAP_MPI_PROOF_F}"
-                  --proof-py ${CMAKE_CURRENT_SOURCE_DIR}/mpi_proof.py --min-speedup 2.8)
+                  --proof-py ${CMAKE_CURRENT_SOURCE_DIR}/mpi_proof.py --min-speedup 3.2)
 # README's quick-start block, run as written (tests/emucloud/quickstart_test.py): the agents,
 # probe, plan, show and the three launchers of its last step.
 emucloud_add_test(emucloud_quickstart quickstart_test.py 900
