@@ -574,7 +574,7 @@ double MeshModel::switchBoundUs(const std::vector<double>& floors) const {
   };
   // Phases along the columns: the minimum cut of one column's flows, both ways. Phases inside
   // the rows: one row's flows, by column.
-  std::vector<double> columnCut(phases_.size(), 0);
+  std::vector<double> columnCut(phases_.size(), -1);  // -1: not a phase along the columns
   struct RowFlow {
     uint64_t from = 0, to = 0;  // column bits
     double bytes = 0;
@@ -630,7 +630,7 @@ double MeshModel::switchBoundUs(const std::vector<double>& floors) const {
       size_t whole = std::min({held / rows, m, (held - m) / (rows - 1)});
       double partial = static_cast<double>(m - whole), sum = 0;
       for (size_t i = 0; i < phases_.size(); ++i)
-        if (columnCut[i] > 0) sum += std::max(floors[i], partial * columnCut[i] / (2 * rate));
+        if (columnCut[i] >= 0) sum += std::max(floors[i], partial * columnCut[i] / (2 * rate));
       return sum;
     };
     // The row phases when the switch's hosts are in the columns P: per row, the subset T of P it
