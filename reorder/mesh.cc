@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -611,6 +612,28 @@ double MeshModel::switchBoundUs(const std::vector<double>& floors) const {
   constexpr double kWeights[][3] = {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {0, 0.5, 0.5}};
   size_t mixes = 1;
   for (size_t k = 0; k < rowPhases.size(); ++k) mixes *= std::size(kWeights);
+  std::vector<std::vector<const double*>> mixWeights(mixes);  // per mix: per row phase
+  for (size_t mix = 0; mix < mixes; ++mix)
+    for (size_t k = 0, m = mix; k < rowPhases.size(); ++k, m /= std::size(kWeights))
+      mixWeights[mix].push_back(kWeights[m % std::size(kWeights)]);
+  // Per subset T of a row's columns (bits): per row phase its bytes out of T, then into T; last,
+  // T's size. The same for every set of columns and every switch, so computed once.
+  std::unordered_map<uint64_t, std::vector<double>> bySubset;
+  auto subsetBytes = [&](uint64_t T) -> const std::vector<double>& {
+    auto [it, fresh] = bySubset.try_emplace(T);
+    if (fresh) {
+      for (const auto& [phase, flows] : rowPhases) {
+        double out = 0, in = 0;
+        for (const RowFlow& f : flows) {
+          if ((T & f.from) && !(T & f.to)) out += f.bytes;
+          if (!(T & f.from) && (T & f.to)) in += f.bytes;
+        }
+        it->second.insert(it->second.end(), {out, in});
+      }
+      it->second.push_back(std::popcount(T));
+    }
+    return it->second;
+  };
   std::map<std::pair<int, double>, double> bySwitch;  // (hosts, uplink rate) -> bound
   double best = 0;
   for (size_t s = 0; s < net_.switches(); ++s) {
@@ -635,37 +658,20 @@ double MeshModel::switchBoundUs(const std::vector<double>& floors) const {
     };
     // The row phases when the switch's hosts are in the columns P: per row, the subset T of P it
     // holds; its bytes out of T and into T cross the uplink.
-    std::vector<double> bytes;  // per subset: per row phase, out then in
-    std::vector<double> sizes;
+    std::vector<const std::vector<double>*> subsets;
     auto rowPart = [&](uint64_t P) {
       if (rowPhases.empty()) return 0.0;
-      bytes.clear();
-      sizes.clear();
-      for (uint64_t T = P; T > 0; T = (T - 1) & P) {
-        sizes.push_back(std::popcount(T));
-        for (const auto& [phase, flows] : rowPhases) {
-          double out = 0, in = 0;
-          for (const RowFlow& f : flows) {
-            if ((T & f.from) && !(T & f.to)) out += f.bytes;
-            if (!(T & f.from) && (T & f.to)) in += f.bytes;
-          }
-          bytes.push_back(out);
-          bytes.push_back(in);
-        }
-      }
+      subsets.clear();
+      for (uint64_t T = P; T > 0; T = (T - 1) & P) subsets.push_back(&subsetBytes(T));
       double part = 0;
-      for (size_t mix = 0; mix < mixes; ++mix) {
+      for (const auto& w : mixWeights) {
         double fixed = 0, perHost = std::numeric_limits<double>::infinity();
-        for (size_t k = 0, m = mix; k < rowPhases.size(); ++k, m /= std::size(kWeights))
-          fixed += kWeights[m % std::size(kWeights)][0] * floors[rowPhases[k].first];
-        for (size_t t = 0; t < sizes.size(); ++t) {
+        for (size_t k = 0; k < rowPhases.size(); ++k) fixed += w[k][0] * floors[rowPhases[k].first];
+        for (const std::vector<double>* b : subsets) {
           double sum = 0;
-          const double* b = &bytes[t * 2 * rowPhases.size()];
-          for (size_t k = 0, m = mix; k < rowPhases.size(); ++k, m /= std::size(kWeights)) {
-            const double* w = kWeights[m % std::size(kWeights)];
-            sum += w[1] * b[2 * k] + w[2] * b[2 * k + 1];
-          }
-          perHost = std::min(perHost, sum / rate / sizes[t]);
+          for (size_t k = 0; k < rowPhases.size(); ++k)
+            sum += w[k][1] * (*b)[2 * k] + w[k][2] * (*b)[2 * k + 1];
+          perHost = std::min(perHost, sum / rate / b->back());
         }
         part = std::max(part, fixed + static_cast<double>(held) * perHost);
       }
