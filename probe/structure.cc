@@ -765,6 +765,21 @@ inline constexpr int kLoadedIdleTrials = 3;
 // one flow per host and trial, with nothing else left: 54 of 61 trials at 4096 hosts in racks
 // 1:8 under pods 1:1, and 9 of 27 with six thinned uplinks and tenants' flows at 1024.
 inline constexpr int kLoadedJoinlessTrials = 4;
+// Loading: trials in a row in which fewer than one flow in kLoadedLowYield tested a pair of
+// groups still open, and no pair waits for a second near reading. By then the groups have formed,
+// and a trial's flows only keep the uplinks full for the round trips of the few hosts left, at
+// one flow per host. Those hosts are mostly ones whose own link other tenants' flows fill: their
+// round trips wait in their own queue and their flows read their own share, alike to every group,
+// so that only the readings' noise ever joined them, one or two a trial. With six thinned uplinks
+// and 2 x N tenants' flows at 1024 hosts (seed 1), the search over all hosts took 22 trials where
+// 5 formed its groups: trials 6-22 tested 62 down to 6 open pairs with 1021 flows each, 17 flows
+// per host that joined 22 hosts. The price: such hosts stay groups of their own, and the plan
+// crosses their racks' uplinks once more each (1-4% above the optimum there, against 0-0.5%).
+// Near readings waiting for a second make the trial count whatever its flows: in racks of two at
+// 4096 hosts a trial of 240 such flows joined 105 groups by its round trips (1.53x the optimum
+// when it stopped the search).
+inline constexpr size_t kLoadedLowYield = 10;
+inline constexpr int kLoadedLowYieldTrials = 2;
 // A host whose own link limits its flows (a slow host) fills that link's queue with its own flow:
 // every round trip of its waits there, and each of its flows reads its link's rate whichever
 // group the other end is in, so its readings would split it off its group at every level. A
@@ -898,7 +913,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
   const bool pinging = idle.median > 0 && s.liveHosts().size() >= kLoadedMinHosts;
   // Loading: trials in a row that joined and decided nothing (the pairs left are those whose
   // hosts' own links are full in every trial: a slow host's flows fill them).
-  int idleTrials = 0, joinlessTrials = 0;
+  int idleTrials = 0, joinlessTrials = 0, lowYieldTrials = 0;
   std::pair<size_t, size_t> progress{0, 0};
   std::vector<int> probes(n, 0);  // kBystanderProbes sent per host
   for (int trial = 0; trial < s.opts().maxStructureTrials && !s.stopped(); ++trial) {
@@ -1333,11 +1348,20 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
     s.report({"structure", decided, pairsOfGroups,
               fmt::format("trial {}: {} groups, {} of {} group pairs decided", trial + 1, groups,
                           decided, pairsOfGroups)});
+    RANKMAP_DEBUG(Probe,
+                  "structure trial {}: {} groups, {} of {} group pairs decided, {} of {} flows "
+                  "tested open pairs, {} pairs with a near reading to confirm",
+                  trial + 1, groups, decided, pairsOfGroups, informative, flows.size(),
+                  pending.size());
     if (decided >= pairsOfGroups) break;
     idleTrials = std::make_pair(groups, decided) == progress ? idleTrials + 1 : 0;
     joinlessTrials = trial > 0 && groups >= progress.first ? joinlessTrials + 1 : 0;
     progress = {groups, decided};
-    if (loading && (idleTrials >= kLoadedIdleTrials || joinlessTrials >= kLoadedJoinlessTrials))
+    lowYieldTrials = loading && pending.empty() && informative * kLoadedLowYield < flows.size()
+                         ? lowYieldTrials + 1
+                         : 0;
+    if (loading && (idleTrials >= kLoadedIdleTrials || joinlessTrials >= kLoadedJoinlessTrials ||
+                    lowYieldTrials >= kLoadedLowYieldTrials))
       break;
   }
   // A slow host (its own link below kNearFraction of the top band: on the emulated cloud the

@@ -27,7 +27,9 @@ struct Case {
   // per host over the round; 42-55 when flows between racks of a pod decided nothing). Racks 1:8
   // under pods 1:1 and six thinned uplinks: a loaded search ends after trials that join nothing
   // (probe/structure.cc, kLoadedJoinlessTrials); before, it went on deciding stray hosts apart,
-  // a flow per host and trial (seed 3: 22.3; thinned, seed 1: 50.7).
+  // a flow per host and trial (seed 3: 22.3; thinned, seed 1: 50.7). Six thinned uplinks with
+  // tenants' flows: also after two trials whose flows tested almost no open pair
+  // (kLoadedLowYield; 42.1-48.6 before).
   double maxFlowsPerHost = 0;
   // Rack ARI at least (0: not asserted). Slow hosts stand by once their own link shows as what
   // limits them (probe/structure.cc, kSelfFullRatio); before, each split off its rack at every
@@ -48,7 +50,7 @@ const Case kCases[] = {
     {"close_tiers", {"rack_over=1.5", "pod_over=1.5", "rack_us=3", "pod_us=4", "jitter_us=5"}},
     {"unequal", {"rack_sizes=1,48,7,33,16,2,40,24", "racks_per_pod=3,9,5,13"}},
     {"slow_hosts", {"slow=0.1", "slow_factor=0.4"}, 32, 0.98, 0.95},
-    {"thinned_and_tenants", {"thin=6", "background=2048"}, 50},
+    {"thinned_and_tenants", {"thin=6", "background=2048"}, 32},
     {"racks_1_8_pods_1_1", {"rack_over=8", "pod_over=1"}, 20},
     {"racks_of_2", {"rack_sizes=2", "rack_over=2"}},
 };
