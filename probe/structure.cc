@@ -733,7 +733,8 @@ using TrialFn =
     std::function<std::vector<std::optional<double>>(const std::vector<HostPair>&, LoadedPings*)>;
 
 // Loaded round trips (docs/probing.md): while a search trial's flows fill the uplinks they
-// cross, each sender pings up to kLoadedPingsPerHost hosts of its parent group, one per group
+// cross, each sender pings up to kLoadedPingsPerHost (kLoadedPingsPerHostInside inside groups
+// found) hosts of its parent group, one per group
 // not yet decided apart from its own (those with a near reading first). A round trip through a
 // full uplink waits in its queue; one inside the pinger's group does not. A trial's pings show
 // queues when their upper quartile is kLoadedQueueRatio times the idle round trips' median or
@@ -750,6 +751,15 @@ using TrialFn =
 // (racks of two fill their uplinks in every trial, and far round trips split pods into racks);
 // inside a group found, where the flows stay, far ones decide too.
 inline constexpr size_t kLoadedPingsPerHost = 32;
+// Inside groups found, every group of the sender's parent not decided apart may hold its
+// rack-mate, and a sender meets it only by pinging it: with racks of two in pods of 1024 hosts,
+// 32 round trips a trial took the search inside the pods 22 trials (37 of 44 flows per host in
+// the round at 4096 hosts). Round trips ride on the trial's requests (no more of them) and the
+// agent takes them concurrently (probe::loadedRoundTrips, at most kMaxLoadedPings); the
+// coordinator reads 4 times as many. Not in the search over all hosts: with 128 there too, at
+// 1024 hosts six thinned uplinks with tenants (seed 3) went to 1.055 of the optimum and slow
+// hosts' rack ARI to 0.970.
+inline constexpr size_t kLoadedPingsPerHostInside = 128;
 // Below this many hosts no loaded round trips: bandwidth alone finds their racks in a few trials
 // (a host meets a rack-mate often), and the emulated cloud, where they would run, queues per
 // source VM on its uplinks (a round trip waits only where its own host's flow fills a queue).
@@ -894,6 +904,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
   PairSet pending;
   std::vector<int> root(n), pendingAt(n);  // per trial: each host's root; pending pairs per root
   const bool rateKnown = hostRate > 0;
+  const size_t pingsPerHost = rateKnown ? kLoadedPingsPerHostInside : kLoadedPingsPerHost;
   bool twoBands = false;
   bool searchBands = false;  // the first trial showed two slow bands
   // The host rate carried in is in doubt: the search's first trial showed one band, below it
@@ -1041,7 +1052,7 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
         const size_t from = std::uniform_int_distribution<size_t>(0, hosts.size() - 1)(rng);
         const int first = pendingAt[static_cast<size_t>(rh)] > 0 ? 0 : anyBystander ? 1 : 2;
         for (int pass = first; pass < 3; ++pass)
-          for (size_t j = 0; j < hosts.size() && chosen < kLoadedPingsPerHost; ++j) {
+          for (size_t j = 0; j < hosts.size() && chosen < pingsPerHost; ++j) {
             const int c = hosts[(from + j) % hosts.size()];
             const int rc = root[static_cast<size_t>(c)];
             if (rc == rh || pingedRoot[static_cast<size_t>(rc)] == h) continue;
