@@ -733,9 +733,9 @@ using TrialFn =
     std::function<std::vector<std::optional<double>>(const std::vector<HostPair>&, LoadedPings*)>;
 
 // Loaded round trips (docs/probing.md): while a search trial's flows fill the uplinks they
-// cross, each sender pings up to kLoadedPingsPerHost (kLoadedPingsPerHostInside inside groups
-// found) hosts of its parent group, one per group
-// not yet decided apart from its own (those with a near reading first). A round trip through a
+// cross, each sender pings up to kLoadedPingsPerHost hosts of its parent group
+// (kLoadedPingsPerHostInside inside groups found), one per group not yet decided apart from its
+// own (those with a near reading first). A round trip through a
 // full uplink waits in its queue; one inside the pinger's group does not. A trial's pings show
 // queues when their upper quartile is kLoadedQueueRatio times the idle round trips' median or
 // more (with fewer than kMinLoadedPings, as the trial before); each is then near up to
@@ -1356,14 +1356,13 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
       auto [a, b] = unpacked(k);
       decided += parentOf[static_cast<size_t>(a)] >= 0 && counted.count(a) && counted.count(b);
     }
-    s.report({"structure", decided, pairsOfGroups,
-              fmt::format("trial {}: {} groups, {} of {} group pairs decided", trial + 1, groups,
-                          decided, pairsOfGroups)});
+    std::string progressLine = fmt::format("trial {}: {} groups, {} of {} group pairs decided",
+                                           trial + 1, groups, decided, pairsOfGroups);
     RANKMAP_DEBUG(Probe,
-                  "structure trial {}: {} groups, {} of {} group pairs decided, {} of {} flows "
-                  "tested open pairs, {} pairs with a near reading to confirm",
-                  trial + 1, groups, decided, pairsOfGroups, informative, flows.size(),
-                  pending.size());
+                  "structure {}, {} of {} flows tested open pairs, {} pairs with a near reading "
+                  "to confirm",
+                  progressLine, informative, flows.size(), pending.size());
+    s.report({"structure", decided, pairsOfGroups, std::move(progressLine)});
     if (decided >= pairsOfGroups) break;
     idleTrials = std::make_pair(groups, decided) == progress ? idleTrials + 1 : 0;
     joinlessTrials = trial > 0 && groups >= progress.first ? joinlessTrials + 1 : 0;
