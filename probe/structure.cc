@@ -1501,6 +1501,45 @@ std::map<int, bool> checkSplits(RoundState& s, const std::vector<int>& parentOf,
   }
   return verdict;
 }
+
+// Before a search inside groups found: each bystander (kSelfFullTrials) sends one flow to a host
+// of its parent group, while nothing else runs, and one that reads kLoadedFullShare of the host
+// rate is a bystander no more: its own link did not limit it. A bystander takes no flow, so
+// inside groups its rack's uplink carries its rack-mates' flows only: behind an uplink of one
+// host's rate (racks of two), its rack-mate's round trips then wait nowhere, nor do those of a
+// host whose rack-mates are dead, and the two read near and join (4096 hosts in racks of two,
+// seed 2: a group of four, a rack and two such hosts, whose ring split the rack, 1.53x the
+// optimum). The search over all hosts marked such hosts in trials where their flows crossed two
+// full uplinks, and its own probes (kBystanderProbes) reach only those with a near reading left
+// open. One trial of as many flows as bystanders; a slow host reads its own link's rate and
+// stays one. Its receivers are drawn from a generator of its own, so that the searches' draws
+// are the same whether it runs or not.
+void recheckBystanders(RoundState& s, const std::vector<int>& parentOf, double hostRate,
+                       SelfFull& selfFull, const TrialFn& runTrial) {
+  std::map<int, std::vector<int>> senders, receivers;  // parent -> hosts
+  for (int h : s.liveHosts()) {
+    const int p = parentOf[static_cast<size_t>(h)];
+    if (p >= 0) (bystander(selfFull, h) ? senders : receivers)[p].push_back(h);
+  }
+  std::vector<HostPair> flows;
+  std::mt19937_64 rng(s.opts().seed ^ 0xb5ad4eceda1ce2a9ull);
+  for (auto& [parent, from] : senders) {
+    auto& to = receivers[parent];
+    std::shuffle(to.begin(), to.end(), rng);
+    for (size_t k = 0; k < from.size() && k < to.size(); ++k) flows.emplace_back(from[k], to[k]);
+  }
+  if (flows.empty() || s.stopped()) return;
+  auto got = runTrial(flows, nullptr);
+  size_t freed = 0;
+  for (size_t k = 0; k < flows.size(); ++k) {
+    if (!got[k] || *got[k] < kLoadedFullShare * hostRate) continue;
+    selfFull.marks[static_cast<size_t>(flows[k].first)] = 0;
+    ++freed;
+  }
+  RANKMAP_DEBUG(Probe, "structure: {} of {} bystanders read their host rate alone: no more", freed,
+                flows.size());
+}
+
 // Bandwidth levels at most (racks, pods, a spine above them).
 inline constexpr size_t kMaxBandwidthLevels = 3;
 
@@ -1613,6 +1652,7 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
         if (!keeps) refuted.insert(parent);
       return refuted;
     };
+    recheckBystanders(s, parentOf, top.hostRate, selfFull, runTrial);
     NearFar sub = nearFarSearch(s, parentOf, top.hostRate, idle, selfFull, 2, runTrial, rng, early);
     if (sub.hostRate == 0) {
       RANKMAP_INFO(Probe, "probe round: bandwidth structure: one band inside {} groups ({} trials)",
