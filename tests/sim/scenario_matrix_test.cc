@@ -122,8 +122,8 @@ INSTANTIATE_TEST_SUITE_P(Seeds, RacksOfTwo, ::testing::Values(8, 17, 24));
 // in seed 8 above, but its group there had no near reading left open, so no probe freed it: inside
 // the pods its rack-mate's uplink was never full, and that rack and two hosts whose rack-mates are
 // dead became one group of four, whose ring split the rack (1.53x the optimum). Every bystander
-// now sends one flow alone before a search inside groups, and one at its host rate stands by no
-// more (probe/structure.cc, recheckBystanders).
+// now sends one flow alone before the search inside the pods, and one at its host rate stands by
+// no more (probe/structure.cc, recheckBystanders).
 TEST(RacksOfTwoAt4096Hosts, ABystanderIsCheckedBeforeTheSearchInsideThePods) {
   const Json j =
       runScenario(Scenario::parse({"hosts=4096", "seed=2", "rack_sizes=2", "rack_over=2"})).json;
