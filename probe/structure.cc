@@ -1502,9 +1502,10 @@ std::map<int, bool> checkSplits(RoundState& s, const std::vector<int>& parentOf,
   return verdict;
 }
 
-// Before a search inside groups found: each bystander (kSelfFullTrials) sends one flow to a host
-// of its parent group, while nothing else runs, and one that reads kLoadedFullShare of the host
-// rate is a bystander no more: its own link did not limit it. A bystander takes no flow, so
+// Before the search inside the groups that the search over all hosts found: each bystander
+// (kSelfFullTrials) sends one flow to a host of its parent group, while nothing else runs, and one
+// that reads kLoadedFullShare of the host rate is a bystander no more: its own link did not limit
+// it. A bystander takes no flow, so
 // inside groups its rack's uplink carries its rack-mates' flows only: behind an uplink of one
 // host's rate (racks of two), its rack-mate's round trips then wait nowhere, nor do those of a
 // host whose rack-mates are dead, and the two read near and join (4096 hosts in racks of two,
@@ -1513,10 +1514,10 @@ std::map<int, bool> checkSplits(RoundState& s, const std::vector<int>& parentOf,
 // full uplinks, and its own probes (kBystanderProbes) reach only those with a near reading left
 // open. One trial of as many flows as bystanders; a slow host reads its own link's rate and
 // stays one. Its receivers are drawn from a generator of its own, so that the searches' draws
-// are the same whether it runs or not. Once a round, before the search inside the groups of the
-// search over all hosts: before the search inside those groups' groups too, it freed 11 of 31
-// hosts marked in the search above it (unequal racks, 4096 hosts, seed 2), whose readings kept
-// that search open for 19 trials instead of 12 (32.8 flows per host, not 31.1).
+// are the same whether it runs or not. Once a round: before the search inside those groups'
+// groups too, it freed 11 of 31 hosts marked in the search above it (unequal racks, 4096 hosts,
+// seed 2), whose readings kept that search open for 19 trials instead of 12 (32.8 flows per
+// host, not 31.1).
 void recheckBystanders(RoundState& s, const std::vector<int>& parentOf, double hostRate,
                        SelfFull& selfFull, const TrialFn& runTrial) {
   std::map<int, std::vector<int>> senders, receivers;  // parent -> hosts

@@ -51,8 +51,8 @@ def run_job(args, tb, work, name, rankmap_args):
     for i in range(len(tb.truth["vms"])):
         with open(os.path.join(logdir, f"node{i}.log"), errors="replace") as f:
             logs[i] = f.read()
+    tail = "\n".join(f"--- node{i}\n{t[-1500:]}" for i, t in logs.items())
     if p.returncode != 0:
-        tail = "\n".join(f"--- node{i}\n{t[-1500:]}" for i, t in logs.items())
         lib.fail(f"{name}: fw_torchrun_all exit {p.returncode}: {p.stderr.strip()}\n{tail}")
     steps, summary = [], None
     for text in logs.values():
@@ -60,7 +60,11 @@ def run_job(args, tb, work, name, rankmap_args):
         s = fw_lib.json_lines(text, "summary")
         summary = summary or (s[0]["summary"] if s else None)
     if summary is None or len(steps) != args.steps + 1:
-        lib.fail(f"{name}: expected {args.steps + 1} step lines and a summary from rank 0")
+        # Every node's log, and the launcher's own output: this failure (CI at 92eb21f; once in
+        # 17 runs before) left nothing else to tell what rank 0 did.
+        lib.fail(f"{name}: expected {args.steps + 1} step lines and a summary from rank 0, got "
+                 f"{len(steps)} and {'a' if summary else 'no'} summary; fw_torchrun_all exit 0, "
+                 f"stdout:\n{p.stdout[-1500:]}\nstderr:\n{p.stderr[-1500:]}\n{tail}")
     return {"losses": [s["loss"] for s in steps], "median_step_s": summary["median_step_s"],
             "grad_bytes": summary["grad_bytes"], "logs": logs}
 
