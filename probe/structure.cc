@@ -735,8 +735,8 @@ using TrialFn =
 // Loaded round trips (docs/probing.md): while a search trial's flows fill the uplinks they
 // cross, each sender pings up to kLoadedPingsPerHost hosts of its parent group
 // (kLoadedPingsPerHostInside inside groups found), one per group not yet decided apart from its
-// own (those with a near reading first). A round trip through a
-// full uplink waits in its queue; one inside the pinger's group does not. A trial's pings show
+// own (those with a near reading first). A round trip through a full uplink waits in its queue;
+// one inside the pinger's group does not. A trial's pings show
 // queues when their upper quartile is kLoadedQueueRatio times the idle round trips' median or
 // more (with fewer than kMinLoadedPings, as the trial before); each is then near up to
 // kBandCutMargin times the idle ones' 90th percentile (no queue on its way: a fast link's queue
@@ -1505,16 +1505,15 @@ std::map<int, bool> checkSplits(RoundState& s, const std::vector<int>& parentOf,
 // Before the search inside the groups that the search over all hosts found: each bystander
 // (kSelfFullTrials) sends one flow to a host of its parent group, while nothing else runs, and one
 // that reads kLoadedFullShare of the host rate is a bystander no more: its own link did not limit
-// it. A bystander takes no flow, so
-// inside groups its rack's uplink carries its rack-mates' flows only: behind an uplink of one
-// host's rate (racks of two), its rack-mate's round trips then wait nowhere, nor do those of a
-// host whose rack-mates are dead, and the two read near and join (4096 hosts in racks of two,
-// seed 2: a group of four, a rack and two such hosts, whose ring split the rack, 1.53x the
-// optimum). The search over all hosts marked such hosts in trials where their flows crossed two
-// full uplinks, and its own probes (kBystanderProbes) reach only those with a near reading left
-// open. One trial of as many flows as bystanders; a slow host reads its own link's rate and
-// stays one. Its receivers are drawn from a generator of its own, so that the searches' draws
-// are the same whether it runs or not. Once a round: before the search inside those groups'
+// it. A bystander takes no flow, so inside groups its rack's uplink carries its rack-mates' flows
+// only: behind an uplink of one host's rate (racks of two), its rack-mate's round trips then wait
+// nowhere, nor do those of a host whose rack-mates are dead, and the two read near and join (4096
+// hosts in racks of two, seed 2: a group of four, a rack and two such hosts, whose ring split the
+// rack, 1.53x the optimum). The search over all hosts marked such hosts in trials where their flows
+// crossed two full uplinks, and its own probes (kBystanderProbes) reach only those with a near
+// reading left open. One trial of as many flows as bystanders; a slow host reads its own link's
+// rate and stays one. Its receivers are drawn from a generator of its own, so that the searches'
+// draws are the same whether it runs or not. Once a round: before the search inside those groups'
 // groups too, it freed 11 of 31 hosts marked in the search above it (unequal racks, 4096 hosts,
 // seed 2), whose readings kept that search open for 19 trials instead of 12 (32.8 flows per
 // host, not 31.1).
