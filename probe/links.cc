@@ -34,6 +34,30 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
       in = std::max(in, *got[k]);
     }
   };
+  // The readings each host direction already has inside its group (the structure trials' near
+  // flows: one flow per host and direction in a trial, crossing no uplink, so each is held by its
+  // two host links alone, as a shift's flow is). A direction with kHostLinkReadings of them in
+  // the estimate's band (kHostBand of its best, below) needs no shift flow; a shift's flow runs
+  // where its sender's out or its receiver's in still lacks them.
+  std::vector<int> groupOf(n, -1);
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (int h : groups[g]) groupOf[static_cast<size_t>(h)] = static_cast<int>(g);
+  std::vector<std::vector<double>> outsInside(n), insInside(n);
+  auto inside = [&](const Reading& r) {
+    const int g = groupOf[static_cast<size_t>(r.src)];
+    if (r.kind != "bandwidth" || r.overruled || g < 0 || g != groupOf[static_cast<size_t>(r.dst)])
+      return;
+    outsInside[static_cast<size_t>(r.src)].push_back(r.value);
+    insInside[static_cast<size_t>(r.dst)].push_back(r.value);
+  };
+  auto enough = [](const std::vector<double>& v) {
+    if (v.size() < kHostLinkReadings) return false;
+    const double best = *std::max_element(v.begin(), v.end());
+    return static_cast<size_t>(std::count_if(v.begin(), v.end(), [&](double x) {
+             return x >= kHostBand * best;
+           })) >= kHostLinkReadings;
+  };
+  for (const auto& r : s.readings) inside(r);
   for (int shift : {1, 2}) {
     std::vector<HostPair> flows;
     std::vector<int> unit;
@@ -44,13 +68,19 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
       size_t k = m.size();
       if (k < 2 || (shift == 2 && k < 3)) continue;
       for (size_t i = 0; i < k; ++i) {
-        flows.emplace_back(m[i], m[(i + static_cast<size_t>(shift)) % k]);
+        const int a = m[i], b = m[(i + static_cast<size_t>(shift)) % k];
+        if (enough(outsInside[static_cast<size_t>(a)]) && enough(insInside[static_cast<size_t>(b)]))
+          continue;
+        flows.emplace_back(a, b);
         unit.push_back(static_cast<int>(g));
       }
     }
+    const size_t before = s.readings.size();
     note(flows, s.run(flows, "hosts", true, unit, true));
+    for (size_t i = before; i < s.readings.size(); ++i) inside(s.readings[i]);
     s.report({"links", static_cast<size_t>(shift), progressTotal,
-              fmt::format("host links: shift {} inside {} groups", shift, groups.size())});
+              fmt::format("host links: shift {} inside {} groups, {} flows", shift, groups.size(),
+                          flows.size())});
   }
   // Hosts alone in their group (a VM alone in its rack): no shift reaches them, so each sends
   // one flow to the next lone host and receives one (or, alone of their kind, trade with any

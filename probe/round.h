@@ -101,6 +101,9 @@ inline constexpr int kFarReadings = 2;
 // One reading below this fraction of the host rate decides alone: no busy machine slows a flow
 // inside a group that much, while a congested uplink does.
 inline constexpr double kVeryFarFraction = 0.15;
+// A host direction with this many readings inside its group (within kHostBand of its best) takes
+// no flow of the host links' shifts (measureHostLinks).
+inline constexpr size_t kHostLinkReadings = 2;
 // A flow measured alone below this fraction of what both its hosts reached elsewhere is
 // measured again (once).
 inline constexpr double kConfirmFraction = 0.95;

@@ -141,6 +141,43 @@ TEST(ProbeScale, RacksFromBandwidthWhenRoundTripsAreFlat) {
               static_cast<unsigned long long>(s.out.cost.trials));
 }
 
+// The structure trials' near flows inside racks are host-link readings too (one flow per host and
+// direction in a trial, no uplink crossed): a host direction with two of them in the estimate's
+// band takes no flow of the host links' shifts, and every host link is still stated at its rate.
+// Before, both shifts ran in full (two flows per host, 320 here).
+TEST(ProbeScale, NearFlowsOfTheStructureStandInForTheHostLinksShifts) {
+  DatacenterSpec spec = emucloudShape(8, 20, 1000, 250);
+  Datacenter dc(spec);
+  SimFleet fleet(dc);
+  auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+  ASSERT_EQ(out.structure.signal, "bandwidth");
+  const size_t n = dc.hosts();
+  size_t shiftFlows = 0;
+  std::vector<std::vector<double>> outs(n), ins(n);
+  for (const auto& r : out.readings) {
+    if (r.kind != "bandwidth") continue;
+    if (r.phase == "hosts") ++shiftFlows;
+    if (dc.rackOf(static_cast<size_t>(r.src)) != dc.rackOf(static_cast<size_t>(r.dst))) continue;
+    outs[static_cast<size_t>(r.src)].push_back(r.value);
+    ins[static_cast<size_t>(r.dst)].push_back(r.value);
+  }
+  EXPECT_LT(shiftFlows, n / 4) << "the shifts ran " << shiftFlows << " flows";
+  auto inBand = [](const std::vector<double>& v) {
+    if (v.empty()) return size_t{0};
+    const double best = *std::max_element(v.begin(), v.end());
+    return static_cast<size_t>(
+        std::count_if(v.begin(), v.end(), [&](double x) { return x >= probe::kHostBand * best; }));
+  };
+  const auto& links = out.topology.links;
+  ASSERT_TRUE(links.has_value());
+  for (size_t h = 0; h < n; ++h) {
+    EXPECT_GE(inBand(outs[h]), probe::kHostLinkReadings) << "host " << h << " out";
+    EXPECT_GE(inBand(ins[h]), probe::kHostLinkReadings) << "host " << h << " in";
+    EXPECT_NEAR(links->hosts[h].outMbps, 1000, 50) << "host " << h;
+    EXPECT_NEAR(links->hosts[h].inMbps, 1000, 50) << "host " << h;
+  }
+}
+
 // Racks of 4, 3 and 3 behind 500, 125 and 250 Mbit/s uplinks (the emulated cloud of issue 14): a
 // single flow between two racks reads the narrower uplink, so one shift of flows bounds each
 // uplink only from below (the 250 Mbit/s rack's inbound read 125 from the 125 Mbit/s rack, and
@@ -361,10 +398,12 @@ TEST(ProbeScale, AFlowHeldBackTwiceIsMeasuredAThirdTime) {
 
 // From kReconfirmTogetherHosts hosts the third readings run together: flows inside racks with no
 // host in common, held back twice each, take their third reading in one trial, and each is stated
-// at its rate.
+// at its rate. Round trips show the racks, so that the host links' shifts run: a bandwidth search
+// inside the racks leaves its near flows as the host links' readings instead.
 TEST(ProbeScale, FromManyHostsTheThirdReadingsRunTogether) {
   DatacenterSpec spec = emucloudShape(8, 20, 1000, 250);
   spec.noise = 0;
+  spec.rackLatencyUs = 10;
   ASSERT_GE(spec.racksPerPod * spec.hostsPerRack[0], probe::kReconfirmTogetherHosts);
   std::vector<probe::HostPair> held;
   {
