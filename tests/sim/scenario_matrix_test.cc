@@ -132,5 +132,20 @@ TEST(RacksOfTwoAt4096Hosts, ABystanderIsCheckedBeforeTheSearchInsideThePods) {
   EXPECT_GE(static_cast<double>(j["rack_ari"]), 0.999) << j.dump();
 }
 
+// At 4096 hosts (seed 3) the search over all hosts joined two pods of 907 and 942 hosts on 6
+// trials with a near reading between them against 5 with a far one (between groups that large
+// nearly every trial holds both): rack ARI 0.67, 38.6 flows per host, 42.6 requests per host.
+// Two groups of 64 hosts or more now join only on twice as many near trials as far ones. The
+// plan is still 1.53x the optimum there (4 racks split across pods: issue 43, open), so this
+// asserts the structure and the cost only.
+TEST(RacksOfTwoAt4096Hosts, TwoLargeGroupsJoinOnlyOnTwiceAsManyNearTrials) {
+  const Json j =
+      runScenario(Scenario::parse({"hosts=4096", "seed=3", "rack_sizes=2", "rack_over=2"})).json;
+  EXPECT_GE(static_cast<double>(j["rack_ari"]), 0.99) << j.dump();
+  EXPECT_GE(static_cast<double>(j["pod_ari"]), 0.99) << j.dump();
+  EXPECT_LE(static_cast<double>(j["flows_per_host"]), 32) << j.dump();
+  EXPECT_LE(static_cast<double>(j["requests"]), 40.0 * 4096) << j.dump();
+}
+
 }  // namespace
 }  // namespace rankmap::sim
