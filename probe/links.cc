@@ -34,6 +34,13 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
       in = std::max(in, *got[k]);
     }
   };
+  // A host direction's readings within kHostBand of `best`: what the estimate (below) takes.
+  auto inBand = [](const std::vector<double>& v, double best) {
+    std::vector<double> in;
+    for (double x : v)
+      if (x >= kHostBand * best) in.push_back(x);
+    return in;
+  };
   // The readings each host direction already has inside its group (the structure trials' near
   // flows: one flow per host and direction in a trial, crossing no uplink, so each is held by its
   // two host links alone, as a shift's flow is). A direction with kHostLinkReadings of them in
@@ -50,12 +57,9 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
     outsInside[static_cast<size_t>(r.src)].push_back(r.value);
     insInside[static_cast<size_t>(r.dst)].push_back(r.value);
   };
-  auto enough = [](const std::vector<double>& v) {
-    if (v.size() < kHostLinkReadings) return false;
-    const double best = *std::max_element(v.begin(), v.end());
-    return static_cast<size_t>(std::count_if(v.begin(), v.end(), [&](double x) {
-             return x >= kHostBand * best;
-           })) >= kHostLinkReadings;
+  auto enough = [&](const std::vector<double>& v) {
+    return v.size() >= kHostLinkReadings &&
+           inBand(v, *std::max_element(v.begin(), v.end())).size() >= kHostLinkReadings;
   };
   for (const auto& r : s.readings) inside(r);
   for (int shift : {1, 2}) {
@@ -239,10 +243,8 @@ std::vector<LinkCapacity> measureHostLinks(RoundState& s,
       outs[static_cast<size_t>(r.src)].push_back(r.value);
       ins[static_cast<size_t>(r.dst)].push_back(r.value);
     }
-    auto band = [](const std::vector<double>& v, double best) {
-      std::vector<double> in;
-      for (double x : v)
-        if (x >= kHostBand * best) in.push_back(x);
+    auto band = [&](const std::vector<double>& v, double best) {
+      auto in = inBand(v, best);
       return in.empty() ? best : median(std::move(in));
     };
     for (size_t h = 0; h < n; ++h) {
