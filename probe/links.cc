@@ -416,7 +416,21 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
     auto [lo, hi] = std::minmax_element(v.begin(), v.end());
     return *hi <= *lo * (1 + kProbeNoise);
   };
-  for (const auto& bound : shifts) runSingles(bound, "second hosts");
+  // Where a shift has kSecondHostsQuorum bound readings or more, those within kSecondHostsBand
+  // of their median vouch for each other (uplinks of one rate, each read by another pair of
+  // hosts): only the readings off it run again.
+  for (const auto& bound : shifts) {
+    std::vector<std::pair<int, int>> again = bound;
+    if (bound.size() >= kSecondHostsQuorum) {
+      std::vector<double> v;
+      for (const auto& ab : bound) v.push_back(single[ab].mbps.front());
+      const double mid = median(v);
+      again.clear();
+      for (const auto& ab : bound)
+        if (std::abs(single[ab].mbps.front() - mid) > kSecondHostsBand * mid) again.push_back(ab);
+    }
+    runSingles(again, "second hosts");
+  }
   for (const auto& bound : shifts) {
     std::vector<std::pair<int, int>> split;
     for (const auto& ab : bound)

@@ -131,6 +131,12 @@ inline constexpr double kHostBand = (1 - kProbeNoise) / (1 + kProbeNoise);
 inline constexpr double kUplinkBoundFraction = 0.8;
 // The single-flow uplink trial runs this many times the usual window.
 inline constexpr int64_t kUplinkWindowFactor = 3;
+// An uplink-bound single flow runs again from other hosts unless its shift has this many bound
+// readings and it reads within kSecondHostsBand of their median: a reading held back by its
+// sender (8-15% low on the emulated cloud) or lifted by its sender's other traffic (1.3x) stands
+// apart from the others of its kind, while several independent readings that agree are the rate.
+inline constexpr size_t kSecondHostsQuorum = 3;
+inline constexpr double kSecondHostsBand = kProbeNoise / 2;
 // At most this many single-flow shifts across the uplinks of a level (group i to group i + s),
 // the later ones only when the first shift's uplink-bound readings differ beyond the noise.
 inline constexpr size_t kUplinkShifts = 3;

@@ -322,6 +322,27 @@ TEST(ProbeScale, OneSendersUplinkReadingIsNotItsRacks) {
   }
 }
 
+// Uplinks of one rate whose single flows agree (the emulated cloud's 16 VMs: 74.7-74.8 Mbit/s of
+// 75) vouch for each other: no flow runs again from other hosts, one trial of three windows
+// fewer (every pair ran again before 2026-12-07), and every uplink is stated at its rate.
+TEST(ProbeScale, UplinksThatAgreeAreNotMeasuredAgain) {
+  DatacenterSpec spec = emucloudShape(4, 4, 300, 75);
+  spec.noise = 0.02;
+  Datacenter dc(spec);
+  SimFleet fleet(dc);
+  auto out = probe::runRound(fleet, {}, Deadline::after(std::chrono::minutes(10)));
+  const auto& t = out.topology;
+  ASSERT_TRUE(t.links.has_value());
+  ASSERT_EQ(t.groups.size(), 1u);
+  size_t singles = 0;
+  for (const auto& r : out.readings) singles += r.phase == "uplinks";
+  EXPECT_EQ(singles, 4u) << "one single flow per rack pair of the shift";
+  for (const auto& up : t.links->uplinks.at(0)) {
+    EXPECT_NEAR(up.outMbps, 75, 75 * 0.05);
+    EXPECT_NEAR(up.inMbps, 75, 75 * 0.05);
+  }
+}
+
 // A fleet whose flow `held` reads `factor` of its rate (30% low unless told) in its first
 // `times` readings (every reading with times < 0), as a sender descheduled on a loaded machine
 // does; the emulated cloud at 64 VMs had one in-rack pair at 64-74% after its confirmation in 5
