@@ -49,8 +49,10 @@ Json BandwidthOptions::toJson() const {
 }
 
 std::chrono::milliseconds trialBarrier(size_t flows) {
-  return std::chrono::milliseconds(std::min<int64_t>(
-      kBarrierMaxMs, kBarrierMs + static_cast<int64_t>(flows) / kBarrierFlowsPerMs));
+  const auto f = static_cast<int64_t>(flows);
+  return std::chrono::milliseconds(
+      std::min<int64_t>({kBarrierMaxMs, kBarrierMs + f / kBarrierFlowsPerMs,
+                         kBarrierFewMs + f * kBarrierFewMsPerFlow}));
 }
 
 Clock::time_point bulkEnd(Clock::time_point start, const BandwidthOptions& opts) {
