@@ -407,11 +407,12 @@ std::vector<LinkCapacity> measureUplinks(RoundState& s, const Structure& st, siz
   // eight flows 8-15% low in about one trial in three on the emulated cloud), and a VM that also
   // sends other traffic shares its class on the uplink with that traffic and reads anywhere from
   // 0.7x to 1.6x of what its rack-mates get (emucloud_agents_reprobe: 62 Mbit/s, where every
-  // other host of the rack got 50 beside the neighbour's flow). Every uplink-bound pair runs once
-  // more from another sender to another receiver (the same hosts when the groups have no
-  // other): two readings within the noise of each other stand at the better one, since a
-  // reading is held back now and then but not pushed up by the machine; otherwise a third pair
-  // of hosts decides, and the median of the three stands: the rate most of the hosts get.
+  // other host of the rack got 50 beside the neighbour's flow). An uplink-bound pair whose reading
+  // the others of its shift do not vouch for (below) runs once more from another sender to
+  // another receiver (the same hosts when the groups have no other): two readings within the noise
+  // of each other stand at the better one, since a reading is held back now and then but not pushed
+  // up by the machine; otherwise a third pair of hosts decides, and the median of the three stands:
+  // the rate most of the hosts get.
   auto agree = [](const std::vector<double>& v) {
     auto [lo, hi] = std::minmax_element(v.begin(), v.end());
     return *hi <= *lo * (1 + kProbeNoise);
