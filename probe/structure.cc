@@ -1,6 +1,7 @@
 // Phase 2 of the probe round (probe/round.h): the hierarchy from round trips, else from
 // bandwidth trials, else (small fleets) the contention fit.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -1464,6 +1465,9 @@ NearFar nearFarSearch(RoundState& s, std::vector<int> parentOf, double hostRate,
 // cores left the flows).
 inline constexpr size_t kMinSearchedGroup = 17;
 
+// Hosts alone in their group that rejoinSplitRacks pairs at most (a trial for each but one).
+inline constexpr size_t kRejoinMaxHosts = 16;
+
 // The check of a split (two trials). Across: in each split parent, its hosts ordered by group,
 // the largest group first, each sends to the host half-way round the order, so that every group
 // sends all its members' flows out of it at once (each to another group while no group holds more
@@ -1563,6 +1567,116 @@ void recheckBystanders(RoundState& s, const std::vector<int>& parentOf, double h
   }
   RANKMAP_DEBUG(Probe, "structure: {} of {} bystanders read their host rate alone: no more", freed,
                 flows.size());
+}
+
+// A rack split between two groups of the level above: the search over all hosts put one of its
+// hosts in another group (4096 hosts in racks of two, seed 3: four racks with one host in each of
+// two pods), and the searches inside those groups then leave each of them alone, since each of
+// its flows there crosses the rack's uplink, which its rack-mate's flows fill. Where that uplink
+// carries less than two host rates the split costs (the two hosts' rings both cross it, each way:
+// 1.53x the optimum), and there two flows out of the rack at once read a share of it each, while
+// a host whose rack-mates send nothing reads its own rate. So hosts alone in their group send at
+// once (each to a host of a group of two or more, one per group), and those that read
+// kLoadedFullShare of the host rate or more have no such rack-mate. The others (at most
+// kRejoinMaxHosts) find theirs by group testing: each has a code of b bits (its index), and for
+// each bit and value the hosts with that value send at once (2b trials), so a host learns, bit by
+// bit, whether its rack-mate has its value there: it reads kBandwidthLevelRatio below its best
+// reading when the rack-mate sends with it. Two hosts join when each one's bits name the other:
+// a host alone with a slow link or behind a thinned or busy uplink reads low in every trial,
+// which names itself, and joins nothing. The joined hosts take the groups of their lowest host
+// at every level above (which of the two groups the rack sits in is not tested: a pod uplink
+// carries the ring's two extra crossings easily).
+void rejoinSplitRacks(RoundState& s, std::vector<std::vector<int>>& found, double hostRate,
+                      const TrialFn& runTrial) {
+  if (found.size() < 2) return;
+  std::vector<int> alone, receivers;
+  for (const auto& m : membersOf(found.back())) {
+    if (m.size() == 1) alone.push_back(m[0]);
+    if (m.size() >= 2) receivers.push_back(m[0]);
+  }
+  if (alone.size() < 2 || receivers.size() < alone.size() || s.stopped()) return;
+  std::mt19937_64 rng(s.opts().seed ^ 0x2545f4914f6cdd1dull);
+  std::vector<double> best(s.fleet().size(), 0);
+  // Each of `from` sends to a host of its own group of two or more; the readings, and each
+  // sender's best so far.
+  // The readings decide joins only and are not kept as the round's: the phases after this
+  // measure the links the plan needs, and a host link is stated at least at the best reading of
+  // any of its flows (probe/links.cc), which each extra reading lifts by its noise.
+  const size_t kept = s.readings.size();
+  auto send = [&](const std::vector<int>& from) {
+    std::shuffle(receivers.begin(), receivers.end(), rng);
+    std::vector<HostPair> flows;
+    for (size_t k = 0; k < from.size(); ++k) flows.emplace_back(from[k], receivers[k]);
+    auto got = runTrial(flows, nullptr);
+    s.readings.resize(kept);
+    for (size_t k = 0; k < from.size(); ++k)
+      if (got[k])
+        best[static_cast<size_t>(from[k])] = std::max(best[static_cast<size_t>(from[k])], *got[k]);
+    return got;
+  };
+  std::vector<int> shared;
+  {
+    auto got = send(alone);
+    for (size_t k = 0; k < alone.size(); ++k)
+      if (got[k] && *got[k] < kLoadedFullShare * hostRate) shared.push_back(alone[k]);
+  }
+  if (shared.size() < 2) return;
+  if (shared.size() > kRejoinMaxHosts) {
+    RANKMAP_INFO(Probe,
+                 "probe round: {} hosts alone in their group read a shared uplink; looking for "
+                 "the rack-mates of the first {}",
+                 shared.size(), kRejoinMaxHosts);
+    shared.resize(kRejoinMaxHosts);
+  }
+  size_t bits = 0;
+  while ((size_t{1} << bits) < shared.size()) ++bits;
+  // What each host read in each bit's trials: [host][bit][value], 0 where it did not send.
+  std::vector<std::vector<std::array<double, 2>>> read(shared.size(),
+                                                       std::vector<std::array<double, 2>>(bits));
+  for (size_t bit = 0; bit < bits && !s.stopped(); ++bit)
+    for (size_t value : {0, 1}) {
+      std::vector<int> from;
+      std::vector<size_t> index;
+      for (size_t i = 0; i < shared.size(); ++i)
+        if (((i >> bit) & 1) == value) {
+          from.push_back(shared[i]);
+          index.push_back(i);
+        }
+      auto got = send(from);
+      for (size_t k = 0; k < from.size(); ++k) read[index[k]][bit][value] = got[k].value_or(0);
+    }
+  // mate[i]: the code of host i's rack-mate as its readings spell it: a bit is its own where it
+  // read low (its rack-mate sent with it), else the other.
+  std::vector<size_t> mate(shared.size(), 0);
+  for (size_t i = 0; i < shared.size(); ++i)
+    for (size_t bit = 0; bit < bits; ++bit) {
+      const size_t own = (i >> bit) & 1;
+      const double r = read[i][bit][own];
+      const bool low = r > 0 && r * kBandwidthLevelRatio <= best[static_cast<size_t>(shared[i])];
+      if ((own == 1) == low) mate[i] |= size_t{1} << bit;
+    }
+  if (s.stopped()) return;
+  Components racks(s.fleet().size());
+  size_t joined = 0;
+  for (size_t i = 0; i < shared.size(); ++i) {
+    const size_t j = mate[i];
+    if (j <= i || j >= shared.size() || mate[j] != i) continue;
+    if (std::min(best[static_cast<size_t>(shared[i])], best[static_cast<size_t>(shared[j])]) <
+        kLoadedFullShare * hostRate)
+      continue;
+    joined += racks.unite(shared[i], shared[j]);
+  }
+  RANKMAP_INFO(Probe,
+               "probe round: bandwidth structure: {} hosts alone in their group share an uplink; "
+               "{} of them joined in pairs ({} trials)",
+               shared.size(), 2 * joined, 1 + 2 * bits);
+  if (joined == 0) return;
+  for (int h : shared) {
+    const int root = racks.find(h);
+    if (root == h) continue;
+    for (auto& level : found) level[static_cast<size_t>(h)] = level[static_cast<size_t>(root)];
+  }
+  for (auto& level : found) level = renumber(level);
 }
 
 // Bandwidth levels at most (racks, pods, a spine above them).
@@ -1719,6 +1833,7 @@ Structure bandwidthStructure(RoundState& s, double flatRttUs) {
     found.push_back(next);
     inner = next;
   }
+  rejoinSplitRacks(s, found, top.hostRate, runTrial);
   // Two bands that split nothing: a flow slowed by the moment (on the emulated cloud, a busy
   // core) made a band in the first trial, and every flow across a mildly oversubscribed uplink
   // then read near, joining the racks (8 VMs in 2 racks at 250/500 Mbit/s: no shared links in
