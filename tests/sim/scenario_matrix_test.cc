@@ -151,5 +151,19 @@ TEST(RacksOfTwoAt4096Hosts, TwoLargeGroupsJoinOnlyOnTwiceAsManyNearTrials) {
   EXPECT_LE(static_cast<double>(j["requests"]), 40.0 * 4096) << j.dump();
 }
 
+// Six thinned uplinks with 2 x N tenants' flows at 4096 hosts (seed 8): the search inside the pods
+// loaded, then read "no queues" from its 7th trial on (its last groups' few round trips), after
+// which no loaded-search stop applied, and it ran 3895 flows a trial for 8 more trials with one
+// pair of groups left open: 36.1 flows per host, 40.1 requests per host. A search that loaded
+// now also ends after three trials that change nothing (probe/structure.cc).
+TEST(ThinUplinksAt4096Hosts, ASearchThatStopsLoadingEndsWhenIdle) {
+  const Json j =
+      runScenario(Scenario::parse({"hosts=4096", "seed=8", "thin=6", "background=8192"})).json;
+  EXPECT_LE(static_cast<double>(j["flows_per_host"]), 32) << j.dump();
+  EXPECT_LE(static_cast<double>(j["requests"]), 40.0 * 4096) << j.dump();
+  EXPECT_LE(static_cast<double>(j["plan_true_ms"]), 1.05 * static_cast<double>(j["optimum_ms"]))
+      << j.dump();
+}
+
 }  // namespace
 }  // namespace rankmap::sim
