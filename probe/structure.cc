@@ -1,7 +1,6 @@
 // Phase 2 of the probe round (probe/round.h): the hierarchy from round trips, else from
 // bandwidth trials, else (small fleets) the contention fit.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -1638,9 +1637,8 @@ void rejoinSplitRacks(RoundState& s, std::vector<std::vector<int>>& found, doubl
   }
   size_t bits = 0;
   while ((size_t{1} << bits) < shared.size()) ++bits;
-  // What each host read in each bit's trials: [host][bit][value], 0 where it did not send.
-  std::vector<std::vector<std::array<double, 2>>> read(shared.size(),
-                                                       std::vector<std::array<double, 2>>(bits));
+  // What each host read in the trial of its own value of each bit: [host][bit], 0 for nothing.
+  std::vector<std::vector<double>> read(shared.size(), std::vector<double>(bits, 0));
   for (size_t bit = 0; bit < bits && !s.stopped(); ++bit)
     for (size_t value : {0, 1}) {
       std::vector<int> from;
@@ -1651,7 +1649,7 @@ void rejoinSplitRacks(RoundState& s, std::vector<std::vector<int>>& found, doubl
           index.push_back(i);
         }
       auto got = send(from);
-      for (size_t k = 0; k < from.size(); ++k) read[index[k]][bit][value] = got[k].value_or(0);
+      for (size_t k = 0; k < from.size(); ++k) read[index[k]][bit] = got[k].value_or(0);
     }
   // mate[i]: the code of host i's rack-mate as its readings spell it: a bit is its own where it
   // read low (its rack-mate sent with it), else the other.
@@ -1659,7 +1657,7 @@ void rejoinSplitRacks(RoundState& s, std::vector<std::vector<int>>& found, doubl
   for (size_t i = 0; i < shared.size(); ++i)
     for (size_t bit = 0; bit < bits; ++bit) {
       const size_t own = (i >> bit) & 1;
-      const double r = read[i][bit][own];
+      const double r = read[i][bit];
       const bool low = r > 0 && r * kBandwidthLevelRatio <= best[static_cast<size_t>(shared[i])];
       if ((own == 1) == low) mate[i] |= size_t{1} << bit;
     }
