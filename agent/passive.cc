@@ -11,8 +11,6 @@
 namespace rankmap::agent {
 namespace {
 
-using probe::median;
-
 constexpr size_t kMaxPeers = 100000;
 constexpr size_t kMaxNameBytes = 255;
 constexpr double kMaxWindowS = 86400;

@@ -1,8 +1,10 @@
 #include "common/topology.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <limits>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -289,19 +291,47 @@ Json hierarchyToJson(const std::vector<HierarchyLevel>& levels) {
   return arr;
 }
 
-std::optional<double> RingCheck::bottleneckMbps() const {
-  std::vector<double> v;
-  for (const auto& x : mbps)
-    if (x) v.push_back(*x);
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  auto mid = v.begin() + static_cast<long>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+std::optional<double> RingCheck::bottleneckMbps(std::span<const double> modelMbps) const {
+  struct Hop {
+    double reading, model;
+  };
+  std::vector<Hop> v;
+  for (size_t i = 0; i < mbps.size(); ++i)
+    if (mbps[i]) v.push_back({*mbps[i], modelMbps.size() == mbps.size() ? modelMbps[i] : 0.0});
   const size_t missing = mbps.size() - v.size();
   if (v.empty() ||
       static_cast<double>(missing) > kMaxMissingHops * static_cast<double>(mbps.size()))
     return std::nullopt;
-  std::sort(v.begin(), v.end());
-  size_t band = 1;
-  while (band < v.size() && v[band] <= v.front() * (1 + 2 * kProbeNoise)) ++band;
-  if (band < kRingBandForMedian) return v.front();
-  return v[(band - 1) / 2];
+  std::sort(v.begin(), v.end(), [](const Hop& a, const Hop& b) { return a.reading < b.reading; });
+  std::vector<Hop> band;
+  for (const Hop& h : v)
+    if (h.reading <= v.front().reading * (1 + 2 * kProbeNoise)) band.push_back(h);
+  // Does the model tell the band's hops apart? Its rates explain the readings when they deviate
+  // from them, after one common factor, by less than half the noise in the median.
+  auto explains = [&] {
+    std::vector<double> ratio, deviation;
+    for (const Hop& h : band) {
+      if (!(h.model > 0) || !std::isfinite(h.model)) return false;
+      ratio.push_back(h.reading / h.model);
+    }
+    const double common = median(ratio);
+    for (double r : ratio) deviation.push_back(std::abs(r / common - 1));
+    return median(deviation) <= kProbeNoise / 2;
+  };
+  if (band.size() >= kRingBandForMedian && explains()) {
+    double slowest = std::numeric_limits<double>::infinity();
+    for (const Hop& h : band) slowest = std::min(slowest, h.model);
+    std::erase_if(band, [&](const Hop& h) { return h.model > slowest * (1 + kProbeNoise); });
+  }
+  if (band.size() < kRingBandForMedian) return v.front().reading;
+  return band[(band.size() - 1) / 2].reading;
 }
 
 // Host name -> its first index. Heterogeneous lookup: a string_view finds a std::string key.

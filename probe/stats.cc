@@ -15,13 +15,6 @@ double percentile(const std::vector<double>& sorted, double q) {
   return sorted[rank == 0 ? 0 : rank - 1];
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  auto mid = v.begin() + static_cast<long>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
-
 LatencyStats summarizeLatency(std::vector<double> samplesUs) {
   if (samplesUs.empty()) RANKMAP_THROW(InvalidInput, "no latency samples to summarize");
   std::sort(samplesUs.begin(), samplesUs.end());

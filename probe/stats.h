@@ -11,9 +11,6 @@ namespace rankmap::probe {
 // Nearest-rank percentile (q in [0, 1]) of `sorted` (ascending, non-empty).
 double percentile(const std::vector<double>& sorted, double q);
 
-// The median of `v` (the upper one of an even count); 0 when empty.
-double median(std::vector<double> v);
-
 // min, median, p90, p99 of round-trip samples in microseconds. InvalidInput if empty.
 LatencyStats summarizeLatency(std::vector<double> samplesUs);
 

@@ -173,8 +173,9 @@ bool orderRingByChecks(const PlanOptions& o, const std::vector<RingCheck>& check
   std::vector<Candidate> measured;
   double calibration = 1;
   for (const auto& c : checks) {
-    auto b = c.bottleneckMbps();
-    if (!b || c.order.size() != n) continue;
+    if (c.order.size() != n) continue;
+    auto b = c.bottleneckMbps(ringHopMbps(net, c.order, rp));
+    if (!b) continue;
     const double model = evaluateRing(net, c.order, rp).bottleneckMbps;
     if (model > 0 && std::isfinite(model)) {
       calibration = std::min(calibration, *b / model);

@@ -165,6 +165,22 @@ Loaded loadRing(const NetworkModel& net, const std::vector<int>& ring, RingState
   return out;
 }
 
+// Each hop's inverse rate (1/(Mbit/s)) with `ring` loaded into `st`: its most loaded link, or
+// its measured cap when lower.
+std::vector<double> hopLoads(const NetworkModel& net, const std::vector<int>& ring,
+                             const RingState& st) {
+  std::vector<double> out;
+  const size_t n = ring.size();
+  if (n < 2) return out;
+  for (size_t i = 0; i < n; ++i) {
+    const int a = ring[i], b = ring[(i + 1) % n];
+    double hop = capLoad(net, a, b);
+    net.forEachLink(a, b, [&](size_t link, bool) { hop = std::max(hop, st.load(link)); });
+    out.push_back(hop);
+  }
+  return out;
+}
+
 // Each host's nearest candidates: same innermost group first, then by latency, then by index.
 std::vector<std::vector<int>> neighbourLists(const NetworkModel& net, size_t k) {
   size_t n = net.n;
@@ -229,19 +245,23 @@ RingCost evaluateRing(const NetworkModel& net, const std::vector<int>& ring,
   c.latencyUs = l + st.constLatency();
   double rho = st.rho();
   c.bottleneckMbps = rho > 0 ? 1.0 / rho : kInf;
-  // Each hop's inverse rate: its most loaded link, or its measured cap when lower; the hops
-  // between ranks of one host at the intra-host rate.
+  // The hops between ranks of one host at the intra-host rate.
   double inverse = st.intraHopsInverseRate();
-  if (n >= 2)
-    for (size_t i = 0; i < n; ++i) {
-      const int a = ring[i], b = ring[(i + 1) % n];
-      double hop = capLoad(net, a, b);
-      net.forEachLink(a, b, [&](size_t link, bool) { hop = std::max(hop, st.load(link)); });
-      inverse += hop;
-    }
+  for (double hop : hopLoads(net, ring, st)) inverse += hop;
   c.inverseRateSum = inverse;
   c.objectiveUs = st.objective(l, rho);
   return c;
+}
+
+std::vector<double> ringHopMbps(const NetworkModel& net, const std::vector<int>& ring,
+                                const RingParams& params) {
+  RANKMAP_ASSERT(ring.size() == net.n);
+  RingState st(net, params);
+  if (ring.size() >= 2)
+    for (size_t i = 0; i < ring.size(); ++i) st.edge(ring[i], ring[(i + 1) % ring.size()], +1);
+  std::vector<double> out = hopLoads(net, ring, st);
+  for (double& x : out) x = x > 0 ? 1.0 / x : kInf;
+  return out;
 }
 
 int compareLinkLoads(const NetworkModel& net, const std::vector<int>& a,

@@ -77,6 +77,11 @@ double ringAllreduceUs(const RingCost& cost, size_t world, double bytes);
 RingCost evaluateRing(const NetworkModel& net, const std::vector<int>& ring,
                       const RingParams& params);
 
+// The rate of each hop ring[i] -> ring[i + 1] (cyclic) as evaluateRing() loads the ring, in
+// Mbit/s (+inf for a hop that loads nothing); empty for fewer than two hosts.
+std::vector<double> ringHopMbps(const NetworkModel& net, const std::vector<int>& ring,
+                                const RingParams& params);
+
 // Depth-first walk of the model's groups; hosts and groups in order of their lowest host index.
 std::vector<int> hierarchicalRing(const NetworkModel& net);
 

@@ -310,6 +310,24 @@ TEST(Topology, RingChecks) {
   // (other tenants' flows spread them); a step waits for the slowest.
   RingCheck few{"r", {0, 1, 2, 3, 4}, {1000.0, 950.0, 1080.0, 910.0, 1050.0}};
   EXPECT_EQ(few.bottleneckMbps(), 910.0);
+  // Ten slow hops through uplinks that the link model tells apart (the thin uplinks at 4096
+  // hosts): the median of all ten, 24.5, would state the ring faster than its two slowest hops
+  // run; with the model only those two count, too few for a median, so the lowest stands. Hops
+  // the model rates alike keep the median.
+  RingCheck thin{"r",
+                 {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10},
+                 {21.7, 21.8, 23.4, 23.8, 24.5, 24.6, 25.6, 25.7, 26.0, 27.8, 90.0}};
+  const std::vector<double> apart{20.8, 20.8, 23.1, 23.7, 24.9, 24.4, 25.9, 25.9, 24.9, 23.1, 92};
+  EXPECT_EQ(thin.bottleneckMbps(), 24.5);
+  EXPECT_EQ(thin.bottleneckMbps(apart), 21.7);
+  const std::vector<double> alike{21, 21.5, 22, 21, 22.5, 21, 22, 21, 21.5, 22, 92};
+  EXPECT_EQ(thin.bottleneckMbps(alike), 24.5);
+  // A model as noisy as the readings (they deviate from it by 14% in the median) tells nothing
+  // apart: its three slowest hops are not taken for the ring's.
+  const std::vector<double> noisy{23, 26, 20.5, 24.5, 21, 27, 22, 28, 21.5, 25, 92};
+  EXPECT_EQ(thin.bottleneckMbps(noisy), 24.5);
+  // A model of another ring (another hop count) is not this ring's: no model.
+  EXPECT_EQ(thin.bottleneckMbps(std::vector<double>{20.8, 20.8}), 24.5);
   // One hop of four without a reading is too many (kMaxMissingHops).
   EXPECT_FALSE(t.rings[0].bottleneckMbps());
   RingCheck none{"r", {0, 1}, {std::nullopt, std::nullopt}};

@@ -270,6 +270,41 @@ TEST(LinkModel, MeasuredRingsDecideTheOrderAndThePrediction) {
   EXPECT_DOUBLE_EQ(planTopology(subset, opts).plan.predicted.bottleneckMbps, 1000);
 }
 
+// A measured ring's slow hops through uplinks the model tells apart: the plan states the ring at
+// its slowest hops' reading, not at the median of every slow reading. Ten racks of two, listed
+// rack by rack (the measured ring is the input order); racks 0 and 1 behind 200 Mbit/s uplinks,
+// the rest 240, so three crossing hops run at 200 and seven at 240.
+TEST(LinkModel, AMeasuredRingIsStatedAtTheHopsTheModelRatesSlowest) {
+  Topology t;
+  t.groups = {{"rack", 1, {}}};
+  for (int h = 0; h < 20; ++h) {
+    t.hosts.push_back({fmt::format("h{:02}", h), ""});
+    if (h % 2 == 0) t.groups[0].groups.emplace_back();
+    t.groups[0].groups.back().push_back(t.hosts.back().name);
+  }
+  TopologyLinks l;
+  l.hosts.assign(20, {1000, 1000});
+  l.uplinks = {std::vector<LinkCapacity>(10, {240, 240})};
+  l.uplinks[0][0] = l.uplinks[0][1] = {200, 200};
+  l.hostLatencyUs = 5;
+  l.uplinkLatencyUs = {5};
+  t.links = l;
+  RingCheck ring{"input", {}, {}};
+  for (int h = 0; h < 20; ++h) {
+    ring.order.push_back(h);
+    ring.mbps.push_back(980.0);  // inside a rack
+  }
+  const std::vector<double> crossing{205, 215, 235, 238, 240, 243, 245, 248, 250, 210};
+  for (size_t k = 0; k < crossing.size(); ++k) ring.mbps[2 * k + 1] = crossing[k];
+  t.rings = {ring};
+  auto opts = quietOptions();
+  opts.hashTopology = false;
+  auto r = planTopology(t, opts);
+  EXPECT_EQ(ring.bottleneckMbps(), 235.0);  // the median of the eight within 20% of 205
+  EXPECT_DOUBLE_EQ(r.plan.predicted.inputBottleneckMbps, 205);
+  EXPECT_DOUBLE_EQ(r.plan.predicted.bottleneckMbps, 205);
+}
+
 // What the probe found, in words: the levels and the ring check's verdict.
 TEST(LinkModel, StructureTextSaysWhatTheRingsShow) {
   auto confirmed =
