@@ -257,8 +257,7 @@ std::vector<double> ringHopMbps(const NetworkModel& net, const std::vector<int>&
                                 const RingParams& params) {
   RANKMAP_ASSERT(ring.size() == net.n);
   RingState st(net, params);
-  if (ring.size() >= 2)
-    for (size_t i = 0; i < ring.size(); ++i) st.edge(ring[i], ring[(i + 1) % ring.size()], +1);
+  loadRing(net, ring, st);
   std::vector<double> out = hopLoads(net, ring, st);
   for (double& x : out) x = x > 0 ? 1.0 / x : kInf;
   return out;
