@@ -62,5 +62,5 @@ if(RANKMAP_HAVE_MPICH AND RANKMAP_MPICH_MPIEXEC)
                     --shim $<TARGET_FILE:rankmap_mpich>
                     --proof $<TARGET_FILE:emucloud_mpi_proof_mpich>
                     --proof-f "${RANKMAP_MPICH_PROOF_F}"
-                    --ucx-preload $<TARGET_FILE:emucloud_ucx_keep_endpoints> --min-speedup 1.35)
+                    --ucx-preload $<TARGET_FILE:emucloud_ucx_keep_endpoints> --min-speedup 1.3)
 endif()
