@@ -110,34 +110,59 @@ def launcher_ranks(out):
     return {int(r): int(l) for r, l in re.findall(r"rank (\d+) of \d+ on \S+ launcher (-?\d+)", out)}
 
 
-def run_mode(tb, args, bindir, rundir, plan, provider, buf, name, program, mode, plain, show):
-    """One job under `rankmap run --mode MODE` with its checks; its allreduce time (s)."""
-    p, moved = run_mpiexec(tb, args, bindir, None, [buf], kIters, program=program, mode=mode,
-                           rundir=rundir)
-    if show:
-        print(p.stderr.strip()[:2000], flush=True)
-    lib.check(p.returncode == 0, f"{name} {mode}: rankmap run -- mpiexec.hydra ends "
-              f"(exit {p.returncode}: {p.stdout[-1500:]} {p.stderr[-1500:]})")
-    lib.check(p.stderr.count(f"rankmap run: {mode} mode: plan {plan['hash'][:19]}") == 1 and
-              "unchanged" not in p.stderr,
-              f"{name} {mode}: one line from rankmap run, applied to the Hydra job")
-    lib.check(rank_hosts(p.stdout) == dict(enumerate(plan["order"])),
-              f"{name} {mode}: rank r on the plan's r-th host ({rank_hosts(p.stdout)})")
-    if mode == "shim":
-        # Hydra kept the provider's placement; only MPI_COMM_WORLD changed.
-        lr = launcher_ranks(p.stdout)
-        lib.check(sorted(lr) == list(range(len(provider))) and
-                  all(provider[lr[r]] == rank_hosts(p.stdout)[r] for r in lr),
-                  f"{name} shim: launcher ranks keep the provider's order ({lr})")
-        lib.check(p.stderr.count("MPI_COMM_WORLD reordered by plan") == 1,
-                  f"{name} shim: one line from librankmap_mpich.so")
-    lib.check(moved >= buf, f"{name} {mode}: the bytes crossed the emulated uplinks "
-              f"({moved / (1 << 20):.1f} MiB)")
-    lib.check(checks(p.stdout) == checks(plain.stdout) and len(checks(p.stdout)) >= 4,
-              f"{name} {mode}: results identical to the plain run ({len(checks(p.stdout))} checks)")
-    t = lib.allreduce_seconds(p.stdout, buf)
-    lib.check(t, f"{name} {mode}: the program timed its allreduce")
-    return t
+class Jobs:
+    """The test's jobs on one testbed and plan, each with its checks; each returns its
+    allreduce time (s) of `buf` bytes."""
+
+    def __init__(self, tb, args, bindir, rundir, plan, provider, buf):
+        self.tb, self.args, self.bindir, self.rundir = tb, args, bindir, rundir
+        self.plan, self.provider, self.buf = plan, provider, buf
+
+    def plain(self, name, program):
+        """A plain job (the provider's order): (completed process, time)."""
+        buf = self.buf
+        p, moved = run_mpiexec(self.tb, self.args, None, None, [buf], kIters, program=program)
+        lib.check(p.returncode == 0, f"{name}: plain mpiexec ends (exit "
+                  f"{p.returncode}: {p.stderr[-1500:]})")
+        lib.check(moved >= buf, f"{name} plain: the bytes crossed the emulated uplinks "
+                  f"({moved / (1 << 20):.1f} MiB for a {buf >> 20} MiB allreduce x {kIters + 1})")
+        lib.check(rank_hosts(p.stdout) == dict(enumerate(self.provider)),
+                  f"{name} plain: rank r on the provider's r-th host")
+        t = lib.allreduce_seconds(p.stdout, buf)
+        lib.check(t, f"{name} plain: the program timed its allreduce")
+        return p, t
+
+    def planned(self, name, program, mode, plain, show):
+        """A job under `rankmap run --mode MODE`, its results compared with `plain`'s; `show`
+        prints what rankmap run said."""
+        buf, plan, provider = self.buf, self.plan, self.provider
+        p, moved = run_mpiexec(self.tb, self.args, self.bindir, None, [buf], kIters,
+                               program=program, mode=mode, rundir=self.rundir)
+        if show:
+            print(p.stderr.strip()[:2000], flush=True)
+        lib.check(p.returncode == 0, f"{name} {mode}: rankmap run -- mpiexec.hydra ends "
+                  f"(exit {p.returncode}: {p.stdout[-1500:]} {p.stderr[-1500:]})")
+        lib.check(p.stderr.count(f"rankmap run: {mode} mode: plan {plan['hash'][:19]}") == 1 and
+                  "unchanged" not in p.stderr,
+                  f"{name} {mode}: one line from rankmap run, applied to the Hydra job")
+        lib.check(rank_hosts(p.stdout) == dict(enumerate(plan["order"])),
+                  f"{name} {mode}: rank r on the plan's r-th host ({rank_hosts(p.stdout)})")
+        if mode == "shim":
+            # Hydra kept the provider's placement; only MPI_COMM_WORLD changed.
+            lr = launcher_ranks(p.stdout)
+            lib.check(sorted(lr) == list(range(len(provider))) and
+                      all(provider[lr[r]] == rank_hosts(p.stdout)[r] for r in lr),
+                      f"{name} shim: launcher ranks keep the provider's order ({lr})")
+            lib.check(p.stderr.count("MPI_COMM_WORLD reordered by plan") == 1,
+                      f"{name} shim: one line from librankmap_mpich.so")
+        lib.check(moved >= buf, f"{name} {mode}: the bytes crossed the emulated uplinks "
+                  f"({moved / (1 << 20):.1f} MiB)")
+        lib.check(checks(p.stdout) == checks(plain.stdout) and len(checks(p.stdout)) >= 4,
+                  f"{name} {mode}: results identical to the plain run "
+                  f"({len(checks(p.stdout))} checks)")
+        t = lib.allreduce_seconds(p.stdout, buf)
+        lib.check(t, f"{name} {mode}: the program timed its allreduce")
+        return t
 
 
 def main():
@@ -167,23 +192,14 @@ def main():
         else:
             print("note: no Fortran program (MPICH's Fortran bindings not found at configure time)")
 
+        jobs = Jobs(tb, args, bindir, rundir, plan, provider, buf)
         for name, program in programs:
             tplain, tmode = [], {"launch": [], "shim": []}
             for rnd in range(kRounds):
-                plain, moved = run_mpiexec(tb, args, None, None, [buf], kIters, program=program)
-                lib.check(plain.returncode == 0, f"{name}: plain mpiexec ends (exit "
-                          f"{plain.returncode}: {plain.stderr[-1500:]})")
-                lib.check(moved >= buf, f"{name} plain: the bytes crossed the emulated uplinks "
-                          f"({moved / (1 << 20):.1f} MiB for a {buf >> 20} MiB allreduce "
-                          f"x {kIters + 1})")
-                lib.check(rank_hosts(plain.stdout) == dict(enumerate(provider)),
-                          f"{name} plain: rank r on the provider's r-th host")
-                t = lib.allreduce_seconds(plain.stdout, buf)
-                lib.check(t, f"{name} plain: the program timed its allreduce")
+                plain, t = jobs.plain(name, program)
                 tplain.append(t)
-                for mode in tmode:
-                    tmode[mode].append(run_mode(tb, args, bindir, rundir, plan, provider, buf,
-                                                name, program, mode, plain, rnd == 0))
+                for mode, ts in tmode.items():
+                    ts.append(jobs.planned(name, program, mode, plain, show=rnd == 0))
             for mode, ts in tmode.items():
                 tp, tm = lib.median(tplain), lib.median(ts)
                 print(f"{name} {mode}: allreduce {buf >> 20} MiB {tm:.3f} s vs plain {tp:.3f} s "
