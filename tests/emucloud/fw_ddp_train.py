@@ -14,11 +14,17 @@ on rank 0 between barriers, after one warm-up step.
 
 import argparse
 import json
+import os
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+# The job's lines, written as fw_lib.json_lines reads them back (also when run through runpy).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fw_lib import print_line  # noqa: E402
 
 
 def main():
@@ -55,13 +61,11 @@ def main():
         if step > 0:
             times.append(dt)
         if rank == 0:
-            print(json.dumps({"step": step, "loss": (total / world).item(), "step_s": dt}),
-                  flush=True)
+            print_line({"step": step, "loss": (total / world).item(), "step_s": dt})
     if rank == 0:
         times.sort()
-        print(json.dumps({"summary": {"world": world, "grad_bytes": grad_bytes,
-                                      "median_step_s": times[len(times) // 2],
-                                      "steps": a.steps}}), flush=True)
+        print_line({"summary": {"world": world, "grad_bytes": grad_bytes,
+                                "median_step_s": times[len(times) // 2], "steps": a.steps}})
     dist.destroy_process_group()
 
 

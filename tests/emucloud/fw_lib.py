@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import agents_lib
@@ -75,6 +76,17 @@ def kill_vm_processes(truth, keep=()):
             except ProcessLookupError:
                 pass
         time.sleep(0.5)
+
+
+def print_line(obj):
+    """Prints obj as one JSON line in a single write, for a job's rank 0 to report to json_lines.
+    torchrun's --tee (which rankmap run adds for torch 1.13 on Python 3.11) copies the worker's
+    output file to the console a line at a time as it reads it and prefixes each piece it reads
+    with "[default<i>]:"; print(..., flush=True) under PYTHONUNBUFFERED=1 writes the text and the
+    newline separately, and a read between the two splices the prefix into the line
+    (docs/frameworks.md)."""
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
 
 
 def json_lines(text, key):

@@ -23,10 +23,16 @@ gradients' allreduce; dp_s: the allreduce); the summary has the median step.
 
 import argparse
 import json
+import os
+import sys
 import time
 
 import torch
 import torch.distributed as dist
+
+# The job's lines, written as fw_lib.json_lines reads them back (also when run through runpy).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fw_lib import print_line  # noqa: E402
 
 
 def main():
@@ -107,16 +113,14 @@ def main():
         if step > 0:
             times.append((dt, phases))
         if rank == 0:
-            print(json.dumps({"step": step, "loss": (total / a.dp).item(), "step_s": dt,
-                              **phases}), flush=True)
+            print_line({"step": step, "loss": (total / a.dp).item(), "step_s": dt, **phases})
     if rank == 0:
         times.sort(key=lambda t: t[0])
-        print(json.dumps({"summary": {"world": world, "dp": a.dp, "pp": a.pp,
-                                      "dp_bytes": dp_bytes,
-                                      "pp_bytes": a.tokens * a.hidden * 4,
-                                      "median_step_s": times[len(times) // 2][0],
-                                      "median_step_phases": times[len(times) // 2][1],
-                                      "steps": a.steps}}), flush=True)
+        print_line({"summary": {"world": world, "dp": a.dp, "pp": a.pp, "dp_bytes": dp_bytes,
+                                "pp_bytes": a.tokens * a.hidden * 4,
+                                "median_step_s": times[len(times) // 2][0],
+                                "median_step_phases": times[len(times) // 2][1],
+                                "steps": a.steps}})
     dist.destroy_process_group()
 
 
